@@ -1,0 +1,59 @@
+//! Seeded Bank workloads: the prefill of accounts and the reference transfer stream.
+
+use crate::{AccountId, BankCommand};
+use engine::rng::Rng;
+
+/// Each prefilled account opens with this balance.
+pub const PREFILL_BALANCE: u64 = 1_000_000;
+/// Transfers move between 1 and this amount.
+pub const TRANSFER_AMOUNT_MAX: u64 = 1_000;
+
+/// The id of the `n`th account (from 0): scattered over the whole `u64` range, never zero, so
+/// that the state sees ids as a real bank would, not a dense array index.
+pub fn account_id(n: u64) -> AccountId {
+    // Multiplying by an odd constant is a bijection on u64 that maps only 0 to 0; n + 1 is
+    // never 0 for the account counts we use.
+    AccountId((n + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// The command that opens the `n`th account.
+pub fn open_command(n: u64) -> BankCommand {
+    BankCommand::Open {
+        id: account_id(n),
+        balance: PREFILL_BALANCE,
+        flags: 0,
+    }
+}
+
+/// Random transfers between `accounts` prefilled accounts, from a seed.
+#[derive(Clone, Debug)]
+pub struct Transfers {
+    rng: Rng,
+    accounts: u64,
+}
+
+impl Transfers {
+    /// A stream over the accounts `0..accounts` (at least two).
+    pub fn new(seed: u64, accounts: u64) -> Self {
+        assert!(accounts >= 2, "transfers need two accounts");
+        Transfers {
+            rng: Rng::new(seed),
+            accounts,
+        }
+    }
+
+    /// The next transfer: two distinct random accounts, a random amount.
+    pub fn next_command(&mut self) -> BankCommand {
+        let from = self.rng.below(self.accounts);
+        let mut to = self.rng.below(self.accounts - 1);
+        if to >= from {
+            to += 1;
+        }
+        let amount = 1 + self.rng.below(TRANSFER_AMOUNT_MAX);
+        BankCommand::Transfer {
+            from: account_id(from),
+            to: account_id(to),
+            amount,
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The apply path: committed entries executed in order, each command in its own transaction,
+//! each client request exactly once.
+
+mod sessions;
+
+pub use sessions::{SESSIONS_MAX, Sessions};
+
+use crate::codec;
+use crate::entry::{Entry, EntryKind, FragmentHeader, PayloadError, parse_payload};
+use crate::handler::{Handler, Outcome, OutcomeOf};
+use crate::ids::{ClientId, EntryIndex, RequestNumber};
+use crate::state::{Prefetch, State, StateHash, Tx};
+use sessions::{Decision, SESSION_WRITE_TAG};
+
+/// Why the apply loop stopped. The node applies nothing after this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    /// An entry arrived out of order: a bug in the caller.
+    #[error("entry {got} applied out of order: expected {expected}")]
+    OutOfOrder {
+        /// The index expected next.
+        expected: EntryIndex,
+        /// The index offered.
+        got: EntryIndex,
+    },
+    /// A committed entry whose payload does not parse (its checksums held, so the leader that
+    /// formed it has a bug).
+    #[error("entry {index}: {error}")]
+    Payload {
+        /// The entry.
+        index: EntryIndex,
+        /// What failed.
+        error: PayloadError,
+    },
+    /// Memory ran out below the configured capacity, while executing this command.
+    #[error("memory exhausted at entry {index}, command {command}")]
+    MemoryExhausted {
+        /// The entry.
+        index: EntryIndex,
+        /// The command's position in the entry.
+        command: u32,
+    },
+}
+
+/// What a finished request gets back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyStatus {
+    /// The outcomes of the request's commands, encoded one after another, in order.
+    Results(Vec<u8>),
+    /// The client had moved on to a newer request; this one was not applied.
+    Stale,
+}
+
+/// The answer to one client request, produced when its last fragment applies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The client.
+    pub client: ClientId,
+    /// Its request.
+    pub request: RequestNumber,
+    /// Commands in the request.
+    pub command_count: u32,
+    /// The results.
+    pub status: ReplyStatus,
+}
+
+/// The result of applying one entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The entry applied.
+    pub index: EntryIndex,
+    /// The state hash after it.
+    pub state_hash: StateHash,
+    /// Requests that finished in this entry.
+    pub replies: Vec<Reply>,
+}
+
+/// A replica's state machine: the handler, its state and the client sessions.
+pub struct StateMachine<H: Handler> {
+    handler: H,
+    state: State,
+    sessions: Sessions,
+    applied: EntryIndex,
+    /// Commands of the entry being applied, decoded (`None`: bytes that did not decode).
+    commands: Vec<Option<H::Command>>,
+}
+
+impl<H: Handler> StateMachine<H> {
+    /// A state machine with an empty state of `capacity_bytes`.
+    pub fn new(handler: H, capacity_bytes: u64) -> Self {
+        let state = State::new(handler.schema(), capacity_bytes);
+        StateMachine {
+            handler,
+            state,
+            sessions: Sessions::default(),
+            applied: EntryIndex::ZERO,
+            commands: Vec::new(),
+        }
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// The state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The client sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// The last entry applied.
+    pub fn applied_index(&self) -> EntryIndex {
+        self.applied
+    }
+
+    /// The state hash after the last entry applied.
+    pub fn state_hash(&self) -> StateHash {
+        self.state.hash()
+    }
+
+    /// Applies the next committed entry.
+    pub fn apply(&mut self, entry: &Entry) -> Result<Applied, ApplyError> {
+        let index = entry.index();
+        if index != self.applied.next() {
+            return Err(ApplyError::OutOfOrder {
+                expected: self.applied.next(),
+                got: index,
+            });
+        }
+        let replies = match entry.header.kind {
+            EntryKind::Noop => Vec::new(),
+            EntryKind::Commands => self.apply_commands(index, &entry.payload)?,
+        };
+        self.applied = index;
+        Ok(Applied {
+            index,
+            state_hash: self.state.finish_entry(),
+            replies,
+        })
+    }
+
+    fn apply_commands(
+        &mut self,
+        index: EntryIndex,
+        payload: &[u8],
+    ) -> Result<Vec<Reply>, ApplyError> {
+        let (header, fragments) =
+            parse_payload(payload).map_err(|error| ApplyError::Payload { index, error })?;
+        self.decode_commands(&fragments);
+        let mut prefetch = Prefetch::new(&self.state);
+        for command in self.commands.iter().flatten() {
+            self.handler.prefetch(command, &mut prefetch);
+        }
+        let mut replies = Vec::new();
+        let mut first = 0;
+        for (fragment, _) in &fragments {
+            let commands = first..first + fragment.command_count as usize;
+            first = commands.end;
+            if let Some(reply) = self.apply_fragment(index, header.now_ms, fragment, commands)? {
+                replies.push(reply);
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Decodes every fragment's commands into `self.commands`, one slot per command the
+    /// fragment declares. A command that does not decode, and every later one of its fragment
+    /// (their boundaries are lost), becomes `None`; so do all of a fragment whose bytes and count
+    /// disagree.
+    fn decode_commands(&mut self, fragments: &[(FragmentHeader, &[u8])]) {
+        self.commands.clear();
+        for (fragment, bytes) in fragments {
+            let start = self.commands.len();
+            let mut rest: &[u8] = bytes;
+            let mut whole = true;
+            for _ in 0..fragment.command_count {
+                let decoded = whole
+                    .then(|| codec::decode_prefix::<H::Command>(rest).ok())
+                    .flatten();
+                whole = decoded.is_some();
+                self.commands.push(decoded.map(|(command, used)| {
+                    rest = &rest[used..];
+                    command
+                }));
+            }
+            if whole && !rest.is_empty() {
+                self.commands[start..].fill_with(|| None);
+            }
+        }
+    }
+
+    fn apply_fragment(
+        &mut self,
+        index: EntryIndex,
+        now_ms: u64,
+        fragment: &FragmentHeader,
+        commands: std::ops::Range<usize>,
+    ) -> Result<Option<Reply>, ApplyError> {
+        match self.sessions.decide(fragment) {
+            Decision::Execute => {}
+            Decision::Duplicate => return Ok(self.reply_if_complete(fragment)),
+            Decision::Stale => {
+                let stale = fragment.is_last().then_some(ReplyStatus::Stale);
+                return Ok(stale.map(|status| reply(fragment, status)));
+            }
+        }
+        let mut results = std::mem::take(&mut self.sessions.open(fragment, index).results);
+        // The session is put back together below; nothing in between touches sessions.
+        for at in commands.clone() {
+            let outcome = self.execute(now_ms, at);
+            if self.state.memory_fault() {
+                return Err(ApplyError::MemoryExhausted {
+                    index,
+                    command: at as u32,
+                });
+            }
+            codec::encode_into(&outcome, &mut results).expect("outcomes encode into a vector");
+        }
+        let session = self
+            .sessions
+            .get_mut(fragment.client)
+            .expect("opened above");
+        session.results = results;
+        session.applied_commands += fragment.command_count;
+        if session.is_complete() {
+            self.record_session(fragment);
+        }
+        Ok(self.reply_if_complete(fragment))
+    }
+
+    fn execute(&mut self, now_ms: u64, at: usize) -> OutcomeOf<H> {
+        let Some(command) = &self.commands[at] else {
+            return Outcome::Invalid;
+        };
+        let mut tx = Tx::begin(&mut self.state, now_ms);
+        let result = self.handler.execute(&mut tx, command);
+        let failed_write = tx.finish(result.is_ok());
+        match (result, failed_write) {
+            (Ok(output), None) => Outcome::Done(output),
+            (Ok(_), Some(error)) => Outcome::Failed(error.into()),
+            (Err(error), _) => Outcome::Failed(error),
+        }
+    }
+
+    /// Puts a finished request's session update into the write stream: once per request, not
+    /// per fragment, so that the hash does not depend on how requests were split into entries.
+    fn record_session(&mut self, fragment: &FragmentHeader) {
+        let session = self
+            .sessions
+            .get(fragment.client)
+            .expect("session of a finished request");
+        let mut update = Vec::with_capacity(24 + session.results.len());
+        update.extend_from_slice(&SESSION_WRITE_TAG.to_le_bytes());
+        update.extend_from_slice(&fragment.client.0.to_le_bytes());
+        update.extend_from_slice(&fragment.request.0.to_le_bytes());
+        update.extend_from_slice(&fragment.request_commands.to_le_bytes());
+        update.extend_from_slice(&session.results);
+        self.state.record_extra(&update);
+    }
+
+    fn reply_if_complete(&self, fragment: &FragmentHeader) -> Option<Reply> {
+        let session = self.sessions.get(fragment.client)?;
+        let done =
+            fragment.is_last() && session.request == fragment.request && session.is_complete();
+        done.then(|| reply(fragment, ReplyStatus::Results(session.results.clone())))
+    }
+}
+
+fn reply(fragment: &FragmentHeader, status: ReplyStatus) -> Reply {
+    Reply {
+        client: fragment.client,
+        request: fragment.request,
+        command_count: fragment.request_commands,
+        status,
+    }
+}
+
+/// Decodes the outcomes of a reply's results.
+pub fn decode_outcomes<H: Handler>(
+    results: &[u8],
+    count: u32,
+) -> Result<Vec<OutcomeOf<H>>, codec::CodecError> {
+    let mut outcomes = Vec::with_capacity(count.min(crate::entry::REQUEST_COMMANDS_MAX) as usize);
+    let mut at = 0;
+    for _ in 0..count {
+        let (outcome, used) = codec::decode_prefix::<OutcomeOf<H>>(&results[at..])?;
+        outcomes.push(outcome);
+        at += used;
+    }
+    match results.len() - at {
+        0 => Ok(outcomes),
+        trailing => Err(codec::CodecError::Trailing { trailing }),
+    }
+}

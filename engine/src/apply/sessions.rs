@@ -1,0 +1,121 @@
+//! Exactly-once client sessions, part of the replicated state: per client, the request being
+//! applied (or last applied) and its results so far.
+
+use crate::entry::FragmentHeader;
+use crate::ids::{ClientId, EntryIndex, RequestNumber};
+use std::collections::BTreeMap;
+
+/// Client sessions the state keeps; a new client beyond this evicts the least recently active
+/// one (ties broken by client id, so every replica evicts the same).
+pub const SESSIONS_MAX: usize = 4096;
+
+/// Tag of a session update in the write stream (above every table id).
+pub(crate) const SESSION_WRITE_TAG: u16 = u16::MAX;
+
+/// One client's session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Session {
+    pub(crate) request: RequestNumber,
+    pub(crate) request_commands: u32,
+    pub(crate) applied_commands: u32,
+    /// Encoded outcomes of the applied commands of `request`, in order.
+    pub(crate) results: Vec<u8>,
+    pub(crate) last_active: EntryIndex,
+}
+
+impl Session {
+    pub(crate) fn is_complete(&self) -> bool {
+        self.applied_commands == self.request_commands
+    }
+}
+
+/// What to do with a fragment, given its client's session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Execute it: the next fragment of the session's request, or the start of a newer request.
+    Execute,
+    /// Skip it: its commands were already applied (a retry, or a copy from an old leader).
+    Duplicate,
+    /// Skip it: the client has since moved on to a newer request, or the fragment does not
+    /// continue its request where the session stands.
+    Stale,
+}
+
+/// All client sessions.
+#[derive(Clone, Debug, Default)]
+pub struct Sessions {
+    by_client: BTreeMap<ClientId, Session>,
+}
+
+impl Sessions {
+    /// Sessions held.
+    pub fn len(&self) -> usize {
+        self.by_client.len()
+    }
+
+    /// True when no client has a session.
+    pub fn is_empty(&self) -> bool {
+        self.by_client.is_empty()
+    }
+
+    /// The last request number applied (fully or in part) for `client`.
+    pub fn last_request(&self, client: ClientId) -> Option<RequestNumber> {
+        self.by_client.get(&client).map(|s| s.request)
+    }
+
+    pub(crate) fn get(&self, client: ClientId) -> Option<&Session> {
+        self.by_client.get(&client)
+    }
+
+    pub(crate) fn get_mut(&mut self, client: ClientId) -> Option<&mut Session> {
+        self.by_client.get_mut(&client)
+    }
+
+    pub(crate) fn decide(&self, fragment: &FragmentHeader) -> Decision {
+        let starts_request = fragment.first_command == 0;
+        match self.by_client.get(&fragment.client) {
+            None if starts_request => Decision::Execute,
+            None => Decision::Stale,
+            Some(s) if fragment.request > s.request && starts_request => Decision::Execute,
+            Some(s) if fragment.request > s.request => Decision::Stale,
+            Some(s) if fragment.request < s.request => Decision::Stale,
+            Some(s) if fragment.request_commands != s.request_commands => Decision::Stale,
+            Some(s) if fragment.first_command < s.applied_commands => Decision::Duplicate,
+            Some(s) if fragment.first_command == s.applied_commands => Decision::Execute,
+            Some(_) => Decision::Stale,
+        }
+    }
+
+    /// The session that a fragment to execute continues or starts; evicts the least recently
+    /// active session when a new client would exceed [`SESSIONS_MAX`].
+    pub(crate) fn open(&mut self, fragment: &FragmentHeader, index: EntryIndex) -> &mut Session {
+        if !self.by_client.contains_key(&fragment.client) && self.by_client.len() >= SESSIONS_MAX {
+            let oldest = self
+                .by_client
+                .iter()
+                .min_by_key(|(c, s)| (s.last_active, **c))
+                .map(|(c, _)| *c);
+            if let Some(client) = oldest {
+                self.by_client.remove(&client);
+            }
+        }
+        let session = self
+            .by_client
+            .entry(fragment.client)
+            .or_insert_with(|| Session {
+                request: fragment.request,
+                request_commands: fragment.request_commands,
+                applied_commands: 0,
+                results: Vec::new(),
+                last_active: index,
+            });
+        if fragment.first_command == 0 {
+            session.request = fragment.request;
+            session.request_commands = fragment.request_commands;
+            session.applied_commands = 0;
+            session.results.clear();
+        }
+        session.last_active = index;
+        session
+    }
+}

@@ -1,0 +1,54 @@
+//! The handler API: business logic written one command at a time.
+
+use crate::codec::{Decode, Encode};
+use crate::state::{Prefetch, Schema, StateError, Tx};
+
+/// Business logic for one kind of state machine (a bank, an order book, a booking system).
+///
+/// The engine calls [`Handler::execute`] once per command, in the global order, inside a
+/// transaction of its own: when it returns `Err` (or a write failed), every write it made is
+/// rolled back. The handler never sees batches, the log or the network.
+///
+/// `execute` must be deterministic: the same state and command give the same outcome and the same
+/// writes on every replica and in every run. Read time only through [`Tx::now_ms`]; never read
+/// clocks, random numbers, thread ids, environment or iteration order of unordered containers.
+pub trait Handler: Send + Sync + 'static {
+    /// One business command, as a client sends it.
+    type Command: Encode + Decode<()> + Send + Sync + 'static;
+    /// The result of a command that applied.
+    type Output: Encode + Decode<()> + Send + 'static;
+    /// A business error: the command is refused and changes nothing. It converts from
+    /// [`StateError`] so that `tx.put(..)?` works (capacity exhausted is a business result).
+    type Error: Encode + Decode<()> + From<StateError> + Send + 'static;
+
+    /// The tables the handler reads and writes.
+    fn schema(&self) -> Schema;
+
+    /// Executes one command against the state.
+    fn execute(
+        &self,
+        tx: &mut Tx<'_>,
+        command: &Self::Command,
+    ) -> Result<Self::Output, Self::Error>;
+
+    /// Optionally names the records `command` will touch, so that the engine can load a whole
+    /// batch's records into cache before executing it. A hint only; the default names none.
+    fn prefetch(&self, command: &Self::Command, keys: &mut Prefetch<'_>) {
+        let _ = (command, keys);
+    }
+}
+
+/// What became of one command, as its client learns it.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum Outcome<O, E> {
+    /// The command applied and returned this output.
+    Done(O),
+    /// The handler refused the command with this business error; it changed nothing.
+    Failed(E),
+    /// The command's bytes did not decode as a command of this handler; it changed nothing.
+    Invalid,
+}
+
+/// The outcome type of handler `H`.
+pub type OutcomeOf<H> = Outcome<<H as Handler>::Output, <H as Handler>::Error>;

@@ -1,0 +1,56 @@
+//! Newtypes for the different numbers of the engine: an index is not a term, a client id is not
+//! a request number.
+
+use crate::codec::{Decode, Encode};
+use std::fmt;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident($inner:ty)) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+        #[bincode(crate = "crate::codec::bincode")]
+        pub struct $name(pub $inner);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// The position of an entry in the replicated log; the first entry has index 1.
+    EntryIndex(u64)
+);
+id_type!(
+    /// A leader's term: at most one leader is elected per term.
+    Term(u64)
+);
+id_type!(
+    /// One node of the cluster.
+    NodeId(u8)
+);
+id_type!(
+    /// A client, as chosen by the client (exactly-once sessions are keyed by it).
+    ClientId(u64)
+);
+id_type!(
+    /// A client's request number, increasing by one per request.
+    RequestNumber(u64)
+);
+
+impl EntryIndex {
+    /// The index before the first entry (an empty log).
+    pub const ZERO: EntryIndex = EntryIndex(0);
+
+    /// The next index.
+    pub fn next(self) -> EntryIndex {
+        EntryIndex(self.0 + 1)
+    }
+
+    /// The previous index; the index before the first entry stays at zero.
+    pub fn prev(self) -> EntryIndex {
+        EntryIndex(self.0.saturating_sub(1))
+    }
+}

@@ -1,0 +1,26 @@
+//! A deterministic replicated state-machine engine for business commands.
+//!
+//! Business logic is a [`Handler`]: it executes one command at a time against a [`Tx`] on the
+//! engine-owned [`State`]. The engine packs commands into log [`entry`] records, makes them
+//! durable in the write-ahead log ([`wal`]), and applies them in order ([`apply`]), each command
+//! in its own transaction.
+//!
+//! Modules follow the data path: `handler`, `state`, `entry`, `wal`, `apply`.
+
+pub mod apply;
+pub mod entry;
+pub mod handler;
+pub mod ids;
+pub mod rng;
+pub mod single;
+pub mod state;
+pub mod wal;
+
+/// The one encoding module (re-exported from `net`): derive [`codec::Encode`] and
+/// [`codec::Decode`] with `#[bincode(crate = "engine::codec::bincode")]`.
+pub use net::codec;
+
+pub use apply::{Applied, ApplyError, Reply, ReplyStatus, StateMachine, decode_outcomes};
+pub use handler::{Handler, Outcome, OutcomeOf};
+pub use ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
+pub use state::{Key, Prefetch, Record, Schema, State, StateError, StateHash, Table, Tx};

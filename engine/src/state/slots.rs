@@ -1,0 +1,193 @@
+//! An open-addressing hash map with linear probing, records stored inline in the slot array.
+//!
+//! Why not `std` or `hashbrown`: a lookup here costs one cache miss (the key and the record share
+//! the slot), the hash is deterministic (rustc-hash's Fx, no random seed), growth is fallible (a
+//! full state is a business error, never an abort), and [`Slots::touch`] lets the apply loop pull
+//! the slots of a whole batch into cache before executing it. See
+//! `notes/decisions/state-store.md` for the measurements behind the choice.
+
+use rustc_hash::FxHasher;
+use std::collections::TryReserveError;
+use std::hash::{Hash, Hasher};
+
+/// Slots a new map starts with; always a power of two.
+const SLOTS_INITIAL: usize = 16;
+/// The map grows when more than this fraction (numerator / denominator) of its slots are full.
+const LOAD_NUMERATOR: usize = 3;
+const LOAD_DENOMINATOR: usize = 4;
+/// Fibonacci hashing spreads the Fx hash over the slot index bits.
+const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
+
+const _: () = assert!(SLOTS_INITIAL.is_power_of_two());
+const _: () = assert!(LOAD_NUMERATOR < LOAD_DENOMINATOR);
+
+/// The map: `slots.len()` is a power of two and at least one slot is always empty.
+pub(crate) struct Slots<K, V> {
+    slots: Vec<Option<(K, V)>>,
+    len: usize,
+    /// `64 - log2(slots.len())`: the shift that turns a spread hash into a slot index.
+    shift: u32,
+}
+
+impl<K: Hash + Eq, V> Slots<K, V> {
+    /// An empty map.
+    pub(crate) fn new() -> Self {
+        let mut slots = Vec::with_capacity(SLOTS_INITIAL);
+        slots.resize_with(SLOTS_INITIAL, || None);
+        Slots {
+            slots,
+            len: 0,
+            shift: 64 - SLOTS_INITIAL.trailing_zeros(),
+        }
+    }
+
+    /// The number of records held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes of memory the slot array holds.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.slots.capacity() * size_of::<Option<(K, V)>>()
+    }
+
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    fn home(&self, key: &K) -> usize {
+        let mut hasher = FxHasher::default();
+        key.hash(&mut hasher);
+        (hasher.finish().wrapping_mul(SPREAD) >> self.shift) as usize
+    }
+
+    /// `Ok(i)`: the key is at slot `i`; `Err(i)`: it is absent and slot `i` is where it would go.
+    fn find(&self, key: &K) -> Result<usize, usize> {
+        let mask = self.mask();
+        let mut i = self.home(key);
+        loop {
+            match &self.slots[i] {
+                None => return Err(i),
+                Some((k, _)) if k == key => return Ok(i),
+                Some(_) => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    /// Loads the key's home slot so that a later lookup finds it in cache.
+    #[inline]
+    pub(crate) fn touch(&self, key: &K) {
+        std::hint::black_box(self.slots[self.home(key)].is_some());
+    }
+
+    /// The record under `key`.
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+        match self.find(key) {
+            Ok(i) => self.slots[i].as_ref().map(|(_, v)| v),
+            Err(_) => None,
+        }
+    }
+
+    /// Inserts or replaces; returns the record replaced. Fails only when growing the slot array
+    /// fails, and then the map is unchanged.
+    pub(crate) fn insert(&mut self, key: K, value: V) -> Result<Option<V>, TryReserveError> {
+        if let Ok(i) = self.find(&key) {
+            let slot = self.slots[i].as_mut().expect("found slot is full");
+            return Ok(Some(std::mem::replace(&mut slot.1, value)));
+        }
+        if (self.len + 1) * LOAD_DENOMINATOR > self.slots.len() * LOAD_NUMERATOR {
+            self.grow()?;
+        }
+        let i = self.find(&key).expect_err("key was absent");
+        self.slots[i] = Some((key, value));
+        self.len += 1;
+        Ok(None)
+    }
+
+    /// Removes `key`; returns its record. Shifts the records after it back so that no probe
+    /// sequence is broken (no tombstones).
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+        let mut hole = self.find(key).ok()?;
+        let (_, removed) = self.slots[hole].take().expect("found slot is full");
+        self.len -= 1;
+        let mask = self.mask();
+        let mut next = (hole + 1) & mask;
+        while let Some((k, _)) = &self.slots[next] {
+            let from_home = next.wrapping_sub(self.home(k)) & mask;
+            let from_hole = next.wrapping_sub(hole) & mask;
+            if from_home >= from_hole {
+                self.slots[hole] = self.slots[next].take();
+                hole = next;
+            }
+            next = (next + 1) & mask;
+        }
+        Some(removed)
+    }
+
+    /// Every record, in slot order (which depends on the insertion history: never let a
+    /// replicated result depend on it).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.as_ref().map(|(k, v)| (k, v)))
+    }
+
+    fn grow(&mut self) -> Result<(), TryReserveError> {
+        let count = self.slots.len() * 2;
+        let mut slots: Vec<Option<(K, V)>> = Vec::new();
+        slots.try_reserve_exact(count)?;
+        slots.resize_with(count, || None);
+        let old = std::mem::replace(&mut self.slots, slots);
+        self.shift -= 1;
+        for (key, value) in old.into_iter().flatten() {
+            let i = self.find(&key).expect_err("keys are unique");
+            self.slots[i] = Some((key, value));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u16, u32),
+        Remove(u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (any::<u16>(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k % 512, v)),
+            2 => any::<u16>().prop_map(|k| Op::Remove(k % 512)),
+        ]
+    }
+
+    proptest! {
+        /// Proves the map behaves as a BTreeMap under any sequence of inserts and removes,
+        /// including the backward shifts of removal and growth.
+        #[test]
+        fn matches_btreemap(ops in proptest::collection::vec(op(), 0..600)) {
+            let mut map = Slots::new();
+            let mut model = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k, v) => {
+                        prop_assert_eq!(map.insert(k, v).unwrap(), model.insert(k, v));
+                    }
+                    Op::Remove(k) => prop_assert_eq!(map.remove(&k), model.remove(&k)),
+                }
+                prop_assert_eq!(map.len(), model.len());
+            }
+            for (k, v) in &model {
+                prop_assert_eq!(map.get(k), Some(v));
+            }
+            let mut all: Vec<_> = map.iter().map(|(k, v)| (*k, *v)).collect();
+            all.sort_unstable();
+            prop_assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Tables: a handler declares typed tables (its own key and record types) in a [`Schema`]; the
+//! engine stores them.
+
+use super::slots::Slots;
+use crate::codec::{Decode, Encode};
+use std::any::Any;
+use std::collections::TryReserveError;
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+/// Tables a schema may declare; table ids run from 0 to `TABLES_MAX - 1`.
+pub const TABLES_MAX: usize = 64;
+
+/// A table key: any type that hashes, compares and encodes deterministically (an account id, an
+/// order id, a `(resource, day)` pair).
+pub trait Key: Clone + Eq + Hash + Encode + Decode<()> + Send + Sync + 'static {}
+impl<T: Clone + Eq + Hash + Encode + Decode<()> + Send + Sync + 'static> Key for T {}
+
+/// A table record: any type that clones and encodes (an account, an order, a booking).
+pub trait Record: Clone + Encode + Decode<()> + Send + Sync + 'static {}
+impl<T: Clone + Encode + Decode<()> + Send + Sync + 'static> Record for T {}
+
+/// The number that names a table in the state, the write stream and snapshots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TableId(pub u16);
+
+/// A typed handle on one table, declared once by a handler as a constant:
+///
+/// ```
+/// # use engine::Table;
+/// const ORDERS: Table<u64, (u32, u64)> = Table::new(0, "orders");
+/// ```
+pub struct Table<K, R> {
+    id: TableId,
+    name: &'static str,
+    types: PhantomData<fn() -> (K, R)>,
+}
+
+impl<K: Key, R: Record> Table<K, R> {
+    /// A table with id `id` (below [`TABLES_MAX`]) and a name for reports.
+    pub const fn new(id: u16, name: &'static str) -> Self {
+        assert!(
+            (id as usize) < TABLES_MAX,
+            "table id must be below TABLES_MAX"
+        );
+        Table {
+            id: TableId(id),
+            name,
+            types: PhantomData,
+        }
+    }
+}
+
+impl<K, R> Table<K, R> {
+    /// The table's id.
+    pub const fn id(&self) -> TableId {
+        self.id
+    }
+
+    /// The table's name.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// The tables a handler uses: the engine creates them before the first command.
+#[derive(Default)]
+pub struct Schema {
+    pub(crate) tables: Vec<TableDecl>,
+}
+
+pub(crate) struct TableDecl {
+    pub(crate) id: TableId,
+    pub(crate) create: fn() -> Box<dyn AnyTable>,
+}
+
+impl Schema {
+    /// An empty schema.
+    pub fn new() -> Self {
+        Schema::default()
+    }
+
+    /// Declares `table`. Each id may be declared once.
+    pub fn table<K: Key, R: Record>(mut self, table: &Table<K, R>) -> Self {
+        assert!(
+            self.tables.iter().all(|t| t.id != table.id),
+            "table id {} declared twice (second name: {})",
+            table.id.0,
+            table.name
+        );
+        self.tables.push(TableDecl {
+            id: table.id,
+            create: TypedTable::<K, R>::boxed,
+        });
+        self
+    }
+}
+
+/// The operations the state needs on a table whose types it does not know.
+pub(crate) trait AnyTable: Any + Send + Sync {
+    /// Reverts the newest change still in the undo log.
+    fn undo_last(&mut self);
+    /// Forgets the undo log (the command committed).
+    fn clear_undo(&mut self);
+    /// Memory held by the table's slots, in bytes.
+    fn allocated_bytes(&self) -> usize;
+}
+
+/// A table's records and the undo log of the running command.
+pub(crate) struct TypedTable<K, R> {
+    pub(crate) map: Slots<K, R>,
+    /// The previous value of each key the running command wrote, oldest first.
+    undo: Vec<(K, Option<R>)>,
+}
+
+impl<K: Key, R: Record> TypedTable<K, R> {
+    fn boxed() -> Box<dyn AnyTable> {
+        Box::new(TypedTable::<K, R> {
+            map: Slots::new(),
+            undo: Vec::new(),
+        })
+    }
+
+    /// Writes `record` under `key`, remembering the previous value for a rollback.
+    pub(crate) fn put(&mut self, key: K, record: R) -> Result<(), TryReserveError> {
+        let old = self.map.insert(key.clone(), record)?;
+        self.undo.push((key, old));
+        Ok(())
+    }
+
+    /// Removes `key`, remembering the previous value for a rollback.
+    pub(crate) fn delete(&mut self, key: &K) -> Option<R> {
+        let old = self.map.remove(key)?;
+        self.undo.push((key.clone(), Some(old.clone())));
+        Some(old)
+    }
+}
+
+impl<K: Key, R: Record> AnyTable for TypedTable<K, R> {
+    fn undo_last(&mut self) {
+        let (key, old) = self
+            .undo
+            .pop()
+            .expect("undo log matches the state's undo order");
+        match old {
+            // Restoring a key that the command replaced or removed never grows the slot array:
+            // the table held it before the command began.
+            Some(record) => {
+                self.map
+                    .insert(key, record)
+                    .expect("restoring a key never grows the table");
+            }
+            None => {
+                self.map.remove(&key);
+            }
+        }
+    }
+
+    fn clear_undo(&mut self) {
+        self.undo.clear();
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        self.map.allocated_bytes()
+    }
+}

@@ -1,0 +1,281 @@
+//! The write-ahead log: entries appended to segment files and fdatasynced before they are
+//! reported durable, with a recovery scan that cuts a torn tail and reports damage in the middle.
+
+mod record;
+mod recovery;
+
+pub use recovery::Recovery;
+
+use crate::entry::{Entry, EntryHash};
+use crate::ids::{EntryIndex, Term};
+use bytes::Bytes;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// A segment is closed and a new one started once it holds this many bytes.
+pub const WAL_SEGMENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Suffix of segment file names; the stem is the first index the segment holds.
+const SEGMENT_SUFFIX: &str = ".wal";
+
+/// A WAL failure.
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    /// The file system refused an operation.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// A damaged entry with valid entries after it: never dropped silently.
+    #[error("corruption at entry {index} ({path}, offset {offset}): {reason}")]
+    Corruption {
+        /// The first entry that could not be read.
+        index: EntryIndex,
+        /// The segment holding it.
+        path: PathBuf,
+        /// Its offset in the segment.
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// An append out of order or not chained to the last entry: a bug in the caller.
+    #[error("append of entry {got} refused: expected index {expected} chained to the last entry")]
+    Unchained {
+        /// The index expected next.
+        expected: EntryIndex,
+        /// The index offered.
+        got: EntryIndex,
+    },
+    /// A read of an entry the log does not hold.
+    #[error("entry {0} is not in the log")]
+    Missing(EntryIndex),
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
+    move |source| WalError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where one entry lives, with the facts consensus asks of it without reading the disk.
+#[derive(Clone, Copy, Debug)]
+struct Located {
+    term: Term,
+    hash: EntryHash,
+    /// Position of the segment in `Wal::segments`.
+    segment: usize,
+    offset: u64,
+    record_bytes: u32,
+}
+
+#[derive(Debug)]
+struct Segment {
+    path: PathBuf,
+    file: File,
+    bytes: u64,
+}
+
+/// The write-ahead log of one node.
+pub struct Wal {
+    dir: PathBuf,
+    segments: Vec<Segment>,
+    /// Index of `entries[0]`.
+    first_index: EntryIndex,
+    entries: Vec<Located>,
+    /// Hash of the entry before `first_index` (zero for the start of the log).
+    base_hash: EntryHash,
+    /// Record buffer reused by appends.
+    buf: Vec<u8>,
+    /// A segment is closed once it holds this many bytes.
+    segment_bytes_max: u64,
+}
+
+impl Wal {
+    /// Opens the log in `dir` (creating it if needed) and scans it: a torn tail is cut back to
+    /// the last whole entry; damage before the tail is an error naming the entry's index.
+    pub fn open(dir: &Path) -> Result<(Wal, Recovery), WalError> {
+        Wal::open_with(dir, WAL_SEGMENT_BYTES_MAX)
+    }
+
+    /// Opens the log with segments of at most `segment_bytes_max` (tests use small ones).
+    pub fn open_with(dir: &Path, segment_bytes_max: u64) -> Result<(Wal, Recovery), WalError> {
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let (mut wal, recovery) = recovery::scan(dir)?;
+        wal.segment_bytes_max = segment_bytes_max;
+        Ok((wal, recovery))
+    }
+
+    /// The last entry's index (zero when empty).
+    pub fn last_index(&self) -> EntryIndex {
+        EntryIndex(self.first_index.0 + self.entries.len() as u64 - 1)
+    }
+
+    /// The first index the log holds.
+    pub fn first_index(&self) -> EntryIndex {
+        self.first_index
+    }
+
+    /// The last entry's term (zero when empty).
+    pub fn last_term(&self) -> Term {
+        self.entries.last().map_or(Term(0), |e| e.term)
+    }
+
+    /// The last entry's hash: the one the next entry must chain to.
+    pub fn last_hash(&self) -> EntryHash {
+        self.entries.last().map_or(self.base_hash, |e| e.hash)
+    }
+
+    /// The term of the entry at `index`, if the log holds it.
+    pub fn term_at(&self, index: EntryIndex) -> Option<Term> {
+        self.locate(index).map(|e| e.term)
+    }
+
+    /// The hash of the entry at `index`, if the log holds it.
+    pub fn hash_at(&self, index: EntryIndex) -> Option<EntryHash> {
+        self.locate(index).map(|e| e.hash)
+    }
+
+    fn locate(&self, index: EntryIndex) -> Option<&Located> {
+        let at = index.0.checked_sub(self.first_index.0)?;
+        self.entries.get(usize::try_from(at).ok()?)
+    }
+
+    /// Writes `entry` after the last one without syncing: call [`Wal::sync`] before reporting it
+    /// durable. Several writes may share one sync.
+    pub fn write(&mut self, entry: &Entry) -> Result<(), WalError> {
+        let expected = self.last_index().next();
+        if entry.index() != expected || entry.header.index.0 == 0 {
+            return Err(WalError::Unchained {
+                expected,
+                got: entry.index(),
+            });
+        }
+        assert_eq!(
+            entry.verify(&self.last_hash()),
+            Ok(()),
+            "entry {expected} does not verify"
+        );
+        self.buf.clear();
+        record::encode(entry, &mut self.buf);
+        let record_bytes = self.buf.len() as u64;
+        if self
+            .segments
+            .last()
+            .is_none_or(|s| s.bytes + record_bytes > self.segment_bytes_max && s.bytes > 0)
+        {
+            self.start_segment(expected)?;
+        }
+        let segment_index = self.segments.len() - 1;
+        let segment = &mut self.segments[segment_index];
+        segment
+            .file
+            .write_all_at(&self.buf, segment.bytes)
+            .map_err(io_error(&segment.path))?;
+        self.entries.push(Located {
+            term: entry.term(),
+            hash: entry.header.hash,
+            segment: segment_index,
+            offset: segment.bytes,
+            record_bytes: record_bytes as u32,
+        });
+        segment.bytes += record_bytes;
+        Ok(())
+    }
+
+    /// fdatasyncs everything written: only after this returns are the writes durable.
+    pub fn sync(&mut self) -> Result<(), WalError> {
+        match self.segments.last() {
+            Some(segment) => segment.file.sync_data().map_err(io_error(&segment.path)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `entry` and syncs it.
+    pub fn append(&mut self, entry: &Entry) -> Result<(), WalError> {
+        self.write(entry)?;
+        self.sync()
+    }
+
+    /// Reads the entry at `index` back from disk, checking its checksums.
+    pub fn read(&self, index: EntryIndex) -> Result<Entry, WalError> {
+        let at = *self.locate(index).ok_or(WalError::Missing(index))?;
+        let segment = &self.segments[at.segment];
+        let mut data = vec![0; at.record_bytes as usize];
+        segment
+            .file
+            .read_exact_at(&mut data, at.offset)
+            .map_err(io_error(&segment.path))?;
+        let corruption = |reason: &str| WalError::Corruption {
+            index,
+            path: segment.path.clone(),
+            offset: at.offset,
+            reason: reason.to_string(),
+        };
+        match record::parse(&data, 0) {
+            record::Parsed::Record {
+                header, payload, ..
+            } if header.index == index => {
+                let payload = Bytes::from(data).slice(payload);
+                Ok(Entry { header, payload })
+            }
+            record::Parsed::Record { .. } => Err(corruption("record holds another index")),
+            record::Parsed::Incomplete => Err(corruption("record cut short")),
+            record::Parsed::Damaged(reason) => Err(corruption(reason)),
+        }
+    }
+
+    /// Removes every entry from `index` on (a conflicting suffix from an old leader), durably.
+    pub fn truncate_from(&mut self, index: EntryIndex) -> Result<(), WalError> {
+        let Some(at) = self.locate(index).copied() else {
+            return Ok(());
+        };
+        for segment in self.segments.drain(at.segment + 1..) {
+            fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
+        }
+        let segment = &mut self.segments[at.segment];
+        segment
+            .file
+            .set_len(at.offset)
+            .map_err(io_error(&segment.path))?;
+        segment.file.sync_all().map_err(io_error(&segment.path))?;
+        segment.bytes = at.offset;
+        self.entries
+            .truncate((index.0 - self.first_index.0) as usize);
+        sync_dir(&self.dir)
+    }
+
+    fn start_segment(&mut self, first: EntryIndex) -> Result<(), WalError> {
+        // The closed segment is synced first, so that only the last segment can have a torn
+        // tail: damage anywhere else is corruption.
+        self.sync()?;
+        let path = segment_path(&self.dir, first);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        self.segments.push(Segment {
+            path,
+            file,
+            bytes: 0,
+        });
+        sync_dir(&self.dir)
+    }
+}
+
+fn segment_path(dir: &Path, first: EntryIndex) -> PathBuf {
+    dir.join(format!("{:020}{SEGMENT_SUFFIX}", first.0))
+}
+
+/// fsyncs a directory, making file creations, renames and removals in it durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), WalError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(dir))
+}
