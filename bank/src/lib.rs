@@ -81,12 +81,12 @@ pub enum BankCommand {
 pub enum BankOutput {
     /// The account as it stands after an open, deposit or withdrawal, or as read by a get.
     Account(Account),
-    /// Both accounts after a transfer.
+    /// Both balances after a transfer (each account's version rose by one).
     Transferred {
-        /// The account debited.
-        from: Account,
-        /// The account credited.
-        to: Account,
+        /// The debited account's balance.
+        from_balance: u64,
+        /// The credited account's balance.
+        to_balance: u64,
     },
     /// The audit's figures.
     Audit {
@@ -249,8 +249,8 @@ fn transfer(
     tx.put(&ACCOUNTS, from, debited)?;
     tx.put(&ACCOUNTS, to, credited)?;
     Ok(BankOutput::Transferred {
-        from: debited,
-        to: credited,
+        from_balance: debited.balance,
+        to_balance: credited.balance,
     })
 }
 

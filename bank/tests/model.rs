@@ -88,7 +88,10 @@ impl Model {
                 t.version += 1;
                 self.accounts.insert(from.0, f);
                 self.accounts.insert(to.0, t);
-                Ok(BankOutput::Transferred { from: f, to: t })
+                Ok(BankOutput::Transferred {
+                    from_balance: f.balance,
+                    to_balance: t.balance,
+                })
             }
             BankCommand::Get { id } => self.find(id).map(BankOutput::Account),
             BankCommand::Audit => Ok(BankOutput::Audit {

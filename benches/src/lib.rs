@@ -1,1 +1,83 @@
-//! benches
+//! Shared set-up for the microbenchmarks: a prefilled Bank state machine and a feeder that
+//! forms entries of transfers, as the leader would.
+
+use bank::workload::{Transfers, open_command};
+use bank::{Bank, BankCommand};
+use engine::entry::{Entry, EntryHash, Request, encode_commands};
+use engine::{ClientId, EntryIndex, RequestNumber, StateMachine, Term};
+
+/// Opens are packed this many to an entry during prefill.
+pub const PREFILL_ENTRY_COMMANDS: usize = 1024;
+
+/// Forms chained entries of whole requests from one client.
+#[derive(Default)]
+pub struct Feeder {
+    prev: EntryHash,
+    next_index: u64,
+    next_request: u64,
+}
+
+impl Feeder {
+    /// A feeder whose first entry gets index 1.
+    pub fn new() -> Self {
+        Feeder {
+            prev: EntryHash::default(),
+            next_index: 1,
+            next_request: 1,
+        }
+    }
+
+    /// The next entry, holding `commands` as one request.
+    pub fn entry(&mut self, commands: &[BankCommand]) -> Entry {
+        let bytes = encode_commands(commands);
+        let request = Request {
+            client: ClientId(1),
+            number: RequestNumber(self.next_request),
+            command_count: commands.len() as u32,
+            commands: &bytes,
+        };
+        let entry = Entry::whole_requests(
+            EntryIndex(self.next_index),
+            Term(1),
+            &self.prev,
+            0,
+            &[request],
+        );
+        self.prev = entry.header.hash;
+        self.next_index += 1;
+        self.next_request += 1;
+        entry
+    }
+
+    /// `count` entries of `per_entry` transfers each.
+    pub fn transfers(
+        &mut self,
+        transfers: &mut Transfers,
+        count: usize,
+        per_entry: usize,
+    ) -> Vec<Entry> {
+        (0..count)
+            .map(|_| {
+                let commands: Vec<BankCommand> =
+                    (0..per_entry).map(|_| transfers.next_command()).collect();
+                self.entry(&commands)
+            })
+            .collect()
+    }
+}
+
+/// A state machine holding `accounts` prefilled accounts, and the feeder that filled it.
+pub fn prefilled(accounts: u64) -> (StateMachine<Bank>, Feeder) {
+    let mut machine = StateMachine::new(Bank, engine::state::STATE_BYTES_DEFAULT);
+    let mut feeder = Feeder::new();
+    let mut next = 0;
+    while next < accounts {
+        let end = (next + PREFILL_ENTRY_COMMANDS as u64).min(accounts);
+        let commands: Vec<BankCommand> = (next..end).map(open_command).collect();
+        machine
+            .apply(&feeder.entry(&commands))
+            .expect("prefill applies");
+        next = end;
+    }
+    (machine, feeder)
+}

@@ -346,10 +346,13 @@ impl PayloadBuilder {
 #[error("malformed payload: {0}")]
 pub struct PayloadError(pub String);
 
+/// One fragment of a parsed payload: its header and its encoded commands.
+pub type Fragment<'a> = (FragmentHeader, &'a [u8]);
+
 /// Splits a command entry's payload into its header and fragments.
 pub fn parse_payload(
     payload: &[u8],
-) -> Result<(PayloadHeader, Vec<(FragmentHeader, &[u8])>), PayloadError> {
+) -> Result<(PayloadHeader, Vec<Fragment<'_>>), PayloadError> {
     let error = |e: codec::CodecError| PayloadError(e.to_string());
     let (header, mut at): (PayloadHeader, usize) = codec::decode_prefix(payload).map_err(error)?;
     let mut fragments = Vec::with_capacity(header.fragment_count.min(ENTRY_COMMANDS_MAX) as usize);

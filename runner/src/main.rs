@@ -1,1 +1,3 @@
+//! The runner binaries (written in the next step).
+
 fn main() {}

@@ -12,6 +12,11 @@ use crate::ids::{ClientId, EntryIndex, RequestNumber};
 use crate::state::{Prefetch, State, StateHash, Tx};
 use sessions::{Decision, SESSION_WRITE_TAG};
 
+/// The apply loop names the records of the command this far ahead of the one it executes, so
+/// that memory latency overlaps with execution (about 100 ns of work per command covers the
+/// ~200 ns of a miss on this kind of machine).
+const PREFETCH_AHEAD_COMMANDS: usize = 8;
+
 /// Why the apply loop stopped. The node applies nothing after this.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApplyError {
@@ -152,9 +157,8 @@ impl<H: Handler> StateMachine<H> {
         let (header, fragments) =
             parse_payload(payload).map_err(|error| ApplyError::Payload { index, error })?;
         self.decode_commands(&fragments);
-        let mut prefetch = Prefetch::new(&self.state);
-        for command in self.commands.iter().flatten() {
-            self.handler.prefetch(command, &mut prefetch);
+        for at in 0..PREFETCH_AHEAD_COMMANDS {
+            self.prefetch(at);
         }
         let mut replies = Vec::new();
         let mut first = 0;
@@ -212,6 +216,7 @@ impl<H: Handler> StateMachine<H> {
         let mut results = std::mem::take(&mut self.sessions.open(fragment, index).results);
         // The session is put back together below; nothing in between touches sessions.
         for at in commands.clone() {
+            self.prefetch(at + PREFETCH_AHEAD_COMMANDS);
             let outcome = self.execute(now_ms, at);
             if self.state.memory_fault() {
                 return Err(ApplyError::MemoryExhausted {
@@ -231,6 +236,14 @@ impl<H: Handler> StateMachine<H> {
             self.record_session(fragment);
         }
         Ok(self.reply_if_complete(fragment))
+    }
+
+    /// Starts loading the records command `at` of the entry will touch, if there is one.
+    fn prefetch(&self, at: usize) {
+        if let Some(Some(command)) = self.commands.get(at) {
+            self.handler
+                .prefetch(command, &mut Prefetch::new(&self.state));
+        }
     }
 
     fn execute(&mut self, now_ms: u64, at: usize) -> OutcomeOf<H> {
@@ -255,7 +268,7 @@ impl<H: Handler> StateMachine<H> {
             .get(fragment.client)
             .expect("session of a finished request");
         let mut update = Vec::with_capacity(24 + session.results.len());
-        update.extend_from_slice(&SESSION_WRITE_TAG.to_le_bytes());
+        update.push(SESSION_WRITE_TAG);
         update.extend_from_slice(&fragment.client.0.to_le_bytes());
         update.extend_from_slice(&fragment.request.0.to_le_bytes());
         update.extend_from_slice(&fragment.request_commands.to_le_bytes());

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 /// one (ties broken by client id, so every replica evicts the same).
 pub const SESSIONS_MAX: usize = 4096;
 
-/// Tag of a session update in the write stream (above every table id).
-pub(crate) const SESSION_WRITE_TAG: u16 = u16::MAX;
+/// Tag of a session update in the write stream, in the place of a table id (above them all).
+pub(crate) const SESSION_WRITE_TAG: u8 = u8::MAX;
 
 /// One client's session.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,10 +16,10 @@
 use crate::codec::{Decode, Encode};
 use std::fmt;
 
-/// Bytes of write stream folded into the accumulator at a time. 8 KiB: large enough for blake3 to
-/// hash several chunks in parallel, small enough that the per-entry digest of the partial page
-/// stays cheap.
-pub const HASH_PAGE_BYTES: usize = 8 * 1024;
+/// Bytes of write stream folded into the accumulator at a time. Large, so that blake3 hashes
+/// many chunks of each entry's writes in parallel and a page is folded rarely; a snapshot
+/// carries at most one partial page.
+pub const HASH_PAGE_BYTES: usize = 256 * 1024;
 
 /// A 32-byte state hash.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Encode, Decode)]
@@ -49,13 +49,18 @@ impl StateHash {
     }
 }
 
-/// The incremental hasher over the write stream.
-#[derive(Clone, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+/// The incremental hasher over the write stream. Writers append to its page buffer directly
+/// ([`StreamHasher::pending`]); [`StreamHasher::absorb_pending`] hashes what they appended.
+#[derive(Clone)]
 pub struct StreamHasher {
     accumulator: [u8; 32],
+    /// The current page's bytes: `page[..hashed]` are in `page_hasher`, the rest are pending.
     page: Vec<u8>,
-    stream_bytes: u64,
+    hashed: usize,
+    /// blake3 keyed with `accumulator`, over `page[..hashed]`.
+    page_hasher: blake3::Hasher,
+    /// Bytes absorbed before the current page.
+    folded_bytes: u64,
 }
 
 impl Default for StreamHasher {
@@ -63,44 +68,66 @@ impl Default for StreamHasher {
         StreamHasher {
             accumulator: [0; 32],
             page: Vec::with_capacity(HASH_PAGE_BYTES),
-            stream_bytes: 0,
+            hashed: 0,
+            page_hasher: blake3::Hasher::new_keyed(&[0; 32]),
+            folded_bytes: 0,
         }
     }
 }
 
 impl StreamHasher {
-    /// Appends `bytes` to the stream.
-    pub fn absorb(&mut self, mut bytes: &[u8]) {
-        self.stream_bytes += bytes.len() as u64;
-        if !self.page.is_empty() {
-            let take = bytes.len().min(HASH_PAGE_BYTES - self.page.len());
-            self.page.extend_from_slice(&bytes[..take]);
-            bytes = &bytes[take..];
-            if self.page.len() < HASH_PAGE_BYTES {
-                return;
-            }
-            self.accumulator = *blake3::keyed_hash(&self.accumulator, &self.page).as_bytes();
-            self.page.clear();
-        }
-        let mut pages = bytes.chunks_exact(HASH_PAGE_BYTES);
-        for page in &mut pages {
-            self.accumulator = *blake3::keyed_hash(&self.accumulator, page).as_bytes();
-        }
-        self.page.extend_from_slice(pages.remainder());
+    /// The buffer writers append stream bytes to. Bytes appended since the last
+    /// [`StreamHasher::absorb_pending`] may be truncated away (a rolled-back command).
+    pub(crate) fn pending(&mut self) -> &mut Vec<u8> {
+        &mut self.page
     }
 
-    /// The hash of the whole stream so far.
+    /// Length of the buffer: a mark that truncating the pending bytes may return to.
+    pub(crate) fn pending_mark(&self) -> usize {
+        self.page.len()
+    }
+
+    /// Drops pending bytes past `mark`.
+    pub(crate) fn truncate_pending(&mut self, mark: usize) {
+        assert!(mark >= self.hashed, "only pending bytes can be dropped");
+        self.page.truncate(mark);
+    }
+
+    /// Hashes the pending bytes, folding every full page into the accumulator.
+    pub fn absorb_pending(&mut self) {
+        loop {
+            let end = self.page.len().min(HASH_PAGE_BYTES);
+            self.page_hasher.update(&self.page[self.hashed..end]);
+            self.hashed = end;
+            if self.hashed < HASH_PAGE_BYTES {
+                return;
+            }
+            self.accumulator = *self.page_hasher.finalize().as_bytes();
+            self.page_hasher = blake3::Hasher::new_keyed(&self.accumulator);
+            self.page.drain(..HASH_PAGE_BYTES);
+            self.hashed = 0;
+            self.folded_bytes += HASH_PAGE_BYTES as u64;
+        }
+    }
+
+    /// Appends `bytes` to the stream and hashes them.
+    pub fn absorb(&mut self, bytes: &[u8]) {
+        self.page.extend_from_slice(bytes);
+        self.absorb_pending();
+    }
+
+    /// The hash of the whole stream absorbed so far (pending bytes excluded).
     pub fn digest(&self) -> StateHash {
         let mut hasher = blake3::Hasher::new();
         hasher.update(&self.accumulator);
-        hasher.update(&self.page);
-        hasher.update(&self.stream_bytes.to_le_bytes());
+        hasher.update(self.page_hasher.finalize().as_bytes());
+        hasher.update(&self.stream_bytes().to_le_bytes());
         StateHash(*hasher.finalize().as_bytes())
     }
 
     /// Bytes absorbed since the start.
     pub fn stream_bytes(&self) -> u64 {
-        self.stream_bytes
+        self.folded_bytes + self.hashed as u64
     }
 }
 
@@ -147,5 +174,20 @@ mod tests {
         assert_ne!(a.digest(), b.digest());
         assert_ne!(a.digest(), c.digest());
         assert_ne!(StreamHasher::default().digest(), a.digest());
+    }
+
+    /// Proves pending bytes dropped before they are absorbed leave no trace.
+    #[test]
+    fn truncated_pending_bytes_are_not_hashed() {
+        let mut a = StreamHasher::default();
+        a.absorb(b"kept");
+        let mark = a.pending_mark();
+        a.pending().extend_from_slice(b"rolled back");
+        a.truncate_pending(mark);
+        a.pending().extend_from_slice(b" and more");
+        a.absorb_pending();
+        let mut b = StreamHasher::default();
+        b.absorb(b"kept and more");
+        assert_eq!(a.digest(), b.digest());
     }
 }

@@ -2,6 +2,7 @@
 //! (undo log), a capacity in bytes and the running state hash.
 
 mod hash;
+mod memory;
 mod slots;
 mod table;
 mod tx;
@@ -20,7 +21,7 @@ pub const RECORD_OVERHEAD_BYTES: u64 = 32;
 /// The capacity of a node's state when none is configured: 2 GiB, as in the reference setup.
 pub const STATE_BYTES_DEFAULT: u64 = 2 << 30;
 
-/// Operation tags in the write stream.
+/// Operation tags in the write stream; each write starts with its table id and one of these.
 const WRITE_PUT: u8 = 1;
 const WRITE_DELETE: u8 = 2;
 
@@ -50,6 +51,7 @@ pub enum StateError {
 pub(crate) struct TxMark {
     writes_bytes: usize,
     bytes_used: u64,
+    undo_len: usize,
 }
 
 /// The replicated state of one node.
@@ -57,10 +59,12 @@ pub struct State {
     tables: Vec<Option<Box<dyn AnyTable>>>,
     bytes_used: u64,
     capacity_bytes: u64,
-    /// The table of each change in the undo logs of the running command, oldest first.
+    /// The table of each change in the undo logs of the running entry, oldest first. Undo
+    /// records live until the entry finishes, so that a command that commits costs nothing.
     undo: Vec<TableId>,
-    /// The encoded writes of the running entry, not yet absorbed by the hasher.
-    writes: Vec<u8>,
+    /// Bit `t` set: table `t` holds undo records.
+    undo_tables: u64,
+    /// The write stream's hasher; writes are encoded straight into its pending buffer.
     hasher: StreamHasher,
     /// Set when memory ran out below capacity: the node must stop applying.
     memory_fault: bool,
@@ -78,7 +82,7 @@ impl State {
             bytes_used: 0,
             capacity_bytes,
             undo: Vec::new(),
-            writes: Vec::new(),
+            undo_tables: 0,
             hasher: StreamHasher::default(),
             memory_fault: false,
         }
@@ -127,24 +131,19 @@ impl State {
     }
 
     pub(crate) fn begin(&self) -> TxMark {
-        debug_assert!(self.undo.is_empty(), "a transaction is already open");
         TxMark {
-            writes_bytes: self.writes.len(),
+            writes_bytes: self.hasher.pending_mark(),
             bytes_used: self.bytes_used,
-        }
-    }
-
-    pub(crate) fn commit(&mut self) {
-        for id in self.undo.drain(..) {
-            table_slot(&mut self.tables, id).clear_undo();
+            undo_len: self.undo.len(),
         }
     }
 
     pub(crate) fn rollback(&mut self, mark: TxMark) {
-        while let Some(id) = self.undo.pop() {
+        while self.undo.len() > mark.undo_len {
+            let id = self.undo.pop().expect("longer than the mark");
             table_slot(&mut self.tables, id).undo_last();
         }
-        self.writes.truncate(mark.writes_bytes);
+        self.hasher.truncate_pending(mark.writes_bytes);
         self.bytes_used = mark.bytes_used;
     }
 
@@ -155,17 +154,18 @@ impl State {
 
     /// Appends engine bookkeeping (such as a client session update) to the write stream.
     pub(crate) fn record_extra(&mut self, bytes: &[u8]) {
-        self.writes.extend_from_slice(bytes);
+        self.hasher.pending().extend_from_slice(bytes);
     }
 
     /// Folds the entry's writes into the state hash and returns the new hash.
     pub(crate) fn finish_entry(&mut self) -> StateHash {
-        debug_assert!(
-            self.undo.is_empty(),
-            "an entry finished inside a transaction"
-        );
-        self.hasher.absorb(&self.writes);
-        self.writes.clear();
+        while self.undo_tables != 0 {
+            let id = self.undo_tables.trailing_zeros() as u16;
+            self.undo_tables &= self.undo_tables - 1;
+            table_slot(&mut self.tables, TableId(id)).clear_undo();
+        }
+        self.undo.clear();
+        self.hasher.absorb_pending();
         self.hasher.digest()
     }
 
@@ -176,48 +176,43 @@ impl State {
         any.downcast_ref().unwrap_or_else(|| mismatch(table.name()))
     }
 
-    fn typed_mut<K: Key, R: Record>(&mut self, table: &Table<K, R>) -> &mut TypedTable<K, R> {
-        let any: &mut dyn Any = table_slot(&mut self.tables, table.id());
-        any.downcast_mut().unwrap_or_else(|| mismatch(table.name()))
-    }
-
-    /// The capacity account after replacing `old_bytes` with `new_bytes`, if it fits.
-    fn account(&self, old_bytes: u64, new_bytes: u64) -> Result<u64, StateError> {
-        let needed_bytes = self.bytes_used - old_bytes + new_bytes;
-        if needed_bytes > self.capacity_bytes {
-            return Err(StateError::CapacityExhausted {
-                needed_bytes,
-                capacity_bytes: self.capacity_bytes,
-            });
-        }
-        Ok(needed_bytes)
-    }
-
     pub(crate) fn put<K: Key, R: Record>(
         &mut self,
         table: &Table<K, R>,
         key: K,
         record: R,
     ) -> Result<(), StateError> {
-        let start = self.writes.len();
-        let encoded = encode_write(&mut self.writes, table.id(), WRITE_PUT, &key, Some(&record));
+        let start = self.hasher.pending_mark();
+        let encoded = encode_write(
+            self.hasher.pending(),
+            table.id(),
+            WRITE_PUT,
+            &key,
+            Some(&record),
+        );
         let (key_bytes, record_bytes) = match encoded {
             Ok(sizes) => sizes,
             Err(error) => return self.abandon_write(start, error),
         };
-        let old_bytes = match self.typed(table).map.get(&key) {
-            Some(old) => record_cost(key_bytes, codec::encoded_len(old).unwrap_or(0)),
-            None => 0,
-        };
-        let bytes_used = match self.account(old_bytes, record_cost(key_bytes, record_bytes)) {
-            Ok(bytes_used) => bytes_used,
-            Err(error) => return self.abandon_write(start, error),
-        };
-        if self.typed_mut(table).put(key, record).is_err() {
+        let typed = typed_mut(&mut self.tables, table);
+        let position = typed.map.position(&key);
+        let old_bytes = position.map_or(0, |at| {
+            record_cost(key_bytes, codec::encoded_len(typed.map.at(at)).unwrap_or(0))
+        });
+        let bytes_used = self.bytes_used - old_bytes + record_cost(key_bytes, record_bytes);
+        if bytes_used > self.capacity_bytes {
+            let capacity_bytes = self.capacity_bytes;
+            let error = StateError::CapacityExhausted {
+                needed_bytes: bytes_used,
+                capacity_bytes,
+            };
+            return self.abandon_write(start, error);
+        }
+        if typed.put(key, record, position).is_err() {
             self.memory_fault = true;
             return self.abandon_write(start, StateError::MemoryExhausted);
         }
-        self.undo.push(table.id());
+        self.note_undo(table.id());
         self.bytes_used = bytes_used;
         Ok(())
     }
@@ -227,24 +222,29 @@ impl State {
         table: &Table<K, R>,
         key: &K,
     ) -> Result<Option<R>, StateError> {
-        let start = self.writes.len();
-        let key_bytes =
-            match encode_write::<K, R>(&mut self.writes, table.id(), WRITE_DELETE, key, None) {
-                Ok((key_bytes, _)) => key_bytes,
-                Err(error) => return self.abandon_write(start, error),
-            };
-        let Some(old) = self.typed_mut(table).delete(key) else {
-            self.writes.truncate(start);
+        let start = self.hasher.pending_mark();
+        let encoded =
+            encode_write::<K, R>(self.hasher.pending(), table.id(), WRITE_DELETE, key, None);
+        let key_bytes = match encoded {
+            Ok((key_bytes, _)) => key_bytes,
+            Err(error) => return self.abandon_write(start, error),
+        };
+        let Some(old) = typed_mut(&mut self.tables, table).delete(key) else {
+            self.hasher.truncate_pending(start);
             return Ok(None);
         };
-        self.undo.push(table.id());
-        let old_bytes = record_cost(key_bytes, codec::encoded_len(&old).unwrap_or(0));
-        self.bytes_used -= old_bytes;
+        self.note_undo(table.id());
+        self.bytes_used -= record_cost(key_bytes, codec::encoded_len(&old).unwrap_or(0));
         Ok(Some(old))
     }
 
+    fn note_undo(&mut self, id: TableId) {
+        self.undo.push(id);
+        self.undo_tables |= 1 << id.0;
+    }
+
     fn abandon_write<T>(&mut self, start: usize, error: StateError) -> Result<T, StateError> {
-        self.writes.truncate(start);
+        self.hasher.truncate_pending(start);
         Err(error)
     }
 
@@ -262,6 +262,14 @@ fn table_slot(tables: &mut [Option<Box<dyn AnyTable>>], id: TableId) -> &mut dyn
     tables[id.0 as usize]
         .as_deref_mut()
         .unwrap_or_else(|| panic!("table {} is not in the schema", id.0))
+}
+
+fn typed_mut<'t, K: Key, R: Record>(
+    tables: &'t mut [Option<Box<dyn AnyTable>>],
+    table: &Table<K, R>,
+) -> &'t mut TypedTable<K, R> {
+    let any: &mut dyn Any = table_slot(tables, table.id());
+    any.downcast_mut().unwrap_or_else(|| mismatch(table.name()))
 }
 
 fn mismatch(name: &str) -> ! {
@@ -283,8 +291,7 @@ fn encode_write<K: Encode, R: Encode>(
     record: Option<&R>,
 ) -> Result<(usize, usize), StateError> {
     let unencodable = |e: codec::CodecError| StateError::Unencodable(e.to_string());
-    out.extend_from_slice(&table.0.to_le_bytes());
-    out.push(op);
+    out.extend_from_slice(&[table.0 as u8, op]);
     let key_start = out.len();
     codec::encode_into(key, out).map_err(unencodable)?;
     let record_start = out.len();

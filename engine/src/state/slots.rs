@@ -21,9 +21,14 @@ const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
 const _: () = assert!(SLOTS_INITIAL.is_power_of_two());
 const _: () = assert!(LOAD_NUMERATOR < LOAD_DENOMINATOR);
 
+/// One slot, aligned to a cache line so that no slot straddles two lines: a lookup costs one
+/// miss, and touching the slot's first byte brings in all of it (for records up to a line).
+#[repr(align(64))]
+struct Slot<K, V>(Option<(K, V)>);
+
 /// The map: `slots.len()` is a power of two and at least one slot is always empty.
 pub(crate) struct Slots<K, V> {
-    slots: Vec<Option<(K, V)>>,
+    slots: Vec<Slot<K, V>>,
     len: usize,
     /// `64 - log2(slots.len())`: the shift that turns a spread hash into a slot index.
     shift: u32,
@@ -33,7 +38,7 @@ impl<K: Hash + Eq, V> Slots<K, V> {
     /// An empty map.
     pub(crate) fn new() -> Self {
         let mut slots = Vec::with_capacity(SLOTS_INITIAL);
-        slots.resize_with(SLOTS_INITIAL, || None);
+        slots.resize_with(SLOTS_INITIAL, || Slot(None));
         Slots {
             slots,
             len: 0,
@@ -48,7 +53,7 @@ impl<K: Hash + Eq, V> Slots<K, V> {
 
     /// Bytes of memory the slot array holds.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        self.slots.capacity() * size_of::<Option<(K, V)>>()
+        self.slots.capacity() * size_of::<Slot<K, V>>()
     }
 
     fn mask(&self) -> usize {
@@ -66,7 +71,7 @@ impl<K: Hash + Eq, V> Slots<K, V> {
         let mask = self.mask();
         let mut i = self.home(key);
         loop {
-            match &self.slots[i] {
+            match &self.slots[i].0 {
                 None => return Err(i),
                 Some((k, _)) if k == key => return Ok(i),
                 Some(_) => i = (i + 1) & mask,
@@ -74,16 +79,52 @@ impl<K: Hash + Eq, V> Slots<K, V> {
         }
     }
 
-    /// Loads the key's home slot so that a later lookup finds it in cache.
+    /// Starts loading the key's home slot so that a later lookup finds it in cache.
     #[inline]
     pub(crate) fn touch(&self, key: &K) {
-        std::hint::black_box(self.slots[self.home(key)].is_some());
+        super::memory::prefetch(&self.slots[self.home(key)]);
+    }
+
+    /// The slot holding `key`, if any: a position for [`Slots::at`] and [`Slots::replace`],
+    /// valid until the next insert or removal.
+    pub(crate) fn position(&self, key: &K) -> Option<usize> {
+        self.find(key).ok()
+    }
+
+    /// The record at a position [`Slots::position`] returned.
+    pub(crate) fn at(&self, position: usize) -> &V {
+        &self.slots[position]
+            .0
+            .as_ref()
+            .expect("position holds a record")
+            .1
+    }
+
+    /// Replaces the record at a position [`Slots::position`] returned; returns the old one.
+    pub(crate) fn replace(&mut self, position: usize, value: V) -> V {
+        let slot = self.slots[position]
+            .0
+            .as_mut()
+            .expect("position holds a record");
+        std::mem::replace(&mut slot.1, value)
+    }
+
+    /// Inserts a key known to be absent. Fails only when growing the slot array fails, and then
+    /// the map is unchanged.
+    pub(crate) fn insert_new(&mut self, key: K, value: V) -> Result<(), TryReserveError> {
+        if (self.len + 1) * LOAD_DENOMINATOR > self.slots.len() * LOAD_NUMERATOR {
+            self.grow()?;
+        }
+        let i = self.find(&key).expect_err("key is absent");
+        self.slots[i] = Slot(Some((key, value)));
+        self.len += 1;
+        Ok(())
     }
 
     /// The record under `key`.
     pub(crate) fn get(&self, key: &K) -> Option<&V> {
         match self.find(key) {
-            Ok(i) => self.slots[i].as_ref().map(|(_, v)| v),
+            Ok(i) => self.slots[i].0.as_ref().map(|(_, v)| v),
             Err(_) => None,
         }
     }
@@ -91,32 +132,25 @@ impl<K: Hash + Eq, V> Slots<K, V> {
     /// Inserts or replaces; returns the record replaced. Fails only when growing the slot array
     /// fails, and then the map is unchanged.
     pub(crate) fn insert(&mut self, key: K, value: V) -> Result<Option<V>, TryReserveError> {
-        if let Ok(i) = self.find(&key) {
-            let slot = self.slots[i].as_mut().expect("found slot is full");
-            return Ok(Some(std::mem::replace(&mut slot.1, value)));
+        match self.position(&key) {
+            Some(i) => Ok(Some(self.replace(i, value))),
+            None => self.insert_new(key, value).map(|()| None),
         }
-        if (self.len + 1) * LOAD_DENOMINATOR > self.slots.len() * LOAD_NUMERATOR {
-            self.grow()?;
-        }
-        let i = self.find(&key).expect_err("key was absent");
-        self.slots[i] = Some((key, value));
-        self.len += 1;
-        Ok(None)
     }
 
     /// Removes `key`; returns its record. Shifts the records after it back so that no probe
     /// sequence is broken (no tombstones).
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         let mut hole = self.find(key).ok()?;
-        let (_, removed) = self.slots[hole].take().expect("found slot is full");
+        let (_, removed) = self.slots[hole].0.take().expect("found slot is full");
         self.len -= 1;
         let mask = self.mask();
         let mut next = (hole + 1) & mask;
-        while let Some((k, _)) = &self.slots[next] {
+        while let Some((k, _)) = &self.slots[next].0 {
             let from_home = next.wrapping_sub(self.home(k)) & mask;
             let from_hole = next.wrapping_sub(hole) & mask;
             if from_home >= from_hole {
-                self.slots[hole] = self.slots[next].take();
+                self.slots[hole].0 = self.slots[next].0.take();
                 hole = next;
             }
             next = (next + 1) & mask;
@@ -129,19 +163,20 @@ impl<K: Hash + Eq, V> Slots<K, V> {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.slots
             .iter()
-            .filter_map(|slot| slot.as_ref().map(|(k, v)| (k, v)))
+            .filter_map(|slot| slot.0.as_ref().map(|(k, v)| (k, v)))
     }
 
     fn grow(&mut self) -> Result<(), TryReserveError> {
         let count = self.slots.len() * 2;
-        let mut slots: Vec<Option<(K, V)>> = Vec::new();
+        let mut slots: Vec<Slot<K, V>> = Vec::new();
         slots.try_reserve_exact(count)?;
-        slots.resize_with(count, || None);
+        super::memory::advise_huge_pages(&slots);
+        slots.resize_with(count, || Slot(None));
         let old = std::mem::replace(&mut self.slots, slots);
         self.shift -= 1;
-        for (key, value) in old.into_iter().flatten() {
+        for (key, value) in old.into_iter().filter_map(|slot| slot.0) {
             let i = self.find(&key).expect_err("keys are unique");
-            self.slots[i] = Some((key, value));
+            self.slots[i] = Slot(Some((key, value)));
         }
         Ok(())
     }

@@ -11,6 +11,11 @@ use std::marker::PhantomData;
 /// Tables a schema may declare; table ids run from 0 to `TABLES_MAX - 1`.
 pub const TABLES_MAX: usize = 64;
 
+const _: () = assert!(
+    TABLES_MAX <= u8::MAX as usize,
+    "table ids fit the write stream's byte"
+);
+
 /// A table key: any type that hashes, compares and encodes deterministically (an account id, an
 /// order id, a `(resource, day)` pair).
 pub trait Key: Clone + Eq + Hash + Encode + Decode<()> + Send + Sync + 'static {}
@@ -100,7 +105,7 @@ impl Schema {
 pub(crate) trait AnyTable: Any + Send + Sync {
     /// Reverts the newest change still in the undo log.
     fn undo_last(&mut self);
-    /// Forgets the undo log (the command committed).
+    /// Forgets the undo log (the entry finished).
     fn clear_undo(&mut self);
     /// Memory held by the table's slots, in bytes.
     fn allocated_bytes(&self) -> usize;
@@ -121,9 +126,21 @@ impl<K: Key, R: Record> TypedTable<K, R> {
         })
     }
 
-    /// Writes `record` under `key`, remembering the previous value for a rollback.
-    pub(crate) fn put(&mut self, key: K, record: R) -> Result<(), TryReserveError> {
-        let old = self.map.insert(key.clone(), record)?;
+    /// Writes `record` under `key`, at `position` when the key is already there, remembering
+    /// the previous value for a rollback.
+    pub(crate) fn put(
+        &mut self,
+        key: K,
+        record: R,
+        position: Option<usize>,
+    ) -> Result<(), TryReserveError> {
+        let old = match position {
+            Some(position) => Some(self.map.replace(position, record)),
+            None => {
+                self.map.insert_new(key.clone(), record)?;
+                None
+            }
+        };
         self.undo.push((key, old));
         Ok(())
     }

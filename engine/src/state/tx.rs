@@ -26,9 +26,7 @@ impl<'a> Tx<'a> {
     /// Commits when `ok` and no write failed; rolls back otherwise. Returns the failed write's
     /// error when there was one.
     pub(crate) fn finish(self, ok: bool) -> Option<StateError> {
-        if ok && self.failed.is_none() {
-            self.state.commit();
-        } else {
+        if !ok || self.failed.is_some() {
             self.state.rollback(self.mark);
         }
         self.failed

@@ -1,0 +1,296 @@
+//! Per-command transactions, capacity, sessions and the state hash, through a small key-value
+//! handler with string records (a business unlike the Bank).
+
+use engine::codec::{Decode, Encode};
+use engine::entry::{Entry, EntryHash, FragmentHeader, PayloadBuilder, Request, encode_commands};
+use engine::{
+    ClientId, EntryIndex, Handler, Outcome, ReplyStatus, RequestNumber, Schema, StateError,
+    StateMachine, Table, Term, Tx, decode_outcomes,
+};
+
+const NOTES: Table<u32, String> = Table::new(3, "notes");
+
+#[derive(Clone, Debug, Encode, Decode)]
+#[bincode(crate = "engine::codec::bincode")]
+struct Command {
+    puts: Vec<(u32, String)>,
+    deletes: Vec<u32>,
+    /// Return an error after the writes.
+    fail: bool,
+    /// Return Ok even when a write failed.
+    ignore_write_errors: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "engine::codec::bincode")]
+enum KvError {
+    Refused,
+    Capacity,
+}
+
+impl From<StateError> for KvError {
+    fn from(_: StateError) -> Self {
+        KvError::Capacity
+    }
+}
+
+struct Kv;
+
+impl Handler for Kv {
+    type Command = Command;
+    type Output = u64;
+    type Error = KvError;
+
+    fn schema(&self) -> Schema {
+        Schema::new().table(&NOTES)
+    }
+
+    fn execute(&self, tx: &mut Tx<'_>, command: &Command) -> Result<u64, KvError> {
+        for (key, value) in &command.puts {
+            let put = tx.put(&NOTES, *key, value.clone());
+            if !command.ignore_write_errors {
+                put?;
+            }
+        }
+        for key in &command.deletes {
+            tx.delete(&NOTES, key)?;
+        }
+        if command.fail {
+            return Err(KvError::Refused);
+        }
+        Ok(tx.len(&NOTES) as u64)
+    }
+}
+
+fn put(pairs: &[(u32, &str)]) -> Command {
+    Command {
+        puts: pairs.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+        deletes: vec![],
+        fail: false,
+        ignore_write_errors: false,
+    }
+}
+
+struct Driver {
+    machine: StateMachine<Kv>,
+    prev: EntryHash,
+    request: u64,
+}
+
+impl Driver {
+    fn new(capacity_bytes: u64) -> Self {
+        Driver {
+            machine: StateMachine::new(Kv, capacity_bytes),
+            prev: EntryHash::default(),
+            request: 0,
+        }
+    }
+
+    fn run(&mut self, commands: &[Command]) -> Vec<Outcome<u64, KvError>> {
+        self.request += 1;
+        let bytes = encode_commands(commands);
+        let request = Request {
+            client: ClientId(5),
+            number: RequestNumber(self.request),
+            command_count: commands.len() as u32,
+            commands: &bytes,
+        };
+        let index = self.machine.applied_index().next();
+        let entry = Entry::whole_requests(index, Term(1), &self.prev, 0, &[request]);
+        self.prev = entry.header.hash;
+        let applied = self.machine.apply(&entry).unwrap();
+        match &applied.replies[0].status {
+            ReplyStatus::Results(results) => {
+                decode_outcomes::<Kv>(results, commands.len() as u32).unwrap()
+            }
+            ReplyStatus::Stale => panic!("stale"),
+        }
+    }
+
+    fn notes(&self) -> Vec<(u32, String)> {
+        let mut all: Vec<_> = self
+            .machine
+            .state()
+            .iter_unordered(&NOTES)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        all.sort();
+        all
+    }
+}
+
+/// Proves a command whose handler returns an error leaves no trace (puts, replaced values and
+/// deletes all rolled back), while the commands around it in the same entry apply.
+#[test]
+fn failed_command_is_rolled_back() {
+    let mut driver = Driver::new(1 << 20);
+    driver.run(&[put(&[(1, "one"), (2, "two")])]);
+    let before = driver.notes();
+    let bytes_before = driver.machine.state().bytes_used();
+    let mut failing = put(&[(1, "uno"), (3, "three")]);
+    failing.deletes = vec![2];
+    failing.fail = true;
+    let outcomes = driver.run(&[put(&[(4, "four")]), failing, put(&[(5, "five")])]);
+    assert_eq!(
+        outcomes,
+        vec![
+            Outcome::Done(3),
+            Outcome::Failed(KvError::Refused),
+            Outcome::Done(4)
+        ]
+    );
+    let mut expected = before;
+    expected.push((4, "four".into()));
+    expected.push((5, "five".into()));
+    assert_eq!(driver.notes(), expected);
+    assert!(driver.machine.state().bytes_used() > bytes_before);
+}
+
+/// Proves a write past the capacity fails with the business error and changes nothing, that a
+/// handler ignoring the failed write still gets the command refused, and that freeing space
+/// lets writes succeed again.
+#[test]
+fn capacity_exhaustion_is_a_business_error() {
+    let mut driver = Driver::new(200);
+    assert_eq!(driver.run(&[put(&[(1, "a")])]), vec![Outcome::Done(1)]);
+    assert_eq!(driver.run(&[put(&[(2, "b")])]), vec![Outcome::Done(2)]);
+    let used = driver.machine.state().bytes_used();
+    let big = "x".repeat(200);
+    assert_eq!(
+        driver.run(&[put(&[(3, &big)])]),
+        vec![Outcome::Failed(KvError::Capacity)]
+    );
+    let mut ignoring = put(&[(4, "d"), (5, &big)]);
+    ignoring.ignore_write_errors = true;
+    assert_eq!(
+        driver.run(&[ignoring]),
+        vec![Outcome::Failed(KvError::Capacity)]
+    );
+    assert_eq!(driver.notes(), vec![(1, "a".into()), (2, "b".into())]);
+    assert_eq!(driver.machine.state().bytes_used(), used);
+    let mut free = put(&[]);
+    free.deletes = vec![1, 2];
+    assert_eq!(driver.run(&[free]), vec![Outcome::Done(0)]);
+    assert_eq!(driver.machine.state().bytes_used(), 0);
+    assert_eq!(
+        driver.run(&[put(&[(6, "fits again")])]),
+        vec![Outcome::Done(1)]
+    );
+}
+
+/// Proves a rolled-back command's writes never reach the state hash (two failing commands that
+/// wrote different things leave equal hashes), while applied writes move it.
+#[test]
+fn failed_command_leaves_the_hash_alone() {
+    let mut a = Driver::new(1 << 20);
+    let mut b = Driver::new(1 << 20);
+    a.run(&[put(&[(1, "one")])]);
+    b.run(&[put(&[(1, "one")])]);
+    let mut failing_a = put(&[(2, "two")]);
+    failing_a.fail = true;
+    let mut failing_b = put(&[(3, "three"), (4, "four")]);
+    failing_b.deletes = vec![1];
+    failing_b.fail = true;
+    a.run(&[failing_a]);
+    b.run(&[failing_b]);
+    assert_eq!(a.machine.state_hash(), b.machine.state_hash());
+    a.run(&[put(&[(2, "two")])]);
+    b.run(&[put(&[(2, "deux")])]);
+    assert_ne!(a.machine.state_hash(), b.machine.state_hash());
+}
+
+/// Proves exactly-once: a request repeated in a later entry is not applied again and is answered
+/// with its original results; an older request is reported stale.
+#[test]
+fn repeated_request_is_answered_not_applied() {
+    let mut machine = StateMachine::new(Kv, 1 << 20);
+    let bytes = encode_commands(&[put(&[(1, "one")]), put(&[(2, "two")])]);
+    let request = |number| Request {
+        client: ClientId(9),
+        number: RequestNumber(number),
+        command_count: 2,
+        commands: &bytes,
+    };
+    let mut prev = EntryHash::default();
+    let mut replies = Vec::new();
+    for (index, number) in [(1, 1), (2, 1), (3, 2), (4, 1)] {
+        let entry = Entry::whole_requests(EntryIndex(index), Term(1), &prev, 0, &[request(number)]);
+        prev = entry.header.hash;
+        replies.push(machine.apply(&entry).unwrap().replies.remove(0));
+    }
+    assert_eq!(
+        replies[0].status, replies[1].status,
+        "the retry gets the original results"
+    );
+    let ReplyStatus::Results(second) = &replies[2].status else {
+        panic!("request 2 applied")
+    };
+    assert_eq!(
+        decode_outcomes::<Kv>(second, 2).unwrap(),
+        vec![Outcome::Done(2), Outcome::Done(2)]
+    );
+    assert_eq!(replies[3].status, ReplyStatus::Stale);
+}
+
+/// Proves a request split into fragments across entries applies each command once, even when a
+/// new leader re-sends the whole request after the first fragment committed.
+#[test]
+fn fragments_resume_where_the_request_stands() {
+    let commands: Vec<Command> = (0..4).map(|k| put(&[(k, "v")])).collect();
+    let encoded: Vec<Vec<u8>> = commands
+        .iter()
+        .map(|c| encode_commands(std::slice::from_ref(c)))
+        .collect();
+    let fragment = |first: u32, count: u32| {
+        let bytes: Vec<u8> = encoded[first as usize..(first + count) as usize].concat();
+        let header = FragmentHeader {
+            client: ClientId(2),
+            request: RequestNumber(1),
+            request_commands: 4,
+            first_command: first,
+            command_count: count,
+            command_bytes: bytes.len() as u32,
+        };
+        (header, bytes)
+    };
+    // The old leader committed the first half; the new one re-sends the request as two halves.
+    let plan = [
+        vec![fragment(0, 2)],
+        vec![fragment(0, 2)],
+        vec![fragment(2, 2)],
+    ];
+    let mut machine = StateMachine::new(Kv, 1 << 20);
+    let mut prev = EntryHash::default();
+    let mut replies = Vec::new();
+    for (n, fragments) in plan.iter().enumerate() {
+        let mut payload = PayloadBuilder::new(0);
+        for (header, bytes) in fragments {
+            payload.push(header, bytes);
+        }
+        let (payload, count) = payload.finish();
+        let entry = Entry::seal(
+            EntryIndex(n as u64 + 1),
+            Term(1),
+            engine::entry::EntryKind::Commands,
+            count,
+            payload,
+            &prev,
+        );
+        prev = entry.header.hash;
+        replies.extend(machine.apply(&entry).unwrap().replies);
+    }
+    assert_eq!(
+        replies.len(),
+        1,
+        "one reply, when the last fragment applies"
+    );
+    let ReplyStatus::Results(results) = &replies[0].status else {
+        panic!("applied")
+    };
+    let outcomes = decode_outcomes::<Kv>(results, 4).unwrap();
+    assert_eq!(
+        outcomes,
+        (1..=4).map(Outcome::Done).collect::<Vec<_>>(),
+        "each command ran once, in order"
+    );
+}
