@@ -268,3 +268,8 @@ fn audit(tx: &mut Tx<'_>) -> BankOutput {
     });
     BankOutput::Audit { accounts, total }
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -1,10 +1,8 @@
 //! The Bank against a plain BTreeMap bank over generated command sequences, with its invariants.
 
-mod common;
-
+use bank::Bank;
 use bank::{ACCOUNTS, Account, AccountId, BankCommand, BankError, BankOutput};
-use common::Driver;
-use engine::Outcome;
+use engine::{Outcome, Sandbox};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -130,9 +128,8 @@ fn command() -> impl Strategy<Value = BankCommand> {
 }
 
 /// The engine's accounts as a sorted map.
-fn engine_accounts(driver: &Driver) -> BTreeMap<u64, Account> {
-    driver
-        .machine
+fn engine_accounts(sandbox: &Sandbox<Bank>) -> BTreeMap<u64, Account> {
+    sandbox
         .state()
         .iter_unordered(&ACCOUNTS)
         .map(|(id, a)| (id.0, *a))
@@ -167,12 +164,12 @@ proptest! {
     /// command changes nothing; entries of 1 to 5 commands each.
     #[test]
     fn bank_matches_the_model(commands in proptest::collection::vec(command(), 1..40), cut in 1usize..6) {
-        let mut driver = Driver::new(1 << 20);
+        let mut sandbox = Sandbox::new(Bank, 1 << 20);
         let mut model = Model::default();
         let mut expected_total: i128 = 0;
         for chunk in commands.chunks(cut) {
-            let before = engine_accounts(&driver);
-            let outcomes = driver.entry(&[chunk]);
+            let before = engine_accounts(&sandbox);
+            let outcomes = sandbox.run(chunk).unwrap();
             let mut after_each = before.clone();
             for (command, outcome) in chunk.iter().zip(&outcomes) {
                 let expected = match model.apply(command) {
@@ -193,7 +190,7 @@ proptest! {
                 }
                 after_each = model.accounts.clone();
             }
-            prop_assert_eq!(engine_accounts(&driver), model.accounts.clone());
+            prop_assert_eq!(engine_accounts(&sandbox), model.accounts.clone());
             prop_assert_eq!(i128::try_from(model.total()).unwrap(), expected_total);
         }
     }

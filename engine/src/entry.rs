@@ -350,9 +350,7 @@ pub struct PayloadError(pub String);
 pub type Fragment<'a> = (FragmentHeader, &'a [u8]);
 
 /// Splits a command entry's payload into its header and fragments.
-pub fn parse_payload(
-    payload: &[u8],
-) -> Result<(PayloadHeader, Vec<Fragment<'_>>), PayloadError> {
+pub fn parse_payload(payload: &[u8]) -> Result<(PayloadHeader, Vec<Fragment<'_>>), PayloadError> {
     let error = |e: codec::CodecError| PayloadError(e.to_string());
     let (header, mut at): (PayloadHeader, usize) = codec::decode_prefix(payload).map_err(error)?;
     let mut fragments = Vec::with_capacity(header.fragment_count.min(ENTRY_COMMANDS_MAX) as usize);

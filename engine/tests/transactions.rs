@@ -4,8 +4,8 @@
 use engine::codec::{Decode, Encode};
 use engine::entry::{Entry, EntryHash, FragmentHeader, PayloadBuilder, Request, encode_commands};
 use engine::{
-    ClientId, EntryIndex, Handler, Outcome, ReplyStatus, RequestNumber, Schema, StateError,
-    StateMachine, Table, Term, Tx, decode_outcomes,
+    ClientId, EntryIndex, Handler, Outcome, ReplyStatus, RequestNumber, Sandbox, Schema,
+    StateError, StateMachine, Table, Term, Tx, decode_outcomes,
 };
 
 const NOTES: Table<u32, String> = Table::new(3, "notes");
@@ -71,66 +71,35 @@ fn put(pairs: &[(u32, &str)]) -> Command {
     }
 }
 
-struct Driver {
-    machine: StateMachine<Kv>,
-    prev: EntryHash,
-    request: u64,
+fn run(sandbox: &mut Sandbox<Kv>, commands: &[Command]) -> Vec<Outcome<u64, KvError>> {
+    sandbox.run(commands).expect("commands apply")
 }
 
-impl Driver {
-    fn new(capacity_bytes: u64) -> Self {
-        Driver {
-            machine: StateMachine::new(Kv, capacity_bytes),
-            prev: EntryHash::default(),
-            request: 0,
-        }
-    }
-
-    fn run(&mut self, commands: &[Command]) -> Vec<Outcome<u64, KvError>> {
-        self.request += 1;
-        let bytes = encode_commands(commands);
-        let request = Request {
-            client: ClientId(5),
-            number: RequestNumber(self.request),
-            command_count: commands.len() as u32,
-            commands: &bytes,
-        };
-        let index = self.machine.applied_index().next();
-        let entry = Entry::whole_requests(index, Term(1), &self.prev, 0, &[request]);
-        self.prev = entry.header.hash;
-        let applied = self.machine.apply(&entry).unwrap();
-        match &applied.replies[0].status {
-            ReplyStatus::Results(results) => {
-                decode_outcomes::<Kv>(results, commands.len() as u32).unwrap()
-            }
-            ReplyStatus::Stale => panic!("stale"),
-        }
-    }
-
-    fn notes(&self) -> Vec<(u32, String)> {
-        let mut all: Vec<_> = self
-            .machine
-            .state()
-            .iter_unordered(&NOTES)
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
-        all.sort();
-        all
-    }
+fn notes(sandbox: &Sandbox<Kv>) -> Vec<(u32, String)> {
+    let mut all: Vec<_> = sandbox
+        .state()
+        .iter_unordered(&NOTES)
+        .map(|(k, v)| (*k, v.clone()))
+        .collect();
+    all.sort();
+    all
 }
 
 /// Proves a command whose handler returns an error leaves no trace (puts, replaced values and
 /// deletes all rolled back), while the commands around it in the same entry apply.
 #[test]
 fn failed_command_is_rolled_back() {
-    let mut driver = Driver::new(1 << 20);
-    driver.run(&[put(&[(1, "one"), (2, "two")])]);
-    let before = driver.notes();
-    let bytes_before = driver.machine.state().bytes_used();
+    let mut driver = Sandbox::new(Kv, 1 << 20);
+    run(&mut driver, &[put(&[(1, "one"), (2, "two")])]);
+    let before = notes(&driver);
+    let bytes_before = driver.state().bytes_used();
     let mut failing = put(&[(1, "uno"), (3, "three")]);
     failing.deletes = vec![2];
     failing.fail = true;
-    let outcomes = driver.run(&[put(&[(4, "four")]), failing, put(&[(5, "five")])]);
+    let outcomes = run(
+        &mut driver,
+        &[put(&[(4, "four")]), failing, put(&[(5, "five")])],
+    );
     assert_eq!(
         outcomes,
         vec![
@@ -142,8 +111,8 @@ fn failed_command_is_rolled_back() {
     let mut expected = before;
     expected.push((4, "four".into()));
     expected.push((5, "five".into()));
-    assert_eq!(driver.notes(), expected);
-    assert!(driver.machine.state().bytes_used() > bytes_before);
+    assert_eq!(notes(&driver), expected);
+    assert!(driver.state().bytes_used() > bytes_before);
 }
 
 /// Proves a write past the capacity fails with the business error and changes nothing, that a
@@ -151,29 +120,35 @@ fn failed_command_is_rolled_back() {
 /// lets writes succeed again.
 #[test]
 fn capacity_exhaustion_is_a_business_error() {
-    let mut driver = Driver::new(200);
-    assert_eq!(driver.run(&[put(&[(1, "a")])]), vec![Outcome::Done(1)]);
-    assert_eq!(driver.run(&[put(&[(2, "b")])]), vec![Outcome::Done(2)]);
-    let used = driver.machine.state().bytes_used();
+    let mut driver = Sandbox::new(Kv, 200);
+    assert_eq!(
+        run(&mut driver, &[put(&[(1, "a")])]),
+        vec![Outcome::Done(1)]
+    );
+    assert_eq!(
+        run(&mut driver, &[put(&[(2, "b")])]),
+        vec![Outcome::Done(2)]
+    );
+    let used = driver.state().bytes_used();
     let big = "x".repeat(200);
     assert_eq!(
-        driver.run(&[put(&[(3, &big)])]),
+        run(&mut driver, &[put(&[(3, &big)])]),
         vec![Outcome::Failed(KvError::Capacity)]
     );
     let mut ignoring = put(&[(4, "d"), (5, &big)]);
     ignoring.ignore_write_errors = true;
     assert_eq!(
-        driver.run(&[ignoring]),
+        run(&mut driver, &[ignoring]),
         vec![Outcome::Failed(KvError::Capacity)]
     );
-    assert_eq!(driver.notes(), vec![(1, "a".into()), (2, "b".into())]);
-    assert_eq!(driver.machine.state().bytes_used(), used);
+    assert_eq!(notes(&driver), vec![(1, "a".into()), (2, "b".into())]);
+    assert_eq!(driver.state().bytes_used(), used);
     let mut free = put(&[]);
     free.deletes = vec![1, 2];
-    assert_eq!(driver.run(&[free]), vec![Outcome::Done(0)]);
-    assert_eq!(driver.machine.state().bytes_used(), 0);
+    assert_eq!(run(&mut driver, &[free]), vec![Outcome::Done(0)]);
+    assert_eq!(driver.state().bytes_used(), 0);
     assert_eq!(
-        driver.run(&[put(&[(6, "fits again")])]),
+        run(&mut driver, &[put(&[(6, "fits again")])]),
         vec![Outcome::Done(1)]
     );
 }
@@ -182,21 +157,21 @@ fn capacity_exhaustion_is_a_business_error() {
 /// wrote different things leave equal hashes), while applied writes move it.
 #[test]
 fn failed_command_leaves_the_hash_alone() {
-    let mut a = Driver::new(1 << 20);
-    let mut b = Driver::new(1 << 20);
-    a.run(&[put(&[(1, "one")])]);
-    b.run(&[put(&[(1, "one")])]);
+    let mut a = Sandbox::new(Kv, 1 << 20);
+    let mut b = Sandbox::new(Kv, 1 << 20);
+    run(&mut a, &[put(&[(1, "one")])]);
+    run(&mut b, &[put(&[(1, "one")])]);
     let mut failing_a = put(&[(2, "two")]);
     failing_a.fail = true;
     let mut failing_b = put(&[(3, "three"), (4, "four")]);
     failing_b.deletes = vec![1];
     failing_b.fail = true;
-    a.run(&[failing_a]);
-    b.run(&[failing_b]);
-    assert_eq!(a.machine.state_hash(), b.machine.state_hash());
-    a.run(&[put(&[(2, "two")])]);
-    b.run(&[put(&[(2, "deux")])]);
-    assert_ne!(a.machine.state_hash(), b.machine.state_hash());
+    run(&mut a, &[failing_a]);
+    run(&mut b, &[failing_b]);
+    assert_eq!(a.machine().state_hash(), b.machine().state_hash());
+    run(&mut a, &[put(&[(2, "two")])]);
+    run(&mut b, &[put(&[(2, "deux")])]);
+    assert_ne!(a.machine().state_hash(), b.machine().state_hash());
 }
 
 /// Proves exactly-once: a request repeated in a later entry is not applied again and is answered

@@ -1,0 +1,70 @@
+//! A handler in memory, without log or network: for handler authors' tests and examples.
+
+use crate::apply::{ApplyError, ReplyStatus, StateMachine, decode_outcomes};
+use crate::entry::{Entry, EntryHash, Request, encode_commands};
+use crate::handler::{Handler, OutcomeOf};
+use crate::ids::{ClientId, RequestNumber, Term};
+use crate::state::State;
+
+/// Runs commands through the real apply path (entries, per-command transactions, sessions, the
+/// state hash), one request per entry, from one client.
+pub struct Sandbox<H: Handler> {
+    machine: StateMachine<H>,
+    prev_hash: EntryHash,
+    next_request: u64,
+    now_ms: u64,
+}
+
+impl<H: Handler> Sandbox<H> {
+    /// A sandbox whose state holds at most `capacity_bytes`.
+    pub fn new(handler: H, capacity_bytes: u64) -> Self {
+        Sandbox {
+            machine: StateMachine::new(handler, capacity_bytes),
+            prev_hash: EntryHash::default(),
+            next_request: 1,
+            now_ms: 0,
+        }
+    }
+
+    /// Sets the time stamped on later entries (what [`crate::Tx::now_ms`] returns).
+    pub fn set_now_ms(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+    }
+
+    /// Applies `commands` as one request in one entry; returns each command's outcome.
+    pub fn run(&mut self, commands: &[H::Command]) -> Result<Vec<OutcomeOf<H>>, ApplyError> {
+        let bytes = encode_commands(commands);
+        let request = Request {
+            client: ClientId(1),
+            number: RequestNumber(self.next_request),
+            command_count: commands.len() as u32,
+            commands: &bytes,
+        };
+        self.next_request += 1;
+        let index = self.machine.applied_index().next();
+        let entry = Entry::whole_requests(index, Term(1), &self.prev_hash, self.now_ms, &[request]);
+        self.prev_hash = entry.header.hash;
+        let mut applied = self.machine.apply(&entry)?;
+        let reply = applied
+            .replies
+            .pop()
+            .expect("a whole request finishes in its entry");
+        match reply.status {
+            ReplyStatus::Results(results) => {
+                Ok(decode_outcomes::<H>(&results, reply.command_count)
+                    .expect("outcomes the engine encoded decode"))
+            }
+            ReplyStatus::Stale => unreachable!("the sandbox numbers its requests in order"),
+        }
+    }
+
+    /// The state, for inspection.
+    pub fn state(&self) -> &State {
+        self.machine.state()
+    }
+
+    /// The state machine.
+    pub fn machine(&self) -> &StateMachine<H> {
+        &self.machine
+    }
+}
