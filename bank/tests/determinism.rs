@@ -4,7 +4,7 @@
 
 use bank::workload::account_id;
 use bank::{Bank, BankCommand};
-use engine::entry::{Entry, EntryHash, Request, encode_commands};
+use engine::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::rng::Rng;
 use engine::single::SingleNode;
 use engine::{ClientId, EntryIndex, ReplyStatus, RequestNumber, StateHash, StateMachine, Term};
@@ -100,7 +100,7 @@ fn run(commands: &[BankCommand], per_entry: usize) -> (Vec<Vec<u8>>, StateHash) 
     let mut results = Vec::new();
     for (n, group) in requests.chunks(per_entry).enumerate() {
         let group = as_requests(group);
-        let entry = Entry::whole_requests(EntryIndex(n as u64 + 1), Term(1), &prev, 7, &group);
+        let entry = whole_requests_entry(EntryIndex(n as u64 + 1), Term(1), &prev, 7, &group);
         prev = entry.header.hash;
         for reply in machine.apply(&entry).unwrap().replies {
             match reply.status {

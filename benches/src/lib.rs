@@ -3,7 +3,7 @@
 
 use bank::workload::{Transfers, open_command};
 use bank::{Bank, BankCommand};
-use engine::entry::{Entry, EntryHash, Request, encode_commands};
+use engine::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::{ClientId, EntryIndex, RequestNumber, StateMachine, Term};
 
 /// Opens are packed this many to an entry during prefill.
@@ -36,7 +36,7 @@ impl Feeder {
             command_count: commands.len() as u32,
             commands: &bytes,
         };
-        let entry = Entry::whole_requests(
+        let entry = whole_requests_entry(
             EntryIndex(self.next_index),
             Term(1),
             &self.prev,

@@ -1,217 +1,12 @@
-//! Log entries: a header (index, term, command count, payload crc32, blake3 hash chained to the
-//! previous entry) and a payload of request fragments, each a run of one client request's
-//! commands.
+//! The engine's side of log entries: the payload of request fragments, built by the leader and
+//! parsed by every replica. The entry format itself (header, checksums, hash chain, limits) is
+//! shared with the network layer and lives in `net::entry`.
+
+pub use net::entry::*;
 
 use crate::codec::{self, Decode, Encode};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
 use bytes::Bytes;
-use std::fmt;
-
-/// Most commands one entry may hold; the configured maximum lies between
-/// [`ENTRY_COMMANDS_CONFIG_MIN`] and this.
-pub const ENTRY_COMMANDS_MAX: u32 = 1024;
-/// Least value the configured maximum of commands per entry may take.
-pub const ENTRY_COMMANDS_CONFIG_MIN: u32 = 16;
-/// Most commands one client request may carry (a request holds at least one).
-pub const REQUEST_COMMANDS_MAX: u32 = 1024;
-/// Most bytes one encoded command may take.
-pub const COMMAND_BYTES_MAX: u32 = 4096;
-/// Most bytes of payload one entry may carry: its commands plus their fragment headers.
-pub const ENTRY_PAYLOAD_BYTES_MAX: u32 =
-    ENTRY_COMMANDS_MAX * (COMMAND_BYTES_MAX + FRAGMENT_HEADER_BYTES) + PAYLOAD_HEADER_BYTES;
-/// Bytes of an encoded [`EntryHeader`] (the kind encodes as a u32).
-pub const ENTRY_HEADER_BYTES: usize = 8 + 8 + 4 + 4 + 4 + 4 + 32;
-/// Bytes of an encoded [`PayloadHeader`].
-pub const PAYLOAD_HEADER_BYTES: u32 = 8 + 4;
-/// Bytes of an encoded [`FragmentHeader`].
-pub const FRAGMENT_HEADER_BYTES: u32 = 8 + 8 + 4 + 4 + 4 + 4;
-
-const _: () = assert!(ENTRY_COMMANDS_CONFIG_MIN <= ENTRY_COMMANDS_MAX);
-const _: () = assert!(REQUEST_COMMANDS_MAX <= ENTRY_COMMANDS_MAX);
-const _: () = assert!((ENTRY_PAYLOAD_BYTES_MAX as usize) < codec::DECODE_BYTES_MAX);
-
-/// A blake3 hash that chains an entry to all entries before it.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
-pub struct EntryHash(pub [u8; 32]);
-
-impl fmt::Debug for EntryHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "EntryHash(")?;
-        self.0[..8].iter().try_for_each(|b| write!(f, "{b:02x}"))?;
-        write!(f, ")")
-    }
-}
-
-/// What an entry carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
-#[repr(u8)]
-pub enum EntryKind {
-    /// Client commands.
-    Commands = 1,
-    /// Nothing: a new leader's first entry, which commits the entries of earlier terms.
-    Noop = 2,
-}
-
-/// The fixed-size header of an entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
-pub struct EntryHeader {
-    /// The entry's position in the log.
-    pub index: EntryIndex,
-    /// The term of the leader that created it.
-    pub term: Term,
-    /// What the payload holds.
-    pub kind: EntryKind,
-    /// Commands in the payload.
-    pub command_count: u32,
-    /// Bytes of payload.
-    pub payload_bytes: u32,
-    /// crc32 of the payload.
-    pub payload_crc32: u32,
-    /// blake3 of the previous entry's hash, this header's other fields and the payload.
-    pub hash: EntryHash,
-}
-
-/// A damaged or mismatched entry.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EntryError {
-    /// The payload's length differs from the header's.
-    #[error("entry {index}: payload is {actual} bytes, header says {expected}")]
-    PayloadLength {
-        /// The entry's index.
-        index: EntryIndex,
-        /// Bytes the header claims.
-        expected: u32,
-        /// Bytes present.
-        actual: usize,
-    },
-    /// The payload's crc32 does not match the header's.
-    #[error("entry {index}: payload crc32 mismatch")]
-    PayloadCrc {
-        /// The entry's index.
-        index: EntryIndex,
-    },
-    /// The hash does not chain to the previous entry.
-    #[error("entry {index}: hash does not chain to the previous entry")]
-    HashChain {
-        /// The entry's index.
-        index: EntryIndex,
-    },
-}
-
-/// One log entry: its header and its payload (shared, never copied, between the WAL writer, the
-/// replication streams and the apply loop).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
-    /// The header.
-    pub header: EntryHeader,
-    /// The payload: a [`PayloadHeader`] and request fragments, or empty for a no-op.
-    pub payload: Bytes,
-}
-
-impl Entry {
-    /// Seals an entry: computes its payload crc32 and its hash chained to `prev_hash`.
-    pub fn seal(
-        index: EntryIndex,
-        term: Term,
-        kind: EntryKind,
-        command_count: u32,
-        payload: Bytes,
-        prev_hash: &EntryHash,
-    ) -> Entry {
-        assert!(
-            payload.len() <= ENTRY_PAYLOAD_BYTES_MAX as usize,
-            "payload over the limit"
-        );
-        let mut header = EntryHeader {
-            index,
-            term,
-            kind,
-            command_count,
-            payload_bytes: payload.len() as u32,
-            payload_crc32: crc32fast::hash(&payload),
-            hash: EntryHash::default(),
-        };
-        header.hash = chain_hash(prev_hash, &header, &payload);
-        Entry { header, payload }
-    }
-
-    /// Checks the payload against the header's length and crc32.
-    pub fn check_payload(&self) -> Result<(), EntryError> {
-        let index = self.header.index;
-        if self.payload.len() != self.header.payload_bytes as usize {
-            return Err(EntryError::PayloadLength {
-                index,
-                expected: self.header.payload_bytes,
-                actual: self.payload.len(),
-            });
-        }
-        if crc32fast::hash(&self.payload) != self.header.payload_crc32 {
-            return Err(EntryError::PayloadCrc { index });
-        }
-        Ok(())
-    }
-
-    /// Checks the payload and that the hash chains to `prev_hash`.
-    pub fn verify(&self, prev_hash: &EntryHash) -> Result<(), EntryError> {
-        self.check_payload()?;
-        if chain_hash(prev_hash, &self.header, &self.payload) != self.header.hash {
-            return Err(EntryError::HashChain {
-                index: self.header.index,
-            });
-        }
-        Ok(())
-    }
-
-    /// A command entry holding each of `requests` whole, stamped `now_ms`.
-    pub fn whole_requests(
-        index: EntryIndex,
-        term: Term,
-        prev_hash: &EntryHash,
-        now_ms: u64,
-        requests: &[Request<'_>],
-    ) -> Entry {
-        let mut payload = PayloadBuilder::new(now_ms);
-        for request in requests {
-            payload.push(&request.whole_fragment(), request.commands);
-        }
-        let (payload, command_count) = payload.finish();
-        Entry::seal(
-            index,
-            term,
-            EntryKind::Commands,
-            command_count,
-            payload,
-            prev_hash,
-        )
-    }
-
-    /// The entry's index.
-    pub fn index(&self) -> EntryIndex {
-        self.header.index
-    }
-
-    /// The entry's term.
-    pub fn term(&self) -> Term {
-        self.header.term
-    }
-}
-
-/// blake3 over the previous hash, the header's fields but its hash, and the payload.
-pub(crate) fn chain_hash(prev_hash: &EntryHash, header: &EntryHeader, payload: &[u8]) -> EntryHash {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&prev_hash.0);
-    hasher.update(&header.index.0.to_le_bytes());
-    hasher.update(&header.term.0.to_le_bytes());
-    hasher.update(&[header.kind as u8]);
-    hasher.update(&header.command_count.to_le_bytes());
-    hasher.update(&header.payload_bytes.to_le_bytes());
-    hasher.update(&header.payload_crc32.to_le_bytes());
-    hasher.update(payload);
-    EntryHash(*hasher.finalize().as_bytes())
-}
 
 /// The start of a command entry's payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
@@ -377,6 +172,31 @@ pub fn parse_payload(payload: &[u8]) -> Result<(PayloadHeader, Vec<Fragment<'_>>
     Ok((header, fragments))
 }
 
+/// A command entry holding each of `requests` whole, stamped `now_ms`, declaring every entry
+/// before it committed (true for a single node and a sandbox).
+pub fn whole_requests_entry(
+    index: EntryIndex,
+    term: Term,
+    prev_hash: &EntryHash,
+    now_ms: u64,
+    requests: &[Request<'_>],
+) -> Entry {
+    let mut payload = PayloadBuilder::new(now_ms);
+    for request in requests {
+        payload.push(&request.whole_fragment(), request.commands);
+    }
+    let (payload, command_count) = payload.finish();
+    Entry::seal(
+        index,
+        term,
+        EntryKind::Commands,
+        index.prev(),
+        command_count,
+        payload,
+        prev_hash,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,6 +222,7 @@ mod tests {
             EntryIndex(1),
             Term(1),
             EntryKind::Noop,
+            EntryIndex::ZERO,
             0,
             Bytes::new(),
             &EntryHash::default(),
@@ -454,6 +275,7 @@ mod tests {
             EntryIndex(1),
             Term(1),
             EntryKind::Commands,
+            EntryIndex::ZERO,
             2,
             sample_payload(),
             &EntryHash::default(),
@@ -462,6 +284,7 @@ mod tests {
             EntryIndex(2),
             Term(1),
             EntryKind::Noop,
+            EntryIndex::ZERO,
             0,
             Bytes::new(),
             &first.header.hash,

@@ -8,9 +8,10 @@
 //! Modules follow the data path: `handler`, `state`, `entry`, `wal`, `apply`.
 
 pub mod apply;
+pub mod batcher;
+pub mod core;
 pub mod entry;
 pub mod handler;
-pub mod ids;
 pub mod rng;
 pub mod sandbox;
 pub mod single;
@@ -20,6 +21,7 @@ pub mod wal;
 /// The one encoding module (re-exported from `net`): derive [`codec::Encode`] and
 /// [`codec::Decode`] with `#[bincode(crate = "engine::codec::bincode")]`.
 pub use net::codec;
+pub use net::ids;
 
 pub use apply::{Applied, ApplyError, Reply, ReplyStatus, StateMachine, decode_outcomes};
 pub use handler::{Handler, Outcome, OutcomeOf};

@@ -1,7 +1,7 @@
 //! A handler in memory, without log or network: for handler authors' tests and examples.
 
 use crate::apply::{ApplyError, ReplyStatus, StateMachine, decode_outcomes};
-use crate::entry::{Entry, EntryHash, Request, encode_commands};
+use crate::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber, Term};
 use crate::state::State;
@@ -42,7 +42,7 @@ impl<H: Handler> Sandbox<H> {
         };
         self.next_request += 1;
         let index = self.machine.applied_index().next();
-        let entry = Entry::whole_requests(index, Term(1), &self.prev_hash, self.now_ms, &[request]);
+        let entry = whole_requests_entry(index, Term(1), &self.prev_hash, self.now_ms, &[request]);
         self.prev_hash = entry.header.hash;
         let mut applied = self.machine.apply(&entry)?;
         let reply = applied

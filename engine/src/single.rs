@@ -3,7 +3,7 @@
 //! node adds consensus around the same two parts.
 
 use crate::apply::{Applied, ApplyError, StateMachine};
-use crate::entry::{ENTRY_COMMANDS_MAX, Entry, Request};
+use crate::entry::{ENTRY_COMMANDS_MAX, Request, whole_requests_entry};
 use crate::handler::Handler;
 use crate::ids::Term;
 use crate::wal::{Recovery, Wal, WalError};
@@ -63,7 +63,7 @@ impl<H: Handler> SingleNode<H> {
             return Err(SingleNodeError::BatchTooLarge { commands });
         }
         let index = self.wal.last_index().next();
-        let entry = Entry::whole_requests(index, Term(1), &self.wal.last_hash(), now_ms, requests);
+        let entry = whole_requests_entry(index, Term(1), &self.wal.last_hash(), now_ms, requests);
         self.wal.append(&entry)?;
         Ok(self.machine.apply(&entry)?)
     }

@@ -2,7 +2,10 @@
 //! handler with string records (a business unlike the Bank).
 
 use engine::codec::{Decode, Encode};
-use engine::entry::{Entry, EntryHash, FragmentHeader, PayloadBuilder, Request, encode_commands};
+use engine::entry::{
+    Entry, EntryHash, FragmentHeader, PayloadBuilder, Request, encode_commands,
+    whole_requests_entry,
+};
 use engine::{
     ClientId, EntryIndex, Handler, Outcome, ReplyStatus, RequestNumber, Sandbox, Schema,
     StateError, StateMachine, Table, Term, Tx, decode_outcomes,
@@ -189,7 +192,7 @@ fn repeated_request_is_answered_not_applied() {
     let mut prev = EntryHash::default();
     let mut replies = Vec::new();
     for (index, number) in [(1, 1), (2, 1), (3, 2), (4, 1)] {
-        let entry = Entry::whole_requests(EntryIndex(index), Term(1), &prev, 0, &[request(number)]);
+        let entry = whole_requests_entry(EntryIndex(index), Term(1), &prev, 0, &[request(number)]);
         prev = entry.header.hash;
         replies.push(machine.apply(&entry).unwrap().replies.remove(0));
     }
@@ -247,6 +250,7 @@ fn fragments_resume_where_the_request_stands() {
             EntryIndex(n as u64 + 1),
             Term(1),
             engine::entry::EntryKind::Commands,
+            EntryIndex::ZERO,
             count,
             payload,
             &prev,

@@ -77,6 +77,49 @@ pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, CodecError> {
     }
 }
 
+/// Entries travel with their payload as length-prefixed bytes; the payload's length and crc are
+/// checked against the header by [`crate::entry::Entry::check_payload`] before any use.
+impl Encode for crate::entry::Entry {
+    fn encode<E: bincode::enc::Encoder>(&self, encoder: &mut E) -> Result<(), EncodeError> {
+        self.header.encode(encoder)?;
+        self.payload.as_ref().encode(encoder)
+    }
+}
+
+impl<Context> Decode<Context> for crate::entry::Entry {
+    fn decode<D: bincode::de::Decoder<Context = Context>>(
+        decoder: &mut D,
+    ) -> Result<Self, DecodeError> {
+        let header = crate::entry::EntryHeader::decode(decoder)?;
+        let payload = Vec::<u8>::decode(decoder)?;
+        Ok(crate::entry::Entry {
+            header,
+            payload: payload.into(),
+        })
+    }
+}
+
+bincode::impl_borrow_decode!(crate::entry::Entry);
+
+/// Appends `value` to a `BytesMut` (a frame being built) without an intermediate buffer.
+pub fn encode_into_bytes<T: Encode + ?Sized>(
+    value: &T,
+    out: &mut bytes::BytesMut,
+) -> Result<(), CodecError> {
+    bincode::encode_into_writer(value, BytesWriter(out), CONFIG)?;
+    Ok(())
+}
+
+struct BytesWriter<'a>(&'a mut bytes::BytesMut);
+
+impl Writer for BytesWriter<'_> {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) -> Result<(), EncodeError> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
 /// A bincode writer that appends to a borrowed vector.
 struct VecWriter<'a>(&'a mut Vec<u8>);
 

@@ -13,41 +13,12 @@
 //!
 //! `notes/decisions/state-hash.md` explains the choice against a hash of the state's content.
 
-use crate::codec::{Decode, Encode};
-use std::fmt;
+pub use crate::ids::StateHash;
 
 /// Bytes of write stream folded into the accumulator at a time. Large, so that blake3 hashes
 /// many chunks of each entry's writes in parallel and a page is folded rarely; a snapshot
 /// carries at most one partial page.
 pub const HASH_PAGE_BYTES: usize = 256 * 1024;
-
-/// A 32-byte state hash.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
-pub struct StateHash(pub [u8; 32]);
-
-impl fmt::Debug for StateHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "StateHash({self})")
-    }
-}
-
-impl fmt::Display for StateHash {
-    /// The first 8 bytes in hex: enough to tell hashes apart in a table.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for byte in &self.0[..8] {
-            write!(f, "{byte:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-impl StateHash {
-    /// All 32 bytes in hex.
-    pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
 
 /// The incremental hasher over the write stream. Writers append to its page buffer directly
 /// ([`StreamHasher::pending`]); [`StreamHasher::absorb_pending`] hashes what they appended.

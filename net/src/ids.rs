@@ -54,3 +54,31 @@ impl EntryIndex {
         EntryIndex(self.0.saturating_sub(1))
     }
 }
+
+/// A 32-byte state hash (blake3): equal on replicas that applied the same writes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct StateHash(pub [u8; 32]);
+
+impl fmt::Debug for StateHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StateHash({self})")
+    }
+}
+
+impl fmt::Display for StateHash {
+    /// The first 8 bytes in hex: enough to tell hashes apart in a table.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in &self.0[..8] {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl StateHash {
+    /// All 32 bytes in hex.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}

@@ -1,0 +1,220 @@
+//! The batcher: the leader's queue of client requests, packed into entry payloads of at most
+//! the configured number of commands. It never waits for a full entry: the driver asks for an
+//! entry whenever the pipeline has room, and gets whatever is queued. A request larger than the
+//! room left in an entry is split into fragments across entries.
+
+use crate::entry::{ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX, FragmentHeader, PayloadBuilder};
+use crate::ids::{ClientId, RequestNumber};
+use bytes::Bytes;
+use std::collections::VecDeque;
+
+/// Commands the batcher holds at most; a request that would pass it is refused as busy.
+pub const BATCHER_COMMANDS_MAX: usize = 256 * 1024;
+
+/// A validated client request waiting for an entry.
+#[derive(Clone, Debug)]
+pub struct Queued {
+    /// The client.
+    pub client: ClientId,
+    /// Its request number.
+    pub request: RequestNumber,
+    /// The encoded commands.
+    pub commands: Bytes,
+    /// Where each command ends in `commands` (so that the request can be split).
+    pub ends: Vec<u32>,
+}
+
+impl Queued {
+    fn command_count(&self) -> u32 {
+        self.ends.len() as u32
+    }
+}
+
+/// The queue of requests and the head request's progress.
+#[derive(Debug)]
+pub struct Batcher {
+    queue: VecDeque<Queued>,
+    /// Commands of the head request already placed in earlier entries.
+    head_sent: u32,
+    queued_commands: usize,
+    entry_commands_max: u32,
+}
+
+impl Batcher {
+    /// A batcher packing at most `entry_commands_max` (16 to 1,024) commands per entry.
+    pub fn new(entry_commands_max: u32) -> Self {
+        assert!(
+            (ENTRY_COMMANDS_CONFIG_MIN..=ENTRY_COMMANDS_MAX).contains(&entry_commands_max),
+            "commands per entry must lie in {ENTRY_COMMANDS_CONFIG_MIN}..={ENTRY_COMMANDS_MAX}"
+        );
+        Batcher {
+            queue: VecDeque::new(),
+            head_sent: 0,
+            queued_commands: 0,
+            entry_commands_max,
+        }
+    }
+
+    /// True when nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Commands waiting.
+    pub fn queued_commands(&self) -> usize {
+        self.queued_commands
+    }
+
+    /// Queues a request; gives it back when the queue is full.
+    pub fn push(&mut self, request: Queued) -> Result<(), Queued> {
+        if self.queued_commands + request.ends.len() > BATCHER_COMMANDS_MAX {
+            return Err(request);
+        }
+        self.queued_commands += request.ends.len();
+        self.queue.push_back(request);
+        Ok(())
+    }
+
+    /// True when `(client, request)` is queued.
+    pub fn contains(&self, client: ClientId, request: RequestNumber) -> bool {
+        self.queue
+            .iter()
+            .any(|q| q.client == client && q.request == request)
+    }
+
+    /// The payload of the next entry, stamped `now_ms`, and its command count; `None` when
+    /// nothing waits.
+    pub fn next_entry(&mut self, now_ms: u64) -> Option<(Bytes, u32)> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        let mut payload = PayloadBuilder::new(now_ms);
+        while let Some(head) = self.queue.front() {
+            let room = self.entry_commands_max - payload.command_count();
+            if room == 0 {
+                break;
+            }
+            let first = self.head_sent;
+            let count = room.min(head.command_count() - first);
+            let start = if first == 0 {
+                0
+            } else {
+                head.ends[first as usize - 1]
+            };
+            let end = head.ends[(first + count) as usize - 1];
+            let fragment = FragmentHeader {
+                client: head.client,
+                request: head.request,
+                request_commands: head.command_count(),
+                first_command: first,
+                command_count: count,
+                command_bytes: end - start,
+            };
+            payload.push(&fragment, &head.commands[start as usize..end as usize]);
+            self.queued_commands -= count as usize;
+            if fragment.is_last() {
+                self.queue.pop_front();
+                self.head_sent = 0;
+            } else {
+                self.head_sent += count;
+            }
+        }
+        Some(payload.finish())
+    }
+
+    /// Empties the queue (leadership lost); returns the requests that were waiting.
+    pub fn drain(&mut self) -> Vec<Queued> {
+        self.head_sent = 0;
+        self.queued_commands = 0;
+        self.queue.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::parse_payload;
+
+    fn request(client: u64, number: u64, commands: u32) -> Queued {
+        let bytes: Vec<u8> = (0..commands).flat_map(|c| [c as u8; 3]).collect();
+        Queued {
+            client: ClientId(client),
+            request: RequestNumber(number),
+            commands: Bytes::from(bytes),
+            ends: (1..=commands).map(|c| c * 3).collect(),
+        }
+    }
+
+    /// The fragments of each entry the batcher forms: (client, first command, count, bytes).
+    /// (client, first command, count, bytes) of one fragment.
+    type Shape = (u64, u32, u32, Vec<u8>);
+
+    fn drain_entries(batcher: &mut Batcher) -> Vec<Vec<Shape>> {
+        std::iter::from_fn(|| batcher.next_entry(0))
+            .map(|(payload, _)| {
+                parse_payload(&payload)
+                    .unwrap()
+                    .1
+                    .into_iter()
+                    .map(|(f, bytes)| {
+                        (f.client.0, f.first_command, f.command_count, bytes.to_vec())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Proves small requests share an entry up to the maximum, a large one is split into
+    /// fragments that carry exactly its command bytes, and nothing waits for a full entry.
+    #[test]
+    fn packs_and_splits() {
+        let mut batcher = Batcher::new(16);
+        batcher.push(request(1, 1, 10)).unwrap();
+        batcher.push(request(2, 1, 10)).unwrap();
+        batcher.push(request(3, 1, 40)).unwrap();
+        let entries = drain_entries(&mut batcher);
+        let shape: Vec<Vec<(u64, u32, u32)>> = entries
+            .iter()
+            .map(|e| e.iter().map(|(c, f, n, _)| (*c, *f, *n)).collect())
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                vec![(1, 0, 10), (2, 0, 6)],
+                vec![(2, 6, 4), (3, 0, 12)],
+                vec![(3, 12, 16)],
+                vec![(3, 28, 12)],
+            ]
+        );
+        let third: Vec<u8> = entries
+            .iter()
+            .flatten()
+            .filter(|(c, ..)| *c == 3)
+            .flat_map(|(.., b)| b.clone())
+            .collect();
+        assert_eq!(third, request(3, 1, 40).commands.to_vec());
+        assert!(batcher.is_empty());
+        assert_eq!(batcher.queued_commands(), 0);
+
+        batcher.push(request(4, 1, 1)).unwrap();
+        assert_eq!(
+            drain_entries(&mut batcher).len(),
+            1,
+            "one lone command makes an entry at once"
+        );
+    }
+
+    /// Proves the queue refuses requests past its bound and drains on leadership loss.
+    #[test]
+    fn bounded_and_drainable() {
+        let mut batcher = Batcher::new(1024);
+        let mut pushed = 0;
+        while batcher.push(request(1, pushed + 1, 1024)).is_ok() {
+            pushed += 1;
+        }
+        assert_eq!(pushed as usize * 1024, BATCHER_COMMANDS_MAX);
+        assert_eq!(batcher.drain().len(), pushed as usize);
+        assert!(batcher.is_empty());
+        assert!(batcher.next_entry(0).is_none());
+    }
+}

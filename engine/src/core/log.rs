@@ -1,0 +1,123 @@
+//! The consensus core's view of the log: every entry's term and hash, and a window of recent
+//! entries kept in memory for replication and apply. The WAL holds them all on disk.
+
+use crate::entry::{Entry, EntryHash};
+use crate::ids::{EntryIndex, Term};
+use std::collections::VecDeque;
+
+/// Entries the window always keeps, applied or not (so that a follower a little behind is
+/// served from memory).
+pub const LOG_WINDOW_ENTRIES_MIN: usize = 1024;
+/// Bytes of payload above which the window drops applied entries even when a follower still
+/// needs them (it is then served from the WAL).
+pub const LOG_WINDOW_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// The log as the core sees it.
+#[derive(Debug, Default)]
+pub(crate) struct Log {
+    /// `terms[i]`, `hashes[i]`: term and hash of entry `i + 1`.
+    terms: Vec<Term>,
+    hashes: Vec<EntryHash>,
+    /// Entries from `window_start` to the last, in memory.
+    window: VecDeque<Entry>,
+    window_start: EntryIndex,
+    window_bytes: usize,
+}
+
+impl Log {
+    /// A log holding the terms and hashes of entries `1..`, with the in-memory entries `window`
+    /// (the tail of the log, possibly empty).
+    pub(crate) fn new(terms: Vec<Term>, hashes: Vec<EntryHash>, window: Vec<Entry>) -> Self {
+        assert_eq!(terms.len(), hashes.len());
+        let last = EntryIndex(terms.len() as u64);
+        let window_start = EntryIndex(last.0 + 1 - window.len() as u64);
+        for (offset, entry) in window.iter().enumerate() {
+            assert_eq!(
+                entry.index(),
+                EntryIndex(window_start.0 + offset as u64),
+                "window in order"
+            );
+        }
+        let window_bytes = window.iter().map(|e| e.payload.len()).sum();
+        Log {
+            terms,
+            hashes,
+            window: window.into(),
+            window_start,
+            window_bytes,
+        }
+    }
+
+    pub(crate) fn last_index(&self) -> EntryIndex {
+        EntryIndex(self.terms.len() as u64)
+    }
+
+    pub(crate) fn last_term(&self) -> Term {
+        self.terms.last().copied().unwrap_or_default()
+    }
+
+    pub(crate) fn last_hash(&self) -> EntryHash {
+        self.hashes.last().copied().unwrap_or_default()
+    }
+
+    /// The term at `index`; the index before the first entry has term zero.
+    pub(crate) fn term_at(&self, index: EntryIndex) -> Option<Term> {
+        match index.0 {
+            0 => Some(Term(0)),
+            i => self.terms.get(i as usize - 1).copied(),
+        }
+    }
+
+    /// The entry at `index` if it is in the window.
+    pub(crate) fn entry(&self, index: EntryIndex) -> Option<&Entry> {
+        let offset = index.0.checked_sub(self.window_start.0)?;
+        self.window.get(offset as usize)
+    }
+
+    /// The first index held in memory.
+    pub(crate) fn window_start(&self) -> EntryIndex {
+        self.window_start
+    }
+
+    pub(crate) fn append(&mut self, entry: Entry) {
+        assert_eq!(
+            entry.index(),
+            self.last_index().next(),
+            "log appends in order"
+        );
+        self.terms.push(entry.term());
+        self.hashes.push(entry.header.hash);
+        self.window_bytes += entry.payload.len();
+        self.window.push_back(entry);
+    }
+
+    /// Removes every entry from `index` on.
+    pub(crate) fn truncate_from(&mut self, index: EntryIndex) {
+        let keep = index.0.saturating_sub(1) as usize;
+        self.terms.truncate(keep);
+        self.hashes.truncate(keep);
+        while self.window.back().is_some_and(|e| e.index() >= index) {
+            let dropped = self.window.pop_back().expect("checked");
+            self.window_bytes -= dropped.payload.len();
+        }
+        if self.window.is_empty() {
+            self.window_start = self.last_index().next();
+        }
+    }
+
+    /// Drops entries from memory that are at or below `done` (applied, and replicated where it
+    /// matters), keeping at least [`LOG_WINDOW_ENTRIES_MIN`]; also drops entries at or below
+    /// `applied` while the window is over [`LOG_WINDOW_BYTES_MAX`].
+    pub(crate) fn trim(&mut self, done: EntryIndex, applied: EntryIndex) {
+        while let Some(front) = self.window.front() {
+            let over_count = self.window.len() > LOG_WINDOW_ENTRIES_MIN && front.index() <= done;
+            let over_bytes = self.window_bytes > LOG_WINDOW_BYTES_MAX && front.index() <= applied;
+            if !over_count && !over_bytes {
+                break;
+            }
+            self.window_bytes -= front.payload.len();
+            self.window.pop_front();
+            self.window_start = self.window_start.next();
+        }
+    }
+}

@@ -1,0 +1,894 @@
+//! The consensus core, sans-IO: a deterministic state machine stepped with events (a message
+//! arrived, a tick passed, the WAL made entries durable, the state machine applied an entry)
+//! that returns actions (send, persist, truncate, commit, load). No clock, socket, file,
+//! thread or ambient randomness: the tokio driver and the tests run the same code.
+//!
+//! The protocol is Raft: terms, randomized election timeouts counted in ticks (from a seeded
+//! generator), votes, log matching with back-tracking, commit at a majority of durable copies.
+//! Durability is explicit: the leader counts itself only after its own `Persisted` event, and a
+//! follower acknowledges entries only after its own. Two additions guard against disruption: a
+//! replica that heard from a leader within the minimum election timeout ignores vote requests
+//! (leader stickiness), and a leader that has not heard from a majority for that long steps down
+//! (check quorum).
+
+mod log;
+mod quorum;
+
+pub use log::{LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN};
+pub use quorum::{majority, quorum_index};
+
+use crate::entry::{Entry, EntryHash, EntryKind};
+use crate::ids::{EntryIndex, NodeId, Term};
+use crate::rng::Rng;
+use bytes::Bytes;
+use log::Log;
+use net::message::{
+    Append, AppendOutcome, AppendReply, AppliedHash, Divergence, PeerMessage, Role, Vote, VoteReply,
+};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Minimum election timeout, in ticks, when none is configured; each timeout is drawn from
+/// `[min, 2 * min)`.
+pub const ELECTION_TICKS_MIN_DEFAULT: u32 = 15;
+/// Ticks between a leader's heartbeats, when none is configured.
+pub const HEARTBEAT_TICKS_DEFAULT: u32 = 3;
+/// Most entries one append message carries.
+pub const APPEND_ENTRIES_MAX: usize = 64;
+/// Bytes of payload above which an append message takes no further entry (it always takes one).
+pub const APPEND_BYTES_MAX: usize = 2 * 1024 * 1024;
+/// Applied state hashes remembered for comparing with other replicas'.
+pub const HASH_HISTORY_ENTRIES: usize = 4096;
+
+const _: () = assert!(
+    APPEND_BYTES_MAX + crate::entry::ENTRY_PAYLOAD_BYTES_MAX as usize
+        <= net::frame::FRAME_BODY_BYTES_MAX,
+    "an append that stopped below the byte limit plus one largest entry fits a frame"
+);
+const _: () = assert!(HEARTBEAT_TICKS_DEFAULT < ELECTION_TICKS_MIN_DEFAULT);
+
+/// A replica's configuration.
+#[derive(Clone, Debug)]
+pub struct CoreConfig {
+    /// This replica.
+    pub id: NodeId,
+    /// Every replica of the cluster, this one included.
+    pub nodes: Vec<NodeId>,
+    /// Minimum election timeout in ticks.
+    pub election_ticks_min: u32,
+    /// Ticks between heartbeats.
+    pub heartbeat_ticks: u32,
+    /// Seed of the election-timeout generator.
+    pub seed: u64,
+}
+
+/// Term and vote: what must be durable before a replica acts on them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HardState {
+    /// The current term.
+    pub term: Term,
+    /// The candidate voted for in that term.
+    pub voted_for: Option<NodeId>,
+}
+
+/// What a replica recovered from disk.
+#[derive(Clone, Debug, Default)]
+pub struct Recovered {
+    /// Term and vote.
+    pub hard_state: HardState,
+    /// Term of every entry in the WAL, from index 1.
+    pub terms: Vec<Term>,
+    /// Hash of every entry in the WAL, from index 1.
+    pub hashes: Vec<EntryHash>,
+    /// The WAL's tail from `applied + 1`, to keep in memory.
+    pub window: Vec<Entry>,
+    /// Entries already applied from the WAL (known committed).
+    pub applied: Option<AppliedHash>,
+}
+
+/// Something that happened to the replica.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A tick of the logical clock.
+    Tick,
+    /// A message from another replica.
+    Message {
+        /// The sender.
+        from: NodeId,
+        /// The message.
+        message: PeerMessage,
+    },
+    /// The WAL fsynced every entry up to `index`, which had term `term` when written.
+    Persisted {
+        /// The last durable entry.
+        index: EntryIndex,
+        /// Its term.
+        term: Term,
+    },
+    /// The state machine applied an entry.
+    Applied(AppliedHash),
+    /// Entries read back from the WAL for a peer, after an [`Action::Load`].
+    Loaded {
+        /// The peer they are for.
+        peer: NodeId,
+        /// The entries.
+        entries: Vec<Entry>,
+    },
+}
+
+/// Something the driver must do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Send a message to a replica.
+    Send {
+        /// The receiver.
+        to: NodeId,
+        /// The message.
+        message: PeerMessage,
+    },
+    /// Make term and vote durable before carrying out any later action.
+    PersistHardState(HardState),
+    /// Append entries to the WAL and fsync them, then report [`Event::Persisted`].
+    Persist(Vec<Entry>),
+    /// Remove entries from `index` on from the WAL (before any later `Persist`).
+    Truncate(EntryIndex),
+    /// Entries up to this index are committed: apply them in order.
+    Commit(EntryIndex),
+    /// Read entries `from..=to` back from the WAL and report [`Event::Loaded`] for `peer`.
+    Load {
+        /// The peer that needs them.
+        peer: NodeId,
+        /// The first.
+        from: EntryIndex,
+        /// The last.
+        to: EntryIndex,
+    },
+    /// The replica's role or the leader it knows changed.
+    RoleChanged {
+        /// The new role.
+        role: Role,
+        /// The term.
+        term: Term,
+        /// The leader, if known.
+        leader: Option<NodeId>,
+    },
+    /// This replica's state hash differs from another's after the same entry.
+    Diverged(Divergence),
+}
+
+/// A proposal made to a replica that is not the leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not the leader (leader: {leader:?})")]
+pub struct NotLeader {
+    /// The leader, if known.
+    pub leader: Option<NodeId>,
+}
+
+/// A leader's view of one follower.
+#[derive(Clone, Debug)]
+struct Progress {
+    /// The next index to send.
+    next: EntryIndex,
+    /// The highest index known to match and be durable there.
+    matched: EntryIndex,
+    /// Tick of the last reply.
+    last_heard: u64,
+    /// Entries for it are being read back from the WAL.
+    loading: bool,
+}
+
+/// One replica's consensus state.
+pub struct Core {
+    config: CoreConfig,
+    rng: Rng,
+    hard: HardState,
+    role: Role,
+    leader: Option<NodeId>,
+    log: Log,
+    commit: EntryIndex,
+    durable: EntryIndex,
+    applied: Option<AppliedHash>,
+    history: VecDeque<AppliedHash>,
+    /// Remote hashes for entries not applied here yet, per node (the newest only).
+    pending_checks: BTreeMap<NodeId, AppliedHash>,
+    divergence: Option<Divergence>,
+    ticks: u64,
+    election_elapsed: u32,
+    election_timeout: u32,
+    heartbeat_elapsed: u32,
+    last_leader_contact: Option<u64>,
+    votes: Vec<NodeId>,
+    peers: BTreeMap<NodeId, Progress>,
+    /// Follower: the highest index the current leader's appends showed to match.
+    confirmed: EntryIndex,
+    /// Follower: the highest index acknowledged to the current leader.
+    acknowledged: EntryIndex,
+}
+
+impl Core {
+    /// A replica starting from what it recovered, as a follower of no known leader.
+    pub fn new(config: CoreConfig, recovered: Recovered) -> Self {
+        assert!(
+            config.nodes.contains(&config.id),
+            "the replica is one of the nodes"
+        );
+        assert!(config.heartbeat_ticks > 0 && config.heartbeat_ticks < config.election_ticks_min);
+        let log = Log::new(recovered.terms, recovered.hashes, recovered.window);
+        let applied_index = recovered.applied.map_or(EntryIndex::ZERO, |a| a.index);
+        assert!(
+            applied_index <= log.last_index(),
+            "applied entries are in the log"
+        );
+        let mut rng = Rng::new(config.seed ^ u64::from(config.id.0).rotate_left(32));
+        let election_timeout =
+            config.election_ticks_min + rng.below(u64::from(config.election_ticks_min)) as u32;
+        Core {
+            rng,
+            hard: recovered.hard_state,
+            role: Role::Follower,
+            leader: None,
+            durable: log.last_index(),
+            log,
+            commit: applied_index,
+            applied: recovered.applied,
+            history: recovered.applied.into_iter().collect(),
+            pending_checks: BTreeMap::new(),
+            divergence: None,
+            ticks: 0,
+            election_elapsed: 0,
+            election_timeout,
+            heartbeat_elapsed: 0,
+            last_leader_contact: None,
+            votes: Vec::new(),
+            peers: BTreeMap::new(),
+            confirmed: EntryIndex::ZERO,
+            acknowledged: EntryIndex::ZERO,
+            config,
+        }
+    }
+
+    /// This replica.
+    pub fn id(&self) -> NodeId {
+        self.config.id
+    }
+
+    /// Its role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Its term.
+    pub fn term(&self) -> Term {
+        self.hard.term
+    }
+
+    /// The leader it knows of.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.leader
+    }
+
+    /// Its commit index.
+    pub fn commit_index(&self) -> EntryIndex {
+        self.commit
+    }
+
+    /// Its last log index.
+    pub fn last_index(&self) -> EntryIndex {
+        self.log.last_index()
+    }
+
+    /// The last index its WAL has made durable.
+    pub fn durable_index(&self) -> EntryIndex {
+        self.durable
+    }
+
+    /// The last entry applied, with its state hash.
+    pub fn applied(&self) -> Option<AppliedHash> {
+        self.applied
+    }
+
+    /// The first divergence detected, if any.
+    pub fn divergence(&self) -> Option<&Divergence> {
+        self.divergence.as_ref()
+    }
+
+    /// The entry at `index`, if it is held in memory.
+    pub fn entry(&self, index: EntryIndex) -> Option<&Entry> {
+        self.log.entry(index)
+    }
+
+    /// Entries in flight: appended by this leader and not yet committed.
+    pub fn uncommitted(&self) -> u64 {
+        self.log.last_index().0 - self.commit.0
+    }
+
+    /// Steps the replica with one event, appending the actions to carry out to `out`.
+    pub fn step(&mut self, event: Event, out: &mut Vec<Action>) {
+        match event {
+            Event::Tick => self.on_tick(out),
+            Event::Message { from, message } => self.on_message(from, message, out),
+            Event::Persisted { index, term } => self.on_persisted(index, term, out),
+            Event::Applied(applied) => self.on_applied(applied, out),
+            Event::Loaded { peer, entries } => self.on_loaded(peer, entries, out),
+        }
+    }
+
+    /// As leader, appends a new entry to the log and starts replicating it.
+    pub fn propose(
+        &mut self,
+        kind: EntryKind,
+        command_count: u32,
+        payload: Bytes,
+        out: &mut Vec<Action>,
+    ) -> Result<EntryIndex, NotLeader> {
+        if self.role != Role::Leader {
+            return Err(NotLeader {
+                leader: self.leader,
+            });
+        }
+        let index = self.log.last_index().next();
+        let entry = Entry::seal(
+            index,
+            self.hard.term,
+            kind,
+            self.commit,
+            command_count,
+            payload,
+            &self.log.last_hash(),
+        );
+        self.log.append(entry.clone());
+        out.push(Action::Persist(vec![entry]));
+        let caught_up: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.next == index && !p.loading)
+            .map(|(id, _)| *id)
+            .collect();
+        for peer in caught_up {
+            self.send_append(peer, out);
+        }
+        Ok(index)
+    }
+
+    fn on_tick(&mut self, out: &mut Vec<Action>) {
+        self.ticks += 1;
+        match self.role {
+            Role::Leader => {
+                self.heartbeat_elapsed += 1;
+                if self.heartbeat_elapsed >= self.config.heartbeat_ticks {
+                    self.heartbeat_elapsed = 0;
+                    self.heartbeat(out);
+                }
+                if !self.has_quorum_contact() {
+                    let term = self.hard.term;
+                    self.become_follower(term, None, out);
+                }
+            }
+            Role::Follower | Role::Candidate => {
+                self.election_elapsed += 1;
+                if self.election_elapsed >= self.election_timeout {
+                    self.campaign(out);
+                }
+            }
+        }
+    }
+
+    fn on_message(&mut self, from: NodeId, message: PeerMessage, out: &mut Vec<Action>) {
+        if !self.config.nodes.contains(&from) || from == self.config.id {
+            return;
+        }
+        let term = match &message {
+            PeerMessage::Append(m) => m.term,
+            PeerMessage::AppendReply(m) => m.term,
+            PeerMessage::Vote(m) => m.term,
+            PeerMessage::VoteReply(m) => m.term,
+        };
+        if term > self.hard.term {
+            if let PeerMessage::Vote(vote) = &message
+                && self.leader_is_fresh()
+            {
+                let reply = VoteReply {
+                    term: self.hard.term,
+                    from: self.config.id,
+                    granted: false,
+                };
+                out.push(Action::Send {
+                    to: vote.candidate,
+                    message: PeerMessage::VoteReply(reply),
+                });
+                return;
+            }
+            let leader = match &message {
+                PeerMessage::Append(m) => Some(m.leader),
+                PeerMessage::AppendReply(_) | PeerMessage::Vote(_) | PeerMessage::VoteReply(_) => {
+                    None
+                }
+            };
+            self.become_follower(term, leader, out);
+        }
+        match message {
+            PeerMessage::Append(m) => self.on_append(m, out),
+            PeerMessage::AppendReply(m) => self.on_append_reply(m, out),
+            PeerMessage::Vote(m) => self.on_vote(m, out),
+            PeerMessage::VoteReply(m) => self.on_vote_reply(m, out),
+        }
+    }
+
+    /// True when a vote request should be ignored: this replica leads, or heard from a leader
+    /// within the minimum election timeout.
+    fn leader_is_fresh(&self) -> bool {
+        match self.role {
+            Role::Leader => true,
+            Role::Follower | Role::Candidate => self.last_leader_contact.is_some_and(|tick| {
+                self.leader.is_some()
+                    && self.ticks - tick < u64::from(self.config.election_ticks_min)
+            }),
+        }
+    }
+
+    fn has_quorum_contact(&self) -> bool {
+        let window = u64::from(self.config.election_ticks_min);
+        let heard = self
+            .peers
+            .values()
+            .filter(|p| self.ticks - p.last_heard < window)
+            .count();
+        heard + 1 >= majority(self.config.nodes.len())
+    }
+
+    fn reset_election_timer(&mut self) {
+        self.election_elapsed = 0;
+        let min = self.config.election_ticks_min;
+        self.election_timeout = min + self.rng.below(u64::from(min)) as u32;
+    }
+
+    fn set_role(&mut self, role: Role, leader: Option<NodeId>, out: &mut Vec<Action>) {
+        if self.role != role || self.leader != leader {
+            self.role = role;
+            self.leader = leader;
+            out.push(Action::RoleChanged {
+                role,
+                term: self.hard.term,
+                leader,
+            });
+        }
+    }
+
+    fn become_follower(&mut self, term: Term, leader: Option<NodeId>, out: &mut Vec<Action>) {
+        if term > self.hard.term {
+            self.hard = HardState {
+                term,
+                voted_for: None,
+            };
+            out.push(Action::PersistHardState(self.hard));
+            self.confirmed = EntryIndex::ZERO;
+            self.acknowledged = EntryIndex::ZERO;
+        }
+        self.peers.clear();
+        self.votes.clear();
+        self.reset_election_timer();
+        self.set_role(Role::Follower, leader, out);
+    }
+
+    fn campaign(&mut self, out: &mut Vec<Action>) {
+        self.hard = HardState {
+            term: Term(self.hard.term.0 + 1),
+            voted_for: Some(self.config.id),
+        };
+        out.push(Action::PersistHardState(self.hard));
+        self.votes = vec![self.config.id];
+        self.confirmed = EntryIndex::ZERO;
+        self.acknowledged = EntryIndex::ZERO;
+        self.reset_election_timer();
+        self.set_role(Role::Candidate, None, out);
+        if self.votes.len() >= majority(self.config.nodes.len()) {
+            self.become_leader(out);
+            return;
+        }
+        let vote = Vote {
+            term: self.hard.term,
+            candidate: self.config.id,
+            last_index: self.log.last_index(),
+            last_term: self.log.last_term(),
+        };
+        for &to in self.config.nodes.iter().filter(|&&n| n != self.config.id) {
+            out.push(Action::Send {
+                to,
+                message: PeerMessage::Vote(vote.clone()),
+            });
+        }
+    }
+
+    fn become_leader(&mut self, out: &mut Vec<Action>) {
+        let next = self.log.last_index().next();
+        self.peers = self
+            .config
+            .nodes
+            .iter()
+            .filter(|&&n| n != self.config.id)
+            .map(|&n| {
+                (
+                    n,
+                    Progress {
+                        next,
+                        matched: EntryIndex::ZERO,
+                        last_heard: self.ticks,
+                        loading: false,
+                    },
+                )
+            })
+            .collect();
+        self.heartbeat_elapsed = 0;
+        self.set_role(Role::Leader, Some(self.config.id), out);
+        // A no-op of the new term commits the entries of earlier terms (Raft section 5.4.2).
+        self.propose(EntryKind::Noop, 0, Bytes::new(), out)
+            .expect("just became leader");
+    }
+
+    fn on_vote(&mut self, vote: Vote, out: &mut Vec<Action>) {
+        let up_to_date =
+            (vote.last_term, vote.last_index) >= (self.log.last_term(), self.log.last_index());
+        let free = self.hard.voted_for.is_none_or(|v| v == vote.candidate);
+        let granted =
+            vote.term == self.hard.term && free && up_to_date && self.role == Role::Follower;
+        if granted && self.hard.voted_for.is_none() {
+            self.hard.voted_for = Some(vote.candidate);
+            out.push(Action::PersistHardState(self.hard));
+        }
+        if granted {
+            self.reset_election_timer();
+        }
+        let reply = VoteReply {
+            term: self.hard.term,
+            from: self.config.id,
+            granted,
+        };
+        out.push(Action::Send {
+            to: vote.candidate,
+            message: PeerMessage::VoteReply(reply),
+        });
+    }
+
+    fn on_vote_reply(&mut self, reply: VoteReply, out: &mut Vec<Action>) {
+        if self.role != Role::Candidate || reply.term != self.hard.term || !reply.granted {
+            return;
+        }
+        if !self.votes.contains(&reply.from) {
+            self.votes.push(reply.from);
+        }
+        if self.votes.len() >= majority(self.config.nodes.len()) {
+            self.become_leader(out);
+        }
+    }
+
+    fn reply_append(&mut self, outcome: AppendOutcome, out: &mut Vec<Action>) {
+        let Some(leader) = self.leader else { return };
+        if let AppendOutcome::Matched { index } = outcome {
+            self.acknowledged = self.acknowledged.max(index);
+        }
+        let reply = AppendReply {
+            term: self.hard.term,
+            from: self.config.id,
+            outcome,
+            applied: self.applied,
+        };
+        out.push(Action::Send {
+            to: leader,
+            message: PeerMessage::AppendReply(reply),
+        });
+    }
+
+    fn on_append(&mut self, append: Append, out: &mut Vec<Action>) {
+        if append.term < self.hard.term {
+            let reply = AppendReply {
+                term: self.hard.term,
+                from: self.config.id,
+                outcome: AppendOutcome::Conflict {
+                    hint: self.log.last_index(),
+                },
+                applied: self.applied,
+            };
+            out.push(Action::Send {
+                to: append.leader,
+                message: PeerMessage::AppendReply(reply),
+            });
+            return;
+        }
+        if self.role != Role::Follower || self.leader != Some(append.leader) {
+            self.become_follower(append.term, Some(append.leader), out);
+        }
+        self.election_elapsed = 0;
+        self.last_leader_contact = Some(self.ticks);
+        self.check_remote_hash(append.leader, append.applied, out);
+        if let Some(hint) = self.mismatch_hint(append.prev_index, append.prev_term) {
+            self.reply_append(AppendOutcome::Conflict { hint }, out);
+            return;
+        }
+        let covered = EntryIndex(append.prev_index.0 + append.entries.len() as u64);
+        if let Err(hint) = self.take_entries(append.entries, out) {
+            self.reply_append(AppendOutcome::Conflict { hint }, out);
+            return;
+        }
+        self.confirmed = self.confirmed.max(covered);
+        let commit = append.commit.min(covered);
+        if commit > self.commit {
+            self.commit = commit;
+            out.push(Action::Commit(commit));
+        }
+        let matched = self.durable.min(self.confirmed);
+        if matched >= covered || matched > self.acknowledged {
+            self.reply_append(AppendOutcome::Matched { index: matched }, out);
+        }
+    }
+
+    /// `None` when the log holds `prev_index` with `prev_term`; otherwise an index at or below
+    /// which the logs may match (the end of the log, or the entry before the conflicting term).
+    fn mismatch_hint(&self, prev_index: EntryIndex, prev_term: Term) -> Option<EntryIndex> {
+        if prev_index > self.log.last_index() {
+            return Some(self.log.last_index());
+        }
+        let term = self.log.term_at(prev_index).expect("index within the log");
+        if term == prev_term {
+            return None;
+        }
+        let mut hint = prev_index.prev();
+        while hint > self.commit && self.log.term_at(hint) == Some(term) {
+            hint = hint.prev();
+        }
+        Some(hint)
+    }
+
+    /// Appends the entries the log lacks, truncating a conflicting suffix first. Fails with a
+    /// hint when an entry does not chain to the one before it.
+    fn take_entries(
+        &mut self,
+        entries: Vec<Entry>,
+        out: &mut Vec<Action>,
+    ) -> Result<(), EntryIndex> {
+        let mut fresh = Vec::new();
+        for entry in entries {
+            let index = entry.index();
+            if index <= self.log.last_index() {
+                if self.log.term_at(index) == Some(entry.term()) {
+                    continue;
+                }
+                assert!(
+                    index > self.commit,
+                    "a leader never overwrites a committed entry ({index})"
+                );
+                self.log.truncate_from(index);
+                self.durable = self.durable.min(index.prev());
+                out.push(Action::Truncate(index));
+            }
+            if index != self.log.last_index().next() || entry.verify(&self.log.last_hash()).is_err()
+            {
+                self.persist(fresh, out);
+                return Err(self.log.last_index().min(index.prev()));
+            }
+            self.log.append(entry.clone());
+            fresh.push(entry);
+        }
+        self.persist(fresh, out);
+        Ok(())
+    }
+
+    fn persist(&mut self, entries: Vec<Entry>, out: &mut Vec<Action>) {
+        if !entries.is_empty() {
+            out.push(Action::Persist(entries));
+        }
+    }
+
+    fn on_persisted(&mut self, index: EntryIndex, term: Term, out: &mut Vec<Action>) {
+        if index <= self.durable || self.log.term_at(index) != Some(term) {
+            return;
+        }
+        self.durable = index;
+        match self.role {
+            Role::Leader => self.advance_commit(out),
+            Role::Follower => {
+                let matched = self.durable.min(self.confirmed);
+                if matched > self.acknowledged {
+                    self.reply_append(AppendOutcome::Matched { index: matched }, out);
+                }
+            }
+            Role::Candidate => {}
+        }
+    }
+
+    fn on_append_reply(&mut self, reply: AppendReply, out: &mut Vec<Action>) {
+        if self.role != Role::Leader || reply.term != self.hard.term {
+            return;
+        }
+        self.check_remote_hash(reply.from, reply.applied, out);
+        let last = self.log.last_index();
+        let Some(progress) = self.peers.get_mut(&reply.from) else {
+            return;
+        };
+        progress.last_heard = self.ticks;
+        match reply.outcome {
+            AppendOutcome::Matched { index } => {
+                progress.matched = progress.matched.max(index.min(last));
+                progress.next = progress.next.max(progress.matched.next());
+                let behind = progress.next <= last && !progress.loading;
+                self.advance_commit(out);
+                if behind {
+                    self.send_append(reply.from, out);
+                }
+            }
+            AppendOutcome::Conflict { hint } => {
+                progress.next = hint.next().max(progress.matched.next()).min(last.next());
+                if !progress.loading {
+                    self.send_append(reply.from, out);
+                }
+            }
+        }
+    }
+
+    fn advance_commit(&mut self, out: &mut Vec<Action>) {
+        let mut matched: Vec<EntryIndex> = self.peers.values().map(|p| p.matched).collect();
+        matched.push(self.durable);
+        let quorum = quorum_index(&mut matched);
+        if quorum > self.commit && self.log.term_at(quorum) == Some(self.hard.term) {
+            self.commit = quorum;
+            out.push(Action::Commit(quorum));
+        }
+    }
+
+    fn heartbeat(&mut self, out: &mut Vec<Action>) {
+        let window = u64::from(self.config.heartbeat_ticks);
+        let peers: Vec<NodeId> = self.peers.keys().copied().collect();
+        for peer in peers {
+            let progress = self.peers.get_mut(&peer).expect("listed");
+            // Silence for a whole heartbeat: entries sent since the last match may be lost.
+            if self.ticks - progress.last_heard >= window && !progress.loading {
+                progress.next = progress.matched.next();
+            }
+            if !progress.loading {
+                self.send_append(peer, out);
+            }
+        }
+    }
+
+    /// Sends `peer` the entries from its `next` index (as many as one message takes), or an
+    /// empty append; asks for a WAL read when those entries left memory.
+    fn send_append(&mut self, peer: NodeId, out: &mut Vec<Action>) {
+        let last = self.log.last_index();
+        let progress = self.peers.get(&peer).expect("a peer of the leader");
+        let next = progress.next;
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        let mut index = next;
+        while index <= last && entries.len() < APPEND_ENTRIES_MAX {
+            let Some(entry) = self.log.entry(index) else {
+                break;
+            };
+            if !entries.is_empty() && bytes + entry.payload.len() > APPEND_BYTES_MAX {
+                break;
+            }
+            bytes += entry.payload.len();
+            entries.push(entry.clone());
+            index = index.next();
+        }
+        if entries.is_empty() && next <= last && next < self.log.window_start() {
+            let to = EntryIndex((next.0 + APPEND_ENTRIES_MAX as u64 - 1).min(last.0));
+            self.peers.get_mut(&peer).expect("listed").loading = true;
+            out.push(Action::Load {
+                peer,
+                from: next,
+                to,
+            });
+            return;
+        }
+        self.send_entries(peer, next, entries, out);
+    }
+
+    fn send_entries(
+        &mut self,
+        peer: NodeId,
+        next: EntryIndex,
+        entries: Vec<Entry>,
+        out: &mut Vec<Action>,
+    ) {
+        let prev_index = next.prev();
+        let prev_term = self
+            .log
+            .term_at(prev_index)
+            .expect("the leader holds every index below next");
+        let progress = self.peers.get_mut(&peer).expect("a peer of the leader");
+        progress.next = EntryIndex(next.0 + entries.len() as u64);
+        let append = Append {
+            term: self.hard.term,
+            leader: self.config.id,
+            prev_index,
+            prev_term,
+            entries,
+            commit: self.commit,
+            applied: self.applied,
+        };
+        out.push(Action::Send {
+            to: peer,
+            message: PeerMessage::Append(append),
+        });
+    }
+
+    fn on_loaded(&mut self, peer: NodeId, entries: Vec<Entry>, out: &mut Vec<Action>) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let Some(progress) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        progress.loading = false;
+        let next = progress.next;
+        let usable = entries.first().is_some_and(|e| e.index() == next)
+            && entries
+                .iter()
+                .all(|e| self.log.term_at(e.index()) == Some(e.term()));
+        if usable {
+            self.send_entries(peer, next, entries, out);
+        } else {
+            self.send_append(peer, out);
+        }
+    }
+
+    fn on_applied(&mut self, applied: AppliedHash, out: &mut Vec<Action>) {
+        assert!(
+            applied.index <= self.commit,
+            "only committed entries are applied"
+        );
+        self.applied = Some(applied);
+        if self.history.len() == HASH_HISTORY_ENTRIES {
+            self.history.pop_front();
+        }
+        self.history.push_back(applied);
+        let due: Vec<(NodeId, AppliedHash)> = self
+            .pending_checks
+            .iter()
+            .filter(|(_, h)| h.index <= applied.index)
+            .map(|(n, h)| (*n, *h))
+            .collect();
+        for (node, remote) in due {
+            self.pending_checks.remove(&node);
+            self.check_remote_hash(node, Some(remote), out);
+        }
+        let replicated = self
+            .peers
+            .values()
+            .map(|p| p.matched)
+            .min()
+            .unwrap_or(applied.index);
+        self.log.trim(replicated.min(applied.index), applied.index);
+    }
+
+    /// Compares another replica's state hash with this one's at the same entry; remembers it
+    /// for later when this replica has not applied that entry yet.
+    fn check_remote_hash(
+        &mut self,
+        node: NodeId,
+        remote: Option<AppliedHash>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(remote) = remote else { return };
+        if self.divergence.is_some() {
+            return;
+        }
+        if self.applied.is_none_or(|a| a.index < remote.index) {
+            self.pending_checks.insert(node, remote);
+            return;
+        }
+        let Some(local) = self.history.iter().rev().find(|h| h.index == remote.index) else {
+            return;
+        };
+        if local.hash != remote.hash {
+            let divergence = Divergence {
+                index: remote.index,
+                local: (self.config.id, local.hash),
+                remote: (node, remote.hash),
+            };
+            self.divergence = Some(divergence.clone());
+            out.push(Action::Diverged(divergence));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

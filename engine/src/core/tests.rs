@@ -1,0 +1,658 @@
+//! The consensus core: exact event-to-action tests, then three cores driven in memory.
+
+use super::*;
+use crate::ids::StateHash;
+use net::message::AppliedHash;
+use std::collections::VecDeque;
+
+const N1: NodeId = NodeId(1);
+const N2: NodeId = NodeId(2);
+const N3: NodeId = NodeId(3);
+
+fn config(id: NodeId) -> CoreConfig {
+    CoreConfig {
+        id,
+        nodes: vec![N1, N2, N3],
+        election_ticks_min: 10,
+        heartbeat_ticks: 2,
+        seed: 7,
+    }
+}
+
+fn core(id: NodeId) -> Core {
+    Core::new(config(id), Recovered::default())
+}
+
+fn step(core: &mut Core, event: Event) -> Vec<Action> {
+    let mut out = Vec::new();
+    core.step(event, &mut out);
+    out
+}
+
+/// Ticks until the core does something; returns what it did.
+fn tick_until_active(core: &mut Core) -> Vec<Action> {
+    for _ in 0..100 {
+        let actions = step(core, Event::Tick);
+        if !actions.is_empty() {
+            return actions;
+        }
+    }
+    panic!("the core never acted");
+}
+
+fn vote_granted(term: u64, from: NodeId) -> Event {
+    Event::Message {
+        from,
+        message: PeerMessage::VoteReply(VoteReply {
+            term: Term(term),
+            from,
+            granted: true,
+        }),
+    }
+}
+
+/// Makes `N1` leader of term 1 and returns it with the no-op it proposed.
+fn leader() -> (Core, Entry) {
+    let mut n1 = core(N1);
+    tick_until_active(&mut n1);
+    let actions = step(&mut n1, vote_granted(1, N2));
+    let Action::Persist(entries) = &actions[1] else {
+        panic!("expected the no-op persisted, got {actions:?}")
+    };
+    let noop = entries[0].clone();
+    (n1, noop)
+}
+
+/// Proves a follower whose election timeout passes persists its vote for itself in a new term
+/// before asking every other node for votes.
+#[test]
+fn election_timeout_starts_a_campaign() {
+    let mut n1 = core(N1);
+    let actions = tick_until_active(&mut n1);
+    let vote = Vote {
+        term: Term(1),
+        candidate: N1,
+        last_index: EntryIndex(0),
+        last_term: Term(0),
+    };
+    assert_eq!(
+        actions,
+        vec![
+            Action::PersistHardState(HardState {
+                term: Term(1),
+                voted_for: Some(N1)
+            }),
+            Action::RoleChanged {
+                role: Role::Candidate,
+                term: Term(1),
+                leader: None
+            },
+            Action::Send {
+                to: N2,
+                message: PeerMessage::Vote(vote.clone())
+            },
+            Action::Send {
+                to: N3,
+                message: PeerMessage::Vote(vote)
+            },
+        ]
+    );
+}
+
+/// Proves a vote is made durable before it is sent, and that a second candidate in the same
+/// term is refused.
+#[test]
+fn a_vote_is_persisted_before_it_is_sent() {
+    let mut n2 = core(N2);
+    let vote = |candidate| Event::Message {
+        from: candidate,
+        message: PeerMessage::Vote(Vote {
+            term: Term(1),
+            candidate,
+            last_index: EntryIndex(0),
+            last_term: Term(0),
+        }),
+    };
+    assert_eq!(
+        step(&mut n2, vote(N1)),
+        vec![
+            Action::PersistHardState(HardState {
+                term: Term(1),
+                voted_for: None
+            }),
+            Action::PersistHardState(HardState {
+                term: Term(1),
+                voted_for: Some(N1)
+            }),
+            Action::Send {
+                to: N1,
+                message: PeerMessage::VoteReply(VoteReply {
+                    term: Term(1),
+                    from: N2,
+                    granted: true
+                })
+            },
+        ]
+    );
+    assert_eq!(
+        step(&mut n2, vote(N3)),
+        vec![Action::Send {
+            to: N3,
+            message: PeerMessage::VoteReply(VoteReply {
+                term: Term(1),
+                from: N2,
+                granted: false
+            })
+        }]
+    );
+}
+
+/// Proves a candidate with a majority becomes leader and proposes a no-op of its term to all.
+#[test]
+fn majority_of_votes_makes_a_leader_that_proposes_a_noop() {
+    let mut n1 = core(N1);
+    tick_until_active(&mut n1);
+    let actions = step(&mut n1, vote_granted(1, N3));
+    assert_eq!(
+        actions[0],
+        Action::RoleChanged {
+            role: Role::Leader,
+            term: Term(1),
+            leader: Some(N1)
+        }
+    );
+    let Action::Persist(entries) = &actions[1] else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        (
+            entries[0].index(),
+            entries[0].term(),
+            entries[0].header.kind
+        ),
+        (EntryIndex(1), Term(1), EntryKind::Noop)
+    );
+    let sent: Vec<NodeId> = actions[2..]
+        .iter()
+        .map(|a| {
+            let Action::Send {
+                to,
+                message: PeerMessage::Append(m),
+            } = a
+            else {
+                panic!("{a:?}")
+            };
+            assert_eq!(m.entries, entries.clone());
+            *to
+        })
+        .collect();
+    assert_eq!(sent, vec![N2, N3]);
+    assert_eq!(n1.role(), Role::Leader);
+}
+
+fn matched(term: u64, from: NodeId, index: u64) -> Event {
+    Event::Message {
+        from,
+        message: PeerMessage::AppendReply(AppendReply {
+            term: Term(term),
+            from,
+            outcome: AppendOutcome::Matched {
+                index: EntryIndex(index),
+            },
+            applied: None,
+        }),
+    }
+}
+
+/// Proves the leader commits only when a majority holds the entry durably, counting itself
+/// only after its own fsync: two followers suffice, one follower alone does not.
+#[test]
+fn commit_needs_a_durable_majority() {
+    let (mut n1, noop) = leader();
+    assert_eq!(
+        step(&mut n1, matched(1, N2, 1)),
+        vec![],
+        "follower alone is not a majority"
+    );
+    assert_eq!(
+        step(
+            &mut n1,
+            Event::Persisted {
+                index: EntryIndex(1),
+                term: Term(1)
+            }
+        ),
+        vec![Action::Commit(EntryIndex(1))]
+    );
+    assert_eq!(n1.commit_index(), noop.index());
+
+    let (mut n1, _) = leader();
+    assert_eq!(step(&mut n1, matched(1, N2, 1)), vec![]);
+    assert_eq!(
+        step(&mut n1, matched(1, N3, 1)),
+        vec![Action::Commit(EntryIndex(1))],
+        "two followers are a majority"
+    );
+}
+
+/// Proves a follower acknowledges appended entries only after its own fsync reports them.
+#[test]
+fn follower_acknowledges_after_its_fsync() {
+    let (_, noop) = leader();
+    let mut n2 = core(N2);
+    let append = Append {
+        term: Term(1),
+        leader: N1,
+        prev_index: EntryIndex(0),
+        prev_term: Term(0),
+        entries: vec![noop.clone()],
+        commit: EntryIndex(0),
+        applied: None,
+    };
+    let actions = step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Append(append),
+        },
+    );
+    assert_eq!(
+        actions,
+        vec![
+            Action::PersistHardState(HardState {
+                term: Term(1),
+                voted_for: None
+            }),
+            Action::RoleChanged {
+                role: Role::Follower,
+                term: Term(1),
+                leader: Some(N1)
+            },
+            Action::Persist(vec![noop]),
+        ],
+        "no acknowledgement before the fsync"
+    );
+    let actions = step(
+        &mut n2,
+        Event::Persisted {
+            index: EntryIndex(1),
+            term: Term(1),
+        },
+    );
+    assert_eq!(
+        actions,
+        vec![Action::Send {
+            to: N1,
+            message: PeerMessage::AppendReply(AppendReply {
+                term: Term(1),
+                from: N2,
+                outcome: AppendOutcome::Matched {
+                    index: EntryIndex(1)
+                },
+                applied: None,
+            })
+        }]
+    );
+}
+
+/// Proves an append whose previous entry the follower lacks is refused with a hint, and that an
+/// entry that does not chain to the previous one is refused rather than logged.
+#[test]
+fn mismatched_appends_are_refused() {
+    let (_, noop) = leader();
+    let mut n2 = core(N2);
+    let gap = Append {
+        term: Term(1),
+        leader: N1,
+        prev_index: EntryIndex(4),
+        prev_term: Term(1),
+        entries: vec![],
+        commit: EntryIndex(0),
+        applied: None,
+    };
+    let actions = step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Append(gap),
+        },
+    );
+    assert_eq!(
+        actions.last(),
+        Some(&Action::Send {
+            to: N1,
+            message: PeerMessage::AppendReply(AppendReply {
+                term: Term(1),
+                from: N2,
+                outcome: AppendOutcome::Conflict {
+                    hint: EntryIndex(0)
+                },
+                applied: None,
+            })
+        })
+    );
+    let forged = Entry::seal(
+        EntryIndex(1),
+        Term(1),
+        EntryKind::Noop,
+        EntryIndex(0),
+        0,
+        Bytes::new(),
+        &EntryHash([9; 32]),
+    );
+    assert_ne!(forged.header.hash, noop.header.hash);
+    let append = Append {
+        term: Term(1),
+        leader: N1,
+        prev_index: EntryIndex(0),
+        prev_term: Term(0),
+        entries: vec![forged],
+        commit: EntryIndex(0),
+        applied: None,
+    };
+    let actions = step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Append(append),
+        },
+    );
+    assert!(
+        actions.iter().all(|a| !matches!(a, Action::Persist(_))),
+        "{actions:?}"
+    );
+    assert_eq!(n2.last_index(), EntryIndex(0));
+}
+
+/// Proves a state hash that differs from another replica's at the same entry is reported once,
+/// naming the entry and both nodes.
+#[test]
+fn divergent_hashes_are_reported() {
+    let (mut n1, _) = leader();
+    step(
+        &mut n1,
+        Event::Persisted {
+            index: EntryIndex(1),
+            term: Term(1),
+        },
+    );
+    step(&mut n1, matched(1, N2, 1));
+    let mine = AppliedHash {
+        index: EntryIndex(1),
+        hash: StateHash([1; 32]),
+    };
+    let theirs = AppliedHash {
+        index: EntryIndex(1),
+        hash: StateHash([2; 32]),
+    };
+    step(&mut n1, Event::Applied(mine));
+    let reply = |applied| Event::Message {
+        from: N3,
+        message: PeerMessage::AppendReply(AppendReply {
+            term: Term(1),
+            from: N3,
+            outcome: AppendOutcome::Matched {
+                index: EntryIndex(1),
+            },
+            applied: Some(applied),
+        }),
+    };
+    let actions = step(&mut n1, reply(theirs));
+    let divergence = Divergence {
+        index: EntryIndex(1),
+        local: (N1, mine.hash),
+        remote: (N3, theirs.hash),
+    };
+    assert_eq!(actions, vec![Action::Diverged(divergence.clone())]);
+    assert_eq!(n1.divergence(), Some(&divergence));
+    assert_eq!(step(&mut n1, reply(theirs)), vec![], "reported once");
+    assert_eq!(step(&mut n1, reply(mine)), vec![]);
+}
+
+/// Proves a replica that heard from its leader recently ignores a disruptive vote request of a
+/// higher term, and a leader without contact to a majority steps down.
+#[test]
+fn stickiness_and_check_quorum() {
+    let (mut n1, noop) = leader();
+    let mut n2 = core(N2);
+    let append = Append {
+        term: Term(1),
+        leader: N1,
+        prev_index: EntryIndex(0),
+        prev_term: Term(0),
+        entries: vec![noop],
+        commit: EntryIndex(0),
+        applied: None,
+    };
+    step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Append(append),
+        },
+    );
+    let disruptive = Vote {
+        term: Term(5),
+        candidate: N3,
+        last_index: EntryIndex(9),
+        last_term: Term(4),
+    };
+    let actions = step(
+        &mut n2,
+        Event::Message {
+            from: N3,
+            message: PeerMessage::Vote(disruptive),
+        },
+    );
+    assert_eq!(
+        actions,
+        vec![Action::Send {
+            to: N3,
+            message: PeerMessage::VoteReply(VoteReply {
+                term: Term(1),
+                from: N2,
+                granted: false
+            })
+        }]
+    );
+    assert_eq!(n2.term(), Term(1));
+
+    let mut stepped_down = false;
+    for _ in 0..30 {
+        let actions = step(&mut n1, Event::Tick);
+        stepped_down |= actions.contains(&Action::RoleChanged {
+            role: Role::Follower,
+            term: Term(1),
+            leader: None,
+        });
+    }
+    assert!(stepped_down, "a leader that hears from nobody steps down");
+}
+
+/// Three cores and a network in memory: messages delivered in order unless a node is cut off,
+/// fsync instantaneous, every committed entry applied with a hash derived from its entry hash.
+struct Cluster {
+    cores: Vec<Core>,
+    queue: VecDeque<(NodeId, Event)>,
+    cut: Option<NodeId>,
+    committed: Vec<Vec<Entry>>,
+    wal: Vec<Vec<Entry>>,
+}
+
+impl Cluster {
+    fn new() -> Self {
+        Cluster {
+            cores: [N1, N2, N3].into_iter().map(core).collect(),
+            queue: VecDeque::new(),
+            cut: None,
+            committed: vec![Vec::new(); 3],
+            wal: vec![Vec::new(); 3],
+        }
+    }
+
+    fn at(id: NodeId) -> usize {
+        id.0 as usize - 1
+    }
+
+    fn carry_out(&mut self, id: NodeId, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Send { to, message } => {
+                    if self.cut != Some(to) && self.cut != Some(id) {
+                        self.queue
+                            .push_back((to, Event::Message { from: id, message }));
+                    }
+                }
+                Action::Persist(entries) => {
+                    let last = entries.last().expect("non-empty").header;
+                    self.wal[Self::at(id)].extend(entries);
+                    self.queue.push_back((
+                        id,
+                        Event::Persisted {
+                            index: last.index,
+                            term: last.term,
+                        },
+                    ));
+                }
+                Action::Truncate(from) => self.wal[Self::at(id)].retain(|e| e.index() < from),
+                Action::Commit(index) => self.apply(id, index),
+                Action::Load { peer, from, to } => {
+                    let entries = self.wal[Self::at(id)]
+                        .iter()
+                        .filter(|e| e.index() >= from && e.index() <= to)
+                        .cloned()
+                        .collect();
+                    self.queue.push_back((id, Event::Loaded { peer, entries }));
+                }
+                Action::PersistHardState(_) | Action::RoleChanged { .. } => {}
+                Action::Diverged(d) => panic!("divergence in a correct cluster: {d:?}"),
+            }
+        }
+    }
+
+    fn apply(&mut self, id: NodeId, index: EntryIndex) {
+        let applied = &mut self.committed[Self::at(id)];
+        while (applied.len() as u64) < index.0 {
+            let next = EntryIndex(applied.len() as u64 + 1);
+            let entry = self.cores[Self::at(id)]
+                .entry(next)
+                .expect("committed entries are in memory")
+                .clone();
+            let hash = StateHash(entry.header.hash.0);
+            applied.push(entry);
+            self.queue
+                .push_back((id, Event::Applied(AppliedHash { index: next, hash })));
+        }
+    }
+
+    fn deliver_all(&mut self) {
+        while let Some((to, event)) = self.queue.pop_front() {
+            if self.cut == Some(to) && matches!(event, Event::Message { .. }) {
+                continue;
+            }
+            let mut out = Vec::new();
+            self.cores[Self::at(to)].step(event, &mut out);
+            self.carry_out(to, out);
+        }
+    }
+
+    fn tick(&mut self) {
+        for id in [N1, N2, N3] {
+            let mut out = Vec::new();
+            self.cores[Self::at(id)].step(Event::Tick, &mut out);
+            self.carry_out(id, out);
+        }
+        self.deliver_all();
+    }
+
+    fn leader(&self) -> Option<NodeId> {
+        self.cores
+            .iter()
+            .find(|c| c.role() == Role::Leader && Some(c.id()) != self.cut)
+            .map(|c| c.id())
+    }
+
+    fn elect(&mut self) -> NodeId {
+        for _ in 0..200 {
+            self.tick();
+            if let Some(leader) = self.leader() {
+                return leader;
+            }
+        }
+        panic!("no leader elected");
+    }
+
+    fn propose(&mut self, leader: NodeId, body: &[u8]) -> EntryIndex {
+        let mut out = Vec::new();
+        let index = self.cores[Self::at(leader)]
+            .propose(
+                EntryKind::Commands,
+                1,
+                Bytes::copy_from_slice(body),
+                &mut out,
+            )
+            .expect("leader");
+        self.carry_out(leader, out);
+        self.deliver_all();
+        index
+    }
+}
+
+/// Proves three cores elect one leader, replicate and commit in order, fail over when the
+/// leader is cut off (its uncommitted entry is replaced), and converge once it returns.
+#[test]
+fn three_cores_elect_replicate_and_fail_over() {
+    let mut cluster = Cluster::new();
+    let first = cluster.elect();
+    for n in 0..20u8 {
+        cluster.propose(first, &[n; 10]);
+    }
+    cluster.tick();
+    let leader_commit = cluster.cores[Cluster::at(first)].commit_index();
+    assert_eq!(
+        leader_commit,
+        EntryIndex(21),
+        "no-op and 20 entries committed"
+    );
+
+    // Cut the leader off, propose on it (never commits), elect another.
+    cluster.cut = Some(first);
+    let lost = cluster.propose(first, b"never committed");
+    let second = cluster.elect();
+    assert_ne!(first, second);
+    assert!(cluster.cores[Cluster::at(second)].term() > Term(1));
+    for n in 0..5u8 {
+        cluster.propose(second, &[100 + n; 3]);
+    }
+
+    // Heal: the old leader steps down, its lost entry is replaced, every log converges.
+    cluster.cut = None;
+    for _ in 0..50 {
+        cluster.tick();
+    }
+    let logs: Vec<Vec<EntryHash>> = cluster
+        .committed
+        .iter()
+        .map(|applied| applied.iter().map(|e| e.header.hash).collect())
+        .collect();
+    assert!(
+        logs[0].len() >= 27,
+        "every node applied the new leader's entries: {}",
+        logs[0].len()
+    );
+    assert_eq!(logs[0], logs[1]);
+    assert_eq!(logs[1], logs[2]);
+    let at_lost = &cluster.committed[Cluster::at(first)][lost.0 as usize - 1];
+    assert_ne!(
+        at_lost.payload.as_ref(),
+        b"never committed",
+        "the uncommitted entry was replaced"
+    );
+    let leaders = cluster
+        .cores
+        .iter()
+        .filter(|c| c.role() == Role::Leader)
+        .count();
+    assert_eq!(leaders, 1);
+}

@@ -1,0 +1,255 @@
+//! Messages on the wire: the handshake, the consensus messages between peers, and the client
+//! protocol. Each travels as one frame whose body is the bincode encoding of the enum.
+
+use crate::codec::{Decode, Encode};
+use crate::entry::Entry;
+use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, StateHash, Term};
+
+/// Version of this protocol; a handshake with another version is refused.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// The first frame on every connection: who is calling.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Hello {
+    /// [`PROTOCOL_VERSION`] of the caller.
+    pub version: u16,
+    /// The cluster the caller belongs to.
+    pub cluster: u64,
+    /// The calling node, or `None` for a client.
+    pub node: Option<NodeId>,
+}
+
+/// A replica's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum Role {
+    /// Follows a leader (or waits for one).
+    Follower,
+    /// Asks for votes.
+    Candidate,
+    /// Leads its term.
+    Leader,
+}
+
+/// A replica's state hash after applying an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct AppliedHash {
+    /// The entry.
+    pub index: EntryIndex,
+    /// The state hash after it.
+    pub hash: StateHash,
+}
+
+/// Messages between replicas.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum PeerMessage {
+    /// Leader to follower: entries to append (none for a heartbeat).
+    Append(Append),
+    /// Follower to leader: what it now durably holds.
+    AppendReply(AppendReply),
+    /// Candidate to replica: a vote request.
+    Vote(Vote),
+    /// Replica to candidate: the vote.
+    VoteReply(VoteReply),
+}
+
+/// Entries to append after `prev_index`, with the leader's commit index.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Append {
+    /// The leader's term.
+    pub term: Term,
+    /// The leader.
+    pub leader: NodeId,
+    /// The index just before `entries`.
+    pub prev_index: EntryIndex,
+    /// The term of the entry at `prev_index`.
+    pub prev_term: Term,
+    /// Entries from `prev_index + 1` on.
+    pub entries: Vec<Entry>,
+    /// The leader's commit index.
+    pub commit: EntryIndex,
+    /// The leader's latest applied state hash, for divergence checks.
+    pub applied: Option<AppliedHash>,
+}
+
+/// What a follower did with an [`Append`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum AppendOutcome {
+    /// The follower's log matches the leader's up to `index`, durably.
+    Matched {
+        /// The last index known to match, and fsynced.
+        index: EntryIndex,
+    },
+    /// The entry before the append did not match; retry from `hint + 1`.
+    Conflict {
+        /// An index at or below which the logs may still match.
+        hint: EntryIndex,
+    },
+}
+
+/// A follower's answer to an [`Append`].
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct AppendReply {
+    /// The follower's term.
+    pub term: Term,
+    /// The follower.
+    pub from: NodeId,
+    /// What it did.
+    pub outcome: AppendOutcome,
+    /// The follower's latest applied state hash, for divergence checks.
+    pub applied: Option<AppliedHash>,
+}
+
+/// A candidate's vote request.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Vote {
+    /// The candidate's term.
+    pub term: Term,
+    /// The candidate.
+    pub candidate: NodeId,
+    /// The candidate's last log index.
+    pub last_index: EntryIndex,
+    /// The term of that entry.
+    pub last_term: Term,
+}
+
+/// A vote.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct VoteReply {
+    /// The voter's term.
+    pub term: Term,
+    /// The voter.
+    pub from: NodeId,
+    /// True when the vote is granted.
+    pub granted: bool,
+}
+
+/// What a client asks of a node.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum ClientRequest {
+    /// Apply a request of commands, exactly once.
+    Submit(Submit),
+    /// Report the node's status.
+    Status,
+}
+
+/// One client request: 1 to 1,024 commands, encoded back to back.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Submit {
+    /// The client.
+    pub client: ClientId,
+    /// The client's request number: one more than its last request.
+    pub request: RequestNumber,
+    /// Commands in `commands`.
+    pub command_count: u32,
+    /// The encoded commands.
+    pub commands: Vec<u8>,
+}
+
+/// Why a node refused a request without applying it. Nothing of it entered the log.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum Rejection {
+    /// A request with no commands.
+    Empty,
+    /// More commands than a request may carry.
+    TooManyCommands {
+        /// Commands in the request.
+        count: u32,
+    },
+    /// A command that does not decode as one of this cluster's commands.
+    Malformed {
+        /// Its position in the request.
+        command: u32,
+    },
+    /// The node stopped applying (divergence or a fault) and takes no requests.
+    Halted,
+    /// The leader's queue of waiting commands is full; retry shortly.
+    Busy,
+}
+
+/// What a node answers.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum ClientReply {
+    /// The request applied (now or before): each command's outcome, encoded back to back.
+    Results {
+        /// The client.
+        client: ClientId,
+        /// The request.
+        request: RequestNumber,
+        /// Outcomes in `results`.
+        command_count: u32,
+        /// The encoded outcomes.
+        results: Vec<u8>,
+    },
+    /// This node is not the leader; try the leader, if known.
+    NotLeader {
+        /// The leader, if known.
+        leader: Option<NodeId>,
+        /// The leader's client address, if known.
+        address: Option<String>,
+    },
+    /// The request was refused.
+    Rejected {
+        /// The request.
+        request: RequestNumber,
+        /// Why.
+        reason: Rejection,
+    },
+    /// The client has since sent a newer request; this one will not be applied.
+    Stale {
+        /// The request.
+        request: RequestNumber,
+    },
+    /// The node's status.
+    Status(NodeStatus),
+}
+
+/// Two replicas whose state hashes differ after the same entry.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Divergence {
+    /// The entry after which the hashes differ.
+    pub index: EntryIndex,
+    /// The reporting node and its hash.
+    pub local: (NodeId, StateHash),
+    /// The other node and its hash.
+    pub remote: (NodeId, StateHash),
+}
+
+/// A node's view of itself.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct NodeStatus {
+    /// The node.
+    pub node: NodeId,
+    /// Its role.
+    pub role: Role,
+    /// Its term.
+    pub term: Term,
+    /// The leader it knows of.
+    pub leader: Option<NodeId>,
+    /// Its last log index.
+    pub last_index: EntryIndex,
+    /// Its commit index.
+    pub commit_index: EntryIndex,
+    /// The last entry it applied.
+    pub applied_index: EntryIndex,
+    /// Its state hash after that entry.
+    pub state_hash: StateHash,
+    /// The first divergence it detected, if any.
+    pub divergence: Option<Divergence>,
+    /// Why it stopped applying, if it did.
+    pub halted: Option<String>,
+}
