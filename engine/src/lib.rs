@@ -9,9 +9,11 @@
 
 pub mod apply;
 pub mod batcher;
+pub mod client;
 pub mod core;
 pub mod entry;
 pub mod handler;
+pub mod node;
 pub mod rng;
 pub mod sandbox;
 pub mod single;

@@ -63,6 +63,18 @@ impl Sessions {
         self.by_client.get(&client).map(|s| s.request)
     }
 
+    /// The results of `client`'s request `request` when it is the session's request and has
+    /// finished: its command count and encoded outcomes.
+    pub fn finished_results(
+        &self,
+        client: ClientId,
+        request: RequestNumber,
+    ) -> Option<(u32, &[u8])> {
+        let session = self.by_client.get(&client)?;
+        (session.request == request && session.is_complete())
+            .then_some((session.request_commands, session.results.as_slice()))
+    }
+
     pub(crate) fn get(&self, client: ClientId) -> Option<&Session> {
         self.by_client.get(&client)
     }

@@ -93,6 +93,8 @@ pub struct Wal {
     buf: Vec<u8>,
     /// A segment is closed once it holds this many bytes.
     segment_bytes_max: u64,
+    /// The highest commit index any entry declared (entries up to it are committed).
+    max_commit: EntryIndex,
 }
 
 impl Wal {
@@ -118,6 +120,12 @@ impl Wal {
     /// The first index the log holds.
     pub fn first_index(&self) -> EntryIndex {
         self.first_index
+    }
+
+    /// The highest commit index carried by any entry: every entry up to it is committed (a
+    /// committed entry is never removed, so this survives truncations).
+    pub fn max_commit(&self) -> EntryIndex {
+        self.max_commit
     }
 
     /// The last entry's term (zero when empty).
@@ -186,6 +194,7 @@ impl Wal {
             record_bytes: record_bytes as u32,
         });
         segment.bytes += record_bytes;
+        self.max_commit = self.max_commit.max(entry.header.commit);
         Ok(())
     }
 

@@ -51,6 +51,7 @@ pub(super) fn scan(dir: &Path) -> Result<(Wal, Recovery), WalError> {
         base_hash: EntryHash::default(),
         buf: Vec::new(),
         segment_bytes_max: super::WAL_SEGMENT_BYTES_MAX,
+        max_commit: EntryIndex::ZERO,
     };
     let mut torn_tail_bytes = 0;
     for (n, (first, path)) in files.iter().enumerate() {
@@ -105,6 +106,7 @@ fn scan_segment(wal: &mut Wal, path: &Path, is_last: bool) -> Result<u64, WalErr
                 if !chained {
                     return Err(corruption("hash does not chain to the previous entry"));
                 }
+                wal.max_commit = wal.max_commit.max(header.commit);
                 wal.entries.push(Located {
                     term: header.term,
                     hash: header.hash,

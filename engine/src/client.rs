@@ -1,0 +1,282 @@
+//! The client library: sends requests to the cluster's leader, follows redirects, and retries
+//! through timeouts and leader changes until it has the answer. Each request keeps its number
+//! across retries, so the cluster applies it exactly once.
+
+use crate::codec::{self, CodecError};
+use crate::entry::encode_commands;
+use crate::handler::{Handler, OutcomeOf};
+use crate::ids::{ClientId, RequestNumber};
+use futures::{SinkExt, StreamExt};
+use net::frame::{FrameCodec, FrameError};
+use net::message::{
+    ClientReply, ClientRequest, Hello, NodeStatus, PROTOCOL_VERSION, Rejection, Submit,
+};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
+
+/// Time to wait for an answer before trying again (possibly elsewhere).
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 1_000;
+/// First and largest pause between attempts.
+pub const RETRY_BACKOFF_MS_MIN: u64 = 5;
+/// See [`RETRY_BACKOFF_MS_MIN`].
+pub const RETRY_BACKOFF_MS_MAX: u64 = 500;
+
+/// Where and how a client reaches a cluster.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The cluster's id.
+    pub cluster_id: u64,
+    /// Every node's client address.
+    pub nodes: Vec<SocketAddr>,
+    /// Time to wait for one answer.
+    pub request_timeout: Duration,
+    /// Give up on a request after this long (`None`: never give up).
+    pub give_up_after: Option<Duration>,
+}
+
+impl ClientConfig {
+    /// Defaults: one second per attempt, never give up.
+    pub fn new(cluster_id: u64, nodes: Vec<SocketAddr>) -> Self {
+        ClientConfig {
+            cluster_id,
+            nodes,
+            request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
+            give_up_after: None,
+        }
+    }
+}
+
+/// Why a request has no results.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The cluster refused the request; nothing of it was applied.
+    #[error("rejected: {0:?}")]
+    Rejected(Rejection),
+    /// The client had already moved past this request number.
+    #[error("request {0} is stale")]
+    Stale(RequestNumber),
+    /// The answer did not decode.
+    #[error("undecodable answer: {0}")]
+    Decode(#[from] CodecError),
+    /// No answer within the configured time; the outcome is unknown.
+    #[error("no answer after {attempts} attempts in {seconds:.1} s")]
+    GaveUp {
+        /// Attempts made.
+        attempts: u32,
+        /// Seconds spent.
+        seconds: f64,
+    },
+    /// A one-off request (status) could not reach the node.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+}
+
+enum Answer {
+    Results(u32, Vec<u8>),
+    Redirect(Option<SocketAddr>),
+    Refused(Rejection),
+    Stale,
+}
+
+/// A client session: one id, requests numbered from one, one request in flight.
+pub struct Client {
+    config: ClientConfig,
+    id: ClientId,
+    next_request: u64,
+    connection: Option<Framed<TcpStream, FrameCodec>>,
+    target: SocketAddr,
+    rotation: usize,
+}
+
+impl Client {
+    /// A client with id `id` whose next request is numbered `first_request`.
+    pub fn new(config: ClientConfig, id: ClientId, first_request: RequestNumber) -> Self {
+        assert!(!config.nodes.is_empty(), "a cluster has nodes");
+        let target = config.nodes[0];
+        Client {
+            config,
+            id,
+            next_request: first_request.0,
+            connection: None,
+            target,
+            rotation: 0,
+        }
+    }
+
+    /// The client's id.
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
+    /// Sends typed commands as one request; returns each command's outcome.
+    pub async fn submit<H: Handler>(
+        &mut self,
+        commands: &[H::Command],
+    ) -> Result<Vec<OutcomeOf<H>>, ClientError> {
+        let (count, results) = self
+            .submit_encoded(encode_commands(commands), commands.len() as u32)
+            .await?;
+        Ok(crate::apply::decode_outcomes::<H>(&results, count)?)
+    }
+
+    /// Sends already encoded commands as one request; returns the command count and the
+    /// encoded outcomes. Retries until it has them (or gives up, if configured to).
+    pub async fn submit_encoded(
+        &mut self,
+        commands: Vec<u8>,
+        count: u32,
+    ) -> Result<(u32, Vec<u8>), ClientError> {
+        let request = RequestNumber(self.next_request);
+        self.next_request += 1;
+        let message = ClientRequest::Submit(Submit {
+            client: self.id,
+            request,
+            command_count: count,
+            commands,
+        });
+        let started = Instant::now();
+        let mut backoff = RETRY_BACKOFF_MS_MIN;
+        for attempts in 1.. {
+            match self.attempt(&message, request).await {
+                Ok(Answer::Results(count, results)) => return Ok((count, results)),
+                Ok(Answer::Refused(Rejection::Busy)) => {}
+                Ok(Answer::Refused(reason)) => return Err(ClientError::Rejected(reason)),
+                Ok(Answer::Stale) => return Err(ClientError::Stale(request)),
+                Ok(Answer::Redirect(Some(leader))) => {
+                    self.move_to(leader);
+                    continue;
+                }
+                Ok(Answer::Redirect(None)) | Err(_) => self.move_on(),
+            }
+            if self
+                .config
+                .give_up_after
+                .is_some_and(|limit| started.elapsed() > limit)
+            {
+                let seconds = started.elapsed().as_secs_f64();
+                return Err(ClientError::GaveUp { attempts, seconds });
+            }
+            tokio::time::sleep(Duration::from_millis(backoff)).await;
+            backoff = (backoff * 2).min(RETRY_BACKOFF_MS_MAX);
+        }
+        unreachable!("the loop returns")
+    }
+
+    fn move_to(&mut self, leader: SocketAddr) {
+        if leader != self.target {
+            self.target = leader;
+            self.connection = None;
+        }
+    }
+
+    fn move_on(&mut self) {
+        self.rotation = (self.rotation + 1) % self.config.nodes.len();
+        self.target = self.config.nodes[self.rotation];
+        self.connection = None;
+    }
+
+    /// One attempt at the current target: connect if needed, send, wait for this request's
+    /// answer (answers to earlier attempts are skipped).
+    async fn attempt(
+        &mut self,
+        message: &ClientRequest,
+        request: RequestNumber,
+    ) -> Result<Answer, FrameError> {
+        let timeout = self.config.request_timeout;
+        let result = tokio::time::timeout(timeout, async {
+            if self.connection.is_none() {
+                self.connection = Some(connect(self.config.cluster_id, self.target).await?);
+            }
+            let frames = self.connection.as_mut().expect("connected");
+            frames.send(message).await?;
+            loop {
+                let frame = frames
+                    .next()
+                    .await
+                    .ok_or_else(|| FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))??;
+                let reply: ClientReply = codec::decode(&frame)?;
+                if let Some(answer) = answer_to(reply, request) {
+                    return Ok(answer);
+                }
+            }
+        })
+        .await;
+        match result {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => {
+                self.connection = None;
+                Err(error)
+            }
+            Err(_) => {
+                self.connection = None;
+                Err(FrameError::Io(std::io::ErrorKind::TimedOut.into()))
+            }
+        }
+    }
+}
+
+/// The answer `reply` gives to `request`, if it is about that request.
+fn answer_to(reply: ClientReply, request: RequestNumber) -> Option<Answer> {
+    match reply {
+        ClientReply::Results {
+            request: r,
+            command_count,
+            results,
+            ..
+        } if r == request => Some(Answer::Results(command_count, results)),
+        ClientReply::Rejected { request: r, reason } if r == request => {
+            Some(Answer::Refused(reason))
+        }
+        ClientReply::Stale { request: r } if r == request => Some(Answer::Stale),
+        ClientReply::NotLeader { address, .. } => {
+            Some(Answer::Redirect(address.and_then(|a| a.parse().ok())))
+        }
+        ClientReply::Results { .. }
+        | ClientReply::Rejected { .. }
+        | ClientReply::Stale { .. }
+        | ClientReply::Status(_) => None,
+    }
+}
+
+async fn connect(
+    cluster: u64,
+    address: SocketAddr,
+) -> Result<Framed<TcpStream, FrameCodec>, FrameError> {
+    let stream = TcpStream::connect(address).await?;
+    stream.set_nodelay(true)?;
+    let mut frames = Framed::new(stream, FrameCodec);
+    frames
+        .send(&Hello {
+            version: PROTOCOL_VERSION,
+            cluster,
+            node: None,
+        })
+        .await?;
+    Ok(frames)
+}
+
+/// Asks one node for its status.
+pub async fn node_status(
+    cluster: u64,
+    address: SocketAddr,
+    timeout: Duration,
+) -> Result<NodeStatus, ClientError> {
+    let unreachable = |e: String| ClientError::Unreachable(format!("{address}: {e}"));
+    let exchange = async {
+        let mut frames = connect(cluster, address).await?;
+        frames.send(&ClientRequest::Status).await?;
+        let frame = frames
+            .next()
+            .await
+            .ok_or_else(|| FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))??;
+        Ok::<_, FrameError>(codec::decode::<ClientReply>(&frame)?)
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(Ok(ClientReply::Status(status))) => Ok(status),
+        Ok(Ok(other)) => Err(unreachable(format!("unexpected answer {other:?}"))),
+        Ok(Err(error)) => Err(unreachable(error.to_string())),
+        Err(_) => Err(unreachable("timed out".into())),
+    }
+}

@@ -1,0 +1,428 @@
+//! The node's event loop: inputs in, core steps, actions carried out.
+
+use super::connections::{accept_clients, accept_peers, connect_peer};
+use super::storage::{self, Restored};
+use super::wal_thread::{WalEvent, WalOp, WalThread};
+use super::{Input, NodeConfig, NodeError};
+use crate::apply::{Reply, ReplyStatus, StateMachine};
+use crate::batcher::{Batcher, Queued};
+use crate::codec;
+use crate::core::{Action, Core, CoreConfig, Event};
+use crate::entry::{COMMAND_BYTES_MAX, EntryKind, REQUEST_COMMANDS_MAX};
+use crate::handler::Handler;
+use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber};
+use bytes::Bytes;
+use net::message::{
+    AppliedHash, ClientReply, ClientRequest, NodeStatus, PeerMessage, Rejection, Role, Submit,
+};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// The node's listening sockets.
+pub(super) struct Listeners {
+    peer: TcpListener,
+    client: TcpListener,
+}
+
+pub(super) async fn bind(peer: SocketAddr, client: SocketAddr) -> Result<Listeners, NodeError> {
+    let listen = |address: SocketAddr| async move {
+        TcpListener::bind(address)
+            .await
+            .map_err(|source| NodeError::Io {
+                path: PathBuf::from(address.to_string()),
+                source,
+            })
+    };
+    Ok(Listeners {
+        peer: listen(peer).await?,
+        client: listen(client).await?,
+    })
+}
+
+/// The wall clock, read only here: it stamps entries for handlers (`Tx::now_ms`).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub(super) async fn run<H: Handler>(
+    config: NodeConfig,
+    restored: Restored<H>,
+    listeners: Listeners,
+    inbox: mpsc::Sender<Input>,
+    mut inputs: mpsc::Receiver<Input>,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let others: Vec<NodeId> = config
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .filter(|&n| n != config.id)
+        .collect();
+    tokio::spawn(accept_peers(
+        listeners.peer,
+        config.cluster_id,
+        others,
+        inbox.clone(),
+    ));
+    tokio::spawn(accept_clients(
+        listeners.client,
+        config.cluster_id,
+        inbox.clone(),
+    ));
+    let Some(mut driver) = Driver::new(config, restored, inbox) else {
+        return;
+    };
+    let mut ticker = tokio::time::interval(Duration::from_millis(driver.config.tick_ms));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let input = tokio::select! {
+            _ = &mut stopped => return,
+            input = inputs.recv() => input,
+            _ = ticker.tick() => {
+                driver.tick();
+                continue;
+            }
+        };
+        let Some(input) = input else { return };
+        driver.handle(input);
+        // Take whatever else is waiting first, so that requests that arrived together share
+        // an entry.
+        while let Ok(input) = inputs.try_recv() {
+            driver.handle(input);
+        }
+        driver.propose();
+    }
+}
+
+struct Driver<H: Handler> {
+    config: NodeConfig,
+    core: Core,
+    machine: StateMachine<H>,
+    batcher: Batcher,
+    waiters: HashMap<(ClientId, RequestNumber), mpsc::Sender<ClientReply>>,
+    wal: WalThread,
+    peers: BTreeMap<NodeId, mpsc::Sender<PeerMessage>>,
+    halted: Option<String>,
+}
+
+impl<H: Handler> Driver<H> {
+    fn new(config: NodeConfig, restored: Restored<H>, inbox: mpsc::Sender<Input>) -> Option<Self> {
+        let report = move |event| inbox.blocking_send(Input::Wal(event)).is_ok();
+        let wal = match WalThread::spawn(restored.wal, format!("wal-{}", config.id), report) {
+            Ok(wal) => wal,
+            Err(error) => {
+                eprintln!("node {}: cannot start the WAL thread: {error}", config.id);
+                return None;
+            }
+        };
+        let peers = config
+            .nodes
+            .iter()
+            .filter(|n| n.id != config.id)
+            .map(|n| {
+                (
+                    n.id,
+                    connect_peer(config.id, config.cluster_id, n.peer_address),
+                )
+            })
+            .collect();
+        let core_config = CoreConfig {
+            id: config.id,
+            nodes: config.nodes.iter().map(|n| n.id).collect(),
+            election_ticks_min: config.election_ticks_min,
+            heartbeat_ticks: config.heartbeat_ticks,
+            seed: config.seed,
+        };
+        Some(Driver {
+            core: Core::new(core_config, restored.core),
+            machine: restored.machine,
+            batcher: Batcher::new(config.entry_commands_max),
+            waiters: HashMap::new(),
+            wal,
+            peers,
+            halted: None,
+            config,
+        })
+    }
+
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::Peer { from, message } => self.step(Event::Message { from, message }),
+            Input::Client { request, reply } => self.on_client(request, &reply),
+            Input::Wal(WalEvent::Persisted { index, term }) => {
+                self.step(Event::Persisted { index, term })
+            }
+            Input::Wal(WalEvent::Loaded { peer, entries }) => {
+                self.step(Event::Loaded { peer, entries })
+            }
+            Input::Wal(WalEvent::Failed(reason)) => self.halt(format!("the WAL failed: {reason}")),
+        }
+    }
+
+    fn tick(&mut self) {
+        self.step(Event::Tick);
+        self.propose();
+    }
+
+    /// Steps the core, unless the node halted: a halted node takes no part in consensus, so
+    /// that the others elect a leader that can serve.
+    fn step(&mut self, event: Event) {
+        if self.halted.is_some() {
+            return;
+        }
+        let mut out = Vec::new();
+        self.core.step(event, &mut out);
+        self.carry_out(out);
+    }
+
+    fn carry_out(&mut self, actions: Vec<Action>) {
+        let mut queue = VecDeque::from(actions);
+        while let Some(action) = queue.pop_front() {
+            queue.extend(self.execute(action));
+        }
+    }
+
+    /// Carries out one action; returns the actions the core asked for meanwhile.
+    fn execute(&mut self, action: Action) -> Vec<Action> {
+        match action {
+            Action::Send { to, message } => {
+                if let Some(queue) = self.peers.get(&to) {
+                    // A full queue drops the message: consensus resends what matters.
+                    let _ = queue.try_send(message);
+                }
+            }
+            Action::PersistHardState(state) => {
+                if let Err(error) = storage::write_hard_state(&self.config.data_dir, state) {
+                    self.halt(format!("cannot persist the hard state: {error}"));
+                }
+            }
+            Action::Persist(entries) => self.queue_wal(WalOp::Append(entries)),
+            Action::Truncate(from) => self.queue_wal(WalOp::Truncate(from)),
+            Action::Load { peer, from, to } => self.queue_wal(WalOp::Load { peer, from, to }),
+            Action::Commit(index) => return self.apply_committed(index),
+            Action::RoleChanged { role, .. } => {
+                if role != Role::Leader {
+                    self.abandon_waiters();
+                }
+            }
+            Action::Diverged(divergence) => eprintln!(
+                "node {}: DIVERGENCE after entry {}: node {} has state hash {}, node {} has {}",
+                self.config.id,
+                divergence.index,
+                divergence.local.0,
+                divergence.local.1,
+                divergence.remote.0,
+                divergence.remote.1
+            ),
+        }
+        Vec::new()
+    }
+
+    fn queue_wal(&mut self, op: WalOp) {
+        if !self.wal.send(op) {
+            self.halt("the WAL thread stopped".into());
+        }
+    }
+
+    /// Applies committed entries in order, answers the requests they finish, and tells the
+    /// core each state hash.
+    fn apply_committed(&mut self, index: EntryIndex) -> Vec<Action> {
+        let mut out = Vec::new();
+        while self.halted.is_none() && self.machine.applied_index() < index {
+            let next = self.machine.applied_index().next();
+            let Some(entry) = self.core.entry(next).cloned() else {
+                self.halt(format!("entry {next} is committed but not in memory"));
+                break;
+            };
+            match self.machine.apply(&entry) {
+                Ok(applied) => {
+                    for reply in applied.replies {
+                        self.answer(reply);
+                    }
+                    let hash = AppliedHash {
+                        index: applied.index,
+                        hash: applied.state_hash,
+                    };
+                    self.core.step(Event::Applied(hash), &mut out);
+                }
+                Err(error) => self.halt(format!("apply stopped: {error}")),
+            }
+        }
+        out
+    }
+
+    fn answer(&mut self, reply: Reply) {
+        let Some(waiter) = self.waiters.remove(&(reply.client, reply.request)) else {
+            return;
+        };
+        let message = match reply.status {
+            ReplyStatus::Results(results) => ClientReply::Results {
+                client: reply.client,
+                request: reply.request,
+                command_count: reply.command_count,
+                results,
+            },
+            ReplyStatus::Stale => ClientReply::Stale {
+                request: reply.request,
+            },
+        };
+        let _ = waiter.try_send(message);
+    }
+
+    fn not_leader(&self) -> ClientReply {
+        let leader = self.core.leader().filter(|&l| l != self.config.id);
+        let address = leader
+            .and_then(|l| self.config.address(l))
+            .map(|a| a.client_address.to_string());
+        ClientReply::NotLeader { leader, address }
+    }
+
+    /// Answers every waiting client "not the leader" (they retry at the new leader; sessions
+    /// make the retry exactly-once).
+    fn abandon_waiters(&mut self) {
+        self.batcher.drain();
+        let answer = self.not_leader();
+        for (_, waiter) in self.waiters.drain() {
+            let _ = waiter.try_send(answer.clone());
+        }
+    }
+
+    fn halt(&mut self, reason: String) {
+        if self.halted.is_none() {
+            eprintln!("node {}: halted: {reason}", self.config.id);
+            self.halted = Some(reason);
+            self.batcher.drain();
+            for ((_, request), waiter) in self.waiters.drain() {
+                let _ = waiter.try_send(ClientReply::Rejected {
+                    request,
+                    reason: Rejection::Halted,
+                });
+            }
+        }
+    }
+
+    fn on_client(&mut self, request: ClientRequest, reply: &mpsc::Sender<ClientReply>) {
+        let answer = match request {
+            ClientRequest::Status => Some(ClientReply::Status(self.status())),
+            ClientRequest::Submit(submit) => self.admit(submit, reply),
+        };
+        if let Some(answer) = answer {
+            let _ = reply.try_send(answer);
+        }
+    }
+
+    /// Takes a request into the batcher, or answers it at once (refused, not the leader, or
+    /// already applied).
+    fn admit(&mut self, submit: Submit, reply: &mpsc::Sender<ClientReply>) -> Option<ClientReply> {
+        let request = submit.request;
+        let reject = |reason| Some(ClientReply::Rejected { request, reason });
+        if self.halted.is_some() {
+            return reject(Rejection::Halted);
+        }
+        if self.core.role() != Role::Leader {
+            return Some(self.not_leader());
+        }
+        let ends = match command_ends::<H>(&submit.commands, submit.command_count) {
+            Ok(ends) => ends,
+            Err(reason) => return reject(reason),
+        };
+        let sessions = self.machine.sessions();
+        if sessions
+            .last_request(submit.client)
+            .is_some_and(|last| request < last)
+        {
+            return Some(ClientReply::Stale { request });
+        }
+        if let Some((command_count, results)) = sessions.finished_results(submit.client, request) {
+            let results = results.to_vec();
+            return Some(ClientReply::Results {
+                client: submit.client,
+                request,
+                command_count,
+                results,
+            });
+        }
+        let key = (submit.client, request);
+        if let Some(waiter) = self.waiters.get_mut(&key) {
+            // A retry of a request in flight: answer on the newest connection.
+            *waiter = reply.clone();
+            return None;
+        }
+        let queued = Queued {
+            client: submit.client,
+            request,
+            commands: Bytes::from(submit.commands),
+            ends,
+        };
+        if self.batcher.push(queued).is_err() {
+            return reject(Rejection::Busy);
+        }
+        self.waiters.insert(key, reply.clone());
+        None
+    }
+
+    /// Forms entries from waiting requests while the pipeline has room.
+    fn propose(&mut self) {
+        while self.halted.is_none()
+            && self.core.role() == Role::Leader
+            && self.core.uncommitted() < self.config.pipeline_entries_max
+        {
+            let Some((payload, count)) = self.batcher.next_entry(now_ms()) else {
+                return;
+            };
+            let mut out = Vec::new();
+            self.core
+                .propose(EntryKind::Commands, count, payload, &mut out)
+                .expect("the leader proposes");
+            self.carry_out(out);
+        }
+    }
+
+    fn status(&self) -> NodeStatus {
+        NodeStatus {
+            node: self.config.id,
+            role: self.core.role(),
+            term: self.core.term(),
+            leader: self.core.leader(),
+            last_index: self.core.last_index(),
+            commit_index: self.core.commit_index(),
+            applied_index: self.machine.applied_index(),
+            state_hash: self.machine.state_hash(),
+            divergence: self.core.divergence().cloned(),
+            halted: self.halted.clone(),
+        }
+    }
+}
+
+/// Checks a request's commands (count, size, each decodes as a command of `H`) and returns
+/// where each ends, so that the batcher can split the request between entries.
+fn command_ends<H: Handler>(commands: &[u8], count: u32) -> Result<Vec<u32>, Rejection> {
+    if count == 0 {
+        return Err(Rejection::Empty);
+    }
+    if count > REQUEST_COMMANDS_MAX {
+        return Err(Rejection::TooManyCommands { count });
+    }
+    let mut ends = Vec::with_capacity(count as usize);
+    let mut at = 0usize;
+    for command in 0..count {
+        let malformed = Rejection::Malformed { command };
+        let (_, used) =
+            codec::decode_prefix::<H::Command>(&commands[at..]).map_err(|_| malformed.clone())?;
+        if used > COMMAND_BYTES_MAX as usize {
+            return Err(malformed);
+        }
+        at += used;
+        ends.push(at as u32);
+    }
+    if at != commands.len() {
+        return Err(Rejection::Malformed { command: count });
+    }
+    Ok(ends)
+}

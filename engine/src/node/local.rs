@@ -1,0 +1,163 @@
+//! Three (or more) nodes in one process on loopback TCP: what `runner local` and the in-process
+//! cluster tests run.
+
+use super::{NodeAddress, NodeConfig, NodeError, NodeHandle, start};
+use crate::client::{ClientConfig, node_status};
+use crate::handler::Handler;
+use crate::ids::NodeId;
+use net::message::{NodeStatus, Role};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Ports for `count` nodes (peer and client each) that were free a moment ago.
+pub fn free_loopback_addresses(count: usize) -> std::io::Result<Vec<NodeAddress>> {
+    let mut listeners = Vec::new();
+    for _ in 0..count * 2 {
+        listeners.push(TcpListener::bind("127.0.0.1:0")?);
+    }
+    let addresses: Vec<SocketAddr> = listeners
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<Result<_, _>>()?;
+    Ok((0..count)
+        .map(|i| NodeAddress {
+            id: NodeId(i as u8 + 1),
+            peer_address: addresses[2 * i],
+            client_address: addresses[2 * i + 1],
+        })
+        .collect())
+}
+
+/// A cluster running in this process.
+pub struct LocalCluster<H: Handler + Clone> {
+    configs: Vec<NodeConfig>,
+    handles: Vec<Option<NodeHandle>>,
+    handler: H,
+}
+
+impl<H: Handler + Clone> LocalCluster<H> {
+    /// Starts `count` nodes with data under `base` (one directory per node); `tune` adjusts
+    /// each node's configuration before it starts.
+    pub fn start(
+        base: &Path,
+        count: usize,
+        handler: H,
+        tune: impl Fn(&mut NodeConfig),
+    ) -> Result<Self, NodeError> {
+        let addresses = free_loopback_addresses(count).map_err(|source| NodeError::Io {
+            path: base.to_path_buf(),
+            source,
+        })?;
+        let configs: Vec<NodeConfig> = addresses
+            .iter()
+            .map(|a| {
+                let mut config =
+                    NodeConfig::new(a.id, addresses.clone(), base.join(format!("node{}", a.id)));
+                tune(&mut config);
+                config
+            })
+            .collect();
+        let mut cluster = LocalCluster {
+            handles: configs.iter().map(|_| None).collect(),
+            configs,
+            handler,
+        };
+        for id in cluster.ids() {
+            cluster.restart(id)?;
+        }
+        Ok(cluster)
+    }
+
+    /// The nodes' ids.
+    pub fn ids(&self) -> Vec<NodeId> {
+        self.configs.iter().map(|c| c.id).collect()
+    }
+
+    /// A node's configuration.
+    pub fn config(&self, id: NodeId) -> &NodeConfig {
+        &self.configs[id.0 as usize - 1]
+    }
+
+    /// How clients reach this cluster.
+    pub fn client_config(&self) -> ClientConfig {
+        let nodes = self.configs[0]
+            .nodes
+            .iter()
+            .map(|n| n.client_address)
+            .collect();
+        ClientConfig::new(self.configs[0].cluster_id, nodes)
+    }
+
+    /// Stops one node (its data stays).
+    pub fn stop(&mut self, id: NodeId) {
+        if let Some(handle) = self.handles[id.0 as usize - 1].take() {
+            handle.stop();
+        }
+    }
+
+    /// Starts (or restarts) one node from its data.
+    pub fn restart(&mut self, id: NodeId) -> Result<(), NodeError> {
+        self.stop(id);
+        let handle = start(self.config(id).clone(), self.handler.clone())?;
+        self.handles[id.0 as usize - 1] = Some(handle);
+        Ok(())
+    }
+
+    /// Every running node's status (`None` for a node that did not answer).
+    pub async fn statuses(&self) -> Vec<Option<NodeStatus>> {
+        let mut statuses = Vec::new();
+        for (config, handle) in self.configs.iter().zip(&self.handles) {
+            let address = config.nodes[config.id.0 as usize - 1].client_address;
+            let status = match handle {
+                Some(_) => node_status(config.cluster_id, address, Duration::from_secs(1))
+                    .await
+                    .ok(),
+                None => None,
+            };
+            statuses.push(status);
+        }
+        statuses
+    }
+
+    /// Waits until one node leads with the others following it; returns the leader.
+    pub async fn wait_for_leader(&self, limit: Duration) -> Option<NodeId> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            let statuses = self.statuses().await;
+            let leader = statuses
+                .iter()
+                .flatten()
+                .find(|s| s.role == Role::Leader)
+                .map(|s| s.node);
+            if leader.is_some() && statuses.iter().flatten().all(|s| s.leader == leader) {
+                return leader;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// Waits until every running node has applied the same entry, at least `index`, with the
+    /// same state hash; returns their statuses.
+    pub async fn wait_for_convergence(
+        &self,
+        index: crate::ids::EntryIndex,
+        limit: Duration,
+    ) -> Option<Vec<NodeStatus>> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            let statuses: Vec<NodeStatus> = self.statuses().await.into_iter().flatten().collect();
+            let running = self.handles.iter().filter(|h| h.is_some()).count();
+            let first = statuses.first()?;
+            let same = statuses.iter().all(|s| {
+                s.applied_index == first.applied_index && s.state_hash == first.state_hash
+            });
+            if statuses.len() == running && same && first.applied_index >= index {
+                return Some(statuses);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}

@@ -1,0 +1,226 @@
+//! The node driver on tokio: the only place that reads the clock and does IO. It owns the
+//! consensus core, the state machine, the batcher and the connections, and turns the core's
+//! actions into sends, WAL work (on the WAL's own thread) and applies.
+
+mod connections;
+mod driver;
+pub mod local;
+pub mod storage;
+mod wal_thread;
+
+pub use connections::{
+    CLIENT_CONNECTIONS_MAX, CLIENT_REPLIES_QUEUED_MAX, HANDSHAKE_TIMEOUT_MS,
+    PEER_QUEUE_MESSAGES_MAX, RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN,
+    SOCKET_BUFFER_BYTES,
+};
+
+use crate::apply::ApplyError;
+use crate::core::{ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT};
+use crate::entry::ENTRY_COMMANDS_MAX;
+use crate::handler::Handler;
+use crate::ids::NodeId;
+use crate::state::STATE_BYTES_DEFAULT;
+use crate::wal::WalError;
+use net::message::{ClientReply, ClientRequest, PeerMessage};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use tokio::sync::mpsc;
+use wal_thread::WalEvent;
+
+/// Milliseconds per tick of the consensus clock.
+pub const TICK_MS_DEFAULT: u64 = 10;
+/// Inputs (messages, requests, WAL events) a node queues before its connections wait.
+pub const INBOX_INPUTS_MAX: usize = 4096;
+/// Entries a leader keeps in flight (appended, not yet committed) when none is configured.
+pub const PIPELINE_ENTRIES_DEFAULT: u64 = 8;
+
+/// Where one node of the cluster listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAddress {
+    /// The node.
+    pub id: NodeId,
+    /// Address for the other nodes.
+    pub peer_address: SocketAddr,
+    /// Address for clients.
+    pub client_address: SocketAddr,
+}
+
+/// A node's configuration.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node.
+    pub id: NodeId,
+    /// The cluster's id: connections from other clusters are refused.
+    pub cluster_id: u64,
+    /// Every node of the cluster, this one included.
+    pub nodes: Vec<NodeAddress>,
+    /// Where this node keeps its WAL and hard state.
+    pub data_dir: PathBuf,
+    /// Most commands per entry (16 to 1,024).
+    pub entry_commands_max: u32,
+    /// State capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Milliseconds per tick.
+    pub tick_ms: u64,
+    /// Minimum election timeout in ticks.
+    pub election_ticks_min: u32,
+    /// Ticks between heartbeats.
+    pub heartbeat_ticks: u32,
+    /// Entries a leader keeps in flight.
+    pub pipeline_entries_max: u64,
+    /// Seed of the election timeouts.
+    pub seed: u64,
+}
+
+impl NodeConfig {
+    /// A configuration with the defaults for everything but identity and place.
+    pub fn new(id: NodeId, nodes: Vec<NodeAddress>, data_dir: PathBuf) -> Self {
+        NodeConfig {
+            id,
+            cluster_id: 1,
+            nodes,
+            data_dir,
+            entry_commands_max: ENTRY_COMMANDS_MAX,
+            capacity_bytes: STATE_BYTES_DEFAULT,
+            tick_ms: TICK_MS_DEFAULT,
+            election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
+            heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
+            pipeline_entries_max: PIPELINE_ENTRIES_DEFAULT,
+            seed: 1,
+        }
+    }
+
+    fn address(&self, id: NodeId) -> Option<&NodeAddress> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+}
+
+/// Why a node could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A file or socket operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file, directory or address.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file is damaged.
+    #[error("{path}: damaged ({reason})")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The WAL failed.
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    /// Replaying the log failed.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// The configuration is inconsistent.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// Everything that reaches a node's event loop.
+pub(crate) enum Input {
+    Peer {
+        from: NodeId,
+        message: PeerMessage,
+    },
+    Client {
+        request: ClientRequest,
+        reply: mpsc::Sender<ClientReply>,
+    },
+    Wal(WalEvent),
+}
+
+/// A running node: stop it with [`NodeHandle::stop`] (or drop it).
+pub struct NodeHandle {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl NodeHandle {
+    /// Stops the node and waits for its thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for NodeHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Recovers the node from its data directory and starts it on a thread of its own (a
+/// single-threaded tokio runtime; the WAL has another thread). Returns once it listens.
+pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, NodeError> {
+    let me = config
+        .address(config.id)
+        .ok_or_else(|| NodeError::Config(format!("node {} is not listed", config.id)))?;
+    let (peer_address, client_address) = (me.peer_address, me.client_address);
+    let restored = storage::restore(&config.data_dir, handler, config.capacity_bytes)?;
+    let (inbox, inputs) = mpsc::channel(INBOX_INPUTS_MAX);
+    let (ready, started) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name(format!("node-{}", config.id))
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(source) => {
+                    let _ = ready.send(Err(NodeError::Io {
+                        path: PathBuf::from("tokio runtime"),
+                        source,
+                    }));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let listeners = driver::bind(peer_address, client_address).await;
+                let listeners = match listeners {
+                    Ok(listeners) => {
+                        let _ = ready.send(Ok(()));
+                        listeners
+                    }
+                    Err(error) => {
+                        let _ = ready.send(Err(error));
+                        return;
+                    }
+                };
+                driver::run(config, restored, listeners, inbox, inputs, stopped).await;
+            });
+        })
+        .map_err(|source| NodeError::Io {
+            path: PathBuf::from("node thread"),
+            source,
+        })?;
+    match started.recv() {
+        Ok(Ok(())) => Ok(NodeHandle {
+            stop: Some(stop),
+            thread: Some(thread),
+        }),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(NodeError::Config(
+            "the node thread ended before it listened".into(),
+        )),
+    }
+}
