@@ -1,15 +1,23 @@
-//! The runner: command-line entry points for the engine with the Bank handler.
+//! The runner: the engine with the Bank handler, from the command line.
 //!
-//! `runner local` runs the main job: prefill accounts, then the transfer benchmark, printing a
-//! table (and JSON with `--json`).
+//! - `runner local`: three nodes in this process over loopback TCP (data under /dev/shm), a
+//!   prefill, then the benchmark; the README's main job.
+//! - `runner node --cluster FILE --id N`: one node of a cluster, in its own process.
+//! - `runner bench --cluster FILE`: the benchmark against a running cluster.
+//! - `runner client --cluster FILE <command>`: one Bank command, JSON out.
+//! - `runner status --cluster FILE [--json]`: every node's role, term, indexes, state hash.
+//! - `runner single`: the Bank on one node without replication (a ceiling to compare with).
 
+mod bench;
+mod cluster_file;
+mod commands;
 mod report;
 mod single;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-/// The replicated Bank engine: local runs and benchmarks.
+/// The replicated Bank engine: local runs, cluster nodes, benchmarks and a client.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
@@ -19,14 +27,24 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Prefill accounts and run the transfer benchmark on a local node, data under /dev/shm.
-    Local(single::LocalArgs),
+    /// Three nodes in this process, prefill, then the transfer benchmark.
+    Local(commands::LocalArgs),
+    /// One node of a cluster described by a cluster file.
+    Node(commands::NodeArgs),
+    /// The transfer benchmark against a running cluster.
+    Bench(commands::BenchArgs),
+    /// One Bank command against a running cluster; prints JSON.
+    Client(commands::ClientArgs),
+    /// Every node's role, term, commit and applied index, and state hash.
+    Status(commands::StatusArgs),
+    /// The Bank on one node without replication, WAL under /dev/shm.
+    Single(single::LocalArgs),
 }
 
 /// Where data goes when `--dir` is not given: tmpfs, as the reference runs do.
 pub const DATA_DIR_DEFAULT: &str = "/dev/shm";
 
-/// Turns a `--dir` value into a fresh run directory under it.
+/// A fresh run directory under `base` (or under [`DATA_DIR_DEFAULT`]), removed when dropped.
 pub fn run_dir(base: Option<PathBuf>) -> anyhow::Result<tempfile::TempDir> {
     let base = base.unwrap_or_else(|| PathBuf::from(DATA_DIR_DEFAULT));
     std::fs::create_dir_all(&base)?;
@@ -37,6 +55,11 @@ pub fn run_dir(base: Option<PathBuf>) -> anyhow::Result<tempfile::TempDir> {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Local(args) => single::run(args),
+        Command::Local(args) => commands::local(args),
+        Command::Node(args) => commands::node(args),
+        Command::Bench(args) => commands::bench(args),
+        Command::Client(args) => commands::client(args),
+        Command::Status(args) => commands::status(args),
+        Command::Single(args) => single::run(args),
     }
 }

@@ -100,3 +100,35 @@ pub fn print_table(runs: &[Run]) {
         );
     }
 }
+
+/// The median of `values` (sorted in place).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 0 {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
+}
+
+/// Prints the median and range over runs of the same configuration, as the reference does.
+pub fn print_summary(runs: &[Run]) {
+    if runs.is_empty() {
+        return;
+    }
+    let mut rates: Vec<f64> = runs.iter().map(|r| r.commands_per_s).collect();
+    let mut p99: Vec<f64> = runs.iter().map(|r| r.latency_ms.p99).collect();
+    let rate = median(&mut rates);
+    let p99_median = median(&mut p99);
+    println!(
+        "{} runs: completed commands/s median {:.0} (range {:.0}-{:.0}), p99 median {:.3} ms (range {:.3}-{:.3})",
+        runs.len(),
+        rate,
+        rates[0],
+        rates[rates.len() - 1],
+        p99_median,
+        p99[0],
+        p99[p99.len() - 1]
+    );
+}

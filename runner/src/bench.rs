@@ -1,0 +1,342 @@
+//! The load client: prefill accounts (or reuse them), then timed runs of random transfers with
+//! N requests in flight, then an audit and a check that every replica has the same state hash.
+
+use crate::report::{self, LatencyMs, Run};
+use anyhow::{Context, bail};
+use bank::workload::{PREFILL_BALANCE, Transfers, account_id, open_command};
+use bank::{Bank, BankCommand, BankError, BankOutput};
+use clap::Args;
+use engine::client::{Client, ClientConfig, ClientError, node_status};
+use engine::entry::encode_commands;
+use engine::{ClientId, Outcome, RequestNumber, decode_outcomes};
+use futures::future::join_all;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use net::message::NodeStatus;
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Opens per prefill request.
+const PREFILL_REQUEST_COMMANDS: u64 = 1024;
+/// Prefill requests in flight.
+const PREFILL_CLIENTS: usize = 4;
+/// Latency histogram: 1 us to 60 s, three significant digits.
+const LATENCY_US_MAX: u64 = 60_000_000;
+/// A benchmark request that has no answer after this long counts as unknown.
+const BENCH_GIVE_UP_S: u64 = 30;
+/// How long to wait for every replica to apply the last entry.
+const CONVERGENCE_WAIT_S: u64 = 30;
+
+/// Benchmark options, shared by `runner local` and `runner bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchOptions {
+    /// Accounts to prefill before timing (reused when the cluster already holds them).
+    #[arg(long, default_value_t = 2_000_000)]
+    pub accounts: u64,
+    /// Commands per request.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub batch: u32,
+    /// Requests in flight (each from its own client session).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub inflight: u32,
+    /// Seconds measured per run (ignored when --commands is given).
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Commands measured per run, instead of a duration.
+    #[arg(long)]
+    pub commands: Option<u64>,
+    /// Runs.
+    #[arg(long, default_value_t = 2)]
+    pub runs: u32,
+    /// Seconds of warm-up before each run's measurement.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Seed of the transfer streams.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the runs as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    let style = ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} ({per_sec}, {eta})")
+        .expect("valid template")
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// A client id no earlier run used: sessions are per client, so a rerun starts fresh.
+fn fresh_client_id(salt: u64) -> ClientId {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    ClientId(nanos.rotate_left(17) ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+fn client(config: &ClientConfig, salt: u64) -> Client {
+    let mut config = config.clone();
+    config.give_up_after = Some(Duration::from_secs(BENCH_GIVE_UP_S));
+    Client::new(config, fresh_client_id(salt), RequestNumber(1))
+}
+
+/// Prefills `accounts` accounts unless the cluster already holds them; returns seconds spent.
+pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Option<f64>> {
+    let mut probe = client(config, 0);
+    let ends = [
+        BankCommand::Get { id: account_id(0) },
+        BankCommand::Get {
+            id: account_id(accounts - 1),
+        },
+    ];
+    let present = probe.submit::<Bank>(&ends).await?;
+    if present.iter().all(|o| matches!(o, Outcome::Done(_))) {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let bar = bar(accounts, "prefill");
+    let next = Cell::new(0u64);
+    let workers = (0..PREFILL_CLIENTS).map(|w| {
+        let (next, bar) = (&next, &bar);
+        async move {
+            let mut client = client(config, w as u64 + 1);
+            loop {
+                let start = next.get();
+                if start >= accounts {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                let end = (start + PREFILL_REQUEST_COMMANDS).min(accounts);
+                next.set(end);
+                let opens: Vec<BankCommand> = (start..end).map(open_command).collect();
+                for outcome in client.submit::<Bank>(&opens).await? {
+                    match outcome {
+                        Outcome::Done(_) | Outcome::Failed(BankError::AccountExists(_)) => {}
+                        other => bail!("prefill open failed: {other:?}"),
+                    }
+                }
+                bar.inc(end - start);
+            }
+        }
+    });
+    for result in join_all(workers).await {
+        result?;
+    }
+    bar.finish_and_clear();
+    Ok(Some(started.elapsed().as_secs_f64()))
+}
+
+/// What one worker saw in the measured window.
+#[derive(Default)]
+struct Tally {
+    commands: u64,
+    failed: u64,
+    unknown: u64,
+    first_done: Option<Instant>,
+    last_done: Option<Instant>,
+}
+
+async fn worker(
+    config: &ClientConfig,
+    options: &BenchOptions,
+    salt: u64,
+    warm_until: Instant,
+    stop_at: Instant,
+    measured: &Cell<u64>,
+    latency: &std::cell::RefCell<Histogram<u64>>,
+) -> Tally {
+    let mut client = client(config, salt);
+    let mut transfers = Transfers::new(
+        options.seed ^ salt.wrapping_mul(0x2545_F491_4F6C_DD1D),
+        options.accounts,
+    );
+    let target = options.commands.unwrap_or(u64::MAX);
+    let mut tally = Tally::default();
+    let mut batch = Vec::with_capacity(options.batch as usize);
+    while Instant::now() < stop_at && measured.get() < target {
+        batch.clear();
+        batch.extend((0..options.batch).map(|_| transfers.next_command()));
+        let sent = Instant::now();
+        let answer = client
+            .submit_encoded(encode_commands(&batch), options.batch)
+            .await;
+        let done = Instant::now();
+        if done < warm_until {
+            continue;
+        }
+        match answer {
+            Ok((count, results)) => {
+                let outcomes = decode_outcomes::<Bank>(&results, count).unwrap_or_default();
+                tally.failed += outcomes
+                    .iter()
+                    .filter(|o| matches!(o, Outcome::Invalid))
+                    .count() as u64;
+                tally.commands += u64::from(count);
+                measured.set(measured.get() + u64::from(count));
+                latency
+                    .borrow_mut()
+                    .saturating_record((done - sent).as_micros() as u64);
+            }
+            Err(ClientError::GaveUp { .. }) => tally.unknown += u64::from(options.batch),
+            Err(_) => tally.failed += u64::from(options.batch),
+        }
+        tally.first_done.get_or_insert(sent.max(warm_until));
+        tally.last_done = Some(done);
+    }
+    tally
+}
+
+/// One timed run.
+pub async fn measure(
+    config: &ClientConfig,
+    options: &BenchOptions,
+    run: u32,
+    mode: &str,
+) -> anyhow::Result<Run> {
+    let warm_until = Instant::now() + Duration::from_secs_f64(options.warmup);
+    let length = if options.commands.is_some() {
+        Duration::from_secs(3600)
+    } else {
+        Duration::from_secs_f64(options.duration)
+    };
+    let stop_at = warm_until + length;
+    let measured = Cell::new(0u64);
+    let latency = std::cell::RefCell::new(Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?);
+    let bar = bar(
+        (options.warmup + options.duration) as u64,
+        &format!("run {}", run + 1),
+    );
+    let ticker = async {
+        let started = Instant::now();
+        while Instant::now() < stop_at {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            bar.set_position(started.elapsed().as_secs());
+        }
+    };
+    let workers = (0..options.inflight).map(|w| {
+        let salt = u64::from(run) << 32 | u64::from(w) + 1;
+        worker(
+            config, options, salt, warm_until, stop_at, &measured, &latency,
+        )
+    });
+    let (tallies, ()) = futures::join!(join_all(workers), ticker);
+    bar.finish_and_clear();
+    let commands: u64 = tallies.iter().map(|t| t.commands).sum();
+    let first = tallies.iter().filter_map(|t| t.first_done).min();
+    let last = tallies.iter().filter_map(|t| t.last_done).max();
+    let seconds = match (first, last) {
+        (Some(first), Some(last)) if last > first => (last - first).as_secs_f64(),
+        _ => bail!("no request completed in the measured window"),
+    };
+    Ok(Run {
+        mode: mode.to_string(),
+        batch: options.batch,
+        inflight: options.inflight,
+        accounts: options.accounts,
+        commands,
+        seconds,
+        commands_per_s: commands as f64 / seconds,
+        latency_ms: LatencyMs::from_us(&latency.borrow()),
+        failed: tallies.iter().map(|t| t.failed).sum(),
+        unknown: tallies.iter().map(|t| t.unknown).sum(),
+        replicas_converged: false,
+        state_hashes: Vec::new(),
+    })
+}
+
+/// Waits until every node reports the same applied entry and state hash.
+pub async fn converge(config: &ClientConfig) -> (bool, Vec<NodeStatus>) {
+    let started = Instant::now();
+    loop {
+        let mut statuses = Vec::new();
+        for address in &config.nodes {
+            if let Ok(status) =
+                node_status(config.cluster_id, *address, Duration::from_secs(1)).await
+            {
+                statuses.push(status);
+            }
+        }
+        let same = statuses.len() == config.nodes.len()
+            && statuses.iter().all(|s| {
+                s.applied_index == statuses[0].applied_index
+                    && s.state_hash == statuses[0].state_hash
+            })
+            && statuses.iter().all(|s| s.applied_index >= s.commit_index);
+        if same || started.elapsed() > Duration::from_secs(CONVERGENCE_WAIT_S) {
+            return (same, statuses);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Counts the accounts and sums the balances, through the log.
+pub async fn audit(config: &ClientConfig) -> anyhow::Result<(u64, u128)> {
+    let mut client = client(config, u64::MAX);
+    match client.submit::<Bank>(&[BankCommand::Audit]).await?.pop() {
+        Some(Outcome::Done(BankOutput::Audit { accounts, total })) => Ok((accounts, total)),
+        other => bail!("audit answered {other:?}"),
+    }
+}
+
+/// Prefill, runs, audit, convergence; prints the table and writes JSON if asked.
+pub async fn benchmark(
+    config: &ClientConfig,
+    options: &BenchOptions,
+    mode: &str,
+) -> anyhow::Result<Vec<Run>> {
+    if options.accounts < 2 {
+        bail!("--accounts must be at least 2");
+    }
+    let (before_accounts, before_total) =
+        match prefill(config, options.accounts).await.context("prefill")? {
+            Some(seconds) => {
+                println!("prefilled {} accounts in {seconds:.2} s", options.accounts);
+                (
+                    options.accounts,
+                    u128::from(options.accounts) * u128::from(PREFILL_BALANCE),
+                )
+            }
+            None => {
+                let audit = audit(config).await?;
+                println!("reusing the {} accounts the cluster holds", audit.0);
+                audit
+            }
+        };
+    let mut runs = Vec::new();
+    for run in 0..options.runs {
+        runs.push(measure(config, options, run, mode).await?);
+    }
+    let (converged, statuses) = converge(config).await;
+    let hashes: Vec<String> = statuses.iter().map(|s| s.state_hash.to_hex()).collect();
+    for run in &mut runs {
+        run.replicas_converged = converged;
+        run.state_hashes = hashes.clone();
+    }
+    report::print_table(&runs);
+    report::print_summary(&runs);
+    let (accounts, total) = audit(config).await?;
+    let audit_ok = accounts == before_accounts && total == before_total;
+    println!(
+        "audit: {accounts} accounts, total {total} ({}); replicas {} (state hash {})",
+        if audit_ok { "unchanged" } else { "CHANGED" },
+        if converged {
+            "converged"
+        } else {
+            "DID NOT CONVERGE"
+        },
+        statuses
+            .first()
+            .map(|s| s.state_hash.to_string())
+            .unwrap_or_default()
+    );
+    if let Some(path) = &options.json {
+        report::write_json(path, &runs)?;
+    }
+    if !audit_ok || !converged {
+        bail!("the run ended with a changed total or replicas that differ");
+    }
+    Ok(runs)
+}

@@ -1,0 +1,158 @@
+//! The cluster file: TOML naming the nodes (one `[[nodes]]` table each) and cluster settings.
+//!
+//! ```toml
+//! cluster_id = 1                # optional; connections from another cluster are refused
+//! entry_commands_max = 1024     # optional; 16 to 1,024 commands per entry
+//!
+//! [[nodes]]
+//! id = 1
+//! peer_address = "127.0.0.1:7001"
+//! client_address = "127.0.0.1:8001"
+//! data_dir = "/dev/shm/bank/node1"
+//! ```
+
+use anyhow::{Context, bail};
+use engine::NodeId;
+use engine::client::ClientConfig;
+use engine::entry::{ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX};
+use engine::node::{NodeAddress, NodeConfig};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// One `[[nodes]]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeEntry {
+    /// The node's id (1 to 255).
+    pub id: u8,
+    /// Address for the other nodes.
+    pub peer_address: SocketAddr,
+    /// Address for clients.
+    pub client_address: SocketAddr,
+    /// Where the node keeps its data.
+    pub data_dir: PathBuf,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// The cluster's id.
+    #[serde(default = "default_cluster_id")]
+    pub cluster_id: u64,
+    /// Most commands per entry.
+    #[serde(default = "default_entry_commands_max")]
+    pub entry_commands_max: u32,
+    /// The nodes.
+    pub nodes: Vec<NodeEntry>,
+}
+
+fn default_cluster_id() -> u64 {
+    1
+}
+
+fn default_entry_commands_max() -> u32 {
+    ENTRY_COMMANDS_MAX
+}
+
+impl ClusterFile {
+    /// Reads and checks a cluster file.
+    pub fn read(path: &Path) -> anyhow::Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let file: ClusterFile =
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        file.check()
+            .with_context(|| format!("checking {}", path.display()))?;
+        Ok(file)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        if self.nodes.is_empty() {
+            bail!("no [[nodes]]");
+        }
+        let mut ids: Vec<u8> = self.nodes.iter().map(|n| n.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != self.nodes.len() || ids.contains(&0) {
+            bail!("node ids must be distinct and nonzero");
+        }
+        let range = ENTRY_COMMANDS_CONFIG_MIN..=ENTRY_COMMANDS_MAX;
+        if !range.contains(&self.entry_commands_max) {
+            bail!("entry_commands_max must lie in {range:?}");
+        }
+        Ok(())
+    }
+
+    /// Every node's addresses.
+    pub fn addresses(&self) -> Vec<NodeAddress> {
+        self.nodes
+            .iter()
+            .map(|n| NodeAddress {
+                id: NodeId(n.id),
+                peer_address: n.peer_address,
+                client_address: n.client_address,
+            })
+            .collect()
+    }
+
+    /// The configuration of node `id`.
+    pub fn node_config(&self, id: u8) -> anyhow::Result<NodeConfig> {
+        let entry = self
+            .nodes
+            .iter()
+            .find(|n| n.id == id)
+            .with_context(|| format!("no node {id} in the cluster file"))?;
+        let mut config = NodeConfig::new(NodeId(id), self.addresses(), entry.data_dir.clone());
+        config.cluster_id = self.cluster_id;
+        config.entry_commands_max = self.entry_commands_max;
+        Ok(config)
+    }
+
+    /// How clients reach the cluster.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig::new(
+            self.cluster_id,
+            self.nodes.iter().map(|n| n.client_address).collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves a well-formed file parses and bad ones are refused with a reason.
+    #[test]
+    fn parses_and_checks() {
+        let good = r#"
+            [[nodes]]
+            id = 1
+            peer_address = "127.0.0.1:7001"
+            client_address = "127.0.0.1:8001"
+            data_dir = "/tmp/n1"
+            [[nodes]]
+            id = 2
+            peer_address = "127.0.0.1:7002"
+            client_address = "127.0.0.1:8002"
+            data_dir = "/tmp/n2"
+        "#;
+        let file: ClusterFile = toml::from_str(good).unwrap();
+        file.check().unwrap();
+        assert_eq!(
+            file.node_config(2).unwrap().data_dir,
+            PathBuf::from("/tmp/n2")
+        );
+        assert!(file.node_config(3).is_err());
+        let duplicate = good.replace("id = 2", "id = 1");
+        assert!(
+            toml::from_str::<ClusterFile>(&duplicate)
+                .unwrap()
+                .check()
+                .is_err()
+        );
+        let unknown = format!("colour = 3\n{good}");
+        assert!(toml::from_str::<ClusterFile>(&unknown).is_err());
+    }
+}

@@ -1,0 +1,348 @@
+//! `runner node`, `runner status`, `runner client` and `runner local`.
+
+use crate::bench::{self, BenchOptions};
+use crate::cluster_file::ClusterFile;
+use anyhow::{Context, bail};
+use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
+use clap::{Args, Subcommand};
+use engine::client::{Client, node_status};
+use engine::node::local::LocalCluster;
+use engine::state::STATE_BYTES_DEFAULT;
+use engine::{ClientId, Outcome, RequestNumber};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Options of `runner node`.
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// The cluster file.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// This node's id in the cluster file.
+    #[arg(long)]
+    pub id: u8,
+}
+
+/// Runs one node until SIGINT or SIGTERM.
+pub fn node(args: NodeArgs) -> anyhow::Result<()> {
+    let file = ClusterFile::read(&args.cluster)?;
+    let config = file.node_config(args.id)?;
+    let me = config
+        .nodes
+        .iter()
+        .find(|n| n.id == config.id)
+        .context("listed")?
+        .clone();
+    let data_dir = config.data_dir.clone();
+    let handle = engine::node::start(config, Bank)?;
+    eprintln!(
+        "node {}: peers on {}, clients on {}, data in {}",
+        args.id,
+        me.peer_address,
+        me.client_address,
+        data_dir.display()
+    );
+    runtime()?.block_on(async {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        Ok::<(), std::io::Error>(())
+    })?;
+    handle.stop();
+    Ok(())
+}
+
+/// Options of `runner status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The cluster file.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints every node's role, term, indexes and state hash.
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let file = ClusterFile::read(&args.cluster)?;
+    let statuses = runtime()?.block_on(async {
+        let mut statuses = Vec::new();
+        for node in &file.nodes {
+            let status =
+                node_status(file.cluster_id, node.client_address, Duration::from_secs(2)).await;
+            statuses.push((node.id, status));
+        }
+        statuses
+    });
+    if args.json {
+        let nodes: Vec<Value> = statuses
+            .iter()
+            .map(|(id, status)| match status {
+                Ok(s) => json!({
+                    "id": id,
+                    "reachable": true,
+                    "role": format!("{:?}", s.role).to_lowercase(),
+                    "term": s.term.0,
+                    "leader": s.leader.map(|l| l.0),
+                    "last_index": s.last_index.0,
+                    "commit_index": s.commit_index.0,
+                    "applied_index": s.applied_index.0,
+                    "state_hash": s.state_hash.to_hex(),
+                    "divergence": s.divergence.as_ref().map(|d| json!({
+                        "index": d.index.0,
+                        "nodes": [d.local.0.0, d.remote.0.0],
+                        "hashes": [d.local.1.to_hex(), d.remote.1.to_hex()],
+                    })),
+                    "halted": s.halted,
+                }),
+                Err(error) => json!({ "id": id, "reachable": false, "error": error.to_string() }),
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "nodes": nodes }))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} notes",
+        "node", "role", "term", "leader", "last", "commit", "applied", "state hash"
+    );
+    for (id, status) in &statuses {
+        match status {
+            Ok(s) => println!(
+                "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} {}",
+                id,
+                format!("{:?}", s.role).to_lowercase(),
+                s.term.0,
+                s.leader.map_or("-".into(), |l| l.to_string()),
+                s.last_index.0,
+                s.commit_index.0,
+                s.applied_index.0,
+                s.state_hash.to_string(),
+                s.halted
+                    .clone()
+                    .or(s
+                        .divergence
+                        .as_ref()
+                        .map(|d| format!("divergence at {}", d.index)))
+                    .unwrap_or_default()
+            ),
+            Err(error) => println!("{id:>4} unreachable: {error}"),
+        }
+    }
+    Ok(())
+}
+
+/// Options of `runner client`.
+#[derive(Args, Debug)]
+pub struct ClientArgs {
+    /// The cluster file.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// The command.
+    #[command(subcommand)]
+    pub command: ClientCommand,
+}
+
+/// One Bank command.
+#[derive(Subcommand, Debug, Clone)]
+pub enum ClientCommand {
+    /// Open an account.
+    Open {
+        /// The account id (nonzero).
+        id: u64,
+        /// Opening balance.
+        #[arg(long, default_value_t = 0)]
+        balance: u64,
+        /// Flags stored with the account.
+        #[arg(long, default_value_t = 0)]
+        flags: u32,
+    },
+    /// Add to an account.
+    Deposit {
+        /// The account.
+        id: u64,
+        /// The amount.
+        amount: u64,
+    },
+    /// Take from an account.
+    Withdraw {
+        /// The account.
+        id: u64,
+        /// The amount.
+        amount: u64,
+    },
+    /// Move an amount between two accounts.
+    Transfer {
+        /// The account debited.
+        from: u64,
+        /// The account credited.
+        to: u64,
+        /// The amount.
+        amount: u64,
+    },
+    /// Read an account.
+    Get {
+        /// The account.
+        id: u64,
+    },
+    /// Count accounts and sum balances.
+    Audit,
+}
+
+impl ClientCommand {
+    fn to_bank(&self) -> BankCommand {
+        match *self {
+            ClientCommand::Open { id, balance, flags } => BankCommand::Open {
+                id: AccountId(id),
+                balance,
+                flags,
+            },
+            ClientCommand::Deposit { id, amount } => BankCommand::Deposit {
+                id: AccountId(id),
+                amount,
+            },
+            ClientCommand::Withdraw { id, amount } => BankCommand::Withdraw {
+                id: AccountId(id),
+                amount,
+            },
+            ClientCommand::Transfer { from, to, amount } => BankCommand::Transfer {
+                from: AccountId(from),
+                to: AccountId(to),
+                amount,
+            },
+            ClientCommand::Get { id } => BankCommand::Get { id: AccountId(id) },
+            ClientCommand::Audit => BankCommand::Audit,
+        }
+    }
+}
+
+fn output_json(output: &BankOutput) -> Value {
+    match output {
+        BankOutput::Account(a) => {
+            json!({ "balance": a.balance, "version": a.version, "flags": a.flags })
+        }
+        BankOutput::Transferred {
+            from_balance,
+            to_balance,
+        } => {
+            json!({ "from_balance": from_balance, "to_balance": to_balance })
+        }
+        BankOutput::Audit { accounts, total } => {
+            json!({ "accounts": accounts, "total": total.to_string() })
+        }
+    }
+}
+
+/// The JSON form of one command's outcome.
+pub fn outcome_json(outcome: &Outcome<BankOutput, BankError>) -> Value {
+    match outcome {
+        Outcome::Done(output) => json!({ "outcome": "done", "output": output_json(output) }),
+        Outcome::Failed(error) => {
+            json!({ "outcome": "failed", "error": format!("{error:?}"), "message": error.to_string() })
+        }
+        Outcome::Invalid => json!({ "outcome": "invalid" }),
+    }
+}
+
+/// Sends one command and prints its outcome as JSON.
+pub fn client(args: ClientArgs) -> anyhow::Result<()> {
+    let file = ClusterFile::read(&args.cluster)?;
+    let mut config = file.client_config();
+    config.give_up_after = Some(Duration::from_secs(30));
+    let id = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let mut client = Client::new(config, ClientId(id), RequestNumber(1));
+    let command = args.command.to_bank();
+    let outcome = runtime()?.block_on(client.submit::<Bank>(std::slice::from_ref(&command)))?;
+    let Some(outcome) = outcome.first() else {
+        bail!("no outcome")
+    };
+    println!("{}", serde_json::to_string_pretty(&outcome_json(outcome))?);
+    Ok(())
+}
+
+/// Options of `runner local`.
+#[derive(Args, Debug)]
+pub struct LocalArgs {
+    /// Base directory for the three nodes' data (a fresh directory is made under it).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Keep the data directory after the run.
+    #[arg(long)]
+    pub keep: bool,
+    /// Most commands per log entry (16 to 1,024).
+    #[arg(long, default_value_t = engine::entry::ENTRY_COMMANDS_MAX)]
+    pub entry_commands: u32,
+    /// State capacity per node, in bytes.
+    #[arg(long, default_value_t = STATE_BYTES_DEFAULT)]
+    pub capacity_bytes: u64,
+    /// The benchmark.
+    #[command(flatten)]
+    pub bench: BenchOptions,
+}
+
+/// Three nodes in this process over loopback TCP, then the benchmark against them.
+pub fn local(args: LocalArgs) -> anyhow::Result<()> {
+    let range = engine::entry::ENTRY_COMMANDS_CONFIG_MIN..=engine::entry::ENTRY_COMMANDS_MAX;
+    if !range.contains(&args.entry_commands) {
+        bail!("--entry-commands must lie in {range:?}");
+    }
+    let dir = crate::run_dir(args.dir.clone())?;
+    let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
+        config.entry_commands_max = args.entry_commands;
+        config.capacity_bytes = args.capacity_bytes;
+    })?;
+    println!(
+        "three nodes in this process, data in {}",
+        dir.path().display()
+    );
+    let result = runtime()?.block_on(async {
+        cluster
+            .wait_for_leader(Duration::from_secs(10))
+            .await
+            .context("no leader elected")?;
+        bench::benchmark(&cluster.client_config(), &args.bench, "plain").await
+    });
+    drop(cluster);
+    if args.keep {
+        println!("data kept in {}", dir.keep().display());
+    }
+    result.map(|_| ())
+}
+
+/// Options of `runner bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The cluster file.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// The benchmark.
+    #[command(flatten)]
+    pub bench: BenchOptions,
+}
+
+/// The benchmark against a running cluster.
+pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let file = ClusterFile::read(&args.cluster)?;
+    runtime()?
+        .block_on(bench::benchmark(
+            &file.client_config(),
+            &args.bench,
+            "plain",
+        ))
+        .map(|_| ())
+}
