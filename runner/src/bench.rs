@@ -115,7 +115,9 @@ pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Opt
                 for outcome in client.submit::<Bank>(&opens).await? {
                     match outcome {
                         Outcome::Done(_) | Outcome::Failed(BankError::AccountExists(_)) => {}
-                        other => bail!("prefill open failed: {other:?}"),
+                        other @ (Outcome::Failed(_) | Outcome::Invalid) => {
+                            bail!("prefill open failed: {other:?}")
+                        }
                     }
                 }
                 bar.inc(end - start);
@@ -217,7 +219,7 @@ pub async fn measure(
         }
     };
     let workers = (0..options.inflight).map(|w| {
-        let salt = u64::from(run) << 32 | u64::from(w) + 1;
+        let salt = (u64::from(run) << 32) | (u64::from(w) + 1);
         worker(
             config, options, salt, warm_until, stop_at, &measured, &latency,
         )
