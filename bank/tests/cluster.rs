@@ -120,3 +120,69 @@ fn three_replicas_agree_whatever_the_packing() {
     );
     assert!(results_16 == results_1024, "packing changed a result");
 }
+
+/// Proves requests are checked before the log: empty, over 1,024 commands, undecodable or
+/// with bytes left over are each refused with their reason; a client that only knows a
+/// follower is redirected to the leader and its request applies.
+#[test]
+fn bad_requests_are_refused_and_followers_redirect() {
+    use engine::client::ClientError;
+    use net::message::Rejection;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = LocalCluster::start(dir.path(), 3, Bank, |_| {}).expect("cluster starts");
+        let leader = cluster
+            .wait_for_leader(Duration::from_secs(10))
+            .await
+            .expect("a leader");
+        let mut client = Client::new(cluster.client_config(), ClientId(3), RequestNumber(1));
+        let open = BankCommand::Open {
+            id: account_id(1),
+            balance: 10,
+            flags: 0,
+        };
+        let refused = |result: Result<(u32, Vec<u8>), ClientError>| match result {
+            Err(ClientError::Rejected(reason)) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            refused(client.submit_encoded(Vec::new(), 0).await),
+            Rejection::Empty
+        );
+        let many = engine::entry::encode_commands(&vec![open.clone(); 1025]);
+        assert_eq!(
+            refused(client.submit_encoded(many, 1025).await),
+            Rejection::TooManyCommands { count: 1025 }
+        );
+        assert_eq!(
+            refused(client.submit_encoded(vec![0xFF; 40], 1).await),
+            Rejection::Malformed { command: 0 }
+        );
+        let mut extra = engine::entry::encode_commands(std::slice::from_ref(&open));
+        extra.push(0);
+        assert_eq!(
+            refused(client.submit_encoded(extra, 1).await),
+            Rejection::Malformed { command: 1 }
+        );
+        let max = engine::entry::encode_commands(&vec![BankCommand::Audit; 1024]);
+        assert_eq!(
+            client.submit_encoded(max, 1024).await.unwrap().0,
+            1024,
+            "1,024 commands are accepted"
+        );
+
+        let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+        let follower_address =
+            cluster.config(follower).nodes[follower.0 as usize - 1].client_address;
+        let mut config = cluster.client_config();
+        config.nodes = vec![follower_address];
+        let mut redirected = Client::new(config, ClientId(4), RequestNumber(1));
+        let outcomes = redirected.submit::<Bank>(&[open]).await.unwrap();
+        assert_eq!(outcomes.len(), 1);
+        assert!(matches!(outcomes[0], engine::Outcome::Done(_)));
+    });
+}
