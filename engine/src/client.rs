@@ -9,7 +9,7 @@ use crate::ids::{ClientId, RequestNumber};
 use futures::{SinkExt, StreamExt};
 use net::frame::{FrameCodec, FrameError};
 use net::message::{
-    ClientReply, ClientRequest, Hello, NodeStatus, PROTOCOL_VERSION, Rejection, Submit,
+    ClientReply, ClientRequest, Hello, Mode, NodeStatus, PROTOCOL_VERSION, Rejection, Submit,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -236,7 +236,8 @@ fn answer_to(reply: ClientReply, request: RequestNumber) -> Option<Answer> {
         ClientReply::Results { .. }
         | ClientReply::Rejected { .. }
         | ClientReply::Stale { .. }
-        | ClientReply::Status(_) => None,
+        | ClientReply::Status(_)
+        | ClientReply::ModeSet(_) => None,
     }
 }
 
@@ -255,6 +256,31 @@ async fn connect(
         })
         .await?;
     Ok(frames)
+}
+
+/// Sets the execution mode of one node (a cluster's operator sets it on every node).
+pub async fn set_node_mode(
+    cluster: u64,
+    address: SocketAddr,
+    mode: Mode,
+    timeout: Duration,
+) -> Result<(), ClientError> {
+    let unreachable = |e: String| ClientError::Unreachable(format!("{address}: {e}"));
+    let exchange = async {
+        let mut frames = connect(cluster, address).await?;
+        frames.send(&ClientRequest::SetMode(mode)).await?;
+        let frame = frames
+            .next()
+            .await
+            .ok_or_else(|| FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))??;
+        Ok::<_, FrameError>(codec::decode::<ClientReply>(&frame)?)
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(Ok(ClientReply::ModeSet(set))) if set == mode => Ok(()),
+        Ok(Ok(other)) => Err(unreachable(format!("unexpected answer {other:?}"))),
+        Ok(Err(error)) => Err(unreachable(error.to_string())),
+        Err(_) => Err(unreachable("timed out".into())),
+    }
 }
 
 /// Asks one node for its status.

@@ -2,6 +2,7 @@
 
 use crate::codec::{Decode, Encode};
 use crate::state::{Prefetch, Schema, StateError, Tx};
+use std::fmt::Debug;
 
 /// Business logic for one kind of state machine (a bank, an order book, a booking system).
 ///
@@ -14,12 +15,12 @@ use crate::state::{Prefetch, Schema, StateError, Tx};
 /// clocks, random numbers, thread ids, environment or iteration order of unordered containers.
 pub trait Handler: Send + Sync + 'static {
     /// One business command, as a client sends it.
-    type Command: Encode + Decode<()> + Send + Sync + 'static;
+    type Command: Encode + Decode<()> + Debug + Send + Sync + 'static;
     /// The result of a command that applied.
-    type Output: Encode + Decode<()> + Send + 'static;
+    type Output: Encode + Decode<()> + Debug + Send + 'static;
     /// A business error: the command is refused and changes nothing. It converts from
     /// [`StateError`] so that `tx.put(..)?` works (capacity exhausted is a business result).
-    type Error: Encode + Decode<()> + From<StateError> + Send + 'static;
+    type Error: Encode + Decode<()> + From<StateError> + Debug + Send + 'static;
 
     /// The tables the handler reads and writes.
     fn schema(&self) -> Schema;

@@ -20,6 +20,19 @@ pub struct Hello {
     pub node: Option<NodeId>,
 }
 
+/// What a leader does with its simulation of an entry once the entry commits. Followers
+/// always execute; both modes simulate on the leader.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum Mode {
+    /// Execute every command again and compare its result and writes with the simulation; a
+    /// difference stops the node.
+    #[default]
+    Verify,
+    /// Reuse every simulated command whose reads are verified unchanged; execute the others.
+    Performance,
+}
+
 /// A replica's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
 #[bincode(crate = "crate::codec::bincode")]
@@ -140,6 +153,8 @@ pub enum ClientRequest {
     Submit(Submit),
     /// Report the node's status.
     Status,
+    /// Set the execution mode this node uses whenever it leads (operators set it on every node).
+    SetMode(Mode),
 }
 
 /// One client request: 1 to 1,024 commands, encoded back to back.
@@ -214,6 +229,8 @@ pub enum ClientReply {
     },
     /// The node's status.
     Status(NodeStatus),
+    /// The mode is set.
+    ModeSet(Mode),
 }
 
 /// Two replicas whose state hashes differ after the same entry.
@@ -252,6 +269,8 @@ pub struct NodeStatus {
     pub divergence: Option<Divergence>,
     /// Why it stopped applying, if it did.
     pub halted: Option<String>,
+    /// The execution mode it uses when it leads.
+    pub mode: Mode,
 }
 
 #[cfg(test)]

@@ -1,7 +1,12 @@
 //! The apply path: committed entries executed in order, each command in its own transaction,
-//! each client request exactly once.
+//! each client request exactly once. On the leader, each entry is first simulated when it is
+//! proposed (`simulate`), and after commit each command is either executed and compared with
+//! its simulation (Verify mode) or, when its simulation is verified still valid, reused without
+//! executing again (Performance mode, `reuse`).
 
+mod reuse;
 mod sessions;
+mod simulate;
 
 pub use sessions::{SESSIONS_MAX, Sessions};
 
@@ -9,8 +14,14 @@ use crate::codec;
 use crate::entry::{Entry, EntryKind, FragmentHeader, PayloadError, parse_payload};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber};
-use crate::state::{Prefetch, State, StateHash, Tx};
+use crate::state::{Overlay, Prefetch, State, StateHash, Step, Tx};
 use sessions::{Decision, SESSION_WRITE_TAG};
+use simulate::Simulation;
+use std::collections::VecDeque;
+
+/// What the leader does with its simulation of an entry once the entry commits (a cluster
+/// setting, carried on the wire by `runner`).
+pub use net::message::Mode;
 
 /// The apply loop names the records of the command this far ahead of the one it executes, so
 /// that memory latency overlaps with execution (about 100 ns of work per command covers the
@@ -36,6 +47,25 @@ pub enum ApplyError {
         index: EntryIndex,
         /// What failed.
         error: PayloadError,
+    },
+    /// The leader's execution of a command differs from its simulation on the same state: the
+    /// handler is not deterministic (or the engine has a bug). No result of the entry is
+    /// released.
+    #[error(
+        "entry {index}, command {command}: execution differs from the simulation \
+         (simulated {simulated}, executed {executed}, writes {writes})"
+    )]
+    Nondeterministic {
+        /// The entry.
+        index: EntryIndex,
+        /// The command's position in the entry.
+        command: u32,
+        /// The simulated outcome.
+        simulated: String,
+        /// The executed outcome.
+        executed: String,
+        /// Whether the writes were the same or differed.
+        writes: &'static str,
     },
     /// Memory ran out below the configured capacity, while executing this command.
     #[error("memory exhausted at entry {index}, command {command}")]
@@ -88,6 +118,26 @@ pub struct StateMachine<H: Handler> {
     applied: EntryIndex,
     /// Commands of the entry being applied, decoded (`None`: bytes that did not decode).
     commands: Vec<Option<H::Command>>,
+    /// The state hash after `applied`.
+    hash: StateHash,
+    mode: Mode,
+    /// The leader's speculative state above the committed one.
+    overlay: Overlay,
+    /// Simulations of proposed entries not yet applied, in index order.
+    simulations: VecDeque<Simulation>,
+    /// Simulations consumed, kept for their buffers.
+    spare: Vec<Simulation>,
+    /// The committed state after this entry is exactly the state its simulation produced, so
+    /// a simulation chained on it started from the right base.
+    exact_through: EntryIndex,
+}
+
+/// How the commands of the entry being applied use its simulation.
+pub(crate) struct Reuse {
+    simulation: Option<Simulation>,
+    /// Every command so far reproduced its simulation exactly, on an exact base: the
+    /// simulation's remaining commands start from the committed state as it is.
+    exact: bool,
 }
 
 impl<H: Handler> StateMachine<H> {
@@ -96,11 +146,27 @@ impl<H: Handler> StateMachine<H> {
         let state = State::new(handler.schema(), capacity_bytes);
         StateMachine {
             handler,
+            hash: state.hash(),
             state,
             sessions: Sessions::default(),
             applied: EntryIndex::ZERO,
             commands: Vec::new(),
+            mode: Mode::default(),
+            overlay: Overlay::default(),
+            simulations: VecDeque::new(),
+            spare: Vec::new(),
+            exact_through: EntryIndex::ZERO,
         }
+    }
+
+    /// Sets what a leader does with its simulations.
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// The handler.
@@ -125,7 +191,7 @@ impl<H: Handler> StateMachine<H> {
 
     /// The state hash after the last entry applied.
     pub fn state_hash(&self) -> StateHash {
-        self.state.hash()
+        self.hash
     }
 
     /// Applies the next committed entry.
@@ -137,14 +203,17 @@ impl<H: Handler> StateMachine<H> {
                 got: index,
             });
         }
+        let mut reuse = self.take_simulation(entry);
         let replies = match entry.header.kind {
             EntryKind::Noop => Vec::new(),
-            EntryKind::Commands => self.apply_commands(index, &entry.payload)?,
+            EntryKind::Commands => self.apply_commands(index, &entry.payload, &mut reuse)?,
         };
+        self.finish_reuse(index, reuse);
         self.applied = index;
+        self.hash = self.state.finish_entry();
         Ok(Applied {
             index,
-            state_hash: self.state.finish_entry(),
+            state_hash: self.hash,
             replies,
         })
     }
@@ -153,6 +222,7 @@ impl<H: Handler> StateMachine<H> {
         &mut self,
         index: EntryIndex,
         payload: &[u8],
+        reuse: &mut Reuse,
     ) -> Result<Vec<Reply>, ApplyError> {
         let (header, fragments) =
             parse_payload(payload).map_err(|error| ApplyError::Payload { index, error })?;
@@ -165,7 +235,8 @@ impl<H: Handler> StateMachine<H> {
         for (fragment, _) in &fragments {
             let commands = first..first + fragment.command_count as usize;
             first = commands.end;
-            if let Some(reply) = self.apply_fragment(index, header.now_ms, fragment, commands)? {
+            let context = (index, header.now_ms);
+            if let Some(reply) = self.apply_fragment(context, fragment, commands, reuse)? {
                 replies.push(reply);
             }
         }
@@ -200,12 +271,17 @@ impl<H: Handler> StateMachine<H> {
 
     fn apply_fragment(
         &mut self,
-        index: EntryIndex,
-        now_ms: u64,
+        (index, now_ms): (EntryIndex, u64),
         fragment: &FragmentHeader,
         commands: std::ops::Range<usize>,
+        reuse: &mut Reuse,
     ) -> Result<Option<Reply>, ApplyError> {
-        match self.sessions.decide(fragment) {
+        let decision = self.sessions.decide(fragment);
+        if decision != Decision::Execute && !commands.is_empty() {
+            // The simulation executed these commands; the committed state will not have them.
+            self.skip_simulated(index, commands.end - 1, reuse);
+        }
+        match decision {
             Decision::Execute => {}
             Decision::Duplicate => return Ok(self.reply_if_complete(fragment)),
             Decision::Stale => {
@@ -217,14 +293,17 @@ impl<H: Handler> StateMachine<H> {
         // The session is put back together below; nothing in between touches sessions.
         for at in commands.clone() {
             self.prefetch(at + PREFETCH_AHEAD_COMMANDS);
-            let outcome = self.execute(now_ms, at);
+            let step = Step {
+                entry: index,
+                command: at as u32,
+            };
+            self.run_command(step, now_ms, &mut results, reuse)?;
             if self.state.memory_fault() {
                 return Err(ApplyError::MemoryExhausted {
                     index,
                     command: at as u32,
                 });
             }
-            codec::encode_into(&outcome, &mut results).expect("outcomes encode into a vector");
         }
         let session = self
             .sessions
@@ -246,18 +325,18 @@ impl<H: Handler> StateMachine<H> {
         }
     }
 
-    fn execute(&mut self, now_ms: u64, at: usize) -> OutcomeOf<H> {
-        let Some(command) = &self.commands[at] else {
-            return Outcome::Invalid;
+    /// Executes command `at` of the entry on the committed state and encodes its outcome.
+    fn execute(&mut self, now_ms: u64, at: usize, results: &mut Vec<u8>) {
+        let outcome = match &self.commands[at] {
+            Some(command) => {
+                let mut tx = Tx::begin(&mut self.state, now_ms);
+                let result = self.handler.execute(&mut tx, command);
+                let ok = result.is_ok();
+                outcome_of::<H>(result, tx.finish(ok))
+            }
+            None => Outcome::Invalid,
         };
-        let mut tx = Tx::begin(&mut self.state, now_ms);
-        let result = self.handler.execute(&mut tx, command);
-        let failed_write = tx.finish(result.is_ok());
-        match (result, failed_write) {
-            (Ok(output), None) => Outcome::Done(output),
-            (Ok(_), Some(error)) => Outcome::Failed(error.into()),
-            (Err(error), _) => Outcome::Failed(error),
-        }
+        codec::encode_into(&outcome, results).expect("outcomes encode into a vector");
     }
 
     /// Puts a finished request's session update into the write stream: once per request, not
@@ -281,6 +360,19 @@ impl<H: Handler> StateMachine<H> {
         let done =
             fragment.is_last() && session.request == fragment.request && session.is_complete();
         done.then(|| reply(fragment, ReplyStatus::Results(session.results.clone())))
+    }
+}
+
+/// A command's outcome from the handler's result and the first write that failed, if any (a
+/// handler that ignored a failed write gets its command refused anyway).
+fn outcome_of<H: Handler>(
+    result: Result<H::Output, H::Error>,
+    failed_write: Option<crate::state::StateError>,
+) -> OutcomeOf<H> {
+    match (result, failed_write) {
+        (Ok(output), None) => Outcome::Done(output),
+        (Ok(_), Some(error)) => Outcome::Failed(error.into()),
+        (Err(error), _) => Outcome::Failed(error),
     }
 }
 

@@ -97,6 +97,12 @@ pub(super) async fn run<H: Handler>(
             driver.handle(input);
         }
         driver.propose();
+        if driver.has_unsimulated() {
+            // Let the connection tasks send the new entries first: the simulation then runs
+            // while they travel and are fsynced, not before.
+            tokio::task::yield_now().await;
+            driver.simulate();
+        }
     }
 }
 
@@ -109,6 +115,8 @@ struct Driver<H: Handler> {
     wal: WalThread,
     peers: BTreeMap<NodeId, mpsc::Sender<PeerMessage>>,
     halted: Option<String>,
+    /// Entries this leader proposed and has not simulated yet.
+    unsimulated: Vec<EntryIndex>,
 }
 
 impl<H: Handler> Driver<H> {
@@ -139,14 +147,17 @@ impl<H: Handler> Driver<H> {
             heartbeat_ticks: config.heartbeat_ticks,
             seed: config.seed,
         };
+        let mut machine = restored.machine;
+        machine.set_mode(config.mode);
         Some(Driver {
             core: Core::new(core_config, restored.core),
-            machine: restored.machine,
+            machine,
             batcher: Batcher::new(config.entry_commands_max),
             waiters: HashMap::new(),
             wal,
             peers,
             halted: None,
+            unsimulated: Vec::new(),
             config,
         })
     }
@@ -209,6 +220,8 @@ impl<H: Handler> Driver<H> {
             Action::RoleChanged { role, .. } => {
                 if role != Role::Leader {
                     self.abandon_waiters();
+                    self.unsimulated.clear();
+                    self.machine.discard_simulations();
                 }
             }
             Action::Diverged(divergence) => eprintln!(
@@ -310,6 +323,10 @@ impl<H: Handler> Driver<H> {
     fn on_client(&mut self, request: ClientRequest, reply: &mpsc::Sender<ClientReply>) {
         let answer = match request {
             ClientRequest::Status => Some(ClientReply::Status(self.status())),
+            ClientRequest::SetMode(mode) => {
+                self.machine.set_mode(mode);
+                Some(ClientReply::ModeSet(mode))
+            }
             ClientRequest::Submit(submit) => self.admit(submit, reply),
         };
         if let Some(answer) = answer {
@@ -377,10 +394,29 @@ impl<H: Handler> Driver<H> {
                 return;
             };
             let mut out = Vec::new();
-            self.core
+            let index = self
+                .core
                 .propose(EntryKind::Commands, count, payload, &mut out)
                 .expect("the leader proposes");
+            self.unsimulated.push(index);
             self.carry_out(out);
+        }
+    }
+
+    fn has_unsimulated(&self) -> bool {
+        !self.unsimulated.is_empty()
+    }
+
+    /// Simulates the entries proposed since the last call, in order (only while still leading
+    /// and not yet applied: an entry applied first has nothing left to gain).
+    fn simulate(&mut self) {
+        for index in std::mem::take(&mut self.unsimulated) {
+            if self.core.role() != Role::Leader || index <= self.machine.applied_index() {
+                continue;
+            }
+            if let Some(entry) = self.core.entry(index).cloned() {
+                self.machine.simulate(&entry);
+            }
         }
     }
 
@@ -396,6 +432,7 @@ impl<H: Handler> Driver<H> {
             state_hash: self.machine.state_hash(),
             divergence: self.core.divergence().cloned(),
             halted: self.halted.clone(),
+            mode: self.machine.mode(),
         }
     }
 }

@@ -71,6 +71,8 @@ pub struct NodeConfig {
     pub pipeline_entries_max: u64,
     /// Seed of the election timeouts.
     pub seed: u64,
+    /// What this node does with its simulations when it leads.
+    pub mode: crate::apply::Mode,
 }
 
 impl NodeConfig {
@@ -88,6 +90,7 @@ impl NodeConfig {
             heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
             pipeline_entries_max: PIPELINE_ENTRIES_DEFAULT,
             seed: 1,
+            mode: crate::apply::Mode::default(),
         }
     }
 

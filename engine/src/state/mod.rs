@@ -3,11 +3,13 @@
 
 mod hash;
 mod memory;
+mod overlay;
 mod slots;
 mod table;
 mod tx;
 
 pub use hash::{HASH_PAGE_BYTES, StateHash, StreamHasher};
+pub use overlay::{Overlay, Step};
 pub use table::{Key, Record, Schema, TABLES_MAX, Table, TableId};
 pub use tx::{Prefetch, Tx};
 
@@ -152,6 +154,16 @@ impl State {
         self.memory_fault
     }
 
+    /// Where the write stream of the running entry ends now.
+    pub(crate) fn stream_mark(&self) -> usize {
+        self.hasher.pending_mark()
+    }
+
+    /// The write stream appended since `mark`.
+    pub(crate) fn stream_since(&mut self, mark: usize) -> &[u8] {
+        &self.hasher.pending()[mark..]
+    }
+
     /// Appends engine bookkeeping (such as a client session update) to the write stream.
     pub(crate) fn record_extra(&mut self, bytes: &[u8]) {
         self.hasher.pending().extend_from_slice(bytes);
@@ -246,6 +258,34 @@ impl State {
     fn abandon_write<T>(&mut self, start: usize, error: StateError) -> Result<T, StateError> {
         self.hasher.truncate_pending(start);
         Err(error)
+    }
+
+    /// Applies a write a simulation recorded (reuse): no undo, the stream bytes come separately.
+    pub(crate) fn put_reused<K: Key, R: Record>(
+        &mut self,
+        id: TableId,
+        key: K,
+        record: Option<R>,
+        bytes_delta: i64,
+    ) -> Result<(), StateError> {
+        let any: &mut dyn Any = table_slot(&mut self.tables, id);
+        let typed: &mut TypedTable<K, R> = any.downcast_mut().expect("one record type per table");
+        if typed.put_final(key, record).is_err() {
+            self.memory_fault = true;
+            return Err(StateError::MemoryExhausted);
+        }
+        self.bytes_used = self
+            .bytes_used
+            .checked_add_signed(bytes_delta)
+            .expect("capacity account stays positive");
+        Ok(())
+    }
+
+    pub(crate) fn typed_by_id<K: Key, R: Record>(&self, id: TableId) -> &TypedTable<K, R> {
+        let any: &dyn Any = self.tables[id.0 as usize]
+            .as_deref()
+            .expect("a declared table");
+        any.downcast_ref().expect("one record type per table")
     }
 
     pub(crate) fn touch<K: Key, R: Record>(&self, table: &Table<K, R>, key: &K) {

@@ -21,9 +21,10 @@ const _: () = assert!(
 pub trait Key: Clone + Eq + Hash + Encode + Decode<()> + Send + Sync + 'static {}
 impl<T: Clone + Eq + Hash + Encode + Decode<()> + Send + Sync + 'static> Key for T {}
 
-/// A table record: any type that clones and encodes (an account, an order, a booking).
-pub trait Record: Clone + Encode + Decode<()> + Send + Sync + 'static {}
-impl<T: Clone + Encode + Decode<()> + Send + Sync + 'static> Record for T {}
+/// A table record: any type that clones, compares and encodes (an account, an order, a
+/// booking). Comparison lets a simulation's reads be verified against the committed state.
+pub trait Record: Clone + PartialEq + Encode + Decode<()> + Send + Sync + 'static {}
+impl<T: Clone + PartialEq + Encode + Decode<()> + Send + Sync + 'static> Record for T {}
 
 /// The number that names a table in the state, the write stream and snapshots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
