@@ -9,7 +9,9 @@ use bytes::Bytes;
 use std::collections::VecDeque;
 
 /// Commands the batcher holds at most; a request that would pass it is refused as busy.
-pub const BATCHER_COMMANDS_MAX: usize = 256 * 1024;
+pub const BATCHER_COMMANDS_MAX: usize = 64 * 1024;
+/// Bytes of commands the batcher holds at most; likewise.
+pub const BATCHER_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// A validated client request waiting for an entry.
 #[derive(Clone, Debug)]
@@ -37,6 +39,7 @@ pub struct Batcher {
     /// Commands of the head request already placed in earlier entries.
     head_sent: u32,
     queued_commands: usize,
+    queued_bytes: usize,
     entry_commands_max: u32,
 }
 
@@ -51,6 +54,7 @@ impl Batcher {
             queue: VecDeque::new(),
             head_sent: 0,
             queued_commands: 0,
+            queued_bytes: 0,
             entry_commands_max,
         }
     }
@@ -67,10 +71,13 @@ impl Batcher {
 
     /// Queues a request; gives it back when the queue is full.
     pub fn push(&mut self, request: Queued) -> Result<(), Queued> {
-        if self.queued_commands + request.ends.len() > BATCHER_COMMANDS_MAX {
+        let over_commands = self.queued_commands + request.ends.len() > BATCHER_COMMANDS_MAX;
+        let over_bytes = self.queued_bytes + request.commands.len() > BATCHER_BYTES_MAX;
+        if over_commands || over_bytes {
             return Err(request);
         }
         self.queued_commands += request.ends.len();
+        self.queued_bytes += request.commands.len();
         self.queue.push_back(request);
         Ok(())
     }
@@ -113,7 +120,8 @@ impl Batcher {
             payload.push(&fragment, &head.commands[start as usize..end as usize]);
             self.queued_commands -= count as usize;
             if fragment.is_last() {
-                self.queue.pop_front();
+                let done = self.queue.pop_front().expect("the head");
+                self.queued_bytes -= done.commands.len();
                 self.head_sent = 0;
             } else {
                 self.head_sent += count;
@@ -126,6 +134,7 @@ impl Batcher {
     pub fn drain(&mut self) -> Vec<Queued> {
         self.head_sent = 0;
         self.queued_commands = 0;
+        self.queued_bytes = 0;
         self.queue.drain(..).collect()
     }
 }

@@ -138,15 +138,28 @@ impl Client {
         });
         let started = Instant::now();
         let mut backoff = RETRY_BACKOFF_MS_MIN;
+        let mut redirects = 0;
         for attempts in 1.. {
             match self.attempt(&message, request).await {
                 Ok(Answer::Results(count, results)) => return Ok((count, results)),
                 Ok(Answer::Refused(Rejection::Busy)) => {}
-                Ok(Answer::Refused(reason)) => return Err(ClientError::Rejected(reason)),
+                // A halted node applies nothing more, but the others may: ask them.
+                Ok(Answer::Refused(Rejection::Halted)) => self.move_on(),
+                Ok(Answer::Refused(reason)) => {
+                    // Refused before the log, everywhere alike (its size or its bytes): the number
+                    // was never used, and the next request takes it (sessions start at 1).
+                    self.next_request -= 1;
+                    return Err(ClientError::Rejected(reason));
+                }
                 Ok(Answer::Stale) => return Err(ClientError::Stale(request)),
                 Ok(Answer::Redirect(Some(leader))) => {
                     self.move_to(leader);
-                    continue;
+                    redirects += 1;
+                    // Follow the first redirect at once; nodes whose hints point at each other
+                    // go through the back-off below.
+                    if redirects == 1 {
+                        continue;
+                    }
                 }
                 Ok(Answer::Redirect(None)) | Err(_) => self.move_on(),
             }

@@ -25,7 +25,9 @@ pub mod wal;
 pub use net::codec;
 pub use net::ids;
 
-pub use apply::{Applied, ApplyError, Reply, ReplyStatus, StateMachine, decode_outcomes};
+pub use apply::{
+    Applied, ApplyCounters, ApplyError, Mode, Reply, ReplyStatus, StateMachine, decode_outcomes,
+};
 pub use handler::{Handler, Outcome, OutcomeOf};
 pub use ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 pub use sandbox::Sandbox;

@@ -210,46 +210,38 @@ fn repeated_request_is_answered_not_applied() {
     assert_eq!(replies[3].status, ReplyStatus::Stale);
 }
 
-/// Proves a request split into fragments across entries applies each command once, even when a
-/// new leader re-sends the whole request after the first fragment committed.
-#[test]
-fn fragments_resume_where_the_request_stands() {
-    let commands: Vec<Command> = (0..4).map(|k| put(&[(k, "v")])).collect();
-    let encoded: Vec<Vec<u8>> = commands
-        .iter()
-        .map(|c| encode_commands(std::slice::from_ref(c)))
-        .collect();
-    let fragment = |first: u32, count: u32| {
-        let bytes: Vec<u8> = encoded[first as usize..(first + count) as usize].concat();
-        let header = FragmentHeader {
-            client: ClientId(2),
-            request: RequestNumber(1),
-            request_commands: 4,
-            first_command: first,
-            command_count: count,
-            command_bytes: bytes.len() as u32,
-        };
-        (header, bytes)
-    };
-    // The old leader committed the first half; the new one re-sends the request as two halves.
-    let plan = [
-        vec![fragment(0, 2)],
-        vec![fragment(0, 2)],
-        vec![fragment(2, 2)],
-    ];
+/// Applies one entry per element of `plan`, each holding the given fragments of one request of
+/// `encoded.len()` commands from `client`; returns every reply.
+fn apply_plan(
+    client: u64,
+    request: u64,
+    encoded: &[Vec<u8>],
+    plan: &[Vec<(u32, u32)>],
+) -> Vec<engine::Reply> {
     let mut machine = StateMachine::new(Kv, 1 << 20);
     let mut prev = EntryHash::default();
     let mut replies = Vec::new();
     for (n, fragments) in plan.iter().enumerate() {
         let mut payload = PayloadBuilder::new(0);
-        for (header, bytes) in fragments {
-            payload.push(header, bytes);
+        for &(first, count) in fragments {
+            let bytes: Vec<u8> = encoded[first as usize..(first + count) as usize].concat();
+            let header = FragmentHeader {
+                client: ClientId(client),
+                request: RequestNumber(request),
+                request_commands: encoded.len() as u32,
+                first_command: first,
+                command_count: count,
+                command_bytes: bytes.len() as u32,
+            };
+            payload.push(&header, &bytes);
         }
         let (payload, count) = payload.finish();
+        let index = EntryIndex(n as u64 + 1);
+        let kind = engine::entry::EntryKind::Commands;
         let entry = Entry::seal(
-            EntryIndex(n as u64 + 1),
+            index,
             Term(1),
-            engine::entry::EntryKind::Commands,
+            kind,
             EntryIndex::ZERO,
             count,
             payload,
@@ -258,18 +250,48 @@ fn fragments_resume_where_the_request_stands() {
         prev = entry.header.hash;
         replies.extend(machine.apply(&entry).unwrap().replies);
     }
-    assert_eq!(
-        replies.len(),
-        1,
-        "one reply, when the last fragment applies"
-    );
-    let ReplyStatus::Results(results) = &replies[0].status else {
-        panic!("applied")
-    };
-    let outcomes = decode_outcomes::<Kv>(results, 4).unwrap();
-    assert_eq!(
-        outcomes,
-        (1..=4).map(Outcome::Done).collect::<Vec<_>>(),
-        "each command ran once, in order"
-    );
+    replies
+}
+
+/// Proves a request split into fragments across entries applies each command exactly once
+/// however a new leader re-sends it after part of it committed: the same fragments again, the
+/// whole request, or pieces that overlap what was applied.
+#[test]
+fn fragments_resume_where_the_request_stands() {
+    let encoded: Vec<Vec<u8>> = (0..4)
+        .map(|k| encode_commands(&[put(&[(k, "v")])]))
+        .collect();
+    let plans: [&[Vec<(u32, u32)>]; 4] = [
+        &[vec![(0, 2)], vec![(0, 2)], vec![(2, 2)]],
+        &[vec![(0, 2)], vec![(0, 4)]],
+        &[vec![(0, 1)], vec![(0, 3)], vec![(3, 1)]],
+        &[vec![(0, 2)], vec![(0, 3), (3, 1)]],
+    ];
+    for plan in plans {
+        let replies = apply_plan(2, 1, &encoded, plan);
+        assert_eq!(
+            replies.len(),
+            1,
+            "{plan:?}: one reply, when the last command applies"
+        );
+        let ReplyStatus::Results(results) = &replies[0].status else {
+            panic!("{plan:?}: applied")
+        };
+        let outcomes = decode_outcomes::<Kv>(results, 4).unwrap();
+        assert_eq!(
+            outcomes,
+            (1..=4).map(Outcome::Done).collect::<Vec<_>>(),
+            "{plan:?}: each command once, in order"
+        );
+    }
+}
+
+/// Proves a client without a session can only start with request 1: a later number (a session
+/// that was evicted, or a confused client) is answered stale and applies nothing.
+#[test]
+fn unknown_client_must_start_at_request_one() {
+    let encoded = vec![encode_commands(&[put(&[(1, "v")])])];
+    let replies = apply_plan(8, 2, &encoded, &[vec![(0, 1)]]);
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].status, ReplyStatus::Stale);
 }

@@ -46,7 +46,7 @@ impl EntryIndex {
 
     /// The next index.
     pub fn next(self) -> EntryIndex {
-        EntryIndex(self.0 + 1)
+        EntryIndex(self.0.saturating_add(1))
     }
 
     /// The previous index; the index before the first entry stays at zero.

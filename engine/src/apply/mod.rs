@@ -130,6 +130,20 @@ pub struct StateMachine<H: Handler> {
     /// The committed state after this entry is exactly the state its simulation produced, so
     /// a simulation chained on it started from the right base.
     exact_through: EntryIndex,
+    counters: ApplyCounters,
+}
+
+/// How commands were run, since the state machine started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyCounters {
+    /// Commands simulated (leader, at proposal).
+    pub simulated: u64,
+    /// Commands executed on the committed state.
+    pub executed: u64,
+    /// Commands applied from their simulation without executing again (Performance mode).
+    pub reused: u64,
+    /// Commands executed and found identical to their simulation (Verify mode).
+    pub verified: u64,
 }
 
 /// How the commands of the entry being applied use its simulation.
@@ -156,7 +170,13 @@ impl<H: Handler> StateMachine<H> {
             simulations: VecDeque::new(),
             spare: Vec::new(),
             exact_through: EntryIndex::ZERO,
+            counters: ApplyCounters::default(),
         }
+    }
+
+    /// How commands were run so far.
+    pub fn counters(&self) -> ApplyCounters {
+        self.counters
     }
 
     /// Sets what a leader does with its simulations.
@@ -276,18 +296,22 @@ impl<H: Handler> StateMachine<H> {
         commands: std::ops::Range<usize>,
         reuse: &mut Reuse,
     ) -> Result<Option<Reply>, ApplyError> {
-        let decision = self.sessions.decide(fragment);
-        if decision != Decision::Execute && !commands.is_empty() {
-            // The simulation executed these commands; the committed state will not have them.
-            self.skip_simulated(index, commands.end - 1, reuse);
-        }
-        match decision {
-            Decision::Execute => {}
-            Decision::Duplicate => return Ok(self.reply_if_complete(fragment)),
+        let skip = match self.sessions.decide(fragment) {
+            Decision::Execute { skip } => skip as usize,
+            Decision::Duplicate => {
+                self.skip_simulated(index, commands.end, reuse);
+                return Ok(self.reply_if_complete(fragment));
+            }
             Decision::Stale => {
+                self.skip_simulated(index, commands.end, reuse);
                 let stale = fragment.is_last().then_some(ReplyStatus::Stale);
                 return Ok(stale.map(|status| reply(fragment, status)));
             }
+        };
+        let commands = commands.start + skip..commands.end;
+        if skip > 0 {
+            // Applied before: the simulation ran them again, the committed state will not.
+            self.skip_simulated(index, commands.start, reuse);
         }
         let mut results = std::mem::take(&mut self.sessions.open(fragment, index).results);
         // The session is put back together below; nothing in between touches sessions.
@@ -310,7 +334,7 @@ impl<H: Handler> StateMachine<H> {
             .get_mut(fragment.client)
             .expect("opened above");
         session.results = results;
-        session.applied_commands += fragment.command_count;
+        session.applied_commands += commands.len() as u32;
         if session.is_complete() {
             self.record_session(fragment);
         }
@@ -327,6 +351,7 @@ impl<H: Handler> StateMachine<H> {
 
     /// Executes command `at` of the entry on the committed state and encodes its outcome.
     fn execute(&mut self, now_ms: u64, at: usize, results: &mut Vec<u8>) {
+        self.counters.executed += 1;
         let outcome = match &self.commands[at] {
             Some(command) => {
                 let mut tx = Tx::begin(&mut self.state, now_ms);

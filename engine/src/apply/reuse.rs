@@ -44,6 +44,7 @@ impl<H: Handler> StateMachine<H> {
                     });
                 }
                 let simulation = reuse.simulation.as_ref().expect("simulated");
+                self.counters.reused += 1;
                 self.state
                     .record_extra(&simulation.stream[simulated.stream]);
                 results.extend_from_slice(&simulation.outcomes[simulated.outcome]);
@@ -70,6 +71,7 @@ impl<H: Handler> StateMachine<H> {
                         writes: if same_writes { "the same" } else { "different" },
                     });
                 }
+                self.counters.verified += 1;
             }
         }
         Ok(())

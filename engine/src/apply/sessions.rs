@@ -32,8 +32,12 @@ impl Session {
 /// What to do with a fragment, given its client's session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
-    /// Execute it: the next fragment of the session's request, or the start of a newer request.
-    Execute,
+    /// Execute it from its command `skip` on (the ones before were applied already): the next
+    /// fragment of the session's request, or the start of a newer request.
+    Execute {
+        /// Leading commands of the fragment already applied.
+        skip: u32,
+    },
     /// Skip it: its commands were already applied (a retry, or a copy from an old leader).
     Duplicate,
     /// Skip it: the client has since moved on to a newer request, or the fragment does not
@@ -84,27 +88,36 @@ impl Sessions {
     }
 
     pub(crate) fn decide(&self, fragment: &FragmentHeader) -> Decision {
-        let starts_request = fragment.first_command == 0;
+        let first = fragment.first_command;
+        let end = first + fragment.command_count;
         match self.by_client.get(&fragment.client) {
-            None if starts_request => Decision::Execute,
+            // A client's first request is number 1: a session that is gone (evicted) is never
+            // silently restarted, so nothing it sent before can be applied twice.
+            None if first == 0 && fragment.request == RequestNumber(1) => {
+                Decision::Execute { skip: 0 }
+            }
             None => Decision::Stale,
-            Some(s) if fragment.request > s.request && starts_request => Decision::Execute,
-            Some(s) if fragment.request > s.request => Decision::Stale,
-            Some(s) if fragment.request < s.request => Decision::Stale,
+            Some(s) if fragment.request > s.request && first == 0 => Decision::Execute { skip: 0 },
+            Some(s) if fragment.request != s.request => Decision::Stale,
             Some(s) if fragment.request_commands != s.request_commands => Decision::Stale,
-            Some(s) if fragment.first_command < s.applied_commands => Decision::Duplicate,
-            Some(s) if fragment.first_command == s.applied_commands => Decision::Execute,
+            Some(s) if end <= s.applied_commands => Decision::Duplicate,
+            // A retry that overlaps what was applied: run only the commands after it.
+            Some(s) if first <= s.applied_commands => Decision::Execute {
+                skip: s.applied_commands - first,
+            },
             Some(_) => Decision::Stale,
         }
     }
 
     /// The session that a fragment to execute continues or starts; evicts the least recently
-    /// active session when a new client would exceed [`SESSIONS_MAX`].
+    /// active session whose request finished when a new client would exceed [`SESSIONS_MAX`]
+    /// (a session in the middle of a request is never evicted).
     pub(crate) fn open(&mut self, fragment: &FragmentHeader, index: EntryIndex) -> &mut Session {
         if !self.by_client.contains_key(&fragment.client) && self.by_client.len() >= SESSIONS_MAX {
             let oldest = self
                 .by_client
                 .iter()
+                .filter(|(_, s)| s.is_complete())
                 .min_by_key(|(c, s)| (s.last_active, **c))
                 .map(|(c, _)| *c);
             if let Some(client) = oldest {
@@ -121,7 +134,7 @@ impl Sessions {
                 results: Vec::new(),
                 last_active: index,
             });
-        if fragment.first_command == 0 {
+        if fragment.request != session.request || session.applied_commands == 0 {
             session.request = fragment.request;
             session.request_commands = fragment.request_commands;
             session.applied_commands = 0;

@@ -86,6 +86,7 @@ impl<H: Handler> StateMachine<H> {
                 entry: entry.index(),
                 command: at as u32,
             };
+            self.counters.simulated += 1;
             let outcome_start = simulation.outcomes.len();
             let stream_start = self.overlay.stream.len();
             let outcome = match &self.commands[at] {
@@ -179,13 +180,14 @@ impl<H: Handler> StateMachine<H> {
         }
     }
 
-    /// The commands up to `last` were not applied (a duplicate or stale fragment): their
-    /// simulated effects are dropped and the rest of the entry is no longer exact.
-    pub(super) fn skip_simulated(&mut self, index: EntryIndex, last: usize, reuse: &mut Reuse) {
-        if reuse.simulation.is_some() {
+    /// The commands before `end` were not applied (a duplicate or stale fragment, or commands
+    /// a retry repeats): their simulated effects are dropped and the rest of the entry is no
+    /// longer exact.
+    pub(super) fn skip_simulated(&mut self, index: EntryIndex, end: usize, reuse: &mut Reuse) {
+        if reuse.simulation.is_some() && end > 0 {
             self.overlay.drop_through(Step {
                 entry: index,
-                command: last as u32,
+                command: end as u32 - 1,
             });
             reuse.exact = false;
         }

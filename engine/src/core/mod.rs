@@ -36,6 +36,9 @@ pub const HEARTBEAT_TICKS_DEFAULT: u32 = 3;
 pub const APPEND_ENTRIES_MAX: usize = 64;
 /// Bytes of payload above which an append message takes no further entry (it always takes one).
 pub const APPEND_BYTES_MAX: usize = 2 * 1024 * 1024;
+/// Entries a leader sends a follower beyond what the follower acknowledged: bounds what a slow
+/// follower queues for its WAL.
+pub const PEER_INFLIGHT_ENTRIES_MAX: u64 = 256;
 /// Applied state hashes remembered for comparing with other replicas'.
 pub const HASH_HISTORY_ENTRIES: usize = 4096;
 
@@ -340,7 +343,9 @@ impl Core {
         let caught_up: Vec<NodeId> = self
             .peers
             .iter()
-            .filter(|(_, p)| p.next == index && !p.loading)
+            .filter(|(_, p)| {
+                p.next == index && !p.loading && index.0 <= p.matched.0 + PEER_INFLIGHT_ENTRIES_MAX
+            })
             .map(|(id, _)| *id)
             .collect();
         for peer in caught_up {
@@ -376,12 +381,26 @@ impl Core {
         if !self.config.nodes.contains(&from) || from == self.config.id {
             return;
         }
-        let term = match &message {
-            PeerMessage::Append(m) => m.term,
-            PeerMessage::AppendReply(m) => m.term,
-            PeerMessage::Vote(m) => m.term,
-            PeerMessage::VoteReply(m) => m.term,
+        // The connection says who sent the message; a message claiming someone else, or an
+        // append whose entries are not the consecutive run after `prev_index`, is dropped.
+        let (term, sender) = match &message {
+            PeerMessage::Append(m) => (m.term, m.leader),
+            PeerMessage::AppendReply(m) => (m.term, m.from),
+            PeerMessage::Vote(m) => (m.term, m.candidate),
+            PeerMessage::VoteReply(m) => (m.term, m.from),
         };
+        if sender != from {
+            return;
+        }
+        if let PeerMessage::Append(m) = &message
+            && !m
+                .entries
+                .iter()
+                .enumerate()
+                .all(|(k, e)| e.index().0 == m.prev_index.0 + 1 + k as u64)
+        {
+            return;
+        }
         if term > self.hard.term {
             if let PeerMessage::Vote(vote) = &message
                 && self.leader_is_fresh()
@@ -604,6 +623,7 @@ impl Core {
             return;
         }
         let covered = EntryIndex(append.prev_index.0 + append.entries.len() as u64);
+        let no_entries = append.entries.is_empty();
         if let Err(hint) = self.take_entries(append.entries, out) {
             self.reply_append(AppendOutcome::Conflict { hint }, out);
             return;
@@ -614,8 +634,10 @@ impl Core {
             self.commit = commit;
             out.push(Action::Commit(commit));
         }
+        // A heartbeat is always answered (the leader's quorum check counts on it); new entries
+        // are acknowledged once durable, here or when the WAL reports them.
         let matched = self.durable.min(self.confirmed);
-        if matched >= covered || matched > self.acknowledged {
+        if no_entries || matched >= covered || matched > self.acknowledged {
             self.reply_append(AppendOutcome::Matched { index: matched }, out);
         }
     }
@@ -651,10 +673,11 @@ impl Core {
                 if self.log.term_at(index) == Some(entry.term()) {
                     continue;
                 }
-                assert!(
-                    index > self.commit,
-                    "a leader never overwrites a committed entry ({index})"
-                );
+                if index <= self.commit {
+                    // A correct leader never contradicts a committed entry: refuse, change nothing.
+                    self.persist(fresh, out);
+                    return Err(self.commit);
+                }
                 self.log.truncate_from(index);
                 self.durable = self.durable.min(index.prev());
                 out.push(Action::Truncate(index));
@@ -754,19 +777,19 @@ impl Core {
         let last = self.log.last_index();
         let progress = self.peers.get(&peer).expect("a peer of the leader");
         let next = progress.next;
+        let limit = EntryIndex(last.0.min(progress.matched.0 + PEER_INFLIGHT_ENTRIES_MAX));
         let mut entries = Vec::new();
-        let mut bytes = 0;
         let mut index = next;
-        while index <= last && entries.len() < APPEND_ENTRIES_MAX {
+        while index <= limit {
             let Some(entry) = self.log.entry(index) else {
                 break;
             };
-            if !entries.is_empty() && bytes + entry.payload.len() > APPEND_BYTES_MAX {
-                break;
-            }
-            bytes += entry.payload.len();
             entries.push(entry.clone());
             index = index.next();
+            if !fits_append(&entries) {
+                entries.pop();
+                break;
+            }
         }
         if entries.is_empty() && next <= last && next < self.log.window_start() {
             let to = EntryIndex((next.0 + APPEND_ENTRIES_MAX as u64 - 1).min(last.0));
@@ -824,6 +847,10 @@ impl Core {
                 .iter()
                 .all(|e| self.log.term_at(e.index()) == Some(e.term()));
         if usable {
+            let mut entries = entries;
+            while !fits_append(&entries) {
+                entries.pop();
+            }
             self.send_entries(peer, next, entries, out);
         } else {
             self.send_append(peer, out);
@@ -888,6 +915,13 @@ impl Core {
             out.push(Action::Diverged(divergence));
         }
     }
+}
+
+/// True when one append message may carry `entries`: at most [`APPEND_ENTRIES_MAX`] of them and
+/// [`APPEND_BYTES_MAX`] of payload, though always the first (one entry always fits a frame).
+fn fits_append(entries: &[Entry]) -> bool {
+    let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
+    entries.len() <= 1 || (entries.len() <= APPEND_ENTRIES_MAX && bytes <= APPEND_BYTES_MAX)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 /// Messages queued for one peer; past this, new messages to it are dropped (consensus resends
 /// what matters, and a slow peer never holds the leader back).
-pub const PEER_QUEUE_MESSAGES_MAX: usize = 1024;
+pub const PEER_QUEUE_MESSAGES_MAX: usize = 256;
 /// Replies queued for one client connection; past this, replies are dropped (the client
 /// retries and gets its results from the session).
 pub const CLIENT_REPLIES_QUEUED_MAX: usize = 1024;

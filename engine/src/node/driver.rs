@@ -192,9 +192,14 @@ impl<H: Handler> Driver<H> {
         self.carry_out(out);
     }
 
+    /// Carries out actions in order. Once the node halts, nothing more is carried out: an
+    /// action after a failed one (a vote after its persistence failed) must not happen.
     fn carry_out(&mut self, actions: Vec<Action>) {
         let mut queue = VecDeque::from(actions);
         while let Some(action) = queue.pop_front() {
+            if self.halted.is_some() {
+                return;
+            }
             queue.extend(self.execute(action));
         }
     }
@@ -310,12 +315,15 @@ impl<H: Handler> Driver<H> {
         if self.halted.is_none() {
             eprintln!("node {}: halted: {reason}", self.config.id);
             self.halted = Some(reason);
+            // Requests in flight may still commit through the other nodes: their clients are
+            // told to ask elsewhere, never that nothing was applied.
             self.batcher.drain();
-            for ((_, request), waiter) in self.waiters.drain() {
-                let _ = waiter.try_send(ClientReply::Rejected {
-                    request,
-                    reason: Rejection::Halted,
-                });
+            let elsewhere = ClientReply::NotLeader {
+                leader: None,
+                address: None,
+            };
+            for (_, waiter) in self.waiters.drain() {
+                let _ = waiter.try_send(elsewhere.clone());
             }
         }
     }

@@ -107,9 +107,16 @@ fn carry_out(wal: &mut Wal, batch: Vec<WalOp>) -> Result<Vec<WalEvent>, WalError
                 wal.truncate_from(from)?;
             }
             WalOp::Load { peer, from, to } => {
-                let entries = (from.0..=to.0.min(wal.last_index().0))
-                    .map(|i| wal.read(EntryIndex(i)))
-                    .collect::<Result<_, _>>()?;
+                let mut entries = Vec::new();
+                let mut bytes = 0;
+                for index in from.0..=to.0.min(wal.last_index().0) {
+                    let entry = wal.read(EntryIndex(index))?;
+                    bytes += entry.payload.len();
+                    entries.push(entry);
+                    if bytes >= crate::core::APPEND_BYTES_MAX {
+                        break;
+                    }
+                }
                 events.push(WalEvent::Loaded { peer, entries });
             }
         }

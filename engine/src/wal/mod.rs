@@ -248,6 +248,9 @@ impl Wal {
         for segment in self.segments.drain(at.segment + 1..) {
             fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
         }
+        // The removals are made durable first: a crash must not bring a later segment back
+        // after the one before it was cut short.
+        sync_dir(&self.dir)?;
         let segment = &mut self.segments[at.segment];
         segment
             .file
@@ -257,7 +260,7 @@ impl Wal {
         segment.bytes = at.offset;
         self.entries
             .truncate((index.0 - self.first_index.0) as usize);
-        sync_dir(&self.dir)
+        Ok(())
     }
 
     fn start_segment(&mut self, first: EntryIndex) -> Result<(), WalError> {

@@ -69,6 +69,7 @@ pub(super) fn scan(dir: &Path) -> Result<(Wal, Recovery), WalError> {
         let is_last = n + 1 == files.len();
         torn_tail_bytes += scan_segment(&mut wal, path, is_last)?;
     }
+    super::sync_dir(dir)?;
     let recovery = Recovery {
         entries: wal.entries.len() as u64,
         last_index: wal.last_index(),
@@ -133,8 +134,10 @@ fn scan_segment(wal: &mut Wal, path: &Path, is_last: bool) -> Result<u64, WalErr
     let torn = (data.len() - at) as u64;
     if torn > 0 {
         file.set_len(at as u64).map_err(io_error(path))?;
-        file.sync_all().map_err(io_error(path))?;
     }
+    // What a killed process wrote may sit in the page cache unsynced; the node will count every
+    // recovered entry as durable, so make it so before saying it.
+    file.sync_all().map_err(io_error(path))?;
     wal.segments.push(Segment {
         path: path.to_path_buf(),
         file,
