@@ -1,14 +1,14 @@
 //! The determinism test through three replicas: one seeded stream of 100,000 Bank commands, sent
-//! as requests of 1,024 commands to a three-node cluster (real TCP, real WAL with fsync) that
-//! packs 16 commands per entry, and to one that packs 1,024: identical per-command results, and
-//! identical state hashes on all six replicas.
+//! as requests of 1,024 commands to three-node clusters (real TCP, real WAL with fsync) that pack
+//! 16 or 1,024 commands per entry, in Verify and in Performance mode: identical per-command
+//! results, and identical state hashes on all twelve replicas.
 
 use bank::workload::account_id;
 use bank::{Bank, BankCommand};
 use engine::client::Client;
 use engine::node::local::LocalCluster;
 use engine::rng::Rng;
-use engine::{ClientId, EntryIndex, RequestNumber, StateHash};
+use engine::{ClientId, EntryIndex, Mode, RequestNumber, StateHash};
 use std::time::Duration;
 
 const COMMANDS: usize = 100_000;
@@ -64,12 +64,18 @@ fn stream(seed: u64) -> Vec<BankCommand> {
         .collect()
 }
 
-/// Runs the stream through a fresh three-node cluster packing `entry_commands_max` per entry;
+/// Runs the stream through a fresh three-node cluster in `mode`, packing `entry_commands_max`
+/// per entry;
 /// returns every request's encoded results and each replica's final state hash.
-async fn run(commands: &[BankCommand], entry_commands_max: u32) -> (Vec<Vec<u8>>, Vec<StateHash>) {
+async fn run(
+    commands: &[BankCommand],
+    entry_commands_max: u32,
+    mode: Mode,
+) -> (Vec<Vec<u8>>, Vec<StateHash>) {
     let dir = tempfile::tempdir().unwrap();
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
-        config.entry_commands_max = entry_commands_max
+        config.entry_commands_max = entry_commands_max;
+        config.mode = mode;
     })
     .expect("cluster starts");
     cluster
@@ -94,31 +100,38 @@ async fn run(commands: &[BankCommand], entry_commands_max: u32) -> (Vec<Vec<u8>>
     (results, statuses.iter().map(|s| s.state_hash).collect())
 }
 
-/// Proves 16 and 1,024 commands per entry give identical results and identical state hashes on
-/// all three replicas of each cluster.
+/// Proves 16 and 1,024 commands per entry, in Verify and in Performance mode, give identical
+/// results and identical state hashes on all three replicas of each cluster.
 #[test]
-fn three_replicas_agree_whatever_the_packing() {
+fn three_replicas_agree_whatever_the_packing_and_mode() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let commands = stream(42);
-    let (results_16, hashes_16) = runtime.block_on(run(&commands, 16));
-    let (results_1024, hashes_1024) = runtime.block_on(run(&commands, 1024));
-    assert_eq!(hashes_16.len(), 3);
-    assert!(
-        hashes_16.iter().all(|h| *h == hashes_16[0]),
-        "replicas of the 16-per-entry cluster differ"
-    );
-    assert!(
-        hashes_1024.iter().all(|h| *h == hashes_1024[0]),
-        "replicas of the 1,024-per-entry cluster differ"
-    );
-    assert_eq!(
-        hashes_16[0], hashes_1024[0],
-        "packing changed the state hash"
-    );
-    assert!(results_16 == results_1024, "packing changed a result");
+    let mut runs = Vec::new();
+    for mode in [Mode::Verify, Mode::Performance] {
+        for packing in [16, 1024] {
+            let (results, hashes) = runtime.block_on(run(&commands, packing, mode));
+            assert_eq!(hashes.len(), 3);
+            assert!(
+                hashes.iter().all(|h| *h == hashes[0]),
+                "{mode:?} {packing}: replicas differ"
+            );
+            runs.push((mode, packing, results, hashes[0]));
+        }
+    }
+    let (_, _, results, hash) = &runs[0];
+    for (mode, packing, other_results, other_hash) in &runs[1..] {
+        assert_eq!(
+            other_hash, hash,
+            "{mode:?} at {packing} per entry changed the state hash"
+        );
+        assert!(
+            other_results == results,
+            "{mode:?} at {packing} per entry changed a result"
+        );
+    }
 }
 
 /// Proves requests are checked before the log: empty, over 1,024 commands, undecodable or

@@ -6,9 +6,9 @@ use anyhow::{Context, bail};
 use bank::workload::{PREFILL_BALANCE, Transfers, account_id, open_command};
 use bank::{Bank, BankCommand, BankError, BankOutput};
 use clap::Args;
-use engine::client::{Client, ClientConfig, ClientError, node_status};
+use engine::client::{Client, ClientConfig, ClientError, node_status, set_node_mode};
 use engine::entry::encode_commands;
-use engine::{ClientId, Outcome, RequestNumber, decode_outcomes};
+use engine::{ClientId, Mode, Outcome, RequestNumber, decode_outcomes};
 use futures::future::join_all;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -287,7 +287,7 @@ pub async fn audit(config: &ClientConfig) -> anyhow::Result<(u64, u128)> {
 pub async fn benchmark(
     config: &ClientConfig,
     options: &BenchOptions,
-    mode: &str,
+    modes: &[Option<Mode>],
 ) -> anyhow::Result<Vec<Run>> {
     if options.accounts < 2 {
         bail!("--accounts must be at least 2");
@@ -308,8 +308,11 @@ pub async fn benchmark(
             }
         };
     let mut runs = Vec::new();
-    for run in 0..options.runs {
-        runs.push(measure(config, options, run, mode).await?);
+    for &mode in modes {
+        let label = set_mode(config, mode).await?;
+        for run in 0..options.runs {
+            runs.push(measure(config, options, run, &label).await?);
+        }
     }
     let (converged, statuses) = converge(config).await;
     let hashes: Vec<String> = statuses.iter().map(|s| s.state_hash.to_hex()).collect();
@@ -341,4 +344,24 @@ pub async fn benchmark(
         bail!("the run ended with a changed total or replicas that differ");
     }
     Ok(runs)
+}
+
+/// Sets `mode` on every node (when given); returns the mode's name as the nodes report it.
+async fn set_mode(config: &ClientConfig, mode: Option<Mode>) -> anyhow::Result<String> {
+    let timeout = Duration::from_secs(2);
+    if let Some(mode) = mode {
+        for address in &config.nodes {
+            set_node_mode(config.cluster_id, *address, mode, timeout).await?;
+        }
+    }
+    let status = node_status(config.cluster_id, config.nodes[0], timeout).await?;
+    Ok(mode_name(status.mode).to_string())
+}
+
+/// A mode's name in tables and JSON.
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Verify => "verify",
+        Mode::Performance => "performance",
+    }
 }

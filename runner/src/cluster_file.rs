@@ -3,6 +3,7 @@
 //! ```toml
 //! cluster_id = 1                # optional; connections from another cluster are refused
 //! entry_commands_max = 1024     # optional; 16 to 1,024 commands per entry
+//! mode = "verify"               # optional; "verify" (default) or "performance"
 //!
 //! [[nodes]]
 //! id = 1
@@ -44,12 +45,19 @@ pub struct ClusterFile {
     /// Most commands per entry.
     #[serde(default = "default_entry_commands_max")]
     pub entry_commands_max: u32,
+    /// What the leader does with its simulations.
+    #[serde(default = "default_mode")]
+    pub mode: crate::commands::ModeArg,
     /// The nodes.
     pub nodes: Vec<NodeEntry>,
 }
 
 fn default_cluster_id() -> u64 {
     1
+}
+
+fn default_mode() -> crate::commands::ModeArg {
+    crate::commands::ModeArg::Verify
 }
 
 fn default_entry_commands_max() -> u32 {
@@ -107,6 +115,7 @@ impl ClusterFile {
         let mut config = NodeConfig::new(NodeId(id), self.addresses(), entry.data_dir.clone());
         config.cluster_id = self.cluster_id;
         config.entry_commands_max = self.entry_commands_max;
+        config.mode = self.mode.into();
         Ok(config)
     }
 
@@ -152,6 +161,10 @@ mod tests {
                 .check()
                 .is_err()
         );
+        let performance = format!("mode = \"performance\"\n{good}");
+        let file: ClusterFile = toml::from_str(&performance).unwrap();
+        assert_eq!(file.node_config(1).unwrap().mode, engine::Mode::Performance);
+        assert!(toml::from_str::<ClusterFile>(&format!("mode = \"fast\"\n{good}")).is_err());
         let unknown = format!("colour = 3\n{good}");
         assert!(toml::from_str::<ClusterFile>(&unknown).is_err());
     }

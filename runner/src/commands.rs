@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use engine::client::{Client, node_status};
 use engine::node::local::LocalCluster;
 use engine::state::STATE_BYTES_DEFAULT;
-use engine::{ClientId, Outcome, RequestNumber};
+use engine::{ClientId, Mode, Outcome, RequestNumber};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -105,6 +105,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
                         "hashes": [d.local.1.to_hex(), d.remote.1.to_hex()],
                     })),
                     "halted": s.halted,
+                    "mode": crate::bench::mode_name(s.mode),
                 }),
                 Err(error) => json!({ "id": id, "reachable": false, "error": error.to_string() }),
             })
@@ -290,9 +291,31 @@ pub struct LocalArgs {
     /// State capacity per node, in bytes.
     #[arg(long, default_value_t = STATE_BYTES_DEFAULT)]
     pub capacity_bytes: u64,
+    /// Execution mode; without it, both modes run one after the other on the same cluster.
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
     /// The benchmark.
     #[command(flatten)]
     pub bench: BenchOptions,
+}
+
+/// `--mode` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeArg {
+    /// Execute again after commit and compare with the simulation.
+    Verify,
+    /// Reuse verified simulations after commit.
+    Performance,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(mode: ModeArg) -> Mode {
+        match mode {
+            ModeArg::Verify => Mode::Verify,
+            ModeArg::Performance => Mode::Performance,
+        }
+    }
 }
 
 /// Three nodes in this process over loopback TCP, then the benchmark against them.
@@ -302,9 +325,14 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
         bail!("--entry-commands must lie in {range:?}");
     }
     let dir = crate::run_dir(args.dir.clone())?;
+    let modes: Vec<Option<Mode>> = match args.mode {
+        Some(mode) => vec![Some(mode.into())],
+        None => vec![Some(Mode::Verify), Some(Mode::Performance)],
+    };
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
         config.entry_commands_max = args.entry_commands;
         config.capacity_bytes = args.capacity_bytes;
+        config.mode = modes[0].unwrap_or_default();
     })?;
     println!(
         "three nodes in this process, data in {}",
@@ -315,7 +343,7 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
             .wait_for_leader(Duration::from_secs(10))
             .await
             .context("no leader elected")?;
-        bench::benchmark(&cluster.client_config(), &args.bench, "plain").await
+        bench::benchmark(&cluster.client_config(), &args.bench, &modes).await
     });
     drop(cluster);
     if args.keep {
@@ -342,7 +370,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         .block_on(bench::benchmark(
             &file.client_config(),
             &args.bench,
-            "plain",
+            &[None],
         ))
         .map(|_| ())
 }

@@ -112,23 +112,45 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// Prints the median and range over runs of the same configuration, as the reference does.
+/// Prints, per mode and commands per request, the median and range over runs, side by side
+/// like the reference table.
 pub fn print_summary(runs: &[Run]) {
-    if runs.is_empty() {
-        return;
+    let mut shapes: Vec<(String, u32, u32)> = Vec::new();
+    for run in runs {
+        let shape = (run.mode.clone(), run.batch, run.inflight);
+        if !shapes.contains(&shape) {
+            shapes.push(shape);
+        }
     }
-    let mut rates: Vec<f64> = runs.iter().map(|r| r.commands_per_s).collect();
-    let mut p99: Vec<f64> = runs.iter().map(|r| r.latency_ms.p99).collect();
-    let rate = median(&mut rates);
-    let p99_median = median(&mut p99);
+    println!();
     println!(
-        "{} runs: completed commands/s median {:.0} (range {:.0}-{:.0}), p99 median {:.3} ms (range {:.3}-{:.3})",
-        runs.len(),
-        rate,
-        rates[0],
-        rates[rates.len() - 1],
-        p99_median,
-        p99[0],
-        p99[p99.len() - 1]
+        "{:<12} {:>12} {:>9} {:>5} {:>38} {:>20}",
+        "mode",
+        "per request",
+        "in flight",
+        "runs",
+        "completed commands/s median (range)",
+        "p99 ms (range)"
     );
+    for (mode, batch, inflight) in shapes {
+        let same: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.mode == mode && r.batch == batch && r.inflight == inflight)
+            .collect();
+        let mut rates: Vec<f64> = same.iter().map(|r| r.commands_per_s).collect();
+        let mut p99: Vec<f64> = same.iter().map(|r| r.latency_ms.p99).collect();
+        let rate = median(&mut rates);
+        median(&mut p99);
+        let rates_text = format!(
+            "{:.0} ({:.0}-{:.0})",
+            rate,
+            rates[0],
+            rates[rates.len() - 1]
+        );
+        let p99_text = format!("{:.3}-{:.3}", p99[0], p99[p99.len() - 1]);
+        println!(
+            "{mode:<12} {batch:>12} {inflight:>9} {:>5} {rates_text:>38} {p99_text:>20}",
+            same.len()
+        );
+    }
 }
