@@ -17,10 +17,30 @@ fn main() {
     let (mut machine, mut feeder) = prefilled(accounts);
     let entries = feeder.transfers(&mut Transfers::new(1, accounts), count, per_entry);
     eprintln!("ready in {:.2} s", started.elapsed().as_secs_f64());
-    let started = Instant::now();
-    for entry in &entries {
-        machine.apply(entry).expect("applies");
+    // MODE=verify|performance: simulate each entry first, as a leader does, timing both halves.
+    let mode = std::env::var("MODE").ok();
+    match mode.as_deref() {
+        Some("verify") => machine.set_mode(engine::Mode::Verify),
+        Some("performance") => machine.set_mode(engine::Mode::Performance),
+        _ => {}
     }
-    let ns = started.elapsed().as_nanos() as f64 / (count * per_entry) as f64;
-    eprintln!("{ns:.1} ns per command over {count} entries of {per_entry}");
+    let (mut simulate, mut apply) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+    for entry in &entries {
+        if mode.is_some() {
+            let started = Instant::now();
+            machine.simulate(entry);
+            simulate += started.elapsed();
+        }
+        let started = Instant::now();
+        machine.apply(entry).expect("applies");
+        apply += started.elapsed();
+    }
+    let per = |d: std::time::Duration| d.as_nanos() as f64 / (count * per_entry) as f64;
+    eprintln!(
+        "{:.1} ns per command over {count} entries of {per_entry} (simulate {:.1}, apply {:.1}; {:?})",
+        per(simulate + apply),
+        per(simulate),
+        per(apply),
+        machine.counters()
+    );
 }

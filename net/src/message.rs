@@ -271,6 +271,33 @@ pub struct NodeStatus {
     pub halted: Option<String>,
     /// The execution mode it uses when it leads.
     pub mode: Mode,
+    /// Where its entries' time went, since it started.
+    pub stages: Stages,
+}
+
+/// Cumulative time a node's entries spent in each stage of the data path, in microseconds,
+/// with the number of entries each sum covers. Two snapshots subtracted give a run's averages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Stages {
+    /// Entries this node proposed as leader.
+    pub proposed: u64,
+    /// Their first request's wait in the batcher, from arrival to proposal.
+    pub batch_wait_us: u64,
+    /// Proposal to this node's own WAL fsync reported.
+    pub wal_us: u64,
+    /// Proposal to commit (a majority durable): the replication round trip.
+    pub quorum_us: u64,
+    /// Simulating them.
+    pub simulate_us: u64,
+    /// Entries this node applied.
+    pub applied: u64,
+    /// Applying them (execution, or reuse of a simulation), replies included.
+    pub apply_us: u64,
+    /// Entries this node received as follower.
+    pub received: u64,
+    /// Their arrival to this node's WAL fsync reported.
+    pub follower_wal_us: u64,
 }
 
 #[cfg(test)]

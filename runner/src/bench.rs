@@ -1,7 +1,7 @@
 //! The load client: prefill accounts (or reuse them), then timed runs of random transfers with
 //! N requests in flight, then an audit and a check that every replica has the same state hash.
 
-use crate::report::{self, LatencyMs, Run};
+use crate::report::{self, LatencyMs, Run, StageAverages};
 use anyhow::{Context, bail};
 use bank::workload::{PREFILL_BALANCE, Transfers, account_id, open_command};
 use bank::{Bank, BankCommand, BankError, BankOutput};
@@ -12,7 +12,7 @@ use engine::{ClientId, Mode, Outcome, RequestNumber, decode_outcomes};
 use futures::future::join_all;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use net::message::NodeStatus;
+use net::message::{NodeStatus, Stages};
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -199,6 +199,7 @@ pub async fn measure(
     mode: &str,
 ) -> anyhow::Result<Run> {
     let warm_until = Instant::now() + Duration::from_secs_f64(options.warmup);
+    let stages_before = stages(config).await;
     let length = if options.commands.is_some() {
         Duration::from_secs(3600)
     } else {
@@ -246,7 +247,18 @@ pub async fn measure(
         unknown: tallies.iter().map(|t| t.unknown).sum(),
         replicas_converged: false,
         state_hashes: Vec::new(),
+        stages: StageAverages::between(&stages_before, &stages(config).await),
     })
+}
+
+/// Every node's cumulative stage timings (a node that does not answer counts as zero).
+async fn stages(config: &ClientConfig) -> Vec<Stages> {
+    let mut all = Vec::new();
+    for address in &config.nodes {
+        let status = node_status(config.cluster_id, *address, Duration::from_secs(1)).await;
+        all.push(status.map(|s| s.stages).unwrap_or_default());
+    }
+    all
 }
 
 /// Waits until every node reports the same applied entry and state hash.
@@ -321,6 +333,7 @@ pub async fn benchmark(
         run.state_hashes = hashes.clone();
     }
     report::print_table(&runs);
+    report::print_stages(&runs);
     report::print_summary(&runs);
     let (accounts, total) = audit(config).await?;
     let audit_ok = accounts == before_accounts && total == before_total;

@@ -54,6 +54,68 @@ pub struct Run {
     pub replicas_converged: bool,
     /// Each replica's state hash at the end, in hex.
     pub state_hashes: Vec<String>,
+    /// Where an entry's time went during the run, from the nodes' own counters.
+    pub stages: StageAverages,
+}
+
+/// Average microseconds per entry in each stage over a run: the leader's entries (batcher wait,
+/// own WAL fsync, replication round trip to a quorum, simulation, apply) and the followers'.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StageAverages {
+    /// Entries the leader proposed in the run.
+    pub entries: u64,
+    /// Commands per entry on average.
+    pub commands_per_entry: f64,
+    /// Waiting in the leader's batcher.
+    pub batch_wait_us: f64,
+    /// Proposal to the leader's own fsync.
+    pub wal_us: f64,
+    /// Proposal to commit.
+    pub quorum_us: f64,
+    /// Simulation on the leader.
+    pub simulate_us: f64,
+    /// Apply on the leader (execution or reuse, replies included).
+    pub apply_us: f64,
+    /// Arrival to fsync on a follower.
+    pub follower_wal_us: f64,
+    /// Apply on a follower.
+    pub follower_apply_us: f64,
+}
+
+impl StageAverages {
+    /// The averages over the interval between two snapshots of every node's counters.
+    pub fn between(before: &[net::message::Stages], after: &[net::message::Stages]) -> Self {
+        let delta = |f: fn(&net::message::Stages) -> u64, leader: bool| -> (u64, u64) {
+            before
+                .iter()
+                .zip(after)
+                .filter(|(b, a)| (a.proposed > b.proposed) == leader)
+                .map(|(b, a)| (f(a).saturating_sub(f(b)), 1))
+                .fold((0, 0), |(s, n), (v, c)| (s + v, n + c))
+        };
+        let (entries, _) = delta(|s| s.proposed, true);
+        let (applied, _) = delta(|s| s.applied, true);
+        let per = |(sum, _): (u64, u64), count: u64| {
+            if count == 0 {
+                0.0
+            } else {
+                sum as f64 / count as f64
+            }
+        };
+        let (received, _) = delta(|s| s.received, false);
+        let (follower_applied, _) = delta(|s| s.applied, false);
+        StageAverages {
+            entries,
+            commands_per_entry: 0.0,
+            batch_wait_us: per(delta(|s| s.batch_wait_us, true), entries),
+            wal_us: per(delta(|s| s.wal_us, true), entries),
+            quorum_us: per(delta(|s| s.quorum_us, true), entries),
+            simulate_us: per(delta(|s| s.simulate_us, true), entries),
+            apply_us: per(delta(|s| s.apply_us, true), applied),
+            follower_wal_us: per(delta(|s| s.follower_wal_us, false), received),
+            follower_apply_us: per(delta(|s| s.apply_us, false), follower_applied),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -109,6 +171,33 @@ fn median(values: &mut [f64]) -> f64 {
         (values[mid - 1] + values[mid]) / 2.0
     } else {
         values[mid]
+    }
+}
+
+/// Prints where an entry's time went in each run.
+pub fn print_stages(runs: &[Run]) {
+    println!();
+    println!(
+        "where an entry's time goes (us per entry; leader: batcher wait, own fsync, quorum, simulate, apply; followers: fsync, apply)"
+    );
+    println!(
+        "{:<12} {:>8} {:>10} {:>8} {:>8} {:>9} {:>8} {:>10} {:>10}",
+        "mode", "entries", "batcher", "wal", "quorum", "simulate", "apply", "f.wal", "f.apply"
+    );
+    for run in runs {
+        let s = &run.stages;
+        println!(
+            "{:<12} {:>8} {:>10.1} {:>8.1} {:>8.1} {:>9.1} {:>8.1} {:>10.1} {:>10.1}",
+            run.mode,
+            s.entries,
+            s.batch_wait_us,
+            s.wal_us,
+            s.quorum_us,
+            s.simulate_us,
+            s.apply_us,
+            s.follower_wal_us,
+            s.follower_apply_us
+        );
     }
 }
 

@@ -201,6 +201,7 @@ fn measure(
         failed,
         unknown: 0,
         replicas_converged: true,
+        stages: Default::default(),
         state_hashes: vec![node.machine().state_hash().to_hex()],
     })
 }

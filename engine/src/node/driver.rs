@@ -2,6 +2,7 @@
 
 use super::connections::{accept_clients, accept_peers, connect_peer};
 use super::storage::{self, Restored};
+use super::timing::Timing;
 use super::wal_thread::{WalEvent, WalOp, WalThread};
 use super::{Input, NodeConfig, NodeError};
 use crate::apply::{Reply, ReplyStatus, StateMachine};
@@ -18,7 +19,7 @@ use net::message::{
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -117,6 +118,7 @@ struct Driver<H: Handler> {
     halted: Option<String>,
     /// Entries this leader proposed and has not simulated yet.
     unsimulated: Vec<EntryIndex>,
+    timing: Timing,
 }
 
 impl<H: Handler> Driver<H> {
@@ -158,15 +160,24 @@ impl<H: Handler> Driver<H> {
             peers,
             halted: None,
             unsimulated: Vec::new(),
+            timing: Timing::default(),
             config,
         })
     }
 
     fn handle(&mut self, input: Input) {
         match input {
-            Input::Peer { from, message } => self.step(Event::Message { from, message }),
+            Input::Peer { from, message } => {
+                if let PeerMessage::Append(append) = &message {
+                    for entry in &append.entries {
+                        self.timing.received(entry.index());
+                    }
+                }
+                self.step(Event::Message { from, message })
+            }
             Input::Client { request, reply } => self.on_client(request, &reply),
             Input::Wal(WalEvent::Persisted { index, term }) => {
+                self.timing.persisted(index);
                 self.step(Event::Persisted { index, term })
             }
             Input::Wal(WalEvent::Loaded { peer, entries }) => {
@@ -221,12 +232,16 @@ impl<H: Handler> Driver<H> {
             Action::Persist(entries) => self.queue_wal(WalOp::Append(entries)),
             Action::Truncate(from) => self.queue_wal(WalOp::Truncate(from)),
             Action::Load { peer, from, to } => self.queue_wal(WalOp::Load { peer, from, to }),
-            Action::Commit(index) => return self.apply_committed(index),
+            Action::Commit(index) => {
+                self.timing.committed(index);
+                return self.apply_committed(index);
+            }
             Action::RoleChanged { role, .. } => {
                 if role != Role::Leader {
                     self.abandon_waiters();
                     self.unsimulated.clear();
                     self.machine.discard_simulations();
+                    self.timing.forget();
                 }
             }
             Action::Diverged(divergence) => eprintln!(
@@ -258,11 +273,13 @@ impl<H: Handler> Driver<H> {
                 self.halt(format!("entry {next} is committed but not in memory"));
                 break;
             };
+            let started = Instant::now();
             match self.machine.apply(&entry) {
                 Ok(applied) => {
                     for reply in applied.replies {
                         self.answer(reply);
                     }
+                    self.timing.applied(started);
                     let hash = AppliedHash {
                         index: applied.index,
                         hash: applied.state_hash,
@@ -388,6 +405,7 @@ impl<H: Handler> Driver<H> {
         if self.batcher.push(queued).is_err() {
             return reject(Rejection::Busy);
         }
+        self.timing.request_queued();
         self.waiters.insert(key, reply.clone());
         None
     }
@@ -406,6 +424,7 @@ impl<H: Handler> Driver<H> {
                 .core
                 .propose(EntryKind::Commands, count, payload, &mut out)
                 .expect("the leader proposes");
+            self.timing.proposed(index, !self.batcher.is_empty());
             self.unsimulated.push(index);
             self.carry_out(out);
         }
@@ -423,7 +442,9 @@ impl<H: Handler> Driver<H> {
                 continue;
             }
             if let Some(entry) = self.core.entry(index).cloned() {
+                let started = Instant::now();
                 self.machine.simulate(&entry);
+                self.timing.simulated(started);
             }
         }
     }
@@ -441,6 +462,7 @@ impl<H: Handler> Driver<H> {
             divergence: self.core.divergence().cloned(),
             halted: self.halted.clone(),
             mode: self.machine.mode(),
+            stages: self.timing.stages,
         }
     }
 }

@@ -6,6 +6,7 @@ mod connections;
 mod driver;
 pub mod local;
 pub mod storage;
+mod timing;
 mod wal_thread;
 
 pub use connections::{

@@ -85,7 +85,10 @@ impl Overlay {
 
     pub(crate) fn begin(&mut self, step: Step) -> OverlayMark {
         self.step = Some(step);
-        self.undo.clear();
+        // The previous command committed: its undo records are of no further use.
+        while let Some(id) = self.undo.pop() {
+            self.table_mut(id).forget_undo();
+        }
         OverlayMark {
             stream_bytes: self.stream.len(),
             bytes_delta: self.bytes_delta,
@@ -291,6 +294,7 @@ impl Overlay {
 /// What the overlay needs of a table whose types it does not know.
 trait AnyOverlay: Any + Send + Sync {
     fn undo_last(&mut self);
+    fn forget_undo(&mut self);
     fn pop_write_back(&mut self);
     /// Consumes the oldest recorded write, applying it to `state` when given; returns its
     /// capacity change.
@@ -359,6 +363,10 @@ impl<K: Key, R: Record> AnyOverlay for OverlayTable<K, R> {
             Some(previous) => self.latest.insert(key, previous),
             None => self.latest.remove(&key),
         };
+    }
+
+    fn forget_undo(&mut self) {
+        self.undo.clear();
     }
 
     fn pop_write_back(&mut self) {
