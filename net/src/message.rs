@@ -298,6 +298,14 @@ pub struct Stages {
     pub received: u64,
     /// Their arrival to this node's WAL fsync reported.
     pub follower_wal_us: u64,
+    /// Commands simulated (leader, at proposal).
+    pub simulated_commands: u64,
+    /// Commands executed on the committed state.
+    pub executed_commands: u64,
+    /// Commands whose simulation was reused after commit (Performance mode).
+    pub reused_commands: u64,
+    /// Commands executed after commit and found identical to their simulation (Verify mode).
+    pub verified_commands: u64,
 }
 
 #[cfg(test)]

@@ -80,6 +80,8 @@ pub struct StageAverages {
     pub follower_wal_us: f64,
     /// Apply on a follower.
     pub follower_apply_us: f64,
+    /// Commands the leader simulated, executed, reused and verified during the run.
+    pub leader_commands: [u64; 4],
 }
 
 impl StageAverages {
@@ -114,6 +116,12 @@ impl StageAverages {
             apply_us: per(delta(|s| s.apply_us, true), applied),
             follower_wal_us: per(delta(|s| s.follower_wal_us, false), received),
             follower_apply_us: per(delta(|s| s.apply_us, false), follower_applied),
+            leader_commands: [
+                delta(|s| s.simulated_commands, true).0,
+                delta(|s| s.executed_commands, true).0,
+                delta(|s| s.reused_commands, true).0,
+                delta(|s| s.verified_commands, true).0,
+            ],
         }
     }
 }
@@ -181,7 +189,7 @@ pub fn print_stages(runs: &[Run]) {
         "where an entry's time goes (us per entry; leader: batcher wait, own fsync, quorum, simulate, apply; followers: fsync, apply)"
     );
     println!(
-        "{:<12} {:>8} {:>10} {:>8} {:>8} {:>9} {:>8} {:>10} {:>10}",
+        "{:<12} {:>8} {:>10} {:>8} {:>8} {:>9} {:>8} {:>10} {:>10}   commands simulated/executed/reused/verified",
         "mode", "entries", "batcher", "wal", "quorum", "simulate", "apply", "f.wal", "f.apply"
     );
     for run in runs {

@@ -1,12 +1,11 @@
 //! The apply path: committed entries executed in order, each command in its own transaction,
-//! each client request exactly once. On the leader, each entry is first simulated when it is
-//! proposed (`simulate`), and after commit each command is either executed and compared with
-//! its simulation (Verify mode) or, when its simulation is verified still valid, reused without
-//! executing again (Performance mode, `reuse`).
+//! each client request exactly once. On the leader, each entry is also simulated as it is
+//! proposed, speculatively and in place, before it commits (`speculate`): after commit the
+//! simulation is confirmed and reused (Performance mode) or rolled back, executed again and
+//! compared (Verify mode).
 
-mod reuse;
 mod sessions;
-mod simulate;
+mod speculate;
 
 pub use sessions::{SESSIONS_MAX, Sessions};
 
@@ -14,9 +13,9 @@ use crate::codec;
 use crate::entry::{Entry, EntryKind, FragmentHeader, PayloadError, parse_payload};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber};
-use crate::state::{Overlay, Prefetch, State, StateHash, Step, Tx};
+use crate::state::{Prefetch, State, StateHash, Tx};
 use sessions::{Decision, SESSION_WRITE_TAG};
-use simulate::Simulation;
+use speculate::{Pass, Speculation};
 use std::collections::VecDeque;
 
 /// What the leader does with its simulation of an entry once the entry commits (a cluster
@@ -110,29 +109,6 @@ pub struct Applied {
     pub replies: Vec<Reply>,
 }
 
-/// A replica's state machine: the handler, its state and the client sessions.
-pub struct StateMachine<H: Handler> {
-    handler: H,
-    state: State,
-    sessions: Sessions,
-    applied: EntryIndex,
-    /// Commands of the entry being applied, decoded (`None`: bytes that did not decode).
-    commands: Vec<Option<H::Command>>,
-    /// The state hash after `applied`.
-    hash: StateHash,
-    mode: Mode,
-    /// The leader's speculative state above the committed one.
-    overlay: Overlay,
-    /// Simulations of proposed entries not yet applied, in index order.
-    simulations: VecDeque<Simulation>,
-    /// Simulations consumed, kept for their buffers.
-    spare: Vec<Simulation>,
-    /// The committed state after this entry is exactly the state its simulation produced, so
-    /// a simulation chained on it started from the right base.
-    exact_through: EntryIndex,
-    counters: ApplyCounters,
-}
-
 /// How commands were run, since the state machine started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ApplyCounters {
@@ -146,12 +122,27 @@ pub struct ApplyCounters {
     pub verified: u64,
 }
 
-/// How the commands of the entry being applied use its simulation.
-pub(crate) struct Reuse {
-    simulation: Option<Simulation>,
-    /// Every command so far reproduced its simulation exactly, on an exact base: the
-    /// simulation's remaining commands start from the committed state as it is.
-    exact: bool,
+/// A replica's state machine: the handler, its state and the client sessions.
+pub struct StateMachine<H: Handler> {
+    handler: H,
+    state: State,
+    sessions: Sessions,
+    /// The last entry applied for good (committed).
+    applied: EntryIndex,
+    /// Commands of the entry being run, decoded (`None`: bytes that did not decode).
+    commands: Vec<Option<H::Command>>,
+    /// The state hash after `applied`.
+    hash: StateHash,
+    mode: Mode,
+    /// Leader: entries applied speculatively and not yet committed, in index order. The state
+    /// holds their writes; the undo logs hold what they replaced.
+    speculations: VecDeque<Speculation>,
+    /// Leader in Verify mode: proposed entries waiting for their turn to be simulated (Verify
+    /// keeps one speculation at a time, since it rolls each back after commit).
+    unsimulated: VecDeque<Entry>,
+    /// What the entry being run is: plain execution, a speculation, or a verification.
+    pass: Pass,
+    counters: ApplyCounters,
 }
 
 impl<H: Handler> StateMachine<H> {
@@ -166,10 +157,9 @@ impl<H: Handler> StateMachine<H> {
             applied: EntryIndex::ZERO,
             commands: Vec::new(),
             mode: Mode::default(),
-            overlay: Overlay::default(),
-            simulations: VecDeque::new(),
-            spare: Vec::new(),
-            exact_through: EntryIndex::ZERO,
+            speculations: VecDeque::new(),
+            unsimulated: VecDeque::new(),
+            pass: Pass::Execute,
             counters: ApplyCounters::default(),
         }
     }
@@ -179,9 +169,12 @@ impl<H: Handler> StateMachine<H> {
         self.counters
     }
 
-    /// Sets what a leader does with its simulations.
+    /// Sets what a leader does with its simulations (takes effect with the next proposal).
     pub fn set_mode(&mut self, mode: Mode) {
-        self.mode = mode;
+        if mode != self.mode {
+            self.discard_simulations();
+            self.mode = mode;
+        }
     }
 
     /// The mode.
@@ -194,7 +187,7 @@ impl<H: Handler> StateMachine<H> {
         &self.handler
     }
 
-    /// The state.
+    /// The state (on a leader, with its speculative writes in it).
     pub fn state(&self) -> &State {
         &self.state
     }
@@ -204,12 +197,12 @@ impl<H: Handler> StateMachine<H> {
         &self.sessions
     }
 
-    /// The last entry applied.
+    /// The last entry applied for good.
     pub fn applied_index(&self) -> EntryIndex {
         self.applied
     }
 
-    /// The state hash after the last entry applied.
+    /// The state hash after the last entry applied for good.
     pub fn state_hash(&self) -> StateHash {
         self.hash
     }
@@ -223,12 +216,19 @@ impl<H: Handler> StateMachine<H> {
                 got: index,
             });
         }
-        let mut reuse = self.take_simulation(entry);
-        let replies = match entry.header.kind {
-            EntryKind::Noop => Vec::new(),
-            EntryKind::Commands => self.apply_commands(index, &entry.payload, &mut reuse)?,
-        };
-        self.finish_reuse(index, reuse);
+        if let Some(front) = self.speculations.front() {
+            if front.matches(entry) {
+                return match self.mode {
+                    Mode::Performance => Ok(self.confirm()),
+                    Mode::Verify => self.verify(entry),
+                };
+            }
+            // Another entry committed at this index (another leader's): everything speculated
+            // from here on is void.
+            self.discard_simulations();
+        }
+        self.pass = Pass::Execute;
+        let replies = self.run_entry(entry)?;
         self.applied = index;
         self.hash = self.state.finish_entry();
         Ok(Applied {
@@ -238,11 +238,18 @@ impl<H: Handler> StateMachine<H> {
         })
     }
 
+    /// Runs the entry's commands in the current pass; returns the requests it finished.
+    fn run_entry(&mut self, entry: &Entry) -> Result<Vec<Reply>, ApplyError> {
+        match entry.header.kind {
+            EntryKind::Noop => Ok(Vec::new()),
+            EntryKind::Commands => self.apply_commands(entry.index(), &entry.payload),
+        }
+    }
+
     fn apply_commands(
         &mut self,
         index: EntryIndex,
         payload: &[u8],
-        reuse: &mut Reuse,
     ) -> Result<Vec<Reply>, ApplyError> {
         let (header, fragments) =
             parse_payload(payload).map_err(|error| ApplyError::Payload { index, error })?;
@@ -255,8 +262,7 @@ impl<H: Handler> StateMachine<H> {
         for (fragment, _) in &fragments {
             let commands = first..first + fragment.command_count as usize;
             first = commands.end;
-            let context = (index, header.now_ms);
-            if let Some(reply) = self.apply_fragment(context, fragment, commands, reuse)? {
+            if let Some(reply) = self.apply_fragment((index, header.now_ms), fragment, commands)? {
                 replies.push(reply);
             }
         }
@@ -294,34 +300,21 @@ impl<H: Handler> StateMachine<H> {
         (index, now_ms): (EntryIndex, u64),
         fragment: &FragmentHeader,
         commands: std::ops::Range<usize>,
-        reuse: &mut Reuse,
     ) -> Result<Option<Reply>, ApplyError> {
         let skip = match self.sessions.decide(fragment) {
             Decision::Execute { skip } => skip as usize,
-            Decision::Duplicate => {
-                self.skip_simulated(index, commands.end, reuse);
-                return Ok(self.reply_if_complete(fragment));
-            }
+            Decision::Duplicate => return Ok(self.reply_if_complete(fragment)),
             Decision::Stale => {
-                self.skip_simulated(index, commands.end, reuse);
                 let stale = fragment.is_last().then_some(ReplyStatus::Stale);
                 return Ok(stale.map(|status| reply(fragment, status)));
             }
         };
         let commands = commands.start + skip..commands.end;
-        if skip > 0 {
-            // Applied before: the simulation ran them again, the committed state will not.
-            self.skip_simulated(index, commands.start, reuse);
-        }
         let mut results = std::mem::take(&mut self.sessions.open(fragment, index).results);
         // The session is put back together below; nothing in between touches sessions.
         for at in commands.clone() {
             self.prefetch(at + PREFETCH_AHEAD_COMMANDS);
-            let step = Step {
-                entry: index,
-                command: at as u32,
-            };
-            self.run_command(step, now_ms, &mut results, reuse)?;
+            self.run_command(index, at, now_ms, &mut results)?;
             if self.state.memory_fault() {
                 return Err(ApplyError::MemoryExhausted {
                     index,
@@ -349,9 +342,8 @@ impl<H: Handler> StateMachine<H> {
         }
     }
 
-    /// Executes command `at` of the entry on the committed state and encodes its outcome.
+    /// Executes command `at` of the entry and encodes its outcome.
     fn execute(&mut self, now_ms: u64, at: usize, results: &mut Vec<u8>) {
-        self.counters.executed += 1;
         let outcome = match &self.commands[at] {
             Some(command) => {
                 let mut tx = Tx::begin(&mut self.state, now_ms);

@@ -45,10 +45,16 @@ pub(crate) enum Decision {
     Stale,
 }
 
+/// The sessions as they were before a speculative entry changed them, in the order it changed
+/// them (restored in reverse).
+pub(crate) type Journal = Vec<(ClientId, Option<Session>)>;
+
 /// All client sessions.
 #[derive(Clone, Debug, Default)]
 pub struct Sessions {
     by_client: BTreeMap<ClientId, Session>,
+    /// While an entry runs speculatively: what each change replaced.
+    journal: Option<Journal>,
 }
 
 impl Sessions {
@@ -84,7 +90,35 @@ impl Sessions {
     }
 
     pub(crate) fn get_mut(&mut self, client: ClientId) -> Option<&mut Session> {
+        self.note(client);
         self.by_client.get_mut(&client)
+    }
+
+    /// Starts journaling changes (a speculative entry begins).
+    pub(crate) fn journal_start(&mut self) {
+        self.journal = Some(Vec::new());
+    }
+
+    /// Stops journaling; returns what the changes replaced.
+    pub(crate) fn journal_take(&mut self) -> Journal {
+        self.journal.take().unwrap_or_default()
+    }
+
+    /// Undoes the changes a journal recorded.
+    pub(crate) fn restore(&mut self, journal: Journal) {
+        for (client, before) in journal.into_iter().rev() {
+            match before {
+                Some(session) => self.by_client.insert(client, session),
+                None => self.by_client.remove(&client),
+            };
+        }
+    }
+
+    /// Journals `client`'s session before a change.
+    fn note(&mut self, client: ClientId) {
+        if let Some(journal) = &mut self.journal {
+            journal.push((client, self.by_client.get(&client).cloned()));
+        }
     }
 
     pub(crate) fn decide(&self, fragment: &FragmentHeader) -> Decision {
@@ -121,9 +155,11 @@ impl Sessions {
                 .min_by_key(|(c, s)| (s.last_active, **c))
                 .map(|(c, _)| *c);
             if let Some(client) = oldest {
+                self.note(client);
                 self.by_client.remove(&client);
             }
         }
+        self.note(fragment.client);
         let session = self
             .by_client
             .entry(fragment.client)

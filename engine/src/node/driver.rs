@@ -98,11 +98,12 @@ pub(super) async fn run<H: Handler>(
             driver.handle(input);
         }
         driver.propose();
-        if driver.has_unsimulated() {
-            // Let the connection tasks send the new entries first: the simulation then runs
-            // while they travel and are fsynced, not before.
+        if driver.has_deferred_work() {
+            // Let the connection tasks send what was queued first (appends, acknowledgements,
+            // replies): simulation and a follower's apply then run while those travel.
             tokio::task::yield_now().await;
             driver.simulate();
+            driver.catch_up();
         }
     }
 }
@@ -118,6 +119,8 @@ struct Driver<H: Handler> {
     halted: Option<String>,
     /// Entries this leader proposed and has not simulated yet.
     unsimulated: Vec<EntryIndex>,
+    /// Follower: the commit index to apply up to once nothing waits for the WAL.
+    commit_to: EntryIndex,
     timing: Timing,
 }
 
@@ -160,6 +163,7 @@ impl<H: Handler> Driver<H> {
             peers,
             halted: None,
             unsimulated: Vec::new(),
+            commit_to: EntryIndex::ZERO,
             timing: Timing::default(),
             config,
         })
@@ -234,7 +238,11 @@ impl<H: Handler> Driver<H> {
             Action::Load { peer, from, to } => self.queue_wal(WalOp::Load { peer, from, to }),
             Action::Commit(index) => {
                 self.timing.committed(index);
-                return self.apply_committed(index);
+                if self.core.role() == Role::Leader {
+                    return self.apply_committed(index);
+                }
+                // A follower applies once its acknowledgements are out (see `catch_up`).
+                self.commit_to = self.commit_to.max(index);
             }
             Action::RoleChanged { role, .. } => {
                 if role != Role::Leader {
@@ -430,8 +438,21 @@ impl<H: Handler> Driver<H> {
         }
     }
 
-    fn has_unsimulated(&self) -> bool {
-        !self.unsimulated.is_empty()
+    /// A follower applies committed entries when its WAL has nothing in flight: its
+    /// acknowledgement (on the leader's critical path) goes out first, the apply (not on it)
+    /// after.
+    fn catch_up(&mut self) {
+        let idle =
+            self.core.durable_index() == self.core.last_index() || self.core.role() == Role::Leader;
+        if idle && self.commit_to > self.machine.applied_index() {
+            let out = self.apply_committed(self.commit_to);
+            self.carry_out(out);
+        }
+    }
+
+    /// Work kept off the critical path: simulations to run, committed entries to apply.
+    fn has_deferred_work(&self) -> bool {
+        !self.unsimulated.is_empty() || self.commit_to > self.machine.applied_index()
     }
 
     /// Simulates the entries proposed since the last call, in order (only while still leading
@@ -462,7 +483,15 @@ impl<H: Handler> Driver<H> {
             divergence: self.core.divergence().cloned(),
             halted: self.halted.clone(),
             mode: self.machine.mode(),
-            stages: self.timing.stages,
+            stages: {
+                let counters = self.machine.counters();
+                let mut stages = self.timing.stages;
+                stages.simulated_commands = counters.simulated;
+                stages.executed_commands = counters.executed;
+                stages.reused_commands = counters.reused;
+                stages.verified_commands = counters.verified;
+                stages
+            },
         }
     }
 }

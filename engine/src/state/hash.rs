@@ -47,27 +47,51 @@ impl Default for StreamHasher {
 }
 
 impl StreamHasher {
-    /// The buffer writers append stream bytes to. Bytes appended since the last
-    /// [`StreamHasher::absorb_pending`] may be truncated away (a rolled-back command).
+    /// The buffer writers append stream bytes to. Bytes appended and not yet absorbed may be
+    /// truncated away (a rolled-back command or entry).
     pub(crate) fn pending(&mut self) -> &mut Vec<u8> {
         &mut self.page
     }
 
-    /// Length of the buffer: a mark that truncating the pending bytes may return to.
-    pub(crate) fn pending_mark(&self) -> usize {
-        self.page.len()
+    /// The stream position at the end of what was appended so far (absorbed or not), counted
+    /// from the start of the stream: stays valid when pages fold.
+    pub(crate) fn position(&self) -> u64 {
+        self.folded_bytes + self.page.len() as u64
     }
 
-    /// Drops pending bytes past `mark`.
-    pub(crate) fn truncate_pending(&mut self, mark: usize) {
-        assert!(mark >= self.hashed, "only pending bytes can be dropped");
-        self.page.truncate(mark);
+    /// The appended bytes from stream position `from` on (they must not be absorbed yet).
+    pub(crate) fn appended_since(&self, from: u64) -> &[u8] {
+        &self.page[self.offset(from)..]
     }
 
-    /// Hashes the pending bytes, folding every full page into the accumulator.
+    fn offset(&self, position: u64) -> usize {
+        let offset = position
+            .checked_sub(self.folded_bytes)
+            .expect("position in the current page") as usize;
+        assert!(
+            offset >= self.hashed && offset <= self.page.len(),
+            "only unabsorbed bytes are addressed"
+        );
+        offset
+    }
+
+    /// Drops appended bytes past stream position `position`.
+    pub(crate) fn truncate_to(&mut self, position: u64) {
+        let offset = self.offset(position);
+        self.page.truncate(offset);
+    }
+
+    /// Hashes everything appended.
     pub fn absorb_pending(&mut self) {
+        self.absorb_through(self.position());
+    }
+
+    /// Hashes the appended bytes up to stream position `position`, folding every full page
+    /// into the accumulator; later bytes stay appended, not absorbed.
+    pub(crate) fn absorb_through(&mut self, position: u64) {
         loop {
-            let end = self.page.len().min(HASH_PAGE_BYTES);
+            let target = self.offset(position);
+            let end = target.min(HASH_PAGE_BYTES);
             self.page_hasher.update(&self.page[self.hashed..end]);
             self.hashed = end;
             if self.hashed < HASH_PAGE_BYTES {
@@ -87,7 +111,7 @@ impl StreamHasher {
         self.absorb_pending();
     }
 
-    /// The hash of the whole stream absorbed so far (pending bytes excluded).
+    /// The hash of the whole stream absorbed so far (bytes appended and not absorbed excluded).
     pub fn digest(&self) -> StateHash {
         let mut hasher = blake3::Hasher::new();
         hasher.update(&self.accumulator);
@@ -147,18 +171,38 @@ mod tests {
         assert_ne!(StreamHasher::default().digest(), a.digest());
     }
 
-    /// Proves pending bytes dropped before they are absorbed leave no trace.
+    /// Proves appended bytes dropped before they are absorbed leave no trace, and that bytes can
+    /// be absorbed up to a position while later ones wait, across page folds.
     #[test]
-    fn truncated_pending_bytes_are_not_hashed() {
+    fn truncation_and_partial_absorption() {
         let mut a = StreamHasher::default();
         a.absorb(b"kept");
-        let mark = a.pending_mark();
+        let mark = a.position();
         a.pending().extend_from_slice(b"rolled back");
-        a.truncate_pending(mark);
+        a.truncate_to(mark);
         a.pending().extend_from_slice(b" and more");
         a.absorb_pending();
         let mut b = StreamHasher::default();
         b.absorb(b"kept and more");
         assert_eq!(a.digest(), b.digest());
+
+        let stream: Vec<u8> = (0..HASH_PAGE_BYTES * 2 + 77)
+            .map(|i| (i % 13) as u8)
+            .collect();
+        let mut staged = StreamHasher::default();
+        staged.pending().extend_from_slice(&stream);
+        let cut = HASH_PAGE_BYTES as u64 + 5;
+        staged.absorb_through(cut);
+        let mut whole = StreamHasher::default();
+        whole.absorb(&stream[..cut as usize]);
+        assert_eq!(
+            staged.digest(),
+            whole.digest(),
+            "absorbed through the cut only"
+        );
+        assert_eq!(staged.appended_since(cut), &stream[cut as usize..]);
+        staged.absorb_pending();
+        whole.absorb(&stream[cut as usize..]);
+        assert_eq!(staged.digest(), whole.digest());
     }
 }

@@ -3,18 +3,17 @@
 
 mod hash;
 mod memory;
-mod overlay;
 mod slots;
 mod table;
 mod tx;
 
 pub use hash::{HASH_PAGE_BYTES, StateHash, StreamHasher};
-pub use overlay::{Overlay, Step};
 pub use table::{Key, Record, Schema, TABLES_MAX, Table, TableId};
 pub use tx::{Prefetch, Tx};
 
 use crate::codec::{self, Encode};
 use std::any::Any;
+use std::collections::VecDeque;
 use table::{AnyTable, TypedTable};
 
 /// The bytes every record costs beyond its encoded key and record, in the capacity account
@@ -48,12 +47,14 @@ pub enum StateError {
     Unencodable(String),
 }
 
-/// Where a command's transaction began: what a rollback returns to.
-#[derive(Clone, Copy, Debug)]
+/// A point in the state's history that a rollback returns to: the start of a command's
+/// transaction, or of a speculatively applied entry. Positions are absolute (counted from the
+/// start), so a mark stays valid while older undo records are forgotten.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TxMark {
-    writes_bytes: usize,
+    stream: u64,
     bytes_used: u64,
-    undo_len: usize,
+    undo: u64,
 }
 
 /// The replicated state of one node.
@@ -61,9 +62,12 @@ pub struct State {
     tables: Vec<Option<Box<dyn AnyTable>>>,
     bytes_used: u64,
     capacity_bytes: u64,
-    /// The table of each change in the undo logs of the running entry, oldest first. Undo
-    /// records live until the entry finishes, so that a command that commits costs nothing.
-    undo: Vec<TableId>,
+    /// The table of each change in the undo logs, oldest first. Undo records live until their
+    /// entry is final (so that a command that commits costs nothing, and a speculatively
+    /// applied entry can be rolled back).
+    undo: VecDeque<TableId>,
+    /// Undo records forgotten from the front so far.
+    undo_forgotten: u64,
     /// Bit `t` set: table `t` holds undo records.
     undo_tables: u64,
     /// The write stream's hasher; writes are encoded straight into its pending buffer.
@@ -83,7 +87,8 @@ impl State {
             tables,
             bytes_used: 0,
             capacity_bytes,
-            undo: Vec::new(),
+            undo: VecDeque::new(),
+            undo_forgotten: 0,
             undo_tables: 0,
             hasher: StreamHasher::default(),
             memory_fault: false,
@@ -134,19 +139,35 @@ impl State {
 
     pub(crate) fn begin(&self) -> TxMark {
         TxMark {
-            writes_bytes: self.hasher.pending_mark(),
+            stream: self.hasher.position(),
             bytes_used: self.bytes_used,
-            undo_len: self.undo.len(),
+            undo: self.undo_forgotten + self.undo.len() as u64,
         }
     }
 
+    /// Undoes every change made since `mark`.
     pub(crate) fn rollback(&mut self, mark: TxMark) {
-        while self.undo.len() > mark.undo_len {
-            let id = self.undo.pop().expect("longer than the mark");
+        while self.undo_forgotten + self.undo.len() as u64 > mark.undo {
+            let id = self.undo.pop_back().expect("longer than the mark");
             table_slot(&mut self.tables, id).undo_last();
         }
-        self.hasher.truncate_pending(mark.writes_bytes);
+        self.hasher.truncate_to(mark.stream);
         self.bytes_used = mark.bytes_used;
+    }
+
+    /// Makes everything up to `mark` final: its undo records are forgotten and its writes
+    /// folded into the state hash, which is returned. Later changes stay undoable.
+    pub(crate) fn confirm_through(&mut self, mark: TxMark) -> StateHash {
+        while self.undo_forgotten < mark.undo {
+            let id = self
+                .undo
+                .pop_front()
+                .expect("the mark is within the undo log");
+            table_slot(&mut self.tables, id).forget_oldest();
+            self.undo_forgotten += 1;
+        }
+        self.hasher.absorb_through(mark.stream);
+        self.hasher.digest()
     }
 
     /// True once memory ran out below capacity; the node must stop applying.
@@ -154,14 +175,9 @@ impl State {
         self.memory_fault
     }
 
-    /// Where the write stream of the running entry ends now.
-    pub(crate) fn stream_mark(&self) -> usize {
-        self.hasher.pending_mark()
-    }
-
-    /// The write stream appended since `mark`.
-    pub(crate) fn stream_since(&mut self, mark: usize) -> &[u8] {
-        &self.hasher.pending()[mark..]
+    /// The write stream appended since `mark` (not yet folded into the hash).
+    pub(crate) fn stream_since(&self, mark: TxMark) -> &[u8] {
+        self.hasher.appended_since(mark.stream)
     }
 
     /// Appends engine bookkeeping (such as a client session update) to the write stream.
@@ -176,6 +192,7 @@ impl State {
             self.undo_tables &= self.undo_tables - 1;
             table_slot(&mut self.tables, TableId(id)).clear_undo();
         }
+        self.undo_forgotten += self.undo.len() as u64;
         self.undo.clear();
         self.hasher.absorb_pending();
         self.hasher.digest()
@@ -194,7 +211,7 @@ impl State {
         key: K,
         record: R,
     ) -> Result<(), StateError> {
-        let start = self.hasher.pending_mark();
+        let start = self.hasher.position();
         let encoded = encode_write(
             self.hasher.pending(),
             table.id(),
@@ -234,7 +251,7 @@ impl State {
         table: &Table<K, R>,
         key: &K,
     ) -> Result<Option<R>, StateError> {
-        let start = self.hasher.pending_mark();
+        let start = self.hasher.position();
         let encoded =
             encode_write::<K, R>(self.hasher.pending(), table.id(), WRITE_DELETE, key, None);
         let key_bytes = match encoded {
@@ -242,7 +259,7 @@ impl State {
             Err(error) => return self.abandon_write(start, error),
         };
         let Some(old) = typed_mut(&mut self.tables, table).delete(key) else {
-            self.hasher.truncate_pending(start);
+            self.hasher.truncate_to(start);
             return Ok(None);
         };
         self.note_undo(table.id());
@@ -251,41 +268,13 @@ impl State {
     }
 
     fn note_undo(&mut self, id: TableId) {
-        self.undo.push(id);
+        self.undo.push_back(id);
         self.undo_tables |= 1 << id.0;
     }
 
-    fn abandon_write<T>(&mut self, start: usize, error: StateError) -> Result<T, StateError> {
-        self.hasher.truncate_pending(start);
+    fn abandon_write<T>(&mut self, start: u64, error: StateError) -> Result<T, StateError> {
+        self.hasher.truncate_to(start);
         Err(error)
-    }
-
-    /// Applies a write a simulation recorded (reuse): no undo, the stream bytes come separately.
-    pub(crate) fn put_reused<K: Key, R: Record>(
-        &mut self,
-        id: TableId,
-        key: K,
-        record: Option<R>,
-        bytes_delta: i64,
-    ) -> Result<(), StateError> {
-        let any: &mut dyn Any = table_slot(&mut self.tables, id);
-        let typed: &mut TypedTable<K, R> = any.downcast_mut().expect("one record type per table");
-        if typed.put_final(key, record).is_err() {
-            self.memory_fault = true;
-            return Err(StateError::MemoryExhausted);
-        }
-        self.bytes_used = self
-            .bytes_used
-            .checked_add_signed(bytes_delta)
-            .expect("capacity account stays positive");
-        Ok(())
-    }
-
-    pub(crate) fn typed_by_id<K: Key, R: Record>(&self, id: TableId) -> &TypedTable<K, R> {
-        let any: &dyn Any = self.tables[id.0 as usize]
-            .as_deref()
-            .expect("a declared table");
-        any.downcast_ref().expect("one record type per table")
     }
 
     pub(crate) fn touch<K: Key, R: Record>(&self, table: &Table<K, R>, key: &K) {

@@ -4,7 +4,7 @@
 use super::slots::Slots;
 use crate::codec::{Decode, Encode};
 use std::any::Any;
-use std::collections::TryReserveError;
+use std::collections::{TryReserveError, VecDeque};
 use std::hash::Hash;
 use std::marker::PhantomData;
 
@@ -108,6 +108,8 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     fn undo_last(&mut self);
     /// Forgets the undo log (the entry finished).
     fn clear_undo(&mut self);
+    /// Forgets the oldest undo record (its entry became final).
+    fn forget_oldest(&mut self);
     /// Memory held by the table's slots, in bytes.
     fn allocated_bytes(&self) -> usize;
 }
@@ -115,15 +117,15 @@ pub(crate) trait AnyTable: Any + Send + Sync {
 /// A table's records and the undo log of the running command.
 pub(crate) struct TypedTable<K, R> {
     pub(crate) map: Slots<K, R>,
-    /// The previous value of each key the running command wrote, oldest first.
-    undo: Vec<(K, Option<R>)>,
+    /// The previous value of each key written by a change not yet final, oldest first.
+    undo: VecDeque<(K, Option<R>)>,
 }
 
 impl<K: Key, R: Record> TypedTable<K, R> {
     fn boxed() -> Box<dyn AnyTable> {
         Box::new(TypedTable::<K, R> {
             map: Slots::new(),
-            undo: Vec::new(),
+            undo: VecDeque::new(),
         })
     }
 
@@ -142,14 +144,14 @@ impl<K: Key, R: Record> TypedTable<K, R> {
                 None
             }
         };
-        self.undo.push((key, old));
+        self.undo.push_back((key, old));
         Ok(())
     }
 
     /// Removes `key`, remembering the previous value for a rollback.
     pub(crate) fn delete(&mut self, key: &K) -> Option<R> {
         let old = self.map.remove(key)?;
-        self.undo.push((key.clone(), Some(old.clone())));
+        self.undo.push_back((key.clone(), Some(old.clone())));
         Some(old)
     }
 }
@@ -158,7 +160,7 @@ impl<K: Key, R: Record> AnyTable for TypedTable<K, R> {
     fn undo_last(&mut self) {
         let (key, old) = self
             .undo
-            .pop()
+            .pop_back()
             .expect("undo log matches the state's undo order");
         match old {
             // Restoring a key that the command replaced or removed never grows the slot array:
@@ -176,6 +178,12 @@ impl<K: Key, R: Record> AnyTable for TypedTable<K, R> {
 
     fn clear_undo(&mut self) {
         self.undo.clear();
+    }
+
+    fn forget_oldest(&mut self) {
+        self.undo
+            .pop_front()
+            .expect("undo log matches the state's undo order");
     }
 
     fn allocated_bytes(&self) -> usize {

@@ -1,57 +1,25 @@
-//! The transaction a handler sees: typed reads and writes of one command, against the committed
-//! state (execution) or against the leader's speculative overlay (simulation). The handler
-//! cannot tell the two apart.
+//! The transaction a handler sees: typed reads and writes of one command. A leader runs the
+//! same transactions speculatively before commit; the handler cannot tell.
 
-use super::overlay::{Overlay, OverlayMark, Step};
 use super::{Key, Record, State, StateError, Table, TxMark};
-
-/// What a transaction reads and writes.
-enum Target<'a> {
-    /// The committed state; rollback by undo log.
-    Real { state: &'a mut State, mark: TxMark },
-    /// The overlay above the committed state; the committed state is only read.
-    Sim {
-        base: &'a State,
-        overlay: &'a mut Overlay,
-        mark: OverlayMark,
-    },
-}
 
 /// One command's transaction. Everything it writes is applied when the handler returns `Ok`, and
 /// rolled back when the handler returns `Err` (or ignored a failed write).
 pub struct Tx<'a> {
-    target: Target<'a>,
+    state: &'a mut State,
     now_ms: u64,
+    mark: TxMark,
     /// The first write that failed: the command cannot commit, whatever the handler returns.
     failed: Option<StateError>,
 }
 
 impl<'a> Tx<'a> {
-    /// A transaction on the committed state.
     pub(crate) fn begin(state: &'a mut State, now_ms: u64) -> Self {
         let mark = state.begin();
         Tx {
-            target: Target::Real { state, mark },
+            state,
             now_ms,
-            failed: None,
-        }
-    }
-
-    /// A transaction of a simulated command (`step`) on the overlay above `base`.
-    pub(crate) fn simulate(
-        base: &'a State,
-        overlay: &'a mut Overlay,
-        step: Step,
-        now_ms: u64,
-    ) -> Self {
-        let mark = overlay.begin(step);
-        Tx {
-            target: Target::Sim {
-                base,
-                overlay,
-                mark,
-            },
-            now_ms,
+            mark,
             failed: None,
         }
     }
@@ -60,10 +28,7 @@ impl<'a> Tx<'a> {
     /// error when there was one.
     pub(crate) fn finish(self, ok: bool) -> Option<StateError> {
         if !ok || self.failed.is_some() {
-            match self.target {
-                Target::Real { state, mark } => state.rollback(mark),
-                Target::Sim { overlay, mark, .. } => overlay.rollback(mark),
-            }
+            self.state.rollback(self.mark);
         }
         self.failed
     }
@@ -76,18 +41,12 @@ impl<'a> Tx<'a> {
 
     /// The record under `key`, if any.
     pub fn get<K: Key, R: Record>(&mut self, table: &Table<K, R>, key: &K) -> Option<R> {
-        match &mut self.target {
-            Target::Real { state, .. } => state.typed(table).map.get(key).cloned(),
-            Target::Sim { base, overlay, .. } => overlay.get(base, table, key),
-        }
+        self.state.typed(table).map.get(key).cloned()
     }
 
     /// True when `table` holds a record under `key`.
     pub fn contains<K: Key, R: Record>(&mut self, table: &Table<K, R>, key: &K) -> bool {
-        match &mut self.target {
-            Target::Real { state, .. } => state.typed(table).map.get(key).is_some(),
-            Target::Sim { base, overlay, .. } => overlay.get(base, table, key).is_some(),
-        }
+        self.state.typed(table).map.get(key).is_some()
     }
 
     /// Writes `record` under `key`, replacing any record there. Fails, changing nothing, when the
@@ -98,12 +57,7 @@ impl<'a> Tx<'a> {
         key: K,
         record: R,
     ) -> Result<(), StateError> {
-        let result = match &mut self.target {
-            Target::Real { state, .. } => state.put(table, key, record),
-            Target::Sim { base, overlay, .. } => {
-                overlay.write(base, table, key, Some(record)).map(drop)
-            }
-        };
+        let result = self.state.put(table, key, record);
         self.note(result)
     }
 
@@ -113,19 +67,13 @@ impl<'a> Tx<'a> {
         table: &Table<K, R>,
         key: &K,
     ) -> Result<Option<R>, StateError> {
-        let result = match &mut self.target {
-            Target::Real { state, .. } => state.delete(table, key),
-            Target::Sim { base, overlay, .. } => overlay.write(base, table, key.clone(), None),
-        };
+        let result = self.state.delete(table, key);
         self.note(result)
     }
 
     /// The number of records in `table`.
     pub fn len<K: Key, R: Record>(&mut self, table: &Table<K, R>) -> usize {
-        match &mut self.target {
-            Target::Real { state, .. } => state.len(table),
-            Target::Sim { base, overlay, .. } => overlay.len(base, table),
-        }
+        self.state.len(table)
     }
 
     /// Calls `f` on every record of `table`, in an order that is unspecified and may differ
@@ -135,13 +83,8 @@ impl<'a> Tx<'a> {
         table: &Table<K, R>,
         mut f: impl FnMut(&K, &R),
     ) {
-        match &mut self.target {
-            Target::Real { state, .. } => {
-                for (key, record) in state.iter_unordered(table) {
-                    f(key, record);
-                }
-            }
-            Target::Sim { base, overlay, .. } => overlay.for_each(base, table, f),
+        for (key, record) in self.state.iter_unordered(table) {
+            f(key, record);
         }
     }
 

@@ -1,0 +1,283 @@
+//! Simulation on the leader, in place: as the leader proposes an entry it applies it
+//! speculatively to its state (the undo logs keep what each write replaced, the session
+//! journal what each session was, the hasher leaves its writes unabsorbed), while the entry is
+//! fsynced and replicated. That speculative state is the overlay: the committed state is the
+//! speculative one minus the undo records of entries not yet committed.
+//!
+//! After commit:
+//! - Performance mode *reuses* the simulation when it is verified: the committed entry is the
+//!   one simulated (same hash), and the simulation's base was exactly the committed state
+//!   (every entry before it was committed as simulated, since speculations are applied in index
+//!   order on top of each other and the first mismatch voids them all). The writes are already
+//!   in place; the results are released without executing again.
+//! - Verify mode rolls the simulation back, executes the entry for real, and compares each
+//!   command's result and writes with the simulation's; a difference stops the node.
+//! - A leader change, or an entry that is not the one simulated, voids every speculation: the
+//!   state is rolled back and the committed entries are executed.
+
+use super::{Applied, ApplyError, Mode, Reply, StateMachine};
+use crate::codec;
+use crate::entry::{Entry, EntryHash};
+use crate::handler::{Handler, OutcomeOf};
+use crate::ids::EntryIndex;
+use crate::state::TxMark;
+use std::ops::Range;
+
+/// Each command's encoded outcome and write stream as one run produced them, in run order.
+#[derive(Debug, Default)]
+pub(super) struct Recording {
+    outcomes: Vec<u8>,
+    streams: Vec<u8>,
+    commands: Vec<(u32, Range<usize>, Range<usize>)>,
+}
+
+impl Recording {
+    fn push(&mut self, at: usize, outcome: &[u8], stream: &[u8]) {
+        let o = self.outcomes.len()..self.outcomes.len() + outcome.len();
+        let w = self.streams.len()..self.streams.len() + stream.len();
+        self.outcomes.extend_from_slice(outcome);
+        self.streams.extend_from_slice(stream);
+        self.commands.push((at as u32, o, w));
+    }
+}
+
+/// What the entry being run is.
+#[derive(Debug, Default)]
+pub(super) enum Pass {
+    /// Committed, executed once (a follower, or a leader without a valid simulation).
+    #[default]
+    Execute,
+    /// Proposed, simulated in place; in Verify mode each command is recorded.
+    Speculate(Recording),
+    /// Committed, executed after its simulation was rolled back, each command compared with the
+    /// simulation's recording (`next`: the next recorded command to compare with).
+    Check { recording: Recording, next: usize },
+}
+
+/// An entry applied speculatively and not yet committed.
+#[derive(Debug)]
+pub(super) struct Speculation {
+    index: EntryIndex,
+    hash: EntryHash,
+    /// The state before and after it.
+    start: TxMark,
+    end: TxMark,
+    /// The sessions it changed, as they were before.
+    sessions: Vec<(crate::ids::ClientId, Option<super::sessions::Session>)>,
+    replies: Vec<Reply>,
+    commands: u64,
+    recording: Recording,
+}
+
+impl Speculation {
+    /// True when `entry` is the entry this speculation simulated.
+    pub(super) fn matches(&self, entry: &Entry) -> bool {
+        self.index == entry.index() && self.hash == entry.header.hash
+    }
+}
+
+impl<H: Handler> StateMachine<H> {
+    /// Simulates `entry`, which this replica just proposed as leader (call in index order).
+    /// Performance mode applies it speculatively at once; Verify mode keeps one speculation at
+    /// a time and queues the rest.
+    pub fn simulate(&mut self, entry: &Entry) {
+        match self.mode {
+            Mode::Performance => {
+                let tip = self.speculations.back().map_or(self.applied, |s| s.index);
+                if entry.index() == tip.next() {
+                    self.speculate(entry);
+                }
+            }
+            Mode::Verify => {
+                self.unsimulated.push_back(entry.clone());
+                self.simulate_next();
+            }
+        }
+    }
+
+    /// Entries simulated and not yet applied for good.
+    pub fn pending_simulations(&self) -> usize {
+        self.speculations.len()
+    }
+
+    /// Verify mode: speculates the oldest proposed entry not simulated yet, when none is
+    /// speculative and it is the next to apply.
+    fn simulate_next(&mut self) {
+        if !self.speculations.is_empty() {
+            return;
+        }
+        while self
+            .unsimulated
+            .front()
+            .is_some_and(|e| e.index() <= self.applied)
+        {
+            self.unsimulated.pop_front();
+        }
+        if let Some(entry) = self.unsimulated.pop_front() {
+            if entry.index() == self.applied.next() {
+                self.speculate(&entry);
+            }
+        }
+    }
+
+    /// Applies `entry` speculatively; on any failure the attempt leaves no trace (apply will
+    /// execute the entry when it commits).
+    fn speculate(&mut self, entry: &Entry) {
+        let start = self.state.begin();
+        self.sessions.journal_start();
+        self.pass = Pass::Speculate(Recording::default());
+        let simulated_before = self.counters.simulated;
+        let result = self.run_entry(entry);
+        let recording = match std::mem::take(&mut self.pass) {
+            Pass::Speculate(recording) => recording,
+            Pass::Execute | Pass::Check { .. } => unreachable!("the pass is ours"),
+        };
+        let sessions = self.sessions.journal_take();
+        match result {
+            Ok(replies) => self.speculations.push_back(Speculation {
+                index: entry.index(),
+                hash: entry.header.hash,
+                start,
+                end: self.state.begin(),
+                sessions,
+                replies,
+                commands: self.counters.simulated - simulated_before,
+                recording,
+            }),
+            Err(_) => {
+                self.sessions.restore(sessions);
+                self.state.rollback(start);
+            }
+        }
+    }
+
+    /// Performance mode: the committed entry is the oldest speculation: its writes become final
+    /// and its results are released without executing again.
+    pub(super) fn confirm(&mut self) -> Applied {
+        let speculation = self
+            .speculations
+            .pop_front()
+            .expect("a speculation to confirm");
+        self.hash = self.state.confirm_through(speculation.end);
+        self.applied = speculation.index;
+        self.counters.reused += speculation.commands;
+        Applied {
+            index: speculation.index,
+            state_hash: self.hash,
+            replies: speculation.replies,
+        }
+    }
+
+    /// Verify mode: rolls the speculation back, executes the committed entry comparing every
+    /// command with the simulation, then simulates the next proposed entry.
+    pub(super) fn verify(&mut self, entry: &Entry) -> Result<Applied, ApplyError> {
+        let speculation = self
+            .speculations
+            .pop_front()
+            .expect("a speculation to verify");
+        assert!(
+            self.speculations.is_empty(),
+            "Verify mode keeps one speculation at a time"
+        );
+        self.sessions.restore(speculation.sessions);
+        self.state.rollback(speculation.start);
+        self.pass = Pass::Check {
+            recording: speculation.recording,
+            next: 0,
+        };
+        let replies = self.run_entry(entry)?;
+        if let Pass::Check { recording, next } = std::mem::take(&mut self.pass)
+            && next != recording.commands.len()
+        {
+            return Err(ApplyError::Nondeterministic {
+                index: entry.index(),
+                command: next as u32,
+                simulated: format!("{} commands run", recording.commands.len()),
+                executed: format!("{next} commands run"),
+                writes: "different",
+            });
+        }
+        self.applied = entry.index();
+        self.hash = self.state.finish_entry();
+        self.counters.verified += speculation.commands;
+        self.simulate_next();
+        Ok(Applied {
+            index: entry.index(),
+            state_hash: self.hash,
+            replies,
+        })
+    }
+
+    /// Forgets every simulation (leadership lost, or another leader's entry committed): the
+    /// state is rolled back to exactly the committed one.
+    pub fn discard_simulations(&mut self) {
+        while let Some(speculation) = self.speculations.pop_back() {
+            self.sessions.restore(speculation.sessions);
+            self.state.rollback(speculation.start);
+        }
+        self.unsimulated.clear();
+    }
+
+    /// Runs command `at` of entry `index` in the current pass, appending its encoded outcome to
+    /// `results`; in a Verify check, a difference from the simulation is an error.
+    pub(super) fn run_command(
+        &mut self,
+        index: EntryIndex,
+        at: usize,
+        now_ms: u64,
+        results: &mut Vec<u8>,
+    ) -> Result<(), ApplyError> {
+        let outcome_start = results.len();
+        let mark = self.state.begin();
+        self.execute(now_ms, at, results);
+        let outcome = &results[outcome_start..];
+        match &mut self.pass {
+            Pass::Execute => self.counters.executed += 1,
+            Pass::Speculate(recording) => {
+                self.counters.simulated += 1;
+                if self.mode == Mode::Verify {
+                    recording.push(at, outcome, self.state.stream_since(mark));
+                }
+            }
+            Pass::Check { recording, next } => {
+                self.counters.executed += 1;
+                let writes = self.state.stream_since(mark);
+                let recorded = recording.commands.get(*next).cloned();
+                *next += 1;
+                let same = recorded.as_ref().map(|(command, o, w)| {
+                    (
+                        *command as usize == at,
+                        recording.outcomes[o.clone()] == *outcome,
+                        recording.streams[w.clone()] == *writes,
+                    )
+                });
+                if let Some((true, true, true)) = same {
+                    return Ok(());
+                }
+                let simulated = recorded.map_or("nothing".into(), |(_, o, _)| {
+                    describe::<H>(&recording.outcomes[o])
+                });
+                return Err(ApplyError::Nondeterministic {
+                    index,
+                    command: at as u32,
+                    simulated,
+                    executed: describe::<H>(outcome),
+                    writes: if same.is_some_and(|(_, _, w)| w) {
+                        "the same"
+                    } else {
+                        "different"
+                    },
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A readable form of one encoded outcome, for reports.
+fn describe<H: Handler>(bytes: &[u8]) -> String {
+    match codec::decode::<OutcomeOf<H>>(bytes) {
+        Ok(outcome) => format!("{outcome:?}"),
+        Err(error) => format!("<undecodable: {error}>"),
+    }
+}
