@@ -109,6 +109,8 @@ pub enum Event {
     },
     /// The state machine applied an entry.
     Applied(AppliedHash),
+    /// An acknowledgement handed to the WAL ([`Action::AckWhenDurable`]) could not be sent.
+    AckFailed,
     /// Entries read back from the WAL for a peer, after an [`Action::Load`].
     Loaded {
         /// The peer they are for.
@@ -132,6 +134,15 @@ pub enum Action {
     PersistHardState(HardState),
     /// Append entries to the WAL and fsync them, then report [`Event::Persisted`].
     Persist(Vec<Entry>),
+    /// Once everything persisted so far is durable, send `reply` to `to` (from the WAL's own
+    /// thread, so that a follower's acknowledgement leaves right after its fsync); report
+    /// [`Event::AckFailed`] if it cannot be sent.
+    AckWhenDurable {
+        /// The leader.
+        to: NodeId,
+        /// The acknowledgement.
+        reply: AppendReply,
+    },
     /// Remove entries from `index` on from the WAL (before any later `Persist`).
     Truncate(EntryIndex),
     /// Entries up to this index are committed: apply them in order.
@@ -310,6 +321,13 @@ impl Core {
             Event::Tick => self.on_tick(out),
             Event::Message { from, message } => self.on_message(from, message, out),
             Event::Persisted { index, term } => self.on_persisted(index, term, out),
+            Event::AckFailed => {
+                // Send it the ordinary way (what is durable of what the leader showed to match).
+                if self.role == Role::Follower {
+                    let index = self.durable.min(self.confirmed);
+                    self.reply_append(AppendOutcome::Matched { index }, out);
+                }
+            }
             Event::Applied(applied) => self.on_applied(applied, out),
             Event::Loaded { peer, entries } => self.on_loaded(peer, entries, out),
         }
@@ -624,11 +642,29 @@ impl Core {
         }
         let covered = EntryIndex(append.prev_index.0 + append.entries.len() as u64);
         let no_entries = append.entries.is_empty();
-        if let Err(hint) = self.take_entries(append.entries, out) {
-            self.reply_append(AppendOutcome::Conflict { hint }, out);
-            return;
-        }
+        let persisting = match self.take_entries(append.entries, out) {
+            Ok(persisting) => persisting,
+            Err(hint) => {
+                self.reply_append(AppendOutcome::Conflict { hint }, out);
+                return;
+            }
+        };
         self.confirmed = self.confirmed.max(covered);
+        if persisting {
+            // The acknowledgement of what this append covered goes out from the WAL, right
+            // after the fsync that makes it durable (and not before: the WAL works in order).
+            let reply = AppendReply {
+                term: self.hard.term,
+                from: self.config.id,
+                outcome: AppendOutcome::Matched { index: covered },
+                applied: self.applied,
+            };
+            out.push(Action::AckWhenDurable {
+                to: append.leader,
+                reply,
+            });
+            self.acknowledged = self.acknowledged.max(covered);
+        }
         let commit = append.commit.min(covered);
         if commit > self.commit {
             self.commit = commit;
@@ -659,13 +695,13 @@ impl Core {
         Some(hint)
     }
 
-    /// Appends the entries the log lacks, truncating a conflicting suffix first. Fails with a
-    /// hint when an entry does not chain to the one before it.
+    /// Appends the entries the log lacks, truncating a conflicting suffix first; true when it
+    /// persists any. Fails with a hint when an entry does not chain to the one before it.
     fn take_entries(
         &mut self,
         entries: Vec<Entry>,
         out: &mut Vec<Action>,
-    ) -> Result<(), EntryIndex> {
+    ) -> Result<bool, EntryIndex> {
         let mut fresh = Vec::new();
         for entry in entries {
             let index = entry.index();
@@ -690,8 +726,9 @@ impl Core {
             self.log.append(entry.clone());
             fresh.push(entry);
         }
+        let persisting = !fresh.is_empty();
         self.persist(fresh, out);
-        Ok(())
+        Ok(persisting)
     }
 
     fn persist(&mut self, entries: Vec<Entry>, out: &mut Vec<Action>) {

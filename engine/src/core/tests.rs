@@ -236,7 +236,9 @@ fn commit_needs_a_durable_majority() {
     );
 }
 
-/// Proves a follower acknowledges appended entries only after its own fsync reports them.
+/// Proves a follower acknowledges appended entries only once its own fsync has made them
+/// durable: the acknowledgement is handed to the WAL, to be sent after the fsync of everything
+/// before it, and the fsync report then adds no second one.
 #[test]
 fn follower_acknowledges_after_its_fsync() {
     let (_, noop) = leader();
@@ -257,6 +259,14 @@ fn follower_acknowledges_after_its_fsync() {
             message: PeerMessage::Append(append),
         },
     );
+    let ack = AppendReply {
+        term: Term(1),
+        from: N2,
+        outcome: AppendOutcome::Matched {
+            index: EntryIndex(1),
+        },
+        applied: None,
+    };
     assert_eq!(
         actions,
         vec![
@@ -270,29 +280,30 @@ fn follower_acknowledges_after_its_fsync() {
                 leader: Some(N1)
             },
             Action::Persist(vec![noop]),
+            Action::AckWhenDurable {
+                to: N1,
+                reply: ack.clone()
+            },
         ],
-        "no acknowledgement before the fsync"
-    );
-    let actions = step(
-        &mut n2,
-        Event::Persisted {
-            index: EntryIndex(1),
-            term: Term(1),
-        },
+        "the acknowledgement waits for the fsync"
     );
     assert_eq!(
-        actions,
+        step(
+            &mut n2,
+            Event::Persisted {
+                index: EntryIndex(1),
+                term: Term(1)
+            }
+        ),
+        vec![]
+    );
+    assert_eq!(
+        step(&mut n2, Event::AckFailed),
         vec![Action::Send {
             to: N1,
-            message: PeerMessage::AppendReply(AppendReply {
-                term: Term(1),
-                from: N2,
-                outcome: AppendOutcome::Matched {
-                    index: EntryIndex(1)
-                },
-                applied: None,
-            })
-        }]
+            message: PeerMessage::AppendReply(ack)
+        }],
+        "an acknowledgement the WAL could not send goes the ordinary way"
     );
 }
 
@@ -514,6 +525,14 @@ impl Cluster {
                             term: last.term,
                         },
                     ));
+                }
+                Action::AckWhenDurable { to, reply } => {
+                    // Persistence is instantaneous here: the acknowledgement follows it.
+                    if self.cut != Some(to) && self.cut != Some(id) {
+                        let message = PeerMessage::AppendReply(reply);
+                        self.queue
+                            .push_back((to, Event::Message { from: id, message }));
+                    }
                 }
                 Action::Truncate(from) => self.wal[Self::at(id)].retain(|e| e.index() < from),
                 Action::Commit(index) => self.apply(id, index),

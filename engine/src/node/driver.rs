@@ -3,7 +3,7 @@
 use super::connections::{accept_clients, accept_peers, connect_peer};
 use super::storage::{self, Restored};
 use super::timing::Timing;
-use super::wal_thread::{WalEvent, WalOp, WalThread};
+use super::wal_thread::{Acker, WalEvent, WalOp, WalThread};
 use super::{Input, NodeConfig, NodeError};
 use crate::apply::{Reply, ReplyStatus, StateMachine};
 use crate::batcher::{Batcher, Queued};
@@ -127,7 +127,15 @@ struct Driver<H: Handler> {
 impl<H: Handler> Driver<H> {
     fn new(config: NodeConfig, restored: Restored<H>, inbox: mpsc::Sender<Input>) -> Option<Self> {
         let report = move |event| inbox.blocking_send(Input::Wal(event)).is_ok();
-        let wal = match WalThread::spawn(restored.wal, format!("wal-{}", config.id), report) {
+        let peers = config
+            .nodes
+            .iter()
+            .filter(|n| n.id != config.id)
+            .map(|n| (n.id, n.peer_address))
+            .collect();
+        let acker = Acker::new(config.id, config.cluster_id, peers);
+        let wal = match WalThread::spawn(restored.wal, acker, format!("wal-{}", config.id), report)
+        {
             Ok(wal) => wal,
             Err(error) => {
                 eprintln!("node {}: cannot start the WAL thread: {error}", config.id);
@@ -187,6 +195,7 @@ impl<H: Handler> Driver<H> {
             Input::Wal(WalEvent::Loaded { peer, entries }) => {
                 self.step(Event::Loaded { peer, entries })
             }
+            Input::Wal(WalEvent::AckFailed) => self.step(Event::AckFailed),
             Input::Wal(WalEvent::Failed(reason)) => self.halt(format!("the WAL failed: {reason}")),
         }
     }
@@ -234,6 +243,10 @@ impl<H: Handler> Driver<H> {
                 }
             }
             Action::Persist(entries) => self.queue_wal(WalOp::Append(entries)),
+            Action::AckWhenDurable { to, reply } => self.queue_wal(WalOp::Ack {
+                to,
+                message: PeerMessage::AppendReply(reply),
+            }),
             Action::Truncate(from) => self.queue_wal(WalOp::Truncate(from)),
             Action::Load { peer, from, to } => self.queue_wal(WalOp::Load { peer, from, to }),
             Action::Commit(index) => {

@@ -14,6 +14,13 @@ pub(crate) enum WalOp {
     Append(Vec<Entry>),
     /// Remove entries from this index on.
     Truncate(EntryIndex),
+    /// Once durable, send this message to this node (an acknowledgement).
+    Ack {
+        /// The node.
+        to: NodeId,
+        /// The message.
+        message: net::message::PeerMessage,
+    },
     /// Read entries back for a peer.
     Load {
         /// The peer.
@@ -42,6 +49,8 @@ pub(crate) enum WalEvent {
         /// The entries.
         entries: Vec<Entry>,
     },
+    /// An acknowledgement could not be sent.
+    AckFailed,
     /// The WAL failed; nothing more can be made durable.
     Failed(String),
 }
@@ -55,13 +64,14 @@ impl WalThread {
     /// Starts the thread; `report` delivers its events to the node.
     pub(crate) fn spawn(
         wal: Wal,
+        acker: Acker,
         name: String,
         report: impl Fn(WalEvent) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
         thread::Builder::new()
             .name(name)
-            .spawn(move || run(wal, queue, report))?;
+            .spawn(move || run(wal, acker, queue, report))?;
         Ok(WalThread { ops })
     }
 
@@ -71,10 +81,15 @@ impl WalThread {
     }
 }
 
-fn run(mut wal: Wal, queue: mpsc::Receiver<WalOp>, report: impl Fn(WalEvent) -> bool) {
+fn run(
+    mut wal: Wal,
+    mut acker: Acker,
+    queue: mpsc::Receiver<WalOp>,
+    report: impl Fn(WalEvent) -> bool,
+) {
     while let Ok(first) = queue.recv() {
         let batch: Vec<WalOp> = std::iter::once(first).chain(queue.try_iter()).collect();
-        let events = match carry_out(&mut wal, batch) {
+        let events = match carry_out(&mut wal, &mut acker, batch) {
             Ok(events) => events,
             Err(error) => vec![WalEvent::Failed(error.to_string())],
         };
@@ -91,15 +106,29 @@ fn run(mut wal: Wal, queue: mpsc::Receiver<WalOp>, report: impl Fn(WalEvent) -> 
 }
 
 /// Carries out a batch of work with one fsync for all its appends.
-fn carry_out(wal: &mut Wal, batch: Vec<WalOp>) -> Result<Vec<WalEvent>, WalError> {
+fn carry_out(
+    wal: &mut Wal,
+    acker: &mut Acker,
+    batch: Vec<WalOp>,
+) -> Result<Vec<WalEvent>, WalError> {
     let mut events = Vec::new();
     let mut unsynced: Option<(EntryIndex, Term)> = None;
-    for op in batch {
+    // Of several acknowledgements in a batch only the last matters: it covers the others.
+    let last_ack = batch.iter().rposition(|op| matches!(op, WalOp::Ack { .. }));
+    for (n, op) in batch.into_iter().enumerate() {
         match op {
             WalOp::Append(entries) => {
                 for entry in &entries {
                     wal.write(entry)?;
                     unsynced = Some((entry.index(), entry.term()));
+                }
+            }
+            WalOp::Ack { to, message } => {
+                if Some(n) == last_ack {
+                    sync(wal, &mut unsynced, &mut events)?;
+                    if !acker.send(to, &message) {
+                        events.push(WalEvent::AckFailed);
+                    }
                 }
             }
             WalOp::Truncate(from) => {
@@ -135,4 +164,91 @@ fn sync(
         events.push(WalEvent::Persisted { index, term });
     }
     Ok(())
+}
+
+/// Blocking connections from the WAL thread to the other nodes, for acknowledgements only.
+pub(crate) struct Acker {
+    me: NodeId,
+    cluster: u64,
+    peers: std::collections::BTreeMap<NodeId, std::net::SocketAddr>,
+    streams: std::collections::BTreeMap<NodeId, std::net::TcpStream>,
+    /// A node that could not be reached is not tried again before this.
+    retry_after: std::collections::BTreeMap<NodeId, std::time::Instant>,
+}
+
+/// Time to wait for a connection from the WAL thread before giving up on it (the core then
+/// acknowledges the ordinary way).
+const ACK_CONNECT_TIMEOUT_MS: u64 = 50;
+/// After a failed connection, the WAL thread leaves that node alone this long.
+const ACK_RETRY_MS: u64 = 1_000;
+
+impl Acker {
+    pub(crate) fn new(
+        me: NodeId,
+        cluster: u64,
+        peers: std::collections::BTreeMap<NodeId, std::net::SocketAddr>,
+    ) -> Self {
+        Acker {
+            me,
+            cluster,
+            peers,
+            streams: Default::default(),
+            retry_after: Default::default(),
+        }
+    }
+
+    /// Sends `message` to `to`; false when it could not.
+    fn send(&mut self, to: NodeId, message: &net::message::PeerMessage) -> bool {
+        use std::io::Write;
+        let Ok(frame) = net::frame::encode_frame(message) else {
+            return false;
+        };
+        let Some(stream) = self.stream(to) else {
+            return false;
+        };
+        if stream.write_all(&frame).is_ok() {
+            return true;
+        }
+        self.streams.remove(&to);
+        false
+    }
+
+    fn stream(&mut self, to: NodeId) -> Option<&mut std::net::TcpStream> {
+        use std::io::Write;
+        if !self.streams.contains_key(&to) {
+            if self
+                .retry_after
+                .get(&to)
+                .is_some_and(|t| std::time::Instant::now() < *t)
+            {
+                return None;
+            }
+            let address = self.peers.get(&to)?;
+            let timeout = std::time::Duration::from_millis(ACK_CONNECT_TIMEOUT_MS);
+            let connected =
+                std::net::TcpStream::connect_timeout(address, timeout).and_then(|mut stream| {
+                    stream.set_nodelay(true)?;
+                    let hello = net::message::Hello {
+                        version: net::message::PROTOCOL_VERSION,
+                        cluster: self.cluster,
+                        node: Some(self.me),
+                    };
+                    let frame = net::frame::encode_frame(&hello).map_err(std::io::Error::other)?;
+                    stream.write_all(&frame)?;
+                    Ok(stream)
+                });
+            match connected {
+                Ok(stream) => {
+                    self.streams.insert(to, stream);
+                }
+                Err(_) => {
+                    let later =
+                        std::time::Instant::now() + std::time::Duration::from_millis(ACK_RETRY_MS);
+                    self.retry_after.insert(to, later);
+                    return None;
+                }
+            }
+        }
+        self.streams.get_mut(&to)
+    }
 }
