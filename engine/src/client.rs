@@ -313,7 +313,7 @@ pub async fn node_status(
         Ok::<_, FrameError>(codec::decode::<ClientReply>(&frame)?)
     };
     match tokio::time::timeout(timeout, exchange).await {
-        Ok(Ok(ClientReply::Status(status))) => Ok(status),
+        Ok(Ok(ClientReply::Status(status))) => Ok(*status),
         Ok(Ok(other)) => Err(unreachable(format!("unexpected answer {other:?}"))),
         Ok(Err(error)) => Err(unreachable(error.to_string())),
         Err(_) => Err(unreachable("timed out".into())),

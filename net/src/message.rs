@@ -228,7 +228,7 @@ pub enum ClientReply {
         request: RequestNumber,
     },
     /// The node's status.
-    Status(NodeStatus),
+    Status(Box<NodeStatus>),
     /// The mode is set.
     ModeSet(Mode),
 }

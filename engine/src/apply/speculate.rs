@@ -113,10 +113,10 @@ impl<H: Handler> StateMachine<H> {
         {
             self.unsimulated.pop_front();
         }
-        if let Some(entry) = self.unsimulated.pop_front() {
-            if entry.index() == self.applied.next() {
-                self.speculate(&entry);
-            }
+        if let Some(entry) = self.unsimulated.pop_front()
+            && entry.index() == self.applied.next()
+        {
+            self.speculate(&entry);
         }
     }
 

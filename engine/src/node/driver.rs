@@ -368,7 +368,7 @@ impl<H: Handler> Driver<H> {
 
     fn on_client(&mut self, request: ClientRequest, reply: &mpsc::Sender<ClientReply>) {
         let answer = match request {
-            ClientRequest::Status => Some(ClientReply::Status(self.status())),
+            ClientRequest::Status => Some(ClientReply::Status(Box::new(self.status()))),
             ClientRequest::SetMode(mode) => {
                 self.machine.set_mode(mode);
                 Some(ClientReply::ModeSet(mode))
