@@ -234,6 +234,8 @@ pub async fn measure(
         (Some(first), Some(last)) if last > first => (last - first).as_secs_f64(),
         _ => bail!("no request completed in the measured window"),
     };
+    let latency_ms = LatencyMs::from_us(&latency.borrow());
+    let stages = StageAverages::between(&stages_before, &stages(config).await);
     Ok(Run {
         mode: mode.to_string(),
         batch: options.batch,
@@ -242,12 +244,12 @@ pub async fn measure(
         commands,
         seconds,
         commands_per_s: commands as f64 / seconds,
-        latency_ms: LatencyMs::from_us(&latency.borrow()),
+        latency_ms,
         failed: tallies.iter().map(|t| t.failed).sum(),
         unknown: tallies.iter().map(|t| t.unknown).sum(),
         replicas_converged: false,
         state_hashes: Vec::new(),
-        stages: StageAverages::between(&stages_before, &stages(config).await),
+        stages,
     })
 }
 
