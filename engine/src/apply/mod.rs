@@ -143,6 +143,8 @@ pub struct StateMachine<H: Handler> {
     /// What the entry being run is: plain execution, a speculation, or a verification.
     pass: Pass,
     counters: ApplyCounters,
+    /// Whether applying produces replies (a follower has nobody to answer).
+    replying: bool,
 }
 
 impl<H: Handler> StateMachine<H> {
@@ -161,7 +163,14 @@ impl<H: Handler> StateMachine<H> {
             unsimulated: VecDeque::new(),
             pass: Pass::Execute,
             counters: ApplyCounters::default(),
+            replying: true,
         }
+    }
+
+    /// Whether applying produces replies (on by default; a follower turns it off to save the
+    /// copies of results nobody waits for).
+    pub fn set_replying(&mut self, replying: bool) {
+        self.replying = replying;
     }
 
     /// How commands were run so far.
@@ -305,7 +314,7 @@ impl<H: Handler> StateMachine<H> {
             Decision::Execute { skip } => skip as usize,
             Decision::Duplicate => return Ok(self.reply_if_complete(fragment)),
             Decision::Stale => {
-                let stale = fragment.is_last().then_some(ReplyStatus::Stale);
+                let stale = (fragment.is_last() && self.replying).then_some(ReplyStatus::Stale);
                 return Ok(stale.map(|status| reply(fragment, status)));
             }
         };
@@ -373,6 +382,9 @@ impl<H: Handler> StateMachine<H> {
     }
 
     fn reply_if_complete(&self, fragment: &FragmentHeader) -> Option<Reply> {
+        if !self.replying {
+            return None;
+        }
         let session = self.sessions.get(fragment.client)?;
         let done =
             fragment.is_last() && session.request == fragment.request && session.is_complete();

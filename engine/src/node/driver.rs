@@ -162,6 +162,7 @@ impl<H: Handler> Driver<H> {
         };
         let mut machine = restored.machine;
         machine.set_mode(config.mode);
+        machine.set_replying(false);
         Some(Driver {
             core: Core::new(core_config, restored.core),
             machine,
@@ -258,6 +259,7 @@ impl<H: Handler> Driver<H> {
                 self.commit_to = self.commit_to.max(index);
             }
             Action::RoleChanged { role, .. } => {
+                self.machine.set_replying(role == Role::Leader);
                 if role != Role::Leader {
                     self.abandon_waiters();
                     self.unsimulated.clear();
