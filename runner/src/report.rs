@@ -189,13 +189,22 @@ pub fn print_stages(runs: &[Run]) {
         "where an entry's time goes (us per entry; leader: batcher wait, own fsync, quorum, simulate, apply; followers: fsync, apply)"
     );
     println!(
-        "{:<12} {:>8} {:>10} {:>8} {:>8} {:>9} {:>8} {:>10} {:>10}   commands simulated/executed/reused/verified",
-        "mode", "entries", "batcher", "wal", "quorum", "simulate", "apply", "f.wal", "f.apply"
+        "{:<12} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>8} {:>30}",
+        "mode",
+        "entries",
+        "batcher",
+        "wal",
+        "quorum",
+        "simulate",
+        "apply",
+        "f.wal",
+        "f.apply",
+        "leader: simulated/executed/reused/verified"
     );
     for run in runs {
         let s = &run.stages;
         println!(
-            "{:<12} {:>8} {:>10.1} {:>8.1} {:>8.1} {:>9.1} {:>8.1} {:>10.1} {:>10.1}",
+            "{:<12} {:>8} {:>8.1} {:>7.1} {:>7.1} {:>8.1} {:>7.1} {:>7.1} {:>8.1} {:>30}",
             run.mode,
             s.entries,
             s.batch_wait_us,
@@ -204,7 +213,8 @@ pub fn print_stages(runs: &[Run]) {
             s.simulate_us,
             s.apply_us,
             s.follower_wal_us,
-            s.follower_apply_us
+            s.follower_apply_us,
+            s.leader_commands.map(|c| c.to_string()).join("/")
         );
     }
 }
