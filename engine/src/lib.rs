@@ -17,6 +17,7 @@ pub mod node;
 pub mod rng;
 pub mod sandbox;
 pub mod single;
+pub mod snapshot;
 pub mod state;
 pub mod wal;
 

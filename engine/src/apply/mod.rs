@@ -7,12 +7,14 @@
 mod sessions;
 mod speculate;
 
-pub use sessions::{SESSIONS_MAX, Sessions};
+pub use sessions::{SESSIONS_MAX, Session, Sessions};
 
 use crate::codec;
+use crate::entry::EntryHash;
 use crate::entry::{Entry, EntryKind, FragmentHeader, PayloadError, parse_payload};
 use crate::handler::{Handler, Outcome, OutcomeOf};
-use crate::ids::{ClientId, EntryIndex, RequestNumber};
+use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
+use crate::snapshot::{Capture, Snapshot, SnapshotMeta};
 use crate::state::{Prefetch, State, StateHash, Tx};
 use sessions::{Decision, SESSION_WRITE_TAG};
 use speculate::{Pass, Speculation};
@@ -133,6 +135,9 @@ pub struct StateMachine<H: Handler> {
     commands: Vec<Option<H::Command>>,
     /// The state hash after `applied`.
     hash: StateHash,
+    /// The term and chained hash of the entry at `applied` (what a snapshot of it records).
+    applied_term: Term,
+    applied_entry: EntryHash,
     mode: Mode,
     /// Leader: entries applied speculatively and not yet committed, in index order. The state
     /// holds their writes; the undo logs hold what they replaced.
@@ -157,6 +162,8 @@ impl<H: Handler> StateMachine<H> {
             state,
             sessions: Sessions::default(),
             applied: EntryIndex::ZERO,
+            applied_term: Term(0),
+            applied_entry: EntryHash::default(),
             commands: Vec::new(),
             mode: Mode::default(),
             speculations: VecDeque::new(),
@@ -238,13 +245,73 @@ impl<H: Handler> StateMachine<H> {
         }
         self.pass = Pass::Execute;
         let replies = self.run_entry(entry)?;
-        self.applied = index;
+        self.settle(entry);
         self.hash = self.state.finish_entry();
         Ok(Applied {
             index,
             state_hash: self.hash,
             replies,
         })
+    }
+
+    /// Records `entry` as the last applied for good.
+    fn settle(&mut self, entry: &Entry) {
+        self.applied = entry.index();
+        self.applied_term = entry.term();
+        self.applied_entry = entry.header.hash;
+    }
+
+    /// What changed in the committed state since the previous capture (every table's written
+    /// slots, the sessions, the hasher), for the snapshot writer; `None` when it cannot be
+    /// taken now (a pending speculation removed records), and then a later call takes it.
+    pub fn capture(&mut self) -> Option<Capture> {
+        if !self.state.can_capture() {
+            return None;
+        }
+        let state = self.state.capture();
+        let journals: Vec<&sessions::Journal> =
+            self.speculations.iter().map(|s| s.journal()).collect();
+        let sessions = self.sessions.capture(&journals);
+        let meta = SnapshotMeta {
+            index: self.applied,
+            term: self.applied_term,
+            entry_hash: self.applied_entry,
+            state_hash: self.hash,
+            hasher: state.hasher,
+        };
+        Some(Capture {
+            meta,
+            tables: state.tables,
+            sessions,
+        })
+    }
+
+    /// Empty mirrors of every table, for a snapshot writer.
+    pub fn mirrors(&self) -> crate::state::Mirrors {
+        self.state.mirrors()
+    }
+
+    /// A state machine holding what `snapshot` holds: its tables, sessions and hasher, checked
+    /// against the state hash the snapshot recorded.
+    pub fn restore(handler: H, capacity_bytes: u64, snapshot: Snapshot) -> Result<Self, String> {
+        let mut machine = StateMachine::new(handler, capacity_bytes);
+        for (id, count, records) in &snapshot.tables {
+            machine.state.load_table(*id, records, *count)?;
+        }
+        machine.state.restore_hasher(snapshot.meta.hasher.clone());
+        let hash = machine.state.hash();
+        if hash != snapshot.meta.state_hash {
+            return Err(format!(
+                "state hash {hash} differs from the recorded {}",
+                snapshot.meta.state_hash
+            ));
+        }
+        machine.sessions = Sessions::from_records(snapshot.sessions);
+        machine.applied = snapshot.meta.index;
+        machine.applied_term = snapshot.meta.term;
+        machine.applied_entry = snapshot.meta.entry_hash;
+        machine.hash = hash;
+        Ok(machine)
     }
 
     /// Runs the entry's commands in the current pass; returns the requests it finished.

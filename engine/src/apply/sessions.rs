@@ -1,9 +1,10 @@
 //! Exactly-once client sessions, part of the replicated state: per client, the request being
 //! applied (or last applied) and its results so far.
 
+use crate::codec::{Decode, Encode};
 use crate::entry::FragmentHeader;
 use crate::ids::{ClientId, EntryIndex, RequestNumber};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Client sessions the state keeps; a new client beyond this evicts the least recently active
 /// one (ties broken by client id, so every replica evicts the same).
@@ -13,8 +14,9 @@ pub const SESSIONS_MAX: usize = 4096;
 pub(crate) const SESSION_WRITE_TAG: u8 = u8::MAX;
 
 /// One client's session.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Session {
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Session {
     pub(crate) request: RequestNumber,
     pub(crate) request_commands: u32,
     pub(crate) applied_commands: u32,
@@ -55,6 +57,8 @@ pub struct Sessions {
     by_client: BTreeMap<ClientId, Session>,
     /// While an entry runs speculatively: what each change replaced.
     journal: Option<Journal>,
+    /// Clients whose session changed since the last capture.
+    dirty: BTreeSet<ClientId>,
 }
 
 impl Sessions {
@@ -104,6 +108,34 @@ impl Sessions {
         self.journal.take().unwrap_or_default()
     }
 
+    /// The sessions changed since the last capture, with their committed value (a pending
+    /// speculation's change replaced by what its journal kept), in client order; `None` for a
+    /// session that is gone.
+    pub(crate) fn capture(&mut self, pending: &[&Journal]) -> Vec<(ClientId, Option<Session>)> {
+        let mut committed: BTreeMap<ClientId, Option<Session>> = BTreeMap::new();
+        for client in std::mem::take(&mut self.dirty) {
+            committed.insert(client, self.by_client.get(&client).cloned());
+        }
+        let mut fixed = BTreeSet::new();
+        for (client, before) in pending.iter().flat_map(|journal| journal.iter()) {
+            if fixed.insert(*client) {
+                committed.insert(*client, before.clone());
+                // Taken again by the next capture, once the speculation is settled.
+                self.dirty.insert(*client);
+            }
+        }
+        committed.into_iter().collect()
+    }
+
+    /// Every session, for a snapshot loaded from its records.
+    pub(crate) fn from_records(sessions: impl IntoIterator<Item = (ClientId, Session)>) -> Self {
+        Sessions {
+            by_client: sessions.into_iter().collect(),
+            journal: None,
+            dirty: BTreeSet::new(),
+        }
+    }
+
     /// Undoes the changes a journal recorded.
     pub(crate) fn restore(&mut self, journal: Journal) {
         for (client, before) in journal.into_iter().rev() {
@@ -116,6 +148,7 @@ impl Sessions {
 
     /// Journals `client`'s session before a change.
     fn note(&mut self, client: ClientId) {
+        self.dirty.insert(client);
         if let Some(journal) = &mut self.journal {
             journal.push((client, self.by_client.get(&client).cloned()));
         }

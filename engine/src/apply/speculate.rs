@@ -58,6 +58,7 @@ pub(super) enum Pass {
 #[derive(Debug)]
 pub(super) struct Speculation {
     index: EntryIndex,
+    term: crate::ids::Term,
     hash: EntryHash,
     /// The state before and after it.
     start: TxMark,
@@ -70,6 +71,11 @@ pub(super) struct Speculation {
 }
 
 impl Speculation {
+    /// What the speculation changed in the sessions, as they were before.
+    pub(super) fn journal(&self) -> &super::sessions::Journal {
+        &self.sessions
+    }
+
     /// True when `entry` is the entry this speculation simulated.
     pub(super) fn matches(&self, entry: &Entry) -> bool {
         self.index == entry.index() && self.hash == entry.header.hash
@@ -136,6 +142,7 @@ impl<H: Handler> StateMachine<H> {
         match result {
             Ok(replies) => self.speculations.push_back(Speculation {
                 index: entry.index(),
+                term: entry.term(),
                 hash: entry.header.hash,
                 start,
                 end: self.state.begin(),
@@ -160,6 +167,8 @@ impl<H: Handler> StateMachine<H> {
             .expect("a speculation to confirm");
         self.hash = self.state.confirm_through(speculation.end);
         self.applied = speculation.index;
+        self.applied_term = speculation.term;
+        self.applied_entry = speculation.hash;
         self.counters.reused += speculation.commands;
         Applied {
             index: speculation.index,
@@ -197,7 +206,7 @@ impl<H: Handler> StateMachine<H> {
                 writes: "different",
             });
         }
-        self.applied = entry.index();
+        self.settle(entry);
         self.hash = self.state.finish_entry();
         self.counters.verified += speculation.commands;
         self.simulate_next();

@@ -1,13 +1,15 @@
 //! The state the engine owns on behalf of a handler: typed tables, per-command transactions
 //! (undo log), a capacity in bytes and the running state hash.
 
+pub(crate) mod capture;
 mod hash;
 mod memory;
 mod slots;
 mod table;
 mod tx;
 
-pub use hash::{HASH_PAGE_BYTES, StateHash, StreamHasher};
+pub use capture::AnyMirror;
+pub use hash::{HASH_PAGE_BYTES, HasherState, StateHash, StreamHasher};
 pub use table::{Key, Record, Schema, TABLES_MAX, Table, TableId};
 pub use tx::{Prefetch, Tx};
 
@@ -57,9 +59,20 @@ pub(crate) struct TxMark {
     undo: u64,
 }
 
+/// A capture of the committed state: each table's written slots, and the hasher.
+pub struct StateCapture {
+    pub(crate) tables: Vec<(TableId, Box<dyn Any + Send>)>,
+    pub(crate) hasher: HasherState,
+}
+
+/// Mirrors of every table of a schema, for a background snapshot writer.
+pub type Mirrors = Vec<(TableId, Box<dyn AnyMirror>)>;
+
 /// The replicated state of one node.
 pub struct State {
     tables: Vec<Option<Box<dyn AnyTable>>>,
+    /// How to make a mirror of each table.
+    mirrors: Vec<(TableId, fn() -> Box<dyn AnyMirror>)>,
     bytes_used: u64,
     capacity_bytes: u64,
     /// The table of each change in the undo logs, oldest first. Undo records live until their
@@ -80,11 +93,14 @@ impl State {
     /// An empty state with the tables of `schema` and room for `capacity_bytes`.
     pub fn new(schema: Schema, capacity_bytes: u64) -> Self {
         let mut tables: Vec<Option<Box<dyn AnyTable>>> = (0..TABLES_MAX).map(|_| None).collect();
+        let mut mirrors = Vec::new();
         for decl in schema.tables {
             tables[decl.id.0 as usize] = Some((decl.create)());
+            mirrors.push((decl.id, decl.mirror));
         }
         State {
             tables,
+            mirrors,
             bytes_used: 0,
             capacity_bytes,
             undo: VecDeque::new(),
@@ -135,6 +151,60 @@ impl State {
     /// The state hash after the last finished entry.
     pub fn hash(&self) -> StateHash {
         self.hasher.digest()
+    }
+
+    /// Empty mirrors of every table, for a background snapshot writer.
+    pub fn mirrors(&self) -> Mirrors {
+        self.mirrors
+            .iter()
+            .map(|(id, make)| (*id, make()))
+            .collect()
+    }
+
+    /// True when a capture can take the committed content now.
+    pub(crate) fn can_capture(&self) -> bool {
+        self.tables.iter().flatten().all(|t| t.can_capture())
+    }
+
+    /// Takes what changed in the committed state since the last capture.
+    pub(crate) fn capture(&mut self) -> StateCapture {
+        let tables = self
+            .mirrors
+            .iter()
+            .map(|(id, _)| (*id, table_slot(&mut self.tables, *id).capture()))
+            .collect();
+        StateCapture {
+            tables,
+            hasher: self.hasher.save(),
+        }
+    }
+
+    /// Loads table `id` (empty) from a snapshot's encoded records.
+    pub(crate) fn load_table(
+        &mut self,
+        id: TableId,
+        records: &[u8],
+        count: u64,
+    ) -> Result<(), String> {
+        let table = self
+            .tables
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_deref_mut);
+        let table = table.ok_or_else(|| format!("table {} is not in the schema", id.0))?;
+        let bytes = table.load(records, count)?;
+        self.bytes_used += bytes;
+        if self.bytes_used > self.capacity_bytes {
+            return Err(format!(
+                "the snapshot holds {} bytes, over the capacity {}",
+                self.bytes_used, self.capacity_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// Continues the write stream a snapshot saved.
+    pub(crate) fn restore_hasher(&mut self, hasher: HasherState) {
+        self.hasher = StreamHasher::restore(hasher);
     }
 
     pub(crate) fn begin(&self) -> TxMark {

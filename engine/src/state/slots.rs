@@ -32,6 +32,20 @@ pub(crate) struct Slots<K, V> {
     len: usize,
     /// `64 - log2(slots.len())`: the shift that turns a spread hash into a slot index.
     shift: u32,
+    /// One bit per slot: written since the last capture (for incremental snapshots).
+    dirty: Vec<u64>,
+    /// The whole array changed (new or grown): the next capture takes every slot.
+    dirty_all: bool,
+    /// Records removed so far (a removal moves other records between slots).
+    removals: u64,
+}
+
+/// The slots a capture took: the array's length, whether it took all of them, and the content
+/// of each slot it took (empty or a record), by position.
+pub(crate) struct SlotsCapture<K, V> {
+    pub(crate) slots: usize,
+    pub(crate) full: bool,
+    pub(crate) changed: Vec<(u32, Option<(K, V)>)>,
 }
 
 impl<K: Hash + Eq, V> Slots<K, V> {
@@ -43,7 +57,25 @@ impl<K: Hash + Eq, V> Slots<K, V> {
             slots,
             len: 0,
             shift: 64 - SLOTS_INITIAL.trailing_zeros(),
+            dirty: vec![0; SLOTS_INITIAL.div_ceil(64)],
+            dirty_all: true,
+            removals: 0,
         }
+    }
+
+    #[inline]
+    fn mark(&mut self, position: usize) {
+        self.dirty[position >> 6] |= 1 << (position & 63);
+    }
+
+    /// Marks a slot as written, so that the next capture takes it again.
+    pub(crate) fn mark_dirty(&mut self, position: usize) {
+        self.mark(position);
+    }
+
+    /// Records removed so far.
+    pub(crate) fn removals(&self) -> u64 {
+        self.removals
     }
 
     /// The number of records held.
@@ -102,6 +134,7 @@ impl<K: Hash + Eq, V> Slots<K, V> {
 
     /// Replaces the record at a position [`Slots::position`] returned; returns the old one.
     pub(crate) fn replace(&mut self, position: usize, value: V) -> V {
+        self.mark(position);
         let slot = self.slots[position]
             .0
             .as_mut()
@@ -117,6 +150,7 @@ impl<K: Hash + Eq, V> Slots<K, V> {
         }
         let i = self.find(&key).expect_err("key is absent");
         self.slots[i] = Slot(Some((key, value)));
+        self.mark(i);
         self.len += 1;
         Ok(())
     }
@@ -143,7 +177,9 @@ impl<K: Hash + Eq, V> Slots<K, V> {
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         let mut hole = self.find(key).ok()?;
         let (_, removed) = self.slots[hole].0.take().expect("found slot is full");
+        self.mark(hole);
         self.len -= 1;
+        self.removals += 1;
         let mask = self.mask();
         let mut next = (hole + 1) & mask;
         while let Some((k, _)) = &self.slots[next].0 {
@@ -151,7 +187,9 @@ impl<K: Hash + Eq, V> Slots<K, V> {
             let from_hole = next.wrapping_sub(hole) & mask;
             if from_home >= from_hole {
                 self.slots[hole].0 = self.slots[next].0.take();
+                self.mark(hole);
                 hole = next;
+                self.mark(hole);
             }
             next = (next + 1) & mask;
         }
@@ -166,6 +204,39 @@ impl<K: Hash + Eq, V> Slots<K, V> {
             .filter_map(|slot| slot.0.as_ref().map(|(k, v)| (k, v)))
     }
 
+    /// Takes the slots written since the last capture (every slot, if the array changed
+    /// whole), then starts tracking afresh.
+    pub(crate) fn capture(&mut self) -> SlotsCapture<K, V>
+    where
+        K: Clone,
+        V: Clone,
+    {
+        let full = std::mem::take(&mut self.dirty_all);
+        let mut changed = Vec::new();
+        if full {
+            for (position, slot) in self.slots.iter().enumerate() {
+                if let Some(record) = &slot.0 {
+                    changed.push((position as u32, Some(record.clone())));
+                }
+            }
+        } else {
+            for (word, bits) in self.dirty.iter().enumerate() {
+                let mut bits = *bits;
+                while bits != 0 {
+                    let position = word * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    changed.push((position as u32, self.slots[position].0.clone()));
+                }
+            }
+        }
+        self.dirty.fill(0);
+        SlotsCapture {
+            slots: self.slots.len(),
+            full,
+            changed,
+        }
+    }
+
     fn grow(&mut self) -> Result<(), TryReserveError> {
         let count = self.slots.len() * 2;
         let mut slots: Vec<Slot<K, V>> = Vec::new();
@@ -174,6 +245,8 @@ impl<K: Hash + Eq, V> Slots<K, V> {
         slots.resize_with(count, || Slot(None));
         let old = std::mem::replace(&mut self.slots, slots);
         self.shift -= 1;
+        self.dirty = vec![0; count.div_ceil(64)];
+        self.dirty_all = true;
         for (key, value) in old.into_iter().filter_map(|slot| slot.0) {
             let i = self.find(&key).expect_err("keys are unique");
             self.slots[i] = Slot(Some((key, value)));
@@ -223,6 +296,43 @@ mod tests {
             let mut all: Vec<_> = map.iter().map(|(k, v)| (*k, *v)).collect();
             all.sort_unstable();
             prop_assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+        }
+    }
+}
+
+#[cfg(test)]
+mod capture_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Proves incremental captures rebuild the slot array exactly: a mirror that applies
+        /// every capture (full ones reset it) holds the same content at every position, through
+        /// inserts, replacements, removals (which move records) and growth.
+        #[test]
+        fn captures_mirror_the_slots(ops in proptest::collection::vec((any::<u16>(), any::<u32>(), 0u8..4), 0..800)) {
+            let mut map: Slots<u16, u32> = Slots::new();
+            let mut mirror: Vec<Option<(u16, u32)>> = Vec::new();
+            for (n, (key, value, kind)) in ops.into_iter().enumerate() {
+                let key = key % 300;
+                if kind == 0 {
+                    map.remove(&key);
+                } else {
+                    map.insert(key, value).unwrap();
+                }
+                if n % 17 == 0 {
+                    let capture = map.capture();
+                    if capture.full {
+                        mirror = vec![None; capture.slots];
+                    }
+                    prop_assert_eq!(mirror.len(), capture.slots);
+                    for (position, content) in capture.changed {
+                        mirror[position as usize] = content;
+                    }
+                    let live: Vec<Option<(u16, u32)>> = map.slots.iter().map(|s| s.0).collect();
+                    prop_assert_eq!(&mirror, &live);
+                }
+            }
         }
     }
 }

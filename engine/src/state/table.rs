@@ -78,6 +78,7 @@ pub struct Schema {
 pub(crate) struct TableDecl {
     pub(crate) id: TableId,
     pub(crate) create: fn() -> Box<dyn AnyTable>,
+    pub(crate) mirror: fn() -> Box<dyn super::capture::AnyMirror>,
 }
 
 impl Schema {
@@ -97,6 +98,7 @@ impl Schema {
         self.tables.push(TableDecl {
             id: table.id,
             create: TypedTable::<K, R>::boxed,
+            mirror: super::capture::Mirror::<K, R>::boxed,
         });
         self
     }
@@ -112,20 +114,31 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     fn forget_oldest(&mut self);
     /// Memory held by the table's slots, in bytes.
     fn allocated_bytes(&self) -> usize;
+    /// True when [`AnyTable::capture`] can take the committed content now (false while a
+    /// pending speculation removed records, which moves others between slots).
+    fn can_capture(&self) -> bool;
+    /// The slots written since the last capture, with the committed content (pending
+    /// speculations' writes replaced by what their undo records kept): a `SlotsCapture<K, R>`.
+    fn capture(&mut self) -> Box<dyn Any + Send>;
+    /// Fills an empty table from encoded `(key, record)` pairs; returns their capacity cost.
+    fn load(&mut self, records: &[u8], count: u64) -> Result<u64, String>;
 }
 
 /// A table's records and the undo log of the running command.
 pub(crate) struct TypedTable<K, R> {
     pub(crate) map: Slots<K, R>,
     /// The previous value of each key written by a change not yet final, oldest first.
-    undo: VecDeque<(K, Option<R>)>,
+    pub(crate) undo: VecDeque<(K, Option<R>)>,
+    /// Removals counted the last time no change was pending.
+    pub(crate) removals_final: u64,
 }
 
 impl<K: Key, R: Record> TypedTable<K, R> {
-    fn boxed() -> Box<dyn AnyTable> {
+    pub(crate) fn boxed() -> Box<dyn AnyTable> {
         Box::new(TypedTable::<K, R> {
             map: Slots::new(),
             undo: VecDeque::new(),
+            removals_final: 0,
         })
     }
 
@@ -178,12 +191,28 @@ impl<K: Key, R: Record> AnyTable for TypedTable<K, R> {
 
     fn clear_undo(&mut self) {
         self.undo.clear();
+        self.removals_final = self.map.removals();
     }
 
     fn forget_oldest(&mut self) {
         self.undo
             .pop_front()
             .expect("undo log matches the state's undo order");
+        if self.undo.is_empty() {
+            self.removals_final = self.map.removals();
+        }
+    }
+
+    fn can_capture(&self) -> bool {
+        self.undo.is_empty() || self.map.removals() == self.removals_final
+    }
+
+    fn capture(&mut self) -> Box<dyn Any + Send> {
+        Box::new(self.capture_committed())
+    }
+
+    fn load(&mut self, records: &[u8], count: u64) -> Result<u64, String> {
+        self.load_records(records, count)
     }
 
     fn allocated_bytes(&self) -> usize {
