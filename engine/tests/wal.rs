@@ -187,3 +187,50 @@ fn unchained_appends_are_refused() {
     assert!(matches!(wal.append(&skip), Err(WalError::Unchained { .. })));
     assert_eq!(wal.last_index(), EntryIndex(3));
 }
+
+/// Proves compaction removes only whole segments covered by the index, keeps the rest readable
+/// and chained across a reopen, and that a reset continues the log after a new base.
+#[test]
+fn compaction_and_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries = fill(dir.path(), 40, 2048);
+    let (mut wal, _) = Wal::open_with(dir.path(), 2048).unwrap();
+    let before = segments(dir.path()).len();
+    let freed = wal.compact_through(EntryIndex(20)).unwrap();
+    assert!(freed > 0 && segments(dir.path()).len() < before);
+    let first = wal.first_index();
+    assert!(
+        first > EntryIndex(1) && first <= EntryIndex(21),
+        "first kept index {first}"
+    );
+    for index in first.0..=40 {
+        assert_eq!(
+            wal.read(EntryIndex(index)).unwrap(),
+            entries[index as usize - 1]
+        );
+    }
+    assert!(matches!(wal.read(first.prev()), Err(WalError::Missing(_))));
+    drop(wal);
+    let (mut wal, recovery) = Wal::open_with(dir.path(), 2048).unwrap();
+    assert_eq!(
+        (wal.first_index(), recovery.last_index),
+        (first, EntryIndex(40))
+    );
+    assert_eq!(wal.last_hash(), entries[39].header.hash);
+
+    let base_hash = EntryHash([3; 32]);
+    wal.reset_to(EntryIndex(50), base_hash).unwrap();
+    assert_eq!(
+        (wal.first_index(), wal.last_index(), wal.last_hash()),
+        (EntryIndex(51), EntryIndex(50), base_hash)
+    );
+    let next = entry(51, &base_hash);
+    wal.append(&next).unwrap();
+    drop(wal);
+    let (wal, _) = Wal::open_with(dir.path(), 2048).unwrap();
+    assert_eq!(
+        (wal.first_index(), wal.last_index()),
+        (EntryIndex(51), EntryIndex(51))
+    );
+    assert_eq!(wal.read(EntryIndex(51)).unwrap(), next);
+}

@@ -67,6 +67,28 @@ pub enum PeerMessage {
     Vote(Vote),
     /// Replica to candidate: the vote.
     VoteReply(VoteReply),
+    /// Leader to follower: a piece of a snapshot, for a follower that needs entries the
+    /// leader's log no longer holds.
+    Snapshot(SnapshotChunk),
+}
+
+/// A piece of a snapshot file, sent in order; the follower installs the snapshot once it has
+/// every byte and the digest verifies, then acknowledges its index with an `AppendReply`.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct SnapshotChunk {
+    /// The leader's term.
+    pub term: Term,
+    /// The leader.
+    pub leader: NodeId,
+    /// The last entry the snapshot covers.
+    pub index: EntryIndex,
+    /// Where in the file this piece starts.
+    pub offset: u64,
+    /// The file's size.
+    pub total: u64,
+    /// The bytes.
+    pub data: Vec<u8>,
 }
 
 /// Entries to append after `prev_index`, with the leader's commit index.

@@ -4,6 +4,8 @@
 //! cluster_id = 1                # optional; connections from another cluster are refused
 //! entry_commands_max = 1024     # optional; 16 to 1,024 commands per entry
 //! mode = "verify"               # optional; "verify" (default) or "performance"
+//! snapshot_every = 64            # optional; entries between snapshot captures, 0 for none
+//! snapshot_retain_ms = 1000      # optional; least time a snapshot is kept before replacing
 //!
 //! [[nodes]]
 //! id = 1
@@ -48,12 +50,26 @@ pub struct ClusterFile {
     /// What the leader does with its simulations.
     #[serde(default = "default_mode")]
     pub mode: crate::commands::ModeArg,
+    /// Entries between snapshot captures (0: no snapshots).
+    #[serde(default = "default_snapshot_every")]
+    pub snapshot_every: u64,
+    /// Least milliseconds a persisted snapshot is kept.
+    #[serde(default = "default_snapshot_retain_ms")]
+    pub snapshot_retain_ms: u64,
     /// The nodes.
     pub nodes: Vec<NodeEntry>,
 }
 
 fn default_cluster_id() -> u64 {
     1
+}
+
+fn default_snapshot_every() -> u64 {
+    engine::snapshot::SNAPSHOT_EVERY_DEFAULT
+}
+
+fn default_snapshot_retain_ms() -> u64 {
+    engine::snapshot::SNAPSHOT_RETAIN_MS_DEFAULT
 }
 
 fn default_mode() -> crate::commands::ModeArg {
@@ -116,6 +132,8 @@ impl ClusterFile {
         config.cluster_id = self.cluster_id;
         config.entry_commands_max = self.entry_commands_max;
         config.mode = self.mode.into();
+        config.snapshot_every = self.snapshot_every;
+        config.snapshot_retain_ms = self.snapshot_retain_ms;
         Ok(config)
     }
 

@@ -28,12 +28,41 @@ pub struct NodeArgs {
     /// This node's id in the cluster file.
     #[arg(long)]
     pub id: u8,
+    /// Snapshot options (over the cluster file's).
+    #[command(flatten)]
+    pub snapshots: SnapshotOptions,
+}
+
+/// `--snapshot-every` and `--snapshot-retain-ms`.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct SnapshotOptions {
+    /// Entries between captures of the committed state for snapshots (0 turns snapshots off);
+    /// default 64, or the cluster file's.
+    #[arg(long)]
+    pub snapshot_every: Option<u64>,
+    /// Least milliseconds a persisted snapshot is kept before a newer one replaces it;
+    /// default 1,000, or the cluster file's.
+    #[arg(long)]
+    pub snapshot_retain_ms: Option<u64>,
+}
+
+impl SnapshotOptions {
+    /// Sets what was given on `config`.
+    pub fn apply(&self, config: &mut engine::node::NodeConfig) {
+        if let Some(every) = self.snapshot_every {
+            config.snapshot_every = every;
+        }
+        if let Some(retain) = self.snapshot_retain_ms {
+            config.snapshot_retain_ms = retain;
+        }
+    }
 }
 
 /// Runs one node until SIGINT or SIGTERM.
 pub fn node(args: NodeArgs) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
-    let config = file.node_config(args.id)?;
+    let mut config = file.node_config(args.id)?;
+    args.snapshots.apply(&mut config);
     let me = config
         .nodes
         .iter()
@@ -294,6 +323,9 @@ pub struct LocalArgs {
     /// Execution mode; without it, both modes run one after the other on the same cluster.
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
+    /// Snapshots.
+    #[command(flatten)]
+    pub snapshots: SnapshotOptions,
     /// The benchmark.
     #[command(flatten)]
     pub bench: BenchOptions,
@@ -333,6 +365,7 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
         config.entry_commands_max = args.entry_commands;
         config.capacity_bytes = args.capacity_bytes;
         config.mode = modes[0].unwrap_or_default();
+        args.snapshots.apply(config);
     })?;
     println!(
         "three nodes in this process, data in {}",

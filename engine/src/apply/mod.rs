@@ -138,6 +138,8 @@ pub struct StateMachine<H: Handler> {
     /// The term and chained hash of the entry at `applied` (what a snapshot of it records).
     applied_term: Term,
     applied_entry: EntryHash,
+    /// Payload bytes of every entry applied for good since this machine started.
+    applied_bytes: u64,
     mode: Mode,
     /// Leader: entries applied speculatively and not yet committed, in index order. The state
     /// holds their writes; the undo logs hold what they replaced.
@@ -164,6 +166,7 @@ impl<H: Handler> StateMachine<H> {
             applied: EntryIndex::ZERO,
             applied_term: Term(0),
             applied_entry: EntryHash::default(),
+            applied_bytes: 0,
             commands: Vec::new(),
             mode: Mode::default(),
             speculations: VecDeque::new(),
@@ -259,6 +262,7 @@ impl<H: Handler> StateMachine<H> {
         self.applied = entry.index();
         self.applied_term = entry.term();
         self.applied_entry = entry.header.hash;
+        self.applied_bytes += entry.payload.len() as u64;
     }
 
     /// What changed in the committed state since the previous capture (every table's written
@@ -283,7 +287,15 @@ impl<H: Handler> StateMachine<H> {
             meta,
             tables: state.tables,
             sessions,
+            log_bytes: self.applied_bytes,
         })
+    }
+
+    /// Takes back a capture's buffers, emptied by the snapshot writer, for the next capture.
+    pub fn recycle(&mut self, returned: crate::snapshot::Returned) {
+        for (id, buffer) in returned.tables {
+            self.state.recycle(id, buffer);
+        }
     }
 
     /// Empty mirrors of every table, for a snapshot writer.
@@ -295,23 +307,35 @@ impl<H: Handler> StateMachine<H> {
     /// against the state hash the snapshot recorded.
     pub fn restore(handler: H, capacity_bytes: u64, snapshot: Snapshot) -> Result<Self, String> {
         let mut machine = StateMachine::new(handler, capacity_bytes);
+        machine.install(snapshot)?;
+        Ok(machine)
+    }
+
+    /// Replaces the whole state, the sessions and any speculation with what `snapshot` holds,
+    /// checked against the state hash it recorded; on error nothing changed.
+    pub fn install(&mut self, snapshot: Snapshot) -> Result<(), String> {
+        let mut state = State::new(self.handler.schema(), self.state.capacity_bytes());
         for (id, count, records) in &snapshot.tables {
-            machine.state.load_table(*id, records, *count)?;
+            state.load_table(*id, records, *count)?;
         }
-        machine.state.restore_hasher(snapshot.meta.hasher.clone());
-        let hash = machine.state.hash();
+        state.restore_hasher(snapshot.meta.hasher.clone());
+        let hash = state.hash();
         if hash != snapshot.meta.state_hash {
             return Err(format!(
                 "state hash {hash} differs from the recorded {}",
                 snapshot.meta.state_hash
             ));
         }
-        machine.sessions = Sessions::from_records(snapshot.sessions);
-        machine.applied = snapshot.meta.index;
-        machine.applied_term = snapshot.meta.term;
-        machine.applied_entry = snapshot.meta.entry_hash;
-        machine.hash = hash;
-        Ok(machine)
+        self.state = state;
+        self.sessions = Sessions::from_records(snapshot.sessions);
+        self.speculations.clear();
+        self.unsimulated.clear();
+        self.pass = Pass::Execute;
+        self.applied = snapshot.meta.index;
+        self.applied_term = snapshot.meta.term;
+        self.applied_entry = snapshot.meta.entry_hash;
+        self.hash = hash;
+        Ok(())
     }
 
     /// Runs the entry's commands in the current pass; returns the requests it finished.

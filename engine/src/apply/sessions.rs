@@ -129,10 +129,12 @@ impl Sessions {
 
     /// Every session, for a snapshot loaded from its records.
     pub(crate) fn from_records(sessions: impl IntoIterator<Item = (ClientId, Session)>) -> Self {
+        let by_client: BTreeMap<ClientId, Session> = sessions.into_iter().collect();
         Sessions {
-            by_client: sessions.into_iter().collect(),
+            // The first capture after a restore takes every session (the mirror starts empty).
+            dirty: by_client.keys().copied().collect(),
+            by_client,
             journal: None,
-            dirty: BTreeSet::new(),
         }
     }
 

@@ -1,5 +1,6 @@
-//! The consensus core's view of the log: every entry's term and hash, and a window of recent
-//! entries kept in memory for replication and apply. The WAL holds them all on disk.
+//! The consensus core's view of the log: a base (the last entry a snapshot covers, whose term
+//! and hash are kept), every later entry's term and hash, and a window of recent entries kept in
+//! memory for replication and apply. The WAL holds the entries on disk.
 
 use crate::entry::{Entry, EntryHash};
 use crate::ids::{EntryIndex, Term};
@@ -12,10 +13,22 @@ pub const LOG_WINDOW_ENTRIES_MIN: usize = 1024;
 /// needs them (it is then served from the WAL).
 pub const LOG_WINDOW_BYTES_MAX: usize = 256 * 1024 * 1024;
 
+/// The last entry a snapshot covers: the log starts after it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogBase {
+    /// Its index (zero: no snapshot, the log starts at 1).
+    pub index: EntryIndex,
+    /// Its term.
+    pub term: Term,
+    /// Its chained hash.
+    pub hash: EntryHash,
+}
+
 /// The log as the core sees it.
 #[derive(Debug, Default)]
 pub(crate) struct Log {
-    /// `terms[i]`, `hashes[i]`: term and hash of entry `i + 1`.
+    base: LogBase,
+    /// `terms[i]`, `hashes[i]`: term and hash of entry `base + 1 + i`.
     terms: Vec<Term>,
     hashes: Vec<EntryHash>,
     /// Entries from `window_start` to the last, in memory.
@@ -25,11 +38,16 @@ pub(crate) struct Log {
 }
 
 impl Log {
-    /// A log holding the terms and hashes of entries `1..`, with the in-memory entries `window`
-    /// (the tail of the log, possibly empty).
-    pub(crate) fn new(terms: Vec<Term>, hashes: Vec<EntryHash>, window: Vec<Entry>) -> Self {
+    /// A log after `base` holding the terms and hashes of the entries after it, with the
+    /// in-memory entries `window` (the tail of the log, possibly empty).
+    pub(crate) fn new(
+        base: LogBase,
+        terms: Vec<Term>,
+        hashes: Vec<EntryHash>,
+        window: Vec<Entry>,
+    ) -> Self {
         assert_eq!(terms.len(), hashes.len());
-        let last = EntryIndex(terms.len() as u64);
+        let last = EntryIndex(base.index.0 + terms.len() as u64);
         let window_start = EntryIndex(last.0 + 1 - window.len() as u64);
         for (offset, entry) in window.iter().enumerate() {
             assert_eq!(
@@ -40,6 +58,7 @@ impl Log {
         }
         let window_bytes = window.iter().map(|e| e.payload.len()).sum();
         Log {
+            base,
             terms,
             hashes,
             window: window.into(),
@@ -48,23 +67,36 @@ impl Log {
         }
     }
 
+    pub(crate) fn base(&self) -> LogBase {
+        self.base
+    }
+
     pub(crate) fn last_index(&self) -> EntryIndex {
-        EntryIndex(self.terms.len() as u64)
+        EntryIndex(self.base.index.0 + self.terms.len() as u64)
     }
 
     pub(crate) fn last_term(&self) -> Term {
-        self.terms.last().copied().unwrap_or_default()
+        self.terms.last().copied().unwrap_or(self.base.term)
     }
 
     pub(crate) fn last_hash(&self) -> EntryHash {
-        self.hashes.last().copied().unwrap_or_default()
+        self.hashes.last().copied().unwrap_or(self.base.hash)
     }
 
-    /// The term at `index`; the index before the first entry has term zero.
+    /// The term at `index`: known for the base and the entries after it (and zero for the index
+    /// before the first entry of a log without a snapshot).
     pub(crate) fn term_at(&self, index: EntryIndex) -> Option<Term> {
-        match index.0 {
-            0 => Some(Term(0)),
-            i => self.terms.get(i as usize - 1).copied(),
+        match index.0.checked_sub(self.base.index.0)? {
+            0 => Some(self.base.term),
+            offset => self.terms.get(offset as usize - 1).copied(),
+        }
+    }
+
+    /// The hash of the entry at `index`, if the log holds it (or it is the base).
+    pub(crate) fn hash_at(&self, index: EntryIndex) -> Option<EntryHash> {
+        match index.0.checked_sub(self.base.index.0)? {
+            0 => Some(self.base.hash),
+            offset => self.hashes.get(offset as usize - 1).copied(),
         }
     }
 
@@ -91,9 +123,10 @@ impl Log {
         self.window.push_back(entry);
     }
 
-    /// Removes every entry from `index` on.
+    /// Removes every entry from `index` on (never the base).
     pub(crate) fn truncate_from(&mut self, index: EntryIndex) {
-        let keep = index.0.saturating_sub(1) as usize;
+        assert!(index > self.base.index, "the base is covered by a snapshot");
+        let keep = (index.0 - self.base.index.0 - 1) as usize;
         self.terms.truncate(keep);
         self.hashes.truncate(keep);
         while self.window.back().is_some_and(|e| e.index() >= index) {
@@ -103,6 +136,32 @@ impl Log {
         if self.window.is_empty() {
             self.window_start = self.last_index().next();
         }
+    }
+
+    /// Moves the base up to `through` (a durable snapshot covers it): the terms and hashes up
+    /// to it, and any entries up to it still in memory, are forgotten.
+    pub(crate) fn compact(&mut self, through: EntryIndex) {
+        if through <= self.base.index || through > self.last_index() {
+            return;
+        }
+        let drop = (through.0 - self.base.index.0) as usize;
+        self.base = LogBase {
+            index: through,
+            term: self.terms[drop - 1],
+            hash: self.hashes[drop - 1],
+        };
+        self.terms.drain(..drop);
+        self.hashes.drain(..drop);
+        while self.window.front().is_some_and(|e| e.index() <= through) {
+            let dropped = self.window.pop_front().expect("checked");
+            self.window_bytes -= dropped.payload.len();
+        }
+        self.window_start = self.window_start.max(through.next());
+    }
+
+    /// Replaces the whole log with a snapshot's base (an installed snapshot).
+    pub(crate) fn reset(&mut self, base: LogBase) {
+        *self = Log::new(base, Vec::new(), Vec::new(), Vec::new());
     }
 
     /// Drops entries from memory that are at or below `done` (applied, and replicated where it

@@ -14,7 +14,7 @@
 mod log;
 mod quorum;
 
-pub use log::{LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN};
+pub use log::{LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN, LogBase};
 pub use quorum::{majority, quorum_index};
 
 use crate::entry::{Entry, EntryHash, EntryKind};
@@ -23,7 +23,8 @@ use crate::rng::Rng;
 use bytes::Bytes;
 use log::Log;
 use net::message::{
-    Append, AppendOutcome, AppendReply, AppliedHash, Divergence, PeerMessage, Role, Vote, VoteReply,
+    Append, AppendOutcome, AppendReply, AppliedHash, Divergence, PeerMessage, Role, SnapshotChunk,
+    Vote, VoteReply,
 };
 use std::collections::{BTreeMap, VecDeque};
 
@@ -41,6 +42,11 @@ pub const APPEND_BYTES_MAX: usize = 2 * 1024 * 1024;
 pub const PEER_INFLIGHT_ENTRIES_MAX: u64 = 256;
 /// Applied state hashes remembered for comparing with other replicas'.
 pub const HASH_HISTORY_ENTRIES: usize = 4096;
+/// Ticks a leader waits for a follower to install a snapshot before sending it again.
+pub const SNAPSHOT_RESEND_TICKS: u64 = 1_000;
+/// Entries behind a durable snapshot that a leader keeps in its log for a lagging follower
+/// (past this, the follower gets the snapshot instead, and the log stays bounded).
+pub const LAGGING_FOLLOWER_ENTRIES_MAX: u64 = 4_096;
 
 const _: () = assert!(
     APPEND_BYTES_MAX + crate::entry::ENTRY_PAYLOAD_BYTES_MAX as usize
@@ -78,9 +84,11 @@ pub struct HardState {
 pub struct Recovered {
     /// Term and vote.
     pub hard_state: HardState,
-    /// Term of every entry in the WAL, from index 1.
+    /// The last entry the recovered snapshot covers (zero without one).
+    pub base: LogBase,
+    /// Term of every entry in the WAL after the base.
     pub terms: Vec<Term>,
-    /// Hash of every entry in the WAL, from index 1.
+    /// Hash of every entry in the WAL after the base.
     pub hashes: Vec<EntryHash>,
     /// The WAL's tail from `applied + 1`, to keep in memory.
     pub window: Vec<Entry>,
@@ -117,6 +125,19 @@ pub enum Event {
         peer: NodeId,
         /// The entries.
         entries: Vec<Entry>,
+    },
+    /// The driver could not finish sending a snapshot to `peer` ([`Action::SendSnapshot`]).
+    SnapshotAborted {
+        /// The peer.
+        peer: NodeId,
+    },
+    /// A snapshot received from the leader was verified, made durable and installed in place
+    /// of the state and the whole log ([`Action::StoreSnapshotChunk`]).
+    Installed {
+        /// The last entry it covers: the log continues after it.
+        base: LogBase,
+        /// The state hash it recorded, verified.
+        applied: AppliedHash,
     },
 }
 
@@ -167,6 +188,15 @@ pub enum Action {
     },
     /// This replica's state hash differs from another's after the same entry.
     Diverged(Divergence),
+    /// Send `peer` the newest durable snapshot, in chunks; report [`Event::SnapshotAborted`] if
+    /// that fails. The follower answers with an acknowledgement of its index once installed.
+    SendSnapshot {
+        /// The follower.
+        peer: NodeId,
+    },
+    /// Keep this piece of a snapshot from the leader; once every piece is in and the digest
+    /// verifies, make it durable, install it and report [`Event::Installed`].
+    StoreSnapshotChunk(SnapshotChunk),
 }
 
 /// A proposal made to a replica that is not the leader.
@@ -188,6 +218,8 @@ struct Progress {
     last_heard: u64,
     /// Entries for it are being read back from the WAL.
     loading: bool,
+    /// A snapshot is on its way to it: the snapshot's index and the tick it was sent at.
+    snapshot: Option<(EntryIndex, u64)>,
 }
 
 /// One replica's consensus state.
@@ -226,7 +258,12 @@ impl Core {
             "the replica is one of the nodes"
         );
         assert!(config.heartbeat_ticks > 0 && config.heartbeat_ticks < config.election_ticks_min);
-        let log = Log::new(recovered.terms, recovered.hashes, recovered.window);
+        let log = Log::new(
+            recovered.base,
+            recovered.terms,
+            recovered.hashes,
+            recovered.window,
+        );
         let applied_index = recovered.applied.map_or(EntryIndex::ZERO, |a| a.index);
         assert!(
             applied_index <= log.last_index(),
@@ -330,7 +367,47 @@ impl Core {
             }
             Event::Applied(applied) => self.on_applied(applied, out),
             Event::Loaded { peer, entries } => self.on_loaded(peer, entries, out),
+            Event::SnapshotAborted { peer } => {
+                if let Some(progress) = self.peers.get_mut(&peer) {
+                    progress.snapshot = None;
+                }
+            }
+            Event::Installed { base, applied } => self.on_installed(base, applied, out),
         }
+    }
+
+    /// True when the log holds `base`'s entry with its hash (so everything up to it matches).
+    pub fn holds(&self, base: LogBase) -> bool {
+        self.log.hash_at(base.index) == Some(base.hash)
+    }
+
+    /// The last entry the log's base covers (a snapshot holds it and everything before).
+    pub fn log_base(&self) -> LogBase {
+        self.log.base()
+    }
+
+    /// The index up to which the log may be dropped now that a durable snapshot covers
+    /// `snapshot`: a leader keeps what a follower a little behind still needs.
+    pub fn compactable(&self, snapshot: EntryIndex) -> EntryIndex {
+        let applied = self.applied.map_or(EntryIndex::ZERO, |a| a.index);
+        let mut through = snapshot.min(applied).min(self.log.last_index());
+        if self.role == Role::Leader {
+            let slowest = self.peers.values().map(|p| p.matched).min();
+            if let Some(slowest) = slowest
+                && through.0.saturating_sub(slowest.0) <= LAGGING_FOLLOWER_ENTRIES_MAX
+            {
+                through = through.min(slowest);
+            }
+        }
+        through.max(self.log.base().index)
+    }
+
+    /// Drops the log up to `through` (which a durable snapshot covers, see
+    /// [`Core::compactable`]).
+    pub fn compact(&mut self, through: EntryIndex) {
+        let applied = self.applied.map_or(EntryIndex::ZERO, |a| a.index);
+        assert!(through <= applied, "a snapshot covers applied entries only");
+        self.log.compact(through);
     }
 
     /// As leader, appends a new entry to the log and starts replicating it.
@@ -406,6 +483,7 @@ impl Core {
             PeerMessage::AppendReply(m) => (m.term, m.from),
             PeerMessage::Vote(m) => (m.term, m.candidate),
             PeerMessage::VoteReply(m) => (m.term, m.from),
+            PeerMessage::Snapshot(m) => (m.term, m.leader),
         };
         if sender != from {
             return;
@@ -436,6 +514,7 @@ impl Core {
             }
             let leader = match &message {
                 PeerMessage::Append(m) => Some(m.leader),
+                PeerMessage::Snapshot(m) => Some(m.leader),
                 PeerMessage::AppendReply(_) | PeerMessage::Vote(_) | PeerMessage::VoteReply(_) => {
                     None
                 }
@@ -447,6 +526,49 @@ impl Core {
             PeerMessage::AppendReply(m) => self.on_append_reply(m, out),
             PeerMessage::Vote(m) => self.on_vote(m, out),
             PeerMessage::VoteReply(m) => self.on_vote_reply(m, out),
+            PeerMessage::Snapshot(m) => self.on_snapshot_chunk(m, out),
+        }
+    }
+
+    fn on_snapshot_chunk(&mut self, chunk: SnapshotChunk, out: &mut Vec<Action>) {
+        if chunk.term < self.hard.term {
+            return;
+        }
+        if self.role != Role::Follower || self.leader != Some(chunk.leader) {
+            self.become_follower(chunk.term, Some(chunk.leader), out);
+        }
+        self.election_elapsed = 0;
+        self.last_leader_contact = Some(self.ticks);
+        if chunk.index > self.commit {
+            out.push(Action::StoreSnapshotChunk(chunk));
+        } else if chunk.offset == 0 {
+            // It holds nothing this replica lacks: tell the leader where the log matches.
+            let index = self.commit.min(self.durable);
+            self.reply_append(AppendOutcome::Matched { index }, out);
+        }
+    }
+
+    fn on_installed(&mut self, base: LogBase, applied: AppliedHash, out: &mut Vec<Action>) {
+        assert_eq!(base.index, applied.index, "the snapshot's entry and state");
+        if base.index <= self.commit {
+            return;
+        }
+        if self.holds(base) {
+            // The log continues the snapshot (the hashes chain): keep what follows it.
+            self.log.compact(base.index);
+            self.durable = self.durable.max(base.index);
+        } else {
+            self.log.reset(base);
+            self.durable = base.index;
+        }
+        self.commit = base.index;
+        self.confirmed = self.confirmed.max(base.index);
+        self.applied = Some(applied);
+        self.history.clear();
+        self.history.push_back(applied);
+        self.pending_checks.clear();
+        if self.role == Role::Follower {
+            self.reply_append(AppendOutcome::Matched { index: base.index }, out);
         }
     }
 
@@ -550,6 +672,7 @@ impl Core {
                         matched: EntryIndex::ZERO,
                         last_heard: self.ticks,
                         loading: false,
+                        snapshot: None,
                     },
                 )
             })
@@ -564,6 +687,9 @@ impl Core {
     fn on_vote(&mut self, vote: Vote, out: &mut Vec<Action>) {
         let up_to_date =
             (vote.last_term, vote.last_index) >= (self.log.last_term(), self.log.last_index());
+        // A replica with an empty log votes only while the whole cluster is new: once entries
+        // exist, an empty log means a lost data directory, whose votes may already be cast.
+        let up_to_date = up_to_date && (self.log.last_index().0 > 0 || vote.last_index.0 == 0);
         let free = self.hard.voted_for.is_none_or(|v| v == vote.candidate);
         let granted =
             vote.term == self.hard.term && free && up_to_date && self.role == Role::Follower;
@@ -636,6 +762,21 @@ impl Core {
         self.election_elapsed = 0;
         self.last_leader_contact = Some(self.ticks);
         self.check_remote_hash(append.leader, append.applied, out);
+        let mut append = append;
+        let base = self.log.base();
+        if append.prev_index < base.index {
+            // A snapshot here covers the start: those entries are committed, so they match.
+            let skip = (base.index.0 - append.prev_index.0).min(append.entries.len() as u64);
+            append.entries.drain(..skip as usize);
+            append.prev_index = EntryIndex(append.prev_index.0 + skip);
+            if append.prev_index < base.index {
+                self.confirmed = self.confirmed.max(base.index);
+                let matched = self.durable.min(self.confirmed);
+                self.reply_append(AppendOutcome::Matched { index: matched }, out);
+                return;
+            }
+            append.prev_term = base.term;
+        }
         if let Some(hint) = self.mismatch_hint(append.prev_index, append.prev_term) {
             self.reply_append(AppendOutcome::Conflict { hint }, out);
             return;
@@ -767,6 +908,12 @@ impl Core {
         match reply.outcome {
             AppendOutcome::Matched { index } => {
                 progress.matched = progress.matched.max(index.min(last));
+                if progress
+                    .snapshot
+                    .is_some_and(|(sent, _)| progress.matched >= sent)
+                {
+                    progress.snapshot = None;
+                }
                 progress.next = progress.next.max(progress.matched.next());
                 let behind = progress.next <= last && !progress.loading;
                 self.advance_commit(out);
@@ -812,8 +959,19 @@ impl Core {
     /// empty append; asks for a WAL read when those entries left memory.
     fn send_append(&mut self, peer: NodeId, out: &mut Vec<Action>) {
         let last = self.log.last_index();
-        let progress = self.peers.get(&peer).expect("a peer of the leader");
+        let progress = self.peers.get_mut(&peer).expect("a peer of the leader");
         let next = progress.next;
+        if next <= self.log.base().index {
+            // What it needs is only in the snapshot.
+            let due = progress
+                .snapshot
+                .is_none_or(|(_, sent)| self.ticks - sent >= SNAPSHOT_RESEND_TICKS);
+            if due {
+                progress.snapshot = Some((self.log.base().index, self.ticks));
+                out.push(Action::SendSnapshot { peer });
+            }
+            return;
+        }
         let limit = EntryIndex(last.0.min(progress.matched.0 + PEER_INFLIGHT_ENTRIES_MAX));
         let mut entries = Vec::new();
         let mut index = next;

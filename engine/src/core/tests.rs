@@ -546,6 +546,9 @@ impl Cluster {
                 }
                 Action::PersistHardState(_) | Action::RoleChanged { .. } => {}
                 Action::Diverged(d) => panic!("divergence in a correct cluster: {d:?}"),
+                Action::SendSnapshot { .. } | Action::StoreSnapshotChunk(_) => {
+                    panic!("no snapshot is taken in these tests, so none is sent")
+                }
             }
         }
     }

@@ -1,18 +1,21 @@
 //! The node's event loop: inputs in, core steps, actions carried out.
 
 use super::connections::{accept_clients, accept_peers, connect_peer};
-use super::storage::{self, Restored};
+use super::install::{Incoming, stream_snapshot};
+use super::storage::{self, Restored, SNAPSHOT_DIR};
 use super::timing::Timing;
 use super::wal_thread::{Acker, WalEvent, WalOp, WalThread};
 use super::{Input, NodeConfig, NodeError};
 use crate::apply::{Reply, ReplyStatus, StateMachine};
 use crate::batcher::{Batcher, Queued};
 use crate::codec;
-use crate::core::{Action, Core, CoreConfig, Event};
+use crate::core::{Action, Core, CoreConfig, Event, LogBase};
 use crate::entry::{COMMAND_BYTES_MAX, EntryKind, REQUEST_COMMANDS_MAX};
 use crate::handler::Handler;
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber};
+use crate::snapshot::{Durable, SnapshotWriter};
 use bytes::Bytes;
+use net::message::SnapshotChunk;
 use net::message::{
     AppliedHash, ClientReply, ClientRequest, NodeStatus, PeerMessage, Rejection, Role, Submit,
 };
@@ -122,11 +125,22 @@ struct Driver<H: Handler> {
     /// Follower: the commit index to apply up to once nothing waits for the WAL.
     commit_to: EntryIndex,
     timing: Timing,
+    /// For the snapshot writer and the tasks that send snapshots.
+    inbox: mpsc::Sender<Input>,
+    /// The background snapshot writer (none when snapshots are off).
+    snapshots: Option<SnapshotWriter>,
+    /// The newest durable snapshot, the one sent to followers.
+    latest_snapshot: Option<Durable>,
+    /// The applied index of the last capture.
+    last_capture: EntryIndex,
+    /// Follower: a snapshot arriving from the leader.
+    incoming: Option<Incoming>,
 }
 
 impl<H: Handler> Driver<H> {
     fn new(config: NodeConfig, restored: Restored<H>, inbox: mpsc::Sender<Input>) -> Option<Self> {
-        let report = move |event| inbox.blocking_send(Input::Wal(event)).is_ok();
+        let wal_inbox = inbox.clone();
+        let report = move |event| wal_inbox.blocking_send(Input::Wal(event)).is_ok();
         let peers = config
             .nodes
             .iter()
@@ -163,7 +177,8 @@ impl<H: Handler> Driver<H> {
         let mut machine = restored.machine;
         machine.set_mode(config.mode);
         machine.set_replying(false);
-        Some(Driver {
+        let last_capture = machine.applied_index();
+        let mut driver = Driver {
             core: Core::new(core_config, restored.core),
             machine,
             batcher: Batcher::new(config.entry_commands_max),
@@ -174,8 +189,191 @@ impl<H: Handler> Driver<H> {
             unsimulated: Vec::new(),
             commit_to: EntryIndex::ZERO,
             timing: Timing::default(),
+            inbox,
+            snapshots: None,
+            latest_snapshot: restored.snapshot,
+            last_capture,
+            incoming: None,
             config,
-        })
+        };
+        driver.snapshots = driver.spawn_snapshot_writer();
+        Some(driver)
+    }
+
+    fn snapshot_dir(&self) -> PathBuf {
+        self.config.data_dir.join(SNAPSHOT_DIR)
+    }
+
+    /// A snapshot writer with an empty mirror: the machine's next capture is whole (a fresh,
+    /// restored or installed state has every slot and session marked written).
+    fn spawn_snapshot_writer(&self) -> Option<SnapshotWriter> {
+        if self.config.snapshot_every == 0 {
+            return None;
+        }
+        let inbox = self.inbox.clone();
+        let spawned = SnapshotWriter::spawn(
+            self.snapshot_dir(),
+            self.machine.mirrors(),
+            Duration::from_millis(self.config.snapshot_retain_ms),
+            move |outcome| inbox.blocking_send(Input::Snapshot(outcome)).is_ok(),
+        );
+        match spawned {
+            Ok(writer) => Some(writer),
+            Err(error) => {
+                eprintln!(
+                    "node {}: no snapshots: cannot start the writer: {error}",
+                    self.config.id
+                );
+                None
+            }
+        }
+    }
+
+    /// Hands the writer a capture of the committed state when the applied index crossed a
+    /// multiple of the snapshot interval since the last one.
+    fn maybe_capture(&mut self) {
+        let every = self.config.snapshot_every;
+        let applied = self.machine.applied_index();
+        if every == 0 || applied.0 / every <= self.last_capture.0 / every {
+            return;
+        }
+        let Some(writer) = &self.snapshots else {
+            return;
+        };
+        for returned in writer.returned() {
+            self.machine.recycle(returned);
+        }
+        // `None`: a pending speculation is in the way; the next applied entry tries again.
+        if let Some(capture) = self.machine.capture() {
+            self.last_capture = applied;
+            if !writer.send(capture) {
+                eprintln!("node {}: the snapshot writer stopped", self.config.id);
+                self.snapshots = None;
+            }
+        }
+    }
+
+    /// A snapshot is durable: the log behind it can go (what followers still need excepted).
+    fn on_snapshot_durable(&mut self, durable: Durable) {
+        if self
+            .latest_snapshot
+            .as_ref()
+            .is_some_and(|l| l.meta.index >= durable.meta.index)
+        {
+            return;
+        }
+        let through = self.core.compactable(durable.meta.index);
+        if through > self.core.log_base().index {
+            self.core.compact(through);
+            self.queue_wal(WalOp::Compact(through));
+        }
+        self.latest_snapshot = Some(durable);
+    }
+
+    /// Leader: streams the newest durable snapshot to `peer`.
+    fn send_snapshot(&mut self, peer: NodeId) -> Vec<Action> {
+        let (Some(latest), Some(queue)) = (&self.latest_snapshot, self.peers.get(&peer)) else {
+            let mut out = Vec::new();
+            self.core.step(Event::SnapshotAborted { peer }, &mut out);
+            return out;
+        };
+        let stream = stream_snapshot(
+            latest.path.clone(),
+            latest.meta.index,
+            self.core.term(),
+            self.config.id,
+            queue.clone(),
+        );
+        let inbox = self.inbox.clone();
+        let me = self.config.id;
+        tokio::spawn(async move {
+            if let Err(error) = stream.await {
+                eprintln!("node {me}: sending a snapshot to node {peer} failed: {error}");
+                let _ = inbox.send(Input::SnapshotAborted(peer)).await;
+            }
+        });
+        Vec::new()
+    }
+
+    /// Follower: keeps a chunk of the leader's snapshot; once it is whole, verified and
+    /// durable, installs it in place of the state and the log.
+    fn store_snapshot_chunk(&mut self, chunk: SnapshotChunk) -> Vec<Action> {
+        let dir = self.snapshot_dir();
+        if chunk.offset == 0 {
+            self.incoming = Incoming::start(&dir, &chunk)
+                .map_err(|e| eprintln!("node {}: snapshot refused: {e}", self.config.id))
+                .ok();
+        }
+        let Some(incoming) = self.incoming.as_mut() else {
+            return Vec::new();
+        };
+        match incoming.take(&chunk) {
+            Ok(false) => return Vec::new(),
+            Ok(true) => {}
+            Err(error) => {
+                eprintln!("node {}: snapshot dropped: {error}", self.config.id);
+                self.incoming = None;
+                return Vec::new();
+            }
+        }
+        let incoming = self.incoming.take().expect("just used");
+        let (snapshot, path, bytes) = match incoming.finish(&dir) {
+            Ok(done) => done,
+            Err(error) => {
+                eprintln!("node {}: snapshot refused: {error}", self.config.id);
+                return Vec::new();
+            }
+        };
+        let meta = snapshot.meta.clone();
+        if meta.index <= self.core.commit_index() {
+            // The log caught up meanwhile: it has everything the snapshot holds.
+            return Vec::new();
+        }
+        let started = Instant::now();
+        if let Err(reason) = self.machine.install(snapshot) {
+            self.halt(format!(
+                "the leader's snapshot of entry {} does not verify: {reason}",
+                meta.index
+            ));
+            return Vec::new();
+        }
+        let base = LogBase {
+            index: meta.index,
+            term: meta.term,
+            hash: meta.entry_hash,
+        };
+        self.queue_wal(if self.core.holds(base) {
+            WalOp::Compact(meta.index)
+        } else {
+            WalOp::Reset {
+                base: meta.index,
+                hash: meta.entry_hash,
+            }
+        });
+        eprintln!(
+            "node {}: installed the leader's snapshot of entry {} ({:.1} MiB) in {:.0} ms",
+            self.config.id,
+            meta.index,
+            bytes as f64 / (1024.0 * 1024.0),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        let applied = AppliedHash {
+            index: meta.index,
+            hash: meta.state_hash,
+        };
+        self.latest_snapshot = Some(Durable {
+            meta,
+            path,
+            bytes,
+            took: started.elapsed(),
+        });
+        self.last_capture = applied.index;
+        self.commit_to = self.commit_to.max(applied.index);
+        self.snapshots = None;
+        self.snapshots = self.spawn_snapshot_writer();
+        let mut out = Vec::new();
+        self.core.step(Event::Installed { base, applied }, &mut out);
+        out
     }
 
     fn handle(&mut self, input: Input) {
@@ -198,6 +396,11 @@ impl<H: Handler> Driver<H> {
             }
             Input::Wal(WalEvent::AckFailed) => self.step(Event::AckFailed),
             Input::Wal(WalEvent::Failed(reason)) => self.halt(format!("the WAL failed: {reason}")),
+            Input::Snapshot(Ok(durable)) => self.on_snapshot_durable(durable),
+            Input::Snapshot(Err(error)) => {
+                eprintln!("node {}: a snapshot failed: {error}", self.config.id)
+            }
+            Input::SnapshotAborted(peer) => self.step(Event::SnapshotAborted { peer }),
         }
     }
 
@@ -267,6 +470,8 @@ impl<H: Handler> Driver<H> {
                     self.timing.forget();
                 }
             }
+            Action::SendSnapshot { peer } => return self.send_snapshot(peer),
+            Action::StoreSnapshotChunk(chunk) => return self.store_snapshot_chunk(chunk),
             Action::Diverged(divergence) => eprintln!(
                 "node {}: DIVERGENCE after entry {}: node {} has state hash {}, node {} has {}",
                 self.config.id,
@@ -308,6 +513,7 @@ impl<H: Handler> Driver<H> {
                         hash: applied.state_hash,
                     };
                     self.core.step(Event::Applied(hash), &mut out);
+                    self.maybe_capture();
                 }
                 Err(error) => self.halt(format!("apply stopped: {error}")),
             }

@@ -4,6 +4,7 @@
 
 mod connections;
 mod driver;
+mod install;
 pub mod local;
 pub mod storage;
 mod timing;
@@ -74,6 +75,10 @@ pub struct NodeConfig {
     pub seed: u64,
     /// What this node does with its simulations when it leads.
     pub mode: crate::apply::Mode,
+    /// Entries between captures of the committed state for snapshots (0: no snapshots).
+    pub snapshot_every: u64,
+    /// Least time a persisted snapshot is kept before a newer one replaces it.
+    pub snapshot_retain_ms: u64,
 }
 
 impl NodeConfig {
@@ -92,6 +97,8 @@ impl NodeConfig {
             pipeline_entries_max: PIPELINE_ENTRIES_DEFAULT,
             seed: 1,
             mode: crate::apply::Mode::default(),
+            snapshot_every: crate::snapshot::SNAPSHOT_EVERY_DEFAULT,
+            snapshot_retain_ms: crate::snapshot::SNAPSHOT_RETAIN_MS_DEFAULT,
         }
     }
 
@@ -141,6 +148,10 @@ pub(crate) enum Input {
         reply: mpsc::Sender<ClientReply>,
     },
     Wal(WalEvent),
+    /// The snapshot writer made a snapshot durable, or failed to.
+    Snapshot(Result<crate::snapshot::Durable, String>),
+    /// Sending a snapshot to a follower failed.
+    SnapshotAborted(NodeId),
 }
 
 /// A running node: stop it with [`NodeHandle::stop`] (or drop it).
@@ -179,6 +190,10 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
         .ok_or_else(|| NodeError::Config(format!("node {} is not listed", config.id)))?;
     let (peer_address, client_address) = (me.peer_address, me.client_address);
     let restored = storage::restore(&config.data_dir, handler, config.capacity_bytes)?;
+    let report = &restored.report;
+    if report.snapshot.is_some() || report.replayed > 0 || !report.refused.is_empty() {
+        eprintln!("node {}: recovered: {report}", config.id);
+    }
     let (inbox, inputs) = mpsc::channel(INBOX_INPUTS_MAX);
     let (ready, started) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel();

@@ -3,19 +3,24 @@
 use super::NodeError;
 use crate::apply::StateMachine;
 use crate::codec::{self, Decode, Encode};
-use crate::core::{HardState, Recovered};
+use crate::core::{HardState, LogBase, Recovered};
+use crate::entry::EntryHash;
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId, Term};
+use crate::snapshot::{Durable, list_snapshots, read_snapshot};
 use crate::wal::{Recovery, Wal};
 use net::message::AppliedHash;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// File holding the hard state, inside the data directory.
 pub const HARD_STATE_FILE: &str = "hard_state";
 /// Directory holding the WAL segments, inside the data directory.
 pub const WAL_DIR: &str = "wal";
+/// Directory holding the snapshots, inside the data directory.
+pub const SNAPSHOT_DIR: &str = "snapshots";
 
 #[derive(Encode, Decode)]
 #[bincode(crate = "crate::codec::bincode")]
@@ -85,51 +90,193 @@ pub struct Restored<H: Handler> {
     pub core: Recovered,
     /// What the WAL scan found.
     pub recovery: Recovery,
+    /// The snapshot recovery started from, if any.
+    pub snapshot: Option<Durable>,
+    /// How recovery went, for people.
+    pub report: RecoveryReport,
 }
 
-/// Recovers a node from `dir`: hard state, WAL scan, and replay of every entry the WAL shows
-/// committed (the highest commit index its entries carry).
+/// How a recovery went.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    /// The snapshot used: its index and size in bytes.
+    pub snapshot: Option<(EntryIndex, u64)>,
+    /// Snapshots that did not verify and were passed over, with the reason.
+    pub refused: Vec<String>,
+    /// Entries replayed from the WAL after the snapshot.
+    pub replayed: u64,
+    /// WAL entries discarded because they did not continue the snapshot (an unfinished
+    /// install, or an uncommitted suffix).
+    pub discarded: u64,
+    /// Time the whole recovery took.
+    pub took: Duration,
+}
+
+impl std::fmt::Display for RecoveryReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.snapshot {
+            Some((index, bytes)) => write!(
+                f,
+                "snapshot at entry {index} ({:.1} MiB)",
+                bytes as f64 / (1024.0 * 1024.0)
+            )?,
+            None => write!(f, "no snapshot")?,
+        }
+        write!(
+            f,
+            ", {} entries replayed, {:.0} ms",
+            self.replayed,
+            self.took.as_secs_f64() * 1e3
+        )?;
+        if self.discarded > 0 {
+            write!(f, ", {} WAL entries discarded", self.discarded)?;
+        }
+        for refused in &self.refused {
+            write!(f, "; refused {refused}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Replay progress is printed this often once a recovery takes longer than it.
+const RECOVERY_PROGRESS_MS: u64 = 1_000;
+
+/// Recovers a node from `dir`: hard state, WAL scan, the newest snapshot that verifies and
+/// that the WAL continues (older ones are the fallback), and replay of every entry after it
+/// that the WAL shows committed (the highest commit index its entries carry). A WAL that no
+/// snapshot connects to is emptied: the node then starts with no state and no log, takes no
+/// part in elections, and gets a snapshot from the leader.
 pub fn restore<H: Handler>(
     dir: &Path,
     handler: H,
     capacity_bytes: u64,
 ) -> Result<Restored<H>, NodeError> {
+    let started = Instant::now();
     fs::create_dir_all(dir).map_err(|source| NodeError::Io {
         path: dir.to_path_buf(),
         source,
     })?;
     let hard_state = read_hard_state(dir)?;
-    let (wal, recovery) = Wal::open(&dir.join(WAL_DIR))?;
+    let (mut wal, recovery) = Wal::open(&dir.join(WAL_DIR))?;
     let mut machine = StateMachine::new(handler, capacity_bytes);
+    let mut report = RecoveryReport::default();
+    let mut chosen = None;
+    for (index, path) in list_snapshots(&dir.join(SNAPSHOT_DIR)) {
+        if wal.first_index() > index.next() {
+            report.refused.push(format!(
+                "{}: the WAL starts at {}, after a gap",
+                path.display(),
+                wal.first_index()
+            ));
+            continue;
+        }
+        let snapshot = match read_snapshot(&path) {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                report.refused.push(error.to_string());
+                continue;
+            }
+        };
+        let meta = snapshot.meta.clone();
+        let bytes = snapshot.file_bytes;
+        if let Err(reason) = machine.install(snapshot) {
+            report.refused.push(format!("{}: {reason}", path.display()));
+            continue;
+        }
+        report.snapshot = Some((index, bytes));
+        chosen = Some(Durable {
+            meta,
+            path,
+            bytes,
+            took: Duration::ZERO,
+        });
+        break;
+    }
+    let base = match &chosen {
+        Some(durable) => {
+            let meta = &durable.meta;
+            if !wal_continues(&wal, meta.index, meta.entry_hash) {
+                report.discarded = wal.last_index().0.saturating_sub(wal.first_index().0 - 1);
+                wal.reset_to(meta.index, meta.entry_hash)?;
+            }
+            LogBase {
+                index: meta.index,
+                term: meta.term,
+                hash: meta.entry_hash,
+            }
+        }
+        None => {
+            if wal.first_index() > EntryIndex(1) {
+                // Compacted behind snapshots none of which is usable: the entries left cannot
+                // rebuild the state. Start empty and take a snapshot from the leader.
+                report.discarded = wal.last_index().0 + 1 - wal.first_index().0;
+                wal.reset_to(EntryIndex::ZERO, EntryHash::default())?;
+            }
+            LogBase::default()
+        }
+    };
     let committed = wal.max_commit().min(wal.last_index());
-    let mut applied = None;
-    for index in (1..=committed.0).map(EntryIndex) {
+    let mut applied = chosen.as_ref().map(|d| AppliedHash {
+        index: d.meta.index,
+        hash: d.meta.state_hash,
+    });
+    let mut last_progress = Instant::now();
+    for index in (base.index.0 + 1..=committed.0).map(EntryIndex) {
         let hash = machine.apply(&wal.read(index)?)?.state_hash;
         applied = Some(AppliedHash { index, hash });
+        report.replayed += 1;
+        if last_progress.elapsed() >= Duration::from_millis(RECOVERY_PROGRESS_MS) {
+            last_progress = Instant::now();
+            eprintln!(
+                "recovery: replayed {} of {} entries",
+                report.replayed,
+                committed.0 - base.index.0
+            );
+        }
     }
     let last = wal.last_index();
-    let terms = (1..=last.0)
+    let after_base = base.index.0 + 1..=last.0;
+    let terms = after_base
+        .clone()
         .map(|i| wal.term_at(EntryIndex(i)).expect("held"))
         .collect();
-    let hashes = (1..=last.0)
+    let hashes = after_base
         .map(|i| wal.hash_at(EntryIndex(i)).expect("held"))
         .collect();
-    let window = (committed.0 + 1..=last.0)
+    let window = (committed.max(base.index).0 + 1..=last.0)
         .map(|i| wal.read(EntryIndex(i)))
         .collect::<Result<_, _>>()?;
     let core = Recovered {
         hard_state,
+        base,
         terms,
         hashes,
         window,
         applied,
     };
+    report.took = started.elapsed();
     Ok(Restored {
         machine,
         wal,
         core,
         recovery,
+        snapshot: chosen,
+        report,
     })
+}
+
+/// True when the WAL holds the log right after a snapshot of entry `index` (hash `hash`):
+/// it holds that entry with that hash, or starts right after it with an entry chained to it.
+fn wal_continues(wal: &Wal, index: EntryIndex, hash: EntryHash) -> bool {
+    if index >= wal.first_index() {
+        return wal.hash_at(index) == Some(hash);
+    }
+    // The WAL starts right after the snapshot (it cannot start earlier than the entry after
+    // it: the caller skipped such snapshots).
+    match wal.read(index.next()) {
+        Ok(entry) => entry.verify(&hash).is_ok(),
+        Err(_) => wal.last_index() < wal.first_index(),
+    }
 }
 
 #[cfg(test)]

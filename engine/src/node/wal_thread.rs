@@ -21,6 +21,15 @@ pub(crate) enum WalOp {
         /// The message.
         message: net::message::PeerMessage,
     },
+    /// Remove the segments a durable snapshot covers up to this index.
+    Compact(EntryIndex),
+    /// Empty the log to continue after an installed snapshot of this entry.
+    Reset {
+        /// The snapshot's entry.
+        base: EntryIndex,
+        /// Its hash.
+        hash: crate::entry::EntryHash,
+    },
     /// Read entries back for a peer.
     Load {
         /// The peer.
@@ -134,6 +143,15 @@ fn carry_out(
             WalOp::Truncate(from) => {
                 sync(wal, &mut unsynced, &mut events)?;
                 wal.truncate_from(from)?;
+            }
+            WalOp::Compact(through) => {
+                sync(wal, &mut unsynced, &mut events)?;
+                wal.compact_through(through)?;
+            }
+            WalOp::Reset { base, hash } => {
+                // What was written before belongs to the replaced log: nothing to report.
+                unsynced = None;
+                wal.reset_to(base, hash)?;
             }
             WalOp::Load { peer, from, to } => {
                 let mut entries = Vec::new();

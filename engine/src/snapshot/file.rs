@@ -79,7 +79,7 @@ pub fn list_snapshots(dir: &Path) -> Vec<(EntryIndex, PathBuf)> {
             Some((EntryIndex(stem), path))
         })
         .collect();
-    found.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    found.sort_unstable_by_key(|item| std::cmp::Reverse(item.0));
     found
 }
 
@@ -89,26 +89,43 @@ pub fn encode_snapshot<'a>(
     tables: &[(TableId, Box<dyn AnyMirror>)],
     sessions: impl Iterator<Item = (&'a ClientId, &'a Session)>,
 ) -> Vec<u8> {
-    let mut out = MAGIC.to_vec();
-    codec::encode_into(meta, &mut out).expect("meta encodes");
-    codec::encode_into(&(tables.len() as u16), &mut out).expect("u16 encodes");
-    let mut records = Vec::new();
+    let mut out = Vec::new();
+    encode_snapshot_into(meta, tables, sessions, &mut out);
+    out
+}
+
+/// Appends the encoding of a snapshot to `out` (see [`encode_snapshot`]).
+pub fn encode_snapshot_into<'a>(
+    meta: &SnapshotMeta,
+    tables: &[(TableId, Box<dyn AnyMirror>)],
+    sessions: impl Iterator<Item = (&'a ClientId, &'a Session)>,
+    out: &mut Vec<u8>,
+) {
+    let start = out.len();
+    out.extend_from_slice(&MAGIC);
+    codec::encode_into(meta, out).expect("meta encodes");
+    codec::encode_into(&(tables.len() as u16), out).expect("u16 encodes");
     for (id, mirror) in tables {
-        records.clear();
-        mirror.encode_into(&mut records);
-        let header = TableHeader {
+        // The records go straight after their header, whose byte count is filled in after
+        // (fixed-width integers: the header's size does not depend on it).
+        let mut header = TableHeader {
             id: id.0,
             records: mirror.len(),
-            bytes: records.len() as u64,
+            bytes: 0,
         };
-        codec::encode_into(&header, &mut out).expect("header encodes");
-        out.extend_from_slice(&records);
+        let header_at = out.len();
+        codec::encode_into(&header, out).expect("header encodes");
+        let records_at = out.len();
+        mirror.encode_into(out);
+        header.bytes = (out.len() - records_at) as u64;
+        let encoded = codec::encode_to_vec(&header).expect("header encodes");
+        assert_eq!(encoded.len(), records_at - header_at, "a fixed-size header");
+        out[header_at..records_at].copy_from_slice(&encoded);
     }
     let sessions: Vec<(&ClientId, &Session)> = sessions.collect();
-    codec::encode_into(&sessions, &mut out).expect("sessions encode");
-    let digest = blake3::hash(&out);
+    codec::encode_into(&sessions, out).expect("sessions encode");
+    let digest = blake3::hash(&out[start..]);
     out.extend_from_slice(digest.as_bytes());
-    out
 }
 
 /// Writes a snapshot durably: temporary file, fsync, rename, directory fsync. Returns its

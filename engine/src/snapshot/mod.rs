@@ -5,13 +5,16 @@
 //! snapshots, and sends a snapshot to a follower that needs entries no longer in the log.
 
 mod file;
+mod priority;
 mod writer;
 
+pub use priority::WRITER_NICENESS;
+
 pub use file::{
-    SNAPSHOT_SUFFIX, Snapshot, SnapshotError, encode_snapshot, list_snapshots, read_snapshot,
-    snapshot_path, write_snapshot,
+    SNAPSHOT_SUFFIX, Snapshot, SnapshotError, encode_snapshot, encode_snapshot_into,
+    list_snapshots, read_snapshot, snapshot_path, write_snapshot,
 };
-pub use writer::{Durable, Mirror, SnapshotWriter};
+pub use writer::{Durable, Mirror, Returned, SnapshotWriter};
 
 use crate::apply::Session;
 use crate::codec::{Decode, Encode};
@@ -29,6 +32,12 @@ pub const SNAPSHOT_RETAIN_MS_DEFAULT: u64 = 1_000;
 pub const SNAPSHOTS_KEPT: usize = 2;
 /// Bytes of snapshot a leader sends a follower per message.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Log a node writes after a persisted snapshot before it persists the next, in percent of
+/// that snapshot's size: with 100, a snapshot costs at most as much writing as the log it lets
+/// go, and disk use stays near one snapshot and one snapshot's worth of log.
+pub const SNAPSHOT_LOG_PERCENT: u64 = 300;
+/// Largest snapshot a follower accepts from a leader, in bytes.
+pub const SNAPSHOT_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
 
 const _: () = assert!(SNAPSHOTS_KEPT >= 2, "a fallback snapshot is kept");
 const _: () = assert!(
@@ -59,4 +68,7 @@ pub struct Capture {
     pub meta: SnapshotMeta,
     pub(crate) tables: Vec<(TableId, Box<dyn Any + Send>)>,
     pub(crate) sessions: Vec<(ClientId, Option<Session>)>,
+    /// Payload bytes of the log applied up to it (since the node started): how much log a
+    /// snapshot made of it would let go.
+    pub(crate) log_bytes: u64,
 }

@@ -3,11 +3,13 @@
 //! mirror as a new snapshot and removes all but the newest few.
 
 use super::{
-    Capture, SNAPSHOTS_KEPT, SnapshotMeta, encode_snapshot, list_snapshots, write_snapshot,
+    Capture, SNAPSHOT_LOG_PERCENT, SNAPSHOTS_KEPT, SnapshotMeta, encode_snapshot_into,
+    list_snapshots, write_snapshot,
 };
 use crate::apply::Session;
 use crate::ids::ClientId;
-use crate::state::Mirrors;
+use crate::state::{Mirrors, TableId};
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -29,6 +31,13 @@ pub struct Durable {
 /// The node's handle on its snapshot writer thread.
 pub struct SnapshotWriter {
     captures: mpsc::Sender<Capture>,
+    returned: mpsc::Receiver<Returned>,
+}
+
+/// A capture's buffers, emptied by the writer and handed back for the node's next capture
+/// (reusing them keeps the node from faulting in fresh memory for every capture).
+pub struct Returned {
+    pub(crate) tables: Vec<(TableId, Box<dyn Any + Send>)>,
 }
 
 /// A copy of a node's committed state, rebuilt from its captures.
@@ -36,6 +45,7 @@ pub struct Mirror {
     tables: Mirrors,
     sessions: BTreeMap<ClientId, Session>,
     meta: Option<SnapshotMeta>,
+    log_bytes: u64,
 }
 
 impl SnapshotWriter {
@@ -48,16 +58,22 @@ impl SnapshotWriter {
         report: impl Fn(Result<Durable, String>) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (captures, queue) = mpsc::channel();
+        let (give_back, returned) = mpsc::channel();
         let mirror = Mirror::new(tables);
         std::thread::Builder::new()
             .name("snapshots".into())
-            .spawn(move || run(dir, mirror, retain, queue, report))?;
-        Ok(SnapshotWriter { captures })
+            .spawn(move || run(dir, mirror, retain, queue, give_back, report))?;
+        Ok(SnapshotWriter { captures, returned })
     }
 
     /// Hands a capture over; false once the writer has stopped.
     pub fn send(&self, capture: Capture) -> bool {
         self.captures.send(capture).is_ok()
+    }
+
+    /// Buffers of earlier captures, emptied, for [`crate::StateMachine::recycle`].
+    pub fn returned(&self) -> impl Iterator<Item = Returned> + '_ {
+        self.returned.try_iter()
     }
 }
 
@@ -66,23 +82,35 @@ fn run(
     mut mirror: Mirror,
     retain: Duration,
     queue: mpsc::Receiver<Capture>,
+    give_back: mpsc::Sender<Returned>,
     report: impl Fn(Result<Durable, String>) -> bool,
 ) {
+    super::priority::lower_current_thread();
     // The newest snapshot on disk counts as just persisted: it is kept a full period too.
     let mut persisted_at = Instant::now();
+    let mut persisted_log_bytes = 0;
+    let mut persisted_bytes = 0;
+    // Kept across snapshots: a fresh buffer would fault in every page again each time.
+    let mut bytes = Vec::new();
     while let Ok(first) = queue.recv() {
         for capture in std::iter::once(first).chain(queue.try_iter()) {
-            mirror.apply(capture);
+            let _ = give_back.send(mirror.apply(capture));
         }
-        if persisted_at.elapsed() < retain {
+        let log_written = mirror.log_bytes.saturating_sub(persisted_log_bytes);
+        if persisted_at.elapsed() < retain
+            || log_written * 100 < persisted_bytes * SNAPSHOT_LOG_PERCENT
+        {
             continue;
         }
-        let (Some(meta), Some(bytes)) = (mirror.meta.clone(), mirror.encode()) else {
+        let Some(meta) = mirror.meta.clone() else {
             continue;
         };
         let started = Instant::now();
+        mirror.encode_into(&mut bytes);
         let outcome = write_snapshot(&dir, meta.index, &bytes).map_err(|e| e.to_string());
         persisted_at = Instant::now();
+        persisted_log_bytes = mirror.log_bytes;
+        persisted_bytes = bytes.len() as u64;
         let outcome = outcome.map(|(path, bytes)| {
             prune(&dir);
             Durable {
@@ -105,6 +133,7 @@ impl Mirror {
             tables,
             sessions: BTreeMap::new(),
             meta: None,
+            log_bytes: 0,
         }
     }
 
@@ -114,20 +143,35 @@ impl Mirror {
     }
 
     /// The snapshot file's bytes for the mirror's content.
-    pub fn encode(&self) -> Option<Vec<u8>> {
-        let meta = self.meta.as_ref()?;
-        Some(encode_snapshot(meta, &self.tables, self.sessions.iter()))
+    pub fn encode(&mut self) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        self.meta.as_ref()?;
+        self.encode_into(&mut out);
+        Some(out)
     }
 
-    /// Applies a capture: the mirror then covers it.
-    pub fn apply(&mut self, capture: Capture) {
+    /// Replaces `out` with the snapshot file's bytes for the mirror's content (nothing before
+    /// the first capture).
+    pub fn encode_into(&mut self, out: &mut Vec<u8>) {
+        out.clear();
+        for (_, table) in &mut self.tables {
+            table.merge();
+        }
+        if let Some(meta) = &self.meta {
+            encode_snapshot_into(meta, &self.tables, self.sessions.iter(), out);
+        }
+    }
+
+    /// Applies a capture: the mirror then covers it. Returns the capture's emptied buffers.
+    pub fn apply(&mut self, capture: Capture) -> Returned {
+        let mut returned = Vec::with_capacity(capture.tables.len());
         for (id, changed) in capture.tables {
             let table = self
                 .tables
                 .iter_mut()
                 .find(|(t, _)| *t == id)
                 .expect("a table of the schema");
-            table.1.apply(changed);
+            returned.push((id, table.1.apply(changed)));
         }
         for (client, session) in capture.sessions {
             match session {
@@ -136,6 +180,8 @@ impl Mirror {
             };
         }
         self.meta = Some(capture.meta);
+        self.log_bytes = capture.log_bytes;
+        Returned { tables: returned }
     }
 }
 

@@ -1,10 +1,10 @@
 //! Incremental captures of the committed state, the mirror a background writer rebuilds from
 //! them, and loading a table back from a snapshot's records.
 //!
-//! A capture takes the slots written since the previous capture (every slot when the array
-//! changed whole), with their committed content: where a pending speculation wrote a key, the
-//! capture takes what the speculation's undo record kept instead, and marks the slot to be
-//! taken again. The mirror applies captures slot by slot, so it holds the same slot array as
+//! A capture takes the slot writes journaled since the previous capture, in order (every slot
+//! when the array changed whole), then the committed content of the slots a pending speculation
+//! wrote (what its undo record kept), which therefore wins, and journals those slots' current
+//! content again for the next capture. The mirror applies captures slot by slot, so it holds the same slot array as
 //! the live table without ever hashing a key: applying a capture is a copy per written slot.
 
 use super::slots::SlotsCapture;
@@ -34,13 +34,8 @@ impl<K: Key, R: Record> TypedTable<K, R> {
             .collect();
         let mut capture = self.map.capture();
         for (position, content) in fixes {
-            match capture
-                .changed
-                .binary_search_by_key(&(position as u32), |(p, _)| *p)
-            {
-                Ok(at) => capture.changed[at].1 = content,
-                Err(at) => capture.changed.insert(at, (position as u32, content)),
-            }
+            // Applied after the speculative writes the capture holds: the committed content wins.
+            capture.changed.push((position as u32, content));
             // Taken again by the next capture, once the speculation is committed or undone.
             self.map.mark_dirty(position);
         }
@@ -75,56 +70,119 @@ impl<K: Key, R: Record> TypedTable<K, R> {
 
 /// What a background writer needs of a table it mirrors, without knowing its types.
 pub trait AnyMirror: Send {
-    /// Applies a capture (a `SlotsCapture<K, R>` of this table's types).
-    fn apply(&mut self, capture: Box<dyn Any + Send>);
-    /// Records held.
+    /// Takes a capture (a `SlotsCapture<K, R>` of this table's types); returns it emptied, for
+    /// the table to reuse its buffer.
+    fn apply(&mut self, capture: Box<dyn Any + Send>) -> Box<dyn Any + Send>;
+    /// Brings the slot array up to date with every capture taken (before `len` and
+    /// `encode_into`).
+    fn merge(&mut self);
+    /// Records held (once merged).
     fn len(&self) -> u64;
-    /// Appends every record, encoded as `(key, record)` pairs, to `out`.
+    /// True when it holds no record (once merged).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Appends every record, encoded as `(key, record)` pairs, to `out` (once merged).
     fn encode_into(&self, out: &mut Vec<u8>);
 }
 
-/// A copy of one table's slot array, kept up to date by captures.
+/// A copy of one table's slot array, kept up to date by captures. A capture's writes are
+/// sorted into buckets by slot region as they arrive (keeping their order within each); they
+/// go into the array bucket by bucket before it is encoded, so that each region's writes land
+/// while it is in cache. Applying each capture's writes at once in journal order (random
+/// writes over the whole array, a cache miss each) slowed the nodes' own work on a two-core
+/// machine: p99 latency went from 0.63 to 1.28 ms.
 pub(crate) struct Mirror<K, R> {
     slots: Vec<Option<(K, R)>>,
     len: u64,
+    /// Slot writes not merged yet, by slot region: bucket `b` holds `filled[b]` writes from
+    /// `b * bucket_capacity`, in the order they happened. One allocation, on huge pages, kept
+    /// from merge to merge (faulting in tens of megabytes for every merge cost more than the
+    /// merge).
+    buckets: Vec<(u32, Option<(K, R)>)>,
+    filled: Vec<usize>,
+    bucket_capacity: usize,
+    /// Turns a slot position into its bucket.
+    shift: u32,
 }
+
+/// Slot regions a mirror sorts writes into (a power of two): with 2,000,000 records a region
+/// is well under a megabyte of slots, which stays in cache while its writes land.
+const MERGE_BUCKETS: usize = 256;
+const _: () = assert!(MERGE_BUCKETS.is_power_of_two());
 
 impl<K: Key, R: Record> Mirror<K, R> {
     pub(crate) fn boxed() -> Box<dyn AnyMirror> {
         Box::new(Mirror::<K, R> {
             slots: Vec::new(),
             len: 0,
+            buckets: Vec::new(),
+            filled: vec![0; MERGE_BUCKETS],
+            bucket_capacity: 0,
+            shift: 0,
         })
     }
 }
 
 impl<K: Key, R: Record> AnyMirror for Mirror<K, R> {
-    fn apply(&mut self, capture: Box<dyn Any + Send>) {
-        let capture = *capture
+    fn apply(&mut self, capture: Box<dyn Any + Send>) -> Box<dyn Any + Send> {
+        let mut capture = capture
             .downcast::<SlotsCapture<K, R>>()
             .expect("a capture of this table's types");
         if capture.full {
-            self.slots.clear();
-            self.slots.resize_with(capture.slots, || None);
+            let mut slots = Vec::with_capacity(capture.slots);
+            super::memory::advise_huge_pages(&slots);
+            slots.resize_with(capture.slots, || None);
+            self.slots = slots;
             self.len = 0;
+            self.shift = capture
+                .slots
+                .trailing_zeros()
+                .saturating_sub(MERGE_BUCKETS.trailing_zeros());
+            // Room for about one write per slot before a merge.
+            self.bucket_capacity = (capture.slots >> self.shift).max(1);
+            let mut buckets = Vec::with_capacity(MERGE_BUCKETS * self.bucket_capacity);
+            super::memory::advise_huge_pages(&buckets);
+            buckets.resize_with(MERGE_BUCKETS * self.bucket_capacity, || (0, None));
+            self.buckets = buckets;
+            self.filled.fill(0);
         }
         assert_eq!(
             self.slots.len(),
             capture.slots,
             "an incremental capture of the same slot array"
         );
-        for (position, content) in capture.changed {
-            let slot = &mut self.slots[position as usize];
-            self.len = self.len + u64::from(content.is_some()) - u64::from(slot.is_some());
-            *slot = content;
+        for write in capture.changed.drain(..) {
+            let bucket = (write.0 >> self.shift) as usize;
+            if self.filled[bucket] == self.bucket_capacity {
+                self.merge();
+            }
+            self.buckets[bucket * self.bucket_capacity + self.filled[bucket]] = write;
+            self.filled[bucket] += 1;
+        }
+        capture
+    }
+
+    fn merge(&mut self) {
+        for (bucket, filled) in self.filled.iter_mut().enumerate() {
+            let start = bucket * self.bucket_capacity;
+            for (position, content) in &mut self.buckets[start..start + *filled] {
+                let content = content.take();
+                let slot = &mut self.slots[*position as usize];
+                self.len = self.len + u64::from(content.is_some()) - u64::from(slot.is_some());
+                *slot = content;
+            }
+            *filled = 0;
         }
     }
 
     fn len(&self) -> u64 {
+        assert!(self.filled.iter().all(|&f| f == 0), "merged first");
         self.len
     }
 
     fn encode_into(&self, out: &mut Vec<u8>) {
+        assert!(self.filled.iter().all(|&f| f == 0), "merged first");
         for record in self.slots.iter().flatten() {
             codec::encode_into(record, out).expect("records encode into a vector");
         }

@@ -1,5 +1,6 @@
-//! Memory hints for the state's slot arrays: the engine's only `unsafe` code, kept to two calls
-//! that change no data, each for a measured reason (`notes/decisions/state-store.md`).
+//! Memory hints for the state's slot arrays: with `snapshot/priority.rs`, the engine's only
+//! `unsafe` code, kept to two calls that change no data, each for a measured reason
+//! (`notes/decisions/state-store.md`).
 //!
 //! - [`prefetch`]: the apply loop names the records of commands a few places ahead of the one it
 //!   executes, so that their cache misses overlap with execution.

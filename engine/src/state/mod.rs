@@ -67,12 +67,14 @@ pub struct StateCapture {
 
 /// Mirrors of every table of a schema, for a background snapshot writer.
 pub type Mirrors = Vec<(TableId, Box<dyn AnyMirror>)>;
+/// Makes an empty mirror of one table.
+type MirrorMaker = fn() -> Box<dyn AnyMirror>;
 
 /// The replicated state of one node.
 pub struct State {
     tables: Vec<Option<Box<dyn AnyTable>>>,
     /// How to make a mirror of each table.
-    mirrors: Vec<(TableId, fn() -> Box<dyn AnyMirror>)>,
+    mirrors: Vec<(TableId, MirrorMaker)>,
     bytes_used: u64,
     capacity_bytes: u64,
     /// The table of each change in the undo logs, oldest first. Undo records live until their
@@ -176,6 +178,13 @@ impl State {
         StateCapture {
             tables,
             hasher: self.hasher.save(),
+        }
+    }
+
+    /// Hands table `id` back a capture buffer a mirror emptied.
+    pub(crate) fn recycle(&mut self, id: TableId, buffer: Box<dyn std::any::Any + Send>) {
+        if let Some(Some(table)) = self.tables.get_mut(id.0 as usize) {
+            table.recycle(buffer);
         }
     }
 

@@ -1,7 +1,7 @@
 //! Tables: a handler declares typed tables (its own key and record types) in a [`Schema`]; the
 //! engine stores them.
 
-use super::slots::Slots;
+use super::slots::{Slots, SlotsCapture};
 use crate::codec::{Decode, Encode};
 use std::any::Any;
 use std::collections::{TryReserveError, VecDeque};
@@ -120,6 +120,9 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     /// The slots written since the last capture, with the committed content (pending
     /// speculations' writes replaced by what their undo records kept): a `SlotsCapture<K, R>`.
     fn capture(&mut self) -> Box<dyn Any + Send>;
+    /// Takes back a capture's emptied buffer (a `SlotsCapture<K, R>` a mirror applied), to
+    /// journal into again without allocating.
+    fn recycle(&mut self, capture: Box<dyn Any + Send>);
     /// Fills an empty table from encoded `(key, record)` pairs; returns their capacity cost.
     fn load(&mut self, records: &[u8], count: u64) -> Result<u64, String>;
 }
@@ -209,6 +212,12 @@ impl<K: Key, R: Record> AnyTable for TypedTable<K, R> {
 
     fn capture(&mut self) -> Box<dyn Any + Send> {
         Box::new(self.capture_committed())
+    }
+
+    fn recycle(&mut self, capture: Box<dyn Any + Send>) {
+        if let Ok(capture) = capture.downcast::<SlotsCapture<K, R>>() {
+            self.map.recycle(capture.changed);
+        }
     }
 
     fn load(&mut self, records: &[u8], count: u64) -> Result<u64, String> {

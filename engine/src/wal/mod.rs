@@ -67,7 +67,7 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
 struct Located {
     term: Term,
     hash: EntryHash,
-    /// Position of the segment in `Wal::segments`.
+    /// Number of the segment (its position in `Wal::segments` plus `Wal::segments_removed`).
     segment: usize,
     offset: u64,
     record_bytes: u32,
@@ -84,6 +84,8 @@ struct Segment {
 pub struct Wal {
     dir: PathBuf,
     segments: Vec<Segment>,
+    /// Segments removed from the front so far (log compaction).
+    segments_removed: usize,
     /// Index of `entries[0]`.
     first_index: EntryIndex,
     entries: Vec<Located>,
@@ -181,6 +183,7 @@ impl Wal {
             self.start_segment(expected)?;
         }
         let segment_index = self.segments.len() - 1;
+        let segment_number = segment_index + self.segments_removed;
         let segment = &mut self.segments[segment_index];
         segment
             .file
@@ -189,7 +192,7 @@ impl Wal {
         self.entries.push(Located {
             term: entry.term(),
             hash: entry.header.hash,
-            segment: segment_index,
+            segment: segment_number,
             offset: segment.bytes,
             record_bytes: record_bytes as u32,
         });
@@ -215,7 +218,7 @@ impl Wal {
     /// Reads the entry at `index` back from disk, checking its checksums.
     pub fn read(&self, index: EntryIndex) -> Result<Entry, WalError> {
         let at = *self.locate(index).ok_or(WalError::Missing(index))?;
-        let segment = &self.segments[at.segment];
+        let segment = &self.segments[at.segment - self.segments_removed];
         let mut data = vec![0; at.record_bytes as usize];
         segment
             .file
@@ -245,13 +248,14 @@ impl Wal {
         let Some(at) = self.locate(index).copied() else {
             return Ok(());
         };
-        for segment in self.segments.drain(at.segment + 1..) {
+        let position = at.segment - self.segments_removed;
+        for segment in self.segments.drain(position + 1..) {
             fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
         }
         // The removals are made durable first: a crash must not bring a later segment back
         // after the one before it was cut short.
         sync_dir(&self.dir)?;
-        let segment = &mut self.segments[at.segment];
+        let segment = &mut self.segments[position];
         segment
             .file
             .set_len(at.offset)
@@ -261,6 +265,55 @@ impl Wal {
         self.entries
             .truncate((index.0 - self.first_index.0) as usize);
         Ok(())
+    }
+
+    /// Removes the segments whose entries all lie at or below `index` (a durable snapshot
+    /// covers them), keeping the last segment; returns the bytes freed.
+    pub fn compact_through(&mut self, index: EntryIndex) -> Result<u64, WalError> {
+        let mut freed = 0;
+        while self.segments.len() > 1 {
+            let number = self.segments_removed;
+            let held = self
+                .entries
+                .iter()
+                .take_while(|e| e.segment == number)
+                .count() as u64;
+            if self.first_index.0 + held - 1 > index.0 || held == 0 && self.first_index > index {
+                break;
+            }
+            let segment = self.segments.remove(0);
+            fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
+            freed += segment.bytes;
+            self.segments_removed += 1;
+            if held > 0 {
+                self.base_hash = self.entries[held as usize - 1].hash;
+            }
+            self.entries.drain(..held as usize);
+            self.first_index = EntryIndex(self.first_index.0 + held);
+        }
+        if freed > 0 {
+            sync_dir(&self.dir)?;
+        }
+        Ok(freed)
+    }
+
+    /// Empties the log, durably, to continue after `base` (a snapshot installed in its place):
+    /// the next entry is `base + 1` and chains to `base_hash`.
+    pub fn reset_to(&mut self, base: EntryIndex, base_hash: EntryHash) -> Result<(), WalError> {
+        for segment in self.segments.drain(..) {
+            fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
+            self.segments_removed += 1;
+        }
+        sync_dir(&self.dir)?;
+        self.entries.clear();
+        self.first_index = base.next();
+        self.base_hash = base_hash;
+        Ok(())
+    }
+
+    /// Bytes the log's segments hold.
+    pub fn bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.bytes).sum()
     }
 
     fn start_segment(&mut self, first: EntryIndex) -> Result<(), WalError> {

@@ -46,6 +46,7 @@ pub(super) fn scan(dir: &Path) -> Result<(Wal, Recovery), WalError> {
     let mut wal = Wal {
         dir: dir.to_path_buf(),
         segments: Vec::with_capacity(files.len()),
+        segments_removed: 0,
         first_index,
         entries: Vec::new(),
         base_hash: EntryHash::default(),
