@@ -6,6 +6,8 @@
 //! mode = "verify"               # optional; "verify" (default) or "performance"
 //! snapshot_every = 64            # optional; entries between snapshot captures, 0 for none
 //! snapshot_retain_ms = 1000      # optional; least time a snapshot is kept before replacing
+//! lagging_entries_max = 4096     # optional; log a leader keeps behind its snapshot for followers
+//! wal_segment_bytes = 67108864   # optional; bytes per WAL segment
 //!
 //! [[nodes]]
 //! id = 1
@@ -56,6 +58,12 @@ pub struct ClusterFile {
     /// Least milliseconds a persisted snapshot is kept.
     #[serde(default = "default_snapshot_retain_ms")]
     pub snapshot_retain_ms: u64,
+    /// Entries behind a durable snapshot a leader keeps for a lagging follower.
+    #[serde(default = "default_lagging_entries_max")]
+    pub lagging_entries_max: u64,
+    /// Bytes per WAL segment.
+    #[serde(default = "default_wal_segment_bytes")]
+    pub wal_segment_bytes: u64,
     /// The nodes.
     pub nodes: Vec<NodeEntry>,
 }
@@ -66,6 +74,14 @@ fn default_cluster_id() -> u64 {
 
 fn default_snapshot_every() -> u64 {
     engine::snapshot::SNAPSHOT_EVERY_DEFAULT
+}
+
+fn default_wal_segment_bytes() -> u64 {
+    engine::wal::WAL_SEGMENT_BYTES_MAX
+}
+
+fn default_lagging_entries_max() -> u64 {
+    engine::core::LAGGING_FOLLOWER_ENTRIES_MAX
 }
 
 fn default_snapshot_retain_ms() -> u64 {
@@ -106,6 +122,12 @@ impl ClusterFile {
         if !range.contains(&self.entry_commands_max) {
             bail!("entry_commands_max must lie in {range:?}");
         }
+        if self.wal_segment_bytes < engine::wal::WAL_SEGMENT_BYTES_MIN {
+            bail!(
+                "wal_segment_bytes must be at least {}",
+                engine::wal::WAL_SEGMENT_BYTES_MIN
+            );
+        }
         Ok(())
     }
 
@@ -134,6 +156,8 @@ impl ClusterFile {
         config.mode = self.mode.into();
         config.snapshot_every = self.snapshot_every;
         config.snapshot_retain_ms = self.snapshot_retain_ms;
+        config.lagging_entries_max = self.lagging_entries_max;
+        config.wal_segment_bytes = self.wal_segment_bytes;
         Ok(config)
     }
 

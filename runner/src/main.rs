@@ -7,6 +7,8 @@
 //! - `runner client --cluster FILE <command>`: one Bank command, JSON out.
 //! - `runner status --cluster FILE [--json]`: every node's role, term, indexes, state hash.
 //! - `runner single`: the Bank on one node without replication (a ceiling to compare with).
+//! - `runner recover --data-dir DIR`: recovers a stopped node's data directory as a restart
+//!   would (snapshot, log replay) and reports how long it took.
 
 mod bench;
 mod cluster_file;
@@ -39,6 +41,8 @@ enum Command {
     Status(commands::StatusArgs),
     /// The Bank on one node without replication, WAL under /dev/shm.
     Single(single::LocalArgs),
+    /// Recovers a stopped node's data directory as a restart would, and reports the time.
+    Recover(commands::RecoverArgs),
 }
 
 /// Where data goes when `--dir` is not given: tmpfs, as the reference runs do.
@@ -61,5 +65,6 @@ fn main() -> anyhow::Result<()> {
         Command::Client(args) => commands::client(args),
         Command::Status(args) => commands::status(args),
         Command::Single(args) => single::run(args),
+        Command::Recover(args) => commands::recover(args),
     }
 }

@@ -68,6 +68,9 @@ pub struct CoreConfig {
     pub heartbeat_ticks: u32,
     /// Seed of the election-timeout generator.
     pub seed: u64,
+    /// Entries behind a durable snapshot a leader keeps for a lagging follower (see
+    /// [`LAGGING_FOLLOWER_ENTRIES_MAX`]).
+    pub lagging_entries_max: u64,
 }
 
 /// Term and vote: what must be durable before a replica acts on them.
@@ -394,7 +397,7 @@ impl Core {
         if self.role == Role::Leader {
             let slowest = self.peers.values().map(|p| p.matched).min();
             if let Some(slowest) = slowest
-                && through.0.saturating_sub(slowest.0) <= LAGGING_FOLLOWER_ENTRIES_MAX
+                && through.0.saturating_sub(slowest.0) <= self.config.lagging_entries_max
             {
                 through = through.min(slowest);
             }
@@ -922,6 +925,11 @@ impl Core {
                 }
             }
             AppendOutcome::Conflict { hint } => {
+                if hint < progress.matched {
+                    // It lost entries it had acknowledged (its data directory was wiped): what
+                    // it holds now is all that counts.
+                    progress.matched = hint;
+                }
                 progress.next = hint.next().max(progress.matched.next()).min(last.next());
                 if !progress.loading {
                     self.send_append(reply.from, out);

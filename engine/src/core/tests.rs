@@ -16,6 +16,7 @@ fn config(id: NodeId) -> CoreConfig {
         election_ticks_min: 10,
         heartbeat_ticks: 2,
         seed: 7,
+        lagging_entries_max: super::LAGGING_FOLLOWER_ENTRIES_MAX,
     }
 }
 

@@ -173,6 +173,7 @@ impl<H: Handler> Driver<H> {
             election_ticks_min: config.election_ticks_min,
             heartbeat_ticks: config.heartbeat_ticks,
             seed: config.seed,
+            lagging_entries_max: config.lagging_entries_max,
         };
         let mut machine = restored.machine;
         machine.set_mode(config.mode);
@@ -240,6 +241,9 @@ impl<H: Handler> Driver<H> {
         let Some(writer) = &self.snapshots else {
             return;
         };
+        if !writer.has_room() {
+            return;
+        }
         for returned in writer.returned() {
             self.machine.recycle(returned);
         }
@@ -253,7 +257,8 @@ impl<H: Handler> Driver<H> {
         }
     }
 
-    /// A snapshot is durable: the log behind it can go (what followers still need excepted).
+    /// A snapshot is durable: the log behind the one before it can go (what followers still
+    /// need excepted).
     fn on_snapshot_durable(&mut self, durable: Durable) {
         if self
             .latest_snapshot
@@ -262,10 +267,14 @@ impl<H: Handler> Driver<H> {
         {
             return;
         }
-        let through = self.core.compactable(durable.meta.index);
-        if through > self.core.log_base().index {
-            self.core.compact(through);
-            self.queue_wal(WalOp::Compact(through));
+        // The log is kept from the snapshot before this one: should this one turn out damaged
+        // after a crash, recovery falls back to that one and replays the log after it.
+        if let Some(previous) = self.latest_snapshot.take() {
+            let through = self.core.compactable(previous.meta.index);
+            if through > self.core.log_base().index {
+                self.core.compact(through);
+                self.queue_wal(WalOp::Compact(through));
+            }
         }
         self.latest_snapshot = Some(durable);
     }

@@ -79,6 +79,11 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
     /// Least time a persisted snapshot is kept before a newer one replaces it.
     pub snapshot_retain_ms: u64,
+    /// Entries behind a durable snapshot a leader keeps for a lagging follower.
+    pub lagging_entries_max: u64,
+    /// Bytes after which the WAL starts a new segment (the unit in which a durable snapshot
+    /// lets the log go).
+    pub wal_segment_bytes: u64,
 }
 
 impl NodeConfig {
@@ -99,6 +104,8 @@ impl NodeConfig {
             mode: crate::apply::Mode::default(),
             snapshot_every: crate::snapshot::SNAPSHOT_EVERY_DEFAULT,
             snapshot_retain_ms: crate::snapshot::SNAPSHOT_RETAIN_MS_DEFAULT,
+            lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
+            wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_MAX,
         }
     }
 
@@ -189,7 +196,12 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
         .address(config.id)
         .ok_or_else(|| NodeError::Config(format!("node {} is not listed", config.id)))?;
     let (peer_address, client_address) = (me.peer_address, me.client_address);
-    let restored = storage::restore(&config.data_dir, handler, config.capacity_bytes)?;
+    let restored = storage::restore(
+        &config.data_dir,
+        handler,
+        config.capacity_bytes,
+        config.wal_segment_bytes,
+    )?;
     let report = &restored.report;
     if report.snapshot.is_some() || report.replayed > 0 || !report.refused.is_empty() {
         eprintln!("node {}: recovered: {report}", config.id);

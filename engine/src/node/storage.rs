@@ -150,6 +150,7 @@ pub fn restore<H: Handler>(
     dir: &Path,
     handler: H,
     capacity_bytes: u64,
+    wal_segment_bytes: u64,
 ) -> Result<Restored<H>, NodeError> {
     let started = Instant::now();
     fs::create_dir_all(dir).map_err(|source| NodeError::Io {
@@ -157,7 +158,7 @@ pub fn restore<H: Handler>(
         source,
     })?;
     let hard_state = read_hard_state(dir)?;
-    let (mut wal, recovery) = Wal::open(&dir.join(WAL_DIR))?;
+    let (mut wal, recovery) = Wal::open_with(&dir.join(WAL_DIR), wal_segment_bytes)?;
     let mut machine = StateMachine::new(handler, capacity_bytes);
     let mut report = RecoveryReport::default();
     let mut chosen = None;
@@ -174,6 +175,7 @@ pub fn restore<H: Handler>(
             Ok(snapshot) => snapshot,
             Err(error) => {
                 report.refused.push(error.to_string());
+                remove_refused(&path, &mut report);
                 continue;
             }
         };
@@ -181,6 +183,7 @@ pub fn restore<H: Handler>(
         let bytes = snapshot.file_bytes;
         if let Err(reason) = machine.install(snapshot) {
             report.refused.push(format!("{}: {reason}", path.display()));
+            remove_refused(&path, &mut report);
             continue;
         }
         report.snapshot = Some((index, bytes));
@@ -263,6 +266,16 @@ pub fn restore<H: Handler>(
         snapshot: chosen,
         report,
     })
+}
+
+/// Removes a snapshot that does not verify, so that it never counts as one of the snapshots
+/// kept (a damaged fallback is no fallback).
+fn remove_refused(path: &Path, report: &mut RecoveryReport) {
+    if let Err(error) = fs::remove_file(path) {
+        report
+            .refused
+            .push(format!("{}: not removed: {error}", path.display()));
+    }
 }
 
 /// True when the WAL holds the log right after a snapshot of entry `index` (hash `hash`):

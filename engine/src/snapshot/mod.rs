@@ -35,7 +35,10 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 /// Log a node writes after a persisted snapshot before it persists the next, in percent of
 /// that snapshot's size: with 100, a snapshot costs at most as much writing as the log it lets
 /// go, and disk use stays near one snapshot and one snapshot's worth of log.
-pub const SNAPSHOT_LOG_PERCENT: u64 = 300;
+pub const SNAPSHOT_LOG_PERCENT: u64 = 100;
+/// Captures waiting for the writer beyond which a node takes no more (its journal keeps the
+/// writes for a later one).
+pub const SNAPSHOT_BACKLOG_CAPTURES_MAX: usize = 16;
 /// Largest snapshot a follower accepts from a leader, in bytes.
 pub const SNAPSHOT_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
 

@@ -8,7 +8,7 @@
 #![allow(unsafe_code)]
 
 /// Niceness of the snapshot writer thread (19: the lowest priority).
-pub const WRITER_NICENESS: i32 = 19;
+pub const WRITER_NICENESS: i32 = 10;
 
 /// Lowers the calling thread's priority to [`WRITER_NICENESS`]. Advice only: failure changes
 /// nothing but timing.

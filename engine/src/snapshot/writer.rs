@@ -3,8 +3,8 @@
 //! mirror as a new snapshot and removes all but the newest few.
 
 use super::{
-    Capture, SNAPSHOT_LOG_PERCENT, SNAPSHOTS_KEPT, SnapshotMeta, encode_snapshot_into,
-    list_snapshots, write_snapshot,
+    Capture, SNAPSHOT_BACKLOG_CAPTURES_MAX, SNAPSHOT_LOG_PERCENT, SNAPSHOTS_KEPT, SnapshotMeta,
+    encode_snapshot_into, list_snapshots, write_snapshot,
 };
 use crate::apply::Session;
 use crate::ids::ClientId;
@@ -12,6 +12,8 @@ use crate::state::{Mirrors, TableId};
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,8 @@ pub struct Durable {
 pub struct SnapshotWriter {
     captures: mpsc::Sender<Capture>,
     returned: mpsc::Receiver<Returned>,
+    /// Captures handed over and not applied yet.
+    backlog: Arc<AtomicUsize>,
 }
 
 /// A capture's buffers, emptied by the writer and handed back for the node's next capture
@@ -60,14 +64,28 @@ impl SnapshotWriter {
         let (captures, queue) = mpsc::channel();
         let (give_back, returned) = mpsc::channel();
         let mirror = Mirror::new(tables);
+        let backlog = Arc::new(AtomicUsize::new(0));
+        let applied = backlog.clone();
         std::thread::Builder::new()
             .name("snapshots".into())
-            .spawn(move || run(dir, mirror, retain, queue, give_back, report))?;
-        Ok(SnapshotWriter { captures, returned })
+            .spawn(move || run(dir, mirror, retain, queue, give_back, applied, report))?;
+        Ok(SnapshotWriter {
+            captures,
+            returned,
+            backlog,
+        })
+    }
+
+    /// True when the writer can take another capture: fewer than
+    /// [`SNAPSHOT_BACKLOG_CAPTURES_MAX`] wait. Otherwise the node leaves the writes in its
+    /// journal for a later capture (memory stays bounded when the writer falls behind).
+    pub fn has_room(&self) -> bool {
+        self.backlog.load(Ordering::Relaxed) < SNAPSHOT_BACKLOG_CAPTURES_MAX
     }
 
     /// Hands a capture over; false once the writer has stopped.
     pub fn send(&self, capture: Capture) -> bool {
+        self.backlog.fetch_add(1, Ordering::Relaxed);
         self.captures.send(capture).is_ok()
     }
 
@@ -83,6 +101,7 @@ fn run(
     retain: Duration,
     queue: mpsc::Receiver<Capture>,
     give_back: mpsc::Sender<Returned>,
+    backlog: Arc<AtomicUsize>,
     report: impl Fn(Result<Durable, String>) -> bool,
 ) {
     super::priority::lower_current_thread();
@@ -95,6 +114,7 @@ fn run(
     while let Ok(first) = queue.recv() {
         for capture in std::iter::once(first).chain(queue.try_iter()) {
             let _ = give_back.send(mirror.apply(capture));
+            backlog.fetch_sub(1, Ordering::Relaxed);
         }
         let log_written = mirror.log_bytes.saturating_sub(persisted_log_bytes);
         if persisted_at.elapsed() < retain

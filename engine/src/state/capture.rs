@@ -46,6 +46,14 @@ impl<K: Key, R: Record> TypedTable<K, R> {
     /// the capacity account.
     pub(crate) fn load_records(&mut self, mut records: &[u8], count: u64) -> Result<u64, String> {
         let mut bytes = 0;
+        let reserve = usize::try_from(count)
+            .map_err(|_| format!("{count} records"))
+            .and_then(|count| {
+                self.map
+                    .reserve(self.map.len() + count)
+                    .map_err(|e| e.to_string())
+            });
+        reserve?;
         for _ in 0..count {
             let ((key, record), used): ((K, R), usize) =
                 codec::decode_prefix(records).map_err(|e| e.to_string())?;

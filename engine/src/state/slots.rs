@@ -76,9 +76,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     }
 
     /// Journals the slot's content, just written (unless the next capture takes every slot).
+    /// A journal longer than the array (captures not taken for long) is dropped for a whole
+    /// capture instead: memory stays bounded by the table's size.
     #[inline]
     fn mark(&mut self, position: usize) {
         if self.journaling && !self.dirty_all {
+            if self.journal.len() >= self.slots.len() {
+                self.journal = Vec::new();
+                self.dirty_all = true;
+                return;
+            }
             self.journal
                 .push((position as u32, self.slots[position].0.clone()));
         }
@@ -262,14 +269,31 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
         }
     }
 
+    /// Makes room for `records` records in all, so that loading them never grows the array.
+    /// Loading a snapshot needs it: its records come in slot order, which in a smaller array
+    /// fall on the same few neighbourhoods, and linear probing then turns quadratic.
+    pub(crate) fn reserve(&mut self, records: usize) -> Result<(), TryReserveError> {
+        let mut count = self.slots.len();
+        while records * LOAD_DENOMINATOR > count * LOAD_NUMERATOR {
+            count *= 2;
+        }
+        if count > self.slots.len() {
+            self.grow_to(count)?;
+        }
+        Ok(())
+    }
+
     fn grow(&mut self) -> Result<(), TryReserveError> {
-        let count = self.slots.len() * 2;
+        self.grow_to(self.slots.len() * 2)
+    }
+
+    fn grow_to(&mut self, count: usize) -> Result<(), TryReserveError> {
         let mut slots: Vec<Slot<K, V>> = Vec::new();
         slots.try_reserve_exact(count)?;
         super::memory::advise_huge_pages(&slots);
         slots.resize_with(count, || Slot(None));
         let old = std::mem::replace(&mut self.slots, slots);
-        self.shift -= 1;
+        self.shift = 64 - count.trailing_zeros();
         self.journal.clear();
         self.dirty_all = true;
         for (key, value) in old.into_iter().filter_map(|slot| slot.0) {

@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 
 /// A segment is closed and a new one started once it holds this many bytes.
 pub const WAL_SEGMENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// The smallest segment size a node may be configured with.
+pub const WAL_SEGMENT_BYTES_MIN: u64 = 4096;
 /// Suffix of segment file names; the stem is the first index the segment holds.
 const SEGMENT_SUFFIX: &str = ".wal";
 

@@ -1,0 +1,294 @@
+//! What the real-process cluster tests share: the node processes, the cluster file, status
+//! polling, and a client-side model of the Bank built only from acknowledged outcomes.
+
+#![allow(dead_code)]
+
+use bank::workload::account_id;
+use bank::{Bank, BankCommand, BankOutput};
+use engine::client::{Client, ClientConfig, node_status};
+use engine::node::local::free_loopback_addresses;
+use engine::rng::Rng;
+use engine::{NodeId, Outcome};
+use net::message::{NodeStatus, Role};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const ACCOUNTS: u64 = 100;
+pub const OPENING_BALANCE: u64 = 1_000_000;
+pub const TRANSFERS_PER_REQUEST: usize = 16;
+pub const WAIT: Duration = Duration::from_secs(60);
+pub const CLUSTER_ID: u64 = 9;
+
+/// The node processes; killed when dropped.
+pub struct Nodes {
+    pub cluster_file: PathBuf,
+    pub children: BTreeMap<u8, Child>,
+    pub dir: PathBuf,
+    /// How many times each node was started (each start logs to its own file).
+    pub starts: BTreeMap<u8, usize>,
+}
+
+impl Nodes {
+    pub fn new(dir: &Path, cluster_file: PathBuf) -> Self {
+        Nodes {
+            cluster_file,
+            children: BTreeMap::new(),
+            dir: dir.to_path_buf(),
+            starts: BTreeMap::new(),
+        }
+    }
+
+    pub fn start(&mut self, id: u8) {
+        let start = self.starts.entry(id).or_default();
+        *start += 1;
+        let log_path = self.dir.join(format!("node{id}.{start}.log"));
+        let log = std::fs::File::create(log_path).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["node", "--cluster"])
+            .arg(&self.cluster_file)
+            .args(["--id", &id.to_string()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("runner node starts");
+        self.children.insert(id, child);
+    }
+
+    pub fn kill(&mut self, id: u8) {
+        let mut child = self.children.remove(&id).expect("running");
+        child.kill().expect("SIGKILL");
+        child.wait().unwrap();
+    }
+
+    /// What node `id` printed during its latest start.
+    pub fn log(&self, id: u8) -> String {
+        let start = self.starts.get(&id).copied().unwrap_or(1);
+        std::fs::read_to_string(self.dir.join(format!("node{id}.{start}.log"))).unwrap_or_default()
+    }
+
+    /// Node `id`'s data directory.
+    pub fn data_dir(&self, id: u8) -> PathBuf {
+        self.dir.join(format!("node{id}"))
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for child in self.children.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Writes a three-node cluster file under `dir` (with `extra` TOML settings on top) and
+/// returns its path and a client configuration for it.
+pub fn write_cluster_file(dir: &Path, extra: &str) -> (PathBuf, ClientConfig) {
+    let addresses = free_loopback_addresses(3).unwrap();
+    let mut text = format!("cluster_id = {CLUSTER_ID}\n{extra}\n");
+    for a in &addresses {
+        text += &format!(
+            "[[nodes]]\nid = {}\npeer_address = \"{}\"\nclient_address = \"{}\"\ndata_dir = \"{}\"\n",
+            a.id,
+            a.peer_address,
+            a.client_address,
+            dir.join(format!("node{}", a.id)).display()
+        );
+    }
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut config = ClientConfig::new(
+        CLUSTER_ID,
+        addresses.iter().map(|a| a.client_address).collect(),
+    );
+    config.give_up_after = Some(WAIT);
+    (path, config)
+}
+
+pub async fn statuses(config: &ClientConfig) -> Vec<NodeStatus> {
+    let mut all = Vec::new();
+    for address in &config.nodes {
+        if let Ok(status) =
+            node_status(config.cluster_id, *address, Duration::from_millis(500)).await
+        {
+            all.push(status);
+        }
+    }
+    all
+}
+
+/// Waits until `check` holds for the reachable nodes' statuses.
+pub async fn wait_for(
+    config: &ClientConfig,
+    what: &str,
+    check: impl Fn(&[NodeStatus]) -> bool,
+) -> Vec<NodeStatus> {
+    let started = Instant::now();
+    loop {
+        let all = statuses(config).await;
+        if check(&all) {
+            return all;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "timed out waiting for {what}: {all:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn leader_of(all: &[NodeStatus]) -> Option<NodeId> {
+    all.iter().find(|s| s.role == Role::Leader).map(|s| s.node)
+}
+
+/// Waits until all three nodes answer, have applied everything committed, and agree on the
+/// state hash; checks none diverged or halted.
+pub async fn converged(config: &ClientConfig) -> Vec<NodeStatus> {
+    let all = wait_for(config, "three equal state hashes", |all| {
+        all.len() == 3
+            && all.iter().all(|s| {
+                s.applied_index == all[0].applied_index && s.state_hash == all[0].state_hash
+            })
+            && all
+                .iter()
+                .all(|s| s.applied_index >= s.commit_index && s.commit_index == all[0].commit_index)
+    })
+    .await;
+    assert!(
+        all.iter()
+            .all(|s| s.divergence.is_none() && s.halted.is_none()),
+        "{all:?}"
+    );
+    all
+}
+
+/// The client's model of the accounts, built only from acknowledged outcomes.
+pub struct Model {
+    pub balances: BTreeMap<u64, (u64, u64)>,
+}
+
+impl Model {
+    /// Opens the accounts through `client`; the model of them.
+    pub async fn open(client: &mut Client) -> Model {
+        let opens: Vec<BankCommand> = (0..ACCOUNTS)
+            .map(|n| BankCommand::Open {
+                id: account_id(n),
+                balance: OPENING_BALANCE,
+                flags: 0,
+            })
+            .collect();
+        let opened = client.submit::<Bank>(&opens).await.unwrap();
+        assert!(opened.iter().all(|o| matches!(o, Outcome::Done(_))));
+        Model {
+            balances: (0..ACCOUNTS)
+                .map(|n| (account_id(n).0, (OPENING_BALANCE, 1)))
+                .collect(),
+        }
+    }
+
+    fn record(&mut self, command: &BankCommand, outcome: &Outcome<BankOutput, bank::BankError>) {
+        let (BankCommand::Transfer { from, to, amount }, Outcome::Done(_)) = (command, outcome)
+        else {
+            return;
+        };
+        let debit = self.balances.get_mut(&from.0).expect("known account");
+        debit.0 -= amount;
+        debit.1 += 1;
+        let credit = self.balances.get_mut(&to.0).expect("known account");
+        credit.0 += amount;
+        credit.1 += 1;
+    }
+
+    /// Reads every account and the audit through a fresh client and checks them against the
+    /// model: no acknowledged transfer lost or applied twice, the total unchanged.
+    pub async fn check(&self, config: &ClientConfig, client: engine::ClientId) {
+        let mut checker = Client::new(config.clone(), client, engine::RequestNumber(1));
+        let mut reads: Vec<BankCommand> = (0..ACCOUNTS)
+            .map(|n| BankCommand::Get { id: account_id(n) })
+            .collect();
+        reads.push(BankCommand::Audit);
+        let answers = checker.submit::<Bank>(&reads).await.unwrap();
+        for (n, answer) in answers[..ACCOUNTS as usize].iter().enumerate() {
+            let Outcome::Done(BankOutput::Account(account)) = answer else {
+                panic!("get {n}: {answer:?}")
+            };
+            let (balance, version) = self.balances[&account_id(n as u64).0];
+            assert_eq!(
+                (account.balance, account.version),
+                (balance, version),
+                "account {n}"
+            );
+        }
+        let Outcome::Done(BankOutput::Audit { accounts, total }) = &answers[ACCOUNTS as usize]
+        else {
+            panic!("audit: {:?}", answers.last())
+        };
+        assert_eq!(
+            (*accounts, *total),
+            (ACCOUNTS, u128::from(ACCOUNTS) * u128::from(OPENING_BALANCE))
+        );
+    }
+}
+
+/// Sends `requests` requests of transfers, recording each acknowledged outcome in the model and
+/// counting acknowledged requests in `acknowledged`.
+pub async fn transfers(
+    client: &mut Client,
+    rng: &mut Rng,
+    model: &mut Model,
+    requests: usize,
+    acknowledged: &Cell<usize>,
+) {
+    for _ in 0..requests {
+        let batch: Vec<BankCommand> = (0..TRANSFERS_PER_REQUEST)
+            .map(|_| {
+                let from = rng.below(ACCOUNTS);
+                let to = (from + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS;
+                BankCommand::Transfer {
+                    from: account_id(from),
+                    to: account_id(to),
+                    amount: 1 + rng.below(50_000),
+                }
+            })
+            .collect();
+        let outcomes = client
+            .submit::<Bank>(&batch)
+            .await
+            .expect("every request completes");
+        for (command, outcome) in batch.iter().zip(&outcomes) {
+            model.record(command, outcome);
+        }
+        acknowledged.set(acknowledged.get() + 1);
+    }
+}
+
+/// Sends requests of transfers as [`transfers`] does until `stop` is set.
+pub async fn transfers_until(
+    client: &mut Client,
+    rng: &mut Rng,
+    model: &mut Model,
+    acknowledged: &Cell<usize>,
+    stop: &Cell<bool>,
+) {
+    while !stop.get() {
+        transfers(client, rng, model, 1, acknowledged).await;
+    }
+}
+
+/// Waits (polling) until `counter` reaches `target`.
+pub async fn reaches(counter: &Cell<usize>, target: usize) {
+    while counter.get() < target {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// A single-threaded tokio runtime for a test.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}

@@ -1,0 +1,292 @@
+//! Snapshots with real processes: three `runner node` processes taking a snapshot every few
+//! entries, a client sending transfers throughout. A follower whose data directory is wiped,
+//! and a follower that falls behind a truncated log, come back through a snapshot sent by the
+//! leader; a node whose newest snapshot is damaged (bit flip, truncation, deletion) recovers
+//! from the one before it; a snapshot interrupted at any step of its writing leaves a data
+//! directory that recovers. Each ends with equal state hashes on all three nodes and every
+//! acknowledged transfer in place. Every wait is on an event (a status, a reply).
+
+mod common;
+
+use bank::Bank;
+use common::{
+    Model, Nodes, converged, leader_of, reaches, runtime, transfers, transfers_until, wait_for,
+};
+use engine::client::{Client, ClientConfig};
+use engine::rng::Rng;
+use engine::snapshot::list_snapshots;
+use engine::{ClientId, NodeId, RequestNumber};
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+
+/// Snapshots every 4 entries, kept at least 20 ms, and a leader that keeps only 16 entries
+/// behind its snapshot for a lagging follower: a few hundred requests truncate the log.
+/// Small WAL segments let the log go in small steps.
+const SNAPSHOTS_OFTEN: &str = "snapshot_every = 4\nsnapshot_retain_ms = 20\nlagging_entries_max = 16\nwal_segment_bytes = 16384\n";
+const SEGMENT_BYTES: u64 = 16384;
+
+/// Starts three nodes and waits for a leader; returns them, the client configuration and the
+/// leader.
+fn cluster(dir: &Path) -> (Nodes, ClientConfig) {
+    let (cluster_file, config) = common::write_cluster_file(dir, SNAPSHOTS_OFTEN);
+    let mut nodes = Nodes::new(dir, cluster_file);
+    for id in 1..=3 {
+        nodes.start(id);
+    }
+    (nodes, config)
+}
+
+async fn a_follower(config: &ClientConfig) -> NodeId {
+    let all = wait_for(config, "a leader", |all| {
+        all.len() == 3 && leader_of(all).is_some()
+    })
+    .await;
+    let leader = leader_of(&all).unwrap();
+    all.iter().map(|s| s.node).find(|&n| n != leader).unwrap()
+}
+
+/// Proves a follower that lost its whole data directory rejoins through a snapshot from the
+/// leader while the cluster keeps committing, and then holds the same state.
+#[test]
+fn wiped_follower_rejoins_through_snapshot_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = cluster(dir.path());
+    runtime().block_on(async {
+        let follower = a_follower(&config).await;
+        let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
+        let mut model = Model::open(&mut client).await;
+        let mut rng = Rng::new(21);
+        let acknowledged = Cell::new(0);
+        let nodes = RefCell::new(nodes);
+        let client_side = transfers(&mut client, &mut rng, &mut model, 400, &acknowledged);
+        let fault_side = async {
+            reaches(&acknowledged, 100).await;
+            nodes.borrow_mut().kill(follower.0);
+            let data = nodes.borrow().data_dir(follower.0);
+            std::fs::remove_dir_all(&data).unwrap();
+            reaches(&acknowledged, 200).await;
+            nodes.borrow_mut().start(follower.0);
+        };
+        futures::join!(client_side, fault_side);
+        converged(&config).await;
+        let log = nodes.borrow().log(follower.0);
+        assert!(
+            log.contains("installed the leader's snapshot"),
+            "node {follower} caught up without a snapshot:\n{log}"
+        );
+        model.check(&config, ClientId(6)).await;
+    });
+}
+
+/// Proves a follower down while the leader truncated its log past the follower's end catches
+/// up through a snapshot from the leader.
+#[test]
+fn lagging_follower_catches_up_through_snapshot_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = cluster(dir.path());
+    runtime().block_on(async {
+        let follower = a_follower(&config).await;
+        let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
+        let mut model = Model::open(&mut client).await;
+        let mut rng = Rng::new(22);
+        let acknowledged = Cell::new(0);
+        let stop = Cell::new(false);
+        let nodes = RefCell::new(nodes);
+        let client_side = transfers_until(&mut client, &mut rng, &mut model, &acknowledged, &stop);
+        let fault_side = async {
+            reaches(&acknowledged, 100).await;
+            nodes.borrow_mut().kill(follower.0);
+            let follower_wal = nodes.borrow().data_dir(follower.0).join("wal");
+            let last = engine::wal::Wal::open(&follower_wal)
+                .unwrap()
+                .0
+                .last_index();
+            // The cluster keeps committing until the leader's log starts after the follower's.
+            wait_for(
+                &config,
+                "the leader's log to start after the follower's",
+                |all| {
+                    leader_of(all).is_some_and(|leader| {
+                        let wal = nodes.borrow().data_dir(leader.0).join("wal");
+                        first_segment_index(&wal) > last.0 + 1
+                    })
+                },
+            )
+            .await;
+            nodes.borrow_mut().start(follower.0);
+            let now = acknowledged.get();
+            reaches(&acknowledged, now + 100).await;
+            stop.set(true);
+        };
+        futures::join!(client_side, fault_side);
+        converged(&config).await;
+        let log = nodes.borrow().log(follower.0);
+        assert!(
+            log.contains("installed the leader's snapshot"),
+            "node {follower} caught up without a snapshot:\n{log}"
+        );
+        model.check(&config, ClientId(6)).await;
+    });
+}
+
+/// The first index in the oldest WAL segment file of `dir` (segments are named by it).
+fn first_segment_index(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".wal")?.parse::<u64>().ok()
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+/// How a test damages a snapshot file.
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    FlipBit,
+    Truncate,
+    Delete,
+}
+
+fn damage(path: &Path, how: Damage) {
+    match how {
+        Damage::FlipBit => {
+            let mut bytes = std::fs::read(path).unwrap();
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0x10;
+            std::fs::write(path, bytes).unwrap();
+        }
+        Damage::Truncate => {
+            let length = std::fs::metadata(path).unwrap().len();
+            let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+            file.set_len(length / 2).unwrap();
+        }
+        Damage::Delete => std::fs::remove_file(path).unwrap(),
+    }
+}
+
+/// Proves a node whose newest snapshot was flipped, truncated or deleted while it was down
+/// recovers from the snapshot before it and the log after that one, refuses the damaged one,
+/// and ends with the same state hash as the others.
+#[test]
+fn damaged_newest_snapshot_falls_back_to_the_one_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = cluster(dir.path());
+    runtime().block_on(async {
+        let follower = a_follower(&config).await;
+        let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
+        let mut model = Model::open(&mut client).await;
+        let mut rng = Rng::new(23);
+        let acknowledged = Cell::new(0);
+        let mut nodes = nodes;
+        let mut last_newest = engine::EntryIndex(0);
+        for (round, how) in [Damage::FlipBit, Damage::Truncate, Damage::Delete]
+            .into_iter()
+            .enumerate()
+        {
+            // Commit until the follower holds two snapshots newer than the last round's.
+            let snapshot_dir = nodes.data_dir(follower.0).join("snapshots");
+            let started = std::time::Instant::now();
+            while list_snapshots(&snapshot_dir)
+                .get(1)
+                .is_none_or(|(index, _)| *index <= last_newest)
+            {
+                assert!(started.elapsed() < common::WAIT, "round {round}: no new snapshots");
+                transfers(&mut client, &mut rng, &mut model, 10, &acknowledged).await;
+            }
+            nodes.kill(follower.0);
+            let snapshots = list_snapshots(&snapshot_dir);
+            let (newest, path) = snapshots[0].clone();
+            let (older, _) = snapshots[1];
+            last_newest = newest;
+            damage(&path, how);
+            nodes.start(follower.0);
+            converged(&config).await;
+            let log = nodes.log(follower.0);
+            assert!(
+                log.contains(&format!("recovered: snapshot at entry {older} ")),
+                "{how:?}: node {follower} did not recover from snapshot {older} (newest {newest}):\n{log}"
+            );
+            if !matches!(how, Damage::Delete) {
+                assert!(log.contains("refused"), "{how:?}: nothing refused:\n{log}");
+            }
+            assert!(!log.contains("installed the leader's snapshot"), "{log}");
+        }
+        model.check(&config, ClientId(6)).await;
+    });
+}
+
+/// Proves a snapshot interrupted at each step of its writing leaves a data directory that
+/// recovers to the state the node had: before the fsync (a partial temporary file), before the
+/// rename (a whole temporary file), and after the rename (the new file in place).
+#[test]
+fn interrupted_snapshot_writes_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, config) = cluster(dir.path());
+    let follower = runtime().block_on(async {
+        let follower = a_follower(&config).await;
+        let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
+        let mut model = Model::open(&mut client).await;
+        let acknowledged = Cell::new(0);
+        transfers(
+            &mut client,
+            &mut Rng::new(24),
+            &mut model,
+            80,
+            &acknowledged,
+        )
+        .await;
+        converged(&config).await;
+        follower
+    });
+    for id in 1..=3 {
+        nodes.kill(id);
+    }
+    let data = nodes.data_dir(follower.0);
+    let reference = engine::node::storage::restore(&data, Bank, 1 << 30, SEGMENT_BYTES).unwrap();
+    let expected = (
+        reference.machine.applied_index(),
+        reference.machine.state_hash(),
+    );
+    drop(reference);
+    let snapshots = data.join("snapshots");
+    let (newest, newest_path) = list_snapshots(&snapshots)[0].clone();
+    let bytes = std::fs::read(&newest_path).unwrap();
+    // A later snapshot's file as each step leaves it (named for an index past the log's end,
+    // as a writer a little ahead would).
+    let later = engine::EntryIndex(newest.0 + 1_000_000);
+    let final_path = engine::snapshot::snapshot_path(&snapshots, later);
+    let temporary = final_path.with_extension("tmp");
+    let steps: [(&str, &dyn Fn()); 3] = [
+        ("before fsync", &|| {
+            std::fs::write(&temporary, &bytes[..bytes.len() / 3]).unwrap()
+        }),
+        ("before rename", &|| {
+            std::fs::write(&temporary, &bytes).unwrap()
+        }),
+        ("after rename, contents lost", &|| {
+            std::fs::write(&final_path, b"").unwrap()
+        }),
+    ];
+    for (step, leave) in steps {
+        leave();
+        let restored = engine::node::storage::restore(&data, Bank, 1 << 30, SEGMENT_BYTES)
+            .unwrap_or_else(|e| panic!("{step}: {e}"));
+        assert_eq!(
+            (
+                restored.machine.applied_index(),
+                restored.machine.state_hash()
+            ),
+            expected,
+            "{step}"
+        );
+        assert_eq!(
+            restored.report.snapshot.map(|(index, _)| index),
+            Some(newest),
+            "{step}: recovered from the newest whole snapshot"
+        );
+        let _ = std::fs::remove_file(&temporary);
+        let _ = std::fs::remove_file(&final_path);
+    }
+}
