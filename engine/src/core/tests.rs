@@ -237,6 +237,208 @@ fn commit_needs_a_durable_majority() {
     );
 }
 
+fn conflict(term: u64, from: NodeId, hint: u64) -> Event {
+    Event::Message {
+        from,
+        message: PeerMessage::AppendReply(AppendReply {
+            term: Term(term),
+            from,
+            outcome: AppendOutcome::Conflict {
+                hint: EntryIndex(hint),
+            },
+            applied: None,
+        }),
+    }
+}
+
+/// A leader of term 1 with entries 1 to 5 committed (durable here and on `N3`) and applied.
+fn leader_with_five_applied() -> Core {
+    let (mut n1, _) = leader();
+    for n in 2..=5u8 {
+        let mut out = Vec::new();
+        n1.propose(EntryKind::Commands, 1, Bytes::from(vec![n]), &mut out)
+            .unwrap();
+    }
+    step(
+        &mut n1,
+        Event::Persisted {
+            index: EntryIndex(5),
+            term: Term(1),
+        },
+    );
+    assert_eq!(
+        step(&mut n1, matched(1, N3, 5)),
+        vec![Action::Commit(EntryIndex(5))]
+    );
+    for index in 1..=5 {
+        let applied = AppliedHash {
+            index: EntryIndex(index),
+            hash: StateHash([index as u8; 32]),
+        };
+        step(&mut n1, Event::Applied(applied));
+    }
+    n1
+}
+
+/// Proves a leader whose log starts after what a follower needs sends it a snapshot (once,
+/// not again on every heartbeat), resumes appends after the follower acknowledges the
+/// snapshot's index, and that a follower reporting less than it had acknowledged (a wiped
+/// data directory) is believed.
+#[test]
+fn leader_sends_a_snapshot_to_a_follower_behind_its_log_base() {
+    let mut n1 = leader_with_five_applied();
+    step(&mut n1, matched(1, N2, 5));
+    // A leader keeps the log a follower close behind still needs.
+    assert_eq!(n1.compactable(EntryIndex(4)), EntryIndex(4));
+    n1.compact(EntryIndex(4));
+    assert_eq!(n1.log_base().index, EntryIndex(4));
+    assert_eq!(n1.log_base().term, Term(1));
+
+    // N2 lost everything: its conflict hint is below what it had acknowledged.
+    assert_eq!(
+        step(&mut n1, conflict(1, N2, 0)),
+        vec![Action::SendSnapshot { peer: N2 }]
+    );
+    // Heartbeats (every two ticks) within the check-quorum window (ten).
+    for _ in 0..5 {
+        let actions = step(&mut n1, Event::Tick);
+        assert!(
+            actions
+                .iter()
+                .all(|a| !matches!(a, Action::SendSnapshot { .. })),
+            "a snapshot in flight is not sent again at once: {actions:?}"
+        );
+    }
+    // Installed: appends resume after the snapshot's index.
+    let actions = step(&mut n1, matched(1, N2, 4));
+    let [
+        Action::Send {
+            to: N2,
+            message: PeerMessage::Append(append),
+        },
+    ] = actions.as_slice()
+    else {
+        panic!("expected an append to N2, got {actions:?}")
+    };
+    assert_eq!(
+        (append.prev_index, append.prev_term, append.entries.len()),
+        (EntryIndex(4), Term(1), 1)
+    );
+
+    // A failed send is retried on the next contact.
+    step(&mut n1, conflict(1, N2, 0));
+    step(&mut n1, Event::SnapshotAborted { peer: N2 });
+    assert_eq!(
+        step(&mut n1, conflict(1, N2, 0)),
+        vec![Action::SendSnapshot { peer: N2 }]
+    );
+}
+
+/// Proves a follower hands snapshot chunks to the driver, takes an installed snapshot in place
+/// of its log and acknowledges its index, then accepts appends after it, skipping entries the
+/// snapshot already covers.
+#[test]
+fn follower_installs_a_snapshot_then_follows_the_log() {
+    let mut n1 = leader_with_five_applied();
+    let entries: Vec<Entry> = (1..=5)
+        .map(|i| n1.entry(EntryIndex(i)).unwrap().clone())
+        .collect();
+    let mut n2 = core(N2);
+    let chunk = SnapshotChunk {
+        term: Term(1),
+        leader: N1,
+        index: EntryIndex(4),
+        offset: 0,
+        total: 10,
+        data: vec![0; 10],
+    };
+    let actions = step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Snapshot(chunk.clone()),
+        },
+    );
+    assert_eq!(actions.last(), Some(&Action::StoreSnapshotChunk(chunk)));
+    assert_eq!(n2.leader(), Some(N1));
+
+    let base = LogBase {
+        index: EntryIndex(4),
+        term: Term(1),
+        hash: entries[3].header.hash,
+    };
+    let applied = AppliedHash {
+        index: EntryIndex(4),
+        hash: StateHash([4; 32]),
+    };
+    let actions = step(&mut n2, Event::Installed { base, applied });
+    assert_eq!(
+        actions,
+        vec![Action::Send {
+            to: N1,
+            message: PeerMessage::AppendReply(AppendReply {
+                term: Term(1),
+                from: N2,
+                outcome: AppendOutcome::Matched {
+                    index: EntryIndex(4)
+                },
+                applied: Some(applied),
+            }),
+        }]
+    );
+    assert_eq!(
+        (n2.last_index(), n2.commit_index(), n2.applied()),
+        (EntryIndex(4), EntryIndex(4), Some(applied))
+    );
+
+    // An append from before the snapshot: what it covers is skipped, entry 5 is taken.
+    let append = Append {
+        term: Term(1),
+        leader: N1,
+        prev_index: EntryIndex(2),
+        prev_term: Term(1),
+        entries: entries[2..].to_vec(),
+        commit: EntryIndex(5),
+        applied: None,
+    };
+    let actions = step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Append(append),
+        },
+    );
+    assert_eq!(
+        actions.first(),
+        Some(&Action::Persist(vec![entries[4].clone()])),
+        "{actions:?}"
+    );
+    assert_eq!(n2.last_index(), EntryIndex(5));
+}
+
+/// Proves a replica with an empty log refuses its vote to a candidate whose log has entries
+/// (it may have lost a vote it cast in that term with its data directory), and still votes
+/// while the whole cluster is new.
+#[test]
+fn an_empty_log_votes_only_while_the_cluster_is_new() {
+    let vote = |last_index| Event::Message {
+        from: N2,
+        message: PeerMessage::Vote(Vote {
+            term: Term(3),
+            candidate: N2,
+            last_index: EntryIndex(last_index),
+            last_term: Term(u64::from(last_index > 0)),
+        }),
+    };
+    let granted = |actions: Vec<Action>| {
+        actions.iter().any(
+            |a| matches!(a, Action::Send { message: PeerMessage::VoteReply(r), .. } if r.granted),
+        )
+    };
+    assert!(!granted(step(&mut core(N3), vote(7))));
+    assert!(granted(step(&mut core(N3), vote(0))));
+}
+
 /// Proves a follower acknowledges appended entries only once its own fsync has made them
 /// durable: the acknowledgement is handed to the WAL, to be sent after the fsync of everything
 /// before it, and the fsync report then adds no second one.

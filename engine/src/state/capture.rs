@@ -196,3 +196,50 @@ impl<K: Key, R: Record> AnyMirror for Mirror<K, R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::slots::Slots;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Proves a mirror fed every capture of a table large enough to use all its merge
+        /// buckets, merged at random moments (and whenever a bucket fills), encodes exactly
+        /// the table's records: through inserts, replacements, removals that move records,
+        /// growth (whole captures) and writes to the same slot in several captures.
+        #[test]
+        fn mirror_merges_captures_into_the_table(
+            ops in proptest::collection::vec((0u32..3000, any::<u32>(), 0u8..5), 1..4000),
+            capture_every in 1usize..700,
+            merge_every in 1usize..5,
+        ) {
+            let mut map: Slots<u32, u32> = Slots::new();
+            let mut mirror = Mirror::<u32, u32>::boxed();
+            let mut captures = 0;
+            for (n, (key, value, kind)) in ops.iter().enumerate() {
+                if *kind == 0 {
+                    map.remove(key);
+                } else {
+                    map.insert(*key, *value).unwrap();
+                }
+                if n % capture_every == 0 || n + 1 == ops.len() {
+                    let returned = mirror.apply(Box::new(map.capture()));
+                    prop_assert!(returned.downcast::<SlotsCapture<u32, u32>>().is_ok());
+                    captures += 1;
+                    if captures % merge_every == 0 || n + 1 == ops.len() {
+                        mirror.merge();
+                        let mut encoded = Vec::new();
+                        mirror.encode_into(&mut encoded);
+                        let mut expected = Vec::new();
+                        for record in map.iter() {
+                            codec::encode_into(&record, &mut expected).unwrap();
+                        }
+                        prop_assert_eq!(mirror.len(), map.len() as u64);
+                        prop_assert_eq!(encoded, expected);
+                    }
+                }
+            }
+        }
+    }
+}
