@@ -339,7 +339,7 @@ fn leader_sends_a_snapshot_to_a_follower_behind_its_log_base() {
 /// snapshot already covers.
 #[test]
 fn follower_installs_a_snapshot_then_follows_the_log() {
-    let mut n1 = leader_with_five_applied();
+    let n1 = leader_with_five_applied();
     let entries: Vec<Entry> = (1..=5)
         .map(|i| n1.entry(EntryIndex(i)).unwrap().clone())
         .collect();
