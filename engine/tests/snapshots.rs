@@ -1,45 +1,64 @@
-//! Snapshots at the state machine: captures taken every few entries (with speculations pending
-//! on top, in Performance mode) rebuild, in a mirror, a snapshot that restores exactly the
-//! committed state; a damaged snapshot file is refused.
+//! Snapshots at the state machine: a copy-on-write scan started with speculations pending (in
+//! Performance and Verify mode) and carried on a slice at a time while later entries are
+//! applied and simulated yields a file that restores exactly the committed state at its
+//! start; a damaged snapshot file is refused.
 
 mod common;
 
 use common::{Ledger, entries};
-use engine::snapshot::{Mirror, read_snapshot, write_snapshot};
+use engine::snapshot::{ScanProgress, read_snapshot, write_snapshot};
 use engine::{Mode, StateMachine};
 
-/// Proves a snapshot built from incremental captures restores the committed state at its index
-/// (same state hash, same future: the restored machine and the original end every later entry
-/// alike), even when captured under pending speculations.
+/// Proves a snapshot scanned while entries keep being applied and simulated restores the
+/// committed state at its start (same state hash, same future: the restored machine and one
+/// that applied the same prefix end every later entry alike).
 #[test]
-fn snapshot_from_captures_restores_the_committed_state() {
-    let entries = entries(11, 120);
+fn snapshot_scanned_during_applies_restores_the_committed_state() {
+    let entries = entries(11, 160);
     for mode in [Mode::Verify, Mode::Performance] {
         let dir = tempfile::tempdir().unwrap();
         let mut leader = StateMachine::new(Ledger, 1 << 20);
         leader.set_mode(mode);
-        let mut mirror = Mirror::new(leader.mirrors());
         let mut snapshots = Vec::new();
+        let mut bytes = Vec::new();
+        let mut started = None;
         for chunk in entries.chunks(4) {
             for entry in chunk {
                 leader.simulate(entry);
             }
             for entry in chunk {
                 leader.apply(entry).unwrap();
-                // Captures with later speculations still pending in the state.
-                if entry.index().0 % 7 == 0 {
-                    mirror.apply(leader.capture().expect("no removals: always capturable"));
-                    let meta = mirror.meta().unwrap().clone();
+                if started.is_none() && entry.index().0 % 7 == 0 {
+                    // Started with later speculations still pending in the state.
+                    let meta = leader
+                        .begin_snapshot()
+                        .expect("no removals: always possible");
                     assert_eq!(
                         (meta.index, meta.state_hash),
                         (leader.applied_index(), leader.state_hash())
                     );
-                    let (path, _) =
-                        write_snapshot(dir.path(), meta.index, &mirror.encode().unwrap()).unwrap();
-                    snapshots.push((meta.index, path));
+                    started = Some(meta.index);
+                }
+                // A few slots per applied entry: the scan spans many entries.
+                match leader.snapshot_step(3, &mut bytes) {
+                    ScanProgress::Idle | ScanProgress::More => {}
+                    ScanProgress::Done(meta) => {
+                        assert_eq!(Some(meta.index), started.take());
+                        let digest = blake3::hash(&bytes);
+                        bytes.extend_from_slice(digest.as_bytes());
+                        let (path, _) = write_snapshot(dir.path(), meta.index, &bytes).unwrap();
+                        snapshots.push((meta.index, path));
+                        bytes.clear();
+                    }
+                    ScanProgress::Void => panic!("the table does not grow here"),
                 }
             }
         }
+        assert!(
+            snapshots.len() >= 3,
+            "{mode:?}: {} snapshots",
+            snapshots.len()
+        );
         for (index, path) in &snapshots {
             let mut restored =
                 StateMachine::restore(Ledger, 1 << 20, read_snapshot(path).unwrap()).unwrap();
@@ -68,14 +87,12 @@ fn snapshot_from_captures_restores_the_committed_state() {
 fn damaged_snapshots_are_refused() {
     let entries = entries(12, 10);
     let mut machine = StateMachine::new(Ledger, 1 << 20);
-    let mut mirror = Mirror::new(machine.mirrors());
     for entry in &entries {
         machine.apply(entry).unwrap();
     }
-    mirror.apply(machine.capture().unwrap());
-    let bytes = mirror.encode().unwrap();
+    let (meta, bytes) = machine.snapshot_file().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (path, _) = write_snapshot(dir.path(), machine.applied_index(), &bytes).unwrap();
+    let (path, _) = write_snapshot(dir.path(), meta.index, &bytes).unwrap();
     assert!(StateMachine::restore(Ledger, 1 << 20, read_snapshot(&path).unwrap()).is_ok());
     for position in [0, 9, bytes.len() / 2, bytes.len() - 1] {
         let mut damaged = bytes.clone();

@@ -14,7 +14,8 @@ use crate::entry::EntryHash;
 use crate::entry::{Entry, EntryKind, FragmentHeader, PayloadError, parse_payload};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
-use crate::snapshot::{Capture, Snapshot, SnapshotMeta};
+use crate::snapshot::{self, ScanProgress, Snapshot, SnapshotMeta};
+use crate::state::ScanStep;
 use crate::state::{Prefetch, State, StateHash, Tx};
 use sessions::{Decision, SESSION_WRITE_TAG};
 use speculate::{Pass, Speculation};
@@ -124,6 +125,19 @@ pub struct ApplyCounters {
     pub verified: u64,
 }
 
+/// A snapshot in progress: what it covers, the sessions as committed then, and how far the
+/// encoding has come.
+struct ScanState {
+    meta: SnapshotMeta,
+    sessions: Vec<(ClientId, Session)>,
+    /// The schema's table being scanned (by order).
+    table: usize,
+    /// Its start is encoded.
+    in_table: bool,
+    /// The file's start is encoded.
+    head_written: bool,
+}
+
 /// A replica's state machine: the handler, its state and the client sessions.
 pub struct StateMachine<H: Handler> {
     handler: H,
@@ -140,6 +154,8 @@ pub struct StateMachine<H: Handler> {
     applied_entry: EntryHash,
     /// Payload bytes of every entry applied for good since this machine started.
     applied_bytes: u64,
+    /// A snapshot in progress.
+    scan: Option<ScanState>,
     mode: Mode,
     /// Leader: entries applied speculatively and not yet committed, in index order. The state
     /// holds their writes; the undo logs hold what they replaced.
@@ -167,6 +183,7 @@ impl<H: Handler> StateMachine<H> {
             applied_term: Term(0),
             applied_entry: EntryHash::default(),
             applied_bytes: 0,
+            scan: None,
             commands: Vec::new(),
             mode: Mode::default(),
             speculations: VecDeque::new(),
@@ -238,7 +255,10 @@ impl<H: Handler> StateMachine<H> {
         if let Some(front) = self.speculations.front() {
             if front.matches(entry) {
                 return match self.mode {
-                    Mode::Performance => Ok(self.confirm()),
+                    Mode::Performance => {
+                        self.applied_bytes += entry.payload.len() as u64;
+                        Ok(self.confirm())
+                    }
                     Mode::Verify => self.verify(entry),
                 };
             }
@@ -265,42 +285,105 @@ impl<H: Handler> StateMachine<H> {
         self.applied_bytes += entry.payload.len() as u64;
     }
 
-    /// What changed in the committed state since the previous capture (every table's written
-    /// slots, the sessions, the hasher), for the snapshot writer; `None` when it cannot be
-    /// taken now (a pending speculation removed records), and then a later call takes it.
-    pub fn capture(&mut self) -> Option<Capture> {
-        if !self.state.can_capture() {
+    /// Starts a snapshot of the committed state after the last applied entry: a copy-on-write
+    /// scan that [`StateMachine::snapshot_step`] carries on a slice at a time while entries
+    /// keep being applied (and simulated). `None` when one is in progress, or when it cannot
+    /// start now (a pending speculation removed records; a later call can).
+    pub fn begin_snapshot(&mut self) -> Option<SnapshotMeta> {
+        if self.scan.is_some() || !self.state.can_scan() {
             return None;
         }
-        let state = self.state.capture();
         let journals: Vec<&sessions::Journal> =
             self.speculations.iter().map(|s| s.journal()).collect();
-        let sessions = self.sessions.capture(&journals);
+        let sessions = self.sessions.committed(&journals);
+        let hasher = self.state.begin_scan();
         let meta = SnapshotMeta {
             index: self.applied,
             term: self.applied_term,
             entry_hash: self.applied_entry,
             state_hash: self.hash,
-            hasher: state.hasher,
+            hasher,
         };
-        Some(Capture {
-            meta,
-            tables: state.tables,
+        self.scan = Some(ScanState {
+            meta: meta.clone(),
             sessions,
-            log_bytes: self.applied_bytes,
-        })
+            table: 0,
+            in_table: false,
+            head_written: false,
+        });
+        Some(meta)
     }
 
-    /// Takes back a capture's buffers, emptied by the snapshot writer, for the next capture.
-    pub fn recycle(&mut self, returned: crate::snapshot::Returned) {
-        for (id, buffer) in returned.tables {
-            self.state.recycle(id, buffer);
+    /// Encodes up to `slots` more slots of the snapshot in progress onto `out` (the file's
+    /// bytes, in order, all but the digest).
+    pub fn snapshot_step(&mut self, slots: usize, out: &mut Vec<u8>) -> ScanProgress {
+        let Some(scan) = self.scan.as_mut() else {
+            return ScanProgress::Idle;
+        };
+        let tables = self.state.table_ids().to_vec();
+        if !scan.head_written {
+            snapshot::encode_head(&scan.meta, tables.len(), out);
+            scan.head_written = true;
+        }
+        if let Some(&id) = tables.get(scan.table) {
+            if !scan.in_table {
+                snapshot::encode_table_start(id, out);
+                scan.in_table = true;
+            }
+            let state = &mut self.state;
+            let step = snapshot::encode_block(out, |out| state.scan_step(id, slots, out));
+            match step {
+                ScanStep::More => {}
+                ScanStep::Done => {
+                    snapshot::encode_table_end(out);
+                    scan.table += 1;
+                    scan.in_table = false;
+                }
+                ScanStep::Void => {
+                    self.abort_snapshot();
+                    return ScanProgress::Void;
+                }
+            }
+            return ScanProgress::More;
+        }
+        snapshot::encode_sessions(&scan.sessions, out);
+        let meta = scan.meta.clone();
+        self.scan = None;
+        ScanProgress::Done(meta)
+    }
+
+    /// Abandons the snapshot in progress, if any.
+    pub fn abort_snapshot(&mut self) {
+        self.scan = None;
+        self.state.end_scan();
+    }
+
+    /// True while a snapshot is in progress.
+    pub fn snapshotting(&self) -> bool {
+        self.scan.is_some()
+    }
+
+    /// A whole snapshot file of the committed state, taken at once (for tests and tools; a
+    /// node takes its snapshots a slice at a time): what it covers and its bytes.
+    pub fn snapshot_file(&mut self) -> Option<(SnapshotMeta, Vec<u8>)> {
+        self.begin_snapshot()?;
+        let mut bytes = Vec::new();
+        loop {
+            match self.snapshot_step(usize::MAX, &mut bytes) {
+                ScanProgress::More => {}
+                ScanProgress::Done(meta) => {
+                    let digest = blake3::hash(&bytes);
+                    bytes.extend_from_slice(digest.as_bytes());
+                    return Some((meta, bytes));
+                }
+                ScanProgress::Idle | ScanProgress::Void => return None,
+            }
         }
     }
 
-    /// Empty mirrors of every table, for a snapshot writer.
-    pub fn mirrors(&self) -> crate::state::Mirrors {
-        self.state.mirrors()
+    /// Payload bytes of the entries applied for good since this machine started.
+    pub fn applied_bytes(&self) -> u64 {
+        self.applied_bytes
     }
 
     /// A state machine holding what `snapshot` holds: its tables, sessions and hasher, checked
@@ -326,6 +409,7 @@ impl<H: Handler> StateMachine<H> {
                 snapshot.meta.state_hash
             ));
         }
+        self.scan = None;
         self.state = state;
         self.sessions = Sessions::from_records(snapshot.sessions);
         self.speculations.clear();

@@ -57,8 +57,6 @@ pub struct Sessions {
     by_client: BTreeMap<ClientId, Session>,
     /// While an entry runs speculatively: what each change replaced.
     journal: Option<Journal>,
-    /// Clients whose session changed since the last capture.
-    dirty: BTreeSet<ClientId>,
 }
 
 impl Sessions {
@@ -108,20 +106,17 @@ impl Sessions {
         self.journal.take().unwrap_or_default()
     }
 
-    /// The sessions changed since the last capture, with their committed value (a pending
-    /// speculation's change replaced by what its journal kept), in client order; `None` for a
-    /// session that is gone.
-    pub(crate) fn capture(&mut self, pending: &[&Journal]) -> Vec<(ClientId, Option<Session>)> {
-        let mut committed: BTreeMap<ClientId, Option<Session>> = BTreeMap::new();
-        for client in std::mem::take(&mut self.dirty) {
-            committed.insert(client, self.by_client.get(&client).cloned());
-        }
+    /// Every session as committed: a session a pending speculation changed has the value its
+    /// journal kept (the oldest journal first), in client order.
+    pub(crate) fn committed(&self, pending: &[&Journal]) -> Vec<(ClientId, Session)> {
+        let mut committed = self.by_client.clone();
         let mut fixed = BTreeSet::new();
         for (client, before) in pending.iter().flat_map(|journal| journal.iter()) {
             if fixed.insert(*client) {
-                committed.insert(*client, before.clone());
-                // Taken again by the next capture, once the speculation is settled.
-                self.dirty.insert(*client);
+                match before {
+                    Some(session) => committed.insert(*client, session.clone()),
+                    None => committed.remove(client),
+                };
             }
         }
         committed.into_iter().collect()
@@ -129,11 +124,8 @@ impl Sessions {
 
     /// Every session, for a snapshot loaded from its records.
     pub(crate) fn from_records(sessions: impl IntoIterator<Item = (ClientId, Session)>) -> Self {
-        let by_client: BTreeMap<ClientId, Session> = sessions.into_iter().collect();
         Sessions {
-            // The first capture after a restore takes every session (the mirror starts empty).
-            dirty: by_client.keys().copied().collect(),
-            by_client,
+            by_client: sessions.into_iter().collect(),
             journal: None,
         }
     }
@@ -150,7 +142,6 @@ impl Sessions {
 
     /// Journals `client`'s session before a change.
     fn note(&mut self, client: ClientId) {
-        self.dirty.insert(client);
         if let Some(journal) = &mut self.journal {
             journal.push((client, self.by_client.get(&client).cloned()));
         }

@@ -13,7 +13,10 @@ use crate::core::{Action, Core, CoreConfig, Event, LogBase};
 use crate::entry::{COMMAND_BYTES_MAX, EntryKind, REQUEST_COMMANDS_MAX};
 use crate::handler::Handler;
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber};
-use crate::snapshot::{Durable, SnapshotWriter};
+use crate::snapshot::{
+    Durable, SNAPSHOT_LOG_PERCENT, SNAPSHOT_SLICE_INTERVAL_MS, SNAPSHOT_SLICE_SLOTS,
+    SNAPSHOT_WRITE_BYTES, ScanProgress, SnapshotWriter,
+};
 use bytes::Bytes;
 use net::message::SnapshotChunk;
 use net::message::{
@@ -86,10 +89,18 @@ pub(super) async fn run<H: Handler>(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let input = tokio::select! {
+            biased;
             _ = &mut stopped => return,
             input = inputs.recv() => input,
             _ = ticker.tick() => {
                 driver.tick();
+                continue;
+            }
+            // Only when nothing else is ready: a slice of the snapshot in progress, then the
+            // connection tasks get their turn.
+            () = std::future::ready(()), if driver.machine.snapshotting() => {
+                driver.snapshot_slice();
+                tokio::task::yield_now().await;
                 continue;
             }
         };
@@ -101,6 +112,10 @@ pub(super) async fn run<H: Handler>(
             driver.handle(input);
         }
         driver.propose();
+        // A busy node still moves its snapshot on, a slice at a time.
+        if driver.snapshot_slice_due() {
+            driver.snapshot_slice();
+        }
         if driver.has_deferred_work() {
             // Let the connection tasks send what was queued first (appends, acknowledgements,
             // replies): simulation and a follower's apply then run while those travel.
@@ -109,6 +124,18 @@ pub(super) async fn run<H: Handler>(
             driver.catch_up();
         }
     }
+}
+
+/// What decides when a node starts its next snapshot.
+struct SnapshotPolicy {
+    /// The applied index at the last start.
+    last_start: EntryIndex,
+    /// When the newest snapshot became durable.
+    durable_at: Option<Instant>,
+    /// Its size.
+    durable_bytes: u64,
+    /// The machine's applied payload bytes at the last start.
+    log_bytes_at_start: u64,
 }
 
 struct Driver<H: Handler> {
@@ -131,8 +158,12 @@ struct Driver<H: Handler> {
     snapshots: Option<SnapshotWriter>,
     /// The newest durable snapshot, the one sent to followers.
     latest_snapshot: Option<Durable>,
-    /// The applied index of the last capture.
-    last_capture: EntryIndex,
+    /// When to start the next snapshot.
+    policy: SnapshotPolicy,
+    /// Bytes of the snapshot in progress not handed to the writer yet.
+    snapshot_bytes: Vec<u8>,
+    /// When the last slice of a snapshot ran.
+    last_slice: Instant,
     /// Follower: a snapshot arriving from the leader.
     incoming: Option<Incoming>,
 }
@@ -178,7 +209,12 @@ impl<H: Handler> Driver<H> {
         let mut machine = restored.machine;
         machine.set_mode(config.mode);
         machine.set_replying(false);
-        let last_capture = machine.applied_index();
+        let policy = SnapshotPolicy {
+            last_start: machine.applied_index(),
+            durable_at: restored.snapshot.as_ref().map(|_| Instant::now()),
+            durable_bytes: restored.snapshot.as_ref().map_or(0, |s| s.bytes),
+            log_bytes_at_start: 0,
+        };
         let mut driver = Driver {
             core: Core::new(core_config, restored.core),
             machine,
@@ -193,7 +229,9 @@ impl<H: Handler> Driver<H> {
             inbox,
             snapshots: None,
             latest_snapshot: restored.snapshot,
-            last_capture,
+            policy,
+            snapshot_bytes: Vec::new(),
+            last_slice: Instant::now(),
             incoming: None,
             config,
         };
@@ -205,19 +243,15 @@ impl<H: Handler> Driver<H> {
         self.config.data_dir.join(SNAPSHOT_DIR)
     }
 
-    /// A snapshot writer with an empty mirror: the machine's next capture is whole (a fresh,
-    /// restored or installed state has every slot and session marked written).
+    /// The snapshot writer, unless snapshots are off.
     fn spawn_snapshot_writer(&self) -> Option<SnapshotWriter> {
         if self.config.snapshot_every == 0 {
             return None;
         }
         let inbox = self.inbox.clone();
-        let spawned = SnapshotWriter::spawn(
-            self.snapshot_dir(),
-            self.machine.mirrors(),
-            Duration::from_millis(self.config.snapshot_retain_ms),
-            move |outcome| inbox.blocking_send(Input::Snapshot(outcome)).is_ok(),
-        );
+        let spawned = SnapshotWriter::spawn(self.snapshot_dir(), move |outcome| {
+            inbox.blocking_send(Input::Snapshot(outcome)).is_ok()
+        });
         match spawned {
             Ok(writer) => Some(writer),
             Err(error) => {
@@ -230,29 +264,79 @@ impl<H: Handler> Driver<H> {
         }
     }
 
-    /// Hands the writer a capture of the committed state when the applied index crossed a
-    /// multiple of the snapshot interval since the last one.
-    fn maybe_capture(&mut self) {
+    /// Starts a snapshot when the applied index crossed a multiple of the snapshot interval
+    /// since the last start, the newest durable snapshot has been kept the retention period,
+    /// and the log applied since the last start is at least [`SNAPSHOT_LOG_PERCENT`] of the
+    /// newest snapshot's size.
+    fn maybe_start_snapshot(&mut self) {
         let every = self.config.snapshot_every;
         let applied = self.machine.applied_index();
-        if every == 0 || applied.0 / every <= self.last_capture.0 / every {
+        let policy = &self.policy;
+        let retain = Duration::from_millis(self.config.snapshot_retain_ms);
+        let log = self.machine.applied_bytes() - policy.log_bytes_at_start;
+        if every == 0
+            || self.machine.snapshotting()
+            || applied.0 / every <= policy.last_start.0 / every
+            || policy.durable_at.is_some_and(|at| at.elapsed() < retain)
+            || log * 100 < policy.durable_bytes * SNAPSHOT_LOG_PERCENT
+        {
             return;
         }
         let Some(writer) = &self.snapshots else {
             return;
         };
-        if !writer.has_room() {
-            return;
-        }
-        for returned in writer.returned() {
-            self.machine.recycle(returned);
-        }
         // `None`: a pending speculation is in the way; the next applied entry tries again.
-        if let Some(capture) = self.machine.capture() {
-            self.last_capture = applied;
-            if !writer.send(capture) {
+        if let Some(meta) = self.machine.begin_snapshot() {
+            self.policy.last_start = applied;
+            self.policy.log_bytes_at_start = self.machine.applied_bytes();
+            if !writer.begin(meta.index) {
+                self.machine.abort_snapshot();
                 eprintln!("node {}: the snapshot writer stopped", self.config.id);
                 self.snapshots = None;
+            }
+        }
+    }
+
+    /// True when a snapshot is in progress and no slice of it ran for
+    /// [`SNAPSHOT_SLICE_INTERVAL_MS`] (the node was never idle).
+    fn snapshot_slice_due(&self) -> bool {
+        self.machine.snapshotting()
+            && self.last_slice.elapsed() >= Duration::from_millis(SNAPSHOT_SLICE_INTERVAL_MS)
+    }
+
+    /// A slice of the snapshot in progress; its bytes go to the writer a megabyte at a time.
+    fn snapshot_slice(&mut self) {
+        self.last_slice = Instant::now();
+        let Some(writer) = &self.snapshots else {
+            self.machine.abort_snapshot();
+            return;
+        };
+        let bytes = &mut self.snapshot_bytes;
+        match self.machine.snapshot_step(SNAPSHOT_SLICE_SLOTS, bytes) {
+            ScanProgress::Idle => {}
+            ScanProgress::More => {
+                if bytes.len() >= SNAPSHOT_WRITE_BYTES {
+                    writer.bytes(std::mem::take(bytes));
+                }
+            }
+            ScanProgress::Done(meta) => {
+                writer.bytes(std::mem::take(bytes));
+                writer.finish(meta);
+            }
+            ScanProgress::Void => {
+                bytes.clear();
+                writer.abort();
+            }
+        }
+    }
+
+    /// Abandons the snapshot in progress (the state is about to be replaced).
+    fn abort_snapshot(&mut self) {
+        if self.machine.snapshotting() {
+            self.machine.abort_snapshot();
+            self.snapshot_bytes.clear();
+            if let Some(writer) = &self.snapshots {
+                writer.abort();
             }
         }
     }
@@ -260,6 +344,8 @@ impl<H: Handler> Driver<H> {
     /// A snapshot is durable: the log behind the one before it can go (what followers still
     /// need excepted).
     fn on_snapshot_durable(&mut self, durable: Durable) {
+        self.policy.durable_at = Some(Instant::now());
+        self.policy.durable_bytes = durable.bytes;
         if self
             .latest_snapshot
             .as_ref()
@@ -339,6 +425,7 @@ impl<H: Handler> Driver<H> {
             return Vec::new();
         }
         let started = Instant::now();
+        self.abort_snapshot();
         if let Err(reason) = self.machine.install(snapshot) {
             self.halt(format!(
                 "the leader's snapshot of entry {} does not verify: {reason}",
@@ -376,10 +463,13 @@ impl<H: Handler> Driver<H> {
             bytes,
             took: started.elapsed(),
         });
-        self.last_capture = applied.index;
+        self.policy = SnapshotPolicy {
+            last_start: applied.index,
+            durable_at: Some(Instant::now()),
+            durable_bytes: bytes,
+            log_bytes_at_start: self.machine.applied_bytes(),
+        };
         self.commit_to = self.commit_to.max(applied.index);
-        self.snapshots = None;
-        self.snapshots = self.spawn_snapshot_writer();
         let mut out = Vec::new();
         self.core.step(Event::Installed { base, applied }, &mut out);
         out
@@ -522,7 +612,7 @@ impl<H: Handler> Driver<H> {
                         hash: applied.state_hash,
                     };
                     self.core.step(Event::Applied(hash), &mut out);
-                    self.maybe_capture();
+                    self.maybe_start_snapshot();
                 }
                 Err(error) => self.halt(format!("apply stopped: {error}")),
             }

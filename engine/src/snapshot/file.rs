@@ -1,19 +1,24 @@
-//! The snapshot file: `magic | meta | tables | sessions | blake3 digest of all before it`,
-//! written to a temporary name, fsynced, renamed, and the directory fsynced.
+//! The snapshot file: `magic | meta | table count | tables | sessions | blake3 digest of all
+//! before it`, where a table is `id | blocks | an empty block`, and a block is `record count |
+//! byte count | records` (a snapshot is written in blocks as a scan goes through the table).
+//! Written to a temporary name, fsynced, renamed, and the directory fsynced.
 
 use super::SnapshotMeta;
 use crate::apply::Session;
-use crate::codec::{self, Decode, Encode};
+use crate::codec;
 use crate::ids::{ClientId, EntryIndex};
-use crate::state::{AnyMirror, TableId};
+use crate::state::TableId;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
-const MAGIC: [u8; 8] = *b"SNAPv001";
-const DIGEST_BYTES: usize = 32;
+const MAGIC: [u8; 8] = *b"SNAPv002";
+/// Bytes of the digest that ends a snapshot file.
+pub const DIGEST_BYTES: usize = 32;
+/// Bytes of a block header: record count and byte count, fixed-width.
+const BLOCK_HEADER_BYTES: usize = 16;
 
 /// A snapshot file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -34,14 +39,6 @@ pub enum SnapshotError {
         /// What is wrong.
         reason: String,
     },
-}
-
-#[derive(Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
-struct TableHeader {
-    id: u16,
-    records: u64,
-    bytes: u64,
 }
 
 /// A snapshot read back and verified.
@@ -83,49 +80,47 @@ pub fn list_snapshots(dir: &Path) -> Vec<(EntryIndex, PathBuf)> {
     found
 }
 
-/// Encodes a snapshot of `tables` and `sessions` covering `meta`.
-pub fn encode_snapshot<'a>(
-    meta: &SnapshotMeta,
-    tables: &[(TableId, Box<dyn AnyMirror>)],
-    sessions: impl Iterator<Item = (&'a ClientId, &'a Session)>,
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_snapshot_into(meta, tables, sessions, &mut out);
-    out
-}
-
-/// Appends the encoding of a snapshot to `out` (see [`encode_snapshot`]).
-pub fn encode_snapshot_into<'a>(
-    meta: &SnapshotMeta,
-    tables: &[(TableId, Box<dyn AnyMirror>)],
-    sessions: impl Iterator<Item = (&'a ClientId, &'a Session)>,
-    out: &mut Vec<u8>,
-) {
-    let start = out.len();
+/// Appends the start of a snapshot file: magic, meta and the number of tables.
+pub(crate) fn encode_head(meta: &SnapshotMeta, tables: usize, out: &mut Vec<u8>) {
     out.extend_from_slice(&MAGIC);
     codec::encode_into(meta, out).expect("meta encodes");
-    codec::encode_into(&(tables.len() as u16), out).expect("u16 encodes");
-    for (id, mirror) in tables {
-        // The records go straight after their header, whose byte count is filled in after
-        // (fixed-width integers: the header's size does not depend on it).
-        let mut header = TableHeader {
-            id: id.0,
-            records: mirror.len(),
-            bytes: 0,
-        };
-        let header_at = out.len();
-        codec::encode_into(&header, out).expect("header encodes");
-        let records_at = out.len();
-        mirror.encode_into(out);
-        header.bytes = (out.len() - records_at) as u64;
-        let encoded = codec::encode_to_vec(&header).expect("header encodes");
-        assert_eq!(encoded.len(), records_at - header_at, "a fixed-size header");
-        out[header_at..records_at].copy_from_slice(&encoded);
+    codec::encode_into(&(tables as u16), out).expect("u16 encodes");
+}
+
+/// Appends the start of a table.
+pub(crate) fn encode_table_start(id: TableId, out: &mut Vec<u8>) {
+    codec::encode_into(&id.0, out).expect("u16 encodes");
+}
+
+/// Appends a block of `records` records that `fill` encodes onto `out`; an empty block is left
+/// out (an empty block ends the table, see [`encode_table_end`]). Returns what `fill` returned.
+pub(crate) fn encode_block<T>(out: &mut Vec<u8>, fill: impl FnOnce(&mut Vec<u8>) -> (T, u64)) -> T {
+    let header_at = out.len();
+    out.resize(header_at + BLOCK_HEADER_BYTES, 0);
+    let (outcome, records) = fill(out);
+    if records == 0 {
+        out.truncate(header_at);
+        return outcome;
     }
-    let sessions: Vec<(&ClientId, &Session)> = sessions.collect();
+    let bytes = (out.len() - header_at - BLOCK_HEADER_BYTES) as u64;
+    let header = codec::encode_to_vec(&(records, bytes)).expect("header encodes");
+    assert_eq!(
+        header.len(),
+        BLOCK_HEADER_BYTES,
+        "a fixed-size block header"
+    );
+    out[header_at..header_at + BLOCK_HEADER_BYTES].copy_from_slice(&header);
+    outcome
+}
+
+/// Appends the empty block that ends a table.
+pub(crate) fn encode_table_end(out: &mut Vec<u8>) {
+    codec::encode_into(&(0u64, 0u64), out).expect("header encodes");
+}
+
+/// Appends the sessions, which end the snapshot's content (the digest follows).
+pub(crate) fn encode_sessions(sessions: &[(ClientId, Session)], out: &mut Vec<u8>) {
     codec::encode_into(&sessions, out).expect("sessions encode");
-    let digest = blake3::hash(&out[start..]);
-    out.extend_from_slice(digest.as_bytes());
 }
 
 /// Writes a snapshot durably: temporary file, fsync, rename, directory fsync. Returns its
@@ -181,15 +176,27 @@ fn parse(bytes: &[u8]) -> Result<Snapshot, String> {
     at += used;
     let mut tables = Vec::with_capacity(count as usize);
     for _ in 0..count {
-        let (header, used): (TableHeader, usize) =
+        let (id, used): (u16, usize) =
             codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
         at += used;
-        let end = at
-            .checked_add(header.bytes as usize)
-            .filter(|&end| end <= body.len())
-            .ok_or("table bytes past the end")?;
-        tables.push((TableId(header.id), header.records, body[at..end].to_vec()));
-        at = end;
+        let (mut records, mut content) = (0u64, Vec::new());
+        loop {
+            let ((count, bytes), used): ((u64, u64), usize) =
+                codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
+            at += used;
+            if count == 0 && bytes == 0 {
+                break;
+            }
+            let end = usize::try_from(bytes)
+                .ok()
+                .and_then(|bytes| at.checked_add(bytes))
+                .filter(|&end| end <= body.len())
+                .ok_or("table bytes past the end")?;
+            content.extend_from_slice(&body[at..end]);
+            records += count;
+            at = end;
+        }
+        tables.push((TableId(id), records, content));
     }
     let sessions: Vec<(ClientId, Session)> =
         codec::decode(&body[at..]).map_err(|e| e.to_string())?;

@@ -1,8 +1,9 @@
-//! Snapshots: every few entries a node captures what changed in its committed state; a
-//! background writer applies the captures to its mirror of the state and, at most once per
-//! retention period, persists the whole mirror as a snapshot file. A node recovers from the
-//! newest snapshot that verifies plus the log after it, truncates its log behind durable
-//! snapshots, and sends a snapshot to a follower that needs entries no longer in the log.
+//! Snapshots: when its applied index reaches a multiple of the snapshot interval (and the
+//! newest snapshot is old enough), a node starts a copy-on-write scan of its committed state
+//! and encodes it a slice at a time between its other work; a background writer hashes and
+//! writes the file, makes it durable and reports it. A node recovers from the newest snapshot
+//! that verifies plus the log after it, truncates its log behind durable snapshots, and sends
+//! a snapshot to a follower that needs entries no longer in the log.
 
 mod file;
 mod priority;
@@ -11,17 +12,18 @@ mod writer;
 pub use priority::WRITER_NICENESS;
 
 pub use file::{
-    SNAPSHOT_SUFFIX, Snapshot, SnapshotError, encode_snapshot, encode_snapshot_into,
-    list_snapshots, read_snapshot, snapshot_path, write_snapshot,
+    DIGEST_BYTES, SNAPSHOT_SUFFIX, Snapshot, SnapshotError, list_snapshots, read_snapshot,
+    snapshot_path, write_snapshot,
 };
-pub use writer::{Durable, Mirror, Returned, SnapshotWriter};
+pub(crate) use file::{
+    encode_block, encode_head, encode_sessions, encode_table_end, encode_table_start,
+};
+pub use writer::{Durable, SnapshotWriter};
 
-use crate::apply::Session;
 use crate::codec::{Decode, Encode};
 use crate::entry::EntryHash;
-use crate::ids::{ClientId, EntryIndex, StateHash, Term};
-use crate::state::{HasherState, TableId};
-use std::any::Any;
+use crate::ids::{EntryIndex, StateHash, Term};
+use crate::state::HasherState;
 
 /// Entries between captures when none is configured (0 turns snapshots off).
 pub const SNAPSHOT_EVERY_DEFAULT: u64 = 64;
@@ -32,13 +34,17 @@ pub const SNAPSHOT_RETAIN_MS_DEFAULT: u64 = 1_000;
 pub const SNAPSHOTS_KEPT: usize = 2;
 /// Bytes of snapshot a leader sends a follower per message.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
-/// Log a node writes after a persisted snapshot before it persists the next, in percent of
-/// that snapshot's size: with 100, a snapshot costs at most as much writing as the log it lets
-/// go, and disk use stays near one snapshot and one snapshot's worth of log.
+/// Log a node applies after starting a snapshot before it starts the next, in percent of that
+/// snapshot's size: with 100, a snapshot costs at most as much writing as the log it lets go,
+/// and disk use stays near two snapshots and two snapshots' worth of log.
 pub const SNAPSHOT_LOG_PERCENT: u64 = 100;
-/// Captures waiting for the writer beyond which a node takes no more (its journal keeps the
-/// writes for a later one).
-pub const SNAPSHOT_BACKLOG_CAPTURES_MAX: usize = 16;
+/// Slots a node scans per slice of snapshot work, between its other work.
+pub const SNAPSHOT_SLICE_SLOTS: usize = 4096;
+/// Longest a node goes without a slice of its snapshot in progress when it is never idle
+/// (slices otherwise run whenever nothing else waits).
+pub const SNAPSHOT_SLICE_INTERVAL_MS: u64 = 1;
+/// Bytes of snapshot a node hands the writer at a time.
+pub const SNAPSHOT_WRITE_BYTES: usize = 1024 * 1024;
 /// Largest snapshot a follower accepts from a leader, in bytes.
 pub const SNAPSHOT_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
 
@@ -65,13 +71,15 @@ pub struct SnapshotMeta {
     pub hasher: HasherState,
 }
 
-/// What changed in a node's committed state since its previous capture.
-pub struct Capture {
-    /// What the capture covers.
-    pub meta: SnapshotMeta,
-    pub(crate) tables: Vec<(TableId, Box<dyn Any + Send>)>,
-    pub(crate) sessions: Vec<(ClientId, Option<Session>)>,
-    /// Payload bytes of the log applied up to it (since the node started): how much log a
-    /// snapshot made of it would let go.
-    pub(crate) log_bytes: u64,
+/// Where a snapshot scan stands after a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScanProgress {
+    /// No scan is in progress.
+    Idle,
+    /// More to come.
+    More,
+    /// The file's content is complete (the digest is to follow): the snapshot covers `meta`.
+    Done(SnapshotMeta),
+    /// The scan became void (a table grew under it): the partial file must be dropped.
+    Void,
 }

@@ -1,19 +1,13 @@
-//! The background snapshot writer: a thread that applies captures to its mirror of the state
-//! and, once the newest persisted snapshot has been kept for the retention period, persists the
-//! mirror as a new snapshot and removes all but the newest few.
+//! The background snapshot writer: a thread that takes a snapshot's bytes as the node's scan
+//! produces them, hashes and writes them to a temporary file, and once the scan is done
+//! appends the digest, fsyncs, renames, fsyncs the directory, removes all but the newest few
+//! snapshots and reports the new one.
 
-use super::{
-    Capture, SNAPSHOT_BACKLOG_CAPTURES_MAX, SNAPSHOT_LOG_PERCENT, SNAPSHOTS_KEPT, SnapshotMeta,
-    encode_snapshot_into, list_snapshots, write_snapshot,
-};
-use crate::apply::Session;
-use crate::ids::ClientId;
-use crate::state::{Mirrors, TableId};
-use std::any::Any;
-use std::collections::BTreeMap;
+use super::{SNAPSHOTS_KEPT, SnapshotMeta, list_snapshots, snapshot_path};
+use crate::ids::EntryIndex;
+use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -26,193 +20,183 @@ pub struct Durable {
     pub path: PathBuf,
     /// Its size in bytes.
     pub bytes: u64,
-    /// Time spent encoding and writing it.
+    /// Time from the start of its scan to its rename.
     pub took: Duration,
+}
+
+/// Work for the writer, in order.
+enum WriterOp {
+    /// A snapshot of this entry starts.
+    Begin(EntryIndex),
+    /// Its next bytes.
+    Bytes(Vec<u8>),
+    /// Its content is complete.
+    Finish(SnapshotMeta),
+    /// It is dropped.
+    Abort,
 }
 
 /// The node's handle on its snapshot writer thread.
 pub struct SnapshotWriter {
-    captures: mpsc::Sender<Capture>,
-    returned: mpsc::Receiver<Returned>,
-    /// Captures handed over and not applied yet.
-    backlog: Arc<AtomicUsize>,
-}
-
-/// A capture's buffers, emptied by the writer and handed back for the node's next capture
-/// (reusing them keeps the node from faulting in fresh memory for every capture).
-pub struct Returned {
-    pub(crate) tables: Vec<(TableId, Box<dyn Any + Send>)>,
-}
-
-/// A copy of a node's committed state, rebuilt from its captures.
-pub struct Mirror {
-    tables: Mirrors,
-    sessions: BTreeMap<ClientId, Session>,
-    meta: Option<SnapshotMeta>,
-    log_bytes: u64,
+    ops: mpsc::Sender<WriterOp>,
 }
 
 impl SnapshotWriter {
-    /// Starts the writer: snapshots go to `dir`, each kept at least `retain` before a newer one
-    /// replaces it; `report` hears of each one made durable (or of a failure).
+    /// Starts the writer: snapshots go to `dir`; `report` hears of each one made durable (or of
+    /// a failure).
     pub fn spawn(
         dir: PathBuf,
-        tables: Mirrors,
-        retain: Duration,
         report: impl Fn(Result<Durable, String>) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
-        let (captures, queue) = mpsc::channel();
-        let (give_back, returned) = mpsc::channel();
-        let mirror = Mirror::new(tables);
-        let backlog = Arc::new(AtomicUsize::new(0));
-        let applied = backlog.clone();
+        let (ops, queue) = mpsc::channel();
         std::thread::Builder::new()
             .name("snapshots".into())
-            .spawn(move || run(dir, mirror, retain, queue, give_back, applied, report))?;
-        Ok(SnapshotWriter {
-            captures,
-            returned,
-            backlog,
-        })
+            .spawn(move || run(&dir, &queue, report))?;
+        Ok(SnapshotWriter { ops })
     }
 
-    /// True when the writer can take another capture: fewer than
-    /// [`SNAPSHOT_BACKLOG_CAPTURES_MAX`] wait. Otherwise the node leaves the writes in its
-    /// journal for a later capture (memory stays bounded when the writer falls behind).
-    pub fn has_room(&self) -> bool {
-        self.backlog.load(Ordering::Relaxed) < SNAPSHOT_BACKLOG_CAPTURES_MAX
+    /// Starts a snapshot of entry `index`; false once the writer has stopped.
+    pub fn begin(&self, index: EntryIndex) -> bool {
+        self.ops.send(WriterOp::Begin(index)).is_ok()
     }
 
-    /// Hands a capture over; false once the writer has stopped.
-    pub fn send(&self, capture: Capture) -> bool {
-        self.backlog.fetch_add(1, Ordering::Relaxed);
-        self.captures.send(capture).is_ok()
+    /// Hands over the snapshot's next bytes.
+    pub fn bytes(&self, bytes: Vec<u8>) -> bool {
+        self.ops.send(WriterOp::Bytes(bytes)).is_ok()
     }
 
-    /// Buffers of earlier captures, emptied, for [`crate::StateMachine::recycle`].
-    pub fn returned(&self) -> impl Iterator<Item = Returned> + '_ {
-        self.returned.try_iter()
+    /// The snapshot's content is complete: make it durable.
+    pub fn finish(&self, meta: SnapshotMeta) -> bool {
+        self.ops.send(WriterOp::Finish(meta)).is_ok()
     }
+
+    /// Drops the snapshot in progress.
+    pub fn abort(&self) -> bool {
+        self.ops.send(WriterOp::Abort).is_ok()
+    }
+}
+
+/// A snapshot file being written.
+struct Open {
+    index: EntryIndex,
+    temporary: PathBuf,
+    file: fs::File,
+    hasher: blake3::Hasher,
+    bytes: u64,
+    started: Instant,
 }
 
 fn run(
-    dir: PathBuf,
-    mut mirror: Mirror,
-    retain: Duration,
-    queue: mpsc::Receiver<Capture>,
-    give_back: mpsc::Sender<Returned>,
-    backlog: Arc<AtomicUsize>,
+    dir: &Path,
+    queue: &mpsc::Receiver<WriterOp>,
     report: impl Fn(Result<Durable, String>) -> bool,
 ) {
     super::priority::lower_current_thread();
-    // The newest snapshot on disk counts as just persisted: it is kept a full period too.
-    let mut persisted_at = Instant::now();
-    let mut persisted_log_bytes = 0;
-    let mut persisted_bytes = 0;
-    // Kept across snapshots: a fresh buffer would fault in every page again each time.
-    let mut bytes = Vec::new();
-    while let Ok(first) = queue.recv() {
-        for capture in std::iter::once(first).chain(queue.try_iter()) {
-            let _ = give_back.send(mirror.apply(capture));
-            backlog.fetch_sub(1, Ordering::Relaxed);
-        }
-        let log_written = mirror.log_bytes.saturating_sub(persisted_log_bytes);
-        if persisted_at.elapsed() < retain
-            || log_written * 100 < persisted_bytes * SNAPSHOT_LOG_PERCENT
-        {
-            continue;
-        }
-        let Some(meta) = mirror.meta.clone() else {
-            continue;
-        };
-        let started = Instant::now();
-        mirror.encode_into(&mut bytes);
-        let outcome = write_snapshot(&dir, meta.index, &bytes).map_err(|e| e.to_string());
-        persisted_at = Instant::now();
-        persisted_log_bytes = mirror.log_bytes;
-        persisted_bytes = bytes.len() as u64;
-        let outcome = outcome.map(|(path, bytes)| {
-            prune(&dir);
-            Durable {
-                meta,
-                path,
-                bytes,
-                took: started.elapsed(),
+    let mut open: Option<Open> = None;
+    // After a failure, the rest of that snapshot's work is skipped.
+    let mut failed = false;
+    while let Ok(op) = queue.recv() {
+        let outcome = match op {
+            WriterOp::Begin(index) => {
+                drop_open(&mut open);
+                failed = false;
+                start(dir, index).map(|started| {
+                    open = Some(started);
+                    None
+                })
             }
-        });
-        if !report(outcome) {
+            WriterOp::Bytes(bytes) => match open.as_mut() {
+                Some(file) if !failed => {
+                    file.hasher.update(&bytes);
+                    file.bytes += bytes.len() as u64;
+                    file.file
+                        .write_all(&bytes)
+                        .map(|()| None)
+                        .map_err(|e| format!("{}: {e}", file.temporary.display()))
+                }
+                Some(_) | None => Ok(None),
+            },
+            WriterOp::Finish(meta) => match open.take() {
+                Some(file) if !failed => finish(dir, file, meta).map(Some),
+                Some(_) | None => Ok(None),
+            },
+            WriterOp::Abort => {
+                drop_open(&mut open);
+                Ok(None)
+            }
+        };
+        let keep_going = match outcome {
+            Ok(None) => true,
+            Ok(Some(durable)) => report(Ok(durable)),
+            Err(error) => {
+                failed = true;
+                drop_open(&mut open);
+                report(Err(error))
+            }
+        };
+        if !keep_going {
             return;
         }
     }
+    drop_open(&mut open);
 }
 
-impl Mirror {
-    /// An empty mirror of these tables (from [`crate::StateMachine::mirrors`]).
-    pub fn new(tables: Mirrors) -> Self {
-        Mirror {
-            tables,
-            sessions: BTreeMap::new(),
-            meta: None,
-            log_bytes: 0,
-        }
-    }
+fn start(dir: &Path, index: EntryIndex) -> Result<Open, String> {
+    let temporary = snapshot_path(dir, index).with_extension("tmp");
+    let file = fs::create_dir_all(dir)
+        .and_then(|()| fs::File::create(&temporary))
+        .map_err(|e| format!("{}: {e}", temporary.display()))?;
+    Ok(Open {
+        index,
+        temporary,
+        file,
+        hasher: blake3::Hasher::new(),
+        bytes: 0,
+        started: Instant::now(),
+    })
+}
 
-    /// What the mirror covers, once it has applied a capture.
-    pub fn meta(&self) -> Option<&SnapshotMeta> {
-        self.meta.as_ref()
-    }
+/// Appends the digest, fsyncs, renames into place, fsyncs the directory, prunes.
+fn finish(dir: &Path, mut open: Open, meta: SnapshotMeta) -> Result<Durable, String> {
+    assert_eq!(
+        meta.index, open.index,
+        "the snapshot begun is the one finished"
+    );
+    let describe = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
+    let digest = open.hasher.finalize();
+    open.file
+        .write_all(digest.as_bytes())
+        .and_then(|()| open.file.sync_all())
+        .map_err(|e| describe(&open.temporary, e))?;
+    let path = snapshot_path(dir, open.index);
+    fs::rename(&open.temporary, &path).map_err(|e| describe(&open.temporary, e))?;
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| describe(dir, e))?;
+    prune(dir);
+    Ok(Durable {
+        meta,
+        path,
+        bytes: open.bytes + digest.as_bytes().len() as u64,
+        took: open.started.elapsed(),
+    })
+}
 
-    /// The snapshot file's bytes for the mirror's content.
-    pub fn encode(&mut self) -> Option<Vec<u8>> {
-        let mut out = Vec::new();
-        self.meta.as_ref()?;
-        self.encode_into(&mut out);
-        Some(out)
-    }
-
-    /// Replaces `out` with the snapshot file's bytes for the mirror's content (nothing before
-    /// the first capture).
-    pub fn encode_into(&mut self, out: &mut Vec<u8>) {
-        out.clear();
-        for (_, table) in &mut self.tables {
-            table.merge();
-        }
-        if let Some(meta) = &self.meta {
-            encode_snapshot_into(meta, &self.tables, self.sessions.iter(), out);
-        }
-    }
-
-    /// Applies a capture: the mirror then covers it. Returns the capture's emptied buffers.
-    pub fn apply(&mut self, capture: Capture) -> Returned {
-        let mut returned = Vec::with_capacity(capture.tables.len());
-        for (id, changed) in capture.tables {
-            let table = self
-                .tables
-                .iter_mut()
-                .find(|(t, _)| *t == id)
-                .expect("a table of the schema");
-            returned.push((id, table.1.apply(changed)));
-        }
-        for (client, session) in capture.sessions {
-            match session {
-                Some(session) => self.sessions.insert(client, session),
-                None => self.sessions.remove(&client),
-            };
-        }
-        self.meta = Some(capture.meta);
-        self.log_bytes = capture.log_bytes;
-        Returned { tables: returned }
+fn drop_open(open: &mut Option<Open>) {
+    if let Some(open) = open.take() {
+        drop(open.file);
+        let _ = fs::remove_file(&open.temporary);
     }
 }
 
 /// Removes all but the newest [`SNAPSHOTS_KEPT`] snapshots, and leftover temporary files.
 fn prune(dir: &Path) {
     for (_, path) in list_snapshots(dir).into_iter().skip(SNAPSHOTS_KEPT) {
-        let _ = std::fs::remove_file(path);
+        let _ = fs::remove_file(path);
     }
-    for item in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+    for item in fs::read_dir(dir).into_iter().flatten().flatten() {
         if item.path().extension().is_some_and(|e| e == "tmp") {
-            let _ = std::fs::remove_file(item.path());
+            let _ = fs::remove_file(item.path());
         }
     }
 }

@@ -5,10 +5,10 @@ pub(crate) mod capture;
 mod hash;
 mod memory;
 mod slots;
+pub(crate) use slots::ScanStep;
 mod table;
 mod tx;
 
-pub use capture::AnyMirror;
 pub use hash::{HASH_PAGE_BYTES, HasherState, StateHash, StreamHasher};
 pub use table::{Key, Record, Schema, TABLES_MAX, Table, TableId};
 pub use tx::{Prefetch, Tx};
@@ -59,22 +59,11 @@ pub(crate) struct TxMark {
     undo: u64,
 }
 
-/// A capture of the committed state: each table's written slots, and the hasher.
-pub struct StateCapture {
-    pub(crate) tables: Vec<(TableId, Box<dyn Any + Send>)>,
-    pub(crate) hasher: HasherState,
-}
-
-/// Mirrors of every table of a schema, for a background snapshot writer.
-pub type Mirrors = Vec<(TableId, Box<dyn AnyMirror>)>;
-/// Makes an empty mirror of one table.
-type MirrorMaker = fn() -> Box<dyn AnyMirror>;
-
 /// The replicated state of one node.
 pub struct State {
     tables: Vec<Option<Box<dyn AnyTable>>>,
-    /// How to make a mirror of each table.
-    mirrors: Vec<(TableId, MirrorMaker)>,
+    /// The tables of the schema, in the order declared.
+    table_ids: Vec<TableId>,
     bytes_used: u64,
     capacity_bytes: u64,
     /// The table of each change in the undo logs, oldest first. Undo records live until their
@@ -95,14 +84,14 @@ impl State {
     /// An empty state with the tables of `schema` and room for `capacity_bytes`.
     pub fn new(schema: Schema, capacity_bytes: u64) -> Self {
         let mut tables: Vec<Option<Box<dyn AnyTable>>> = (0..TABLES_MAX).map(|_| None).collect();
-        let mut mirrors = Vec::new();
+        let mut table_ids = Vec::new();
         for decl in schema.tables {
             tables[decl.id.0 as usize] = Some((decl.create)());
-            mirrors.push((decl.id, decl.mirror));
+            table_ids.push(decl.id);
         }
         State {
             tables,
-            mirrors,
+            table_ids,
             bytes_used: 0,
             capacity_bytes,
             undo: VecDeque::new(),
@@ -155,36 +144,40 @@ impl State {
         self.hasher.digest()
     }
 
-    /// Empty mirrors of every table, for a background snapshot writer.
-    pub fn mirrors(&self) -> Mirrors {
-        self.mirrors
-            .iter()
-            .map(|(id, make)| (*id, make()))
-            .collect()
+    /// The schema's tables, in the order declared.
+    pub(crate) fn table_ids(&self) -> &[TableId] {
+        &self.table_ids
     }
 
-    /// True when a capture can take the committed content now.
-    pub(crate) fn can_capture(&self) -> bool {
-        self.tables.iter().flatten().all(|t| t.can_capture())
+    /// True when a scan can see the committed content now (no pending speculation removed a
+    /// record).
+    pub(crate) fn can_scan(&self) -> bool {
+        self.tables.iter().flatten().all(|t| t.can_scan())
     }
 
-    /// Takes what changed in the committed state since the last capture.
-    pub(crate) fn capture(&mut self) -> StateCapture {
-        let tables = self
-            .mirrors
-            .iter()
-            .map(|(id, _)| (*id, table_slot(&mut self.tables, *id).capture()))
-            .collect();
-        StateCapture {
-            tables,
-            hasher: self.hasher.save(),
+    /// Starts a copy-on-write scan of every table's committed records; returns the hasher's
+    /// committed state, to continue the write stream from.
+    pub(crate) fn begin_scan(&mut self) -> HasherState {
+        for table in self.tables.iter_mut().flatten() {
+            table.begin_scan();
         }
+        self.hasher.save()
     }
 
-    /// Hands table `id` back a capture buffer a mirror emptied.
-    pub(crate) fn recycle(&mut self, id: TableId, buffer: Box<dyn std::any::Any + Send>) {
-        if let Some(Some(table)) = self.tables.get_mut(id.0 as usize) {
-            table.recycle(buffer);
+    /// Encodes up to `slots` more slots of table `id` (see [`AnyTable::scan_step`]).
+    pub(crate) fn scan_step(
+        &mut self,
+        id: TableId,
+        slots: usize,
+        out: &mut Vec<u8>,
+    ) -> (slots::ScanStep, u64) {
+        table_slot(&mut self.tables, id).scan_step(slots, out)
+    }
+
+    /// Abandons every scan in progress.
+    pub(crate) fn end_scan(&mut self) {
+        for table in self.tables.iter_mut().flatten() {
+            table.end_scan();
         }
     }
 

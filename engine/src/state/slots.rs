@@ -17,9 +17,6 @@ const LOAD_NUMERATOR: usize = 3;
 const LOAD_DENOMINATOR: usize = 4;
 /// Fibonacci hashing spreads the Fx hash over the slot index bits.
 const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
-/// Largest emptied capture buffer a map keeps for reuse, in slot writes (a whole-array
-/// capture's buffer is dropped instead).
-pub(crate) const JOURNAL_SPARE_ENTRIES_MAX: usize = 1 << 20;
 
 const _: () = assert!(SLOTS_INITIAL.is_power_of_two());
 const _: () = assert!(LOAD_NUMERATOR < LOAD_DENOMINATOR);
@@ -35,27 +32,35 @@ pub(crate) struct Slots<K, V> {
     len: usize,
     /// `64 - log2(slots.len())`: the shift that turns a spread hash into a slot index.
     shift: u32,
-    /// Every slot write since the last capture, with the content written, in order (for
-    /// incremental snapshots). Kept from the first capture on: a map never captured keeps none.
-    /// Copying a slot's content as it is written costs a sequential append while the slot is
-    /// in cache; copying the written slots at capture time cost a cache miss each (about 0.9
-    /// ms per 64 entries of transfers, on the reply path).
-    journal: Vec<(u32, Option<(K, V)>)>,
-    journaling: bool,
-    /// An emptied journal buffer handed back by the snapshot writer, for the next capture.
-    spare: Vec<(u32, Option<(K, V)>)>,
-    /// The whole array changed (new or grown): the next capture takes every slot.
-    dirty_all: bool,
+    /// A snapshot scan in progress (see [`Scan`]).
+    scan: Option<Box<Scan<K, V>>>,
+    /// The array grew while a scan was in progress: the scan is void.
+    scan_void: bool,
     /// Records removed so far (a removal moves other records between slots).
     removals: u64,
 }
 
-/// The slots a capture took: the array's length, whether it took all of them, and the content
-/// of each slot it took (empty or a record), by position.
-pub(crate) struct SlotsCapture<K, V> {
-    pub(crate) slots: usize,
-    pub(crate) full: bool,
-    pub(crate) changed: Vec<(u32, Option<(K, V)>)>,
+/// A copy-on-write scan of the array as it was when the scan began: slots before `cursor`
+/// are done; a slot at or past it that is about to be written has its content saved first
+/// (once), and the scan reads the saved content there instead of the live one. Writes cost
+/// one comparison while no scan runs, and a saved copy only the first time a slot ahead of
+/// the cursor is written during one.
+struct Scan<K, V> {
+    cursor: usize,
+    /// One bit per slot: its content at the start is in `saved`.
+    saved_bits: Vec<u64>,
+    saved: rustc_hash::FxHashMap<u32, Option<(K, V)>>,
+}
+
+/// How a scan step ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScanStep {
+    /// More slots to go.
+    More,
+    /// Every slot was scanned.
+    Done,
+    /// The array grew during the scan (its positions changed): the scan is void.
+    Void,
 }
 
 impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
@@ -67,33 +72,79 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
             slots,
             len: 0,
             shift: 64 - SLOTS_INITIAL.trailing_zeros(),
-            journal: Vec::new(),
-            journaling: false,
-            spare: Vec::new(),
-            dirty_all: true,
+            scan: None,
+            scan_void: false,
             removals: 0,
         }
     }
 
-    /// Journals the slot's content, just written (unless the next capture takes every slot).
-    /// A journal longer than the array (captures not taken for long) is dropped for a whole
-    /// capture instead: memory stays bounded by the table's size.
+    /// Saves the slot's content for a scan in progress before it is written (when the scan
+    /// has not passed it and did not save it already).
     #[inline]
-    fn mark(&mut self, position: usize) {
-        if self.journaling && !self.dirty_all {
-            if self.journal.len() >= self.slots.len() {
-                self.journal = Vec::new();
-                self.dirty_all = true;
-                return;
-            }
-            self.journal
-                .push((position as u32, self.slots[position].0.clone()));
+    fn before_write(&mut self, position: usize) {
+        let Some(scan) = self.scan.as_deref_mut() else {
+            return;
+        };
+        let (word, bit) = (position >> 6, 1u64 << (position & 63));
+        if position >= scan.cursor && scan.saved_bits[word] & bit == 0 {
+            scan.saved_bits[word] |= bit;
+            scan.saved
+                .insert(position as u32, self.slots[position].0.clone());
         }
     }
 
-    /// Journals a slot's current content again, so that the next capture takes it.
-    pub(crate) fn mark_dirty(&mut self, position: usize) {
-        self.mark(position);
+    /// Starts a scan of the array as it is now, except that the slots in `committed` are
+    /// scanned with the content given there (what they held before changes still pending).
+    pub(crate) fn begin_scan(&mut self, committed: Vec<(usize, Option<(K, V)>)>) {
+        let mut scan = Scan {
+            cursor: 0,
+            saved_bits: vec![0; self.slots.len().div_ceil(64)],
+            saved: rustc_hash::FxHashMap::default(),
+        };
+        for (position, content) in committed {
+            scan.saved_bits[position >> 6] |= 1 << (position & 63);
+            scan.saved.insert(position as u32, content);
+        }
+        self.scan = Some(Box::new(scan));
+        self.scan_void = false;
+    }
+
+    /// Scans up to `slots` more slots, calling `record` for each record found, in slot order.
+    pub(crate) fn scan_step(&mut self, slots: usize, mut record: impl FnMut(&(K, V))) -> ScanStep {
+        if std::mem::take(&mut self.scan_void) {
+            return ScanStep::Void;
+        }
+        let Some(scan) = self.scan.as_deref_mut() else {
+            return ScanStep::Done;
+        };
+        let end = (scan.cursor + slots).min(self.slots.len());
+        for position in scan.cursor..end {
+            if scan.saved_bits[position >> 6] & (1 << (position & 63)) != 0 {
+                if let Some(Some(saved)) = scan.saved.remove(&(position as u32)) {
+                    record(&saved);
+                }
+            } else if let Some(live) = &self.slots[position].0 {
+                record(live);
+            }
+        }
+        scan.cursor = end;
+        if end < self.slots.len() {
+            return ScanStep::More;
+        }
+        self.scan = None;
+        ScanStep::Done
+    }
+
+    /// True while a scan is in progress.
+    #[cfg(test)]
+    pub(crate) fn scanning(&self) -> bool {
+        self.scan.is_some() || self.scan_void
+    }
+
+    /// Abandons a scan in progress.
+    pub(crate) fn end_scan(&mut self) {
+        self.scan = None;
+        self.scan_void = false;
     }
 
     /// Records removed so far.
@@ -157,13 +208,12 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
 
     /// Replaces the record at a position [`Slots::position`] returned; returns the old one.
     pub(crate) fn replace(&mut self, position: usize, value: V) -> V {
+        self.before_write(position);
         let slot = self.slots[position]
             .0
             .as_mut()
             .expect("position holds a record");
-        let old = std::mem::replace(&mut slot.1, value);
-        self.mark(position);
-        old
+        std::mem::replace(&mut slot.1, value)
     }
 
     /// Inserts a key known to be absent. Fails only when growing the slot array fails, and then
@@ -173,8 +223,8 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
             self.grow()?;
         }
         let i = self.find(&key).expect_err("key is absent");
+        self.before_write(i);
         self.slots[i] = Slot(Some((key, value)));
-        self.mark(i);
         self.len += 1;
         Ok(())
     }
@@ -200,6 +250,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     /// sequence is broken (no tombstones).
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         let mut hole = self.find(key).ok()?;
+        self.before_write(hole);
         let (_, removed) = self.slots[hole].0.take().expect("found slot is full");
         self.len -= 1;
         self.removals += 1;
@@ -209,14 +260,12 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
             let from_home = next.wrapping_sub(self.home(k)) & mask;
             let from_hole = next.wrapping_sub(hole) & mask;
             if from_home >= from_hole {
+                self.before_write(next);
                 self.slots[hole].0 = self.slots[next].0.take();
-                self.mark(hole);
                 hole = next;
             }
             next = (next + 1) & mask;
         }
-        // The last hole is empty now.
-        self.mark(hole);
         Some(removed)
     }
 
@@ -226,47 +275,6 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
         self.slots
             .iter()
             .filter_map(|slot| slot.0.as_ref().map(|(k, v)| (k, v)))
-    }
-
-    /// Takes the slots written since the last capture, in the order written (every slot, if
-    /// the array changed whole), then journals afresh.
-    pub(crate) fn capture(&mut self) -> SlotsCapture<K, V> {
-        self.journaling = true;
-        let full = std::mem::take(&mut self.dirty_all);
-        let changed = if full {
-            self.journal.clear();
-            self.slots
-                .iter()
-                .enumerate()
-                .filter_map(|(position, slot)| {
-                    let record = slot.0.as_ref()?;
-                    Some((position as u32, Some(record.clone())))
-                })
-                .collect()
-        } else {
-            let mut fresh = std::mem::take(&mut self.spare);
-            if fresh.capacity() < self.journal.len() {
-                // As much room as this capture took: the next one is likely alike.
-                fresh = Vec::with_capacity(self.journal.len() + self.journal.len() / 4);
-            }
-            std::mem::replace(&mut self.journal, fresh)
-        };
-        SlotsCapture {
-            slots: self.slots.len(),
-            full,
-            changed,
-        }
-    }
-
-    /// Keeps an emptied capture buffer for the next capture (one at most, and none larger than
-    /// [`JOURNAL_SPARE_ENTRIES_MAX`]).
-    pub(crate) fn recycle(&mut self, mut buffer: Vec<(u32, Option<(K, V)>)>) {
-        if buffer.capacity() <= JOURNAL_SPARE_ENTRIES_MAX
-            && buffer.capacity() > self.spare.capacity()
-        {
-            buffer.clear();
-            self.spare = buffer;
-        }
     }
 
     /// Makes room for `records` records in all, so that loading them never grows the array.
@@ -294,8 +302,9 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
         slots.resize_with(count, || Slot(None));
         let old = std::mem::replace(&mut self.slots, slots);
         self.shift = 64 - count.trailing_zeros();
-        self.journal.clear();
-        self.dirty_all = true;
+        if self.scan.take().is_some() {
+            self.scan_void = true;
+        }
         for (key, value) in old.into_iter().filter_map(|slot| slot.0) {
             let i = self.find(&key).expect_err("keys are unique");
             self.slots[i] = Slot(Some((key, value)));
@@ -350,38 +359,54 @@ mod tests {
 }
 
 #[cfg(test)]
-mod capture_tests {
+mod scan_tests {
     use super::*;
     use proptest::prelude::*;
 
     proptest! {
-        /// Proves incremental captures rebuild the slot array exactly: a mirror that applies
-        /// every capture (full ones reset it) holds the same content at every position, through
-        /// inserts, replacements, removals (which move records) and growth.
+        /// Proves a scan yields the records exactly as they were when it began, whatever is
+        /// inserted, replaced or removed (moving other records) while it runs, and that growth
+        /// during a scan voids it.
         #[test]
-        fn captures_mirror_the_slots(ops in proptest::collection::vec((any::<u16>(), any::<u32>(), 0u8..4), 0..800)) {
-            let mut map: Slots<u16, u32> = Slots::new();
-            let mut mirror: Vec<Option<(u16, u32)>> = Vec::new();
-            for (n, (key, value, kind)) in ops.into_iter().enumerate() {
-                let key = key % 300;
+        fn scans_see_the_array_as_it_began(
+            before in proptest::collection::vec((0u16..300, any::<u32>(), 0u8..4), 0..600),
+            during in proptest::collection::vec((0u16..300, any::<u32>(), 0u8..4), 0..600),
+            step in 1usize..64,
+        ) {
+            let apply = |map: &mut Slots<u16, u32>, (key, value, kind): (u16, u32, u8)| {
                 if kind == 0 {
                     map.remove(&key);
                 } else {
                     map.insert(key, value).unwrap();
                 }
-                if n % 17 == 0 {
-                    let capture = map.capture();
-                    if capture.full {
-                        mirror = vec![None; capture.slots];
-                    }
-                    prop_assert_eq!(mirror.len(), capture.slots);
-                    for (position, content) in capture.changed {
-                        mirror[position as usize] = content;
-                    }
-                    let live: Vec<Option<(u16, u32)>> = map.slots.iter().map(|s| s.0).collect();
-                    prop_assert_eq!(&mirror, &live);
-                }
+            };
+            let mut map: Slots<u16, u32> = Slots::new();
+            for op in before {
+                apply(&mut map, op);
             }
+            let mut expected: Vec<(u16, u32)> = map.iter().map(|(k, v)| (*k, *v)).collect();
+            expected.sort_unstable();
+            let slots = map.slots.len();
+            map.begin_scan(Vec::new());
+            let mut seen = Vec::new();
+            let mut during = during.into_iter();
+            let outcome = loop {
+                match map.scan_step(step, |(k, v)| seen.push((*k, *v))) {
+                    ScanStep::More => {}
+                    done @ (ScanStep::Done | ScanStep::Void) => break done,
+                }
+                for op in during.by_ref().take(3) {
+                    apply(&mut map, op);
+                }
+            };
+            if map.slots.len() == slots {
+                prop_assert_eq!(outcome, ScanStep::Done);
+                seen.sort_unstable();
+                prop_assert_eq!(seen, expected);
+            } else {
+                prop_assert_eq!(outcome, ScanStep::Void);
+            }
+            prop_assert!(!map.scanning());
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Tables: a handler declares typed tables (its own key and record types) in a [`Schema`]; the
 //! engine stores them.
 
-use super::slots::{Slots, SlotsCapture};
+use super::slots::{ScanStep, Slots};
 use crate::codec::{Decode, Encode};
 use std::any::Any;
 use std::collections::{TryReserveError, VecDeque};
@@ -78,7 +78,6 @@ pub struct Schema {
 pub(crate) struct TableDecl {
     pub(crate) id: TableId,
     pub(crate) create: fn() -> Box<dyn AnyTable>,
-    pub(crate) mirror: fn() -> Box<dyn super::capture::AnyMirror>,
 }
 
 impl Schema {
@@ -98,7 +97,6 @@ impl Schema {
         self.tables.push(TableDecl {
             id: table.id,
             create: TypedTable::<K, R>::boxed,
-            mirror: super::capture::Mirror::<K, R>::boxed,
         });
         self
     }
@@ -114,15 +112,17 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     fn forget_oldest(&mut self);
     /// Memory held by the table's slots, in bytes.
     fn allocated_bytes(&self) -> usize;
-    /// True when [`AnyTable::capture`] can take the committed content now (false while a
+    /// True when [`AnyTable::begin_scan`] can see the committed content now (false while a
     /// pending speculation removed records, which moves others between slots).
-    fn can_capture(&self) -> bool;
-    /// The slots written since the last capture, with the committed content (pending
-    /// speculations' writes replaced by what their undo records kept): a `SlotsCapture<K, R>`.
-    fn capture(&mut self) -> Box<dyn Any + Send>;
-    /// Takes back a capture's emptied buffer (a `SlotsCapture<K, R>` a mirror applied), to
-    /// journal into again without allocating.
-    fn recycle(&mut self, capture: Box<dyn Any + Send>);
+    fn can_scan(&self) -> bool;
+    /// Starts a copy-on-write scan of the committed records (pending speculations' writes
+    /// replaced by what their undo records kept).
+    fn begin_scan(&mut self);
+    /// Encodes up to `slots` more slots' records as `(key, record)` pairs onto `out`; returns
+    /// how the scan stands and how many records it encoded.
+    fn scan_step(&mut self, slots: usize, out: &mut Vec<u8>) -> (ScanStep, u64);
+    /// Abandons a scan in progress.
+    fn end_scan(&mut self);
     /// Fills an empty table from encoded `(key, record)` pairs; returns their capacity cost.
     fn load(&mut self, records: &[u8], count: u64) -> Result<u64, String>;
 }
@@ -206,18 +206,25 @@ impl<K: Key, R: Record> AnyTable for TypedTable<K, R> {
         }
     }
 
-    fn can_capture(&self) -> bool {
+    fn can_scan(&self) -> bool {
         self.undo.is_empty() || self.map.removals() == self.removals_final
     }
 
-    fn capture(&mut self) -> Box<dyn Any + Send> {
-        Box::new(self.capture_committed())
+    fn begin_scan(&mut self) {
+        self.begin_committed_scan();
     }
 
-    fn recycle(&mut self, capture: Box<dyn Any + Send>) {
-        if let Ok(capture) = capture.downcast::<SlotsCapture<K, R>>() {
-            self.map.recycle(capture.changed);
-        }
+    fn scan_step(&mut self, slots: usize, out: &mut Vec<u8>) -> (ScanStep, u64) {
+        let mut records = 0;
+        let step = self.map.scan_step(slots, |record| {
+            crate::codec::encode_into(record, out).expect("records encode into a vector");
+            records += 1;
+        });
+        (step, records)
+    }
+
+    fn end_scan(&mut self) {
+        self.map.end_scan();
     }
 
     fn load(&mut self, records: &[u8], count: u64) -> Result<u64, String> {
