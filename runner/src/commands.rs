@@ -10,7 +10,7 @@ use engine::node::local::LocalCluster;
 use engine::state::STATE_BYTES_DEFAULT;
 use engine::{ClientId, Mode, Outcome, RequestNumber};
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -371,6 +371,7 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
         "three nodes in this process, data in {}",
         dir.path().display()
     );
+    let disk = DiskWatch::start(dir.path().to_path_buf());
     let result = runtime()?.block_on(async {
         cluster
             .wait_for_leader(Duration::from_secs(10))
@@ -379,6 +380,12 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
         bench::benchmark(&cluster.client_config(), &args.bench, &modes).await
     });
     drop(cluster);
+    let (peak, last) = disk.stop();
+    println!(
+        "data directory: peak {:.0} MiB (sampled every {DISK_SAMPLE_MS} ms), {:.0} MiB at the end",
+        peak as f64 / MIB,
+        last as f64 / MIB
+    );
     if args.keep {
         println!("data kept in {}", dir.keep().display());
     }
@@ -469,4 +476,55 @@ pub fn recover(args: RecoverArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Bytes in a mebibyte, for printing.
+const MIB: f64 = 1024.0 * 1024.0;
+/// How often `runner local` samples its data directory's size.
+pub const DISK_SAMPLE_MS: u64 = 1_000;
+
+/// Samples a directory's size on a thread of its own until stopped; keeps the peak.
+struct DiskWatch {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<(u64, u64)>,
+}
+
+impl DiskWatch {
+    fn start(dir: PathBuf) -> Self {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            loop {
+                let now = dir_bytes(&dir);
+                peak = peak.max(now);
+                match stopped.recv_timeout(Duration::from_millis(DISK_SAMPLE_MS)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        return (peak, now);
+                    }
+                }
+            }
+        });
+        DiskWatch { stop, thread }
+    }
+
+    /// Stops sampling; the peak and the last sample, in bytes.
+    fn stop(self) -> (u64, u64) {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap_or((0, 0))
+    }
+}
+
+/// Bytes of the files under `dir` (files that vanish while counted count as nothing).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|item| match item.file_type() {
+            Ok(kind) if kind.is_dir() => dir_bytes(&item.path()),
+            Ok(_) => item.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
 }

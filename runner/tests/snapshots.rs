@@ -45,6 +45,15 @@ async fn a_follower(config: &ClientConfig) -> NodeId {
     all.iter().map(|s| s.node).find(|&n| n != leader).unwrap()
 }
 
+/// Checks that `follower` caught up through a snapshot from the leader.
+fn assert_installed(nodes: &Nodes, follower: NodeId) {
+    let log = nodes.log(follower.0);
+    assert!(
+        log.contains("installed the leader's snapshot"),
+        "node {follower} caught up without a snapshot:\n{log}"
+    );
+}
+
 /// Proves a follower that lost its whole data directory rejoins through a snapshot from the
 /// leader while the cluster keeps committing, and then holds the same state.
 #[test]
@@ -69,11 +78,7 @@ fn wiped_follower_rejoins_through_snapshot_install() {
         };
         futures::join!(client_side, fault_side);
         converged(&config).await;
-        let log = nodes.borrow().log(follower.0);
-        assert!(
-            log.contains("installed the leader's snapshot"),
-            "node {follower} caught up without a snapshot:\n{log}"
-        );
+        assert_installed(&nodes.borrow(), follower);
         model.check(&config, ClientId(6)).await;
     });
 }
@@ -120,11 +125,7 @@ fn lagging_follower_catches_up_through_snapshot_install() {
         };
         futures::join!(client_side, fault_side);
         converged(&config).await;
-        let log = nodes.borrow().log(follower.0);
-        assert!(
-            log.contains("installed the leader's snapshot"),
-            "node {follower} caught up without a snapshot:\n{log}"
-        );
+        assert_installed(&nodes.borrow(), follower);
         model.check(&config, ClientId(6)).await;
     });
 }

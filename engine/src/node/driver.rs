@@ -112,16 +112,16 @@ pub(super) async fn run<H: Handler>(
             driver.handle(input);
         }
         driver.propose();
-        // A busy node still moves its snapshot on, a slice at a time.
-        if driver.snapshot_slice_due() {
-            driver.snapshot_slice();
-        }
-        if driver.has_deferred_work() {
+        if driver.has_deferred_work() || driver.snapshot_slice_due() {
             // Let the connection tasks send what was queued first (appends, acknowledgements,
-            // replies): simulation and a follower's apply then run while those travel.
+            // replies): simulation, a follower's apply and a busy node's snapshot slice then
+            // run while those travel.
             tokio::task::yield_now().await;
             driver.simulate();
             driver.catch_up();
+            if driver.snapshot_slice_due() {
+                driver.snapshot_slice();
+            }
         }
     }
 }

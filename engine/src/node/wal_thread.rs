@@ -146,7 +146,16 @@ fn carry_out(
             }
             WalOp::Compact(through) => {
                 sync(wal, &mut unsynced, &mut events)?;
-                wal.compact_through(through)?;
+                let (_, segments) = wal.release_through(through);
+                if !segments.is_empty() {
+                    let dir = wal.dir().to_path_buf();
+                    // Off this thread: appends and their fsyncs do not wait for the deletion.
+                    thread::spawn(move || {
+                        if let Err(error) = crate::wal::remove_segments(&dir, &segments) {
+                            eprintln!("cannot remove WAL segments behind a snapshot: {error}");
+                        }
+                    });
+                }
             }
             WalOp::Reset { base, hash } => {
                 // What was written before belongs to the replaced log: nothing to report.
