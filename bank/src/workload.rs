@@ -57,3 +57,54 @@ impl Transfers {
         }
     }
 }
+
+/// A stream of every kind of command, valid and invalid: opens (some repeated), deposits,
+/// withdrawals and transfers with amounts that sometimes overdraw, unknown ids, same-account
+/// transfers, zero amounts, gets and a few audits. The first `accounts` commands open accounts
+/// `0..accounts`; ids go up to 50 past them. For determinism tests.
+pub fn mixed_stream(seed: u64, commands: usize, accounts: u64) -> Vec<BankCommand> {
+    let mut rng = Rng::new(seed);
+    let id = |rng: &mut Rng| account_id(rng.below(accounts + 50));
+    (0..commands)
+        .map(|n| {
+            if n < accounts as usize {
+                return BankCommand::Open {
+                    id: account_id(n as u64),
+                    balance: rng.below(5_000),
+                    flags: 0,
+                };
+            }
+            let amount = if rng.chance(1, 50) {
+                0
+            } else {
+                rng.below(3_000)
+            };
+            match rng.below(100) {
+                0..=4 => BankCommand::Open {
+                    id: id(&mut rng),
+                    balance: amount,
+                    flags: 1,
+                },
+                5..=19 => BankCommand::Deposit {
+                    id: id(&mut rng),
+                    amount,
+                },
+                20..=34 => BankCommand::Withdraw {
+                    id: id(&mut rng),
+                    amount,
+                },
+                35..=89 => {
+                    let from = id(&mut rng);
+                    let to = if rng.chance(1, 40) {
+                        from
+                    } else {
+                        id(&mut rng)
+                    };
+                    BankCommand::Transfer { from, to, amount }
+                }
+                90..=98 => BankCommand::Get { id: id(&mut rng) },
+                _ => BankCommand::Audit,
+            }
+        })
+        .collect()
+}

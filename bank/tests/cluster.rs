@@ -7,7 +7,6 @@ use bank::workload::account_id;
 use bank::{Bank, BankCommand};
 use engine::client::Client;
 use engine::node::local::LocalCluster;
-use engine::rng::Rng;
 use engine::{ClientId, EntryIndex, Mode, RequestNumber, StateHash};
 use std::time::Duration;
 
@@ -18,50 +17,7 @@ const ACCOUNTS: u64 = 2_000;
 /// The same kind of stream as the single-node determinism test: every command kind, valid and
 /// invalid.
 fn stream(seed: u64) -> Vec<BankCommand> {
-    let mut rng = Rng::new(seed);
-    let id = |rng: &mut Rng| account_id(rng.below(ACCOUNTS + 50));
-    (0..COMMANDS)
-        .map(|n| {
-            if n < ACCOUNTS as usize {
-                return BankCommand::Open {
-                    id: account_id(n as u64),
-                    balance: rng.below(5_000),
-                    flags: 0,
-                };
-            }
-            let amount = if rng.chance(1, 50) {
-                0
-            } else {
-                rng.below(3_000)
-            };
-            match rng.below(100) {
-                0..=4 => BankCommand::Open {
-                    id: id(&mut rng),
-                    balance: amount,
-                    flags: 1,
-                },
-                5..=19 => BankCommand::Deposit {
-                    id: id(&mut rng),
-                    amount,
-                },
-                20..=34 => BankCommand::Withdraw {
-                    id: id(&mut rng),
-                    amount,
-                },
-                35..=89 => {
-                    let from = id(&mut rng);
-                    let to = if rng.chance(1, 40) {
-                        from
-                    } else {
-                        id(&mut rng)
-                    };
-                    BankCommand::Transfer { from, to, amount }
-                }
-                90..=98 => BankCommand::Get { id: id(&mut rng) },
-                _ => BankCommand::Audit,
-            }
-        })
-        .collect()
+    bank::workload::mixed_stream(seed, COMMANDS, ACCOUNTS)
 }
 
 /// Runs the stream through a fresh three-node cluster in `mode`, packing `entry_commands_max`

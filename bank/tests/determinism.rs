@@ -2,10 +2,8 @@
 //! however its requests are packed into entries, and the single-node path recovers the same
 //! state from its WAL.
 
-use bank::workload::account_id;
 use bank::{Bank, BankCommand};
 use engine::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
-use engine::rng::Rng;
 use engine::single::SingleNode;
 use engine::{ClientId, EntryIndex, ReplyStatus, RequestNumber, StateHash, StateMachine, Term};
 
@@ -14,54 +12,8 @@ const REQUEST_COMMANDS: usize = 16;
 const ACCOUNTS: u64 = 2_000;
 const CLIENTS: u64 = 4;
 
-/// A stream of every kind of command, valid and invalid: opens (some repeated), deposits,
-/// withdrawals and transfers with amounts that sometimes overdraw, unknown ids, same-account
-/// transfers, zero amounts, gets and a few audits.
 fn stream(seed: u64) -> Vec<BankCommand> {
-    let mut rng = Rng::new(seed);
-    let id = |rng: &mut Rng| account_id(rng.below(ACCOUNTS + 50));
-    (0..COMMANDS)
-        .map(|n| {
-            if n < ACCOUNTS as usize {
-                return BankCommand::Open {
-                    id: account_id(n as u64),
-                    balance: rng.below(5_000),
-                    flags: 0,
-                };
-            }
-            let amount = if rng.chance(1, 50) {
-                0
-            } else {
-                rng.below(3_000)
-            };
-            match rng.below(100) {
-                0..=4 => BankCommand::Open {
-                    id: id(&mut rng),
-                    balance: amount,
-                    flags: 1,
-                },
-                5..=19 => BankCommand::Deposit {
-                    id: id(&mut rng),
-                    amount,
-                },
-                20..=34 => BankCommand::Withdraw {
-                    id: id(&mut rng),
-                    amount,
-                },
-                35..=89 => {
-                    let from = id(&mut rng);
-                    let to = if rng.chance(1, 40) {
-                        from
-                    } else {
-                        id(&mut rng)
-                    };
-                    BankCommand::Transfer { from, to, amount }
-                }
-                90..=98 => BankCommand::Get { id: id(&mut rng) },
-                _ => BankCommand::Audit,
-            }
-        })
-        .collect()
+    bank::workload::mixed_stream(seed, COMMANDS, ACCOUNTS)
 }
 
 /// Requests of 16 commands each, from clients taking turns, each numbering its own requests.

@@ -278,22 +278,13 @@ pub async fn set_node_mode(
     mode: Mode,
     timeout: Duration,
 ) -> Result<(), ClientError> {
-    let unreachable = |e: String| ClientError::Unreachable(format!("{address}: {e}"));
-    let exchange = async {
-        let mut frames = connect(cluster, address).await?;
-        frames.send(&ClientRequest::SetMode(mode)).await?;
-        let frame = frames
-            .next()
-            .await
-            .ok_or_else(|| FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))??;
-        Ok::<_, FrameError>(codec::decode::<ClientReply>(&frame)?)
-    };
-    match tokio::time::timeout(timeout, exchange).await {
-        Ok(Ok(ClientReply::ModeSet(set))) if set == mode => Ok(()),
-        Ok(Ok(other)) => Err(unreachable(format!("unexpected answer {other:?}"))),
-        Ok(Err(error)) => Err(unreachable(error.to_string())),
-        Err(_) => Err(unreachable("timed out".into())),
+    let reply = ask(cluster, address, &ClientRequest::SetMode(mode), timeout).await?;
+    if let ClientReply::ModeSet(set) = reply
+        && set == mode
+    {
+        return Ok(());
     }
+    Err(unexpected(address, &reply))
 }
 
 /// Asks one node for its status.
@@ -302,20 +293,37 @@ pub async fn node_status(
     address: SocketAddr,
     timeout: Duration,
 ) -> Result<NodeStatus, ClientError> {
-    let unreachable = |e: String| ClientError::Unreachable(format!("{address}: {e}"));
+    let reply = ask(cluster, address, &ClientRequest::Status, timeout).await?;
+    if let ClientReply::Status(status) = &reply {
+        return Ok(NodeStatus::clone(status));
+    }
+    Err(unexpected(address, &reply))
+}
+
+/// One request to one node on a connection of its own, and its reply.
+async fn ask(
+    cluster: u64,
+    address: SocketAddr,
+    request: &ClientRequest,
+    timeout: Duration,
+) -> Result<ClientReply, ClientError> {
     let exchange = async {
         let mut frames = connect(cluster, address).await?;
-        frames.send(&ClientRequest::Status).await?;
+        frames.send(request).await?;
         let frame = frames
             .next()
             .await
             .ok_or_else(|| FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))??;
         Ok::<_, FrameError>(codec::decode::<ClientReply>(&frame)?)
     };
+    let unreachable = |e: String| ClientError::Unreachable(format!("{address}: {e}"));
     match tokio::time::timeout(timeout, exchange).await {
-        Ok(Ok(ClientReply::Status(status))) => Ok(*status),
-        Ok(Ok(other)) => Err(unreachable(format!("unexpected answer {other:?}"))),
+        Ok(Ok(reply)) => Ok(reply),
         Ok(Err(error)) => Err(unreachable(error.to_string())),
         Err(_) => Err(unreachable("timed out".into())),
     }
+}
+
+fn unexpected(address: SocketAddr, reply: &ClientReply) -> ClientError {
+    ClientError::Unreachable(format!("{address}: unexpected answer {reply:?}"))
 }
