@@ -535,6 +535,9 @@ impl Core {
 
     fn on_snapshot_chunk(&mut self, chunk: SnapshotChunk, out: &mut Vec<Action>) {
         if chunk.term < self.hard.term {
+            // Answered like a stale append, so that a leader of an old term learns the newer
+            // one and steps down (a leader sending only a snapshot sends nothing else).
+            self.refuse_stale(chunk.leader, out);
             return;
         }
         if self.role != Role::Follower || self.leader != Some(chunk.leader) {
@@ -743,20 +746,25 @@ impl Core {
         });
     }
 
+    /// Answers a leader of an older term with this replica's term.
+    fn refuse_stale(&mut self, leader: NodeId, out: &mut Vec<Action>) {
+        let reply = AppendReply {
+            term: self.hard.term,
+            from: self.config.id,
+            outcome: AppendOutcome::Conflict {
+                hint: self.log.last_index(),
+            },
+            applied: self.applied,
+        };
+        out.push(Action::Send {
+            to: leader,
+            message: PeerMessage::AppendReply(reply),
+        });
+    }
+
     fn on_append(&mut self, append: Append, out: &mut Vec<Action>) {
         if append.term < self.hard.term {
-            let reply = AppendReply {
-                term: self.hard.term,
-                from: self.config.id,
-                outcome: AppendOutcome::Conflict {
-                    hint: self.log.last_index(),
-                },
-                applied: self.applied,
-            };
-            out.push(Action::Send {
-                to: append.leader,
-                message: PeerMessage::AppendReply(reply),
-            });
+            self.refuse_stale(append.leader, out);
             return;
         }
         if self.role != Role::Follower || self.leader != Some(append.leader) {

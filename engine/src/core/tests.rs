@@ -624,6 +624,60 @@ fn divergent_hashes_are_reported() {
     assert_eq!(step(&mut n1, reply(mine)), vec![]);
 }
 
+/// Proves a replica of a newer term answers a snapshot chunk of an older leader with its term,
+/// and that the old leader then steps down: a restarted follower that campaigned while the
+/// leader could only send it a snapshot must not be left unheard.
+#[test]
+fn a_stale_snapshot_chunk_is_answered_with_the_newer_term() {
+    let mut n2 = core(N2);
+    tick_until_active(&mut n2);
+    assert_eq!((n2.role(), n2.term()), (Role::Candidate, Term(1)));
+    let chunk = SnapshotChunk {
+        term: Term(0),
+        leader: N1,
+        index: EntryIndex(4),
+        offset: 0,
+        total: 10,
+        data: vec![0; 10],
+    };
+    let actions = step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Snapshot(chunk),
+        },
+    );
+    let reply = AppendReply {
+        term: Term(1),
+        from: N2,
+        outcome: AppendOutcome::Conflict {
+            hint: EntryIndex(0),
+        },
+        applied: None,
+    };
+    assert_eq!(
+        actions,
+        vec![Action::Send {
+            to: N1,
+            message: PeerMessage::AppendReply(reply.clone()),
+        }]
+    );
+
+    let mut n1 = leader_with_five_applied();
+    let newer = AppendReply {
+        term: Term(n1.term().0 + 1),
+        ..reply
+    };
+    step(
+        &mut n1,
+        Event::Message {
+            from: N2,
+            message: PeerMessage::AppendReply(newer),
+        },
+    );
+    assert_eq!((n1.role(), n1.term()), (Role::Follower, Term(2)));
+}
+
 /// Proves a replica that heard from its leader recently ignores a disruptive vote request of a
 /// higher term, and a leader without contact to a majority steps down.
 #[test]
