@@ -3,9 +3,15 @@
 //! entry whenever the pipeline has room, and gets whatever is queued. A request larger than the
 //! room left in an entry is split into fragments across entries.
 
-use crate::entry::{ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX, FragmentHeader, PayloadBuilder};
+use crate::codec;
+use crate::entry::{
+    COMMAND_BYTES_MAX, ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX, FragmentHeader,
+    PayloadBuilder, REQUEST_COMMANDS_MAX,
+};
+use crate::handler::Handler;
 use crate::ids::{ClientId, RequestNumber};
 use bytes::Bytes;
+use net::message::Rejection;
 use std::collections::VecDeque;
 
 /// Commands the batcher holds at most; a request that would pass it is refused as busy.
@@ -137,6 +143,33 @@ impl Batcher {
         self.queued_bytes = 0;
         self.queue.drain(..).collect()
     }
+}
+
+/// Checks a request's commands (count, size, each decodes as a command of `H`) and returns
+/// where each ends, so that the batcher can split the request between entries.
+pub fn command_ends<H: Handler>(commands: &[u8], count: u32) -> Result<Vec<u32>, Rejection> {
+    if count == 0 {
+        return Err(Rejection::Empty);
+    }
+    if count > REQUEST_COMMANDS_MAX {
+        return Err(Rejection::TooManyCommands { count });
+    }
+    let mut ends = Vec::with_capacity(count as usize);
+    let mut at = 0usize;
+    for command in 0..count {
+        let malformed = Rejection::Malformed { command };
+        let (_, used) =
+            codec::decode_prefix::<H::Command>(&commands[at..]).map_err(|_| malformed.clone())?;
+        if used > COMMAND_BYTES_MAX as usize {
+            return Err(malformed);
+        }
+        at += used;
+        ends.push(at as u32);
+    }
+    if at != commands.len() {
+        return Err(Rejection::Malformed { command: count });
+    }
+    Ok(ends)
 }
 
 #[cfg(test)]

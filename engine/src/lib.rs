@@ -16,6 +16,8 @@ pub mod handler;
 pub mod node;
 pub mod rng;
 pub mod sandbox;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod single;
 pub mod snapshot;
 pub mod state;

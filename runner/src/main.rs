@@ -7,6 +7,7 @@
 //! - `runner client --cluster FILE <command>`: one Bank command, JSON out.
 //! - `runner status --cluster FILE [--json]`: every node's role, term, indexes, state hash.
 //! - `runner single`: the Bank on one node without replication (a ceiling to compare with).
+//! - `runner sim --seeds N [--seed S] --json FILE`: the deterministic cluster simulator.
 //! - `runner recover --data-dir DIR`: recovers a stopped node's data directory as a restart
 //!   would (snapshot, log replay) and reports how long it took.
 
@@ -14,6 +15,7 @@ mod bench;
 mod cluster_file;
 mod commands;
 mod report;
+mod sim;
 mod single;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +45,8 @@ enum Command {
     Single(single::LocalArgs),
     /// Recovers a stopped node's data directory as a restart would, and reports the time.
     Recover(commands::RecoverArgs),
+    /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
+    Sim(sim::SimArgs),
 }
 
 /// Where data goes when `--dir` is not given: tmpfs, as the reference runs do.
@@ -66,5 +70,6 @@ fn main() -> anyhow::Result<()> {
         Command::Status(args) => commands::status(args),
         Command::Single(args) => single::run(args),
         Command::Recover(args) => commands::recover(args),
+        Command::Sim(args) => sim::run(args),
     }
 }

@@ -7,10 +7,10 @@ use super::timing::Timing;
 use super::wal_thread::{Acker, WalEvent, WalOp, WalThread};
 use super::{Input, NodeConfig, NodeError};
 use crate::apply::{Reply, ReplyStatus, StateMachine};
-use crate::batcher::{Batcher, Queued};
-use crate::codec;
+use crate::batcher::{Batcher, Queued, command_ends};
+
 use crate::core::{Action, Core, CoreConfig, Event, LogBase};
-use crate::entry::{COMMAND_BYTES_MAX, EntryKind, REQUEST_COMMANDS_MAX};
+use crate::entry::EntryKind;
 use crate::handler::Handler;
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber};
 use crate::snapshot::{
@@ -814,31 +814,4 @@ impl<H: Handler> Driver<H> {
             },
         }
     }
-}
-
-/// Checks a request's commands (count, size, each decodes as a command of `H`) and returns
-/// where each ends, so that the batcher can split the request between entries.
-fn command_ends<H: Handler>(commands: &[u8], count: u32) -> Result<Vec<u32>, Rejection> {
-    if count == 0 {
-        return Err(Rejection::Empty);
-    }
-    if count > REQUEST_COMMANDS_MAX {
-        return Err(Rejection::TooManyCommands { count });
-    }
-    let mut ends = Vec::with_capacity(count as usize);
-    let mut at = 0usize;
-    for command in 0..count {
-        let malformed = Rejection::Malformed { command };
-        let (_, used) =
-            codec::decode_prefix::<H::Command>(&commands[at..]).map_err(|_| malformed.clone())?;
-        if used > COMMAND_BYTES_MAX as usize {
-            return Err(malformed);
-        }
-        at += used;
-        ends.push(at as u32);
-    }
-    if at != commands.len() {
-        return Err(Rejection::Malformed { command: count });
-    }
-    Ok(ends)
 }

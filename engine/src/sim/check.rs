@@ -1,0 +1,256 @@
+//! The simulator's invariant checkers. A reference replica applies the committed log as the
+//! nodes report it, with a state machine of its own that never speculates; every node's
+//! committed entries, state hashes and every client's acknowledged results are compared with
+//! it as they appear.
+//!
+//! - **I1** an acknowledged request is in the committed log, with the results its client got;
+//! - **I2** replicas that applied an index have the same state hash there;
+//! - **I3** the workload's own check of the committed state (the Bank: money is conserved
+//!   except for deposits and withdrawals);
+//! - **I4** committed entries are the same on every node that holds them;
+//! - **I5** a request takes effect at most once: every answer for it carries the same results
+//!   (a second execution would not), and I3 counts each request's effects once;
+//! - **I6** checked by the simulator: no request without an outcome after healing;
+//! - **I7** one leader per term; a committed entry is never truncated.
+
+use super::Workload;
+use crate::apply::{ReplyStatus, StateMachine, decode_outcomes};
+use crate::entry::Entry;
+use crate::handler::Handler;
+use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
+use crate::state::StateHash;
+use std::collections::BTreeMap;
+
+type Cmd<W> = <<W as Workload>::H as Handler>::Command;
+
+/// The reference replica and what has been seen so far.
+pub struct Checker<W: Workload> {
+    reference: StateMachine<W::H>,
+    /// The committed log, as first reported by any node.
+    log: Vec<Entry>,
+    /// The state hash after each applied index, as first seen.
+    hashes: BTreeMap<EntryIndex, (NodeId, StateHash)>,
+    /// Each node's commit index already compared with `log`.
+    checked: BTreeMap<NodeId, EntryIndex>,
+    /// Every request's commands.
+    requests: BTreeMap<(ClientId, RequestNumber), Vec<Cmd<W>>>,
+    /// Results of each request in the reference replica.
+    results: BTreeMap<(ClientId, RequestNumber), Vec<u8>>,
+    /// Results each client got.
+    acknowledged: BTreeMap<(ClientId, RequestNumber), Vec<u8>>,
+    /// The leader of each term.
+    leaders: BTreeMap<Term, NodeId>,
+    violations: Vec<String>,
+}
+
+/// The reference replica's node id in reports.
+const REFERENCE: NodeId = NodeId(0);
+
+impl<W: Workload> Checker<W> {
+    pub(super) fn new(handler: W::H) -> Self {
+        Checker {
+            reference: StateMachine::new(handler, super::SIM_STATE_BYTES),
+            log: Vec::new(),
+            hashes: BTreeMap::new(),
+            checked: BTreeMap::new(),
+            requests: BTreeMap::new(),
+            results: BTreeMap::new(),
+            acknowledged: BTreeMap::new(),
+            leaders: BTreeMap::new(),
+            violations: Vec::new(),
+        }
+    }
+
+    /// Records a violation found elsewhere.
+    pub(super) fn violation(&mut self, message: String) {
+        self.violations.push(message);
+    }
+
+    /// Entries committed in the reference log.
+    pub(super) fn committed(&self) -> u64 {
+        self.log.len() as u64
+    }
+
+    pub(super) fn requested(
+        &mut self,
+        client: ClientId,
+        request: RequestNumber,
+        commands: Vec<Cmd<W>>,
+    ) {
+        self.requests.insert((client, request), commands);
+    }
+
+    /// I7: one leader per term.
+    pub(super) fn leader(&mut self, term: Term, node: NodeId) {
+        if let Some(&other) = self.leaders.get(&term)
+            && other != node
+        {
+            self.violations.push(format!(
+                "I7: two leaders in term {}: nodes {} and {}",
+                term.0, other.0, node.0
+            ));
+        }
+        self.leaders.insert(term, node);
+    }
+
+    pub(super) fn crashed(&mut self, node: NodeId) {
+        self.checked.remove(&node);
+    }
+
+    pub(super) fn restarted(&mut self, node: NodeId, committed: EntryIndex) {
+        self.checked
+            .insert(node, committed.min(EntryIndex(self.log.len() as u64)));
+    }
+
+    /// I4: the entries node `node` holds committed (`entries` is its log from index 1) are the
+    /// reference's; the first to report an index adds it to the reference log.
+    pub(super) fn committed_on(&mut self, node: NodeId, commit: EntryIndex, entries: &[Entry]) {
+        let checked = self.checked.get(&node).copied().unwrap_or(EntryIndex::ZERO);
+        for index in checked.0 + 1..=commit.0 {
+            let Some(entry) = entries.get(index as usize - 1) else {
+                self.violations.push(format!(
+                    "node {}: commit index {} but its log ends at {}",
+                    node.0,
+                    commit.0,
+                    entries.len()
+                ));
+                break;
+            };
+            match self.log.get(index as usize - 1) {
+                Some(known) if known.header.hash != entry.header.hash => {
+                    self.violations.push(format!(
+                        "I4: committed entry {index} on node {} differs from the one committed before",
+                        node.0
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    debug_assert_eq!(self.log.len() as u64 + 1, index);
+                    self.log.push(entry.clone());
+                }
+            }
+        }
+        self.checked.insert(node, commit.max(checked));
+    }
+
+    /// I2: node `node` applied `index` with state hash `hash`.
+    pub(super) fn node_applied(&mut self, node: NodeId, index: EntryIndex, hash: StateHash) {
+        match self.hashes.get(&index) {
+            Some(&(first, known)) if known != hash => self.violations.push(format!(
+                "I2: after entry {}: node {} has state hash {}, node {} has {}",
+                index.0, first.0, known, node.0, hash
+            )),
+            Some(_) => {}
+            None => {
+                self.hashes.insert(index, (node, hash));
+            }
+        }
+    }
+
+    /// I1 (as far as the reference has come): what a client got is what the log gives.
+    pub(super) fn acknowledged(
+        &mut self,
+        client: ClientId,
+        request: RequestNumber,
+        results: Vec<u8>,
+    ) {
+        if let Some(reference) = self.results.get(&(client, request))
+            && *reference != results
+        {
+            self.violations.push(format!(
+                "I1: client {} request {}: acknowledged results differ from the committed log's",
+                client.0, request.0
+            ));
+        }
+        self.acknowledged.insert((client, request), results);
+    }
+
+    /// Applies the reference log as far as it goes; checks I2, I3, I5 and I1 on the way.
+    pub(super) fn advance(&mut self, workload: &mut W) {
+        while (self.reference.applied_index().0 as usize) < self.log.len() {
+            let entry = &self.log[self.reference.applied_index().0 as usize];
+            let applied = match self.reference.apply(entry) {
+                Ok(applied) => applied,
+                Err(error) => {
+                    self.violations
+                        .push(format!("the reference replica stopped: {error}"));
+                    // Nothing more can be compared.
+                    self.log.truncate(self.reference.applied_index().0 as usize);
+                    return;
+                }
+            };
+            self.node_applied(REFERENCE, applied.index, applied.state_hash);
+            for reply in applied.replies {
+                let key = (reply.client, reply.request);
+                let ReplyStatus::Results(results) = reply.status else {
+                    continue;
+                };
+                if let Some(earlier) = self.results.get(&key) {
+                    if *earlier != results {
+                        self.violations.push(format!(
+                            "I5: client {} request {} answered twice with different results",
+                            key.0.0, key.1.0
+                        ));
+                    }
+                    continue;
+                }
+                match (
+                    self.requests.get(&key),
+                    decode_outcomes::<W::H>(&results, reply.command_count),
+                ) {
+                    (Some(commands), Ok(outcomes)) if commands.len() == outcomes.len() => {
+                        for (command, outcome) in commands.iter().zip(&outcomes) {
+                            workload.observe(command, outcome);
+                        }
+                    }
+                    _ => self.violations.push(format!(
+                        "client {} request {}: results that do not match its commands",
+                        key.0.0, key.1.0
+                    )),
+                }
+                if let Some(acknowledged) = self.acknowledged.get(&key)
+                    && *acknowledged != results
+                {
+                    self.violations.push(format!(
+                        "I1: client {} request {}: acknowledged results differ from the committed log's",
+                        key.0.0, key.1.0
+                    ));
+                }
+                self.results.insert(key, results);
+            }
+            // A request split between entries has effects before its results: the state
+            // is comparable only when no request is halfway.
+            if self.halfway().is_none()
+                && let Err(reason) = workload.check(self.reference.state())
+            {
+                self.violations
+                    .push(format!("I3: after entry {}: {reason}", applied.index.0));
+            }
+        }
+    }
+
+    /// A client whose latest request in the reference log has applied only in part.
+    fn halfway(&self) -> Option<ClientId> {
+        let sessions = self.reference.sessions();
+        let mut clients: Vec<ClientId> = self.requests.keys().map(|(c, _)| *c).collect();
+        clients.dedup();
+        clients.into_iter().find(|&client| {
+            sessions
+                .last_request(client)
+                .is_some_and(|last| sessions.finished_results(client, last).is_none())
+        })
+    }
+
+    /// The checks that need the whole run: I1 for every acknowledgement.
+    pub(super) fn finish(&mut self) -> Vec<String> {
+        for (client, request) in self.acknowledged.keys() {
+            if !self.results.contains_key(&(*client, *request)) {
+                self.violations.push(format!(
+                    "I1: client {} request {} was acknowledged but is not in the committed log",
+                    client.0, request.0
+                ));
+            }
+        }
+        std::mem::take(&mut self.violations)
+    }
+}

@@ -1,0 +1,216 @@
+//! `runner sim`: the deterministic cluster simulator (`engine::sim`) driving the Bank, over
+//! many seeds; each failing seed is printed and replays with `--seed S --seeds 1`.
+
+use bank::workload::account_id;
+use bank::{ACCOUNTS, AccountId, Bank, BankCommand, BankError, BankOutput};
+use engine::Outcome;
+use engine::rng::Rng;
+use engine::sim::{SimOptions, SimReport, Workload};
+use engine::state::State;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Accounts the simulated clients use: few, so that their commands contend.
+pub const SIM_ACCOUNTS: u64 = 8;
+/// Commands in one simulated request, at most.
+pub const SIM_REQUEST_COMMANDS_MAX: u64 = 8;
+/// Amounts the simulated commands move, at most.
+pub const SIM_AMOUNT_MAX: u64 = 2_000;
+
+/// Options of `runner sim`.
+#[derive(clap::Args, Debug)]
+pub struct SimArgs {
+    /// Seeds to run.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// The first seed (the others follow it); without it, one drawn from the clock.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Requests each of the three clients sends per seed.
+    #[arg(long, default_value_t = 100)]
+    requests: u32,
+    /// Writes `{"seeds": N, "violations": V, "failing_seeds": [...]}` here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Prints a line per seed.
+    #[arg(long)]
+    verbose: bool,
+}
+
+/// The Bank under simulation: random commands of every kind over a few accounts, and the
+/// money it must hold (I3): opening balances and deposits in, withdrawals out, transfers
+/// moving money without creating or destroying any.
+#[derive(Debug, Default)]
+pub struct BankWorkload {
+    /// The total every balance must sum to, from the outcomes in the committed order.
+    expected_total: u128,
+}
+
+impl Workload for BankWorkload {
+    type H = Bank;
+
+    fn handler(&self) -> Bank {
+        Bank
+    }
+
+    fn next_request(&mut self, rng: &mut Rng) -> Vec<BankCommand> {
+        let count = 1 + rng.below(SIM_REQUEST_COMMANDS_MAX);
+        (0..count).map(|_| random_command(rng)).collect()
+    }
+
+    fn observe(&mut self, command: &BankCommand, outcome: &Outcome<BankOutput, BankError>) {
+        if let Outcome::Done(_) = outcome {
+            match *command {
+                BankCommand::Open { balance, .. } => self.expected_total += u128::from(balance),
+                BankCommand::Deposit { amount, .. } => self.expected_total += u128::from(amount),
+                BankCommand::Withdraw { amount, .. } => self.expected_total -= u128::from(amount),
+                BankCommand::Transfer { .. } | BankCommand::Get { .. } | BankCommand::Audit => {}
+            }
+        }
+    }
+
+    fn check(&self, state: &State) -> Result<(), String> {
+        let total: u128 = state
+            .iter_unordered(&ACCOUNTS)
+            .map(|(_, account)| u128::from(account.balance))
+            .sum();
+        if total != self.expected_total {
+            return Err(format!(
+                "balances sum to {total}, deposits and withdrawals to {}",
+                self.expected_total
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn random_command(rng: &mut Rng) -> BankCommand {
+    let id = |rng: &mut Rng| account_id(rng.below(SIM_ACCOUNTS));
+    let amount = 1 + rng.below(SIM_AMOUNT_MAX);
+    match rng.below(20) {
+        0..=2 => BankCommand::Open {
+            id: id(rng),
+            balance: amount,
+            flags: 0,
+        },
+        3..=5 => BankCommand::Deposit {
+            id: id(rng),
+            amount,
+        },
+        6..=8 => BankCommand::Withdraw {
+            id: id(rng),
+            amount,
+        },
+        9..=16 => BankCommand::Transfer {
+            from: id(rng),
+            to: id(rng),
+            amount,
+        },
+        17..=18 => BankCommand::Get { id: id(rng) },
+        _ => {
+            if rng.chance(1, 2) {
+                BankCommand::Audit
+            } else {
+                BankCommand::Get { id: AccountId(0) }
+            }
+        }
+    }
+}
+
+/// Runs the simulator on `args.seeds` seeds from the first; prints failures and a summary.
+pub fn run(args: SimArgs) -> anyhow::Result<()> {
+    let first = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    eprintln!(
+        "simulating {} seeds from {first} ({} requests per client)",
+        args.seeds, args.requests
+    );
+    let started = Instant::now();
+    let mut failing = Vec::new();
+    let mut totals = SimReport::default();
+    let mut last_progress = Instant::now();
+    for n in 0..args.seeds {
+        let seed = first.wrapping_add(n);
+        let mut options = SimOptions::new(seed);
+        options.requests = args.requests;
+        let report = engine::sim::run(BankWorkload::default(), options);
+        if args.verbose {
+            eprintln!(
+                "seed {seed}: {:?}, {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
+                report.mode,
+                report.acknowledged,
+                report.committed,
+                report.crashes,
+                report.partitions,
+                report.leaders,
+                report.events,
+                report.time as f64 / 10_000.0
+            );
+        }
+        if !report.violations.is_empty() {
+            eprintln!("seed {seed} FAILED ({:?} mode):", report.mode);
+            for violation in &report.violations {
+                eprintln!("  {violation}");
+            }
+            eprintln!("  replay: runner sim --seed {seed} --seeds 1 --verbose");
+            failing.push(seed);
+        }
+        totals.acknowledged += report.acknowledged;
+        totals.committed += report.committed;
+        totals.crashes += report.crashes;
+        totals.partitions += report.partitions;
+        totals.events += report.events;
+        if last_progress.elapsed().as_secs() >= 5 {
+            last_progress = Instant::now();
+            eprintln!(
+                "  {} of {} seeds, {} failing",
+                n + 1,
+                args.seeds,
+                failing.len()
+            );
+        }
+    }
+    println!(
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>12} {:>8}",
+        "seeds",
+        "failing",
+        "acknowledged",
+        "committed",
+        "crashes",
+        "partitions",
+        "events",
+        "seconds"
+    );
+    println!(
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>12} {:>8.1}",
+        args.seeds,
+        failing.len(),
+        totals.acknowledged,
+        totals.committed,
+        totals.crashes,
+        totals.partitions,
+        totals.events,
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "seeds": args.seeds,
+            "first_seed": first,
+            "violations": failing.len(),
+            "failing_seeds": failing,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")?;
+    }
+    if failing.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "{} of {} seeds violated an invariant",
+            failing.len(),
+            args.seeds
+        )
+    }
+}

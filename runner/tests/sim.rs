@@ -1,0 +1,69 @@
+//! The deterministic simulator through `runner sim`: hundreds of seeds with faults and no
+//! invariant violated, and a seed that replays its run exactly.
+
+use std::process::Command;
+
+/// Seeds the test suite runs (the issue asks for at least 200).
+const CI_SEEDS: u64 = 1_000;
+
+fn runner() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+}
+
+/// Proves I1-I7 hold on every one of [`CI_SEEDS`] seeds (crashes, partitions, loss,
+/// duplication, slow fsyncs), and that the JSON summary says so.
+#[test]
+fn hundreds_of_seeds_violate_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("sim.json");
+    let output = runner()
+        .args([
+            "sim",
+            "--seeds",
+            &CI_SEEDS.to_string(),
+            "--seed",
+            "1",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "runner sim failed:\n{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(summary["seeds"], CI_SEEDS);
+    assert_eq!(summary["violations"], 0, "{stderr}");
+    assert_eq!(summary["failing_seeds"], serde_json::json!([]));
+    let table = String::from_utf8_lossy(&output.stdout);
+    let crashes: u64 = table
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .nth(4)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(crashes > CI_SEEDS, "faults were injected: {table}");
+}
+
+/// Proves one seed replays the same run: every count of the verbose line is equal.
+#[test]
+fn a_seed_replays_exactly() {
+    let run = || {
+        let output = runner()
+            .args(["sim", "--seeds", "3", "--seed", "77", "--verbose"])
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stderr)
+            .lines()
+            .filter(|l| l.starts_with("seed "))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let first = run();
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert_eq!(first, run());
+}
