@@ -811,10 +811,18 @@ impl Core {
                 outcome: AppendOutcome::Matched { index: covered },
                 applied: self.applied,
             };
-            out.push(Action::AckWhenDurable {
-                to: append.leader,
-                reply,
-            });
+            if cfg!(feature = "mutation-ack-before-fsync") {
+                // Deliberately broken build: acknowledges what is not yet durable.
+                out.push(Action::Send {
+                    to: append.leader,
+                    message: PeerMessage::AppendReply(reply),
+                });
+            } else {
+                out.push(Action::AckWhenDurable {
+                    to: append.leader,
+                    reply,
+                });
+            }
             self.acknowledged = self.acknowledged.max(covered);
         }
         let commit = append.commit.min(covered);
@@ -948,7 +956,12 @@ impl Core {
 
     fn advance_commit(&mut self, out: &mut Vec<Action>) {
         let mut matched: Vec<EntryIndex> = self.peers.values().map(|p| p.matched).collect();
-        matched.push(self.durable);
+        if cfg!(feature = "mutation-leader-commit-before-fsync") {
+            // Deliberately broken build: the leader counts entries it has not made durable.
+            matched.push(self.log.last_index());
+        } else {
+            matched.push(self.durable);
+        }
         let quorum = quorum_index(&mut matched);
         if quorum > self.commit && self.log.term_at(quorum) == Some(self.hard.term) {
             self.commit = quorum;

@@ -43,6 +43,9 @@ pub struct Checker<W: Workload> {
     violations: Vec<String>,
 }
 
+/// Violations a run keeps, at most.
+pub const VIOLATIONS_KEPT_MAX: usize = 20;
+
 /// The reference replica's node id in reports.
 const REFERENCE: NodeId = NodeId(0);
 
@@ -63,7 +66,14 @@ impl<W: Workload> Checker<W> {
 
     /// Records a violation found elsewhere.
     pub(super) fn violation(&mut self, message: String) {
-        self.violations.push(message);
+        self.note(message);
+    }
+
+    /// Keeps the first [`VIOLATIONS_KEPT_MAX`] violations (one bug tends to repeat).
+    fn note(&mut self, message: String) {
+        if self.violations.len() < VIOLATIONS_KEPT_MAX {
+            self.violations.push(message);
+        }
     }
 
     /// Entries committed in the reference log.
@@ -85,7 +95,7 @@ impl<W: Workload> Checker<W> {
         if let Some(&other) = self.leaders.get(&term)
             && other != node
         {
-            self.violations.push(format!(
+            self.note(format!(
                 "I7: two leaders in term {}: nodes {} and {}",
                 term.0, other.0, node.0
             ));
@@ -108,7 +118,7 @@ impl<W: Workload> Checker<W> {
         let checked = self.checked.get(&node).copied().unwrap_or(EntryIndex::ZERO);
         for index in checked.0 + 1..=commit.0 {
             let Some(entry) = entries.get(index as usize - 1) else {
-                self.violations.push(format!(
+                self.note(format!(
                     "node {}: commit index {} but its log ends at {}",
                     node.0,
                     commit.0,
@@ -118,7 +128,7 @@ impl<W: Workload> Checker<W> {
             };
             match self.log.get(index as usize - 1) {
                 Some(known) if known.header.hash != entry.header.hash => {
-                    self.violations.push(format!(
+                    self.note(format!(
                         "I4: committed entry {index} on node {} differs from the one committed before",
                         node.0
                     ));
@@ -136,7 +146,7 @@ impl<W: Workload> Checker<W> {
     /// I2: node `node` applied `index` with state hash `hash`.
     pub(super) fn node_applied(&mut self, node: NodeId, index: EntryIndex, hash: StateHash) {
         match self.hashes.get(&index) {
-            Some(&(first, known)) if known != hash => self.violations.push(format!(
+            Some(&(first, known)) if known != hash => self.note(format!(
                 "I2: after entry {}: node {} has state hash {}, node {} has {}",
                 index.0, first.0, known, node.0, hash
             )),
@@ -157,7 +167,7 @@ impl<W: Workload> Checker<W> {
         if let Some(reference) = self.results.get(&(client, request))
             && *reference != results
         {
-            self.violations.push(format!(
+            self.note(format!(
                 "I1: client {} request {}: acknowledged results differ from the committed log's",
                 client.0, request.0
             ));
@@ -187,7 +197,7 @@ impl<W: Workload> Checker<W> {
                 };
                 if let Some(earlier) = self.results.get(&key) {
                     if *earlier != results {
-                        self.violations.push(format!(
+                        self.note(format!(
                             "I5: client {} request {} answered twice with different results",
                             key.0.0, key.1.0
                         ));
@@ -203,7 +213,7 @@ impl<W: Workload> Checker<W> {
                             workload.observe(command, outcome);
                         }
                     }
-                    _ => self.violations.push(format!(
+                    _ => self.note(format!(
                         "client {} request {}: results that do not match its commands",
                         key.0.0, key.1.0
                     )),
@@ -211,7 +221,7 @@ impl<W: Workload> Checker<W> {
                 if let Some(acknowledged) = self.acknowledged.get(&key)
                     && *acknowledged != results
                 {
-                    self.violations.push(format!(
+                    self.note(format!(
                         "I1: client {} request {}: acknowledged results differ from the committed log's",
                         key.0.0, key.1.0
                     ));
@@ -243,13 +253,17 @@ impl<W: Workload> Checker<W> {
 
     /// The checks that need the whole run: I1 for every acknowledgement.
     pub(super) fn finish(&mut self) -> Vec<String> {
-        for (client, request) in self.acknowledged.keys() {
-            if !self.results.contains_key(&(*client, *request)) {
-                self.violations.push(format!(
-                    "I1: client {} request {} was acknowledged but is not in the committed log",
-                    client.0, request.0
-                ));
-            }
+        let lost: Vec<(ClientId, RequestNumber)> = self
+            .acknowledged
+            .keys()
+            .filter(|key| !self.results.contains_key(key))
+            .copied()
+            .collect();
+        for (client, request) in lost {
+            self.note(format!(
+                "I1: client {} request {} was acknowledged but is not in the committed log",
+                client.0, request.0
+            ));
         }
         std::mem::take(&mut self.violations)
     }
