@@ -139,8 +139,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         let report = engine::sim::run(BankWorkload::default(), options);
         if args.verbose {
             eprintln!(
-                "seed {seed}: {:?}, {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
+                "seed {seed}: {:?}, snapshots every {} ({} taken, {} installed), {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
                 report.mode,
+                report.snapshot_every,
+                report.snapshots,
+                report.installs,
                 report.acknowledged,
                 report.committed,
                 report.crashes,
@@ -163,6 +166,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.crashes += report.crashes;
         totals.partitions += report.partitions;
         totals.events += report.events;
+        totals.snapshots += report.snapshots;
+        totals.installs += report.installs;
         if last_progress.elapsed().as_secs() >= 5 {
             last_progress = Instant::now();
             eprintln!(
@@ -174,24 +179,28 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
         "committed",
         "crashes",
         "partitions",
+        "snapshots",
+        "installs",
         "events",
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>12} {:>8.1}",
         args.seeds,
         failing.len(),
         totals.acknowledged,
         totals.committed,
         totals.crashes,
         totals.partitions,
+        totals.snapshots,
+        totals.installs,
         totals.events,
         started.elapsed().as_secs_f64()
     );

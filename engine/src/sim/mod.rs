@@ -16,10 +16,15 @@
 //! - crashes and restarts: a restarted node recovers as `node::storage` does, from its hard
 //!   state and its log, replaying the entries its log shows committed.
 //!
-//! Not simulated yet: snapshots (the simulated nodes never compact their logs), corrupted or
-//! misdirected sectors (protocol-aware repair is not built), disk full.
+//! - snapshots: taken a slice at a time while entries apply (copy-on-write), durable after a
+//!   simulated write, logs compacted behind them, sent to a lagging follower in chunks and
+//!   installed; recovery starts from the newest snapshot its log continues.
+//!
+//! Not simulated yet: corrupted or misdirected sectors (protocol-aware repair is not built),
+//! disk full.
 
 pub mod check;
+mod disk;
 
 use crate::apply::{Mode, ReplyStatus, StateMachine};
 use crate::batcher::{Batcher, Queued, command_ends};
@@ -31,10 +36,12 @@ use crate::entry::{Entry, EntryKind, encode_commands};
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber};
 use crate::rng::Rng;
+use crate::snapshot::{ScanProgress, SnapshotMeta, parse_snapshot};
 use crate::state::State;
 use bytes::Bytes;
 use check::Checker;
-use net::message::{AppliedHash, PeerMessage, Role};
+use disk::Disk;
+use net::message::{AppliedHash, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Simulated time, in units of 100 microseconds.
@@ -54,6 +61,10 @@ pub const SIM_ENTRY_COMMANDS_MAX: u32 = 16;
 pub const SIM_PIPELINE_ENTRIES_MAX: u64 = 4;
 /// Time the healed cluster gets at the end of a run to answer every client (10 s).
 pub const SETTLE_UNITS: Time = 100_000;
+/// Bytes of a snapshot chunk (small, so that a snapshot takes several).
+pub const SIM_SNAPSHOT_CHUNK_BYTES: usize = 1024;
+/// Slots a snapshot slice scans (small, so that entries apply between slices).
+pub const SIM_SNAPSHOT_SLICE_SLOTS: usize = 4;
 /// Time after which faults end even if clients have not sent everything (60 s; a healthy
 /// run takes a few seconds).
 pub const FAULTS_UNITS_MAX: Time = 600_000;
@@ -105,6 +116,12 @@ pub struct SimReport {
     pub seed: u64,
     /// The mode the leaders ran in.
     pub mode: Mode,
+    /// Entries between snapshots (0: none).
+    pub snapshot_every: u64,
+    /// Snapshots made durable.
+    pub snapshots: u64,
+    /// Snapshots installed from a leader.
+    pub installs: u64,
     /// Invariant violations, in the order found (empty: the run passed).
     pub violations: Vec<String>,
     /// Requests whose results reached their client.
@@ -146,6 +163,12 @@ enum SimEvent {
         peer: NodeId,
         entries: Vec<Entry>,
     },
+    SnapshotDurable {
+        node: NodeId,
+        incarnation: u64,
+        meta: SnapshotMeta,
+        bytes: Vec<u8>,
+    },
     Request {
         node: NodeId,
         client: usize,
@@ -184,20 +207,6 @@ enum SimReply {
     Refused,
 }
 
-/// A node's disk: survives crashes.
-#[derive(Default)]
-struct Disk {
-    hard: crate::core::HardState,
-    /// The log from index 1 (no compaction in the simulator).
-    entries: Vec<Entry>,
-    /// Entries durable (a prefix of `entries`).
-    synced: usize,
-    /// An fsync in flight: the entries and acknowledgements it covers.
-    syncing: Option<(usize, usize)>,
-    /// Acknowledgements waiting for an fsync, in order.
-    acks: Vec<(NodeId, PeerMessage)>,
-}
-
 /// A running node: what a crash loses.
 struct Live<H: Handler> {
     core: Core,
@@ -210,6 +219,12 @@ struct Live<H: Handler> {
     /// The commit index before the event being handled (what a truncation must stay above).
     commit_before: EntryIndex,
     halted: bool,
+    /// The snapshot being scanned: its bytes so far.
+    snapshot_bytes: Vec<u8>,
+    /// The applied index when the last snapshot started.
+    snapshot_started: EntryIndex,
+    /// A snapshot arriving from the leader: its index, size and the bytes so far.
+    incoming: Option<(EntryIndex, u64, Vec<u8>)>,
 }
 
 struct SimNode<H: Handler> {
@@ -253,6 +268,10 @@ pub struct Sim<W: Workload> {
     clients: Vec<SimClient>,
     links: Links,
     mode: Mode,
+    /// Entries between snapshots (0: none), drawn per seed.
+    snapshot_every: u64,
+    /// Entries a leader keeps behind a snapshot for a lagging follower, drawn per seed.
+    lagging_entries_max: u64,
     checker: Checker<W>,
     workload: W,
     healed: bool,
@@ -273,6 +292,16 @@ impl<W: Workload> Sim<W> {
             Mode::Verify
         } else {
             Mode::Performance
+        };
+        let snapshot_every = if rng.chance(1, 5) {
+            0
+        } else {
+            4 + rng.below(29)
+        };
+        let lagging_entries_max = if rng.chance(1, 4) {
+            LAGGING_FOLLOWER_ENTRIES_MAX
+        } else {
+            rng.below(64)
         };
         let nodes = (1..=SIM_NODES)
             .map(|id| SimNode {
@@ -296,6 +325,7 @@ impl<W: Workload> Sim<W> {
         let report = SimReport {
             seed: options.seed,
             mode,
+            snapshot_every,
             ..SimReport::default()
         };
         Sim {
@@ -308,6 +338,8 @@ impl<W: Workload> Sim<W> {
             clients,
             links: Links::default(),
             mode,
+            snapshot_every,
+            lagging_entries_max,
             checker,
             workload,
             healed: false,
@@ -338,7 +370,7 @@ impl<W: Workload> Sim<W> {
             self.report.events += 1;
             self.handle(event);
             self.check_nodes();
-            if self.clients_done() {
+            if self.clients_done() && self.converged() {
                 break;
             }
             if !self.healed && (self.all_sent() || self.now > FAULTS_UNITS_MAX) {
@@ -349,6 +381,17 @@ impl<W: Workload> Sim<W> {
             }
         }
         self.finish();
+    }
+
+    /// True when every node is up and has applied everything committed, with no snapshot
+    /// or fsync pending that could change it.
+    fn converged(&self) -> bool {
+        let committed = self.checker.committed();
+        self.nodes.iter().all(|n| {
+            n.live
+                .as_ref()
+                .is_some_and(|l| l.machine.applied_index().0 == committed)
+        })
     }
 
     fn heal_deadline(&self) -> Time {
@@ -385,6 +428,22 @@ impl<W: Workload> Sim<W> {
             .filter(|c| c.current.is_some() || c.sent < self.options.requests)
             .count() as u64;
         self.report.unknown = unknown;
+        let behind: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let applied = n.live.as_ref().map(|l| l.machine.applied_index().0);
+                (applied != Some(self.checker.committed()))
+                    .then(|| format!("node {} applied {:?}", n.id.0, applied))
+            })
+            .collect();
+        if unknown == 0 && !behind.is_empty() {
+            self.report.violations.push(format!(
+                "liveness: {} entries committed, but after healing {}",
+                self.checker.committed(),
+                behind.join(", ")
+            ));
+        }
         if unknown > 0 {
             self.report.violations.push(format!(
                 "I6: {unknown} clients still have a request with no outcome after healing"
@@ -435,6 +494,16 @@ impl<W: Workload> Sim<W> {
             } => {
                 if self.node(node).incarnation == incarnation {
                     self.step(node, Event::Loaded { peer, entries });
+                }
+            }
+            SimEvent::SnapshotDurable {
+                node,
+                incarnation,
+                meta,
+                bytes,
+            } => {
+                if self.node(node).incarnation == incarnation {
+                    self.snapshot_durable(node, meta, bytes);
                 }
             }
             SimEvent::Request {
@@ -562,40 +631,69 @@ impl<W: Workload> Sim<W> {
             return;
         }
         node.incarnation += 1;
-        // What was written but not yet durable: a random prefix survives (a torn last write
-        // is cut by recovery, which keeps only whole entries).
-        let disk = &mut node.disk;
-        let unsynced = disk.entries.len() - disk.synced;
-        let kept = (keep_draw % (unsynced as u64 + 1)) as usize;
-        disk.entries.truncate(disk.synced + kept);
-        disk.synced = disk.entries.len();
-        disk.syncing = None;
-        disk.acks.clear();
+        node.disk.crash(keep_draw);
         self.report.crashes += 1;
         self.checker.crashed(id);
     }
 
-    /// Starts node `id` from its disk, as `node::storage::restore` recovers a real one.
+    /// Starts node `id` from its disk, as `node::storage::restore` recovers a real one: the
+    /// newest snapshot with no gap before the log (the log reset to it when it does not
+    /// continue it), then the entries the log shows committed.
     fn restart(&mut self, id: NodeId) {
         let seed = self.rng.next_u64();
         let handler = self.workload.handler();
-        let mode = self.mode;
+        let (mode, lagging_entries_max) = (self.mode, self.lagging_entries_max);
         let node = &mut self.nodes[usize::from(id.0 - 1)];
         node.incarnation += 1;
-        let entries = &node.disk.entries;
-        let last = entries.len() as u64;
-        let committed = entries
+        let disk = &mut node.disk;
+        let mut machine = StateMachine::new(handler, SIM_STATE_BYTES);
+        let mut applied = None;
+        let mut chosen = None;
+        if let Some((meta, bytes)) = disk
+            .snapshots
+            .iter()
+            .rev()
+            .find(|(meta, _)| disk.first_index() <= meta.index.0 + 1)
+        {
+            let installed = parse_snapshot(bytes).and_then(|snapshot| machine.install(snapshot));
+            if let Err(reason) = installed {
+                self.checker.violation(format!(
+                    "node {}: its durable snapshot of entry {} does not load: {reason}",
+                    id.0, meta.index
+                ));
+                return;
+            }
+            applied = Some(AppliedHash {
+                index: meta.index,
+                hash: meta.state_hash,
+            });
+            chosen = Some(meta.clone());
+        }
+        match &chosen {
+            Some(meta) if !disk.continues(meta.index, meta.entry_hash) => disk.reset(LogBase {
+                index: meta.index,
+                term: meta.term,
+                hash: meta.entry_hash,
+            }),
+            Some(meta) => disk.compact(meta.index.0),
+            None if disk.first_index() > 1 => disk.reset(LogBase::default()),
+            None => {}
+        }
+        machine.set_mode(mode);
+        machine.set_replying(false);
+        let base = disk.base;
+        let committed = disk
+            .entries()
             .iter()
             .map(|e| e.header.commit.0)
             .max()
             .unwrap_or(0)
-            .min(last);
-        let mut machine = StateMachine::new(handler, SIM_STATE_BYTES);
-        machine.set_mode(mode);
-        machine.set_replying(false);
-        let mut applied = None;
-        let mut hashes = Vec::new();
-        for entry in &entries[..committed as usize] {
+            .min(disk.last_index())
+            .max(base.index.0);
+        let mut hashes: Vec<(EntryIndex, crate::state::StateHash)> =
+            applied.iter().map(|a| (a.index, a.hash)).collect();
+        for index in base.index.0 + 1..=committed {
+            let entry = disk.get(index).expect("within the log");
             match machine.apply(entry) {
                 Ok(done) => {
                     hashes.push((done.index, done.state_hash));
@@ -611,12 +709,13 @@ impl<W: Workload> Sim<W> {
                 }
             }
         }
+        let entries = disk.entries();
         let recovered = Recovered {
-            hard_state: node.disk.hard,
-            base: LogBase::default(),
+            hard_state: disk.hard,
+            base,
             terms: entries.iter().map(Entry::term).collect(),
             hashes: entries.iter().map(|e| e.header.hash).collect(),
-            window: entries[committed as usize..].to_vec(),
+            window: entries[(committed - base.index.0) as usize..].to_vec(),
             applied,
         };
         let config = CoreConfig {
@@ -625,7 +724,7 @@ impl<W: Workload> Sim<W> {
             election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
             heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
             seed,
-            lagging_entries_max: LAGGING_FOLLOWER_ENTRIES_MAX,
+            lagging_entries_max,
         };
         node.live = Some(Live {
             core: Core::new(config, recovered),
@@ -636,6 +735,9 @@ impl<W: Workload> Sim<W> {
             commit_to: EntryIndex(committed),
             commit_before: EntryIndex(committed),
             halted: false,
+            snapshot_bytes: Vec::new(),
+            snapshot_started: EntryIndex(committed),
+            incoming: None,
         });
         for (index, hash) in hashes {
             self.checker.node_applied(id, index, hash);
@@ -672,27 +774,18 @@ impl<W: Workload> Sim<W> {
             Action::Send { to, message } => self.send_peer(id, to, message),
             Action::PersistHardState(hard) => self.node(id).disk.hard = hard,
             Action::Persist(entries) => {
-                let disk = &mut self.node(id).disk;
                 for entry in entries {
-                    if entry.index().0 != disk.entries.len() as u64 + 1 {
-                        let message = format!(
-                            "node {}: entry {} persisted after {}",
-                            id.0,
-                            entry.index(),
-                            disk.entries.len()
-                        );
-                        self.checker.violation(message);
+                    if let Err(error) = self.node(id).disk.append(entry) {
+                        self.checker.violation(format!("node {}: {error}", id.0));
                         return Vec::new();
                     }
-                    disk.entries.push(entry);
                 }
                 self.request_sync(id);
             }
             Action::AckWhenDurable { to, reply } => {
                 self.node(id)
                     .disk
-                    .acks
-                    .push((to, PeerMessage::AppendReply(reply)));
+                    .push_ack(to, PeerMessage::AppendReply(reply));
                 self.request_sync(id);
             }
             Action::Truncate(from) => {
@@ -703,13 +796,7 @@ impl<W: Workload> Sim<W> {
                         id.0
                     ));
                 }
-                let disk = &mut self.node(id).disk;
-                let keep = (from.0 - 1) as usize;
-                disk.entries.truncate(keep);
-                disk.synced = disk.synced.min(keep);
-                if let Some((entries, _)) = &mut disk.syncing {
-                    *entries = (*entries).min(keep);
-                }
+                self.node(id).disk.truncate_from(from.0);
             }
             Action::Commit(index) => {
                 let live = self.live(id).expect("checked");
@@ -722,8 +809,17 @@ impl<W: Workload> Sim<W> {
                 let disk = &self.node(id).disk;
                 let mut entries = Vec::new();
                 let mut bytes = 0;
-                for index in from.0..=to.0.min(disk.entries.len() as u64) {
-                    let entry = disk.entries[index as usize - 1].clone();
+                if from.0 < disk.first_index() {
+                    let message = format!(
+                        "node {}: asked to read entry {from}, behind its log's start {}",
+                        id.0,
+                        disk.first_index()
+                    );
+                    self.checker.violation(message);
+                    return Vec::new();
+                }
+                for index in from.0..=to.0.min(disk.last_index()) {
+                    let entry = disk.get(index).expect("within the log").clone();
                     bytes += entry.payload.len();
                     entries.push(entry);
                     if bytes >= APPEND_BYTES_MAX {
@@ -761,12 +857,8 @@ impl<W: Workload> Sim<W> {
                     }
                 }
             }
-            Action::SendSnapshot { .. } | Action::StoreSnapshotChunk(_) => {
-                self.checker.violation(format!(
-                    "node {}: a snapshot action, but the simulated logs are never compacted",
-                    id.0
-                ));
-            }
+            Action::SendSnapshot { peer } => return self.send_snapshot(id, peer),
+            Action::StoreSnapshotChunk(chunk) => return self.store_snapshot_chunk(id, chunk),
             Action::Diverged(divergence) => self.checker.violation(format!(
                 "I2: node {} reports divergence after entry {}: {:?}",
                 id.0, divergence.index, divergence
@@ -777,11 +869,9 @@ impl<W: Workload> Sim<W> {
 
     fn request_sync(&mut self, id: NodeId) {
         let incarnation = self.node(id).incarnation;
-        let disk = &mut self.node(id).disk;
-        if disk.syncing.is_some() {
+        if !self.node(id).disk.begin_sync() {
             return;
         }
-        disk.syncing = Some((disk.entries.len(), disk.acks.len()));
         let slow = self.rng.chance(1, 20);
         let after = 1 + self.rng.below(if slow { 200 } else { 20 });
         self.schedule(
@@ -795,22 +885,16 @@ impl<W: Workload> Sim<W> {
 
     /// An fsync completed: what it covered is durable, its acknowledgements go out.
     fn synced(&mut self, id: NodeId) {
-        let disk = &mut self.node(id).disk;
-        let Some((entries, acks)) = disk.syncing.take() else {
+        let Some(synced) = self.node(id).disk.finish_sync() else {
             return;
         };
-        disk.synced = disk.synced.max(entries.min(disk.entries.len()));
-        let acks: Vec<(NodeId, PeerMessage)> = disk.acks.drain(..acks).collect();
-        let durable = disk.synced.checked_sub(1).map(|k| &disk.entries[k]);
-        let persisted = durable.map(|e| (e.index(), e.term()));
-        let more = disk.entries.len() > disk.synced || !disk.acks.is_empty();
-        if let Some((index, term)) = persisted {
+        if let Some((index, term)) = synced.persisted {
             self.step(id, Event::Persisted { index, term });
         }
-        for (to, message) in acks {
+        for (to, message) in synced.acks {
             self.send_peer(id, to, message);
         }
-        if more {
+        if synced.more {
             self.request_sync(id);
         }
         self.deferred(id);
@@ -872,6 +956,185 @@ impl<W: Workload> Sim<W> {
             let out = self.apply_committed(id, to);
             self.carry_out(id, out);
         }
+        self.snapshot_work(id);
+    }
+
+    /// Starts a snapshot when the applied index crossed a multiple of the interval, or scans
+    /// a slice of the one in progress; a finished one is written (durable after a delay).
+    fn snapshot_work(&mut self, id: NodeId) {
+        let every = self.snapshot_every;
+        let write_delay = 1 + self.rng.below(100);
+        let incarnation = self.node(id).incarnation;
+        let Some(live) = self.live(id) else { return };
+        if every == 0 {
+            return;
+        }
+        let applied = live.machine.applied_index();
+        if !live.machine.snapshotting() {
+            if applied.0 / every > live.snapshot_started.0 / every
+                && live.machine.begin_snapshot().is_some()
+            {
+                live.snapshot_started = applied;
+                live.snapshot_bytes.clear();
+            }
+            return;
+        }
+        match live
+            .machine
+            .snapshot_step(SIM_SNAPSHOT_SLICE_SLOTS, &mut live.snapshot_bytes)
+        {
+            ScanProgress::Idle | ScanProgress::More => {}
+            ScanProgress::Void => live.snapshot_bytes.clear(),
+            ScanProgress::Done(meta) => {
+                let mut bytes = std::mem::take(&mut live.snapshot_bytes);
+                let digest = blake3::hash(&bytes);
+                bytes.extend_from_slice(digest.as_bytes());
+                self.schedule(
+                    write_delay,
+                    SimEvent::SnapshotDurable {
+                        node: id,
+                        incarnation,
+                        meta,
+                        bytes,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A snapshot is durable: the log behind the snapshot before it goes (what a lagging
+    /// follower still needs excepted), as the driver does.
+    fn snapshot_durable(&mut self, id: NodeId, meta: SnapshotMeta, bytes: Vec<u8>) {
+        self.report.snapshots += 1;
+        let node = self.node(id);
+        let previous = node.disk.snapshots.last().map(|(m, _)| m.index);
+        if previous.is_some_and(|p| p >= meta.index) {
+            return;
+        }
+        node.disk.keep_snapshot(meta, bytes);
+        let (Some(previous), Some(live)) = (previous, node.live.as_mut()) else {
+            return;
+        };
+        let through = live.core.compactable(previous);
+        if through > live.core.log_base().index {
+            live.core.compact(through);
+            node.disk.compact(through.0);
+        }
+    }
+
+    /// Leader: sends `peer` the newest durable snapshot, in chunks over one connection (in
+    /// order; a lost chunk makes the follower drop the snapshot until it is sent again).
+    fn send_snapshot(&mut self, id: NodeId, peer: NodeId) -> Vec<Action> {
+        let node = self.node(id);
+        let Some((meta, bytes)) = node.disk.snapshots.last().cloned() else {
+            let mut out = Vec::new();
+            if let Some(live) = node.live.as_mut() {
+                live.core.step(Event::SnapshotAborted { peer }, &mut out);
+            }
+            return out;
+        };
+        let term = node.live.as_ref().expect("leading").core.term();
+        let total = bytes.len() as u64;
+        let incarnation = self.node(peer).incarnation;
+        let mut at = 1 + self.rng.below(10);
+        for (k, data) in bytes.chunks(SIM_SNAPSHOT_CHUNK_BYTES).enumerate() {
+            if self.links.cut.contains(&(id, peer)) || self.rng.below(1000) < self.links.loss {
+                continue;
+            }
+            let chunk = SnapshotChunk {
+                term,
+                leader: id,
+                index: meta.index,
+                offset: (k * SIM_SNAPSHOT_CHUNK_BYTES) as u64,
+                total,
+                data: data.to_vec(),
+            };
+            at += 1;
+            self.schedule(
+                at,
+                SimEvent::Peer {
+                    to: peer,
+                    from: id,
+                    incarnation,
+                    message: PeerMessage::Snapshot(chunk),
+                },
+            );
+        }
+        Vec::new()
+    }
+
+    /// Follower: keeps a chunk; once the snapshot is whole and verifies, installs it in place
+    /// of the state and the log, as the driver does.
+    fn store_snapshot_chunk(&mut self, id: NodeId, chunk: SnapshotChunk) -> Vec<Action> {
+        let Some(live) = self.live(id) else {
+            return Vec::new();
+        };
+        if chunk.offset == 0 {
+            live.incoming = Some((chunk.index, chunk.total, Vec::new()));
+        }
+        let Some((index, total, bytes)) = live.incoming.as_mut() else {
+            return Vec::new();
+        };
+        if *index != chunk.index || *total != chunk.total || bytes.len() as u64 != chunk.offset {
+            live.incoming = None;
+            return Vec::new();
+        }
+        bytes.extend_from_slice(&chunk.data);
+        if (bytes.len() as u64) < *total {
+            return Vec::new();
+        }
+        let (_, _, bytes) = live.incoming.take().expect("just used");
+        let snapshot = match parse_snapshot(&bytes) {
+            Ok(snapshot) => snapshot,
+            Err(reason) => {
+                let message = format!(
+                    "node {}: a leader's snapshot does not verify: {reason}",
+                    id.0
+                );
+                self.checker.violation(message);
+                return Vec::new();
+            }
+        };
+        let meta = snapshot.meta.clone();
+        if meta.index <= live.core.commit_index() {
+            return Vec::new();
+        }
+        live.machine.abort_snapshot();
+        live.snapshot_bytes.clear();
+        if let Err(reason) = live.machine.install(snapshot) {
+            live.halted = true;
+            let message = format!(
+                "node {}: the leader's snapshot does not install: {reason}",
+                id.0
+            );
+            self.checker.violation(message);
+            return Vec::new();
+        }
+        let base = LogBase {
+            index: meta.index,
+            term: meta.term,
+            hash: meta.entry_hash,
+        };
+        let holds = live.core.holds(base);
+        live.snapshot_started = meta.index;
+        live.commit_to = live.commit_to.max(meta.index);
+        let applied = AppliedHash {
+            index: meta.index,
+            hash: meta.state_hash,
+        };
+        let node = self.node(id);
+        if holds {
+            node.disk.compact(meta.index.0);
+        } else {
+            node.disk.reset(base);
+        }
+        node.disk.keep_snapshot(meta, bytes);
+        self.report.installs += 1;
+        self.checker.node_applied(id, applied.index, applied.hash);
+        let mut out = Vec::new();
+        let live = self.live(id).expect("installed");
+        live.core.step(Event::Installed { base, applied }, &mut out);
+        out
     }
 
     fn apply_committed(&mut self, id: NodeId, index: EntryIndex) -> Vec<Action> {
@@ -1104,7 +1367,7 @@ impl<W: Workload> Sim<W> {
         for node in &self.nodes {
             if let Some(live) = &node.live {
                 self.checker
-                    .committed_on(node.id, live.core.commit_index(), &node.disk.entries);
+                    .committed_on(node.id, live.core.commit_index(), &node.disk);
             }
         }
         self.checker.advance(&mut self.workload);

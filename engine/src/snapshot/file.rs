@@ -153,13 +153,14 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
         path: path.to_path_buf(),
         source,
     })?;
-    parse(&bytes).map_err(|reason| SnapshotError::Invalid {
+    parse_snapshot(&bytes).map_err(|reason| SnapshotError::Invalid {
         path: path.to_path_buf(),
         reason,
     })
 }
 
-fn parse(bytes: &[u8]) -> Result<Snapshot, String> {
+/// Verifies and decodes a snapshot file's bytes (the digest first, then the structure).
+pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, String> {
     if bytes.len() < MAGIC.len() + DIGEST_BYTES || bytes[..MAGIC.len()] != MAGIC {
         return Err("not a snapshot (magic)".into());
     }

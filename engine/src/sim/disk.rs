@@ -1,0 +1,161 @@
+//! A simulated node's disk: the hard state, the log (after the base a snapshot covers), the
+//! durable snapshots, and which part of the log an fsync has made durable. It survives
+//! crashes; a crash loses a random part of what was written but not yet durable.
+
+use crate::core::{HardState, LogBase};
+use crate::entry::Entry;
+use crate::ids::{EntryIndex, NodeId, Term};
+use crate::snapshot::SnapshotMeta;
+use net::message::PeerMessage;
+
+/// Durable snapshots a simulated disk keeps (as a real node keeps `SNAPSHOTS_KEPT`).
+pub const SIM_SNAPSHOTS_KEPT: usize = 2;
+
+/// What an fsync that completed made durable.
+pub(super) struct Synced {
+    /// Acknowledgements that waited for it.
+    pub acks: Vec<(NodeId, PeerMessage)>,
+    /// The last durable entry, if the log holds one after its base.
+    pub persisted: Option<(EntryIndex, Term)>,
+    /// Written since the fsync started: another one is due.
+    pub more: bool,
+}
+
+#[derive(Default)]
+pub(super) struct Disk {
+    pub hard: HardState,
+    /// What the log starts after: a snapshot covers it and everything before.
+    pub base: LogBase,
+    /// The log from `base.index + 1`.
+    entries: Vec<Entry>,
+    /// The last durable index (at least `base.index`).
+    synced: u64,
+    /// An fsync in flight: the last index and the acknowledgements it covers.
+    syncing: Option<(u64, usize)>,
+    /// Acknowledgements waiting for an fsync, in order.
+    acks: Vec<(NodeId, PeerMessage)>,
+    /// Durable snapshots, oldest first: what each covers and its file's bytes.
+    pub snapshots: Vec<(SnapshotMeta, Vec<u8>)>,
+}
+
+impl Disk {
+    pub fn first_index(&self) -> u64 {
+        self.base.index.0 + 1
+    }
+
+    pub fn last_index(&self) -> u64 {
+        self.base.index.0 + self.entries.len() as u64
+    }
+
+    pub fn get(&self, index: u64) -> Option<&Entry> {
+        let offset = index.checked_sub(self.first_index())?;
+        self.entries.get(usize::try_from(offset).ok()?)
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Appends the next entry; an entry out of sequence is a bug of the caller.
+    pub fn append(&mut self, entry: Entry) -> Result<(), String> {
+        if entry.index().0 != self.last_index() + 1 {
+            return Err(format!(
+                "entry {} written after {}",
+                entry.index(),
+                self.last_index()
+            ));
+        }
+        self.entries.push(entry);
+        Ok(())
+    }
+
+    pub fn push_ack(&mut self, to: NodeId, message: PeerMessage) {
+        self.acks.push((to, message));
+    }
+
+    /// Drops the log from `from` on.
+    pub fn truncate_from(&mut self, from: u64) {
+        let keep = from.saturating_sub(1).max(self.base.index.0);
+        self.entries.truncate((keep - self.base.index.0) as usize);
+        self.synced = self.synced.min(keep);
+        if let Some((index, _)) = &mut self.syncing {
+            *index = (*index).min(keep);
+        }
+    }
+
+    /// Starts an fsync unless one is in flight; true when one started.
+    pub fn begin_sync(&mut self) -> bool {
+        if self.syncing.is_some() {
+            return false;
+        }
+        self.syncing = Some((self.last_index(), self.acks.len()));
+        true
+    }
+
+    /// The fsync in flight completed.
+    pub fn finish_sync(&mut self) -> Option<Synced> {
+        let (index, acks) = self.syncing.take()?;
+        self.synced = self.synced.max(index.min(self.last_index()));
+        let acks = self.acks.drain(..acks).collect();
+        let persisted = self.get(self.synced).map(|e| (e.index(), e.term()));
+        Some(Synced {
+            acks,
+            persisted,
+            more: self.last_index() > self.synced || !self.acks.is_empty(),
+        })
+    }
+
+    /// A crash: of what was written and not yet durable, a prefix of `draw`'s choosing
+    /// survives (the rest was lost, or torn and cut by recovery).
+    pub fn crash(&mut self, draw: u64) {
+        let unsynced = self.last_index() - self.synced;
+        let kept = draw % (unsynced + 1);
+        self.truncate_from(self.synced + kept + 1);
+        self.synced = self.last_index();
+        self.syncing = None;
+        self.acks.clear();
+    }
+
+    /// Drops the log through `through` (a durable snapshot covers it).
+    pub fn compact(&mut self, through: u64) {
+        let Some(last) = self.get(through) else {
+            return;
+        };
+        let base = LogBase {
+            index: last.index(),
+            term: last.term(),
+            hash: last.header.hash,
+        };
+        self.entries.drain(..(through - self.base.index.0) as usize);
+        self.base = base;
+        self.synced = self.synced.max(through);
+    }
+
+    /// Replaces the log with an empty one after `base` (a snapshot that the log does not
+    /// continue).
+    pub fn reset(&mut self, base: LogBase) {
+        self.entries.clear();
+        self.base = base;
+        self.synced = base.index.0;
+        if let Some((index, _)) = &mut self.syncing {
+            *index = base.index.0;
+        }
+    }
+
+    /// Keeps a durable snapshot, dropping the oldest past [`SIM_SNAPSHOTS_KEPT`].
+    pub fn keep_snapshot(&mut self, meta: SnapshotMeta, bytes: Vec<u8>) {
+        self.snapshots.retain(|(m, _)| m.index != meta.index);
+        self.snapshots.push((meta, bytes));
+        self.snapshots.sort_by_key(|(m, _)| m.index);
+        if self.snapshots.len() > SIM_SNAPSHOTS_KEPT {
+            self.snapshots.remove(0);
+        }
+    }
+
+    /// True when the log holds the entry `index` with `hash`, or starts right after it: it
+    /// continues a snapshot of that entry (as `node::storage` decides).
+    pub fn continues(&self, index: EntryIndex, hash: crate::entry::EntryHash) -> bool {
+        self.get(index.0).is_some_and(|e| e.header.hash == hash)
+            || (self.base.index == index && self.base.hash == hash)
+    }
+}
