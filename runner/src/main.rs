@@ -8,10 +8,12 @@
 //! - `runner status --cluster FILE [--json]`: every node's role, term, indexes, state hash.
 //! - `runner single`: the Bank on one node without replication (a ceiling to compare with).
 //! - `runner sim --seeds N [--seed S] --json FILE`: the deterministic cluster simulator.
+//! - `runner chaos --duration SECS --json FILE`: kill -9 and pause chaos on real processes.
 //! - `runner recover --data-dir DIR`: recovers a stopped node's data directory as a restart
 //!   would (snapshot, log replay) and reports how long it took.
 
 mod bench;
+mod chaos;
 mod cluster_file;
 mod commands;
 mod report;
@@ -47,6 +49,8 @@ enum Command {
     Recover(commands::RecoverArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
     Sim(sim::SimArgs),
+    /// Three node processes killed, restarted and paused at random under a Bank workload.
+    Chaos(chaos::ChaosArgs),
 }
 
 /// Where data goes when `--dir` is not given: tmpfs, as the reference runs do.
@@ -71,5 +75,6 @@ fn main() -> anyhow::Result<()> {
         Command::Single(args) => single::run(args),
         Command::Recover(args) => commands::recover(args),
         Command::Sim(args) => sim::run(args),
+        Command::Chaos(args) => chaos::run(args),
     }
 }
