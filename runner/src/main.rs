@@ -9,6 +9,7 @@
 //! - `runner single`: the Bank on one node without replication (a ceiling to compare with).
 //! - `runner sim --seeds N [--seed S] --json FILE`: the deterministic cluster simulator.
 //! - `runner chaos --duration SECS --json FILE`: kill -9 and pause chaos on real processes.
+//! - `runner partition [--scenario NAME] --json FILE`: partitions through our TCP proxy.
 //! - `runner recover --data-dir DIR`: recovers a stopped node's data directory as a restart
 //!   would (snapshot, log replay) and reports how long it took.
 
@@ -16,6 +17,9 @@ mod bench;
 mod chaos;
 mod cluster_file;
 mod commands;
+mod faults;
+mod partition;
+mod proxy;
 mod report;
 mod sim;
 mod single;
@@ -51,6 +55,8 @@ enum Command {
     Sim(sim::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
     Chaos(chaos::ChaosArgs),
+    /// Partition scenarios between three node processes, through our loopback proxy.
+    Partition(partition::PartitionArgs),
 }
 
 /// Where data goes when `--dir` is not given: tmpfs, as the reference runs do.
@@ -76,5 +82,6 @@ fn main() -> anyhow::Result<()> {
         Command::Recover(args) => commands::recover(args),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
+        Command::Partition(args) => partition::run(args),
     }
 }

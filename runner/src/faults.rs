@@ -1,0 +1,512 @@
+//! What the real-process fault runs (`runner chaos`, `runner partition`) share: the node
+//! processes, the cluster files (optionally through our proxy), a Bank workload whose clients
+//! never give up, and the checks of I1-I7 at the end.
+
+use crate::proxy::Proxy;
+use anyhow::Context;
+use bank::workload::account_id;
+use bank::{Bank, BankCommand, BankOutput};
+use engine::client::{Client, ClientConfig, node_status};
+use engine::node::local::free_loopback_addresses;
+use engine::rng::Rng;
+use engine::{ClientId, EntryIndex, Outcome, RequestNumber};
+use net::message::{NodeStatus, Role};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Accounts the clients move money between.
+pub const FAULT_ACCOUNTS: u64 = 100;
+/// Each account's opening balance.
+pub const FAULT_OPENING_BALANCE: u64 = 1_000_000;
+/// Transfers per request.
+pub const FAULT_TRANSFERS_PER_REQUEST: usize = 8;
+/// Time the healed cluster gets for the clients to finish and the nodes to converge.
+pub const SETTLE_SECS: u64 = 60;
+/// Time one status query may take.
+pub const STATUS_TIMEOUT_MS: u64 = 300;
+/// Time between two polls of every node's status (leaders per term, divergence).
+pub const STATUS_POLL_MS: u64 = 50;
+/// The fault runs' cluster id.
+const CLUSTER_ID: u64 = 77;
+/// The client that reads the final balances.
+const CHECKER_CLIENT: ClientId = ClientId(1_000_000);
+
+/// A seed from the clock, when none is given.
+pub fn seed_or_clock(seed: Option<u64>) -> u64 {
+    seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    })
+}
+
+/// The three node processes.
+pub struct Processes {
+    exe: PathBuf,
+    /// Each node's cluster file (they differ only in the peer addresses a node dials).
+    cluster_files: BTreeMap<u8, PathBuf>,
+    dir: PathBuf,
+    children: BTreeMap<u8, Child>,
+    pub paused: BTreeSet<u8>,
+    starts: BTreeMap<u8, usize>,
+}
+
+impl Processes {
+    /// Starts the three nodes.
+    pub fn start_all(dir: &Path, cluster_files: BTreeMap<u8, PathBuf>) -> anyhow::Result<Self> {
+        let mut processes = Processes {
+            exe: std::env::current_exe()?,
+            cluster_files,
+            dir: dir.to_path_buf(),
+            children: BTreeMap::new(),
+            paused: BTreeSet::new(),
+            starts: BTreeMap::new(),
+        };
+        for id in 1..=3 {
+            processes.start(id)?;
+        }
+        Ok(processes)
+    }
+
+    pub fn start(&mut self, id: u8) -> anyhow::Result<()> {
+        let start = self.starts.entry(id).or_default();
+        *start += 1;
+        let log = std::fs::File::create(self.dir.join(format!("node{id}.{start}.log")))?;
+        let child = Command::new(&self.exe)
+            .args(["node", "--cluster"])
+            .arg(&self.cluster_files[&id])
+            .args(["--id", &id.to_string()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting runner node")?;
+        self.children.insert(id, child);
+        Ok(())
+    }
+
+    pub fn kill(&mut self, id: u8) {
+        if let Some(mut child) = self.children.remove(&id) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused.remove(&id);
+    }
+
+    /// Sends `signal` to node `id`'s process. std has no portable way to stop and continue a
+    /// child process, hence kill(2).
+    #[allow(unsafe_code)]
+    fn signal(&mut self, id: u8, signal: libc::c_int) {
+        if let Some(child) = self.children.get(&id) {
+            let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
+            // SAFETY: kill(2) takes plain integers and touches no memory of ours; the pid is
+            // our own child's, which we have not waited for, so it names no other process.
+            unsafe {
+                libc::kill(pid, signal);
+            }
+        }
+    }
+
+    pub fn pause(&mut self, id: u8) {
+        self.signal(id, libc::SIGSTOP);
+        self.paused.insert(id);
+    }
+
+    pub fn resume(&mut self, id: u8) {
+        self.signal(id, libc::SIGCONT);
+        self.paused.remove(&id);
+    }
+
+    pub fn up(&self, id: u8) -> bool {
+        self.children.contains_key(&id)
+    }
+
+    /// Every node running and none paused.
+    pub fn heal(&mut self) -> anyhow::Result<()> {
+        for id in 1..=3 {
+            if !self.up(id) {
+                self.start(id)?;
+            }
+            if self.paused.contains(&id) {
+                self.resume(id);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn kill_all(&mut self) {
+        for id in 1..=3 {
+            self.kill(id);
+        }
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// The real addresses of a three-node cluster.
+pub struct Addresses {
+    pub peers: BTreeMap<u8, SocketAddr>,
+    pub clients: BTreeMap<u8, SocketAddr>,
+}
+
+impl Addresses {
+    pub fn free() -> anyhow::Result<Self> {
+        let all = free_loopback_addresses(3)?;
+        Ok(Addresses {
+            peers: all.iter().map(|a| (a.id.0, a.peer_address)).collect(),
+            clients: all.iter().map(|a| (a.id.0, a.client_address)).collect(),
+        })
+    }
+
+    /// A client configuration that never gives up.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(CLUSTER_ID, self.clients.values().copied().collect());
+        config.give_up_after = None;
+        config
+    }
+}
+
+/// Writes each node's cluster file under `dir`: its own peer address is the real one (it
+/// binds it); the others are reached through `proxy` when there is one.
+pub fn write_cluster_files(
+    dir: &Path,
+    addresses: &Addresses,
+    proxy: Option<&Proxy>,
+) -> anyhow::Result<BTreeMap<u8, PathBuf>> {
+    let mut files = BTreeMap::new();
+    for me in 1..=3u8 {
+        let mut text = format!("cluster_id = {CLUSTER_ID}\n");
+        for id in 1..=3u8 {
+            let peer = match proxy {
+                Some(proxy) if id != me => proxy.address(me, id),
+                _ => addresses.peers[&id],
+            };
+            text += &format!(
+                "[[nodes]]\nid = {id}\npeer_address = \"{peer}\"\nclient_address = \"{}\"\ndata_dir = \"{}\"\n",
+                addresses.clients[&id],
+                dir.join(format!("node{id}")).display()
+            );
+        }
+        let path = dir.join(format!("cluster.node{me}.toml"));
+        std::fs::write(&path, text)?;
+        files.insert(me, path);
+    }
+    Ok(files)
+}
+
+/// Every reachable node's status.
+pub async fn statuses(config: &ClientConfig) -> Vec<NodeStatus> {
+    let mut all = Vec::new();
+    for address in &config.nodes {
+        let timeout = Duration::from_millis(STATUS_TIMEOUT_MS);
+        if let Ok(status) = node_status(config.cluster_id, *address, timeout).await {
+            all.push(status);
+        }
+    }
+    all
+}
+
+/// The leader among `all`, if one says so.
+pub fn leader_of(all: &[NodeStatus]) -> Option<u8> {
+    all.iter()
+        .find(|s| s.role == Role::Leader)
+        .map(|s| s.node.0)
+}
+
+/// What a run counts and finds.
+#[derive(Default)]
+pub struct Findings {
+    pub kills: u64,
+    pub pauses: u64,
+    pub violations: Vec<String>,
+    /// The leader seen in each term.
+    pub leaders: BTreeMap<u64, u8>,
+}
+
+impl Findings {
+    /// I7 and I2 from a round of statuses: one leader per term, no divergence, no halt.
+    pub fn observe(&mut self, statuses: &[NodeStatus]) {
+        for status in statuses {
+            if status.role == Role::Leader {
+                let term = status.term.0;
+                match self.leaders.get(&term) {
+                    Some(&other) if other != status.node.0 => self.violations.push(format!(
+                        "I7: nodes {other} and {} both led term {term}",
+                        status.node.0
+                    )),
+                    _ => {
+                        self.leaders.insert(term, status.node.0);
+                    }
+                }
+            }
+            if let Some(divergence) = &status.divergence {
+                self.violations
+                    .push(format!("I2: node {} reports {divergence:?}", status.node.0));
+            }
+            if let Some(reason) = &status.halted {
+                self.violations
+                    .push(format!("node {} halted: {reason}", status.node.0));
+            }
+        }
+        self.violations.dedup();
+    }
+}
+
+/// Polls every node's status into `findings` until `watching` is cleared.
+pub async fn watch(config: &ClientConfig, findings: &RefCell<Findings>, watching: &Cell<bool>) {
+    while watching.get() {
+        let all = statuses(config).await;
+        findings.borrow_mut().observe(&all);
+        tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+    }
+}
+
+/// Clients sending transfers until stopped, never giving up on a request, and their model of
+/// the accounts built from acknowledged outcomes only.
+pub struct Workload {
+    ledger: Rc<RefCell<Ledger>>,
+    pub acknowledged: Rc<Cell<u64>>,
+    stop: Rc<Cell<bool>>,
+    clients: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+}
+
+impl Workload {
+    /// Opens the accounts, then starts `clients` clients (inside a `LocalSet`).
+    pub async fn start(config: &ClientConfig, clients: u64, seed: u64) -> anyhow::Result<Self> {
+        let ledger = Rc::new(RefCell::new(open_accounts(config).await?));
+        let acknowledged = Rc::new(Cell::new(0u64));
+        let stop = Rc::new(Cell::new(false));
+        let mut handles = Vec::new();
+        for k in 0..clients {
+            let (ledger, acknowledged, stop) = (ledger.clone(), acknowledged.clone(), stop.clone());
+            let mut client = Client::new(config.clone(), ClientId(10 + k), RequestNumber(1));
+            let mut rng = Rng::new(seed ^ (k + 1).wrapping_mul(0x9E37_79B9));
+            handles.push(tokio::task::spawn_local(async move {
+                while !stop.get() {
+                    let batch = transfers(&mut rng);
+                    let outcomes = client
+                        .submit::<Bank>(&batch)
+                        .await
+                        .map_err(|e| format!("client {}: a request failed: {e}", client.id().0))?;
+                    ledger.borrow_mut().record(&batch, &outcomes);
+                    acknowledged.set(acknowledged.get() + 1);
+                }
+                Ok(())
+            }));
+        }
+        Ok(Workload {
+            ledger,
+            acknowledged,
+            stop,
+            clients: handles,
+        })
+    }
+
+    /// Stops the clients after their current request; returns the model's balance and version
+    /// of every account, and how many clients could not finish their request within
+    /// [`SETTLE_SECS`] (requests of unknown outcome), recording failures.
+    pub async fn finish(self, findings: &RefCell<Findings>) -> (BTreeMap<u64, (u64, u64)>, u64) {
+        self.stop.set(true);
+        let settle = Instant::now() + Duration::from_secs(SETTLE_SECS);
+        let mut unknown = 0;
+        for client in self.clients {
+            match tokio::time::timeout_at(settle.into(), client).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(failure))) => findings.borrow_mut().violations.push(failure),
+                Ok(Err(panic)) => findings
+                    .borrow_mut()
+                    .violations
+                    .push(format!("a client panicked: {panic}")),
+                Err(_) => unknown += 1,
+            }
+        }
+        if unknown > 0 {
+            findings.borrow_mut().violations.push(format!(
+                "I6: {unknown} requests without an outcome {SETTLE_SECS} s after healing"
+            ));
+        }
+        let expected = self.ledger.borrow().accounts.clone();
+        (expected, unknown)
+    }
+}
+
+/// Waits until the three nodes applied everything committed with one state hash (I2).
+pub async fn converge(config: &ClientConfig, findings: &RefCell<Findings>) {
+    let deadline = Instant::now() + Duration::from_secs(SETTLE_SECS);
+    loop {
+        let all = statuses(config).await;
+        let converged = all.len() == 3
+            && all.iter().all(|s| {
+                s.applied_index == all[0].applied_index
+                    && s.state_hash == all[0].state_hash
+                    && s.applied_index >= s.commit_index
+            });
+        if converged {
+            findings.borrow_mut().observe(&all);
+            return;
+        }
+        if Instant::now() > deadline {
+            findings.borrow_mut().violations.push(format!(
+                "I2: the nodes did not converge {SETTLE_SECS} s after healing: {all:?}"
+            ));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The clients' model of the accounts: balance and version, from acknowledged outcomes only.
+struct Ledger {
+    accounts: BTreeMap<u64, (u64, u64)>,
+}
+
+impl Ledger {
+    fn record(&mut self, batch: &[BankCommand], outcomes: &[Outcome<BankOutput, bank::BankError>]) {
+        for (command, outcome) in batch.iter().zip(outcomes) {
+            if let (BankCommand::Transfer { from, to, amount }, Outcome::Done(_)) =
+                (command, outcome)
+            {
+                let debit = self.accounts.get_mut(&from.0).expect("a workload account");
+                debit.0 -= amount;
+                debit.1 += 1;
+                let credit = self.accounts.get_mut(&to.0).expect("a workload account");
+                credit.0 += amount;
+                credit.1 += 1;
+            }
+        }
+    }
+}
+
+async fn open_accounts(config: &ClientConfig) -> anyhow::Result<Ledger> {
+    let mut client = Client::new(config.clone(), ClientId(1), RequestNumber(1));
+    let opens: Vec<BankCommand> = (0..FAULT_ACCOUNTS)
+        .map(|n| BankCommand::Open {
+            id: account_id(n),
+            balance: FAULT_OPENING_BALANCE,
+            flags: 0,
+        })
+        .collect();
+    let outcomes = client.submit::<Bank>(&opens).await?;
+    anyhow::ensure!(
+        outcomes.iter().all(|o| matches!(o, Outcome::Done(_))),
+        "opening the accounts failed: {outcomes:?}"
+    );
+    Ok(Ledger {
+        accounts: (0..FAULT_ACCOUNTS)
+            .map(|n| (account_id(n).0, (FAULT_OPENING_BALANCE, 1)))
+            .collect(),
+    })
+}
+
+fn transfers(rng: &mut Rng) -> Vec<BankCommand> {
+    (0..FAULT_TRANSFERS_PER_REQUEST)
+        .map(|_| {
+            let from = rng.below(FAULT_ACCOUNTS);
+            let to = (from + 1 + rng.below(FAULT_ACCOUNTS - 1)) % FAULT_ACCOUNTS;
+            BankCommand::Transfer {
+                from: account_id(from),
+                to: account_id(to),
+                amount: 1 + rng.below(50_000),
+            }
+        })
+        .collect()
+}
+
+/// I1, I3, I5: reads every account and the audit through the log and compares them with
+/// the model.
+pub async fn check_accounts(
+    config: &ClientConfig,
+    expected: &BTreeMap<u64, (u64, u64)>,
+    findings: &RefCell<Findings>,
+) {
+    let mut client = Client::new(config.clone(), CHECKER_CLIENT, RequestNumber(1));
+    let mut reads: Vec<BankCommand> = (0..FAULT_ACCOUNTS)
+        .map(|n| BankCommand::Get { id: account_id(n) })
+        .collect();
+    reads.push(BankCommand::Audit);
+    let answers = match tokio::time::timeout(
+        Duration::from_secs(SETTLE_SECS),
+        client.submit::<Bank>(&reads),
+    )
+    .await
+    {
+        Ok(Ok(answers)) => answers,
+        Ok(Err(error)) => {
+            findings
+                .borrow_mut()
+                .violations
+                .push(format!("the final read failed: {error}"));
+            return;
+        }
+        Err(_) => {
+            findings
+                .borrow_mut()
+                .violations
+                .push("I6: the final read got no answer".into());
+            return;
+        }
+    };
+    let mut findings = findings.borrow_mut();
+    for (n, answer) in answers[..FAULT_ACCOUNTS as usize].iter().enumerate() {
+        let expected = expected[&account_id(n as u64).0];
+        let actual = match answer {
+            Outcome::Done(BankOutput::Account(account)) => Some((account.balance, account.version)),
+            Outcome::Done(_) | Outcome::Failed(_) | Outcome::Invalid => None,
+        };
+        if actual != Some(expected) {
+            findings.violations.push(format!(
+                "I1/I5: account {n} is {answer:?}, acknowledged outcomes give (balance, version) {expected:?}"
+            ));
+        }
+    }
+    let total = u128::from(FAULT_ACCOUNTS) * u128::from(FAULT_OPENING_BALANCE);
+    match answers.last() {
+        Some(Outcome::Done(BankOutput::Audit { accounts, total: t }))
+            if *accounts == FAULT_ACCOUNTS && *t == total => {}
+        other => findings.violations.push(format!(
+            "I3: the audit gives {other:?}, expected {FAULT_ACCOUNTS} accounts holding {total}"
+        )),
+    }
+}
+
+/// I4: the nodes' WALs (nodes stopped) hold the same entry at every index they all hold.
+pub fn compare_wals(dir: &Path, findings: &mut Findings) {
+    let mut wals = Vec::new();
+    for id in 1..=3 {
+        let path = dir
+            .join(format!("node{id}"))
+            .join(engine::node::storage::WAL_DIR);
+        match engine::wal::Wal::open(&path) {
+            Ok((wal, _)) => wals.push(wal),
+            Err(error) => findings
+                .violations
+                .push(format!("node {id}: its WAL does not open: {error}")),
+        }
+    }
+    let (Some(first), Some(last)) = (
+        wals.iter().map(|w| w.first_index()).max(),
+        wals.iter().map(|w| w.last_index()).min(),
+    ) else {
+        return;
+    };
+    for index in first.0..=last.0 {
+        let hashes: Vec<_> = wals
+            .iter()
+            .filter_map(|w| w.hash_at(EntryIndex(index)))
+            .collect();
+        if hashes.iter().any(|h| *h != hashes[0]) {
+            findings
+                .violations
+                .push(format!("I4: the WALs differ at entry {index}"));
+            return;
+        }
+    }
+}

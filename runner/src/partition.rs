@@ -1,0 +1,344 @@
+//! `runner partition`: partitions between three `runner node` processes through our proxy
+//! (every peer link goes through it), under a Bank workload. Each scenario starts a fresh
+//! cluster, finds the leader, cuts links as it says, checks that the majority side keeps
+//! committing and that an isolated leader steps down, heals, and checks I1-I7 as
+//! `runner chaos` does.
+
+use crate::faults::{
+    Addresses, Findings, Processes, Workload, check_accounts, compare_wals, converge, leader_of,
+    seed_or_clock, statuses, watch, write_cluster_files,
+};
+use crate::proxy::{LinkMode, Proxy};
+use engine::client::ClientConfig;
+use engine::rng::Rng;
+use net::message::Role;
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Time the cluster runs before a partition, and after healing before the checks.
+pub const CALM_MS: u64 = 1_000;
+/// Time an isolated leader has to notice and step down (the check-quorum window is the
+/// minimum election timeout, 150 ms; a paused scheduler on this machine takes longer).
+pub const STEP_DOWN_MS_MAX: u64 = 2_000;
+/// Delay a slow link adds to everything it carries.
+pub const SLOW_LINK_DELAY_MS: u64 = 20;
+/// Least and most time between two flaps of a flapping link, in milliseconds.
+pub const FLAP_MS: (u64, u64) = (1_000, 5_000);
+
+/// The partition scenarios.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// The leader's links to and from both followers are cut.
+    LeaderIsolated,
+    /// What the leader sends is lost; it still hears the others.
+    LeaderCannotSend,
+    /// What is sent to the leader is lost; it still reaches the others.
+    LeaderCannotHear,
+    /// Everything to and from the leader disappears into a black hole (accepted, never
+    /// delivered).
+    LeaderBlackholed,
+    /// A follower reaches only the other follower, not the leader.
+    FollowerReachesOnePeer,
+    /// The links of a follower are slow.
+    SlowFollower,
+    /// The current leader is isolated and reconnected every 1-5 s.
+    Flapping,
+}
+
+impl Scenario {
+    const ALL: [Scenario; 7] = [
+        Scenario::LeaderIsolated,
+        Scenario::LeaderCannotSend,
+        Scenario::LeaderCannotHear,
+        Scenario::LeaderBlackholed,
+        Scenario::FollowerReachesOnePeer,
+        Scenario::SlowFollower,
+        Scenario::Flapping,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::LeaderIsolated => "leader-isolated",
+            Scenario::LeaderCannotSend => "leader-cannot-send",
+            Scenario::LeaderCannotHear => "leader-cannot-hear",
+            Scenario::LeaderBlackholed => "leader-blackholed",
+            Scenario::FollowerReachesOnePeer => "follower-reaches-one-peer",
+            Scenario::SlowFollower => "slow-follower",
+            Scenario::Flapping => "flapping",
+        }
+    }
+
+    /// Whether the leader loses its majority, and so must step down.
+    fn isolates_leader(self) -> bool {
+        match self {
+            Scenario::LeaderIsolated
+            | Scenario::LeaderCannotSend
+            | Scenario::LeaderCannotHear
+            | Scenario::LeaderBlackholed => true,
+            // Flapping isolates whichever node leads, again and again: the terms count it.
+            Scenario::FollowerReachesOnePeer | Scenario::SlowFollower | Scenario::Flapping => false,
+        }
+    }
+}
+
+/// Options of `runner partition`.
+#[derive(clap::Args, Debug)]
+pub struct PartitionArgs {
+    /// One scenario (default: every one, in turn).
+    #[arg(long, value_enum)]
+    scenario: Option<Scenario>,
+    /// Seconds each partition lasts (flapping runs four times as long).
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Writes `{"scenarios": [...], "violations": V}` here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the run directories go (default /dev/shm).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Seed of the workload and the flapping schedule (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 4)]
+    clients: u64,
+}
+
+/// What one scenario showed.
+struct Outcome {
+    scenario: Scenario,
+    /// Requests acknowledged while the partition held (after the first second of it).
+    acknowledged_during: u64,
+    acknowledged: u64,
+    /// Whether the isolated leader stepped down, and how long it took.
+    stepped_down_ms: Option<u64>,
+    /// The terms seen.
+    terms: usize,
+    violations: Vec<String>,
+}
+
+/// Runs the scenarios; prints a table and writes the JSON summary.
+pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
+    let seed = seed_or_clock(args.seed);
+    let scenarios: Vec<Scenario> = args
+        .scenario
+        .map_or_else(|| Scenario::ALL.to_vec(), |s| vec![s]);
+    eprintln!(
+        "partitions: {} scenarios of {} s, seed {seed}",
+        scenarios.len(),
+        args.seconds
+    );
+    let mut outcomes = Vec::new();
+    for scenario in scenarios {
+        let run_dir = crate::run_dir(args.dir.clone())?;
+        eprintln!("{} in {}", scenario.name(), run_dir.path().display());
+        let outcome = run_scenario(&args, scenario, seed, run_dir.path())?;
+        for violation in &outcome.violations {
+            eprintln!("  violation: {violation}");
+        }
+        outcomes.push(outcome);
+    }
+    println!(
+        "{:<26} {:>13} {:>13} {:>14} {:>6} {:>11}",
+        "scenario", "acknowledged", "during cut", "stepped down", "terms", "violations"
+    );
+    for o in &outcomes {
+        let stepped = match (o.scenario.isolates_leader(), o.stepped_down_ms) {
+            (false, _) => "n/a".to_string(),
+            (true, Some(ms)) => format!("after {ms} ms"),
+            (true, None) => "NO".to_string(),
+        };
+        println!(
+            "{:<26} {:>13} {:>13} {:>14} {:>6} {:>11}",
+            o.scenario.name(),
+            o.acknowledged,
+            o.acknowledged_during,
+            stepped,
+            o.terms,
+            o.violations.len()
+        );
+    }
+    let violations: usize = outcomes.iter().map(|o| o.violations.len()).sum();
+    if let Some(path) = &args.json {
+        let scenarios: Vec<serde_json::Value> = outcomes
+            .iter()
+            .map(|o| {
+                serde_json::json!({
+                    "scenario": o.scenario.name(),
+                    "acknowledged": o.acknowledged,
+                    "acknowledged_during_partition": o.acknowledged_during,
+                    "leader_stepped_down_ms": o.stepped_down_ms,
+                    "terms": o.terms,
+                    "violations": o.violations,
+                })
+            })
+            .collect();
+        let json = serde_json::json!({
+            "seed": seed,
+            "seconds": args.seconds,
+            "scenarios": scenarios,
+            "violations": violations,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")?;
+    }
+    anyhow::ensure!(violations == 0, "{violations} violations");
+    Ok(())
+}
+
+fn run_scenario(
+    args: &PartitionArgs,
+    scenario: Scenario,
+    seed: u64,
+    dir: &Path,
+) -> anyhow::Result<Outcome> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let addresses = Addresses::free()?;
+        let proxy = Proxy::start(&addresses.peers).await?;
+        let files = write_cluster_files(dir, &addresses, Some(&proxy))?;
+        let config = addresses.client_config();
+        let processes = RefCell::new(Processes::start_all(dir, files)?);
+        let findings = RefCell::new(Findings::default());
+        let watching = Cell::new(true);
+        let (outcome, ()) = futures::join!(
+            async {
+                let outcome = partitioned(args, scenario, seed, &config, &proxy, &findings).await;
+                watching.set(false);
+                outcome
+            },
+            watch(&config, &findings, &watching)
+        );
+        let mut outcome = outcome?;
+        processes.borrow_mut().kill_all();
+        let mut findings = findings.into_inner();
+        compare_wals(dir, &mut findings);
+        outcome.terms = findings.leaders.len();
+        outcome.violations.append(&mut findings.violations);
+        Ok(outcome)
+    })
+}
+
+/// The workload, the partition, the healing and the checks of one scenario.
+async fn partitioned(
+    args: &PartitionArgs,
+    scenario: Scenario,
+    seed: u64,
+    config: &ClientConfig,
+    proxy: &Proxy,
+    findings: &RefCell<Findings>,
+) -> anyhow::Result<Outcome> {
+    let workload = Workload::start(config, args.clients, seed).await?;
+    tokio::time::sleep(Duration::from_millis(CALM_MS)).await;
+    let leader = wait_for_leader(config).await?;
+    let followers: Vec<u8> = (1..=3).filter(|&n| n != leader).collect();
+    let mut violations = Vec::new();
+    let cut_at = Instant::now();
+    let length = Duration::from_secs(args.seconds);
+    let mut stepped_down_ms = None;
+    let acknowledged_during;
+    if scenario == Scenario::Flapping {
+        let mut rng = Rng::new(seed);
+        let end = Instant::now() + length * 4;
+        let mut isolated = None;
+        while Instant::now() < end {
+            match isolated.take() {
+                Some(_) => proxy.heal(),
+                None => {
+                    let current = leader_of(&statuses(config).await).unwrap_or(leader);
+                    isolate(proxy, current, LinkMode::Drop);
+                    isolated = Some(current);
+                }
+            }
+            let wait = FLAP_MS.0 + rng.below(FLAP_MS.1 - FLAP_MS.0 + 1);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        acknowledged_during = workload.acknowledged.get();
+    } else {
+        match scenario {
+            Scenario::LeaderIsolated => isolate(proxy, leader, LinkMode::Drop),
+            Scenario::LeaderBlackholed => isolate(proxy, leader, LinkMode::Blackhole),
+            Scenario::LeaderCannotSend => {
+                for &f in &followers {
+                    proxy.set(leader, f, LinkMode::Drop);
+                }
+            }
+            Scenario::LeaderCannotHear => {
+                for &f in &followers {
+                    proxy.set(f, leader, LinkMode::Drop);
+                }
+            }
+            Scenario::FollowerReachesOnePeer => {
+                proxy.set_both(followers[0], leader, LinkMode::Drop);
+            }
+            Scenario::SlowFollower => {
+                let delay = LinkMode::Delay(Duration::from_millis(SLOW_LINK_DELAY_MS));
+                proxy.set_both(followers[0], leader, delay);
+                proxy.set_both(followers[0], followers[1], delay);
+            }
+            Scenario::Flapping => unreachable!("handled above"),
+        }
+        let mut counted_from = None;
+        while cut_at.elapsed() < length {
+            let elapsed = cut_at.elapsed();
+            if stepped_down_ms.is_none()
+                && let Some(status) = statuses(config)
+                    .await
+                    .into_iter()
+                    .find(|s| s.node.0 == leader)
+                && status.role != Role::Leader
+            {
+                stepped_down_ms = Some(elapsed.as_millis() as u64);
+            }
+            // The majority side gets a second to elect a leader; then it must commit.
+            if counted_from.is_none() && elapsed >= Duration::from_secs(1) {
+                counted_from = Some(workload.acknowledged.get());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        acknowledged_during = workload.acknowledged.get() - counted_from.unwrap_or(0);
+        if scenario.isolates_leader() && stepped_down_ms.is_none_or(|ms| ms > STEP_DOWN_MS_MAX) {
+            violations.push(format!(
+                "the isolated leader (node {leader}) did not step down within {STEP_DOWN_MS_MAX} ms ({stepped_down_ms:?})"
+            ));
+        }
+        if acknowledged_during == 0 {
+            violations.push("the majority side committed nothing during the partition".into());
+        }
+    }
+    proxy.heal();
+    tokio::time::sleep(Duration::from_millis(CALM_MS)).await;
+    let total = workload.acknowledged.clone();
+    let (expected, _unknown) = workload.finish(findings).await;
+    converge(config, findings).await;
+    check_accounts(config, &expected, findings).await;
+    Ok(Outcome {
+        scenario,
+        acknowledged_during,
+        acknowledged: total.get(),
+        stepped_down_ms,
+        terms: 0,
+        violations,
+    })
+}
+
+/// Cuts every link to and from `node` in `mode`.
+fn isolate(proxy: &Proxy, node: u8, mode: LinkMode) {
+    for other in (1..=3).filter(|&n| n != node) {
+        proxy.set_both(node, other, mode);
+    }
+}
+
+async fn wait_for_leader(config: &ClientConfig) -> anyhow::Result<u8> {
+    let deadline = Instant::now() + Duration::from_secs(crate::faults::SETTLE_SECS);
+    loop {
+        if let Some(leader) = leader_of(&statuses(config).await) {
+            return Ok(leader);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no leader was elected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

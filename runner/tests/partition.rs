@@ -1,0 +1,47 @@
+//! Partitions between real node processes through our proxy (`runner partition`): in every
+//! scenario the majority side keeps committing, an isolated leader steps down, and I1-I7 hold.
+
+use std::process::Command;
+
+/// Seconds each partition lasts in the test suite.
+const CI_PARTITION_SECONDS: u64 = 3;
+
+/// Proves every scenario passes its checks and reports what it saw.
+#[test]
+fn every_partition_scenario_keeps_the_majority_committing() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("partition.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args([
+            "partition",
+            "--seconds",
+            &CI_PARTITION_SECONDS.to_string(),
+            "--seed",
+            "11",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(summary["violations"], 0, "{summary}");
+    let scenarios = summary["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 7, "{summary}");
+    for scenario in scenarios {
+        assert!(
+            scenario["acknowledged_during_partition"].as_u64().unwrap() > 0,
+            "{scenario}"
+        );
+    }
+    let isolated = scenarios
+        .iter()
+        .find(|s| s["scenario"] == "leader-isolated")
+        .unwrap();
+    assert!(isolated["leader_stepped_down_ms"].is_u64(), "{isolated}");
+}
