@@ -213,6 +213,9 @@ pub enum Rejection {
     Halted,
     /// The leader's queue of waiting commands is full; retry shortly.
     Busy,
+    /// The leader's disk is full: it takes no new request until space returns (nothing of
+    /// this request was logged).
+    StorageFull,
 }
 
 /// What a node answers.
@@ -291,6 +294,8 @@ pub struct NodeStatus {
     pub divergence: Option<Divergence>,
     /// Why it stopped applying, if it did.
     pub halted: Option<String>,
+    /// Its disk is full: its WAL retries the append that failed until space returns.
+    pub storage_full: bool,
     /// The execution mode it uses when it leads.
     pub mode: Mode,
     /// Where its entries' time went, since it started.

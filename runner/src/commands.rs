@@ -70,7 +70,7 @@ pub fn node(args: NodeArgs) -> anyhow::Result<()> {
         .context("listed")?
         .clone();
     let data_dir = config.data_dir.clone();
-    let handle = engine::node::start(config, Bank)?;
+    let mut handle = engine::node::start(config, Bank)?;
     eprintln!(
         "node {}: peers on {}, clients on {}, data in {}",
         args.id,
@@ -82,10 +82,10 @@ pub fn node(args: NodeArgs) -> anyhow::Result<()> {
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = terminate.recv() => Ok(()),
+            reason = handle.failure() => Err(anyhow::anyhow!("node {}: {reason}", args.id)),
         }
-        Ok::<(), std::io::Error>(())
     })?;
     handle.stop();
     Ok(())

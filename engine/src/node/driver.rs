@@ -64,7 +64,7 @@ pub(super) async fn run<H: Handler>(
     inbox: mpsc::Sender<Input>,
     mut inputs: mpsc::Receiver<Input>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
-) {
+) -> Option<String> {
     let others: Vec<NodeId> = config
         .nodes
         .iter()
@@ -82,15 +82,13 @@ pub(super) async fn run<H: Handler>(
         config.cluster_id,
         inbox.clone(),
     ));
-    let Some(mut driver) = Driver::new(config, restored, inbox) else {
-        return;
-    };
+    let mut driver = Driver::new(config, restored, inbox)?;
     let mut ticker = tokio::time::interval(Duration::from_millis(driver.config.tick_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let input = tokio::select! {
             biased;
-            _ = &mut stopped => return,
+            _ = &mut stopped => return None,
             input = inputs.recv() => input,
             _ = ticker.tick() => {
                 driver.tick();
@@ -104,12 +102,15 @@ pub(super) async fn run<H: Handler>(
                 continue;
             }
         };
-        let Some(input) = input else { return };
+        let input = input?;
         driver.handle(input);
         // Take whatever else is waiting first, so that requests that arrived together share
         // an entry.
         while let Ok(input) = inputs.try_recv() {
             driver.handle(input);
+        }
+        if let Some(reason) = driver.fatal.take() {
+            return Some(reason);
         }
         driver.propose();
         if driver.has_deferred_work() || driver.snapshot_slice_due() {
@@ -147,6 +148,10 @@ struct Driver<H: Handler> {
     wal: WalThread,
     peers: BTreeMap<NodeId, mpsc::Sender<PeerMessage>>,
     halted: Option<String>,
+    /// Why the node must stop for good (a failed fsync): the event loop ends with it.
+    fatal: Option<String>,
+    /// The WAL found the file system full and retries its append.
+    storage_full: bool,
     /// Entries this leader proposed and has not simulated yet.
     unsimulated: Vec<EntryIndex>,
     /// Follower: the commit index to apply up to once nothing waits for the WAL.
@@ -223,6 +228,8 @@ impl<H: Handler> Driver<H> {
             wal,
             peers,
             halted: None,
+            fatal: None,
+            storage_full: false,
             unsimulated: Vec::new(),
             commit_to: EntryIndex::ZERO,
             timing: Timing::default(),
@@ -494,7 +501,24 @@ impl<H: Handler> Driver<H> {
                 self.step(Event::Loaded { peer, entries })
             }
             Input::Wal(WalEvent::AckFailed) => self.step(Event::AckFailed),
-            Input::Wal(WalEvent::Failed(reason)) => self.halt(format!("the WAL failed: {reason}")),
+            Input::Wal(WalEvent::Failed(reason)) => {
+                // After a failed fsync the page cache's state is unknown: the node stops for
+                // good (its process exits) rather than go on from a log it cannot trust.
+                let reason = format!("the WAL failed: {reason}");
+                self.halt(reason.clone());
+                self.fatal = Some(reason);
+            }
+            Input::Wal(WalEvent::Full(reason)) => {
+                eprintln!(
+                    "node {}: storage full, refusing new requests and retrying the append: {reason}",
+                    self.config.id
+                );
+                self.storage_full = true;
+            }
+            Input::Wal(WalEvent::SpaceBack) => {
+                eprintln!("node {}: storage has room again", self.config.id);
+                self.storage_full = false;
+            }
             Input::Snapshot(Ok(durable)) => self.on_snapshot_durable(durable),
             Input::Snapshot(Err(error)) => {
                 eprintln!("node {}: a snapshot failed: {error}", self.config.id)
@@ -698,6 +722,9 @@ impl<H: Handler> Driver<H> {
         if self.core.role() != Role::Leader {
             return Some(self.not_leader());
         }
+        if self.storage_full {
+            return reject(Rejection::StorageFull);
+        }
         let ends = match command_ends::<H>(&submit.commands, submit.command_count) {
             Ok(ends) => ends,
             Err(reason) => return reject(reason),
@@ -802,6 +829,7 @@ impl<H: Handler> Driver<H> {
             state_hash: self.machine.state_hash(),
             divergence: self.core.divergence().cloned(),
             halted: self.halted.clone(),
+            storage_full: self.storage_full,
             mode: self.machine.mode(),
             stages: {
                 let counters = self.machine.counters();

@@ -165,9 +165,23 @@ pub(crate) enum Input {
 pub struct NodeHandle {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    failed: Option<tokio::sync::oneshot::Receiver<String>>,
 }
 
 impl NodeHandle {
+    /// Waits until the node stops for good on its own (its WAL failed: an fsync error) and
+    /// returns why; never returns while it runs, or after it was stopped.
+    pub async fn failure(&mut self) -> String {
+        if let Some(failed) = self.failed.as_mut()
+            && let Ok(reason) = failed.await
+        {
+            self.failed = None;
+            return reason;
+        }
+        self.failed = None;
+        std::future::pending().await
+    }
+
     /// Stops the node and waits for its thread.
     pub fn stop(mut self) {
         self.shutdown();
@@ -209,6 +223,7 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
     let (inbox, inputs) = mpsc::channel(INBOX_INPUTS_MAX);
     let (ready, started) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (fail, failed) = tokio::sync::oneshot::channel();
     let thread = std::thread::Builder::new()
         .name(format!("node-{}", config.id))
         .spawn(move || {
@@ -237,7 +252,13 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
                         return;
                     }
                 };
-                driver::run(config, restored, listeners, inbox, inputs, stopped).await;
+                let id = config.id;
+                if let Some(reason) =
+                    driver::run(config, restored, listeners, inbox, inputs, stopped).await
+                {
+                    eprintln!("node {id}: stopped for good: {reason}");
+                    let _ = fail.send(reason);
+                }
             });
         })
         .map_err(|source| NodeError::Io {
@@ -248,6 +269,7 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
         Ok(Ok(())) => Ok(NodeHandle {
             stop: Some(stop),
             thread: Some(thread),
+            failed: Some(failed),
         }),
         Ok(Err(error)) => Err(error),
         Err(_) => Err(NodeError::Config(

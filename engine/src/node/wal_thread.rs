@@ -4,8 +4,13 @@
 use crate::entry::Entry;
 use crate::ids::{EntryIndex, NodeId, Term};
 use crate::wal::{Wal, WalError};
+use std::collections::VecDeque;
 use std::sync::mpsc;
 use std::thread;
+use std::time::Duration;
+
+/// Time between two tries of an append that found the file system full.
+pub const WAL_FULL_RETRY_MS: u64 = 100;
 
 /// Work for the WAL thread, carried out in order.
 #[derive(Debug)]
@@ -62,6 +67,11 @@ pub(crate) enum WalEvent {
     AckFailed,
     /// The WAL failed; nothing more can be made durable.
     Failed(String),
+    /// The file system has no room for the next append; it is retried every
+    /// [`WAL_FULL_RETRY_MS`] until it succeeds (everything after it waits).
+    Full(String),
+    /// An append that found the file system full succeeded.
+    SpaceBack,
 }
 
 /// The node's handle on the WAL thread.
@@ -96,13 +106,42 @@ fn run(
     queue: mpsc::Receiver<WalOp>,
     report: impl Fn(WalEvent) -> bool,
 ) {
-    while let Ok(first) = queue.recv() {
-        let batch: Vec<WalOp> = std::iter::once(first).chain(queue.try_iter()).collect();
-        let events = match carry_out(&mut wal, &mut acker, batch) {
-            Ok(events) => events,
-            Err(error) => vec![WalEvent::Failed(error.to_string())],
-        };
-        let failed = events.iter().any(|e| matches!(e, WalEvent::Failed(_)));
+    let mut pending = VecDeque::new();
+    let mut unsynced = None;
+    let mut full = false;
+    loop {
+        if pending.is_empty() {
+            match queue.recv() {
+                Ok(op) => pending.push_back(op),
+                Err(_) => return,
+            }
+        }
+        pending.extend(queue.try_iter());
+        let mut events = Vec::new();
+        let mut failed = false;
+        match carry_out(
+            &mut wal,
+            &mut acker,
+            &mut pending,
+            &mut unsynced,
+            &mut events,
+        ) {
+            Ok(()) if full => {
+                full = false;
+                events.push(WalEvent::SpaceBack);
+            }
+            Ok(()) => {}
+            Err(error) if error.is_storage_full() => {
+                if !full {
+                    full = true;
+                    events.push(WalEvent::Full(error.to_string()));
+                }
+            }
+            Err(error) => {
+                failed = true;
+                events.push(WalEvent::Failed(error.to_string()));
+            }
+        }
         for event in events {
             if !report(event) {
                 return;
@@ -111,41 +150,57 @@ fn run(
         if failed {
             return;
         }
+        if full {
+            thread::sleep(Duration::from_millis(WAL_FULL_RETRY_MS));
+        }
     }
 }
 
-/// Carries out a batch of work with one fsync for all its appends.
+/// Carries out the pending work, in order, with one fsync for all its appends. An append the
+/// file system has no room for stays first in `pending` (with what was already written of it
+/// skipped on the next try); what was written before it is made durable and reported first.
 fn carry_out(
     wal: &mut Wal,
     acker: &mut Acker,
-    batch: Vec<WalOp>,
-) -> Result<Vec<WalEvent>, WalError> {
-    let mut events = Vec::new();
-    let mut unsynced: Option<(EntryIndex, Term)> = None;
+    pending: &mut VecDeque<WalOp>,
+    unsynced: &mut Option<(EntryIndex, Term)>,
+    events: &mut Vec<WalEvent>,
+) -> Result<(), WalError> {
     // Of several acknowledgements in a batch only the last matters: it covers the others.
-    let last_ack = batch.iter().rposition(|op| matches!(op, WalOp::Ack { .. }));
-    for (n, op) in batch.into_iter().enumerate() {
+    let mut acks_left = pending
+        .iter()
+        .filter(|op| matches!(op, WalOp::Ack { .. }))
+        .count();
+    while let Some(op) = pending.pop_front() {
         match op {
             WalOp::Append(entries) => {
-                for entry in &entries {
-                    wal.write(entry)?;
-                    unsynced = Some((entry.index(), entry.term()));
+                let last = wal.last_index();
+                for entry in entries.iter().filter(|e| e.index() > last) {
+                    if let Err(error) = wal.write(entry) {
+                        if error.is_storage_full() {
+                            pending.push_front(WalOp::Append(entries));
+                            sync(wal, unsynced, events)?;
+                        }
+                        return Err(error);
+                    }
+                    *unsynced = Some((entry.index(), entry.term()));
                 }
             }
             WalOp::Ack { to, message } => {
-                if Some(n) == last_ack {
-                    sync(wal, &mut unsynced, &mut events)?;
+                acks_left -= 1;
+                if acks_left == 0 {
+                    sync(wal, unsynced, events)?;
                     if !acker.send(to, &message) {
                         events.push(WalEvent::AckFailed);
                     }
                 }
             }
             WalOp::Truncate(from) => {
-                sync(wal, &mut unsynced, &mut events)?;
+                sync(wal, unsynced, events)?;
                 wal.truncate_from(from)?;
             }
             WalOp::Compact(through) => {
-                sync(wal, &mut unsynced, &mut events)?;
+                sync(wal, unsynced, events)?;
                 let (_, segments) = wal.release_through(through);
                 if !segments.is_empty() {
                     let dir = wal.dir().to_path_buf();
@@ -159,7 +214,7 @@ fn carry_out(
             }
             WalOp::Reset { base, hash } => {
                 // What was written before belongs to the replaced log: nothing to report.
-                unsynced = None;
+                *unsynced = None;
                 wal.reset_to(base, hash)?;
             }
             WalOp::Load { peer, from, to } => {
@@ -177,8 +232,7 @@ fn carry_out(
             }
         }
     }
-    sync(wal, &mut unsynced, &mut events)?;
-    Ok(events)
+    sync(wal, unsynced, events)
 }
 
 fn sync(

@@ -164,12 +164,17 @@ fn finish(dir: &Path, mut open: Open, meta: SnapshotMeta) -> Result<Durable, Str
     );
     let describe = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
     let digest = open.hasher.finalize();
-    open.file
+    let path = snapshot_path(dir, open.index);
+    let written = open
+        .file
         .write_all(digest.as_bytes())
         .and_then(|()| open.file.sync_all())
-        .map_err(|e| describe(&open.temporary, e))?;
-    let path = snapshot_path(dir, open.index);
-    fs::rename(&open.temporary, &path).map_err(|e| describe(&open.temporary, e))?;
+        .and_then(|()| fs::rename(&open.temporary, &path));
+    if let Err(error) = written {
+        // A full disk or a failed fsync: the partial file goes (the WAL still holds the log).
+        let _ = fs::remove_file(&open.temporary);
+        return Err(describe(&open.temporary, error));
+    }
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| describe(dir, e))?;

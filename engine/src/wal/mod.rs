@@ -57,6 +57,23 @@ pub enum WalError {
     Missing(EntryIndex),
 }
 
+impl WalError {
+    /// True when the file system is out of space (ENOSPC) or over a quota (EDQUOT): the
+    /// write can succeed once space returns. Only a failed write is; a failed fsync is never
+    /// retried (what it left in the page cache is unknown).
+    pub fn is_storage_full(&self) -> bool {
+        match self {
+            WalError::Io { source, .. } => {
+                source.kind() == io::ErrorKind::StorageFull
+                    || source.kind() == io::ErrorKind::QuotaExceeded
+            }
+            WalError::Corruption { .. } | WalError::Unchained { .. } | WalError::Missing(_) => {
+                false
+            }
+        }
+    }
+}
+
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
     move |source| WalError::Io {
         path: path.to_path_buf(),

@@ -189,7 +189,11 @@ impl Model {
         }
     }
 
-    fn record(&mut self, command: &BankCommand, outcome: &Outcome<BankOutput, bank::BankError>) {
+    pub fn record(
+        &mut self,
+        command: &BankCommand,
+        outcome: &Outcome<BankOutput, bank::BankError>,
+    ) {
         let (BankCommand::Transfer { from, to, amount }, Outcome::Done(_)) = (command, outcome)
         else {
             return;
@@ -233,6 +237,17 @@ impl Model {
     }
 }
 
+/// A transfer between two distinct random accounts of [`ACCOUNTS`].
+pub fn random_transfer(rng: &mut Rng) -> BankCommand {
+    let from = rng.below(ACCOUNTS);
+    let to = (from + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS;
+    BankCommand::Transfer {
+        from: account_id(from),
+        to: account_id(to),
+        amount: 1 + rng.below(50_000),
+    }
+}
+
 /// Sends `requests` requests of transfers, recording each acknowledged outcome in the model and
 /// counting acknowledged requests in `acknowledged`.
 pub async fn transfers(
@@ -244,15 +259,7 @@ pub async fn transfers(
 ) {
     for _ in 0..requests {
         let batch: Vec<BankCommand> = (0..TRANSFERS_PER_REQUEST)
-            .map(|_| {
-                let from = rng.below(ACCOUNTS);
-                let to = (from + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS;
-                BankCommand::Transfer {
-                    from: account_id(from),
-                    to: account_id(to),
-                    amount: 1 + rng.below(50_000),
-                }
-            })
+            .map(|_| random_transfer(rng))
             .collect();
         let outcomes = client
             .submit::<Bank>(&batch)
@@ -291,4 +298,55 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// A tmpfs of a given size mounted for one test, so that a node's file system really fills
+/// up (ENOSPC). Mounting needs root (or CAP_SYS_ADMIN); elsewhere the test says so and skips.
+pub struct SmallDisk {
+    pub path: PathBuf,
+}
+
+impl SmallDisk {
+    pub fn mount(path: &Path, bytes: u64) -> Option<SmallDisk> {
+        std::fs::create_dir_all(path).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(path)
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        if !status.success() {
+            eprintln!("SKIPPED: cannot mount a small tmpfs here (needs root)");
+            return None;
+        }
+        Some(SmallDisk {
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn ballast(&self) -> PathBuf {
+        self.path.join("ballast")
+    }
+
+    /// Writes a ballast file until the file system is full.
+    pub fn fill(&self) {
+        use std::io::Write;
+        let mut file = std::fs::File::create(self.ballast()).unwrap();
+        for chunk in [1 << 20, 4096, 64] {
+            let bytes = vec![0u8; chunk];
+            while file.write_all(&bytes).is_ok() {}
+        }
+        let _ = file.sync_all();
+    }
+
+    /// Removes the ballast: space returns.
+    pub fn free(&self) {
+        std::fs::remove_file(self.ballast()).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
 }

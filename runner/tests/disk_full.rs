@@ -1,0 +1,121 @@
+//! A full disk with real processes: each node's data directory on a tmpfs of its own, filled
+//! with a ballast file. A full follower drops out while the others commit, and catches up once
+//! space returns; a full leader refuses new requests with `StorageFull` (nothing it could not
+//! persist is acknowledged) and serves again once space returns. Every acknowledged transfer
+//! is in place at the end, on three equal state hashes.
+
+mod common;
+
+use bank::{Bank, BankCommand};
+use common::{
+    Model, Nodes, SmallDisk, TRANSFERS_PER_REQUEST, converged, leader_of, runtime, transfers,
+    wait_for,
+};
+use engine::client::{Client, ClientError};
+use engine::rng::Rng;
+use engine::{ClientId, RequestNumber};
+use net::message::Rejection;
+use std::cell::Cell;
+
+/// Bytes of each node's file system: room for the WAL segments and snapshots of the run.
+const DISK_BYTES: u64 = 48 << 20;
+/// Small WAL segments, so that a full disk shows at the next segment as well as mid-segment.
+const SETTINGS: &str =
+    "wal_segment_bytes = 1048576\nsnapshot_every = 16\nsnapshot_retain_ms = 20\n";
+/// Requests a full leader may still acknowledge (those already in its pipeline, committed by
+/// the followers) before it refuses new ones.
+const REQUESTS_BEFORE_REFUSAL_MAX: usize = 1_000;
+
+fn has_room(all: &[net::message::NodeStatus]) -> bool {
+    all.len() == 3 && all.iter().all(|s| !s.storage_full)
+}
+
+/// Proves the behaviour on a full follower, then on a full leader.
+#[test]
+fn a_full_follower_drops_out_and_a_full_leader_refuses_new_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut disks = Vec::new();
+    for id in 1..=3 {
+        let Some(disk) = SmallDisk::mount(&dir.path().join(format!("node{id}")), DISK_BYTES) else {
+            return;
+        };
+        disks.push(disk);
+    }
+    let (cluster_file, config) = common::write_cluster_file(dir.path(), SETTINGS);
+    let mut nodes = Nodes::new(dir.path(), cluster_file);
+    for id in 1..=3 {
+        nodes.start(id);
+    }
+    runtime().block_on(async {
+        let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
+        let mut model = Model::open(&mut client).await;
+        let mut rng = Rng::new(31);
+        let acknowledged = Cell::new(0);
+        let all = wait_for(&config, "a leader", |all| {
+            all.len() == 3 && leader_of(all).is_some()
+        })
+        .await;
+        let leader = leader_of(&all).unwrap().0;
+        let follower = (1..=3).find(|&n| n != leader).unwrap();
+
+        // A full follower: the others go on committing.
+        disks[usize::from(follower) - 1].fill();
+        eprintln!(
+            "DEBUG leader {leader} follower {follower}: {:?}",
+            common::statuses(&config)
+                .await
+                .iter()
+                .map(|s| (s.node, s.role, s.storage_full))
+                .collect::<Vec<_>>()
+        );
+        for id in 1..=3 {
+            eprintln!(
+                "DEBUG df {}",
+                String::from_utf8_lossy(
+                    &std::process::Command::new("df")
+                        .arg(dir.path().join(format!("node{id}")))
+                        .output()
+                        .unwrap()
+                        .stdout
+                )
+            );
+        }
+        transfers(&mut client, &mut rng, &mut model, 100, &acknowledged).await;
+        wait_for(&config, "the follower to report a full disk", |all| {
+            all.iter().any(|s| s.node.0 == follower && s.storage_full)
+        })
+        .await;
+        transfers(&mut client, &mut rng, &mut model, 100, &acknowledged).await;
+        disks[usize::from(follower) - 1].free();
+        wait_for(&config, "every disk to have room", has_room).await;
+        converged(&config).await;
+
+        // A full leader: new requests are refused with StorageFull.
+        disks[usize::from(leader) - 1].fill();
+        let mut refused = false;
+        for _ in 0..REQUESTS_BEFORE_REFUSAL_MAX {
+            let batch: Vec<BankCommand> = (0..TRANSFERS_PER_REQUEST)
+                .map(|_| common::random_transfer(&mut rng))
+                .collect();
+            match client.submit::<Bank>(&batch).await {
+                Ok(outcomes) => {
+                    for (command, outcome) in batch.iter().zip(&outcomes) {
+                        model.record(command, outcome);
+                    }
+                }
+                Err(ClientError::Rejected(Rejection::StorageFull)) => {
+                    refused = true;
+                    break;
+                }
+                Err(error) => panic!("unexpected: {error}"),
+            }
+        }
+        assert!(refused, "a full leader kept taking requests");
+        disks[usize::from(leader) - 1].free();
+        // The WAL retries its append every WAL_FULL_RETRY_MS: until then the leader refuses.
+        wait_for(&config, "every disk to have room", has_room).await;
+        transfers(&mut client, &mut rng, &mut model, 50, &acknowledged).await;
+        converged(&config).await;
+        model.check(&config, ClientId(6)).await;
+    });
+}
