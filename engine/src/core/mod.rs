@@ -80,6 +80,19 @@ pub struct HardState {
     pub term: Term,
     /// The candidate voted for in that term.
     pub voted_for: Option<NodeId>,
+    /// Entries this replica may have acknowledged and lost to damage on its disk: until a
+    /// leader has made its log durable through them again, it votes as if it still held them
+    /// and never campaigns.
+    pub repair: Option<Repair>,
+}
+
+/// The end of the log a replica had before damage cut it: the last entry found on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repair {
+    /// Its index.
+    pub index: EntryIndex,
+    /// Its term.
+    pub term: Term,
 }
 
 /// What a replica recovered from disk.
@@ -469,7 +482,13 @@ impl Core {
             Role::Follower | Role::Candidate => {
                 self.election_elapsed += 1;
                 if self.election_elapsed >= self.election_timeout {
-                    self.campaign(out);
+                    if self.hard.repair.is_some() {
+                        // It may lack entries it acknowledged: it must not lead. It waits
+                        // for a leader (and votes for one whose log holds what it had).
+                        self.reset_election_timer();
+                    } else {
+                        self.campaign(out);
+                    }
                 }
             }
         }
@@ -573,8 +592,22 @@ impl Core {
         self.history.clear();
         self.history.push_back(applied);
         self.pending_checks.clear();
+        self.repaired(out);
         if self.role == Role::Follower {
             self.reply_append(AppendOutcome::Matched { index: base.index }, out);
+        }
+    }
+
+    /// Ends a repair once the log is durable through the index the damage may have cost:
+    /// everything up to it now comes from a leader.
+    fn repaired(&mut self, out: &mut Vec<Action>) {
+        if self
+            .hard
+            .repair
+            .is_some_and(|repair| self.durable >= repair.index)
+        {
+            self.hard.repair = None;
+            out.push(Action::PersistHardState(self.hard));
         }
     }
 
@@ -623,6 +656,7 @@ impl Core {
             self.hard = HardState {
                 term,
                 voted_for: None,
+                repair: self.hard.repair,
             };
             out.push(Action::PersistHardState(self.hard));
             self.confirmed = EntryIndex::ZERO;
@@ -638,6 +672,7 @@ impl Core {
         self.hard = HardState {
             term: Term(self.hard.term.0 + 1),
             voted_for: Some(self.config.id),
+            repair: self.hard.repair,
         };
         out.push(Action::PersistHardState(self.hard));
         self.votes = vec![self.config.id];
@@ -691,11 +726,21 @@ impl Core {
     }
 
     fn on_vote(&mut self, vote: Vote, out: &mut Vec<Action>) {
-        let up_to_date =
-            (vote.last_term, vote.last_index) >= (self.log.last_term(), self.log.last_index());
+        // A replica repairing damage compares with the log it had before the damage.
+        let ours = match self.hard.repair {
+            Some(repair) => {
+                (repair.term, repair.index).max((self.log.last_term(), self.log.last_index()))
+            }
+            None => (self.log.last_term(), self.log.last_index()),
+        };
+        let up_to_date = (vote.last_term, vote.last_index) >= ours;
         // A replica with an empty log votes only while the whole cluster is new: once entries
         // exist, an empty log means a lost data directory, whose votes may already be cast.
-        let up_to_date = up_to_date && (self.log.last_index().0 > 0 || vote.last_index.0 == 0);
+        // (A log emptied by damage is known for what it was: its hard state survived.)
+        let up_to_date = up_to_date
+            && (self.log.last_index().0 > 0
+                || self.hard.repair.is_some()
+                || vote.last_index.0 == 0);
         let free = self.hard.voted_for.is_none_or(|v| v == vote.candidate);
         let granted =
             vote.term == self.hard.term && free && up_to_date && self.role == Role::Follower;
@@ -902,6 +947,7 @@ impl Core {
             return;
         }
         self.durable = index;
+        self.repaired(out);
         match self.role {
             Role::Leader => self.advance_commit(out),
             Role::Follower => {

@@ -81,7 +81,8 @@ fn election_timeout_starts_a_campaign() {
         vec![
             Action::PersistHardState(HardState {
                 term: Term(1),
-                voted_for: Some(N1)
+                voted_for: Some(N1),
+                repair: None,
             }),
             Action::RoleChanged {
                 role: Role::Candidate,
@@ -119,11 +120,13 @@ fn a_vote_is_persisted_before_it_is_sent() {
         vec![
             Action::PersistHardState(HardState {
                 term: Term(1),
-                voted_for: None
+                voted_for: None,
+                repair: None,
             }),
             Action::PersistHardState(HardState {
                 term: Term(1),
-                voted_for: Some(N1)
+                voted_for: Some(N1),
+                repair: None,
             }),
             Action::Send {
                 to: N1,
@@ -475,7 +478,8 @@ fn follower_acknowledges_after_its_fsync() {
         vec![
             Action::PersistHardState(HardState {
                 term: Term(1),
-                voted_for: None
+                voted_for: None,
+                repair: None,
             }),
             Action::RoleChanged {
                 role: Role::Follower,
@@ -622,6 +626,125 @@ fn divergent_hashes_are_reported() {
     assert_eq!(n1.divergence(), Some(&divergence));
     assert_eq!(step(&mut n1, reply(theirs)), vec![], "reported once");
     assert_eq!(step(&mut n1, reply(mine)), vec![]);
+}
+
+/// A follower recovering from damage that cut its log after entry 0: it had entries up to
+/// index 5 of term 1.
+fn repairing(id: NodeId) -> Core {
+    let recovered = Recovered {
+        hard_state: HardState {
+            term: Term(1),
+            voted_for: None,
+            repair: Some(Repair {
+                index: EntryIndex(5),
+                term: Term(1),
+            }),
+        },
+        ..Recovered::default()
+    };
+    Core::new(config(id), recovered)
+}
+
+fn vote_from(candidate: NodeId, term: u64, last_index: u64) -> Event {
+    Event::Message {
+        from: candidate,
+        message: PeerMessage::Vote(Vote {
+            term: Term(term),
+            candidate,
+            last_index: EntryIndex(last_index),
+            last_term: Term(1),
+        }),
+    }
+}
+
+fn granted(actions: &[Action]) -> bool {
+    actions.iter().any(|a| {
+        matches!(
+            a,
+            Action::Send {
+                message: PeerMessage::VoteReply(VoteReply { granted: true, .. }),
+                ..
+            }
+        )
+    })
+}
+
+/// Proves a replica repairing damage never campaigns, and grants a vote only to a candidate
+/// whose log is at least as up to date as the log it had before the damage (so no leader can
+/// be elected with its help that lacks an entry it may have acknowledged).
+#[test]
+fn a_repairing_replica_never_campaigns_and_votes_as_if_it_held_what_it_lost() {
+    let mut n2 = repairing(N2);
+    for _ in 0..1_000 {
+        let actions = step(&mut n2, Event::Tick);
+        assert!(
+            !actions.iter().any(|a| matches!(
+                a,
+                Action::Send {
+                    message: PeerMessage::Vote(_),
+                    ..
+                }
+            )),
+            "{actions:?}"
+        );
+    }
+    assert_eq!(n2.role(), Role::Follower);
+    assert!(!granted(&step(&mut n2, vote_from(N1, 2, 4))));
+    assert!(granted(&step(&mut n2, vote_from(N3, 3, 5))));
+}
+
+/// Proves the repair ends, durably, once a leader has made the log durable through the
+/// index the damage may have cost.
+#[test]
+fn a_repair_ends_once_the_log_is_durable_through_it() {
+    let n1 = leader_with_five_applied();
+    let entries: Vec<Entry> = (1..=5)
+        .map(|i| n1.entry(EntryIndex(i)).unwrap().clone())
+        .collect();
+    let mut n2 = repairing(N2);
+    let append = Append {
+        term: Term(1),
+        leader: N1,
+        prev_index: EntryIndex(0),
+        prev_term: Term(0),
+        entries: entries.clone(),
+        commit: EntryIndex(5),
+        applied: None,
+    };
+    step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Append(append),
+        },
+    );
+    let actions = step(
+        &mut n2,
+        Event::Persisted {
+            index: EntryIndex(4),
+            term: Term(1),
+        },
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::PersistHardState(_)))
+    );
+    let actions = step(
+        &mut n2,
+        Event::Persisted {
+            index: EntryIndex(5),
+            term: Term(1),
+        },
+    );
+    assert!(
+        actions.contains(&Action::PersistHardState(HardState {
+            term: Term(1),
+            voted_for: None,
+            repair: None,
+        })),
+        "{actions:?}"
+    );
 }
 
 /// Proves a replica of a newer term answers a snapshot chunk of an older leader with its term,

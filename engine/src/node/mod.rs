@@ -217,7 +217,11 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
         config.wal_segment_bytes,
     )?;
     let report = &restored.report;
-    if report.snapshot.is_some() || report.replayed > 0 || !report.refused.is_empty() {
+    if report.snapshot.is_some()
+        || report.replayed > 0
+        || !report.refused.is_empty()
+        || report.damage.is_some()
+    {
         eprintln!("node {}: recovered: {report}", config.id);
     }
     let (inbox, inputs) = mpsc::channel(INBOX_INPUTS_MAX);

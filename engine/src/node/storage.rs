@@ -3,7 +3,7 @@
 use super::NodeError;
 use crate::apply::StateMachine;
 use crate::codec::{self, Decode, Encode};
-use crate::core::{HardState, LogBase, Recovered};
+use crate::core::{HardState, LogBase, Recovered, Repair};
 use crate::entry::EntryHash;
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId, Term};
@@ -27,6 +27,8 @@ pub const SNAPSHOT_DIR: &str = "snapshots";
 struct HardStateRecord {
     term: Term,
     voted_for: Option<NodeId>,
+    /// The end of the log before damage cut it (index, term), while being repaired.
+    repair: Option<(EntryIndex, Term)>,
 }
 
 /// Reads the hard state; a missing file is a fresh node.
@@ -52,6 +54,9 @@ pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
     Ok(HardState {
         term: record.term,
         voted_for: record.voted_for,
+        repair: record
+            .repair
+            .map(|(index, term)| crate::core::Repair { index, term }),
     })
 }
 
@@ -61,6 +66,7 @@ pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
     let record = HardStateRecord {
         term: state.term,
         voted_for: state.voted_for,
+        repair: state.repair.map(|r| (r.index, r.term)),
     };
     let body = codec::encode_to_vec(&record).expect("hard state encodes");
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
@@ -108,6 +114,8 @@ pub struct RecoveryReport {
     /// WAL entries discarded because they did not continue the snapshot (an unfinished
     /// install, or an uncommitted suffix).
     pub discarded: u64,
+    /// Damage found in the WAL: what was cut, and the repair it waits for.
+    pub damage: Option<String>,
     /// Time the whole recovery took.
     pub took: Duration,
 }
@@ -134,6 +142,9 @@ impl std::fmt::Display for RecoveryReport {
         for refused in &self.refused {
             write!(f, "; refused {refused}")?;
         }
+        if let Some(damage) = &self.damage {
+            write!(f, "; {damage}")?;
+        }
         Ok(())
     }
 }
@@ -157,10 +168,38 @@ pub fn restore<H: Handler>(
         path: dir.to_path_buf(),
         source,
     })?;
-    let hard_state = read_hard_state(dir)?;
-    let (mut wal, recovery) = Wal::open_with(&dir.join(WAL_DIR), wal_segment_bytes)?;
+    let mut hard_state = read_hard_state(dir)?;
+    let (mut wal, recovery) = Wal::open_repairing(&dir.join(WAL_DIR), wal_segment_bytes)?;
     let mut machine = StateMachine::new(handler, capacity_bytes);
     let mut report = RecoveryReport::default();
+    if let Some(damage) = &recovery.damage {
+        // The damaged entries may have been acknowledged: until a leader has given them back,
+        // this replica votes as if it held them and never campaigns. That obligation is made
+        // durable before the damage is cut off the log.
+        let repair = match damage.last {
+            Some((index, term)) => Repair { index, term },
+            // Nothing beyond the damage is readable: no candidate can be known to hold what
+            // was lost, so no vote is granted until the log is whole again.
+            None => Repair {
+                index: damage.index,
+                term: Term(u64::MAX),
+            },
+        };
+        let kept = hard_state
+            .repair
+            .filter(|r| (r.term, r.index) >= (repair.term, repair.index));
+        hard_state.repair = Some(kept.unwrap_or(repair));
+        write_hard_state(dir, hard_state)?;
+        wal.cut_damage()?;
+        report.damage = Some(format!(
+            "entry {} damaged ({}, {} at offset {}): the log is cut before it and repaired from the leader through entry {}",
+            damage.index,
+            damage.reason,
+            damage.path.display(),
+            damage.offset,
+            hard_state.repair.map_or(damage.index, |r| r.index)
+        ));
+    }
     let mut chosen = None;
     for (index, path) in list_snapshots(&dir.join(SNAPSHOT_DIR)) {
         if wal.first_index() > index.next() {
@@ -304,6 +343,10 @@ mod tests {
         let state = HardState {
             term: Term(7),
             voted_for: Some(NodeId(2)),
+            repair: Some(Repair {
+                index: EntryIndex(40),
+                term: Term(6),
+            }),
         };
         write_hard_state(dir.path(), state).unwrap();
         write_hard_state(dir.path(), state).unwrap();

@@ -4,7 +4,7 @@
 mod record;
 mod recovery;
 
-pub use recovery::Recovery;
+pub use recovery::{Damage, Recovery};
 
 use crate::entry::{Entry, EntryHash};
 use crate::ids::{EntryIndex, Term};
@@ -114,6 +114,8 @@ pub struct Wal {
     buf: Vec<u8>,
     /// A segment is closed once it holds this many bytes.
     segment_bytes_max: u64,
+    /// Damage found by a repairing open, not yet cut off the files (see [`Wal::cut_damage`]).
+    pending_cut: Option<recovery::Cut>,
     /// The highest commit index any entry declared (entries up to it are committed).
     max_commit: EntryIndex,
 }
@@ -128,9 +130,40 @@ impl Wal {
     /// Opens the log with segments of at most `segment_bytes_max` (tests use small ones).
     pub fn open_with(dir: &Path, segment_bytes_max: u64) -> Result<(Wal, Recovery), WalError> {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
-        let (mut wal, recovery) = recovery::scan(dir)?;
+        let (mut wal, recovery) = recovery::scan(dir, false)?;
         wal.segment_bytes_max = segment_bytes_max;
         Ok((wal, recovery))
+    }
+
+    /// Opens the log as [`Wal::open_with`] does, except that damage is not an error: the log
+    /// ends before the first damaged entry, and [`Recovery::damage`] says where it was and
+    /// which entry was the last found beyond it (the log the replica may have acknowledged).
+    /// The damaged part stays on disk until [`Wal::cut_damage`]: persist what must survive
+    /// the cut first (the repair obligation), then cut.
+    pub fn open_repairing(dir: &Path, segment_bytes_max: u64) -> Result<(Wal, Recovery), WalError> {
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let (mut wal, recovery) = recovery::scan(dir, true)?;
+        wal.segment_bytes_max = segment_bytes_max;
+        Ok((wal, recovery))
+    }
+
+    /// Removes the damaged part a repairing open found: the damaged segment is cut at the
+    /// damage, later segments are deleted, all durably.
+    pub fn cut_damage(&mut self) -> Result<(), WalError> {
+        let Some(cut) = self.pending_cut.take() else {
+            return Ok(());
+        };
+        if let Some(segment) = self.segments.last() {
+            segment
+                .file
+                .set_len(segment.bytes)
+                .and_then(|()| segment.file.sync_all())
+                .map_err(io_error(&segment.path))?;
+        }
+        for path in &cut.later {
+            fs::remove_file(path).map_err(io_error(path))?;
+        }
+        sync_dir(&self.dir)
     }
 
     /// The last entry's index (zero when empty).

@@ -77,6 +77,21 @@ pub(crate) fn parse(data: &[u8], at: usize) -> Parsed {
     }
 }
 
+/// The entry header of the record at `at`, when its magic and header checksum hold (its
+/// payload may still be damaged).
+pub(crate) fn header_at(data: &[u8], at: usize) -> Option<EntryHeader> {
+    let rest = data.get(at..at + RECORD_HEADER_BYTES)?;
+    if !magic_ok(rest) {
+        return None;
+    }
+    let header_bytes = &rest[4..4 + ENTRY_HEADER_BYTES];
+    let stored_crc = u32::from_le_bytes(rest[4 + ENTRY_HEADER_BYTES..].try_into().ok()?);
+    if crc32fast::hash(header_bytes) != stored_crc {
+        return None;
+    }
+    codec::decode::<EntryHeader>(header_bytes).ok()
+}
+
 fn magic_ok(rest: &[u8]) -> bool {
     rest.len() >= 4 && rest[..4] == RECORD_MAGIC.to_le_bytes()
 }

@@ -3,8 +3,8 @@
 
 use super::record::{self, Parsed};
 use super::{Located, SEGMENT_SUFFIX, Segment, Wal, WalError, io_error};
-use crate::entry::{EntryHash, chain_hash};
-use crate::ids::EntryIndex;
+use crate::entry::{EntryHash, EntryHeader, chain_hash};
+use crate::ids::{EntryIndex, Term};
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 
@@ -19,6 +19,40 @@ pub struct Recovery {
     pub torn_tail_bytes: u64,
     /// Segment files read.
     pub segments: usize,
+    /// Damage a repairing open found (a strict open fails instead).
+    pub damage: Option<Damage>,
+}
+
+/// Damage in the log: entries from `index` on are lost to this replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The first entry that could not be read.
+    pub index: EntryIndex,
+    /// The segment holding it.
+    pub path: PathBuf,
+    /// Its offset there.
+    pub offset: u64,
+    /// What was wrong.
+    pub reason: String,
+    /// The last entry found on disk at or after the damage (a record whose header checksum
+    /// holds): the end of the log this replica may have acknowledged. `None` when no header
+    /// beyond the damage could be read.
+    pub last: Option<(EntryIndex, Term)>,
+}
+
+/// What [`super::Wal::cut_damage`] removes: the segments after the damaged one (which is cut
+/// at the log's new end).
+#[derive(Debug)]
+pub(super) struct Cut {
+    pub later: Vec<PathBuf>,
+}
+
+/// The outcome of scanning one segment.
+enum Scanned {
+    /// Read to its end; the bytes of a torn tail cut off.
+    Whole(u64),
+    /// A damaged record at this offset (valid records after it, or a readable header).
+    Damaged { offset: usize, reason: String },
 }
 
 /// Segment files in `dir`, ordered by the first index in their names.
@@ -40,7 +74,7 @@ fn segment_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, WalError> {
     Ok(found)
 }
 
-pub(super) fn scan(dir: &Path) -> Result<(Wal, Recovery), WalError> {
+pub(super) fn scan(dir: &Path, repairing: bool) -> Result<(Wal, Recovery), WalError> {
     let files = segment_files(dir)?;
     let first_index = files.first().map_or(EntryIndex(1), |(first, _)| *first);
     let mut wal = Wal {
@@ -52,23 +86,58 @@ pub(super) fn scan(dir: &Path) -> Result<(Wal, Recovery), WalError> {
         base_hash: EntryHash::default(),
         buf: Vec::new(),
         segment_bytes_max: super::WAL_SEGMENT_BYTES_MAX,
+        pending_cut: None,
         max_commit: EntryIndex::ZERO,
     };
     let mut torn_tail_bytes = 0;
+    let mut damage = None;
     for (n, (first, path)) in files.iter().enumerate() {
-        if *first != wal.last_index().next() {
-            return Err(WalError::Corruption {
-                index: wal.last_index().next(),
-                path: path.clone(),
+        let expected = wal.last_index().next();
+        let gap = *first != expected;
+        let found = if gap {
+            Scanned::Damaged {
                 offset: 0,
-                reason: format!(
-                    "segment starts at {first}, expected {}",
-                    wal.last_index().next()
-                ),
-            });
+                reason: format!("segment starts at {first}, expected {expected}"),
+            }
+        } else {
+            scan_segment(&mut wal, path, n + 1 == files.len(), repairing)?
+        };
+        match found {
+            Scanned::Whole(torn) => torn_tail_bytes += torn,
+            Scanned::Damaged { offset, reason } => {
+                // The first entry the damage costs: the one after the last read.
+                let expected = wal.last_index().next();
+                if !repairing {
+                    return Err(WalError::Corruption {
+                        index: expected,
+                        path: path.clone(),
+                        offset: offset as u64,
+                        reason,
+                    });
+                }
+                let later: Vec<PathBuf> = files[n + 1..].iter().map(|(_, p)| p.clone()).collect();
+                let mut last = last_header(&fs::read(path).map_err(io_error(path))?, offset)
+                    .map(|h| (h.index, h.term));
+                for path in &later {
+                    let data = fs::read(path).map_err(io_error(path))?;
+                    last = last.max(last_header(&data, 0).map(|h| (h.index, h.term)));
+                }
+                let mut later = later;
+                if gap {
+                    // The whole file lies beyond a gap: it goes with the later ones.
+                    later.insert(0, path.clone());
+                }
+                damage = Some(Damage {
+                    index: expected,
+                    path: path.clone(),
+                    offset: offset as u64,
+                    reason,
+                    last,
+                });
+                wal.pending_cut = Some(Cut { later });
+                break;
+            }
         }
-        let is_last = n + 1 == files.len();
-        torn_tail_bytes += scan_segment(&mut wal, path, is_last)?;
     }
     super::sync_dir(dir)?;
     let recovery = Recovery {
@@ -76,23 +145,38 @@ pub(super) fn scan(dir: &Path) -> Result<(Wal, Recovery), WalError> {
         last_index: wal.last_index(),
         torn_tail_bytes,
         segments: files.len(),
+        damage,
     };
     Ok((wal, recovery))
 }
 
-/// Reads one segment into `wal`; returns the bytes of torn tail cut from it.
-fn scan_segment(wal: &mut Wal, path: &Path, is_last: bool) -> Result<u64, WalError> {
+/// The header with the highest index among the records at or after `from` in `data` whose
+/// header checksum holds (their payloads may be damaged).
+fn last_header(data: &[u8], from: usize) -> Option<EntryHeader> {
+    let magic = record::RECORD_MAGIC.to_le_bytes();
+    (from..data.len().saturating_sub(3))
+        .filter(|&i| data[i..i + 4] == magic)
+        .filter_map(|i| record::header_at(data, i))
+        .max_by_key(|h| h.index)
+}
+
+/// Reads one segment into `wal`: to its end (the bytes of a torn tail cut off), or to a
+/// damaged record. A damaged last record whose header is readable counts as damage when
+/// `repairing` (it may be an acknowledged entry), as a torn tail otherwise; a record cut short
+/// by the end of the file is a torn tail either way (its fsync never completed, so it was
+/// never acknowledged).
+fn scan_segment(
+    wal: &mut Wal,
+    path: &Path,
+    is_last: bool,
+    repairing: bool,
+) -> Result<Scanned, WalError> {
     let data = fs::read(path).map_err(io_error(path))?;
     let segment = wal.segments.len();
     let mut at = 0;
+    let mut damaged = None;
     while at < data.len() {
         let index = wal.last_index().next();
-        let corruption = |reason: &str| WalError::Corruption {
-            index,
-            path: path.to_path_buf(),
-            offset: at as u64,
-            reason: reason.to_string(),
-        };
         match record::parse(&data, at) {
             Parsed::Record {
                 header,
@@ -100,13 +184,15 @@ fn scan_segment(wal: &mut Wal, path: &Path, is_last: bool) -> Result<u64, WalErr
                 end,
             } => {
                 if header.index != index {
-                    return Err(corruption("entry index out of sequence"));
+                    damaged = Some("entry index out of sequence");
+                    break;
                 }
                 // The first entry of a log that starts after a snapshot has no known predecessor.
                 let chained = wal.entries.is_empty() && index != EntryIndex(1)
                     || chain_hash(&wal.last_hash(), &header, &data[payload]) == header.hash;
                 if !chained {
-                    return Err(corruption("hash does not chain to the previous entry"));
+                    damaged = Some("hash does not chain to the previous entry");
+                    break;
                 }
                 wal.max_commit = wal.max_commit.max(header.commit);
                 wal.entries.push(Located {
@@ -117,6 +203,13 @@ fn scan_segment(wal: &mut Wal, path: &Path, is_last: bool) -> Result<u64, WalErr
                     record_bytes: (end - at) as u32,
                 });
                 at = end;
+            }
+            Parsed::Damaged(reason)
+                if repairing && is_last && record::header_at(&data, at).is_some() =>
+            {
+                // Its header holds: an entry, which may have been acknowledged.
+                damaged = Some(reason);
+                break;
             }
             Parsed::Incomplete | Parsed::Damaged(_)
                 if is_last && record::next_valid(&data, at).is_none() =>
@@ -129,8 +222,14 @@ fn scan_segment(wal: &mut Wal, path: &Path, is_last: bool) -> Result<u64, WalErr
             {
                 break;
             }
-            Parsed::Incomplete => return Err(corruption("record cut short before later records")),
-            Parsed::Damaged(reason) => return Err(corruption(reason)),
+            Parsed::Incomplete => {
+                damaged = Some("record cut short before later records");
+                break;
+            }
+            Parsed::Damaged(reason) => {
+                damaged = Some(reason);
+                break;
+            }
         }
     }
     let file = OpenOptions::new()
@@ -138,6 +237,18 @@ fn scan_segment(wal: &mut Wal, path: &Path, is_last: bool) -> Result<u64, WalErr
         .write(true)
         .open(path)
         .map_err(io_error(path))?;
+    if let Some(reason) = damaged {
+        // The damaged part stays until the caller cuts it (Wal::cut_damage).
+        wal.segments.push(Segment {
+            path: path.to_path_buf(),
+            file,
+            bytes: at as u64,
+        });
+        return Ok(Scanned::Damaged {
+            offset: at,
+            reason: reason.to_string(),
+        });
+    }
     let torn = (data.len() - at) as u64;
     if torn > 0 {
         file.set_len(at as u64).map_err(io_error(path))?;
@@ -150,5 +261,5 @@ fn scan_segment(wal: &mut Wal, path: &Path, is_last: bool) -> Result<u64, WalErr
         file,
         bytes: at as u64,
     });
-    Ok(torn)
+    Ok(Scanned::Whole(torn))
 }
