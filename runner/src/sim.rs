@@ -139,11 +139,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         let report = engine::sim::run(BankWorkload::default(), options);
         if args.verbose {
             eprintln!(
-                "seed {seed}: {:?}, snapshots every {} ({} taken, {} installed), {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
+                "seed {seed}: {:?}, snapshots every {} ({} taken, {} installed), {} damaged restarts, {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
                 report.mode,
                 report.snapshot_every,
                 report.snapshots,
                 report.installs,
+                report.damaged,
                 report.acknowledged,
                 report.committed,
                 report.crashes,
@@ -168,6 +169,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.events += report.events;
         totals.snapshots += report.snapshots;
         totals.installs += report.installs;
+        totals.damaged += report.damaged;
         if last_progress.elapsed().as_secs() >= 5 {
             last_progress = Instant::now();
             eprintln!(
@@ -179,7 +181,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
@@ -188,11 +190,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "partitions",
         "snapshots",
         "installs",
+        "damaged",
         "events",
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>12} {:>8.1}",
         args.seeds,
         failing.len(),
         totals.acknowledged,
@@ -201,6 +204,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.partitions,
         totals.snapshots,
         totals.installs,
+        totals.damaged,
         totals.events,
         started.elapsed().as_secs_f64()
     );

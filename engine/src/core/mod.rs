@@ -252,6 +252,9 @@ pub struct Core {
     history: VecDeque<AppliedHash>,
     /// Remote hashes for entries not applied here yet, per node (the newest only).
     pending_checks: BTreeMap<NodeId, AppliedHash>,
+    /// The log end (last term, last index) each candidate reported, since this replica
+    /// started: what a repairing replica knows of the others' logs.
+    log_ends: BTreeMap<NodeId, (Term, EntryIndex)>,
     divergence: Option<Divergence>,
     ticks: u64,
     election_elapsed: u32,
@@ -299,6 +302,7 @@ impl Core {
             applied: recovered.applied,
             history: recovered.applied.into_iter().collect(),
             pending_checks: BTreeMap::new(),
+            log_ends: BTreeMap::new(),
             divergence: None,
             ticks: 0,
             election_elapsed: 0,
@@ -726,14 +730,26 @@ impl Core {
     }
 
     fn on_vote(&mut self, vote: Vote, out: &mut Vec<Action>) {
-        // A replica repairing damage compares with the log it had before the damage.
-        let ours = match self.hard.repair {
-            Some(repair) => {
-                (repair.term, repair.index).max((self.log.last_term(), self.log.last_index()))
-            }
-            None => (self.log.last_term(), self.log.last_index()),
-        };
-        let up_to_date = (vote.last_term, vote.last_index) >= ours;
+        let theirs = (vote.last_term, vote.last_index);
+        self.log_ends.insert(vote.candidate, theirs);
+        let mut up_to_date = theirs >= (self.log.last_term(), self.log.last_index());
+        if let Some(repair) = self.hard.repair {
+            // A replica repairing damage may have lost committed entries. It votes for a
+            // candidate at least as up to date as the log it had before the damage, or as
+            // every other replica's log heard since it started: a committed entry it lost is
+            // on another replica (a majority holds it), and a log at least as up to date as one
+            // holding a committed entry holds it too.
+            let as_before = theirs >= (repair.term, repair.index);
+            let as_the_others = self
+                .config
+                .nodes
+                .iter()
+                .filter(|&&n| n != self.config.id && n != vote.candidate)
+                .all(|n| self.log_ends.get(n).is_some_and(|&end| theirs >= end));
+            // Deliberately broken build: a repairing replica votes as if nothing were lost.
+            let free = cfg!(feature = "mutation-repair-votes-freely");
+            up_to_date = up_to_date && (as_before || as_the_others || free);
+        }
         // A replica with an empty log votes only while the whole cluster is new: once entries
         // exist, an empty log means a lost data directory, whose votes may already be cast.
         // (A log emptied by damage is known for what it was: its hard state survived.)

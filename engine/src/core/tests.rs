@@ -693,6 +693,17 @@ fn a_repairing_replica_never_campaigns_and_votes_as_if_it_held_what_it_lost() {
     assert!(granted(&step(&mut n2, vote_from(N3, 3, 5))));
 }
 
+/// Proves a repairing replica also votes for a candidate at least as up to date as every
+/// other replica it has heard from since it started (the lost entries were then on no other
+/// replica, so never committed), and not before it has heard from them.
+#[test]
+fn a_repairing_replica_votes_for_the_most_up_to_date_of_the_others() {
+    let mut n2 = repairing(N2);
+    assert!(!granted(&step(&mut n2, vote_from(N1, 2, 3))));
+    assert!(!granted(&step(&mut n2, vote_from(N3, 3, 1))));
+    assert!(granted(&step(&mut n2, vote_from(N1, 4, 3))));
+}
+
 /// Proves the repair ends, durably, once a leader has made the log durable through the
 /// index the damage may have cost.
 #[test]

@@ -2,11 +2,14 @@
 //! durable snapshots, and which part of the log an fsync has made durable. It survives
 //! crashes; a crash loses a random part of what was written but not yet durable.
 
-use crate::core::{HardState, LogBase};
+use crate::core::{HardState, LogBase, Repair};
 use crate::entry::Entry;
 use crate::ids::{EntryIndex, NodeId, Term};
 use crate::snapshot::SnapshotMeta;
 use net::message::PeerMessage;
+
+/// Entries at the end of the log among which damage strikes.
+pub const SIM_DAMAGE_SPAN_ENTRIES: u64 = 8;
 
 /// Durable snapshots a simulated disk keeps (as a real node keeps `SNAPSHOTS_KEPT`).
 pub const SIM_SNAPSHOTS_KEPT: usize = 2;
@@ -140,6 +143,29 @@ impl Disk {
         if let Some((index, _)) = &mut self.syncing {
             *index = base.index.0;
         }
+    }
+
+    /// Damage found at restart: an entry chosen by `draw` is unreadable. As
+    /// `node::storage::restore` does, the log is cut before it and the hard state records the
+    /// log's old end as the repair to wait for. False when the log is empty.
+    pub fn damage(&mut self, draw: u64) -> bool {
+        let (first, last) = (self.first_index(), self.last_index());
+        let Some(end) = self.get(last) else {
+            return false;
+        };
+        let repair = Repair {
+            index: end.index(),
+            term: end.term(),
+        };
+        let kept = self
+            .hard
+            .repair
+            .filter(|r| (r.term, r.index) >= (repair.term, repair.index));
+        self.hard.repair = Some(kept.unwrap_or(repair));
+        // Recent entries: the ones another replica may still lack.
+        let span = (last - first + 1).min(SIM_DAMAGE_SPAN_ENTRIES);
+        self.truncate_from(last + 1 - span + draw % span);
+        true
     }
 
     /// Keeps a durable snapshot, dropping the oldest past [`SIM_SNAPSHOTS_KEPT`].

@@ -14,14 +14,16 @@
 //!   completes; acknowledgements wait for it; a crash keeps a random prefix of what was not
 //!   yet durable (writes lost or torn: recovery keeps only whole entries);
 //! - crashes and restarts: a restarted node recovers as `node::storage` does, from its hard
-//!   state and its log, replaying the entries its log shows committed.
+//!   state and its log, replaying the entries its log shows committed;
+//! - damaged entries (a corrupted or misdirected sector, as the recovery scan finds it): on
+//!   one node at a time, a restart finds an entry damaged, cuts the log before it and
+//!   repairs it from the leader (`HardState::repair`).
 //!
 //! - snapshots: taken a slice at a time while entries apply (copy-on-write), durable after a
 //!   simulated write, logs compacted behind them, sent to a lagging follower in chunks and
 //!   installed; recovery starts from the newest snapshot its log continues.
 //!
-//! Not simulated yet: corrupted or misdirected sectors (protocol-aware repair is not built),
-//! disk full.
+//! Not simulated yet: a disk full, damage on every copy of an entry.
 
 pub mod check;
 mod disk;
@@ -122,6 +124,8 @@ pub struct SimReport {
     pub snapshots: u64,
     /// Snapshots installed from a leader.
     pub installs: u64,
+    /// Restarts that found a damaged entry in the log (and repaired it).
+    pub damaged: u64,
     /// Invariant violations, in the order found (empty: the run passed).
     pub violations: Vec<String>,
     /// Requests whose results reached their client.
@@ -445,8 +449,25 @@ impl<W: Workload> Sim<W> {
             ));
         }
         if unknown > 0 {
+            let nodes: Vec<String> = self
+                .nodes
+                .iter()
+                .map(|n| match &n.live {
+                    Some(l) => format!(
+                        "node {}: {:?} term {} last {} commit {} repair {:?}",
+                        n.id.0,
+                        l.core.role(),
+                        l.core.term().0,
+                        l.core.last_index().0,
+                        l.core.commit_index().0,
+                        n.disk.hard.repair
+                    ),
+                    None => format!("node {}: down", n.id.0),
+                })
+                .collect();
             self.report.violations.push(format!(
-                "I6: {unknown} clients still have a request with no outcome after healing"
+                "I6: {unknown} clients still have a request with no outcome after healing ({})",
+                nodes.join("; ")
             ));
         }
         let mut violations = self.checker.finish();
@@ -643,9 +664,20 @@ impl<W: Workload> Sim<W> {
         let seed = self.rng.next_u64();
         let handler = self.workload.handler();
         let (mode, lagging_entries_max) = (self.mode, self.lagging_entries_max);
+        // A damaged entry, found by the recovery scan, on one node at a time (so that a copy
+        // of every committed entry survives somewhere).
+        let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
+        let damage_draw = (self.options.faults && !self.healed && !repairing)
+            .then(|| self.rng.chance(1, 4).then(|| self.rng.next_u64()))
+            .flatten();
         let node = &mut self.nodes[usize::from(id.0 - 1)];
         node.incarnation += 1;
         let disk = &mut node.disk;
+        if let Some(draw) = damage_draw
+            && disk.damage(draw)
+        {
+            self.report.damaged += 1;
+        }
         let mut machine = StateMachine::new(handler, SIM_STATE_BYTES);
         let mut applied = None;
         let mut chosen = None;
