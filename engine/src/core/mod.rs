@@ -615,6 +615,27 @@ impl Core {
         }
     }
 
+    /// Ends a repair when every other replica, heard since this one started, has a log that
+    /// ends before this one's: none holds an entry this one lost, so none of those entries
+    /// was committed (a committed entry is on a majority and never leaves a log), and there is
+    /// nothing to wait for.
+    fn release_unheld_repair(&mut self, out: &mut Vec<Action>) {
+        if self.hard.repair.is_none() {
+            return;
+        }
+        let end = self.log.last_index();
+        let unheld = self
+            .config
+            .nodes
+            .iter()
+            .filter(|&&n| n != self.config.id)
+            .all(|n| self.log_ends.get(n).is_some_and(|&(_, last)| last <= end));
+        if unheld {
+            self.hard.repair = None;
+            out.push(Action::PersistHardState(self.hard));
+        }
+    }
+
     /// True when a vote request should be ignored: this replica leads, or heard from a leader
     /// within the minimum election timeout.
     fn leader_is_fresh(&self) -> bool {
@@ -732,6 +753,7 @@ impl Core {
     fn on_vote(&mut self, vote: Vote, out: &mut Vec<Action>) {
         let theirs = (vote.last_term, vote.last_index);
         self.log_ends.insert(vote.candidate, theirs);
+        self.release_unheld_repair(out);
         let mut up_to_date = theirs >= (self.log.last_term(), self.log.last_index());
         if let Some(repair) = self.hard.repair {
             // A replica repairing damage may have lost committed entries. It votes for a

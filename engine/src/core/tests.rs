@@ -704,6 +704,26 @@ fn a_repairing_replica_votes_for_the_most_up_to_date_of_the_others() {
     assert!(granted(&step(&mut n2, vote_from(N1, 4, 3))));
 }
 
+/// Proves a repair ends when every other replica's log ends at or before this one's: what
+/// was lost was on no other replica, so never committed.
+#[test]
+fn a_repair_ends_when_no_other_replica_holds_what_was_lost() {
+    let mut n2 = repairing(N2);
+    let actions = step(&mut n2, vote_from(N1, 2, 0));
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::PersistHardState(HardState { repair: None, .. })))
+    );
+    let actions = step(&mut n2, vote_from(N3, 3, 0));
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::PersistHardState(HardState { repair: None, .. }))),
+        "{actions:?}"
+    );
+}
+
 /// Proves the repair ends, durably, once a leader has made the log durable through the
 /// index the damage may have cost.
 #[test]
