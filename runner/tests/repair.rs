@@ -107,3 +107,44 @@ fn a_damaged_middle_entry_is_repaired_from_the_leader() {
 fn a_damaged_last_entry_is_repaired_from_the_leader() {
     repairs(Where::LastEntry);
 }
+
+/// Proves that when every copy of a committed entry is damaged (the same bit flipped in the
+/// WAL of all three stopped nodes), the nodes halt with "unrecoverable corruption at index k"
+/// and apply nothing from it on.
+#[test]
+fn every_copy_damaged_halts_with_unrecoverable_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster_file, config) = common::write_cluster_file(dir.path(), SETTINGS);
+    let mut nodes = Nodes::new(dir.path(), cluster_file);
+    for id in 1..=3 {
+        nodes.start(id);
+    }
+    runtime().block_on(async {
+        let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
+        let mut model = Model::open(&mut client).await;
+        let mut rng = Rng::new(43);
+        let acknowledged = Cell::new(0);
+        transfers(&mut client, &mut rng, &mut model, 300, &acknowledged).await;
+        converged(&config).await;
+        for id in 1..=3 {
+            nodes.kill(id);
+            flip(&nodes.data_dir(id).join(WAL_DIR), Where::Middle);
+        }
+        for id in 1..=3 {
+            nodes.start(id);
+        }
+        let all = wait_for(&config, "every node to halt", |all| {
+            all.len() == 3 && all.iter().all(|s| s.halted.is_some())
+        })
+        .await;
+        for status in &all {
+            let reason = status.halted.as_deref().unwrap();
+            let index: u64 = reason
+                .strip_prefix("unrecoverable corruption at index ")
+                .and_then(|rest| rest.split(':').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("node {}: {reason}", status.node.0));
+            assert!(status.applied_index.0 < index, "{status:?}");
+        }
+    });
+}

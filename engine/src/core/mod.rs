@@ -93,6 +93,9 @@ pub struct Repair {
     pub index: EntryIndex,
     /// Its term.
     pub term: Term,
+    /// The highest commit index the entries found beyond the damage carried: entries up to
+    /// it were committed.
+    pub committed: EntryIndex,
 }
 
 /// What a replica recovered from disk.
@@ -204,6 +207,9 @@ pub enum Action {
     },
     /// This replica's state hash differs from another's after the same entry.
     Diverged(Divergence),
+    /// Every copy of committed entry `index` is lost: this replica lost it to damage and no
+    /// other holds it. Halt: never apply it or anything after it.
+    Unrecoverable(EntryIndex),
     /// Send `peer` the newest durable snapshot, in chunks; report [`Event::SnapshotAborted`] if
     /// that fails. The follower answers with an acknowledgement of its index once installed.
     SendSnapshot {
@@ -486,13 +492,10 @@ impl Core {
             Role::Follower | Role::Candidate => {
                 self.election_elapsed += 1;
                 if self.election_elapsed >= self.election_timeout {
-                    if self.hard.repair.is_some() {
-                        // It may lack entries it acknowledged: it must not lead. It waits
-                        // for a leader (and votes for one whose log holds what it had).
-                        self.reset_election_timer();
-                    } else {
-                        self.campaign(out);
-                    }
+                    // A replica repairing damage campaigns too, but never leads (it may lack
+                    // entries it acknowledged): its vote requests tell the others where its
+                    // log ends, as theirs tell it where theirs end.
+                    self.campaign(out);
                 }
             }
         }
@@ -618,7 +621,8 @@ impl Core {
     /// Ends a repair when every other replica, heard since this one started, has a log that
     /// ends before this one's: none holds an entry this one lost, so none of those entries
     /// was committed (a committed entry is on a majority and never leaves a log), and there is
-    /// nothing to wait for.
+    /// nothing to wait for. Unless the entries beyond the damage said the first lost one was
+    /// committed: then every copy of it is lost ([`Action::Unrecoverable`]).
     fn release_unheld_repair(&mut self, out: &mut Vec<Action>) {
         if self.hard.repair.is_none() {
             return;
@@ -630,7 +634,16 @@ impl Core {
             .iter()
             .filter(|&&n| n != self.config.id)
             .all(|n| self.log_ends.get(n).is_some_and(|&(_, last)| last <= end));
-        if unheld {
+        let Some(repair) = self.hard.repair.filter(|_| unheld) else {
+            return;
+        };
+        let first_lost = end.next();
+        if first_lost <= repair.committed {
+            // One last round of vote requests tells the others where this log ends, so that
+            // each of them can come to the same conclusion before this replica halts.
+            self.campaign(out);
+            out.push(Action::Unrecoverable(first_lost));
+        } else {
             self.hard.repair = None;
             out.push(Action::PersistHardState(self.hard));
         }
@@ -705,7 +718,7 @@ impl Core {
         self.acknowledged = EntryIndex::ZERO;
         self.reset_election_timer();
         self.set_role(Role::Candidate, None, out);
-        if self.votes.len() >= majority(self.config.nodes.len()) {
+        if self.votes.len() >= majority(self.config.nodes.len()) && self.hard.repair.is_none() {
             self.become_leader(out);
             return;
         }
@@ -807,7 +820,7 @@ impl Core {
         if !self.votes.contains(&reply.from) {
             self.votes.push(reply.from);
         }
-        if self.votes.len() >= majority(self.config.nodes.len()) {
+        if self.votes.len() >= majority(self.config.nodes.len()) && self.hard.repair.is_none() {
             self.become_leader(out);
         }
     }

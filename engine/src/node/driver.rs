@@ -595,6 +595,11 @@ impl<H: Handler> Driver<H> {
             }
             Action::SendSnapshot { peer } => return self.send_snapshot(peer),
             Action::StoreSnapshotChunk(chunk) => return self.store_snapshot_chunk(chunk),
+            Action::Unrecoverable(index) => {
+                self.halt(format!(
+                    "unrecoverable corruption at index {index}: every copy of this committed entry is damaged or lost"
+                ));
+            }
             Action::Diverged(divergence) => eprintln!(
                 "node {}: DIVERGENCE after entry {}: node {} has state hash {}, node {} has {}",
                 self.config.id,

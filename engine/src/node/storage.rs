@@ -28,7 +28,7 @@ struct HardStateRecord {
     term: Term,
     voted_for: Option<NodeId>,
     /// The end of the log before damage cut it (index, term), while being repaired.
-    repair: Option<(EntryIndex, Term)>,
+    repair: Option<(EntryIndex, Term, EntryIndex)>,
 }
 
 /// Reads the hard state; a missing file is a fresh node.
@@ -56,7 +56,11 @@ pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
         voted_for: record.voted_for,
         repair: record
             .repair
-            .map(|(index, term)| crate::core::Repair { index, term }),
+            .map(|(index, term, committed)| crate::core::Repair {
+                index,
+                term,
+                committed,
+            }),
     })
 }
 
@@ -66,7 +70,7 @@ pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
     let record = HardStateRecord {
         term: state.term,
         voted_for: state.voted_for,
-        repair: state.repair.map(|r| (r.index, r.term)),
+        repair: state.repair.map(|r| (r.index, r.term, r.committed)),
     };
     let body = codec::encode_to_vec(&record).expect("hard state encodes");
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
@@ -177,12 +181,17 @@ pub fn restore<H: Handler>(
         // this replica votes as if it held them and never campaigns. That obligation is made
         // durable before the damage is cut off the log.
         let repair = match damage.last {
-            Some((index, term)) => Repair { index, term },
+            Some((index, term)) => Repair {
+                index,
+                term,
+                committed: damage.committed,
+            },
             // Nothing beyond the damage is readable: no candidate can be known to hold what
             // was lost, so no vote is granted until the log is whole again.
             None => Repair {
                 index: damage.index,
                 term: Term(u64::MAX),
+                committed: damage.committed,
             },
         };
         let kept = hard_state
@@ -346,6 +355,7 @@ mod tests {
             repair: Some(Repair {
                 index: EntryIndex(40),
                 term: Term(6),
+                committed: EntryIndex(38),
             }),
         };
         write_hard_state(dir.path(), state).unwrap();

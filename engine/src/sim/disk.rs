@@ -153,18 +153,25 @@ impl Disk {
         let Some(end) = self.get(last) else {
             return false;
         };
+        // Recent entries: the ones another replica may still lack.
+        let span = (last - first + 1).min(SIM_DAMAGE_SPAN_ENTRIES);
+        let lost = last + 1 - span + draw % span;
+        let committed = (lost..=last)
+            .filter_map(|i| self.get(i))
+            .map(|e| e.header.commit)
+            .max()
+            .unwrap_or(EntryIndex::ZERO);
         let repair = Repair {
             index: end.index(),
             term: end.term(),
+            committed,
         };
         let kept = self
             .hard
             .repair
             .filter(|r| (r.term, r.index) >= (repair.term, repair.index));
         self.hard.repair = Some(kept.unwrap_or(repair));
-        // Recent entries: the ones another replica may still lack.
-        let span = (last - first + 1).min(SIM_DAMAGE_SPAN_ENTRIES);
-        self.truncate_from(last + 1 - span + draw % span);
+        self.truncate_from(lost);
         true
     }
 

@@ -891,6 +891,16 @@ impl<W: Workload> Sim<W> {
             }
             Action::SendSnapshot { peer } => return self.send_snapshot(id, peer),
             Action::StoreSnapshotChunk(chunk) => return self.store_snapshot_chunk(id, chunk),
+            Action::Unrecoverable(index) => {
+                // Damage strikes one node at a time: another copy always exists.
+                self.checker.violation(format!(
+                    "node {}: unrecoverable corruption at index {index}, with a copy elsewhere",
+                    id.0
+                ));
+                if let Some(live) = self.live(id) {
+                    live.halted = true;
+                }
+            }
             Action::Diverged(divergence) => self.checker.violation(format!(
                 "I2: node {} reports divergence after entry {}: {:?}",
                 id.0, divergence.index, divergence

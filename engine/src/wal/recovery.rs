@@ -38,6 +38,8 @@ pub struct Damage {
     /// holds): the end of the log this replica may have acknowledged. `None` when no header
     /// beyond the damage could be read.
     pub last: Option<(EntryIndex, Term)>,
+    /// The highest commit index those headers carry: the entries up to it were committed.
+    pub committed: EntryIndex,
 }
 
 /// What [`super::Wal::cut_damage`] removes: the segments after the damaged one (which is cut
@@ -116,12 +118,19 @@ pub(super) fn scan(dir: &Path, repairing: bool) -> Result<(Wal, Recovery), WalEr
                     });
                 }
                 let later: Vec<PathBuf> = files[n + 1..].iter().map(|(_, p)| p.clone()).collect();
-                let mut last = last_header(&fs::read(path).map_err(io_error(path))?, offset)
-                    .map(|h| (h.index, h.term));
+                let mut headers = headers_beyond(&fs::read(path).map_err(io_error(path))?, offset);
                 for path in &later {
-                    let data = fs::read(path).map_err(io_error(path))?;
-                    last = last.max(last_header(&data, 0).map(|h| (h.index, h.term)));
+                    headers.extend(headers_beyond(&fs::read(path).map_err(io_error(path))?, 0));
                 }
+                let last = headers
+                    .iter()
+                    .max_by_key(|h| h.index)
+                    .map(|h| (h.index, h.term));
+                let committed = headers
+                    .iter()
+                    .map(|h| h.commit)
+                    .max()
+                    .unwrap_or(EntryIndex::ZERO);
                 let mut later = later;
                 if gap {
                     // The whole file lies beyond a gap: it goes with the later ones.
@@ -133,6 +142,7 @@ pub(super) fn scan(dir: &Path, repairing: bool) -> Result<(Wal, Recovery), WalEr
                     offset: offset as u64,
                     reason,
                     last,
+                    committed,
                 });
                 wal.pending_cut = Some(Cut { later });
                 break;
@@ -150,14 +160,14 @@ pub(super) fn scan(dir: &Path, repairing: bool) -> Result<(Wal, Recovery), WalEr
     Ok((wal, recovery))
 }
 
-/// The header with the highest index among the records at or after `from` in `data` whose
-/// header checksum holds (their payloads may be damaged).
-fn last_header(data: &[u8], from: usize) -> Option<EntryHeader> {
+/// The headers of the records at or after `from` in `data` whose header checksum holds
+/// (their payloads may be damaged).
+fn headers_beyond(data: &[u8], from: usize) -> Vec<EntryHeader> {
     let magic = record::RECORD_MAGIC.to_le_bytes();
     (from..data.len().saturating_sub(3))
         .filter(|&i| data[i..i + 4] == magic)
         .filter_map(|i| record::header_at(data, i))
-        .max_by_key(|h| h.index)
+        .collect()
 }
 
 /// Reads one segment into `wal`: to its end (the bytes of a torn tail cut off), or to a
