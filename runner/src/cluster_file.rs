@@ -8,6 +8,7 @@
 //! snapshot_retain_ms = 1000      # optional; least time a snapshot is kept before replacing
 //! lagging_entries_max = 4096     # optional; log a leader keeps behind its snapshot for followers
 //! wal_segment_bytes = 67108864   # optional; bytes per WAL segment
+//! fsync_delay_ms = 0             # optional; added after every WAL fsync (emulates a slow disk)
 //!
 //! [[nodes]]
 //! id = 1
@@ -64,6 +65,10 @@ pub struct ClusterFile {
     /// Bytes per WAL segment.
     #[serde(default = "default_wal_segment_bytes")]
     pub wal_segment_bytes: u64,
+    /// Milliseconds added after every WAL fsync of the nodes reading this file (a slow disk,
+    /// for fault runs).
+    #[serde(default)]
+    pub fsync_delay_ms: u64,
     /// The nodes.
     pub nodes: Vec<NodeEntry>,
 }
@@ -158,6 +163,7 @@ impl ClusterFile {
         config.snapshot_retain_ms = self.snapshot_retain_ms;
         config.lagging_entries_max = self.lagging_entries_max;
         config.wal_segment_bytes = self.wal_segment_bytes;
+        config.fsync_delay_ms = self.fsync_delay_ms;
         Ok(config)
     }
 

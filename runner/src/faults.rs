@@ -121,6 +121,11 @@ impl Processes {
         self.paused.remove(&id);
     }
 
+    /// Node `id`'s cluster file.
+    pub fn cluster_file(&self, id: u8) -> &Path {
+        &self.cluster_files[&id]
+    }
+
     pub fn up(&self, id: u8) -> bool {
         self.children.contains_key(&id)
     }
@@ -274,6 +279,8 @@ pub async fn watch(config: &ClientConfig, findings: &RefCell<Findings>, watching
 pub struct Workload {
     ledger: Rc<RefCell<Ledger>>,
     pub acknowledged: Rc<Cell<u64>>,
+    /// When each acknowledged request was answered, and how long it took.
+    pub latencies: Rc<RefCell<Vec<(Instant, Duration)>>>,
     stop: Rc<Cell<bool>>,
     clients: Vec<tokio::task::JoinHandle<Result<(), String>>>,
 }
@@ -283,19 +290,25 @@ impl Workload {
     pub async fn start(config: &ClientConfig, clients: u64, seed: u64) -> anyhow::Result<Self> {
         let ledger = Rc::new(RefCell::new(open_accounts(config).await?));
         let acknowledged = Rc::new(Cell::new(0u64));
+        let latencies = Rc::new(RefCell::new(Vec::new()));
         let stop = Rc::new(Cell::new(false));
         let mut handles = Vec::new();
         for k in 0..clients {
             let (ledger, acknowledged, stop) = (ledger.clone(), acknowledged.clone(), stop.clone());
+            let latencies = latencies.clone();
             let mut client = Client::new(config.clone(), ClientId(10 + k), RequestNumber(1));
             let mut rng = Rng::new(seed ^ (k + 1).wrapping_mul(0x9E37_79B9));
             handles.push(tokio::task::spawn_local(async move {
                 while !stop.get() {
                     let batch = transfers(&mut rng);
+                    let sent = Instant::now();
                     let outcomes = client
                         .submit::<Bank>(&batch)
                         .await
                         .map_err(|e| format!("client {}: a request failed: {e}", client.id().0))?;
+                    latencies
+                        .borrow_mut()
+                        .push((Instant::now(), sent.elapsed()));
                     ledger.borrow_mut().record(&batch, &outcomes);
                     acknowledged.set(acknowledged.get() + 1);
                 }
@@ -305,6 +318,7 @@ impl Workload {
         Ok(Workload {
             ledger,
             acknowledged,
+            latencies,
             stop,
             clients: handles,
         })
@@ -335,6 +349,29 @@ impl Workload {
         }
         let expected = self.ledger.borrow().accounts.clone();
         (expected, unknown)
+    }
+}
+
+impl Workload {
+    /// The median and 99th percentile of the latencies of requests answered since `from`, in
+    /// milliseconds (zeros when none were).
+    pub fn latency_since(&self, from: Instant) -> (f64, f64) {
+        let mut window: Vec<Duration> = self
+            .latencies
+            .borrow()
+            .iter()
+            .filter(|(at, _)| *at >= from)
+            .map(|(_, took)| *took)
+            .collect();
+        if window.is_empty() {
+            return (0.0, 0.0);
+        }
+        window.sort_unstable();
+        let at = |q: f64| {
+            let k = ((window.len() as f64 * q).ceil() as usize).clamp(1, window.len()) - 1;
+            window[k].as_secs_f64() * 1e3
+        };
+        (at(0.50), at(0.99))
     }
 }
 

@@ -25,6 +25,8 @@ pub const STEP_DOWN_MS_MAX: u64 = 2_000;
 pub const SLOW_LINK_DELAY_MS: u64 = 20;
 /// Least and most time between two flaps of a flapping link, in milliseconds.
 pub const FLAP_MS: (u64, u64) = (1_000, 5_000);
+/// Time a slow follower's disk adds to every fsync.
+pub const SLOW_FSYNC_MS: u64 = 30;
 
 /// The partition scenarios.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,10 +46,13 @@ pub enum Scenario {
     SlowFollower,
     /// The current leader is isolated and reconnected every 1-5 s.
     Flapping,
+    /// A follower's fsyncs take 30 ms longer (it restarts on a slow disk): commit latency,
+    /// which needs the fastest majority only, should stay near the healthy cluster's.
+    SlowFsync,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 7] = [
+    const ALL: [Scenario; 8] = [
         Scenario::LeaderIsolated,
         Scenario::LeaderCannotSend,
         Scenario::LeaderCannotHear,
@@ -55,6 +60,7 @@ impl Scenario {
         Scenario::FollowerReachesOnePeer,
         Scenario::SlowFollower,
         Scenario::Flapping,
+        Scenario::SlowFsync,
     ];
 
     fn name(self) -> &'static str {
@@ -66,6 +72,7 @@ impl Scenario {
             Scenario::FollowerReachesOnePeer => "follower-reaches-one-peer",
             Scenario::SlowFollower => "slow-follower",
             Scenario::Flapping => "flapping",
+            Scenario::SlowFsync => "slow-fsync",
         }
     }
 
@@ -77,7 +84,10 @@ impl Scenario {
             | Scenario::LeaderCannotHear
             | Scenario::LeaderBlackholed => true,
             // Flapping isolates whichever node leads, again and again: the terms count it.
-            Scenario::FollowerReachesOnePeer | Scenario::SlowFollower | Scenario::Flapping => false,
+            Scenario::FollowerReachesOnePeer
+            | Scenario::SlowFollower
+            | Scenario::Flapping
+            | Scenario::SlowFsync => false,
         }
     }
 }
@@ -115,6 +125,8 @@ struct Outcome {
     stepped_down_ms: Option<u64>,
     /// The terms seen.
     terms: usize,
+    /// Request latency (p50, p99, in ms) before and during a slow follower's fsyncs.
+    latency: Option<((f64, f64), (f64, f64))>,
     violations: Vec<String>,
 }
 
@@ -159,6 +171,14 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
             o.violations.len()
         );
     }
+    for o in &outcomes {
+        if let Some(((p50, p99), (slow50, slow99))) = o.latency {
+            println!(
+                "{}: request latency p50 {p50:.2} ms, p99 {p99:.2} ms healthy; p50 {slow50:.2} ms, p99 {slow99:.2} ms with one follower's fsync {SLOW_FSYNC_MS} ms slower",
+                o.scenario.name()
+            );
+        }
+    }
     let violations: usize = outcomes.iter().map(|o| o.violations.len()).sum();
     if let Some(path) = &args.json {
         let scenarios: Vec<serde_json::Value> = outcomes
@@ -170,6 +190,10 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
                     "acknowledged_during_partition": o.acknowledged_during,
                     "leader_stepped_down_ms": o.stepped_down_ms,
                     "terms": o.terms,
+                    "latency_ms": o.latency.map(|((p50, p99), (slow50, slow99))| serde_json::json!({
+                        "healthy": {"p50": p50, "p99": p99},
+                        "slow_follower_fsync": {"p50": slow50, "p99": slow99},
+                    })),
                     "violations": o.violations,
                 })
             })
@@ -206,7 +230,8 @@ fn run_scenario(
         let watching = Cell::new(true);
         let (outcome, ()) = futures::join!(
             async {
-                let outcome = partitioned(args, scenario, seed, &config, &proxy, &findings).await;
+                let outcome =
+                    partitioned(args, scenario, seed, &config, &proxy, &processes, &findings).await;
                 watching.set(false);
                 outcome
             },
@@ -229,6 +254,7 @@ async fn partitioned(
     seed: u64,
     config: &ClientConfig,
     proxy: &Proxy,
+    processes: &RefCell<Processes>,
     findings: &RefCell<Findings>,
 ) -> anyhow::Result<Outcome> {
     let workload = Workload::start(config, args.clients, seed).await?;
@@ -239,8 +265,25 @@ async fn partitioned(
     let cut_at = Instant::now();
     let length = Duration::from_secs(args.seconds);
     let mut stepped_down_ms = None;
+    let mut latency = None;
     let acknowledged_during;
-    if scenario == Scenario::Flapping {
+    if scenario == Scenario::SlowFsync {
+        let healthy_from = Instant::now();
+        tokio::time::sleep(length).await;
+        let healthy = workload.latency_since(healthy_from);
+        let slow = followers[0];
+        let file = processes.borrow().cluster_file(slow).to_path_buf();
+        let text = std::fs::read_to_string(&file)?;
+        std::fs::write(&file, format!("fsync_delay_ms = {SLOW_FSYNC_MS}\n{text}"))?;
+        processes.borrow_mut().kill(slow);
+        processes.borrow_mut().start(slow)?;
+        wait_caught_up(config, slow).await?;
+        let slow_from = Instant::now();
+        let before = workload.acknowledged.get();
+        tokio::time::sleep(length).await;
+        acknowledged_during = workload.acknowledged.get() - before;
+        latency = Some((healthy, workload.latency_since(slow_from)));
+    } else if scenario == Scenario::Flapping {
         let mut rng = Rng::new(seed);
         let end = Instant::now() + length * 4;
         let mut isolated = None;
@@ -279,7 +322,7 @@ async fn partitioned(
                 proxy.set_both(followers[0], leader, delay);
                 proxy.set_both(followers[0], followers[1], delay);
             }
-            Scenario::Flapping => unreachable!("handled above"),
+            Scenario::Flapping | Scenario::SlowFsync => unreachable!("handled above"),
         }
         let mut counted_from = None;
         while cut_at.elapsed() < length {
@@ -321,8 +364,26 @@ async fn partitioned(
         acknowledged: total.get(),
         stepped_down_ms,
         terms: 0,
+        latency,
         violations,
     })
+}
+
+/// Waits until node `id` answers and has applied everything its leader committed.
+async fn wait_caught_up(config: &ClientConfig, id: u8) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(crate::faults::SETTLE_SECS);
+    loop {
+        let all = statuses(config).await;
+        let commit = all.iter().map(|s| s.commit_index).max();
+        if all
+            .iter()
+            .any(|s| s.node.0 == id && Some(s.applied_index) >= commit)
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "node {id} did not catch up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Cuts every link to and from `node` in `mode`.

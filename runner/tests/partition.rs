@@ -32,7 +32,7 @@ fn every_partition_scenario_keeps_the_majority_committing() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(summary["violations"], 0, "{summary}");
     let scenarios = summary["scenarios"].as_array().unwrap();
-    assert_eq!(scenarios.len(), 7, "{summary}");
+    assert_eq!(scenarios.len(), 8, "{summary}");
     for scenario in scenarios {
         assert!(
             scenario["acknowledged_during_partition"].as_u64().unwrap() > 0,

@@ -127,6 +127,9 @@ pub(super) async fn run<H: Handler>(
     }
 }
 
+/// Committed entries a follower leaves unapplied at most while its WAL is busy.
+pub const FOLLOWER_APPLY_LAG_ENTRIES_MAX: u64 = 64;
+
 /// What decides when a node starts its next snapshot.
 struct SnapshotPolicy {
     /// The applied index at the last start.
@@ -184,8 +187,9 @@ impl<H: Handler> Driver<H> {
             .map(|n| (n.id, n.peer_address))
             .collect();
         let acker = Acker::new(config.id, config.cluster_id, peers);
-        let wal = match WalThread::spawn(restored.wal, acker, format!("wal-{}", config.id), report)
-        {
+        let fsync_delay = Duration::from_millis(config.fsync_delay_ms);
+        let name = format!("wal-{}", config.id);
+        let wal = match WalThread::spawn(restored.wal, acker, name, fsync_delay, report) {
             Ok(wal) => wal,
             Err(error) => {
                 eprintln!("node {}: cannot start the WAL thread: {error}", config.id);
@@ -792,11 +796,13 @@ impl<H: Handler> Driver<H> {
 
     /// A follower applies committed entries when its WAL has nothing in flight: its
     /// acknowledgement (on the leader's critical path) goes out first, the apply (not on it)
-    /// after.
+    /// after. A follower whose WAL is never idle (a slow disk under steady load) applies
+    /// anyway once it is [`FOLLOWER_APPLY_LAG_ENTRIES_MAX`] entries behind.
     fn catch_up(&mut self) {
         let idle =
             self.core.durable_index() == self.core.last_index() || self.core.role() == Role::Leader;
-        if idle && self.commit_to > self.machine.applied_index() {
+        let behind = self.commit_to.0.saturating_sub(self.machine.applied_index().0);
+        if (idle || behind >= FOLLOWER_APPLY_LAG_ENTRIES_MAX) && behind > 0 {
             let out = self.apply_committed(self.commit_to);
             self.carry_out(out);
         }

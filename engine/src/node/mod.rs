@@ -84,6 +84,9 @@ pub struct NodeConfig {
     /// Bytes after which the WAL starts a new segment (the unit in which a durable snapshot
     /// lets the log go).
     pub wal_segment_bytes: u64,
+    /// Milliseconds added after every WAL fsync: emulates a slow disk, to show what one slow
+    /// replica costs the others (0, the default, adds nothing).
+    pub fsync_delay_ms: u64,
 }
 
 impl NodeConfig {
@@ -106,6 +109,7 @@ impl NodeConfig {
             snapshot_retain_ms: crate::snapshot::SNAPSHOT_RETAIN_MS_DEFAULT,
             lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_MAX,
+            fsync_delay_ms: 0,
         }
     }
 

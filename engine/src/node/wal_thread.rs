@@ -85,12 +85,13 @@ impl WalThread {
         wal: Wal,
         acker: Acker,
         name: String,
+        fsync_delay: Duration,
         report: impl Fn(WalEvent) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
         thread::Builder::new()
             .name(name)
-            .spawn(move || run(wal, acker, queue, report))?;
+            .spawn(move || run(wal, acker, queue, fsync_delay, report))?;
         Ok(WalThread { ops })
     }
 
@@ -104,6 +105,7 @@ fn run(
     mut wal: Wal,
     mut acker: Acker,
     queue: mpsc::Receiver<WalOp>,
+    fsync_delay: Duration,
     report: impl Fn(WalEvent) -> bool,
 ) {
     let mut pending = VecDeque::new();
@@ -125,6 +127,7 @@ fn run(
             &mut pending,
             &mut unsynced,
             &mut events,
+            SlowDisk(fsync_delay),
         ) {
             Ok(()) if full => {
                 full = false;
@@ -165,6 +168,7 @@ fn carry_out(
     pending: &mut VecDeque<WalOp>,
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
+    slow: SlowDisk,
 ) -> Result<(), WalError> {
     // Of several acknowledgements in a batch only the last matters: it covers the others.
     let mut acks_left = pending
@@ -179,7 +183,7 @@ fn carry_out(
                     if let Err(error) = wal.write(entry) {
                         if error.is_storage_full() {
                             pending.push_front(WalOp::Append(entries));
-                            sync(wal, unsynced, events)?;
+                            sync(wal, unsynced, events, slow)?;
                         }
                         return Err(error);
                     }
@@ -189,18 +193,18 @@ fn carry_out(
             WalOp::Ack { to, message } => {
                 acks_left -= 1;
                 if acks_left == 0 {
-                    sync(wal, unsynced, events)?;
+                    sync(wal, unsynced, events, slow)?;
                     if !acker.send(to, &message) {
                         events.push(WalEvent::AckFailed);
                     }
                 }
             }
             WalOp::Truncate(from) => {
-                sync(wal, unsynced, events)?;
+                sync(wal, unsynced, events, slow)?;
                 wal.truncate_from(from)?;
             }
             WalOp::Compact(through) => {
-                sync(wal, unsynced, events)?;
+                sync(wal, unsynced, events, slow)?;
                 let (_, segments) = wal.release_through(through);
                 if !segments.is_empty() {
                     let dir = wal.dir().to_path_buf();
@@ -232,16 +236,24 @@ fn carry_out(
             }
         }
     }
-    sync(wal, unsynced, events)
+    sync(wal, unsynced, events, slow)
 }
+
+/// The delay added after every fsync (`NodeConfig::fsync_delay_ms`; zero adds nothing).
+#[derive(Clone, Copy)]
+struct SlowDisk(Duration);
 
 fn sync(
     wal: &mut Wal,
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
+    slow: SlowDisk,
 ) -> Result<(), WalError> {
     if let Some((index, term)) = unsynced.take() {
         wal.sync()?;
+        if !slow.0.is_zero() {
+            thread::sleep(slow.0);
+        }
         events.push(WalEvent::Persisted { index, term });
     }
     Ok(())
