@@ -801,7 +801,10 @@ impl<H: Handler> Driver<H> {
     fn catch_up(&mut self) {
         let idle =
             self.core.durable_index() == self.core.last_index() || self.core.role() == Role::Leader;
-        let behind = self.commit_to.0.saturating_sub(self.machine.applied_index().0);
+        let behind = self
+            .commit_to
+            .0
+            .saturating_sub(self.machine.applied_index().0);
         if (idle || behind >= FOLLOWER_APPLY_LAG_ENTRIES_MAX) && behind > 0 {
             let out = self.apply_committed(self.commit_to);
             self.carry_out(out);
