@@ -12,13 +12,12 @@
 //! - I7: no two nodes were seen leading the same term.
 
 use crate::faults::{
-    Addresses, Findings, Processes, Workload, check_accounts, compare_wals, converge, leader_of,
-    seed_or_clock, statuses, watch, write_cluster_files,
+    Addresses, FaultArgs, Findings, Processes, Workload, check_accounts, compare_wals, converge,
+    leader_of, seed_or_clock, statuses, watch, write_cluster_files,
 };
 use engine::client::ClientConfig;
 use engine::rng::Rng;
 use std::cell::{Cell, RefCell};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Least and most time between two faults, in milliseconds.
@@ -35,18 +34,9 @@ pub struct ChaosArgs {
     /// Seconds of faults.
     #[arg(long, default_value_t = 60)]
     duration: u64,
-    /// Writes `{"acknowledged": A, "kills": K, "violations": V, "unknown": U, ...}` here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Where the run directory goes (default /dev/shm).
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// Seed of the fault schedule and the workload (default: from the clock).
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Concurrent clients.
-    #[arg(long, default_value_t = 4)]
-    clients: u64,
+    /// `--json FILE` gets `{"acknowledged": A, "kills": K, "violations": V, "unknown": U, ...}`.
+    #[command(flatten)]
+    common: FaultArgs,
     /// Keeps the run directory (node logs, data) instead of removing it.
     #[arg(long)]
     keep: bool,
@@ -54,13 +44,13 @@ pub struct ChaosArgs {
 
 /// Runs the chaos test; prints a table and writes the JSON summary.
 pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
-    let seed = seed_or_clock(args.seed);
-    let run_dir = crate::run_dir(args.dir.clone())?;
+    let seed = seed_or_clock(args.common.seed);
+    let run_dir = crate::run_dir(args.common.dir.clone())?;
     let dir = run_dir.path().to_path_buf();
     eprintln!(
         "chaos: {} s of faults, seed {seed}, {} clients, in {}",
         args.duration,
-        args.clients,
+        args.common.clients,
         dir.display()
     );
     let addresses = Addresses::free()?;
@@ -95,7 +85,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     for violation in &findings.violations {
         println!("violation: {violation}");
     }
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.common.json {
         let json = serde_json::json!({
             "acknowledged": acknowledged,
             "kills": findings.kills,
@@ -129,7 +119,7 @@ async fn chaos(
     findings: &RefCell<Findings>,
 ) -> anyhow::Result<(u64, u64)> {
     let started = Instant::now();
-    let workload = Workload::start(config, args.clients, seed).await?;
+    let workload = Workload::start(config, args.common.clients, seed).await?;
     let acknowledged = workload.acknowledged.clone();
     let watching = Cell::new(true);
     let faults = async {

@@ -36,6 +36,23 @@ const CLUSTER_ID: u64 = 77;
 /// The client that reads the final balances.
 const CHECKER_CLIENT: ClientId = ClientId(1_000_000);
 
+/// Options every fault run takes.
+#[derive(clap::Args, Debug)]
+pub struct FaultArgs {
+    /// Writes the run's JSON summary here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Where the run directories go (default /dev/shm).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Seed of the fault schedule and the workload (default: from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 4)]
+    pub clients: u64,
+}
+
 /// A seed from the clock, when none is given.
 pub fn seed_or_clock(seed: Option<u64>) -> u64 {
     seed.unwrap_or_else(|| {

@@ -5,15 +5,15 @@
 //! `runner chaos` does.
 
 use crate::faults::{
-    Addresses, Findings, Processes, Workload, check_accounts, compare_wals, converge, leader_of,
-    seed_or_clock, statuses, watch, write_cluster_files,
+    Addresses, FaultArgs, Findings, Processes, Workload, check_accounts, compare_wals, converge,
+    leader_of, seed_or_clock, statuses, watch, write_cluster_files,
 };
 use crate::proxy::{LinkMode, Proxy};
 use engine::client::ClientConfig;
 use engine::rng::Rng;
 use net::message::Role;
 use std::cell::{Cell, RefCell};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Time the cluster runs before a partition, and after healing before the checks.
@@ -101,18 +101,9 @@ pub struct PartitionArgs {
     /// Seconds each partition lasts (flapping runs four times as long).
     #[arg(long, default_value_t = 5)]
     seconds: u64,
-    /// Writes `{"scenarios": [...], "violations": V}` here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Where the run directories go (default /dev/shm).
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// Seed of the workload and the flapping schedule (default: from the clock).
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Concurrent clients.
-    #[arg(long, default_value_t = 4)]
-    clients: u64,
+    /// `--json FILE` gets `{"scenarios": [...], "violations": V}`.
+    #[command(flatten)]
+    common: FaultArgs,
 }
 
 /// What one scenario showed.
@@ -132,7 +123,7 @@ struct Outcome {
 
 /// Runs the scenarios; prints a table and writes the JSON summary.
 pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
-    let seed = seed_or_clock(args.seed);
+    let seed = seed_or_clock(args.common.seed);
     let scenarios: Vec<Scenario> = args
         .scenario
         .map_or_else(|| Scenario::ALL.to_vec(), |s| vec![s]);
@@ -143,7 +134,7 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
     );
     let mut outcomes = Vec::new();
     for scenario in scenarios {
-        let run_dir = crate::run_dir(args.dir.clone())?;
+        let run_dir = crate::run_dir(args.common.dir.clone())?;
         eprintln!("{} in {}", scenario.name(), run_dir.path().display());
         let outcome = run_scenario(&args, scenario, seed, run_dir.path())?;
         for violation in &outcome.violations {
@@ -180,7 +171,7 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
         }
     }
     let violations: usize = outcomes.iter().map(|o| o.violations.len()).sum();
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.common.json {
         let scenarios: Vec<serde_json::Value> = outcomes
             .iter()
             .map(|o| {
@@ -257,7 +248,7 @@ async fn partitioned(
     processes: &RefCell<Processes>,
     findings: &RefCell<Findings>,
 ) -> anyhow::Result<Outcome> {
-    let workload = Workload::start(config, args.clients, seed).await?;
+    let workload = Workload::start(config, args.common.clients, seed).await?;
     tokio::time::sleep(Duration::from_millis(CALM_MS)).await;
     let leader = wait_for_leader(config).await?;
     let followers: Vec<u8> = (1..=3).filter(|&n| n != leader).collect();

@@ -8,8 +8,7 @@ mod common;
 
 use bank::{Bank, BankCommand};
 use common::{
-    Model, Nodes, SmallDisk, TRANSFERS_PER_REQUEST, converged, leader_of, runtime, transfers,
-    wait_for,
+    Model, SmallDisk, TRANSFERS_PER_REQUEST, converged, leader_of, runtime, transfers, wait_for,
 };
 use engine::client::{Client, ClientError};
 use engine::rng::Rng;
@@ -41,11 +40,7 @@ fn a_full_follower_drops_out_and_a_full_leader_refuses_new_requests() {
         };
         disks.push(disk);
     }
-    let (cluster_file, config) = common::write_cluster_file(dir.path(), SETTINGS);
-    let mut nodes = Nodes::new(dir.path(), cluster_file);
-    for id in 1..=3 {
-        nodes.start(id);
-    }
+    let (_nodes, config) = common::start_cluster(dir.path(), SETTINGS);
     runtime().block_on(async {
         let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
         let mut model = Model::open(&mut client).await;

@@ -1,7 +1,7 @@
 //! Partitions between real node processes through our proxy (`runner partition`): in every
 //! scenario the majority side keeps committing, an isolated leader steps down, and I1-I7 hold.
 
-use std::process::Command;
+mod common;
 
 /// Seconds each partition lasts in the test suite.
 const CI_PARTITION_SECONDS: u64 = 3;
@@ -10,26 +10,11 @@ const CI_PARTITION_SECONDS: u64 = 3;
 #[test]
 fn every_partition_scenario_keeps_the_majority_committing() {
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("partition.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args([
-            "partition",
-            "--seconds",
-            &CI_PARTITION_SECONDS.to_string(),
-            "--seed",
-            "11",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .arg("--dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let seconds = CI_PARTITION_SECONDS.to_string();
+    let summary = common::run_json(
+        dir.path(),
+        &["partition", "--seconds", &seconds, "--seed", "11"],
+    );
     assert_eq!(summary["violations"], 0, "{summary}");
     let scenarios = summary["scenarios"].as_array().unwrap();
     assert_eq!(scenarios.len(), 8, "{summary}");

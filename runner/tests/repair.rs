@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Model, Nodes, converged, leader_of, runtime, transfers, wait_for};
+use common::{Model, converged, leader_of, runtime, transfers, wait_for};
 use engine::client::Client;
 use engine::node::storage::{WAL_DIR, read_hard_state};
 use engine::rng::Rng;
@@ -61,11 +61,7 @@ fn flip(wal: &Path, at: Where) {
 
 fn repairs(at: Where) {
     let dir = tempfile::tempdir().unwrap();
-    let (cluster_file, config) = common::write_cluster_file(dir.path(), SETTINGS);
-    let mut nodes = Nodes::new(dir.path(), cluster_file);
-    for id in 1..=3 {
-        nodes.start(id);
-    }
+    let (mut nodes, config) = common::start_cluster(dir.path(), SETTINGS);
     runtime().block_on(async {
         let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
         let mut model = Model::open(&mut client).await;
@@ -114,11 +110,7 @@ fn a_damaged_last_entry_is_repaired_from_the_leader() {
 #[test]
 fn every_copy_damaged_halts_with_unrecoverable_corruption() {
     let dir = tempfile::tempdir().unwrap();
-    let (cluster_file, config) = common::write_cluster_file(dir.path(), SETTINGS);
-    let mut nodes = Nodes::new(dir.path(), cluster_file);
-    for id in 1..=3 {
-        nodes.start(id);
-    }
+    let (mut nodes, config) = common::start_cluster(dir.path(), SETTINGS);
     runtime().block_on(async {
         let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
         let mut model = Model::open(&mut client).await;

@@ -350,3 +350,31 @@ impl Drop for SmallDisk {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
+
+/// Starts three nodes from a cluster file under `dir` with `settings` on top.
+pub fn start_cluster(dir: &Path, settings: &str) -> (Nodes, ClientConfig) {
+    let (cluster_file, config) = write_cluster_file(dir, settings);
+    let mut nodes = Nodes::new(dir, cluster_file);
+    for id in 1..=3 {
+        nodes.start(id);
+    }
+    (nodes, config)
+}
+
+/// Runs `runner` with `args`, `--json` and `--dir` in `dir`; checks it succeeded and returns
+/// the JSON summary it wrote.
+pub fn run_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let json = dir.join("summary.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
