@@ -303,3 +303,30 @@ fn a_full_disk_refuses_the_append_and_takes_it_once_space_returns() {
         assert_eq!(&wal.read(e.index()).unwrap(), e);
     }
 }
+
+/// Proves a repairing open takes a last record whose bytes are there but wrong (here its
+/// magic) for damage that may have been acknowledged, reporting its index, while a record
+/// cut short by the end of the file stays a torn write.
+#[test]
+fn a_repairing_open_tells_a_damaged_last_record_from_a_torn_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries = fill(dir.path(), 12, 1 << 20);
+    let path = segments(dir.path()).pop().unwrap();
+    let original = fs::read(&path).unwrap();
+    let last = original.len() - record_len(&entries[11]);
+
+    let mut damaged = original.clone();
+    damaged[last] ^= 0x01;
+    fs::write(&path, &damaged).unwrap();
+    let (wal, recovery) = Wal::open_repairing(dir.path(), 1 << 20).unwrap();
+    let damage = recovery.damage.expect("damage, not a torn write");
+    assert_eq!(damage.index, EntryIndex(12));
+    assert_eq!(wal.last_index(), EntryIndex(11));
+    drop(wal);
+
+    fs::write(&path, &original[..original.len() - 3]).unwrap();
+    let (wal, recovery) = Wal::open_repairing(dir.path(), 1 << 20).unwrap();
+    assert_eq!(recovery.damage, None);
+    assert_eq!(wal.last_index(), EntryIndex(11));
+    assert!(recovery.torn_tail_bytes > 0);
+}

@@ -98,6 +98,20 @@ pub struct Repair {
     pub committed: EntryIndex,
 }
 
+impl Repair {
+    /// The obligation of two damages found one after the other (a restart during a repair):
+    /// the further log end (the higher term where the ends are equal) and the higher commit
+    /// index, so that an obligation never shrinks.
+    pub fn merge(self, other: Repair) -> Repair {
+        let end = (self.index, self.term).max((other.index, other.term));
+        Repair {
+            index: end.0,
+            term: end.1,
+            committed: self.committed.max(other.committed),
+        }
+    }
+}
+
 /// What a replica recovered from disk.
 #[derive(Clone, Debug, Default)]
 pub struct Recovered {

@@ -759,6 +759,32 @@ fn a_lost_committed_entry_held_nowhere_else_is_unrecoverable() {
     );
 }
 
+/// Proves two damages found one after the other merge into the larger obligation: the
+/// further log end and the higher commit index, never less.
+#[test]
+fn a_repair_obligation_never_shrinks() {
+    let far = Repair {
+        index: EntryIndex(20),
+        term: Term(5),
+        committed: EntryIndex(12),
+    };
+    let unknown_term = Repair {
+        index: EntryIndex(15),
+        term: Term(u64::MAX),
+        committed: EntryIndex(14),
+    };
+    let merged = far.merge(unknown_term);
+    assert_eq!(
+        merged,
+        Repair {
+            index: EntryIndex(20),
+            term: Term(5),
+            committed: EntryIndex(14),
+        }
+    );
+    assert_eq!(unknown_term.merge(far), merged);
+}
+
 /// Proves the repair ends, durably, once a leader has made the log durable through the
 /// index the damage may have cost.
 #[test]

@@ -194,10 +194,10 @@ pub fn restore<H: Handler>(
                 committed: damage.committed,
             },
         };
-        let kept = hard_state
-            .repair
-            .filter(|r| (r.term, r.index) >= (repair.term, repair.index));
-        hard_state.repair = Some(kept.unwrap_or(repair));
+        hard_state.repair = Some(match hard_state.repair {
+            Some(earlier) => earlier.merge(repair),
+            None => repair,
+        });
         write_hard_state(dir, hard_state)?;
         wal.cut_damage()?;
         report.damage = Some(format!(

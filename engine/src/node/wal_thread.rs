@@ -175,6 +175,9 @@ fn carry_out(
         .iter()
         .filter(|op| matches!(op, WalOp::Ack { .. }))
         .count();
+    // The latest acknowledgement passed over for a later one: sent after all if a full disk
+    // stops the batch before that later one.
+    let mut passed_over = None;
     while let Some(op) = pending.pop_front() {
         match op {
             WalOp::Append(entries) => {
@@ -183,7 +186,13 @@ fn carry_out(
                     if let Err(error) = wal.write(entry) {
                         if error.is_storage_full() {
                             pending.push_front(WalOp::Append(entries));
+                            // What came before the append is durable and acknowledged.
                             sync(wal, unsynced, events, slow)?;
+                            if let Some((to, message)) = passed_over
+                                && !acker.send(to, &message)
+                            {
+                                events.push(WalEvent::AckFailed);
+                            }
                         }
                         return Err(error);
                     }
@@ -197,6 +206,8 @@ fn carry_out(
                     if !acker.send(to, &message) {
                         events.push(WalEvent::AckFailed);
                     }
+                } else {
+                    passed_over = Some((to, message));
                 }
             }
             WalOp::Truncate(from) => {

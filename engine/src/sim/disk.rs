@@ -166,11 +166,10 @@ impl Disk {
             term: end.term(),
             committed,
         };
-        let kept = self
-            .hard
-            .repair
-            .filter(|r| (r.term, r.index) >= (repair.term, repair.index));
-        self.hard.repair = Some(kept.unwrap_or(repair));
+        self.hard.repair = Some(match self.hard.repair {
+            Some(earlier) => earlier.merge(repair),
+            None => repair,
+        });
         self.truncate_from(lost);
         true
     }

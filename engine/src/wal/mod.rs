@@ -55,21 +55,42 @@ pub enum WalError {
     /// A read of an entry the log does not hold.
     #[error("entry {0} is not in the log")]
     Missing(EntryIndex),
+    /// A write found the file system full (ENOSPC) or over a quota (EDQUOT): the same write
+    /// can succeed once space returns.
+    #[error("{path}: {source}")]
+    Full {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
 }
 
 impl WalError {
-    /// True when the file system is out of space (ENOSPC) or over a quota (EDQUOT): the
-    /// write can succeed once space returns. Only a failed write is; a failed fsync is never
-    /// retried (what it left in the page cache is unknown).
+    /// True when a write found the file system out of space (ENOSPC) or over a quota
+    /// (EDQUOT): the write can succeed once space returns. Only a write is ever that; a failed
+    /// fsync, truncation or directory sync is an [`WalError::Io`] and never retried (what a
+    /// failed fsync left in the page cache is unknown).
     pub fn is_storage_full(&self) -> bool {
         match self {
-            WalError::Io { source, .. } => {
-                source.kind() == io::ErrorKind::StorageFull
-                    || source.kind() == io::ErrorKind::QuotaExceeded
-            }
-            WalError::Corruption { .. } | WalError::Unchained { .. } | WalError::Missing(_) => {
-                false
-            }
+            WalError::Full { .. } => true,
+            WalError::Io { .. }
+            | WalError::Corruption { .. }
+            | WalError::Unchained { .. }
+            | WalError::Missing(_) => false,
+        }
+    }
+}
+
+/// The error of a write to `path`: [`WalError::Full`] when the file system has no room.
+fn write_error(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
+    move |source| {
+        let path = path.to_path_buf();
+        let kind = source.kind();
+        if kind == io::ErrorKind::StorageFull || kind == io::ErrorKind::QuotaExceeded {
+            WalError::Full { path, source }
+        } else {
+            WalError::Io { path, source }
         }
     }
 }
@@ -153,6 +174,12 @@ impl Wal {
         let Some(cut) = self.pending_cut.take() else {
             return Ok(());
         };
+        // Later segments first: a crash half way leaves the damaged segment whole, and a
+        // scan finds the same damage again.
+        for path in cut.later.iter().rev() {
+            fs::remove_file(path).map_err(io_error(path))?;
+        }
+        sync_dir(&self.dir)?;
         if let Some(segment) = self.segments.last() {
             segment
                 .file
@@ -160,10 +187,7 @@ impl Wal {
                 .and_then(|()| segment.file.sync_all())
                 .map_err(io_error(&segment.path))?;
         }
-        for path in &cut.later {
-            fs::remove_file(path).map_err(io_error(path))?;
-        }
-        sync_dir(&self.dir)
+        Ok(())
     }
 
     /// The last entry's index (zero when empty).
@@ -240,7 +264,7 @@ impl Wal {
         segment
             .file
             .write_all_at(&self.buf, segment.bytes)
-            .map_err(io_error(&segment.path))?;
+            .map_err(write_error(&segment.path))?;
         self.entries.push(Located {
             term: entry.term(),
             hash: entry.header.hash,
@@ -390,7 +414,7 @@ impl Wal {
             .write(true)
             .create_new(true)
             .open(&path)
-            .map_err(io_error(&path))?;
+            .map_err(write_error(&path))?;
         self.segments.push(Segment {
             path,
             file,

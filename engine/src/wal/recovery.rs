@@ -171,10 +171,10 @@ fn headers_beyond(data: &[u8], from: usize) -> Vec<EntryHeader> {
 }
 
 /// Reads one segment into `wal`: to its end (the bytes of a torn tail cut off), or to a
-/// damaged record. A damaged last record whose header is readable counts as damage when
-/// `repairing` (it may be an acknowledged entry), as a torn tail otherwise; a record cut short
-/// by the end of the file is a torn tail either way (its fsync never completed, so it was
-/// never acknowledged).
+/// damaged record. A damaged last record counts as damage when `repairing` (it may be an
+/// acknowledged entry), as a torn tail otherwise; a record cut short by the end of the file,
+/// or a tail of zeros, is a torn tail either way (its fsync never completed, so it was never
+/// acknowledged).
 fn scan_segment(
     wal: &mut Wal,
     path: &Path,
@@ -215,9 +215,11 @@ fn scan_segment(
                 at = end;
             }
             Parsed::Damaged(reason)
-                if repairing && is_last && record::header_at(&data, at).is_some() =>
+                if repairing && is_last && data[at..].iter().any(|&b| b != 0) =>
             {
-                // Its header holds: an entry, which may have been acknowledged.
+                // Written bytes that do not make a record, with the file long enough to hold
+                // it: a record that may have been acknowledged, then damaged. (A record cut
+                // short by the end of the file, or bytes never written, is a torn write.)
                 damaged = Some(reason);
                 break;
             }
