@@ -574,17 +574,12 @@ impl Core {
     }
 
     fn on_snapshot_chunk(&mut self, chunk: SnapshotChunk, out: &mut Vec<Action>) {
-        if chunk.term < self.hard.term {
-            // Answered like a stale append, so that a leader of an old term learns the newer
-            // one and steps down (a leader sending only a snapshot sends nothing else).
-            self.refuse_stale(chunk.leader, out);
+        // A stale chunk is answered like a stale append, so that a leader of an old term
+        // learns the newer one and steps down (a leader sending only a snapshot sends
+        // nothing else).
+        if !self.heard_from_leader(chunk.term, chunk.leader, out) {
             return;
         }
-        if self.role != Role::Follower || self.leader != Some(chunk.leader) {
-            self.become_follower(chunk.term, Some(chunk.leader), out);
-        }
-        self.election_elapsed = 0;
-        self.last_leader_contact = Some(self.ticks);
         if chunk.index > self.commit {
             out.push(Action::StoreSnapshotChunk(chunk));
         } else if chunk.offset == 0 {
@@ -856,6 +851,21 @@ impl Core {
         });
     }
 
+    /// A message from `leader` of `term`: refused with this replica's term when stale (false);
+    /// otherwise this replica follows it and its election timer restarts (true).
+    fn heard_from_leader(&mut self, term: Term, leader: NodeId, out: &mut Vec<Action>) -> bool {
+        if term < self.hard.term {
+            self.refuse_stale(leader, out);
+            return false;
+        }
+        if self.role != Role::Follower || self.leader != Some(leader) {
+            self.become_follower(term, Some(leader), out);
+        }
+        self.election_elapsed = 0;
+        self.last_leader_contact = Some(self.ticks);
+        true
+    }
+
     /// Answers a leader of an older term with this replica's term.
     fn refuse_stale(&mut self, leader: NodeId, out: &mut Vec<Action>) {
         let reply = AppendReply {
@@ -873,15 +883,9 @@ impl Core {
     }
 
     fn on_append(&mut self, append: Append, out: &mut Vec<Action>) {
-        if append.term < self.hard.term {
-            self.refuse_stale(append.leader, out);
+        if !self.heard_from_leader(append.term, append.leader, out) {
             return;
         }
-        if self.role != Role::Follower || self.leader != Some(append.leader) {
-            self.become_follower(append.term, Some(append.leader), out);
-        }
-        self.election_elapsed = 0;
-        self.last_leader_contact = Some(self.ticks);
         self.check_remote_hash(append.leader, append.applied, out);
         let mut append = append;
         let base = self.log.base();
