@@ -429,10 +429,13 @@ impl Ledger {
                 (command, outcome)
             {
                 let debit = self.accounts.get_mut(&from.0).expect("a workload account");
-                debit.0 -= amount;
+                // Clients' answers arrive in their own order, not the log's, so a debit may be
+                // recorded before the credit that paid for it: the sums wrap meanwhile and come
+                // out exact once every outcome is in (addition commutes modulo 2^64).
+                debit.0 = debit.0.wrapping_sub(*amount);
                 debit.1 += 1;
                 let credit = self.accounts.get_mut(&to.0).expect("a workload account");
-                credit.0 += amount;
+                credit.0 = credit.0.wrapping_add(*amount);
                 credit.1 += 1;
             }
         }
