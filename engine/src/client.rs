@@ -5,11 +5,14 @@
 use crate::codec::{self, CodecError};
 use crate::entry::encode_commands;
 use crate::handler::{Handler, OutcomeOf};
+use crate::handshake::{HandshakeError, introduce};
 use crate::ids::{ClientId, RequestNumber};
 use futures::{SinkExt, StreamExt};
+use net::auth::Key;
 use net::frame::{FrameCodec, FrameError};
 use net::message::{
-    ClientReply, ClientRequest, Hello, Mode, NodeStatus, PROTOCOL_VERSION, Rejection, Submit,
+    ClientReply, ClientRequest, Hello, Mode, NodeStatus, PROTOCOL_VERSION, Refusal, Rejection,
+    Submit,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -34,6 +37,8 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Give up on a request after this long (`None`: never give up).
     pub give_up_after: Option<Duration>,
+    /// The client key to prove in the handshake, for a cluster that requires one.
+    pub key: Option<Key>,
 }
 
 impl ClientConfig {
@@ -44,6 +49,7 @@ impl ClientConfig {
             nodes,
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
             give_up_after: None,
+            key: None,
         }
     }
 }
@@ -71,6 +77,10 @@ pub enum ClientError {
     /// A one-off request (status) could not reach the node.
     #[error("unreachable: {0}")]
     Unreachable(String),
+    /// The cluster refuses this client (another cluster, version or key): trying again
+    /// cannot help.
+    #[error("refused: {0}")]
+    Refused(Refusal),
 }
 
 enum Answer {
@@ -78,6 +88,8 @@ enum Answer {
     Redirect(Option<SocketAddr>),
     Refused(Rejection),
     Stale,
+    /// The node closed the connection, saying why.
+    Closed,
 }
 
 /// A client session: one id, requests numbered from one, one request in flight.
@@ -161,7 +173,10 @@ impl Client {
                         continue;
                     }
                 }
-                Ok(Answer::Redirect(None)) | Err(_) => self.move_on(),
+                Err(HandshakeError::Refused(refusal)) if refusal.is_permanent() => {
+                    return Err(ClientError::Refused(refusal));
+                }
+                Ok(Answer::Redirect(None)) | Ok(Answer::Closed) | Err(_) => self.move_on(),
             }
             if self
                 .config
@@ -196,11 +211,11 @@ impl Client {
         &mut self,
         message: &ClientRequest,
         request: RequestNumber,
-    ) -> Result<Answer, FrameError> {
+    ) -> Result<Answer, HandshakeError> {
         let timeout = self.config.request_timeout;
         let result = tokio::time::timeout(timeout, async {
             if self.connection.is_none() {
-                self.connection = Some(connect(self.config.cluster_id, self.target).await?);
+                self.connection = Some(connect(&self.config, self.target).await?);
             }
             let frames = self.connection.as_mut().expect("connected");
             frames.send(message).await?;
@@ -224,7 +239,7 @@ impl Client {
             }
             Err(_) => {
                 self.connection = None;
-                Err(FrameError::Io(std::io::ErrorKind::TimedOut.into()))
+                Err(FrameError::Io(std::io::ErrorKind::TimedOut.into()).into())
             }
         }
     }
@@ -246,6 +261,7 @@ fn answer_to(reply: ClientReply, request: RequestNumber) -> Option<Answer> {
         ClientReply::NotLeader { address, .. } => {
             Some(Answer::Redirect(address.and_then(|a| a.parse().ok())))
         }
+        ClientReply::Refused(_) => Some(Answer::Closed),
         ClientReply::Results { .. }
         | ClientReply::Rejected { .. }
         | ClientReply::Stale { .. }
@@ -254,31 +270,31 @@ fn answer_to(reply: ClientReply, request: RequestNumber) -> Option<Answer> {
     }
 }
 
+/// Connects to `address` and introduces the client (with its key, if it has one).
 async fn connect(
-    cluster: u64,
+    config: &ClientConfig,
     address: SocketAddr,
-) -> Result<Framed<TcpStream, FrameCodec>, FrameError> {
-    let stream = TcpStream::connect(address).await?;
-    stream.set_nodelay(true)?;
-    let mut frames = Framed::new(stream, FrameCodec);
-    frames
-        .send(&Hello {
-            version: PROTOCOL_VERSION,
-            cluster,
-            node: None,
-        })
-        .await?;
+) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
+    let stream = TcpStream::connect(address).await.map_err(FrameError::Io)?;
+    stream.set_nodelay(true).map_err(FrameError::Io)?;
+    let mut frames = Framed::new(stream, FrameCodec::new(config.cluster_id));
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        cluster: config.cluster_id,
+        node: None,
+    };
+    introduce(&mut frames, &hello, config.key.as_ref()).await?;
     Ok(frames)
 }
 
 /// Sets the execution mode of one node (a cluster's operator sets it on every node).
 pub async fn set_node_mode(
-    cluster: u64,
+    config: &ClientConfig,
     address: SocketAddr,
     mode: Mode,
     timeout: Duration,
 ) -> Result<(), ClientError> {
-    let reply = ask(cluster, address, &ClientRequest::SetMode(mode), timeout).await?;
+    let reply = ask(config, address, &ClientRequest::SetMode(mode), timeout).await?;
     if let ClientReply::ModeSet(set) = reply
         && set == mode
     {
@@ -289,11 +305,11 @@ pub async fn set_node_mode(
 
 /// Asks one node for its status.
 pub async fn node_status(
-    cluster: u64,
+    config: &ClientConfig,
     address: SocketAddr,
     timeout: Duration,
 ) -> Result<NodeStatus, ClientError> {
-    let reply = ask(cluster, address, &ClientRequest::Status, timeout).await?;
+    let reply = ask(config, address, &ClientRequest::Status, timeout).await?;
     if let ClientReply::Status(status) = &reply {
         return Ok(NodeStatus::clone(status));
     }
@@ -302,23 +318,23 @@ pub async fn node_status(
 
 /// One request to one node on a connection of its own, and its reply.
 async fn ask(
-    cluster: u64,
+    config: &ClientConfig,
     address: SocketAddr,
     request: &ClientRequest,
     timeout: Duration,
 ) -> Result<ClientReply, ClientError> {
     let exchange = async {
-        let mut frames = connect(cluster, address).await?;
-        frames.send(request).await?;
-        let frame = frames
-            .next()
-            .await
-            .ok_or_else(|| FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))??;
-        Ok::<_, FrameError>(codec::decode::<ClientReply>(&frame)?)
+        let mut frames = connect(config, address).await?;
+        frames.send(request).await.map_err(HandshakeError::Frame)?;
+        let frame = frames.next().await.ok_or(HandshakeError::Closed)??;
+        Ok::<_, HandshakeError>(codec::decode::<ClientReply>(&frame)?)
     };
     let unreachable = |e: String| ClientError::Unreachable(format!("{address}: {e}"));
     match tokio::time::timeout(timeout, exchange).await {
         Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(HandshakeError::Refused(refusal))) if refusal.is_permanent() => {
+            Err(ClientError::Refused(refusal))
+        }
         Ok(Err(error)) => Err(unreachable(error.to_string())),
         Err(_) => Err(unreachable("timed out".into())),
     }

@@ -13,6 +13,7 @@ pub mod client;
 pub mod core;
 pub mod entry;
 pub mod handler;
+pub mod handshake;
 pub mod node;
 pub mod rng;
 pub mod sandbox;

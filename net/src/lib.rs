@@ -1,6 +1,7 @@
 //! Networking for the replicated engine: the one encoding module ([`codec`]), ids and the entry
 //! format shared by disk and wire, frames, message types, and connection handling.
 
+pub mod auth;
 pub mod codec;
 pub mod entry;
 pub mod frame;

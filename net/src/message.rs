@@ -20,6 +20,139 @@ pub struct Hello {
     pub node: Option<NodeId>,
 }
 
+/// The listener's answer to a [`Hello`]: prove you hold the key, for this nonce.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Challenge {
+    /// Fresh random bytes, never used for another connection.
+    pub nonce: [u8; crate::auth::NONCE_BYTES],
+}
+
+/// The caller's answer to a [`Challenge`]: a blake3 keyed MAC (see [`crate::auth`]).
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Proof {
+    /// The MAC, or zeros from a client of a cluster that asks none.
+    pub mac: [u8; crate::auth::MAC_BYTES],
+}
+
+/// The listener's last word in a handshake.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum Admission {
+    /// The connection may carry messages.
+    Accepted,
+    /// The connection is refused, and closes.
+    Refused(Refusal),
+}
+
+/// Why a node closes a connection. It says so in one frame (its own cluster's) where it can,
+/// then closes; nothing the connection sent reached the log.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum Refusal {
+    /// Another protocol version.
+    #[error("protocol version {theirs}, this node speaks {ours}")]
+    Version {
+        /// The caller's version.
+        theirs: u16,
+        /// This node's version.
+        ours: u16,
+    },
+    /// Another cluster.
+    #[error("cluster {theirs}, this node belongs to cluster {ours}")]
+    WrongCluster {
+        /// The caller's cluster.
+        theirs: u64,
+        /// This node's cluster.
+        ours: u64,
+    },
+    /// The peer port takes only this cluster's nodes.
+    #[error("not a node of this cluster: {caller:?}")]
+    NotAPeer {
+        /// Who the caller said it was.
+        caller: Option<NodeId>,
+    },
+    /// The client port takes only clients.
+    #[error("a node on the client port")]
+    NodeOnClientPort,
+    /// The proof did not match the challenge with this cluster's key.
+    #[error("the handshake proof does not match this cluster's key")]
+    Unauthenticated,
+    /// The node holds as many connections of this kind as it takes.
+    #[error("too many connections (the limit is {limit})")]
+    TooManyConnections {
+        /// The limit.
+        limit: u32,
+    },
+    /// The handshake did not finish in time.
+    #[error("no handshake in time")]
+    HandshakeTimeout,
+    /// A frame started but did not finish in time.
+    #[error("a frame did not finish in time")]
+    ReadTimeout,
+    /// Nothing arrived for too long.
+    #[error("idle for too long")]
+    IdleTimeout,
+    /// A frame of length zero.
+    #[error("empty frame")]
+    EmptyFrame,
+    /// A frame longer than this port takes.
+    #[error("frame of {bytes} bytes is over the limit of {limit}")]
+    FrameTooLarge {
+        /// Bytes the frame claimed.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A frame whose crc32 does not match.
+    #[error("frame crc32 mismatch")]
+    BadCrc,
+    /// A frame whose body is not a message of this protocol (or not the one expected here).
+    #[error("not a message of this protocol")]
+    Undecodable,
+}
+
+impl Refusal {
+    /// The refusal a frame error earns, if the connection can still hear one.
+    pub fn for_frame(error: &crate::frame::FrameError) -> Option<Refusal> {
+        use crate::frame::FrameError;
+        match error {
+            FrameError::Io(_) | FrameError::Encode(_) => None,
+            FrameError::Empty => Some(Refusal::EmptyFrame),
+            FrameError::TooLarge { bytes, limit } => Some(Refusal::FrameTooLarge {
+                bytes: *bytes as u64,
+                limit: *limit as u64,
+            }),
+            FrameError::WrongCluster { theirs, ours } => Some(Refusal::WrongCluster {
+                theirs: *theirs,
+                ours: *ours,
+            }),
+            FrameError::BadCrc => Some(Refusal::BadCrc),
+        }
+    }
+
+    /// True when trying again, here or elsewhere, cannot help: the caller is of another
+    /// cluster, version or key, or is not what this port takes.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Refusal::Version { .. }
+            | Refusal::WrongCluster { .. }
+            | Refusal::NotAPeer { .. }
+            | Refusal::NodeOnClientPort
+            | Refusal::Unauthenticated => true,
+            Refusal::TooManyConnections { .. }
+            | Refusal::HandshakeTimeout
+            | Refusal::ReadTimeout
+            | Refusal::IdleTimeout
+            | Refusal::EmptyFrame
+            | Refusal::FrameTooLarge { .. }
+            | Refusal::BadCrc
+            | Refusal::Undecodable => false,
+        }
+    }
+}
+
 /// What a leader does with its simulation of an entry once the entry commits. Followers
 /// always execute; both modes simulate on the leader.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Encode, Decode)]
@@ -256,6 +389,9 @@ pub enum ClientReply {
     Status(Box<NodeStatus>),
     /// The mode is set.
     ModeSet(Mode),
+    /// The connection broke the protocol and closes; nothing of what it sent after its last
+    /// answered request was applied.
+    Refused(Refusal),
 }
 
 /// Two replicas whose state hashes differ after the same entry.

@@ -2,6 +2,8 @@
 //!
 //! ```toml
 //! cluster_id = 1                # optional; connections from another cluster are refused
+//! secret = "at least 16 bytes of shared secret"   # required; nodes prove it to each other
+//! client_secret = "..."          # optional; when set, clients must prove it to connect
 //! entry_commands_max = 1024     # optional; 16 to 1,024 commands per entry
 //! mode = "verify"               # optional; "verify" (default) or "performance"
 //! snapshot_every = 64            # optional; entries between snapshot captures, 0 for none
@@ -22,6 +24,7 @@ use engine::NodeId;
 use engine::client::ClientConfig;
 use engine::entry::{ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX};
 use engine::node::{NodeAddress, NodeConfig};
+use net::auth::Key;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -47,6 +50,12 @@ pub struct ClusterFile {
     /// The cluster's id.
     #[serde(default = "default_cluster_id")]
     pub cluster_id: u64,
+    /// The secret the nodes prove to each other in every handshake (at least
+    /// [`net::auth::SECRET_BYTES_MIN`] bytes).
+    pub secret: String,
+    /// The secret clients must prove, when set.
+    #[serde(default)]
+    pub client_secret: Option<String>,
     /// Most commands per entry.
     #[serde(default = "default_entry_commands_max")]
     pub entry_commands_max: u32,
@@ -123,6 +132,10 @@ impl ClusterFile {
         if ids.len() != self.nodes.len() || ids.contains(&0) {
             bail!("node ids must be distinct and nonzero");
         }
+        Key::peer(self.secret.as_bytes()).context("secret")?;
+        if let Some(secret) = &self.client_secret {
+            Key::client(secret.as_bytes()).context("client_secret")?;
+        }
         let range = ENTRY_COMMANDS_CONFIG_MIN..=ENTRY_COMMANDS_MAX;
         if !range.contains(&self.entry_commands_max) {
             bail!("entry_commands_max must lie in {range:?}");
@@ -155,8 +168,10 @@ impl ClusterFile {
             .iter()
             .find(|n| n.id == id)
             .with_context(|| format!("no node {id} in the cluster file"))?;
-        let mut config = NodeConfig::new(NodeId(id), self.addresses(), entry.data_dir.clone());
+        let key = Key::peer(self.secret.as_bytes()).context("secret")?;
+        let mut config = NodeConfig::new(NodeId(id), self.addresses(), entry.data_dir.clone(), key);
         config.cluster_id = self.cluster_id;
+        config.client_key = self.client_key()?;
         config.entry_commands_max = self.entry_commands_max;
         config.mode = self.mode.into();
         config.snapshot_every = self.snapshot_every;
@@ -167,12 +182,21 @@ impl ClusterFile {
         Ok(config)
     }
 
+    fn client_key(&self) -> anyhow::Result<Option<Key>> {
+        self.client_secret
+            .as_ref()
+            .map(|s| Key::client(s.as_bytes()).context("client_secret"))
+            .transpose()
+    }
+
     /// How clients reach the cluster.
-    pub fn client_config(&self) -> ClientConfig {
-        ClientConfig::new(
+    pub fn client_config(&self) -> anyhow::Result<ClientConfig> {
+        let mut config = ClientConfig::new(
             self.cluster_id,
             self.nodes.iter().map(|n| n.client_address).collect(),
-        )
+        );
+        config.key = self.client_key()?;
+        Ok(config)
     }
 }
 
@@ -184,6 +208,7 @@ mod tests {
     #[test]
     fn parses_and_checks() {
         let good = r#"
+            secret = "sixteen bytes at least"
             [[nodes]]
             id = 1
             peer_address = "127.0.0.1:7001"
@@ -215,5 +240,20 @@ mod tests {
         assert!(toml::from_str::<ClusterFile>(&format!("mode = \"fast\"\n{good}")).is_err());
         let unknown = format!("colour = 3\n{good}");
         assert!(toml::from_str::<ClusterFile>(&unknown).is_err());
+        let short = good.replace("sixteen bytes at least", "short");
+        let error = toml::from_str::<ClusterFile>(&short)
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert!(
+            format!("{error:#}").contains("at least 16 bytes"),
+            "{error:#}"
+        );
+        let without = good.replace("secret = \"sixteen bytes at least\"", "");
+        assert!(toml::from_str::<ClusterFile>(&without).is_err());
+        let clients = format!("client_secret = \"clients prove this one\"\n{good}");
+        let file: ClusterFile = toml::from_str(&clients).unwrap();
+        assert!(file.node_config(1).unwrap().client_key.is_some());
+        assert!(file.client_config().unwrap().key.is_some());
     }
 }

@@ -105,11 +105,11 @@ pub struct StatusArgs {
 /// Prints every node's role, term, indexes and state hash.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
+    let client = file.client_config()?;
     let statuses = runtime()?.block_on(async {
         let mut statuses = Vec::new();
         for node in &file.nodes {
-            let status =
-                node_status(file.cluster_id, node.client_address, Duration::from_secs(2)).await;
+            let status = node_status(&client, node.client_address, Duration::from_secs(2)).await;
             statuses.push((node.id, status));
         }
         statuses
@@ -290,7 +290,7 @@ pub fn outcome_json(outcome: &Outcome<BankOutput, BankError>) -> Value {
 /// Sends one command and prints its outcome as JSON.
 pub fn client(args: ClientArgs) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
-    let mut config = file.client_config();
+    let mut config = file.client_config()?;
     config.give_up_after = Some(Duration::from_secs(30));
     let id = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -408,7 +408,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
     runtime()?
         .block_on(bench::benchmark(
-            &file.client_config(),
+            &file.client_config()?,
             &args.bench,
             &[None],
         ))

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 /// Accounts the clients move money between.
 pub const FAULT_ACCOUNTS: u64 = 100;
+/// The secret the nodes of a fault run share.
+pub const FAULT_SECRET: &str = "the nodes of a fault run share this";
 /// Each account's opening balance.
 pub const FAULT_OPENING_BALANCE: u64 = 1_000_000;
 /// Transfers per request.
@@ -205,7 +207,7 @@ pub fn write_cluster_files(
 ) -> anyhow::Result<BTreeMap<u8, PathBuf>> {
     let mut files = BTreeMap::new();
     for me in 1..=3u8 {
-        let mut text = format!("cluster_id = {CLUSTER_ID}\n");
+        let mut text = format!("cluster_id = {CLUSTER_ID}\nsecret = \"{FAULT_SECRET}\"\n");
         for id in 1..=3u8 {
             let peer = match proxy {
                 Some(proxy) if id != me => proxy.address(me, id),
@@ -229,7 +231,7 @@ pub async fn statuses(config: &ClientConfig) -> Vec<NodeStatus> {
     let mut all = Vec::new();
     for address in &config.nodes {
         let timeout = Duration::from_millis(STATUS_TIMEOUT_MS);
-        if let Ok(status) = node_status(config.cluster_id, *address, timeout).await {
+        if let Ok(status) = node_status(config, *address, timeout).await {
             all.push(status);
         }
     }

@@ -1,20 +1,26 @@
 //! TCP connections of a node: one outgoing connection per peer (reconnecting with back-off),
-//! incoming peer connections, and client connections. Every connection starts with a
-//! [`Hello`]; every frame is checked (length, crc32) and decoded before it reaches the node.
+//! incoming peer connections, and client connections. Every connection starts with the
+//! handshake of [`net::auth`] (peers prove the cluster's key; clients prove the client key
+//! when the cluster sets one); every frame is checked (cluster id, length, crc32) and decoded
+//! before it reaches the node. A connection that breaks the protocol is told why in one frame,
+//! where it can still hear it, and closed; the refusal is logged with its address.
 
 use super::Input;
 use crate::codec;
+use crate::handshake::{HandshakeError, admit, introduce};
 use crate::ids::NodeId;
+use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use net::frame::{FrameCodec, FrameError};
-use net::message::{ClientReply, ClientRequest, Hello, PROTOCOL_VERSION, PeerMessage};
+use net::auth::{Gate, Key, Port};
+use net::frame::{CLIENT_FRAME_BODY_BYTES_MAX, FrameCodec, FrameError};
+use net::message::{ClientReply, ClientRequest, Hello, PROTOCOL_VERSION, PeerMessage, Refusal};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::{Framed, FramedRead, FramedWrite};
 
 /// Messages queued for one peer; past this, new messages to it are dropped (consensus resends
 /// what matters, and a slow peer never holds the leader back).
@@ -22,10 +28,24 @@ pub const PEER_QUEUE_MESSAGES_MAX: usize = 256;
 /// Replies queued for one client connection; past this, replies are dropped (the client
 /// retries and gets its results from the session).
 pub const CLIENT_REPLIES_QUEUED_MAX: usize = 1024;
-/// Client connections a node accepts at once; more are closed on arrival.
+/// Client connections a node holds at once, handshaking or admitted; more are refused on
+/// arrival.
 pub const CLIENT_CONNECTIONS_MAX: usize = 1024;
-/// Time a new connection has to send its handshake.
+/// Incoming peer connections a node holds at once, handshaking or admitted (each node opens
+/// two: one for messages, one for its WAL thread's acknowledgements); more are refused.
+pub const PEER_CONNECTIONS_MAX: usize = 32;
+/// Time a new connection has to finish its handshake, in milliseconds.
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
+/// Time a client's frame has, from its first byte, to arrive whole, in milliseconds (a frame
+/// still partial after between half of this and all of it closes the connection).
+pub const FRAME_READ_TIMEOUT_MS: u64 = 5_000;
+/// Time a client connection may stay silent before it is closed, in milliseconds (the client
+/// library reconnects when it next has a request).
+pub const CLIENT_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Time a refusal has to be written before the connection closes anyway, in milliseconds.
+pub const REFUSAL_WRITE_TIMEOUT_MS: u64 = 100;
+/// Refused connections logged per second at most; the rest are counted in the next line.
+pub const REFUSALS_LOGGED_PER_SECOND_MAX: u64 = 10;
 /// First and last wait between reconnection attempts to a peer.
 pub const RECONNECT_BACKOFF_MS_MIN: u64 = 10;
 /// See [`RECONNECT_BACKOFF_MS_MIN`].
@@ -33,17 +53,64 @@ pub const RECONNECT_BACKOFF_MS_MAX: u64 = 1_000;
 /// Socket send and receive buffer sizes.
 pub const SOCKET_BUFFER_BYTES: usize = 4 * 1024 * 1024;
 
+/// Who may connect: the cluster, its nodes and its keys.
+#[derive(Clone, Debug)]
+pub(crate) struct Access {
+    pub(crate) me: NodeId,
+    pub(crate) cluster: u64,
+    pub(crate) nodes: Vec<NodeId>,
+    pub(crate) peer_key: Key,
+    pub(crate) client_key: Option<Key>,
+}
+
+impl Access {
+    fn gate(&self, port: Port) -> Gate<'_> {
+        Gate {
+            cluster: self.cluster,
+            port,
+            key: match port {
+                Port::Peer => Some(&self.peer_key),
+                Port::Client => self.client_key.as_ref(),
+            },
+            nodes: &self.nodes,
+        }
+    }
+
+    /// The hello this node sends to its peers.
+    pub(crate) fn hello(&self) -> Hello {
+        Hello {
+            version: PROTOCOL_VERSION,
+            cluster: self.cluster,
+            node: Some(self.me),
+        }
+    }
+}
+
 /// Why a connection closed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnectionError {
     #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("decode: {0}")]
     Decode(#[from] codec::CodecError),
-    #[error("handshake refused: {0}")]
-    Handshake(String),
+    #[error("refused: {0}")]
+    Refused(Refusal),
     #[error("closed")]
     Closed,
+}
+
+impl ConnectionError {
+    fn refusal(&self) -> Option<Refusal> {
+        match self {
+            ConnectionError::Handshake(error) => error.refusal(),
+            ConnectionError::Frame(error) => Refusal::for_frame(error),
+            ConnectionError::Decode(_) => Some(Refusal::Undecodable),
+            ConnectionError::Refused(refusal) => Some(refusal.clone()),
+            ConnectionError::Closed => None,
+        }
+    }
 }
 
 /// TCP_NODELAY and large buffers: frames go out at once, bursts do not block.
@@ -54,64 +121,81 @@ pub(crate) fn tune(stream: &TcpStream) {
     let _ = socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
 }
 
-/// Reads and checks the handshake: same protocol, same cluster, and a caller of the expected
-/// kind (a listed peer, or a client).
-async fn handshake<R>(
-    frames: &mut FramedRead<R, FrameCodec>,
-    cluster: u64,
-) -> Result<Hello, ConnectionError>
-where
-    R: tokio::io::AsyncRead + Unpin,
-{
-    let first = tokio::time::timeout(Duration::from_millis(HANDSHAKE_TIMEOUT_MS), frames.next())
-        .await
-        .map_err(|_| ConnectionError::Handshake("no handshake in time".into()))?
-        .ok_or(ConnectionError::Closed)??;
-    let hello: Hello = codec::decode(&first)?;
-    if hello.version != PROTOCOL_VERSION {
-        return Err(ConnectionError::Handshake(format!(
-            "protocol version {}",
-            hello.version
-        )));
+/// The listener's handshake within [`HANDSHAKE_TIMEOUT_MS`].
+async fn admit_within(
+    frames: &mut Framed<TcpStream, FrameCodec>,
+    gate: &Gate<'_>,
+) -> Result<Hello, ConnectionError> {
+    match tokio::time::timeout(
+        Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
+        admit(frames, gate),
+    )
+    .await
+    {
+        Ok(admitted) => Ok(admitted?),
+        Err(_) => {
+            let refusal = Refusal::HandshakeTimeout;
+            tell(frames, &net::message::Admission::Refused(refusal.clone())).await;
+            Err(ConnectionError::Refused(refusal))
+        }
     }
-    if hello.cluster != cluster {
-        return Err(ConnectionError::Handshake(format!(
-            "cluster {}",
-            hello.cluster
-        )));
+}
+
+/// Writes one last frame, within [`REFUSAL_WRITE_TIMEOUT_MS`], ignoring failure.
+async fn tell<T: codec::Encode>(frames: &mut Framed<TcpStream, FrameCodec>, message: &T) {
+    let _ = tokio::time::timeout(
+        Duration::from_millis(REFUSAL_WRITE_TIMEOUT_MS),
+        frames.send(message),
+    )
+    .await;
+}
+
+/// Refuses a connection over the limit: one frame if the socket takes it at once, then close.
+fn refuse_at_once(stream: TcpStream, cluster: u64, refusal: Refusal) {
+    let answer = net::message::Admission::Refused(refusal);
+    if let Ok(frame) = FrameCodec::new(cluster).frame(&answer) {
+        let _ = stream.try_write(&frame);
     }
-    Ok(hello)
 }
 
 /// Accepts peer connections and forwards their messages to the node.
 pub(crate) async fn accept_peers(
     listener: TcpListener,
-    cluster: u64,
-    nodes: Vec<NodeId>,
+    access: Access,
     inbox: mpsc::Sender<Input>,
 ) {
+    let open = Arc::new(AtomicUsize::new(0));
     while let Ok((stream, address)) = listener.accept().await {
+        if open.fetch_add(1, Ordering::Relaxed) >= PEER_CONNECTIONS_MAX {
+            open.fetch_sub(1, Ordering::Relaxed);
+            let refusal = Refusal::TooManyConnections {
+                limit: PEER_CONNECTIONS_MAX as u32,
+            };
+            log_refused("peer", address, &refusal);
+            refuse_at_once(stream, access.cluster, refusal);
+            continue;
+        }
         tune(&stream);
-        let (nodes, inbox) = (nodes.clone(), inbox.clone());
+        let (access, inbox, open) = (access.clone(), inbox.clone(), open.clone());
         tokio::spawn(async move {
-            if let Err(error) = read_peer(stream, cluster, nodes, inbox).await {
+            if let Err(error) = read_peer(stream, &access, inbox).await {
                 log_closed("peer", address, &error);
             }
+            open.fetch_sub(1, Ordering::Relaxed);
         });
     }
 }
 
 async fn read_peer(
     stream: TcpStream,
-    cluster: u64,
-    nodes: Vec<NodeId>,
+    access: &Access,
     inbox: mpsc::Sender<Input>,
 ) -> Result<(), ConnectionError> {
-    let mut frames = FramedRead::new(stream, FrameCodec);
-    let hello = handshake(&mut frames, cluster).await?;
-    let from = hello.node.filter(|n| nodes.contains(n)).ok_or_else(|| {
-        ConnectionError::Handshake(format!("not a peer of this cluster: {:?}", hello.node))
-    })?;
+    let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
+    let hello = admit_within(&mut frames, &access.gate(Port::Peer)).await?;
+    let from = hello
+        .node
+        .expect("the gate admits only nodes to the peer port");
     while let Some(frame) = frames.next().await {
         let message: PeerMessage = codec::decode(&frame?)?;
         if inbox.send(Input::Peer { from, message }).await.is_err() {
@@ -122,11 +206,7 @@ async fn read_peer(
 }
 
 /// Starts the task that keeps a connection to `peer` and writes what the node queues for it.
-pub(crate) fn connect_peer(
-    me: NodeId,
-    cluster: u64,
-    address: SocketAddr,
-) -> mpsc::Sender<PeerMessage> {
+pub(crate) fn connect_peer(access: Access, address: SocketAddr) -> mpsc::Sender<PeerMessage> {
     let (queue, mut queued) = mpsc::channel::<PeerMessage>(PEER_QUEUE_MESSAGES_MAX);
     tokio::spawn(async move {
         let mut backoff = RECONNECT_BACKOFF_MS_MIN;
@@ -134,15 +214,14 @@ pub(crate) fn connect_peer(
             match TcpStream::connect(address).await {
                 Ok(stream) => {
                     tune(&stream);
-                    backoff = RECONNECT_BACKOFF_MS_MIN;
-                    let hello = Hello {
-                        version: PROTOCOL_VERSION,
-                        cluster,
-                        node: Some(me),
-                    };
-                    match write_peer(stream, &hello, &mut queued).await {
+                    match write_peer(stream, &access, &mut queued).await {
                         Ok(()) => return,
-                        Err(error) => log_closed("peer", address, &error),
+                        Err(error) => {
+                            if !matches!(error, ConnectionError::Handshake(_)) {
+                                backoff = RECONNECT_BACKOFF_MS_MIN;
+                            }
+                            log_closed("peer", address, &error);
+                        }
                     }
                 }
                 Err(_) => {
@@ -157,15 +236,23 @@ pub(crate) fn connect_peer(
     queue
 }
 
-/// Writes the handshake, then queued messages, several per flush when they are waiting.
-/// Returns `Ok` when the node dropped the queue (shutdown).
+/// Introduces this node, then writes queued messages, several per flush when they are
+/// waiting. Returns `Ok` when the node dropped the queue (shutdown).
 async fn write_peer(
     stream: TcpStream,
-    hello: &Hello,
+    access: &Access,
     queued: &mut mpsc::Receiver<PeerMessage>,
 ) -> Result<(), ConnectionError> {
-    let mut frames = FramedWrite::new(stream, FrameCodec);
-    frames.send(hello).await?;
+    let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
+    let introduced = tokio::time::timeout(
+        Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
+        introduce(&mut frames, &access.hello(), Some(&access.peer_key)),
+    )
+    .await;
+    match introduced {
+        Ok(result) => result?,
+        Err(_) => return Err(ConnectionError::Refused(Refusal::HandshakeTimeout)),
+    }
     while let Some(message) = queued.recv().await {
         frames.feed(&message).await?;
         while let Ok(message) = queued.try_recv() {
@@ -179,19 +266,24 @@ async fn write_peer(
 /// Accepts client connections (up to [`CLIENT_CONNECTIONS_MAX`] at once).
 pub(crate) async fn accept_clients(
     listener: TcpListener,
-    cluster: u64,
+    access: Access,
     inbox: mpsc::Sender<Input>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
     while let Ok((stream, address)) = listener.accept().await {
         if open.fetch_add(1, Ordering::Relaxed) >= CLIENT_CONNECTIONS_MAX {
             open.fetch_sub(1, Ordering::Relaxed);
+            let refusal = Refusal::TooManyConnections {
+                limit: CLIENT_CONNECTIONS_MAX as u32,
+            };
+            log_refused("client", address, &refusal);
+            refuse_at_once(stream, access.cluster, refusal);
             continue;
         }
         tune(&stream);
-        let (open, inbox) = (open.clone(), inbox.clone());
+        let (open, inbox, access) = (open.clone(), inbox.clone(), access.clone());
         tokio::spawn(async move {
-            if let Err(error) = serve_client(stream, cluster, inbox).await {
+            if let Err(error) = serve_client(stream, &access, inbox).await {
                 log_closed("client", address, &error);
             }
             open.fetch_sub(1, Ordering::Relaxed);
@@ -201,32 +293,36 @@ pub(crate) async fn accept_clients(
 
 async fn serve_client(
     stream: TcpStream,
-    cluster: u64,
+    access: &Access,
     inbox: mpsc::Sender<Input>,
 ) -> Result<(), ConnectionError> {
-    let (read, write) = stream.into_split();
-    let mut frames = FramedRead::new(read, FrameCodec);
-    let hello = handshake(&mut frames, cluster).await?;
-    if hello.node.is_some() {
-        return Err(ConnectionError::Handshake(
-            "a peer on the client port".into(),
-        ));
-    }
+    let codec = FrameCodec::with_limit(access.cluster, CLIENT_FRAME_BODY_BYTES_MAX);
+    let mut framed = Framed::new(stream, codec);
+    admit_within(&mut framed, &access.gate(Port::Client)).await?;
+    let parts = framed.into_parts();
+    let (read, write) = parts.io.into_split();
+    let mut frames = FramedRead::new(read, codec);
+    // Whatever arrived right behind the proof is the client's first request.
+    *frames.read_buffer_mut() = parts.read_buf;
     let (reply, mut replies) = mpsc::channel::<ClientReply>(CLIENT_REPLIES_QUEUED_MAX);
     let writer = tokio::spawn(async move {
-        let mut frames = FramedWrite::new(write, FrameCodec);
+        let mut frames = FramedWrite::new(write, codec);
         while let Some(message) = replies.recv().await {
+            let last = matches!(message, ClientReply::Refused(_));
             frames.feed(&message).await?;
-            while let Ok(message) = replies.try_recv() {
+            while !last && let Ok(message) = replies.try_recv() {
                 frames.feed(&message).await?;
             }
             SinkExt::<&ClientReply>::flush(&mut frames).await?;
+            if last {
+                break;
+            }
         }
         Ok::<(), FrameError>(())
     });
     let result = async {
-        while let Some(frame) = frames.next().await {
-            let request: ClientRequest = codec::decode(&frame?)?;
+        while let Some(frame) = next_client_frame(&mut frames).await? {
+            let request: ClientRequest = codec::decode(&frame)?;
             if inbox
                 .send(Input::Client {
                     request,
@@ -238,21 +334,89 @@ async fn serve_client(
                 return Ok(());
             }
         }
-        Ok(())
+        Ok::<(), ConnectionError>(())
     }
     .await;
-    drop(reply);
-    writer.abort();
+    if let Err(error) = &result
+        && let Some(refusal) = error.refusal()
+        && reply.try_send(ClientReply::Refused(refusal)).is_ok()
+    {
+        let _ = tokio::time::timeout(Duration::from_millis(REFUSAL_WRITE_TIMEOUT_MS), writer).await;
+    }
     result
+}
+
+/// The next whole frame of a client, or `None` when it closed. A frame that starts and does
+/// not finish within [`FRAME_READ_TIMEOUT_MS`], or silence for [`CLIENT_IDLE_TIMEOUT_MS`],
+/// ends the connection.
+async fn next_client_frame<R: tokio::io::AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, FrameCodec>,
+) -> Result<Option<Bytes>, ConnectionError> {
+    let tick = Duration::from_millis(FRAME_READ_TIMEOUT_MS / 2);
+    let mut silent = Duration::ZERO;
+    let mut partial_at_last_tick = false;
+    loop {
+        match tokio::time::timeout(tick, frames.next()).await {
+            Ok(Some(frame)) => return Ok(Some(frame?)),
+            Ok(None) => return Ok(None),
+            // Still partial one tick later: the frame has taken at least a tick.
+            Err(_) if !frames.read_buffer().is_empty() => {
+                if partial_at_last_tick {
+                    return Err(ConnectionError::Refused(Refusal::ReadTimeout));
+                }
+                partial_at_last_tick = true;
+            }
+            Err(_) => {
+                partial_at_last_tick = false;
+                silent += tick;
+                if silent >= Duration::from_millis(CLIENT_IDLE_TIMEOUT_MS) {
+                    return Err(ConnectionError::Refused(Refusal::IdleTimeout));
+                }
+            }
+        }
+    }
 }
 
 fn log_closed(kind: &str, address: SocketAddr, error: &ConnectionError) {
     match error {
-        ConnectionError::Closed => {}
-        ConnectionError::Frame(FrameError::Io(e))
-            if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-        ConnectionError::Frame(_) | ConnectionError::Decode(_) | ConnectionError::Handshake(_) => {
-            eprintln!("{kind} connection from {address} closed: {error}");
+        ConnectionError::Closed
+        | ConnectionError::Handshake(HandshakeError::Closed)
+        | ConnectionError::Handshake(HandshakeError::Frame(FrameError::Io(_)))
+        | ConnectionError::Frame(FrameError::Io(_)) => {}
+        ConnectionError::Handshake(_)
+        | ConnectionError::Frame(_)
+        | ConnectionError::Decode(_)
+        | ConnectionError::Refused(_) => match error.refusal() {
+            Some(refusal) => log_refused(kind, address, &refusal),
+            None => log_line(format_args!("{kind} connection {address} closed: {error}")),
+        },
+    }
+}
+
+fn log_refused(kind: &str, address: SocketAddr, refusal: &Refusal) {
+    log_line(format_args!(
+        "{kind} connection {address} refused: {refusal}"
+    ));
+}
+
+/// One line on stderr, at most [`REFUSALS_LOGGED_PER_SECOND_MAX`] a second: a flood of bad
+/// connections costs a counter, not a flood of lines.
+fn log_line(line: std::fmt::Arguments<'_>) {
+    static SECOND: AtomicU64 = AtomicU64::new(0);
+    static IN_SECOND: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if SECOND.swap(now, Ordering::Relaxed) != now {
+        IN_SECOND.store(0, Ordering::Relaxed);
+    }
+    if IN_SECOND.fetch_add(1, Ordering::Relaxed) < REFUSALS_LOGGED_PER_SECOND_MAX {
+        match SUPPRESSED.swap(0, Ordering::Relaxed) {
+            0 => eprintln!("{line}"),
+            n => eprintln!("{line} ({n} more not logged)"),
         }
+    } else {
+        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -65,21 +65,10 @@ pub(super) async fn run<H: Handler>(
     mut inputs: mpsc::Receiver<Input>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) -> Option<String> {
-    let others: Vec<NodeId> = config
-        .nodes
-        .iter()
-        .map(|n| n.id)
-        .filter(|&n| n != config.id)
-        .collect();
-    tokio::spawn(accept_peers(
-        listeners.peer,
-        config.cluster_id,
-        others,
-        inbox.clone(),
-    ));
+    tokio::spawn(accept_peers(listeners.peer, config.access(), inbox.clone()));
     tokio::spawn(accept_clients(
         listeners.client,
-        config.cluster_id,
+        config.access(),
         inbox.clone(),
     ));
     let mut driver = Driver::new(config, restored, inbox)?;
@@ -186,7 +175,7 @@ impl<H: Handler> Driver<H> {
             .filter(|n| n.id != config.id)
             .map(|n| (n.id, n.peer_address))
             .collect();
-        let acker = Acker::new(config.id, config.cluster_id, peers);
+        let acker = Acker::new(config.access(), peers);
         let fsync_delay = Duration::from_millis(config.fsync_delay_ms);
         let name = format!("wal-{}", config.id);
         let wal = match WalThread::spawn(restored.wal, acker, name, fsync_delay, report) {
@@ -200,12 +189,7 @@ impl<H: Handler> Driver<H> {
             .nodes
             .iter()
             .filter(|n| n.id != config.id)
-            .map(|n| {
-                (
-                    n.id,
-                    connect_peer(config.id, config.cluster_id, n.peer_address),
-                )
-            })
+            .map(|n| (n.id, connect_peer(config.access(), n.peer_address)))
             .collect();
         let core_config = CoreConfig {
             id: config.id,

@@ -49,11 +49,15 @@ impl<H: Handler + Clone> LocalCluster<H> {
             path: base.to_path_buf(),
             source,
         })?;
+        let key = net::auth::Key::random().map_err(|source| NodeError::Io {
+            path: base.to_path_buf(),
+            source,
+        })?;
         let configs: Vec<NodeConfig> = addresses
             .iter()
             .map(|a| {
-                let mut config =
-                    NodeConfig::new(a.id, addresses.clone(), base.join(format!("node{}", a.id)));
+                let dir = base.join(format!("node{}", a.id));
+                let mut config = NodeConfig::new(a.id, addresses.clone(), dir, key.clone());
                 tune(&mut config);
                 config
             })
@@ -86,7 +90,9 @@ impl<H: Handler + Clone> LocalCluster<H> {
             .iter()
             .map(|n| n.client_address)
             .collect();
-        ClientConfig::new(self.configs[0].cluster_id, nodes)
+        let mut config = ClientConfig::new(self.configs[0].cluster_id, nodes);
+        config.key.clone_from(&self.configs[0].client_key);
+        config
     }
 
     /// Stops one node (its data stays).
@@ -107,10 +113,11 @@ impl<H: Handler + Clone> LocalCluster<H> {
     /// Every running node's status (`None` for a node that did not answer).
     pub async fn statuses(&self) -> Vec<Option<NodeStatus>> {
         let mut statuses = Vec::new();
+        let client = self.client_config();
         for (config, handle) in self.configs.iter().zip(&self.handles) {
             let address = config.nodes[config.id.0 as usize - 1].client_address;
             let status = match handle {
-                Some(_) => node_status(config.cluster_id, address, Duration::from_secs(1))
+                Some(_) => node_status(&client, address, Duration::from_secs(1))
                     .await
                     .ok(),
                 None => None,

@@ -55,6 +55,10 @@ pub struct NodeConfig {
     pub id: NodeId,
     /// The cluster's id: connections from other clusters are refused.
     pub cluster_id: u64,
+    /// The key every node of the cluster proves in its handshakes (the same on every node).
+    pub peer_key: net::auth::Key,
+    /// The key clients must prove, or `None` when clients need not authenticate.
+    pub client_key: Option<net::auth::Key>,
     /// Every node of the cluster, this one included.
     pub nodes: Vec<NodeAddress>,
     /// Where this node keeps its WAL and hard state.
@@ -90,11 +94,19 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
-    /// A configuration with the defaults for everything but identity and place.
-    pub fn new(id: NodeId, nodes: Vec<NodeAddress>, data_dir: PathBuf) -> Self {
+    /// A configuration with the defaults for everything but identity, place and the key the
+    /// cluster's nodes share.
+    pub fn new(
+        id: NodeId,
+        nodes: Vec<NodeAddress>,
+        data_dir: PathBuf,
+        peer_key: net::auth::Key,
+    ) -> Self {
         NodeConfig {
             id,
             cluster_id: 1,
+            peer_key,
+            client_key: None,
             nodes,
             data_dir,
             entry_commands_max: ENTRY_COMMANDS_MAX,
@@ -110,6 +122,22 @@ impl NodeConfig {
             lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_MAX,
             fsync_delay_ms: 0,
+        }
+    }
+
+    /// Who may connect to this node.
+    pub(crate) fn access(&self) -> connections::Access {
+        connections::Access {
+            me: self.id,
+            cluster: self.cluster_id,
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| n.id)
+                .filter(|&n| n != self.id)
+                .collect(),
+            peer_key: self.peer_key.clone(),
+            client_key: self.client_key.clone(),
         }
     }
 

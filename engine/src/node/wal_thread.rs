@@ -272,8 +272,7 @@ fn sync(
 
 /// Blocking connections from the WAL thread to the other nodes, for acknowledgements only.
 pub(crate) struct Acker {
-    me: NodeId,
-    cluster: u64,
+    access: super::connections::Access,
     peers: std::collections::BTreeMap<NodeId, std::net::SocketAddr>,
     streams: std::collections::BTreeMap<NodeId, std::net::TcpStream>,
     /// A node that could not be reached is not tried again before this.
@@ -285,16 +284,16 @@ pub(crate) struct Acker {
 const ACK_CONNECT_TIMEOUT_MS: u64 = 50;
 /// After a failed connection, the WAL thread leaves that node alone this long.
 const ACK_RETRY_MS: u64 = 1_000;
+/// Time the WAL thread waits for each handshake answer on a new connection.
+const ACK_HANDSHAKE_TIMEOUT_MS: u64 = 200;
 
 impl Acker {
     pub(crate) fn new(
-        me: NodeId,
-        cluster: u64,
+        access: super::connections::Access,
         peers: std::collections::BTreeMap<NodeId, std::net::SocketAddr>,
     ) -> Self {
         Acker {
-            me,
-            cluster,
+            access,
             peers,
             streams: Default::default(),
             retry_after: Default::default(),
@@ -304,7 +303,7 @@ impl Acker {
     /// Sends `message` to `to`; false when it could not.
     fn send(&mut self, to: NodeId, message: &net::message::PeerMessage) -> bool {
         use std::io::Write;
-        let Ok(frame) = net::frame::encode_frame(message) else {
+        let Ok(frame) = net::frame::FrameCodec::new(self.access.cluster).frame(message) else {
             return false;
         };
         let Some(stream) = self.stream(to) else {
@@ -318,7 +317,6 @@ impl Acker {
     }
 
     fn stream(&mut self, to: NodeId) -> Option<&mut std::net::TcpStream> {
-        use std::io::Write;
         if !self.streams.contains_key(&to) {
             if self
                 .retry_after
@@ -329,23 +327,32 @@ impl Acker {
             }
             let address = self.peers.get(&to)?;
             let timeout = std::time::Duration::from_millis(ACK_CONNECT_TIMEOUT_MS);
-            let connected =
-                std::net::TcpStream::connect_timeout(address, timeout).and_then(|mut stream| {
-                    stream.set_nodelay(true)?;
-                    let hello = net::message::Hello {
-                        version: net::message::PROTOCOL_VERSION,
-                        cluster: self.cluster,
-                        node: Some(self.me),
-                    };
-                    let frame = net::frame::encode_frame(&hello).map_err(std::io::Error::other)?;
-                    stream.write_all(&frame)?;
+            let connected = std::net::TcpStream::connect_timeout(address, timeout)
+                .map_err(|e| e.to_string())
+                .and_then(|mut stream| {
+                    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+                    let wait = std::time::Duration::from_millis(ACK_HANDSHAKE_TIMEOUT_MS);
+                    stream
+                        .set_read_timeout(Some(wait))
+                        .map_err(|e| e.to_string())?;
+                    crate::handshake::introduce_blocking(
+                        &mut stream,
+                        net::frame::FrameCodec::new(self.access.cluster),
+                        &self.access.hello(),
+                        Some(&self.access.peer_key),
+                    )
+                    .map_err(|e| e.to_string())?;
                     Ok(stream)
                 });
             match connected {
                 Ok(stream) => {
                     self.streams.insert(to, stream);
                 }
-                Err(_) => {
+                Err(error) => {
+                    eprintln!(
+                        "node {}: acknowledgements to node {to}: {error}",
+                        self.access.me
+                    );
                     let later =
                         std::time::Instant::now() + std::time::Duration::from_millis(ACK_RETRY_MS);
                     self.retry_after.insert(to, later);

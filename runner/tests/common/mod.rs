@@ -21,6 +21,8 @@ pub const OPENING_BALANCE: u64 = 1_000_000;
 pub const TRANSFERS_PER_REQUEST: usize = 16;
 pub const WAIT: Duration = Duration::from_secs(60);
 pub const CLUSTER_ID: u64 = 9;
+/// The secret the test clusters' nodes share.
+pub const TEST_SECRET: &str = "the nodes of a test cluster share this";
 
 /// The node processes; killed when dropped.
 pub struct Nodes {
@@ -88,7 +90,7 @@ impl Drop for Nodes {
 /// returns its path and a client configuration for it.
 pub fn write_cluster_file(dir: &Path, extra: &str) -> (PathBuf, ClientConfig) {
     let addresses = free_loopback_addresses(3).unwrap();
-    let mut text = format!("cluster_id = {CLUSTER_ID}\n{extra}\n");
+    let mut text = format!("cluster_id = {CLUSTER_ID}\nsecret = \"{TEST_SECRET}\"\n{extra}\n");
     for a in &addresses {
         text += &format!(
             "[[nodes]]\nid = {}\npeer_address = \"{}\"\nclient_address = \"{}\"\ndata_dir = \"{}\"\n",
@@ -111,9 +113,7 @@ pub fn write_cluster_file(dir: &Path, extra: &str) -> (PathBuf, ClientConfig) {
 pub async fn statuses(config: &ClientConfig) -> Vec<NodeStatus> {
     let mut all = Vec::new();
     for address in &config.nodes {
-        if let Ok(status) =
-            node_status(config.cluster_id, *address, Duration::from_millis(500)).await
-        {
+        if let Ok(status) = node_status(config, *address, Duration::from_millis(500)).await {
             all.push(status);
         }
     }

@@ -1,0 +1,272 @@
+//! Who may connect: every connection opens with a handshake in which the caller proves it
+//! holds the cluster's key, without sending it, by a blake3 keyed MAC over a fresh challenge.
+//!
+//! The exchange, one frame each: the caller sends [`Hello`]; the listener answers with a
+//! [`Challenge`] (a fresh random nonce); the caller sends a [`Proof`] (the MAC of the cluster
+//! id, its own identity and the nonce); the listener answers with an [`Admission`]. A
+//! recorded handshake is worthless on another connection, since its nonce differs.
+//!
+//! Peers always prove a key derived from the cluster's secret. Clients prove one derived from
+//! the client secret when the cluster sets one, and send an empty proof otherwise.
+
+use crate::ids::NodeId;
+use crate::message::{Admission, Challenge, Hello, PROTOCOL_VERSION, Proof, Refusal};
+
+/// Fewest bytes a secret may have.
+pub const SECRET_BYTES_MIN: usize = 16;
+/// Bytes of a challenge's nonce.
+pub const NONCE_BYTES: usize = 32;
+/// Bytes of a proof's MAC.
+pub const MAC_BYTES: usize = 32;
+
+/// The blake3 key-derivation contexts: a peer key and a client key made from one secret
+/// differ, so that a client secret never lets a process pose as a node.
+const PEER_KEY_CONTEXT: &str = "replicated-bank 2026-11-30 peer handshake";
+const CLIENT_KEY_CONTEXT: &str = "replicated-bank 2026-11-30 client handshake";
+
+/// A secret that is too short to be one.
+#[derive(Debug, thiserror::Error)]
+#[error("a secret needs at least {SECRET_BYTES_MIN} bytes, this one has {bytes}")]
+pub struct ShortSecret {
+    /// Bytes the secret has.
+    pub bytes: usize,
+}
+
+/// A key derived from a secret; it never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Key([u8; 32]);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(..)")
+    }
+}
+
+impl Key {
+    /// The key peers prove, from the cluster's secret.
+    pub fn peer(secret: &[u8]) -> Result<Key, ShortSecret> {
+        Key::derive(PEER_KEY_CONTEXT, secret)
+    }
+
+    /// The key clients prove, from the cluster's client secret.
+    pub fn client(secret: &[u8]) -> Result<Key, ShortSecret> {
+        Key::derive(CLIENT_KEY_CONTEXT, secret)
+    }
+
+    /// A key from the operating system's random source (for a cluster whose nodes share one
+    /// process and need no configured secret).
+    pub fn random() -> std::io::Result<Key> {
+        Ok(Key(fresh_nonce()?))
+    }
+
+    fn derive(context: &str, secret: &[u8]) -> Result<Key, ShortSecret> {
+        if secret.len() < SECRET_BYTES_MIN {
+            return Err(ShortSecret {
+                bytes: secret.len(),
+            });
+        }
+        Ok(Key(blake3::derive_key(context, secret)))
+    }
+
+    /// The MAC a caller `caller` (a node, or `None` for a client) of cluster `cluster` sends
+    /// for `nonce`.
+    pub fn prove(&self, cluster: u64, caller: Option<NodeId>, nonce: &[u8; NONCE_BYTES]) -> Proof {
+        let mut mac = blake3::Hasher::new_keyed(&self.0);
+        mac.update(&cluster.to_le_bytes());
+        mac.update(&[caller.map_or(0, |n| n.0), u8::from(caller.is_some())]);
+        mac.update(&PROTOCOL_VERSION.to_le_bytes());
+        mac.update(nonce);
+        Proof {
+            mac: *mac.finalize().as_bytes(),
+        }
+    }
+
+    /// True when `proof` is this key's MAC for the caller and nonce (compared in constant
+    /// time).
+    pub fn verify(
+        &self,
+        cluster: u64,
+        caller: Option<NodeId>,
+        nonce: &[u8; NONCE_BYTES],
+        proof: &Proof,
+    ) -> bool {
+        let expected = blake3::Hash::from(self.prove(cluster, caller, nonce).mac);
+        expected == blake3::Hash::from(proof.mac)
+    }
+}
+
+/// A nonce from the operating system's random source.
+pub fn fresh_nonce() -> std::io::Result<[u8; NONCE_BYTES]> {
+    let mut nonce = [0u8; NONCE_BYTES];
+    getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
+    Ok(nonce)
+}
+
+/// Which port a connection came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    /// The peer port: only the cluster's nodes, always with the peer key.
+    Peer,
+    /// The client port: clients (never nodes), with the client key when the cluster has one.
+    Client,
+}
+
+/// The listener's side of a handshake, without IO.
+#[derive(Debug)]
+pub struct Gate<'a> {
+    /// This cluster.
+    pub cluster: u64,
+    /// The port.
+    pub port: Port,
+    /// The key callers must prove (`None`: any proof passes).
+    pub key: Option<&'a Key>,
+    /// The nodes that may call the peer port.
+    pub nodes: &'a [NodeId],
+}
+
+impl Gate<'_> {
+    /// Checks a caller's hello: the protocol version and the kind of caller for this port.
+    pub fn hello(&self, hello: &Hello) -> Result<(), Refusal> {
+        if hello.version != PROTOCOL_VERSION {
+            return Err(Refusal::Version {
+                theirs: hello.version,
+                ours: PROTOCOL_VERSION,
+            });
+        }
+        if hello.cluster != self.cluster {
+            return Err(Refusal::WrongCluster {
+                theirs: hello.cluster,
+                ours: self.cluster,
+            });
+        }
+        match (self.port, hello.node) {
+            (Port::Peer, Some(node)) if self.nodes.contains(&node) => Ok(()),
+            (Port::Peer, caller) => Err(Refusal::NotAPeer { caller }),
+            (Port::Client, None) => Ok(()),
+            (Port::Client, Some(_)) => Err(Refusal::NodeOnClientPort),
+        }
+    }
+
+    /// Checks a caller's proof against the challenge it was given.
+    pub fn proof(&self, hello: &Hello, challenge: &Challenge, proof: &Proof) -> Admission {
+        match self.key {
+            Some(key) if !key.verify(self.cluster, hello.node, &challenge.nonce, proof) => {
+                Admission::Refused(Refusal::Unauthenticated)
+            }
+            Some(_) | None => Admission::Accepted,
+        }
+    }
+}
+
+/// The caller's answer to a challenge: the MAC with its key, or an empty proof without one.
+pub fn answer(key: Option<&Key>, hello: &Hello, challenge: &Challenge) -> Proof {
+    key.map_or(
+        Proof {
+            mac: [0; MAC_BYTES],
+        },
+        |key| key.prove(hello.cluster, hello.node, &challenge.nonce),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(node: Option<u8>) -> Hello {
+        Hello {
+            version: PROTOCOL_VERSION,
+            cluster: 9,
+            node: node.map(NodeId),
+        }
+    }
+
+    /// Proves the right key passes, and a wrong key, another caller, another cluster or
+    /// another nonce (a replayed proof) is refused.
+    #[test]
+    fn only_the_right_key_for_this_nonce_passes() {
+        let key = Key::peer(b"correct horse battery staple").unwrap();
+        let wrong = Key::peer(b"correct horse battery stapler").unwrap();
+        let nodes = [NodeId(1), NodeId(2), NodeId(3)];
+        let gate = Gate {
+            cluster: 9,
+            port: Port::Peer,
+            key: Some(&key),
+            nodes: &nodes,
+        };
+        let caller = hello(Some(2));
+        let challenge = Challenge {
+            nonce: fresh_nonce().unwrap(),
+        };
+        assert_eq!(gate.hello(&caller), Ok(()));
+        let good = answer(Some(&key), &caller, &challenge);
+        assert_eq!(gate.proof(&caller, &challenge, &good), Admission::Accepted);
+        let refused = Admission::Refused(Refusal::Unauthenticated);
+        let bad = answer(Some(&wrong), &caller, &challenge);
+        assert_eq!(gate.proof(&caller, &challenge, &bad), refused);
+        assert_eq!(
+            gate.proof(&caller, &challenge, &answer(None, &caller, &challenge)),
+            refused
+        );
+        // The same proof claimed by another node, or replayed against a fresh challenge.
+        assert_eq!(gate.proof(&hello(Some(3)), &challenge, &good), refused);
+        let fresh = Challenge {
+            nonce: fresh_nonce().unwrap(),
+        };
+        assert_ne!(fresh.nonce, challenge.nonce);
+        assert_eq!(gate.proof(&caller, &fresh, &good), refused);
+        // A client key is not a peer key, even from the same secret.
+        let client = Key::client(b"correct horse battery staple").unwrap();
+        assert_eq!(
+            gate.proof(
+                &caller,
+                &challenge,
+                &answer(Some(&client), &caller, &challenge)
+            ),
+            refused
+        );
+    }
+
+    /// Proves the hello check refuses another version, another cluster, a stranger on the
+    /// peer port and a node on the client port, and that short secrets are refused.
+    #[test]
+    fn hello_and_secret_checks() {
+        let nodes = [NodeId(1), NodeId(2)];
+        let peers = Gate {
+            cluster: 9,
+            port: Port::Peer,
+            key: None,
+            nodes: &nodes,
+        };
+        let clients = Gate {
+            port: Port::Client,
+            ..peers
+        };
+        let mut old = hello(Some(1));
+        old.version += 1;
+        assert!(matches!(peers.hello(&old), Err(Refusal::Version { .. })));
+        let mut other = hello(None);
+        other.cluster = 10;
+        assert!(matches!(
+            clients.hello(&other),
+            Err(Refusal::WrongCluster {
+                theirs: 10,
+                ours: 9
+            })
+        ));
+        assert!(matches!(
+            peers.hello(&hello(Some(5))),
+            Err(Refusal::NotAPeer { .. })
+        ));
+        assert!(matches!(
+            peers.hello(&hello(None)),
+            Err(Refusal::NotAPeer { .. })
+        ));
+        assert_eq!(
+            clients.hello(&hello(Some(1))),
+            Err(Refusal::NodeOnClientPort)
+        );
+        assert_eq!(clients.hello(&hello(None)), Ok(()));
+        assert!(Key::peer(b"short").is_err());
+        assert_eq!(format!("{:?}", Key::peer(&[7; 16]).unwrap()), "Key(..)");
+    }
+}
