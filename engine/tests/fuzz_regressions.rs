@@ -1,0 +1,52 @@
+//! Inputs the fuzz targets (engine/fuzz) found to misbehave, kept as tests once fixed.
+
+mod common;
+
+use common::{Ledger, entries};
+use engine::StateMachine;
+use engine::codec;
+use engine::snapshot::{DIGEST_BYTES, parse_snapshot};
+use std::time::{Duration, Instant};
+
+/// A snapshot of a small ledger and the offset of its first block's record count.
+fn snapshot_and_first_count() -> (Vec<u8>, usize) {
+    let mut machine = StateMachine::new(Ledger, 1 << 20);
+    for entry in entries(3, 8) {
+        machine.apply(&entry).unwrap();
+    }
+    let (meta, bytes) = machine.snapshot_file().unwrap();
+    // magic | meta | table count (u16) | table id (u16) | block: record count (u64) ...
+    let at = 8 + codec::encoded_len(&meta).unwrap() + 2 + 2;
+    (bytes, at)
+}
+
+fn with_digest(mut bytes: Vec<u8>) -> Vec<u8> {
+    let body = bytes.len() - DIGEST_BYTES;
+    let digest = blake3::hash(&bytes[..body]);
+    bytes[body..].copy_from_slice(digest.as_bytes());
+    bytes
+}
+
+/// Proves a snapshot whose digest holds but whose block claims far more records than it has
+/// bytes is refused at once, without reserving memory for the claim (snapshot_file found a
+/// 14-byte input that made a restore reserve 2 GiB and take 6 s; a count near `usize::MAX`
+/// overflowed the table's sizing arithmetic).
+#[test]
+fn snapshot_record_count_beyond_its_bytes_is_refused_cheaply() {
+    let (bytes, at) = snapshot_and_first_count();
+    let count = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    assert!(count > 0, "the ledger holds records");
+    for claimed in [1 << 26, 1 << 40, u64::MAX / 4, u64::MAX] {
+        let mut damaged = bytes.clone();
+        damaged[at..at + 8].copy_from_slice(&u64::to_le_bytes(claimed));
+        let snapshot = parse_snapshot(&with_digest(damaged)).expect("the structure parses");
+        let started = Instant::now();
+        let restored = StateMachine::restore(Ledger, 1 << 20, snapshot);
+        assert!(restored.is_err(), "claimed {claimed} records");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "claimed {claimed}: {:?}",
+            started.elapsed()
+        );
+    }
+}
