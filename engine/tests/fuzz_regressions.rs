@@ -50,3 +50,17 @@ fn snapshot_record_count_beyond_its_bytes_is_refused_cheaply() {
         );
     }
 }
+
+/// Proves block record counts whose sum overflows are refused, not wrapped (snapshot_file
+/// found a file whose digest holds and whose blocks' counts overflowed a u64: a panic with
+/// overflow checks, a wrong count without).
+#[test]
+fn snapshot_block_counts_that_overflow_are_refused() {
+    let (bytes, at) = snapshot_and_first_count();
+    let mut damaged = bytes[..at].to_vec();
+    // An empty block that claims u64::MAX records, before the real one.
+    damaged.extend_from_slice(&codec::encode_to_vec(&(u64::MAX, 0u64)).unwrap());
+    damaged.extend_from_slice(&bytes[at..]);
+    let error = parse_snapshot(&with_digest(damaged)).expect_err("the counts overflow");
+    assert!(error.contains("overflow"), "{error}");
+}

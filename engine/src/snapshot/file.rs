@@ -194,7 +194,9 @@ pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, String> {
                 .filter(|&end| end <= body.len())
                 .ok_or("table bytes past the end")?;
             content.extend_from_slice(&body[at..end]);
-            records += count;
+            records = records
+                .checked_add(count)
+                .ok_or("table record count overflows")?;
             at = end;
         }
         tables.push((TableId(id), records, content));
