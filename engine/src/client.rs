@@ -151,8 +151,13 @@ impl Client {
         let started = Instant::now();
         let mut backoff = RETRY_BACKOFF_MS_MIN;
         let mut redirects = 0;
+        let mut refused_by = 0;
         for attempts in 1.. {
-            match self.attempt(&message, request).await {
+            let answer = self.attempt(&message, request).await;
+            if !matches!(&answer, Err(HandshakeError::Refused(r)) if r.is_permanent()) {
+                refused_by = 0;
+            }
+            match answer {
                 Ok(Answer::Results(count, results)) => return Ok((count, results)),
                 Ok(Answer::Refused(Rejection::Busy)) => {}
                 // A halted node applies nothing more, but the others may: ask them.
@@ -173,8 +178,15 @@ impl Client {
                         continue;
                     }
                 }
+                // One misconfigured node is not the cluster: give up only when every node
+                // in a row refuses this client for good.
                 Err(HandshakeError::Refused(refusal)) if refusal.is_permanent() => {
-                    return Err(ClientError::Refused(refusal));
+                    refused_by += 1;
+                    if refused_by >= self.config.nodes.len() {
+                        return Err(ClientError::Refused(refusal));
+                    }
+                    self.move_on();
+                    continue;
                 }
                 Ok(Answer::Redirect(None)) | Ok(Answer::Closed) | Err(_) => self.move_on(),
             }

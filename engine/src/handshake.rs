@@ -47,7 +47,7 @@ async fn next<T: codec::Decode<()>>(
 }
 
 /// The caller's side: hello, answer the challenge, wait for admission.
-pub(crate) async fn introduce(
+pub async fn introduce(
     frames: &mut Framed<TcpStream, FrameCodec>,
     hello: &Hello,
     key: Option<&Key>,

@@ -34,7 +34,7 @@ pub const STATUS_TIMEOUT_MS: u64 = 300;
 /// Time between two polls of every node's status (leaders per term, divergence).
 pub const STATUS_POLL_MS: u64 = 50;
 /// The fault runs' cluster id.
-const CLUSTER_ID: u64 = 77;
+pub const CLUSTER_ID: u64 = 77;
 /// The client that reads the final balances.
 const CHECKER_CLIENT: ClientId = ClientId(1_000_000);
 
@@ -143,6 +143,11 @@ impl Processes {
     /// Node `id`'s cluster file.
     pub fn cluster_file(&self, id: u8) -> &Path {
         &self.cluster_files[&id]
+    }
+
+    /// Node `id`'s process id, while it runs.
+    pub fn pid(&self, id: u8) -> Option<u32> {
+        self.children.get(&id).map(Child::id)
     }
 
     pub fn up(&self, id: u8) -> bool {

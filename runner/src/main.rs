@@ -18,6 +18,7 @@ mod chaos;
 mod cluster_file;
 mod commands;
 mod faults;
+mod hostile;
 mod partition;
 mod proxy;
 mod report;
@@ -57,6 +58,8 @@ enum Command {
     Chaos(chaos::ChaosArgs),
     /// Partition scenarios between three node processes, through our loopback proxy.
     Partition(partition::PartitionArgs),
+    /// Hostile clients and garbage against three node processes, with normal clients beside.
+    Hostile(hostile::HostileArgs),
 }
 
 /// Where data goes when `--dir` is not given: tmpfs, as the reference runs do.
@@ -83,5 +86,6 @@ fn main() -> anyhow::Result<()> {
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),
+        Command::Hostile(args) => hostile::run(args),
     }
 }

@@ -1,0 +1,226 @@
+//! Who may connect, against real node processes: a node with the wrong secret or of another
+//! cluster cannot join, vote or append; a recorded handshake does not open a second
+//! connection; clients must prove the client secret when the cluster sets one.
+
+mod common;
+
+use common::*;
+use engine::client::{Client, ClientError};
+use engine::{ClientId, RequestNumber};
+use net::auth::Key;
+use net::frame::FrameCodec;
+use net::message::{Admission, Challenge, Hello, PROTOCOL_VERSION, Proof, Refusal, Role};
+use std::cell::Cell;
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+/// The peer addresses a cluster file lists, in node order.
+fn peer_addresses(cluster_file: &Path) -> Vec<SocketAddr> {
+    std::fs::read_to_string(cluster_file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("peer_address = "))
+        .map(|a| a.trim_matches('"').parse().unwrap())
+        .collect()
+}
+
+/// Proves a third node started with the wrong secret, or with another cluster id, is refused
+/// by the other two: their term does not move however often it campaigns (its votes never
+/// arrive), it receives no entry, the refusals are logged with its address, and the same node
+/// started with the right file then joins and catches up.
+#[test]
+fn a_node_with_the_wrong_secret_or_cluster_cannot_join_vote_or_append() {
+    for (what, logged) in [
+        ("secret", "the handshake proof does not match"),
+        ("cluster", "cluster 10, this node belongs to cluster 9"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (good_file, config) = write_cluster_file(dir.path(), "");
+        let text = std::fs::read_to_string(&good_file).unwrap();
+        let bad = match what {
+            "secret" => text.replace(TEST_SECRET, "a stray process guessing the secret"),
+            _ => text.replace("cluster_id = 9", "cluster_id = 10"),
+        };
+        assert_ne!(bad, text);
+        let bad_file = dir.path().join("cluster.bad.toml");
+        std::fs::write(&bad_file, bad).unwrap();
+        let mut good = Nodes::new(dir.path(), good_file);
+        let mut stray = Nodes::new(dir.path(), bad_file);
+        good.start(1);
+        good.start(2);
+        stray.start(3);
+        runtime().block_on(async {
+            let led = wait_for(&config, "a leader among nodes 1 and 2", |all| {
+                all.iter().any(|s| s.node.0 <= 2 && s.role == Role::Leader)
+            })
+            .await;
+            let term = led.iter().find(|s| s.role == Role::Leader).unwrap().term;
+            let mut client = Client::new(config.clone(), ClientId(1), RequestNumber(1));
+            let mut model = Model::open(&mut client).await;
+            let mut rng = engine::rng::Rng::new(5);
+            transfers(&mut client, &mut rng, &mut model, 20, &Cell::new(0)).await;
+            // The stray node keeps knocking: wait for refusals of its messages at both nodes.
+            let stray_port = peer_addresses(&good.cluster_file)[2];
+            let refused = |id: u8| {
+                good.log(id)
+                    .lines()
+                    .filter(|l| l.contains(logged) && l.contains(&stray_port.ip().to_string()))
+                    .count()
+            };
+            let started = std::time::Instant::now();
+            while refused(1) < 2 || refused(2) < 2 {
+                assert!(started.elapsed() < WAIT, "{what}: no refusals logged");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // And it campaigns, in vain: its own term climbs past the cluster's.
+            let mut stray_config = config.clone();
+            stray_config.nodes = vec![config.nodes[2]];
+            if what == "cluster" {
+                stray_config.cluster_id = 10;
+            }
+            let stray_status = wait_for(&stray_config, "node 3 campaigning", |all| {
+                all.iter().any(|s| s.term.0 >= term.0 + 3)
+            })
+            .await;
+            assert_eq!(stray_status[0].last_index.0, 0, "{what}: node 3 got entries");
+            assert_ne!(stray_status[0].role, Role::Leader);
+            let all = statuses(&config).await;
+            let leading: Vec<_> = all.iter().filter(|s| s.node.0 <= 2).collect();
+            assert_eq!(leading.len(), 2, "{all:?}");
+            assert!(
+                leading.iter().all(|s| s.term == term),
+                "{what}: the term moved: {all:?}"
+            );
+            if let Some(three) = all.iter().find(|s| s.node.0 == 3) {
+                assert_eq!(
+                    three.last_index.0, 0,
+                    "{what}: node 3 got entries: {three:?}"
+                );
+                assert_ne!(three.role, Role::Leader, "{three:?}");
+            }
+            // Started with the right file, the same node joins and catches up.
+            stray.kill(3);
+            good.start(3);
+            converged(&config).await;
+            model.check(&config, ClientId(99)).await;
+        });
+    }
+}
+
+fn frame<T: net::codec::Encode>(message: &T) -> Vec<u8> {
+    FrameCodec::new(CLUSTER_ID).frame(message).unwrap().to_vec()
+}
+
+fn read<T: net::codec::Decode<()>>(stream: &mut TcpStream) -> T {
+    let body = FrameCodec::new(CLUSTER_ID).read_frame(stream).unwrap();
+    net::codec::decode(&body).unwrap()
+}
+
+/// Proves a handshake made with the real key is admitted, and the same hello and proof
+/// replayed on a new connection (whose challenge differs) are refused, then closed.
+#[test]
+fn a_replayed_handshake_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = start_cluster(dir.path(), "");
+    runtime().block_on(wait_for(&config, "a leader", |all| {
+        all.iter().any(|s| s.role == Role::Leader)
+    }));
+    let node1 = peer_addresses(&nodes.cluster_file)[0];
+    let key = Key::peer(TEST_SECRET.as_bytes()).unwrap();
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        cluster: CLUSTER_ID,
+        node: Some(engine::NodeId(2)),
+    };
+    let connect = || {
+        let stream = TcpStream::connect(node1).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+    };
+    // The real handshake, recorded.
+    let mut first = connect();
+    first.write_all(&frame(&hello)).unwrap();
+    let challenge: Challenge = read(&mut first);
+    let proof = key.prove(CLUSTER_ID, hello.node, &challenge.nonce);
+    first.write_all(&frame(&proof)).unwrap();
+    assert_eq!(read::<Admission>(&mut first), Admission::Accepted);
+    drop(first);
+    // Replayed, answering the new challenge with the old proof.
+    let mut second = connect();
+    second.write_all(&frame(&hello)).unwrap();
+    let fresh: Challenge = read(&mut second);
+    assert_ne!(fresh.nonce, challenge.nonce);
+    second.write_all(&frame(&proof)).unwrap();
+    assert_eq!(
+        read::<Admission>(&mut second),
+        Admission::Refused(Refusal::Unauthenticated)
+    );
+    assert!(
+        FrameCodec::new(CLUSTER_ID).read_frame(&mut second).is_err(),
+        "closed"
+    );
+    // Replayed blind: hello and proof back to back.
+    let mut third = connect();
+    let mut both = frame(&hello);
+    both.extend(frame(&Proof { mac: proof.mac }));
+    third.write_all(&both).unwrap();
+    let _challenge: Challenge = read(&mut third);
+    assert_eq!(
+        read::<Admission>(&mut third),
+        Admission::Refused(Refusal::Unauthenticated)
+    );
+}
+
+/// Proves that when the cluster sets a client secret, a client without it or with a wrong
+/// one is refused (its request never applied) and a client with it is served.
+#[test]
+fn clients_must_prove_the_client_secret_when_the_cluster_sets_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "the clients of this cluster know this";
+    let (_nodes, config) = start_cluster(dir.path(), &format!("client_secret = \"{secret}\""));
+    let mut keyed = config.clone();
+    keyed.key = Some(Key::client(secret.as_bytes()).unwrap());
+    let mut wrong = config.clone();
+    wrong.key = Some(Key::client(b"a guess at the clients' secret").unwrap());
+    runtime().block_on(async {
+        wait_for(&keyed, "a leader", |all| {
+            all.iter().any(|s| s.role == Role::Leader)
+        })
+        .await;
+        assert!(statuses(&config).await.is_empty(), "status without the key");
+        let open = [bank::BankCommand::Open {
+            id: bank::workload::account_id(1),
+            balance: 5,
+            flags: 0,
+        }];
+        for (config, client) in [(&config, 1), (&wrong, 2)] {
+            let mut stranger = Client::new(config.clone(), ClientId(client), RequestNumber(1));
+            match stranger.submit::<bank::Bank>(&open).await {
+                Err(ClientError::Refused(Refusal::Unauthenticated)) => {}
+                other => panic!("client {client}: {other:?}"),
+            }
+        }
+        let mut member = Client::new(keyed.clone(), ClientId(3), RequestNumber(1));
+        let outcomes = member.submit::<bank::Bank>(&open).await.unwrap();
+        assert!(
+            matches!(outcomes[0], engine::Outcome::Done(_)),
+            "{outcomes:?}"
+        );
+        // Only the member's open applied: one account.
+        let audit = member
+            .submit::<bank::Bank>(&[bank::BankCommand::Audit])
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                &audit[0],
+                engine::Outcome::Done(bank::BankOutput::Audit { accounts: 1, .. })
+            ),
+            "{audit:?}"
+        );
+    });
+}
