@@ -896,7 +896,7 @@ fn resident_kib(pid: u32) -> anyhow::Result<u64> {
 }
 
 fn print_report(report: &Report, findings: &Findings) {
-    println!("{:<36} {:<34} {:<6} got", "case", "expected", "");
+    println!("{:<36} {:<34} {:<6} got", "case", "expected", "result");
     for case in &report.cases {
         let verdict = if case.passed { "ok" } else { "FAILED" };
         println!(
