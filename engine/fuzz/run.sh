@@ -3,8 +3,9 @@
 # fails if any target crashes, panics, times out or runs out of memory.
 #   engine/fuzz/run.sh [SECONDS]
 # Needs cargo-fuzz (cargo install cargo-fuzz --locked --version 0.13.2); builds on stable
-# (--sanitizer none). Corpora grow in engine/fuzz/corpus/TARGET, crashes land in
-# engine/fuzz/artifacts/TARGET (both ignored by git).
+# (--sanitizer none). Each target starts from engine/fuzz/seeds/TARGET (committed; made by
+# `cargo test --manifest-path engine/fuzz/Cargo.toml`) and its corpus, which grows in
+# engine/fuzz/corpus/TARGET; crashes land in engine/fuzz/artifacts/TARGET (both ignored by git).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -23,7 +24,9 @@ for target in $("${fuzz[@]}" list --fuzz-dir engine/fuzz); do
     log="$logs/$target.log"
     status=ok
     # -timeout: an input that runs longer than this many seconds counts as a failure.
-    if ! "${fuzz[@]}" run "${flags[@]}" "$target" -- \
+    corpus=engine/fuzz/corpus/$target
+    mkdir -p "$corpus"
+    if ! "${fuzz[@]}" run "${flags[@]}" "$target" "$corpus" "engine/fuzz/seeds/$target" -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 >"$log" 2>&1; then
         status=FAILED
         failed+=("$target")

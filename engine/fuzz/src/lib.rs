@@ -84,3 +84,5 @@ pub fn scratch_dir() -> tempfile::TempDir {
         .flatten();
     in_memory.unwrap_or_else(|| tempfile::tempdir().expect("a temporary directory"))
 }
+
+pub mod seeds;
