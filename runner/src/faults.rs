@@ -2,7 +2,6 @@
 //! processes, the cluster files (optionally through our proxy), a Bank workload whose clients
 //! never give up, and the checks of I1-I7 at the end.
 
-use crate::proxy::Proxy;
 use anyhow::Context;
 use bank::workload::account_id;
 use bank::{Bank, BankCommand, BankOutput};
@@ -204,18 +203,18 @@ impl Addresses {
 }
 
 /// Writes each node's cluster file under `dir`: its own peer address is the real one (it
-/// binds it); the others are reached through `proxy` when there is one.
+/// binds it); the others are reached at `via(me, other)` when given (a proxy, delay lines).
 pub fn write_cluster_files(
     dir: &Path,
     addresses: &Addresses,
-    proxy: Option<&Proxy>,
+    via: Option<&dyn Fn(u8, u8) -> SocketAddr>,
 ) -> anyhow::Result<BTreeMap<u8, PathBuf>> {
     let mut files = BTreeMap::new();
     for me in 1..=3u8 {
         let mut text = format!("cluster_id = {CLUSTER_ID}\nsecret = \"{FAULT_SECRET}\"\n");
         for id in 1..=3u8 {
-            let peer = match proxy {
-                Some(proxy) if id != me => proxy.address(me, id),
+            let peer = match via {
+                Some(via) if id != me => via(me, id),
                 _ => addresses.peers[&id],
             };
             text += &format!(

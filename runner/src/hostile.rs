@@ -252,7 +252,10 @@ impl std::fmt::Display for Heard {
                     write!(f, "results of {command_count}")
                 }
                 ClientReply::Rejected { reason, .. } => write!(f, "rejected: {reason:?}"),
-                other => write!(f, "{other:?}"),
+                other @ (ClientReply::NotLeader { .. }
+                | ClientReply::Stale { .. }
+                | ClientReply::Status(_)
+                | ClientReply::ModeSet(_)) => write!(f, "{other:?}"),
             },
             Heard::Closed => f.write_str("closed"),
             Heard::Silence => f.write_str("no answer"),
@@ -570,7 +573,8 @@ async fn raw_request(
                     frames = introduced(leader.parse()?).await?;
                     send_raw(&mut frames, &frame_of(CLUSTER_ID, request)).await?;
                 }
-                heard => {
+                heard
+                @ (Heard::Admission(_) | Heard::Reply(_) | Heard::Closed | Heard::Silence) => {
                     let passed = matches!(&heard, Heard::Reply(r) if check(r));
                     return anyhow::Ok((heard.to_string(), passed));
                 }
@@ -791,7 +795,12 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
     if after_handshake {
         match net::codec::decode::<ClientReply>(&frame).ok()? {
             ClientReply::Refused(r) => Some(r),
-            _ => None,
+            ClientReply::Results { .. }
+            | ClientReply::NotLeader { .. }
+            | ClientReply::Rejected { .. }
+            | ClientReply::Stale { .. }
+            | ClientReply::Status(_)
+            | ClientReply::ModeSet(_) => None,
         }
     } else {
         match net::codec::decode::<Admission>(&frame).ok()? {

@@ -17,6 +17,8 @@ mod bench;
 mod chaos;
 mod cluster_file;
 mod commands;
+mod delay_line;
+mod emulate;
 mod faults;
 mod hostile;
 mod partition;
@@ -60,6 +62,9 @@ enum Command {
     Partition(partition::PartitionArgs),
     /// Hostile clients and garbage against three node processes, with normal clients beside.
     Hostile(hostile::HostileArgs),
+    /// Three node processes whose peer links add a one-way delay (three machines, emulated),
+    /// with the benchmark, beside the same without the delay.
+    Emulate(emulate::EmulateArgs),
 }
 
 /// Where data goes when `--dir` is not given: tmpfs, as the reference runs do.
@@ -87,5 +92,6 @@ fn main() -> anyhow::Result<()> {
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),
         Command::Hostile(args) => hostile::run(args),
+        Command::Emulate(args) => emulate::run(args),
     }
 }

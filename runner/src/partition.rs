@@ -214,7 +214,8 @@ fn run_scenario(
     local.block_on(&runtime, async {
         let addresses = Addresses::free()?;
         let proxy = Proxy::start(&addresses.peers).await?;
-        let files = write_cluster_files(dir, &addresses, Some(&proxy))?;
+        let via = |from, to| proxy.address(from, to);
+        let files = write_cluster_files(dir, &addresses, Some(&via))?;
         let config = addresses.client_config();
         let processes = RefCell::new(Processes::start_all(dir, files)?);
         let findings = RefCell::new(Findings::default());
