@@ -398,6 +398,9 @@ pub struct BenchArgs {
     /// The cluster file.
     #[arg(long)]
     pub cluster: PathBuf,
+    /// Sets every node's execution mode before the runs (default: leave it as it is).
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
     /// The benchmark.
     #[command(flatten)]
     pub bench: BenchOptions,
@@ -410,7 +413,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         .block_on(bench::benchmark(
             &file.client_config()?,
             &args.bench,
-            &[None],
+            &[args.mode.map(Mode::from)],
         ))
         .map(|_| ())
 }
