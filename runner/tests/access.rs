@@ -84,7 +84,10 @@ fn a_node_with_the_wrong_secret_or_cluster_cannot_join_vote_or_append() {
                 all.iter().any(|s| s.term.0 >= term.0 + 3)
             })
             .await;
-            assert_eq!(stray_status[0].last_index.0, 0, "{what}: node 3 got entries");
+            assert_eq!(
+                stray_status[0].last_index.0, 0,
+                "{what}: node 3 got entries"
+            );
             assert_ne!(stray_status[0].role, Role::Leader);
             let all = statuses(&config).await;
             let leading: Vec<_> = all.iter().filter(|s| s.node.0 <= 2).collect();
