@@ -30,6 +30,7 @@ pub fn open_command(n: u64) -> BankCommand {
 pub struct Transfers {
     rng: Rng,
     accounts: u64,
+    reads_percent: u64,
 }
 
 impl Transfers {
@@ -39,11 +40,26 @@ impl Transfers {
         Transfers {
             rng: Rng::new(seed),
             accounts,
+            reads_percent: 0,
         }
     }
 
-    /// The next transfer: two distinct random accounts, a random amount.
+    /// The same stream with `percent` of its commands (0 to 100) single-account reads instead
+    /// of transfers (a contended mix: few accounts, half reads). With 0 it is the plain
+    /// stream, command for command.
+    pub fn with_reads(mut self, percent: u64) -> Self {
+        self.reads_percent = percent.min(100);
+        self
+    }
+
+    /// The next command: a read of a random account (as often as asked), or a transfer
+    /// between two distinct random accounts of a random amount.
     pub fn next_command(&mut self) -> BankCommand {
+        if self.reads_percent > 0 && self.rng.below(100) < self.reads_percent {
+            return BankCommand::Get {
+                id: account_id(self.rng.below(self.accounts)),
+            };
+        }
         let from = self.rng.below(self.accounts);
         let mut to = self.rng.below(self.accounts - 1);
         if to >= from {

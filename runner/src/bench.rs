@@ -55,6 +55,9 @@ pub struct BenchOptions {
     /// Seed of the transfer streams.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Percent of the commands that are single-account reads instead of transfers.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub reads: u64,
     /// Write the runs as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -154,7 +157,8 @@ async fn worker(
     let mut transfers = Transfers::new(
         options.seed ^ salt.wrapping_mul(0x2545_F491_4F6C_DD1D),
         options.accounts,
-    );
+    )
+    .with_reads(options.reads);
     let target = options.commands.unwrap_or(u64::MAX);
     let mut tally = Tally::default();
     let mut batch = Vec::with_capacity(options.batch as usize);
@@ -225,7 +229,9 @@ pub async fn measure(
             config, options, salt, warm_until, stop_at, &measured, &latency,
         )
     });
+    let cpu_before = process_cpu_seconds();
     let (tallies, ()) = futures::join!(join_all(workers), ticker);
+    let cpu_seconds = process_cpu_seconds() - cpu_before;
     bar.finish_and_clear();
     let commands: u64 = tallies.iter().map(|t| t.commands).sum();
     let first = tallies.iter().filter_map(|t| t.first_done).min();
@@ -244,6 +250,11 @@ pub async fn measure(
         commands,
         seconds,
         commands_per_s: commands as f64 / seconds,
+        // The warm-up is in the CPU time and not in the count: scale it to the measured part.
+        cpu_s_per_million: cpu_seconds * seconds
+            / (seconds + options.warmup).max(f64::MIN_POSITIVE)
+            / (commands.max(1) as f64 / 1e6),
+        reads_percent: options.reads,
         latency_ms,
         failed: tallies.iter().map(|t| t.failed).sum(),
         unknown: tallies.iter().map(|t| t.unknown).sum(),
@@ -251,6 +262,20 @@ pub async fn measure(
         state_hashes: Vec::new(),
         stages,
     })
+}
+
+/// CPU seconds (user and system) this process has used. std has no way to ask, hence
+/// getrusage(2).
+#[allow(unsafe_code)]
+pub fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one `rusage` into the zeroed value we own and pass by pointer.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// Every node's cumulative stage timings (a node that does not answer counts as zero).

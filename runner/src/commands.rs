@@ -329,6 +329,9 @@ pub struct LocalArgs {
     /// The benchmark.
     #[command(flatten)]
     pub bench: BenchOptions,
+    /// The benchmark matrix.
+    #[command(flatten)]
+    pub matrix: crate::matrix::MatrixOptions,
 }
 
 /// `--mode` values.
@@ -355,6 +358,9 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
     let range = engine::entry::ENTRY_COMMANDS_CONFIG_MIN..=engine::entry::ENTRY_COMMANDS_MAX;
     if !range.contains(&args.entry_commands) {
         bail!("--entry-commands must lie in {range:?}");
+    }
+    if args.matrix.matrix {
+        return crate::matrix::run(&args);
     }
     let dir = crate::run_dir(args.dir.clone())?;
     let modes: Vec<Option<Mode>> = match args.mode {

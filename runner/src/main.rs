@@ -21,6 +21,7 @@ mod delay_line;
 mod emulate;
 mod faults;
 mod hostile;
+mod matrix;
 mod partition;
 mod proxy;
 mod report;

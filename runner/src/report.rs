@@ -44,6 +44,11 @@ pub struct Run {
     pub seconds: f64,
     /// Completed commands per second.
     pub commands_per_s: f64,
+    /// CPU seconds this process used per million completed commands. Under `runner local`
+    /// the process holds the three nodes and the client; under `runner bench`, only the client.
+    pub cpu_s_per_million: f64,
+    /// Percent of the commands that were reads.
+    pub reads_percent: u64,
     /// Completion latency per request.
     pub latency_ms: LatencyMs,
     /// Commands the system could not complete.
@@ -140,7 +145,7 @@ pub fn write_json(path: &Path, runs: &[Run]) -> anyhow::Result<()> {
 /// Prints runs as a table.
 pub fn print_table(runs: &[Run]) {
     println!(
-        "{:<12} {:>6} {:>8} {:>11} {:>8} {:>13} {:>9} {:>9} {:>9} {:>7} {:>8}",
+        "{:<12} {:>6} {:>8} {:>11} {:>8} {:>13} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}",
         "mode",
         "batch",
         "inflight",
@@ -150,12 +155,13 @@ pub fn print_table(runs: &[Run]) {
         "p50 ms",
         "p99 ms",
         "max ms",
+        "cpu s/M",
         "failed",
         "unknown"
     );
     for run in runs {
         println!(
-            "{:<12} {:>6} {:>8} {:>11} {:>8.2} {:>13.0} {:>9.3} {:>9.3} {:>9.3} {:>7} {:>8}",
+            "{:<12} {:>6} {:>8} {:>11} {:>8.2} {:>13.0} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>7} {:>8}",
             run.mode,
             run.batch,
             run.inflight,
@@ -165,6 +171,7 @@ pub fn print_table(runs: &[Run]) {
             run.latency_ms.p50,
             run.latency_ms.p99,
             run.latency_ms.max,
+            run.cpu_s_per_million,
             run.failed,
             run.unknown
         );

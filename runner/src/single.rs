@@ -168,6 +168,7 @@ fn measure(
         "transfers",
     );
     let started = Instant::now();
+    let cpu_before = crate::bench::process_cpu_seconds();
     let mut completed = 0u64;
     let mut failed = 0u64;
     let mut batch = Vec::with_capacity(args.batch as usize);
@@ -197,6 +198,9 @@ fn measure(
         commands: completed,
         seconds,
         commands_per_s: completed as f64 / seconds,
+        cpu_s_per_million: (crate::bench::process_cpu_seconds() - cpu_before)
+            / (completed.max(1) as f64 / 1e6),
+        reads_percent: 0,
         latency_ms: LatencyMs::from_us(&latency),
         failed,
         unknown: 0,
