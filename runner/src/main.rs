@@ -1,7 +1,8 @@
 //! The runner: the engine with the Bank handler, from the command line.
 //!
 //! - `runner local`: three nodes in this process over loopback TCP (data under /dev/shm), a
-//!   prefill, then the benchmark; the README's main job.
+//!   prefill, then the benchmark; the README's main job. `--matrix` runs the benchmark matrix
+//!   and writes it into the notes.
 //! - `runner node --cluster FILE --id N`: one node of a cluster, in its own process.
 //! - `runner bench --cluster FILE`: the benchmark against a running cluster.
 //! - `runner client --cluster FILE <command>`: one Bank command, JSON out.
@@ -10,6 +11,9 @@
 //! - `runner sim --seeds N [--seed S] --json FILE`: the deterministic cluster simulator.
 //! - `runner chaos --duration SECS --json FILE`: kill -9 and pause chaos on real processes.
 //! - `runner partition [--scenario NAME] --json FILE`: partitions through our TCP proxy.
+//! - `runner hostile --json FILE`: hostile clients and garbage beside normal clients.
+//! - `runner emulate --link-delay-us 25-50`: three node processes whose peer links add a
+//!   one-way delay, with the benchmark.
 //! - `runner recover --data-dir DIR`: recovers a stopped node's data directory as a restart
 //!   would (snapshot, log replay) and reports how long it took.
 
