@@ -288,11 +288,21 @@ pub async fn transfers_until(
     }
 }
 
-/// Waits (polling) until `counter` reaches `target`.
-pub async fn reaches(counter: &Cell<usize>, target: usize) {
-    while counter.get() < target {
+/// Waits (polling every millisecond) until `check` holds; fails the test after [`WAIT`].
+pub async fn until(what: &str, check: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < WAIT, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// Waits until `counter` reaches `target`.
+pub async fn reaches(counter: &Cell<usize>, target: usize) {
+    until(&format!("{target} acknowledged requests"), || {
+        counter.get() >= target
+    })
+    .await;
 }
 
 /// A single-threaded tokio runtime for a test.
