@@ -317,6 +317,9 @@ pub struct LocalArgs {
     /// Most commands per log entry (16 to 1,024).
     #[arg(long, default_value_t = engine::entry::ENTRY_COMMANDS_MAX)]
     pub entry_commands: u32,
+    /// Most entries the leader keeps in flight (appended, not yet committed).
+    #[arg(long, default_value_t = engine::node::PIPELINE_ENTRIES_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
+    pub pipeline_entries: u64,
     /// State capacity per node, in bytes.
     #[arg(long, default_value_t = STATE_BYTES_DEFAULT)]
     pub capacity_bytes: u64,
@@ -369,6 +372,7 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
     };
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
         config.entry_commands_max = args.entry_commands;
+        config.pipeline_entries_max = args.pipeline_entries;
         config.capacity_bytes = args.capacity_bytes;
         config.mode = modes[0].unwrap_or_default();
         args.snapshots.apply(config);
