@@ -89,7 +89,7 @@ enum Answer {
     Refused(Rejection),
     Stale,
     /// The node closed the connection, saying why.
-    Closed,
+    Closed(Refusal),
 }
 
 /// A client session: one id, requests numbered from one, one request in flight.
@@ -188,7 +188,13 @@ impl Client {
                     self.move_on();
                     continue;
                 }
-                Ok(Answer::Redirect(None)) | Ok(Answer::Closed) | Err(_) => self.move_on(),
+                // The connection timed out (it sat idle, or a frame stalled): the node is
+                // fine, try it again on a new connection.
+                Ok(Answer::Closed(Refusal::IdleTimeout | Refusal::ReadTimeout)) => {
+                    self.connection = None;
+                    continue;
+                }
+                Ok(Answer::Redirect(None)) | Ok(Answer::Closed(_)) | Err(_) => self.move_on(),
             }
             if self
                 .config
@@ -273,7 +279,7 @@ fn answer_to(reply: ClientReply, request: RequestNumber) -> Option<Answer> {
         ClientReply::NotLeader { address, .. } => {
             Some(Answer::Redirect(address.and_then(|a| a.parse().ok())))
         }
-        ClientReply::Refused(_) => Some(Answer::Closed),
+        ClientReply::Refused(refusal) => Some(Answer::Closed(refusal)),
         ClientReply::Results { .. }
         | ClientReply::Rejected { .. }
         | ClientReply::Stale { .. }
@@ -295,7 +301,7 @@ async fn connect(
         cluster: config.cluster_id,
         node: None,
     };
-    introduce(&mut frames, &hello, config.key.as_ref()).await?;
+    introduce(&mut frames, &hello, None, config.key.as_ref()).await?;
     Ok(frames)
 }
 

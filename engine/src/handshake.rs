@@ -1,11 +1,13 @@
 //! The handshake on every connection (see [`net::auth`]): the caller's side, async for node
 //! connections and clients and blocking for the WAL thread's acknowledgements, and the
-//! listener's side.
+//! listener's side. Frames are held to [`HANDSHAKE_FRAME_BODY_BYTES_MAX`] until the
+//! connection is admitted.
 
 use crate::codec::{self, CodecError};
+use crate::ids::NodeId;
 use futures::{SinkExt, StreamExt};
 use net::auth::{self, Gate, Key};
-use net::frame::{FrameCodec, FrameError};
+use net::frame::{FrameCodec, FrameError, HANDSHAKE_FRAME_BODY_BYTES_MAX};
 use net::message::{Admission, Challenge, Hello, Proof, Refusal};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
@@ -46,47 +48,90 @@ async fn next<T: codec::Decode<()>>(
     Ok(codec::decode(&frame)?)
 }
 
-/// The caller's side: hello, answer the challenge, wait for admission.
+/// The listener's answer to a hello, as the caller reads it: a challenge, or the refusal a
+/// listener sends in its place (a frame of the listener's cluster, when the caller's is
+/// another, fails the caller's codec: that is a refusal too).
+fn challenge_or_refusal(
+    frame: Result<bytes::Bytes, FrameError>,
+    ours: u64,
+) -> Result<Challenge, HandshakeError> {
+    let frame = match frame {
+        Err(FrameError::WrongCluster { theirs, .. }) => {
+            return Err(HandshakeError::Refused(Refusal::WrongCluster {
+                theirs: ours,
+                ours: theirs,
+            }));
+        }
+        other => other?,
+    };
+    match codec::decode::<Challenge>(&frame) {
+        Ok(challenge) => Ok(challenge),
+        Err(error) => match codec::decode::<Admission>(&frame) {
+            Ok(Admission::Refused(refusal)) => Err(HandshakeError::Refused(refusal)),
+            Ok(Admission::Accepted) | Err(_) => Err(error.into()),
+        },
+    }
+}
+
+/// The caller's side: hello, answer the challenge of `listener` (the node dialed; `None`
+/// for a client), wait for admission. The codec's limit is the handshake's meanwhile.
 pub async fn introduce(
     frames: &mut Framed<TcpStream, FrameCodec>,
     hello: &Hello,
+    listener: Option<NodeId>,
     key: Option<&Key>,
 ) -> Result<(), HandshakeError> {
-    frames.send(hello).await?;
-    let challenge: Challenge = next(frames).await?;
-    frames.send(&auth::answer(key, hello, &challenge)).await?;
-    match next(frames).await? {
-        Admission::Accepted => Ok(()),
-        Admission::Refused(refusal) => Err(HandshakeError::Refused(refusal)),
+    let limit = frames.codec().limit();
+    frames.codec_mut().set_limit(HANDSHAKE_FRAME_BODY_BYTES_MAX);
+    let outcome = async {
+        frames.send(hello).await?;
+        let first = frames.next().await.ok_or(HandshakeError::Closed)?;
+        let challenge = challenge_or_refusal(first, hello.cluster)?;
+        let proof = auth::answer(key, hello, listener, &challenge);
+        frames.send(&proof).await?;
+        match next(frames).await? {
+            Admission::Accepted => Ok(()),
+            Admission::Refused(refusal) => Err(HandshakeError::Refused(refusal)),
+        }
     }
+    .await;
+    frames.codec_mut().set_limit(limit);
+    outcome
 }
 
 /// The caller's side on a blocking socket (whose read timeout bounds each wait).
 pub(crate) fn introduce_blocking(
     stream: &mut std::net::TcpStream,
-    codec: FrameCodec,
+    mut codec: FrameCodec,
     hello: &Hello,
-    key: Option<&Key>,
+    listener: NodeId,
+    key: &Key,
 ) -> Result<(), HandshakeError> {
     use std::io::Write;
+    codec.set_limit(HANDSHAKE_FRAME_BODY_BYTES_MAX);
     let write = |stream: &mut std::net::TcpStream, frame: bytes::BytesMut| {
         stream.write_all(&frame).map_err(FrameError::Io)
     };
     write(stream, codec.frame(hello)?)?;
-    let challenge: Challenge = codec::decode(&codec.read_frame(stream)?)?;
-    write(stream, codec.frame(&auth::answer(key, hello, &challenge))?)?;
+    let challenge = challenge_or_refusal(codec.read_frame(stream), hello.cluster)?;
+    let proof = auth::answer(Some(key), hello, Some(listener), &challenge);
+    write(stream, codec.frame(&proof)?)?;
     match codec::decode(&codec.read_frame(stream)?)? {
         Admission::Accepted => Ok(()),
         Admission::Refused(refusal) => Err(HandshakeError::Refused(refusal)),
     }
 }
 
-/// The listener's side: read the hello, challenge it, check the proof, admit or refuse. A
-/// refusal is sent before the error returns (best effort: the caller bounds the time).
+/// The listener's side: read the hello, challenge it, check the proof. Returns the caller's
+/// hello once the proof holds, without admitting it yet ([`welcome`] does, or the caller sends
+/// a refusal of its own, a limit say). A refusal here is sent before the error returns (best
+/// effort: the caller bounds the time). The codec's limit is the handshake's meanwhile.
 pub(crate) async fn admit(
     frames: &mut Framed<TcpStream, FrameCodec>,
     gate: &Gate<'_>,
 ) -> Result<Hello, HandshakeError> {
+    let limit = frames.codec().limit();
+    frames.codec_mut().set_limit(HANDSHAKE_FRAME_BODY_BYTES_MAX);
     let outcome = async {
         let hello: Hello = next(frames).await?;
         gate.hello(&hello).map_err(HandshakeError::Refused)?;
@@ -101,16 +146,18 @@ pub(crate) async fn admit(
         }
     }
     .await;
-    match outcome {
-        Ok(hello) => {
-            frames.send(&Admission::Accepted).await?;
-            Ok(hello)
-        }
-        Err(error) => {
-            if let Some(refusal) = error.refusal() {
-                let _ = frames.send(&Admission::Refused(refusal)).await;
-            }
-            Err(error)
-        }
+    if let Err(error) = &outcome
+        && let Some(refusal) = error.refusal()
+    {
+        let _ = frames.send(&Admission::Refused(refusal)).await;
     }
+    frames.codec_mut().set_limit(limit);
+    outcome
+}
+
+/// Admits a connection whose caller [`admit`] accepted.
+pub(crate) async fn welcome(
+    frames: &mut Framed<TcpStream, FrameCodec>,
+) -> Result<(), HandshakeError> {
+    Ok(frames.send(&Admission::Accepted).await?)
 }

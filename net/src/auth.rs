@@ -2,9 +2,12 @@
 //! holds the cluster's key, without sending it, by a blake3 keyed MAC over a fresh challenge.
 //!
 //! The exchange, one frame each: the caller sends [`Hello`]; the listener answers with a
-//! [`Challenge`] (a fresh random nonce); the caller sends a [`Proof`] (the MAC of the cluster
-//! id, its own identity and the nonce); the listener answers with an [`Admission`]. A
-//! recorded handshake is worthless on another connection, since its nonce differs.
+//! [`Challenge`] (a fresh random nonce), or with an [`Admission::Refused`] if the hello is
+//! refused; the caller sends a [`Proof`] (the MAC of the cluster id, its own identity, the
+//! identity of the node it means to reach and the nonce); the listener answers with an
+//! [`Admission`]. A recorded handshake is worthless on another connection, since its nonce
+//! differs, and a proof meant for one node does not open another (a relay of one node's
+//! challenge to a caller that dialed a different node fails).
 //!
 //! Peers always prove a key derived from the cluster's secret. Clients prove one derived from
 //! the client secret when the cluster sets one, and send an empty proof otherwise.
@@ -69,11 +72,20 @@ impl Key {
     }
 
     /// The MAC a caller `caller` (a node, or `None` for a client) of cluster `cluster` sends
-    /// for `nonce`.
-    pub fn prove(&self, cluster: u64, caller: Option<NodeId>, nonce: &[u8; NONCE_BYTES]) -> Proof {
+    /// to `listener` (the node it dialed; `None` for a client, which dials addresses) for
+    /// `nonce`.
+    pub fn prove(
+        &self,
+        cluster: u64,
+        caller: Option<NodeId>,
+        listener: Option<NodeId>,
+        nonce: &[u8; NONCE_BYTES],
+    ) -> Proof {
+        let identity = |node: Option<NodeId>| [node.map_or(0, |n| n.0), u8::from(node.is_some())];
         let mut mac = blake3::Hasher::new_keyed(&self.0);
         mac.update(&cluster.to_le_bytes());
-        mac.update(&[caller.map_or(0, |n| n.0), u8::from(caller.is_some())]);
+        mac.update(&identity(caller));
+        mac.update(&identity(listener));
         mac.update(&PROTOCOL_VERSION.to_le_bytes());
         mac.update(nonce);
         Proof {
@@ -87,10 +99,11 @@ impl Key {
         &self,
         cluster: u64,
         caller: Option<NodeId>,
+        listener: Option<NodeId>,
         nonce: &[u8; NONCE_BYTES],
         proof: &Proof,
     ) -> bool {
-        let expected = blake3::Hash::from(self.prove(cluster, caller, nonce).mac);
+        let expected = blake3::Hash::from(self.prove(cluster, caller, listener, nonce).mac);
         expected == blake3::Hash::from(proof.mac)
     }
 }
@@ -122,6 +135,8 @@ pub struct Gate<'a> {
     pub key: Option<&'a Key>,
     /// The nodes that may call the peer port.
     pub nodes: &'a [NodeId],
+    /// This node, as peers name it in their proofs (clients name no node).
+    pub me: NodeId,
 }
 
 impl Gate<'_> {
@@ -147,10 +162,26 @@ impl Gate<'_> {
         }
     }
 
+    /// Who callers of this port name as the node they reach: peers this node, clients none.
+    fn listener(&self) -> Option<NodeId> {
+        match self.port {
+            Port::Peer => Some(self.me),
+            Port::Client => None,
+        }
+    }
+
     /// Checks a caller's proof against the challenge it was given.
     pub fn proof(&self, hello: &Hello, challenge: &Challenge, proof: &Proof) -> Admission {
         match self.key {
-            Some(key) if !key.verify(self.cluster, hello.node, &challenge.nonce, proof) => {
+            Some(key)
+                if !key.verify(
+                    self.cluster,
+                    hello.node,
+                    self.listener(),
+                    &challenge.nonce,
+                    proof,
+                ) =>
+            {
                 Admission::Refused(Refusal::Unauthenticated)
             }
             Some(_) | None => Admission::Accepted,
@@ -158,13 +189,19 @@ impl Gate<'_> {
     }
 }
 
-/// The caller's answer to a challenge: the MAC with its key, or an empty proof without one.
-pub fn answer(key: Option<&Key>, hello: &Hello, challenge: &Challenge) -> Proof {
+/// The caller's answer to a challenge from `listener` (the node it dialed; `None` for a
+/// client): the MAC with its key, or an empty proof without one.
+pub fn answer(
+    key: Option<&Key>,
+    hello: &Hello,
+    listener: Option<NodeId>,
+    challenge: &Challenge,
+) -> Proof {
     key.map_or(
         Proof {
             mac: [0; MAC_BYTES],
         },
-        |key| key.prove(hello.cluster, hello.node, &challenge.nonce),
+        |key| key.prove(hello.cluster, hello.node, listener, &challenge.nonce),
     )
 }
 
@@ -192,19 +229,24 @@ mod tests {
             port: Port::Peer,
             key: Some(&key),
             nodes: &nodes,
+            me: NodeId(1),
         };
         let caller = hello(Some(2));
         let challenge = Challenge {
             nonce: fresh_nonce().unwrap(),
         };
         assert_eq!(gate.hello(&caller), Ok(()));
-        let good = answer(Some(&key), &caller, &challenge);
+        let good = answer(Some(&key), &caller, Some(NodeId(1)), &challenge);
         assert_eq!(gate.proof(&caller, &challenge, &good), Admission::Accepted);
         let refused = Admission::Refused(Refusal::Unauthenticated);
-        let bad = answer(Some(&wrong), &caller, &challenge);
+        let bad = answer(Some(&wrong), &caller, Some(NodeId(1)), &challenge);
         assert_eq!(gate.proof(&caller, &challenge, &bad), refused);
         assert_eq!(
-            gate.proof(&caller, &challenge, &answer(None, &caller, &challenge)),
+            gate.proof(
+                &caller,
+                &challenge,
+                &answer(None, &caller, Some(NodeId(1)), &challenge)
+            ),
             refused
         );
         // The same proof claimed by another node, or replayed against a fresh challenge.
@@ -214,13 +256,16 @@ mod tests {
         };
         assert_ne!(fresh.nonce, challenge.nonce);
         assert_eq!(gate.proof(&caller, &fresh, &good), refused);
+        // A proof meant for node 3, relayed to node 1 with node 1's challenge.
+        let for_three = answer(Some(&key), &caller, Some(NodeId(3)), &challenge);
+        assert_eq!(gate.proof(&caller, &challenge, &for_three), refused);
         // A client key is not a peer key, even from the same secret.
         let client = Key::client(b"correct horse battery staple").unwrap();
         assert_eq!(
             gate.proof(
                 &caller,
                 &challenge,
-                &answer(Some(&client), &caller, &challenge)
+                &answer(Some(&client), &caller, Some(NodeId(1)), &challenge)
             ),
             refused
         );
@@ -236,6 +281,7 @@ mod tests {
             port: Port::Peer,
             key: None,
             nodes: &nodes,
+            me: NodeId(1),
         };
         let clients = Gate {
             port: Port::Client,

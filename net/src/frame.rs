@@ -17,8 +17,14 @@ pub const FRAME_HEADER_BYTES: usize = 16;
 /// with its message.
 pub const FRAME_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Largest frame body a client may send, in bytes: a request of the most commands a request
-/// may carry, each as large as a command may be, with room to spare.
-pub const CLIENT_FRAME_BODY_BYTES_MAX: usize = 1024 * 1024;
+/// may carry, each as large as a command may be, with the message around them.
+pub const CLIENT_FRAME_BODY_BYTES_MAX: usize = crate::entry::REQUEST_COMMANDS_MAX as usize
+    * crate::entry::COMMAND_BYTES_MAX as usize
+    + MESSAGE_OVERHEAD_BYTES_MAX;
+/// Largest frame body accepted during a handshake, in bytes: a hello, a challenge, a proof or
+/// an admission (the largest is a few dozen bytes). Nobody unauthenticated makes a node buffer
+/// more than this.
+pub const HANDSHAKE_FRAME_BODY_BYTES_MAX: usize = 256;
 /// Bytes the decoder reserves beyond those already buffered while it waits for the rest of a
 /// frame: a peer that claims a large frame and sends little costs little.
 pub const FRAME_RESERVE_AHEAD_BYTES_MAX: usize = 64 * 1024;
@@ -33,6 +39,7 @@ const _: () = assert!(
 );
 const _: () = assert!(FRAME_BODY_BYTES_MAX <= codec::DECODE_BYTES_MAX);
 const _: () = assert!(CLIENT_FRAME_BODY_BYTES_MAX <= FRAME_BODY_BYTES_MAX);
+const _: () = assert!(HANDSHAKE_FRAME_BODY_BYTES_MAX <= CLIENT_FRAME_BODY_BYTES_MAX);
 const _: () = assert!(FRAME_BODY_BYTES_MAX <= u32::MAX as usize);
 
 /// A frame that cannot be read or written. The connection it came on is closed.
@@ -96,6 +103,17 @@ impl FrameCodec {
     /// The cluster whose frames this codec reads and writes.
     pub fn cluster(&self) -> u64 {
         self.cluster
+    }
+
+    /// The largest body this codec takes.
+    pub fn limit(&self) -> usize {
+        self.body_bytes_max
+    }
+
+    /// Changes the largest body this codec takes (at most [`FRAME_BODY_BYTES_MAX`]): small
+    /// during a handshake, the port's own limit after it.
+    pub fn set_limit(&mut self, body_bytes_max: usize) {
+        self.body_bytes_max = body_bytes_max.min(FRAME_BODY_BYTES_MAX);
     }
 
     fn crc(&self, body: &[u8]) -> u32 {

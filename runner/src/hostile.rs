@@ -102,6 +102,7 @@ pub fn run(args: HostileArgs) -> anyhow::Result<()> {
     drop(processes);
     let mut findings = findings.into_inner();
     compare_wals(&dir, &mut findings);
+    panics_in_logs(&dir, &mut findings);
     print_report(&report, &findings);
     if let Some(path) = &args.common.json {
         std::fs::write(
@@ -164,6 +165,12 @@ async fn suite(
     let window = Duration::from_secs(args.seconds);
     let alone = throughput(&workload, window).await;
     eprintln!("  alone: {alone:.0} commands/s");
+    if let Some(pid) = processes.pid(1) {
+        eprintln!(
+            "  node 1 before the attack: {} KiB resident",
+            resident_kib(pid)?
+        );
+    }
     let client_port = addresses.clients[&1];
     let peer_port = addresses.peers[&1];
     // The attackers run on a thread of their own, as they would on a machine of their own:
@@ -205,6 +212,12 @@ async fn suite(
     let (expected, _unknown) = workload.finish(findings).await;
     converge(config, findings).await;
     check_accounts(config, &expected, findings).await;
+    if let Some(pid) = processes.pid(1) {
+        eprintln!(
+            "  node 1 after the attack: {} KiB resident",
+            resident_kib(pid)?
+        );
+    }
     let memory = garbage(args, processes, client_port, peer_port, seed).await?;
     // Garbage changed nothing: the accounts and the replicas are as the clients left them.
     converge(config, findings).await;
@@ -273,7 +286,7 @@ async fn raw(address: SocketAddr) -> anyhow::Result<Framed<TcpStream, FrameCodec
 /// A client connection past a good handshake.
 async fn introduced(address: SocketAddr) -> anyhow::Result<Framed<TcpStream, FrameCodec>> {
     let mut frames = raw(address).await?;
-    engine::handshake::introduce(&mut frames, &client_hello(), None).await?;
+    engine::handshake::introduce(&mut frames, &client_hello(), None, None).await?;
     Ok(frames)
 }
 
@@ -892,6 +905,25 @@ async fn garbage(
         peak_kib: peak_kib.max(after_kib),
         connections,
     })
+}
+
+/// A panic in a node (a connection task's, say, which the node survives) is a violation: the
+/// nodes' logs must have none.
+fn panics_in_logs(dir: &std::path::Path, findings: &mut Findings) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
+            if let Some(line) = log.lines().find(|l| l.contains("panicked at")) {
+                findings
+                    .violations
+                    .push(format!("{}: {line}", path.display()));
+            }
+        }
+    }
 }
 
 /// A process's resident memory in KiB, from /proc.

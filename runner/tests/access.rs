@@ -121,7 +121,8 @@ fn read<T: net::codec::Decode<()>>(stream: &mut TcpStream) -> T {
 }
 
 /// Proves a handshake made with the real key is admitted, and the same hello and proof
-/// replayed on a new connection (whose challenge differs) are refused, then closed.
+/// replayed on a new connection (whose challenge differs) are refused, then closed, as is a
+/// proof for the right challenge meant for another node (a relay).
 #[test]
 fn a_replayed_handshake_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -147,7 +148,8 @@ fn a_replayed_handshake_is_refused() {
     let mut first = connect();
     first.write_all(&frame(&hello)).unwrap();
     let challenge: Challenge = read(&mut first);
-    let proof = key.prove(CLUSTER_ID, hello.node, &challenge.nonce);
+    let node_one = Some(engine::NodeId(1));
+    let proof = key.prove(CLUSTER_ID, hello.node, node_one, &challenge.nonce);
     first.write_all(&frame(&proof)).unwrap();
     assert_eq!(read::<Admission>(&mut first), Admission::Accepted);
     drop(first);
@@ -173,6 +175,18 @@ fn a_replayed_handshake_is_refused() {
     let _challenge: Challenge = read(&mut third);
     assert_eq!(
         read::<Admission>(&mut third),
+        Admission::Refused(Refusal::Unauthenticated)
+    );
+    // Relayed: a proof made with the real key for this very challenge, but by a node that
+    // meant to reach node 3 (a relay between node 2's connection to node 3 and node 1).
+    let mut relayed = connect();
+    relayed.write_all(&frame(&hello)).unwrap();
+    let challenge: Challenge = read(&mut relayed);
+    let node_three = Some(engine::NodeId(3));
+    let meant_for_three = key.prove(CLUSTER_ID, hello.node, node_three, &challenge.nonce);
+    relayed.write_all(&frame(&meant_for_three)).unwrap();
+    assert_eq!(
+        read::<Admission>(&mut relayed),
         Admission::Refused(Refusal::Unauthenticated)
     );
 }
@@ -224,5 +238,31 @@ fn clients_must_prove_the_client_secret_when_the_cluster_sets_one() {
             ),
             "{audit:?}"
         );
+    });
+}
+
+/// Proves a client of another cluster is told so (not left retrying): every node refuses it
+/// with the cluster it belongs to, and the client gives up with that refusal.
+#[test]
+fn a_client_of_another_cluster_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, config) = start_cluster(dir.path(), "");
+    let mut stranger = config.clone();
+    stranger.cluster_id = CLUSTER_ID + 1;
+    runtime().block_on(async {
+        wait_for(&config, "a leader", |all| {
+            all.iter().any(|s| s.role == Role::Leader)
+        })
+        .await;
+        let mut client = Client::new(stranger, ClientId(1), RequestNumber(1));
+        match client
+            .submit::<bank::Bank>(&[bank::BankCommand::Audit])
+            .await
+        {
+            Err(ClientError::Refused(Refusal::WrongCluster { theirs, ours })) => {
+                assert_eq!((theirs, ours), (CLUSTER_ID + 1, CLUSTER_ID));
+            }
+            other => panic!("{other:?}"),
+        }
     });
 }

@@ -7,15 +7,17 @@
 
 use super::Input;
 use crate::codec;
-use crate::handshake::{HandshakeError, admit, introduce};
+use crate::handshake::{HandshakeError, admit, introduce, welcome};
 use crate::ids::NodeId;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use net::auth::{Gate, Key, Port};
 use net::frame::{CLIENT_FRAME_BODY_BYTES_MAX, FrameCodec, FrameError};
 use net::message::{ClientReply, ClientRequest, Hello, PROTOCOL_VERSION, PeerMessage, Refusal};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -31,9 +33,25 @@ pub const CLIENT_REPLIES_QUEUED_MAX: usize = 1024;
 /// Client connections a node holds at once, handshaking or admitted; more are refused on
 /// arrival.
 pub const CLIENT_CONNECTIONS_MAX: usize = 1024;
-/// Incoming peer connections a node holds at once, handshaking or admitted (each node opens
-/// two: one for messages, one for its WAL thread's acknowledgements); more are refused.
-pub const PEER_CONNECTIONS_MAX: usize = 32;
+/// Incoming peer connections still in their handshake a node holds at once; more are refused
+/// on arrival. Admitted peers do not count here: strangers cannot crowd out a node.
+pub const PEER_HANDSHAKES_MAX: usize = 64;
+/// Admitted connections from one node at once (each node opens two: one for messages, one for
+/// its WAL thread's acknowledgements; the others leave room for a reconnection that overlaps a
+/// connection not yet seen dead).
+pub const PEER_CONNECTIONS_PER_NODE_MAX: usize = 4;
+/// A connection whose other end sends nothing is probed after this long, in milliseconds...
+pub const KEEPALIVE_IDLE_MS: u64 = 10_000;
+/// ...then every this long...
+pub const KEEPALIVE_INTERVAL_MS: u64 = 2_000;
+/// ...and closed after this many unanswered probes (a crashed or cut-off peer's connection is
+/// gone within about 16 s).
+pub const KEEPALIVE_PROBES: u32 = 3;
+/// Time a reply to a client may take to be written, in milliseconds; a client that does not
+/// read its replies loses its connection.
+pub const CLIENT_WRITE_TIMEOUT_MS: u64 = 5_000;
+/// Pause after a failed accept (too many open files, say) before the next, in milliseconds.
+pub const ACCEPT_ERROR_PAUSE_MS: u64 = 10;
 /// Time a new connection has to finish its handshake, in milliseconds.
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
 /// Time a client's frame has, from its first byte, to arrive whole, in milliseconds (a frame
@@ -73,6 +91,7 @@ impl Access {
                 Port::Client => self.client_key.as_ref(),
             },
             nodes: &self.nodes,
+            me: self.me,
         }
     }
 
@@ -113,12 +132,72 @@ impl ConnectionError {
     }
 }
 
-/// TCP_NODELAY and large buffers: frames go out at once, bursts do not block.
+/// TCP_NODELAY, large buffers and keepalive: frames go out at once, bursts do not block, and a
+/// connection whose other end vanished (a crash, a cut cable) is closed by the kernel.
 pub(crate) fn tune(stream: &TcpStream) {
     let _ = stream.set_nodelay(true);
     let socket = socket2::SockRef::from(stream);
     let _ = socket.set_send_buffer_size(SOCKET_BUFFER_BYTES);
     let _ = socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_millis(KEEPALIVE_IDLE_MS))
+        .with_interval(Duration::from_millis(KEEPALIVE_INTERVAL_MS))
+        .with_retries(KEEPALIVE_PROBES);
+    let _ = socket.set_tcp_keepalive(&keepalive);
+}
+
+/// The next connection, riding out failed accepts (a full file table, say) instead of ending
+/// the listener.
+async fn next_connection(listener: &TcpListener, kind: &str) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(error) => {
+                log_line(format_args!("{kind} listener: accept failed: {error}"));
+                tokio::time::sleep(Duration::from_millis(ACCEPT_ERROR_PAUSE_MS)).await;
+            }
+        }
+    }
+}
+
+/// Admitted connections per node; a slot is given back when its guard drops.
+#[derive(Clone, Default)]
+struct PeerSlots(Arc<Mutex<BTreeMap<NodeId, usize>>>);
+
+struct PeerSlot {
+    slots: PeerSlots,
+    node: NodeId,
+}
+
+impl PeerSlots {
+    fn take(&self, node: NodeId) -> Option<PeerSlot> {
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = held.entry(node).or_default();
+        if *count >= PEER_CONNECTIONS_PER_NODE_MAX {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot {
+            slots: self.clone(),
+            node,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut held = self
+            .slots
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.node) {
+            *count = count.saturating_sub(1);
+        }
+    }
 }
 
 /// The listener's handshake within [`HANDSHAKE_TIMEOUT_MS`].
@@ -164,24 +243,26 @@ pub(crate) async fn accept_peers(
     access: Access,
     inbox: mpsc::Sender<Input>,
 ) {
-    let open = Arc::new(AtomicUsize::new(0));
-    while let Ok((stream, address)) = listener.accept().await {
-        if open.fetch_add(1, Ordering::Relaxed) >= PEER_CONNECTIONS_MAX {
-            open.fetch_sub(1, Ordering::Relaxed);
+    let handshaking = Arc::new(AtomicUsize::new(0));
+    let slots = PeerSlots::default();
+    loop {
+        let (stream, address) = next_connection(&listener, "peer").await;
+        if handshaking.fetch_add(1, Ordering::Relaxed) >= PEER_HANDSHAKES_MAX {
+            handshaking.fetch_sub(1, Ordering::Relaxed);
             let refusal = Refusal::TooManyConnections {
-                limit: PEER_CONNECTIONS_MAX as u32,
+                limit: PEER_HANDSHAKES_MAX as u32,
             };
             log_refused("peer", address, &refusal);
             refuse_at_once(stream, access.cluster, refusal);
             continue;
         }
         tune(&stream);
-        let (access, inbox, open) = (access.clone(), inbox.clone(), open.clone());
+        let (access, inbox) = (access.clone(), inbox.clone());
+        let (handshaking, slots) = (handshaking.clone(), slots.clone());
         tokio::spawn(async move {
-            if let Err(error) = read_peer(stream, &access, inbox).await {
+            if let Err(error) = read_peer(stream, &access, inbox, &handshaking, &slots).await {
                 log_closed("peer", address, &error);
             }
-            open.fetch_sub(1, Ordering::Relaxed);
         });
     }
 }
@@ -190,12 +271,28 @@ async fn read_peer(
     stream: TcpStream,
     access: &Access,
     inbox: mpsc::Sender<Input>,
+    handshaking: &AtomicUsize,
+    slots: &PeerSlots,
 ) -> Result<(), ConnectionError> {
     let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
-    let hello = admit_within(&mut frames, &access.gate(Port::Peer)).await?;
+    let admitted = admit_within(&mut frames, &access.gate(Port::Peer)).await;
+    handshaking.fetch_sub(1, Ordering::Relaxed);
+    let hello = admitted?;
     let from = hello
         .node
         .expect("the gate admits only nodes to the peer port");
+    let Some(_slot) = slots.take(from) else {
+        let refusal = Refusal::TooManyConnections {
+            limit: PEER_CONNECTIONS_PER_NODE_MAX as u32,
+        };
+        tell(
+            &mut frames,
+            &net::message::Admission::Refused(refusal.clone()),
+        )
+        .await;
+        return Err(ConnectionError::Refused(refusal));
+    };
+    welcome(&mut frames).await?;
     while let Some(frame) = frames.next().await {
         let message: PeerMessage = codec::decode(&frame?)?;
         if inbox.send(Input::Peer { from, message }).await.is_err() {
@@ -205,8 +302,13 @@ async fn read_peer(
     Err(ConnectionError::Closed)
 }
 
-/// Starts the task that keeps a connection to `peer` and writes what the node queues for it.
-pub(crate) fn connect_peer(access: Access, address: SocketAddr) -> mpsc::Sender<PeerMessage> {
+/// Starts the task that keeps a connection to node `peer` at `address` and writes what the
+/// node queues for it.
+pub(crate) fn connect_peer(
+    access: Access,
+    peer: NodeId,
+    address: SocketAddr,
+) -> mpsc::Sender<PeerMessage> {
     let (queue, mut queued) = mpsc::channel::<PeerMessage>(PEER_QUEUE_MESSAGES_MAX);
     tokio::spawn(async move {
         let mut backoff = RECONNECT_BACKOFF_MS_MIN;
@@ -214,7 +316,7 @@ pub(crate) fn connect_peer(access: Access, address: SocketAddr) -> mpsc::Sender<
             match TcpStream::connect(address).await {
                 Ok(stream) => {
                     tune(&stream);
-                    match write_peer(stream, &access, &mut queued).await {
+                    match write_peer(stream, &access, peer, &mut queued).await {
                         Ok(()) => return,
                         Err(error) => {
                             if !matches!(error, ConnectionError::Handshake(_)) {
@@ -241,12 +343,18 @@ pub(crate) fn connect_peer(access: Access, address: SocketAddr) -> mpsc::Sender<
 async fn write_peer(
     stream: TcpStream,
     access: &Access,
+    peer: NodeId,
     queued: &mut mpsc::Receiver<PeerMessage>,
 ) -> Result<(), ConnectionError> {
     let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
     let introduced = tokio::time::timeout(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
-        introduce(&mut frames, &access.hello(), Some(&access.peer_key)),
+        introduce(
+            &mut frames,
+            &access.hello(),
+            Some(peer),
+            Some(&access.peer_key),
+        ),
     )
     .await;
     match introduced {
@@ -263,14 +371,16 @@ async fn write_peer(
     Ok(())
 }
 
-/// Accepts client connections (up to [`CLIENT_CONNECTIONS_MAX`] at once).
+/// Accepts client connections (up to [`CLIENT_CONNECTIONS_MAX`] at once; a connection counts
+/// until its reader and its writer have both ended).
 pub(crate) async fn accept_clients(
     listener: TcpListener,
     access: Access,
     inbox: mpsc::Sender<Input>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
-    while let Ok((stream, address)) = listener.accept().await {
+    loop {
+        let (stream, address) = next_connection(&listener, "client").await;
         if open.fetch_add(1, Ordering::Relaxed) >= CLIENT_CONNECTIONS_MAX {
             open.fetch_sub(1, Ordering::Relaxed);
             let refusal = Refusal::TooManyConnections {
@@ -296,52 +406,86 @@ async fn serve_client(
     access: &Access,
     inbox: mpsc::Sender<Input>,
 ) -> Result<(), ConnectionError> {
-    let codec = FrameCodec::with_limit(access.cluster, CLIENT_FRAME_BODY_BYTES_MAX);
-    let mut framed = Framed::new(stream, codec);
+    let mut framed = Framed::new(stream, FrameCodec::new(access.cluster));
     admit_within(&mut framed, &access.gate(Port::Client)).await?;
+    welcome(&mut framed).await?;
     let parts = framed.into_parts();
     let (read, write) = parts.io.into_split();
-    let mut frames = FramedRead::new(read, codec);
+    // Requests up to the largest a client may send; replies up to the largest frame.
+    let requests = FrameCodec::with_limit(access.cluster, CLIENT_FRAME_BODY_BYTES_MAX);
+    let mut frames = FramedRead::new(read, requests);
     // Whatever arrived right behind the proof is the client's first request.
     *frames.read_buffer_mut() = parts.read_buf;
     let (reply, mut replies) = mpsc::channel::<ClientReply>(CLIENT_REPLIES_QUEUED_MAX);
-    let writer = tokio::spawn(async move {
-        let mut frames = FramedWrite::new(write, codec);
+    let cluster = access.cluster;
+    let mut writer = tokio::spawn(async move {
+        let mut frames = FramedWrite::new(write, FrameCodec::new(cluster));
+        let write_timeout = Duration::from_millis(CLIENT_WRITE_TIMEOUT_MS);
         while let Some(message) = replies.recv().await {
-            let last = matches!(message, ClientReply::Refused(_));
-            frames.feed(&message).await?;
+            let mut last = matches!(message, ClientReply::Refused(_));
+            let mut batch = vec![message];
             while !last && let Ok(message) = replies.try_recv() {
-                frames.feed(&message).await?;
+                last = matches!(message, ClientReply::Refused(_));
+                batch.push(message);
             }
-            SinkExt::<&ClientReply>::flush(&mut frames).await?;
+            let written = async {
+                for message in &batch {
+                    frames.feed(message).await?;
+                }
+                SinkExt::<&ClientReply>::flush(&mut frames).await
+            };
+            match tokio::time::timeout(write_timeout, written).await {
+                Ok(result) => result?,
+                Err(_) => return Err(FrameError::Io(std::io::ErrorKind::TimedOut.into())),
+            }
             if last {
                 break;
             }
         }
         Ok::<(), FrameError>(())
     });
-    let result = async {
-        while let Some(frame) = next_client_frame(&mut frames).await? {
-            let request: ClientRequest = codec::decode(&frame)?;
-            if inbox
-                .send(Input::Client {
-                    request,
-                    reply: reply.clone(),
-                })
-                .await
-                .is_err()
-            {
-                return Ok(());
+    // The writer's handle is awaited to its end at most once (a finished handle polled again
+    // panics): `writer_ended` says whether that happened.
+    let mut writer_ended = false;
+    let result: Result<(), ConnectionError> = loop {
+        let frame = tokio::select! {
+            frame = next_client_frame(&mut frames) => match frame {
+                Ok(frame) => frame,
+                Err(error) => break Err(error),
+            },
+            // The writer gave up (a client that does not read): the connection ends.
+            _ = &mut writer => {
+                writer_ended = true;
+                break Err(ConnectionError::Closed);
             }
+        };
+        let Some(frame) = frame else {
+            break Ok(());
+        };
+        let request: ClientRequest = match codec::decode(&frame) {
+            Ok(request) => request,
+            Err(error) => break Err(error.into()),
+        };
+        let input = Input::Client {
+            request,
+            reply: reply.clone(),
+        };
+        if inbox.send(input).await.is_err() {
+            break Ok(());
         }
-        Ok::<(), ConnectionError>(())
-    }
-    .await;
-    if let Err(error) = &result
+    };
+    if !writer_ended
+        && let Err(error) = &result
         && let Some(refusal) = error.refusal()
         && reply.try_send(ClientReply::Refused(refusal)).is_ok()
     {
-        let _ = tokio::time::timeout(Duration::from_millis(REFUSAL_WRITE_TIMEOUT_MS), writer).await;
+        let grace = Duration::from_millis(REFUSAL_WRITE_TIMEOUT_MS);
+        writer_ended = tokio::time::timeout(grace, &mut writer).await.is_ok();
+    }
+    // Replies still owed to this connection go nowhere: the writer and the socket end here.
+    if !writer_ended {
+        writer.abort();
+        let _ = writer.await;
     }
     result
 }

@@ -189,7 +189,7 @@ impl<H: Handler> Driver<H> {
             .nodes
             .iter()
             .filter(|n| n.id != config.id)
-            .map(|n| (n.id, connect_peer(config.access(), n.peer_address)))
+            .map(|n| (n.id, connect_peer(config.access(), n.id, n.peer_address)))
             .collect();
         let core_config = CoreConfig {
             id: config.id,

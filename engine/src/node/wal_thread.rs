@@ -339,7 +339,8 @@ impl Acker {
                         &mut stream,
                         net::frame::FrameCodec::new(self.access.cluster),
                         &self.access.hello(),
-                        Some(&self.access.peer_key),
+                        to,
+                        &self.access.peer_key,
                     )
                     .map_err(|e| e.to_string())?;
                     Ok(stream)
