@@ -237,6 +237,27 @@ fn refuse_at_once(stream: TcpStream, cluster: u64, refusal: Refusal) {
     }
 }
 
+/// Counts a new connection in `open`; over `limit`, refuses it at once (logged) and gives
+/// nothing back.
+fn within_limit(
+    open: &AtomicUsize,
+    limit: usize,
+    (stream, address): (TcpStream, SocketAddr),
+    kind: &str,
+    cluster: u64,
+) -> Option<(TcpStream, SocketAddr)> {
+    if open.fetch_add(1, Ordering::Relaxed) < limit {
+        return Some((stream, address));
+    }
+    open.fetch_sub(1, Ordering::Relaxed);
+    let refusal = Refusal::TooManyConnections {
+        limit: limit as u32,
+    };
+    log_refused(kind, address, &refusal);
+    refuse_at_once(stream, cluster, refusal);
+    None
+}
+
 /// Accepts peer connections and forwards their messages to the node.
 pub(crate) async fn accept_peers(
     listener: TcpListener,
@@ -246,16 +267,17 @@ pub(crate) async fn accept_peers(
     let handshaking = Arc::new(AtomicUsize::new(0));
     let slots = PeerSlots::default();
     loop {
-        let (stream, address) = next_connection(&listener, "peer").await;
-        if handshaking.fetch_add(1, Ordering::Relaxed) >= PEER_HANDSHAKES_MAX {
-            handshaking.fetch_sub(1, Ordering::Relaxed);
-            let refusal = Refusal::TooManyConnections {
-                limit: PEER_HANDSHAKES_MAX as u32,
-            };
-            log_refused("peer", address, &refusal);
-            refuse_at_once(stream, access.cluster, refusal);
+        let accepted = next_connection(&listener, "peer").await;
+        let counted = within_limit(
+            &handshaking,
+            PEER_HANDSHAKES_MAX,
+            accepted,
+            "peer",
+            access.cluster,
+        );
+        let Some((stream, address)) = counted else {
             continue;
-        }
+        };
         tune(&stream);
         let (access, inbox) = (access.clone(), inbox.clone());
         let (handshaking, slots) = (handshaking.clone(), slots.clone());
@@ -380,16 +402,17 @@ pub(crate) async fn accept_clients(
 ) {
     let open = Arc::new(AtomicUsize::new(0));
     loop {
-        let (stream, address) = next_connection(&listener, "client").await;
-        if open.fetch_add(1, Ordering::Relaxed) >= CLIENT_CONNECTIONS_MAX {
-            open.fetch_sub(1, Ordering::Relaxed);
-            let refusal = Refusal::TooManyConnections {
-                limit: CLIENT_CONNECTIONS_MAX as u32,
-            };
-            log_refused("client", address, &refusal);
-            refuse_at_once(stream, access.cluster, refusal);
+        let accepted = next_connection(&listener, "client").await;
+        let counted = within_limit(
+            &open,
+            CLIENT_CONNECTIONS_MAX,
+            accepted,
+            "client",
+            access.cluster,
+        );
+        let Some((stream, address)) = counted else {
             continue;
-        }
+        };
         tune(&stream);
         let (open, inbox, access) = (open.clone(), inbox.clone(), access.clone());
         tokio::spawn(async move {
