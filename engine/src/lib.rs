@@ -35,4 +35,6 @@ pub use apply::{
 pub use handler::{Handler, Outcome, OutcomeOf};
 pub use ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 pub use sandbox::Sandbox;
-pub use state::{Key, Prefetch, Record, Schema, State, StateError, StateHash, Table, Tx};
+pub use state::{
+    InstallError, Key, Prefetch, Record, Schema, State, StateError, StateHash, Table, Tx,
+};

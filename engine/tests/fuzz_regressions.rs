@@ -62,5 +62,5 @@ fn snapshot_block_counts_that_overflow_are_refused() {
     damaged.extend_from_slice(&codec::encode_to_vec(&(u64::MAX, 0u64)).unwrap());
     damaged.extend_from_slice(&bytes[at..]);
     let error = parse_snapshot(&with_digest(damaged)).expect_err("the counts overflow");
-    assert!(error.contains("overflow"), "{error}");
+    assert!(error.to_string().contains("overflow"), "{error}");
 }

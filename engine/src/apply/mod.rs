@@ -16,7 +16,7 @@ use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
 use crate::snapshot::{self, ScanProgress, Snapshot, SnapshotMeta};
 use crate::state::ScanStep;
-use crate::state::{Prefetch, State, StateHash, Tx};
+use crate::state::{InstallError, Prefetch, State, StateHash, Tx};
 use sessions::{Decision, SESSION_WRITE_TAG};
 use speculate::{Pass, Speculation};
 use std::collections::VecDeque;
@@ -388,15 +388,46 @@ impl<H: Handler> StateMachine<H> {
 
     /// A state machine holding what `snapshot` holds: its tables, sessions and hasher, checked
     /// against the state hash the snapshot recorded.
-    pub fn restore(handler: H, capacity_bytes: u64, snapshot: Snapshot) -> Result<Self, String> {
+    pub fn restore(
+        handler: H,
+        capacity_bytes: u64,
+        snapshot: Snapshot,
+    ) -> Result<Self, InstallError> {
         let mut machine = StateMachine::new(handler, capacity_bytes);
         machine.install(snapshot)?;
         Ok(machine)
     }
 
+    /// Checks, before anything is loaded, that `snapshot` can be installed here: every table
+    /// it holds is in the handler's schema and its state fits the capacity.
+    pub fn check_install(&self, snapshot: &Snapshot) -> Result<(), InstallError> {
+        let schema = self.handler.schema();
+        if let Some((id, _, _)) = snapshot
+            .tables
+            .iter()
+            .find(|(id, _, _)| !schema.declares(*id))
+        {
+            return Err(InstallError::UnknownTable { table: id.0 });
+        }
+        let needed_bytes = snapshot
+            .tables
+            .iter()
+            .map(|(_, count, records)| State::load_cost_bytes(records.len() as u64, *count))
+            .fold(0u64, u64::saturating_add);
+        let capacity_bytes = self.state.capacity_bytes();
+        if needed_bytes > capacity_bytes {
+            return Err(InstallError::Capacity {
+                needed_bytes,
+                capacity_bytes,
+            });
+        }
+        Ok(())
+    }
+
     /// Replaces the whole state, the sessions and any speculation with what `snapshot` holds,
     /// checked against the state hash it recorded; on error nothing changed.
-    pub fn install(&mut self, snapshot: Snapshot) -> Result<(), String> {
+    pub fn install(&mut self, snapshot: Snapshot) -> Result<(), InstallError> {
+        self.check_install(&snapshot)?;
         let mut state = State::new(self.handler.schema(), self.state.capacity_bytes());
         for (id, count, records) in &snapshot.tables {
             state.load_table(*id, records, *count)?;
@@ -404,10 +435,10 @@ impl<H: Handler> StateMachine<H> {
         state.restore_hasher(snapshot.meta.hasher.clone());
         let hash = state.hash();
         if hash != snapshot.meta.state_hash {
-            return Err(format!(
-                "state hash {hash} differs from the recorded {}",
-                snapshot.meta.state_hash
-            ));
+            return Err(InstallError::StateHash {
+                computed: hash,
+                recorded: snapshot.meta.state_hash,
+            });
         }
         self.scan = None;
         self.state = state;

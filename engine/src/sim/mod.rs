@@ -687,7 +687,9 @@ impl<W: Workload> Sim<W> {
             .rev()
             .find(|(meta, _)| disk.first_index() <= meta.index.0 + 1)
         {
-            let installed = parse_snapshot(bytes).and_then(|snapshot| machine.install(snapshot));
+            let installed = parse_snapshot(bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|snapshot| machine.install(snapshot).map_err(|e| e.to_string()));
             if let Err(reason) = installed {
                 self.checker.violation(format!(
                     "node {}: its durable snapshot of entry {} does not load: {reason}",

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
 const MAGIC: [u8; 8] = *b"SNAPv002";
+/// Bytes of the magic that name the format family (the rest name its version).
+const MAGIC_FAMILY_BYTES: usize = 4;
 /// Bytes of the digest that ends a snapshot file.
 pub const DIGEST_BYTES: usize = 32;
 /// Bytes of a block header: record count and byte count, fixed-width.
@@ -31,14 +33,55 @@ pub enum SnapshotError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The file does not verify (wrong magic, digest, or structure).
-    #[error("{path}: {reason}")]
+    /// The file's bytes do not make a snapshot this build reads.
+    #[error("{path}: {problem}")]
     Invalid {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        reason: String,
+        problem: ParseError,
     },
+}
+
+/// Why a snapshot file's bytes were refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// Too short to hold the magic and the digest: a file cut short.
+    #[error("damaged: {bytes} bytes, too short for a snapshot")]
+    TooShort {
+        /// Bytes of the file.
+        bytes: usize,
+    },
+    /// The digest does not match the content: the file was damaged after it was written.
+    #[error("damaged: the blake3 digest does not match the content")]
+    Digest,
+    /// Another format of snapshot (the magic names another version of this format).
+    #[error("written in snapshot format {found:?}; this build reads {expected:?}")]
+    Format {
+        /// The magic found.
+        found: String,
+        /// The magic this build writes and reads.
+        expected: String,
+    },
+    /// Not a snapshot at all (no snapshot magic): overwritten or damaged.
+    #[error("damaged: not a snapshot (no snapshot magic)")]
+    Magic,
+    /// The digest holds but the content does not decode: written by a build whose layout
+    /// differs from this one's.
+    #[error("its digest holds but its content does not decode ({0}): written by another build")]
+    Structure(String),
+}
+
+impl ParseError {
+    /// True when the file is damaged (a copy that cannot be trusted, which a node passes over
+    /// for an older snapshot); false when it is intact but written by another build or
+    /// format (the configuration or the build is wrong, not the file).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            ParseError::TooShort { .. } | ParseError::Digest | ParseError::Magic => true,
+            ParseError::Format { .. } | ParseError::Structure(_) => false,
+        }
+    }
 }
 
 /// A snapshot read back and verified.
@@ -153,21 +196,59 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
         path: path.to_path_buf(),
         source,
     })?;
-    parse_snapshot(&bytes).map_err(|reason| SnapshotError::Invalid {
+    parse_snapshot(&bytes).map_err(|problem| SnapshotError::Invalid {
         path: path.to_path_buf(),
-        reason,
+        problem,
     })
 }
 
-/// Verifies and decodes a snapshot file's bytes (the digest first, then the structure).
-pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, String> {
-    if bytes.len() < MAGIC.len() + DIGEST_BYTES || bytes[..MAGIC.len()] != MAGIC {
-        return Err("not a snapshot (magic)".into());
+/// Verifies and decodes a snapshot file's bytes (the magic and the digest first, then the
+/// structure).
+pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ParseError> {
+    check_head(bytes)?;
+    let body = &bytes[..bytes.len() - DIGEST_BYTES];
+    parse_body(body)
+        .map(|(meta, tables, sessions)| Snapshot {
+            meta,
+            tables,
+            sessions,
+            file_bytes: bytes.len() as u64,
+        })
+        .map_err(ParseError::Structure)
+}
+
+/// Checks the length, the magic and the digest.
+fn check_head(bytes: &[u8]) -> Result<(), ParseError> {
+    if bytes.len() < MAGIC.len() + DIGEST_BYTES {
+        return Err(ParseError::TooShort { bytes: bytes.len() });
+    }
+    let magic = &bytes[..MAGIC.len()];
+    if magic != MAGIC {
+        // Same family, another version: an intact file of another format.
+        if magic[..MAGIC_FAMILY_BYTES] == MAGIC[..MAGIC_FAMILY_BYTES] {
+            return Err(ParseError::Format {
+                found: String::from_utf8_lossy(magic).into_owned(),
+                expected: String::from_utf8_lossy(&MAGIC).into_owned(),
+            });
+        }
+        return Err(ParseError::Magic);
     }
     let (body, digest) = bytes.split_at(bytes.len() - DIGEST_BYTES);
     if blake3::hash(body).as_bytes() != digest {
-        return Err("digest mismatch".into());
+        return Err(ParseError::Digest);
     }
+    Ok(())
+}
+
+/// What a snapshot's content decodes to: its meta, tables and sessions.
+type Content = (
+    SnapshotMeta,
+    Vec<(TableId, u64, Vec<u8>)>,
+    Vec<(ClientId, Session)>,
+);
+
+/// Decodes the content between the magic and the digest.
+fn parse_body(body: &[u8]) -> Result<Content, String> {
     let mut at = MAGIC.len();
     let (meta, used): (SnapshotMeta, usize) =
         codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
@@ -180,33 +261,35 @@ pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, String> {
         let (id, used): (u16, usize) =
             codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
         at += used;
-        let (mut records, mut content) = (0u64, Vec::new());
-        loop {
-            let ((count, bytes), used): ((u64, u64), usize) =
-                codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
-            at += used;
-            if count == 0 && bytes == 0 {
-                break;
-            }
-            let end = usize::try_from(bytes)
-                .ok()
-                .and_then(|bytes| at.checked_add(bytes))
-                .filter(|&end| end <= body.len())
-                .ok_or("table bytes past the end")?;
-            content.extend_from_slice(&body[at..end]);
-            records = records
-                .checked_add(count)
-                .ok_or("table record count overflows")?;
-            at = end;
-        }
+        let (records, content, end) = parse_table(body, at)?;
+        at = end;
         tables.push((TableId(id), records, content));
     }
     let sessions: Vec<(ClientId, Session)> =
         codec::decode(&body[at..]).map_err(|e| e.to_string())?;
-    Ok(Snapshot {
-        meta,
-        tables,
-        sessions,
-        file_bytes: bytes.len() as u64,
-    })
+    Ok((meta, tables, sessions))
+}
+
+/// Decodes one table's blocks from `at`: its record count, its records' bytes, and where the
+/// table ends.
+fn parse_table(body: &[u8], mut at: usize) -> Result<(u64, Vec<u8>, usize), String> {
+    let (mut records, mut content) = (0u64, Vec::new());
+    loop {
+        let ((count, bytes), used): ((u64, u64), usize) =
+            codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
+        at += used;
+        if count == 0 && bytes == 0 {
+            return Ok((records, content, at));
+        }
+        let end = usize::try_from(bytes)
+            .ok()
+            .and_then(|bytes| at.checked_add(bytes))
+            .filter(|&end| end <= body.len())
+            .ok_or("table bytes past the end")?;
+        content.extend_from_slice(&body[at..end]);
+        records = records
+            .checked_add(count)
+            .ok_or("table record count overflows")?;
+        at = end;
+    }
 }

@@ -49,6 +49,42 @@ pub enum StateError {
     Unencodable(String),
 }
 
+/// Why a snapshot's content cannot be installed into this state (its file verified: the
+/// handler, its schema or the configuration differs from the one that wrote it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstallError {
+    /// The snapshot holds a table the handler's schema does not declare.
+    #[error("it holds table {table}, which the handler's schema does not declare")]
+    UnknownTable {
+        /// The table's id.
+        table: u16,
+    },
+    /// The snapshot's state does not fit the configured capacity.
+    #[error("it holds {needed_bytes} bytes of state, over the capacity of {capacity_bytes} bytes")]
+    Capacity {
+        /// Bytes of state the snapshot holds, as the capacity account counts them.
+        needed_bytes: u64,
+        /// The configured capacity.
+        capacity_bytes: u64,
+    },
+    /// A table's records do not decode with the handler's key and record types.
+    #[error("the records of table {table} do not decode with this handler's types: {reason}")]
+    Records {
+        /// The table's id.
+        table: u16,
+        /// What failed.
+        reason: String,
+    },
+    /// The loaded state does not hash to what the snapshot recorded.
+    #[error("the state it loads hashes to {computed}, not the recorded {recorded}")]
+    StateHash {
+        /// The hash of the loaded state.
+        computed: StateHash,
+        /// The hash the snapshot recorded.
+        recorded: StateHash,
+    },
+}
+
 /// A point in the state's history that a rollback returns to: the start of a command's
 /// transaction, or of a speculatively applied entry. Positions are absolute (counted from the
 /// start), so a mark stays valid while older undo records are forgotten.
@@ -181,25 +217,36 @@ impl State {
         }
     }
 
+    /// Bytes of state, in the capacity account, that tables of `records` encoded bytes and
+    /// `count` records take (what [`State::load_table`] adds for them).
+    pub fn load_cost_bytes(records: u64, count: u64) -> u64 {
+        records.saturating_add(count.saturating_mul(RECORD_OVERHEAD_BYTES))
+    }
+
     /// Loads table `id` (empty) from a snapshot's encoded records.
     pub(crate) fn load_table(
         &mut self,
         id: TableId,
         records: &[u8],
         count: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), InstallError> {
         let table = self
             .tables
             .get_mut(id.0 as usize)
             .and_then(Option::as_deref_mut);
-        let table = table.ok_or_else(|| format!("table {} is not in the schema", id.0))?;
-        let bytes = table.load(records, count)?;
+        let table = table.ok_or(InstallError::UnknownTable { table: id.0 })?;
+        let bytes = table
+            .load(records, count)
+            .map_err(|reason| InstallError::Records {
+                table: id.0,
+                reason,
+            })?;
         self.bytes_used += bytes;
         if self.bytes_used > self.capacity_bytes {
-            return Err(format!(
-                "the snapshot holds {} bytes, over the capacity {}",
-                self.bytes_used, self.capacity_bytes
-            ));
+            return Err(InstallError::Capacity {
+                needed_bytes: self.bytes_used,
+                capacity_bytes: self.capacity_bytes,
+            });
         }
         Ok(())
     }

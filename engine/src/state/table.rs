@@ -77,6 +77,7 @@ pub struct Schema {
 
 pub(crate) struct TableDecl {
     pub(crate) id: TableId,
+    pub(crate) name: &'static str,
     pub(crate) create: fn() -> Box<dyn AnyTable>,
 }
 
@@ -96,9 +97,20 @@ impl Schema {
         );
         self.tables.push(TableDecl {
             id: table.id,
+            name: table.name,
             create: TypedTable::<K, R>::boxed,
         });
         self
+    }
+
+    /// True when the schema declares a table with this id.
+    pub fn declares(&self, id: TableId) -> bool {
+        self.tables.iter().any(|t| t.id == id)
+    }
+
+    /// The declared tables' ids and names, in the order declared.
+    pub fn tables(&self) -> impl Iterator<Item = (TableId, &'static str)> + '_ {
+        self.tables.iter().map(|t| (t.id, t.name))
     }
 }
 

@@ -4,7 +4,7 @@
 mod record;
 mod recovery;
 
-pub use recovery::{Damage, Recovery};
+pub use recovery::{Access, Damage, Recovery};
 
 use crate::entry::{Entry, EntryHash};
 use crate::ids::{EntryIndex, Term};
@@ -137,6 +137,11 @@ pub struct Wal {
     segment_bytes_max: u64,
     /// Damage found by a repairing open, not yet cut off the files (see [`Wal::cut_damage`]).
     pending_cut: Option<recovery::Cut>,
+    /// Bytes of a torn tail after the last segment's last whole record, not yet cut off (see
+    /// [`Wal::settle`]).
+    torn_tail_bytes: u64,
+    /// Whether the segments were opened for writing.
+    access: Access,
     /// The highest commit index any entry declared (entries up to it are committed).
     max_commit: EntryIndex,
 }
@@ -151,8 +156,9 @@ impl Wal {
     /// Opens the log with segments of at most `segment_bytes_max` (tests use small ones).
     pub fn open_with(dir: &Path, segment_bytes_max: u64) -> Result<(Wal, Recovery), WalError> {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
-        let (mut wal, recovery) = recovery::scan(dir, false)?;
+        let (mut wal, recovery) = recovery::scan(dir, false, Access::ReadWrite)?;
         wal.segment_bytes_max = segment_bytes_max;
+        wal.settle()?;
         Ok((wal, recovery))
     }
 
@@ -163,14 +169,62 @@ impl Wal {
     /// the cut first (the repair obligation), then cut.
     pub fn open_repairing(dir: &Path, segment_bytes_max: u64) -> Result<(Wal, Recovery), WalError> {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
-        let (mut wal, recovery) = recovery::scan(dir, true)?;
+        let (mut wal, recovery) = Wal::scan_repairing(dir, segment_bytes_max, Access::ReadWrite)?;
+        wal.settle()?;
+        Ok((wal, recovery))
+    }
+
+    /// Scans the log as [`Wal::open_repairing`] does but changes nothing on disk: a torn tail
+    /// stays until [`Wal::settle`], damage until [`Wal::cut_damage`]. With
+    /// [`Access::ReadOnly`] the files are opened for reading only and the log can only be
+    /// read (a missing directory is an empty log).
+    pub fn scan_repairing(
+        dir: &Path,
+        segment_bytes_max: u64,
+        access: Access,
+    ) -> Result<(Wal, Recovery), WalError> {
+        let (mut wal, recovery) = recovery::scan(dir, true, access)?;
         wal.segment_bytes_max = segment_bytes_max;
         Ok((wal, recovery))
+    }
+
+    /// Makes the scanned log the durable log: cuts a torn tail (an append that never
+    /// completed, so never acknowledged) and fsyncs every segment and the directory (what a
+    /// killed process wrote may sit in the page cache unsynced; the node will count every
+    /// recovered entry as durable, so make it so before saying it).
+    pub fn settle(&mut self) -> Result<(), WalError> {
+        self.assert_writable();
+        if self.torn_tail_bytes > 0 {
+            let segment = self.segments.last().expect("a torn tail lies in a segment");
+            segment
+                .file
+                .set_len(segment.bytes)
+                .map_err(io_error(&segment.path))?;
+            self.torn_tail_bytes = 0;
+        }
+        for segment in &self.segments {
+            segment.file.sync_all().map_err(io_error(&segment.path))?;
+        }
+        sync_dir(&self.dir)
+    }
+
+    /// Bytes of a torn tail the scan found and [`Wal::settle`] has not cut yet.
+    pub fn torn_tail_bytes(&self) -> u64 {
+        self.torn_tail_bytes
+    }
+
+    fn assert_writable(&self) {
+        assert_eq!(
+            self.access,
+            Access::ReadWrite,
+            "a log opened for reading only is never written"
+        );
     }
 
     /// Removes the damaged part a repairing open found: the damaged segment is cut at the
     /// damage, later segments are deleted, all durably.
     pub fn cut_damage(&mut self) -> Result<(), WalError> {
+        self.assert_writable();
         let Some(cut) = self.pending_cut.take() else {
             return Ok(());
         };
@@ -234,6 +288,7 @@ impl Wal {
     /// Writes `entry` after the last one without syncing: call [`Wal::sync`] before reporting it
     /// durable. Several writes may share one sync.
     pub fn write(&mut self, entry: &Entry) -> Result<(), WalError> {
+        self.assert_writable();
         let expected = self.last_index().next();
         if entry.index() != expected || entry.header.index.0 == 0 {
             return Err(WalError::Unchained {
@@ -321,6 +376,7 @@ impl Wal {
 
     /// Removes every entry from `index` on (a conflicting suffix from an old leader), durably.
     pub fn truncate_from(&mut self, index: EntryIndex) -> Result<(), WalError> {
+        self.assert_writable();
         let Some(at) = self.locate(index).copied() else {
             return Ok(());
         };
@@ -388,6 +444,7 @@ impl Wal {
     /// Empties the log, durably, to continue after `base` (a snapshot installed in its place):
     /// the next entry is `base + 1` and chains to `base_hash`.
     pub fn reset_to(&mut self, base: EntryIndex, base_hash: EntryHash) -> Result<(), WalError> {
+        self.assert_writable();
         for segment in self.segments.drain(..) {
             fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
             self.segments_removed += 1;

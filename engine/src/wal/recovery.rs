@@ -49,6 +49,16 @@ pub(super) struct Cut {
     pub later: Vec<PathBuf>,
 }
 
+/// How a scan opens the segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// For reading and writing: the log can be settled, cut and appended to afterwards.
+    ReadWrite,
+    /// For reading only: nothing is ever written (`runner recover`); a missing directory is an
+    /// empty log.
+    ReadOnly,
+}
+
 /// The outcome of scanning one segment.
 enum Scanned {
     /// Read to its end; the bytes of a torn tail cut off.
@@ -76,8 +86,19 @@ fn segment_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, WalError> {
     Ok(found)
 }
 
-pub(super) fn scan(dir: &Path, repairing: bool) -> Result<(Wal, Recovery), WalError> {
-    let files = segment_files(dir)?;
+/// Scans the segments in `dir` without changing them: a torn tail is noted (cut by
+/// [`super::Wal::settle`]), damage is noted (cut by [`super::Wal::cut_damage`]) when
+/// `repairing`, an error otherwise.
+pub(super) fn scan(
+    dir: &Path,
+    repairing: bool,
+    access: Access,
+) -> Result<(Wal, Recovery), WalError> {
+    let files = if access == Access::ReadOnly && !dir.exists() {
+        Vec::new()
+    } else {
+        segment_files(dir)?
+    };
     let first_index = files.first().map_or(EntryIndex(1), |(first, _)| *first);
     let mut wal = Wal {
         dir: dir.to_path_buf(),
@@ -89,9 +110,10 @@ pub(super) fn scan(dir: &Path, repairing: bool) -> Result<(Wal, Recovery), WalEr
         buf: Vec::new(),
         segment_bytes_max: super::WAL_SEGMENT_BYTES_MAX,
         pending_cut: None,
+        torn_tail_bytes: 0,
+        access,
         max_commit: EntryIndex::ZERO,
     };
-    let mut torn_tail_bytes = 0;
     let mut damage = None;
     for (n, (first, path)) in files.iter().enumerate() {
         let expected = wal.last_index().next();
@@ -105,7 +127,7 @@ pub(super) fn scan(dir: &Path, repairing: bool) -> Result<(Wal, Recovery), WalEr
             scan_segment(&mut wal, path, n + 1 == files.len(), repairing)?
         };
         match found {
-            Scanned::Whole(torn) => torn_tail_bytes += torn,
+            Scanned::Whole(torn) => wal.torn_tail_bytes += torn,
             Scanned::Damaged { offset, reason } => {
                 // The first entry the damage costs: the one after the last read.
                 let expected = wal.last_index().next();
@@ -118,19 +140,7 @@ pub(super) fn scan(dir: &Path, repairing: bool) -> Result<(Wal, Recovery), WalEr
                     });
                 }
                 let later: Vec<PathBuf> = files[n + 1..].iter().map(|(_, p)| p.clone()).collect();
-                let mut headers = headers_beyond(&fs::read(path).map_err(io_error(path))?, offset);
-                for path in &later {
-                    headers.extend(headers_beyond(&fs::read(path).map_err(io_error(path))?, 0));
-                }
-                let last = headers
-                    .iter()
-                    .max_by_key(|h| h.index)
-                    .map(|h| (h.index, h.term));
-                let committed = headers
-                    .iter()
-                    .map(|h| h.commit)
-                    .max()
-                    .unwrap_or(EntryIndex::ZERO);
+                let (last, committed) = beyond_damage(path, offset, &later)?;
                 let mut later = later;
                 if gap {
                     // The whole file lies beyond a gap: it goes with the later ones.
@@ -149,15 +159,37 @@ pub(super) fn scan(dir: &Path, repairing: bool) -> Result<(Wal, Recovery), WalEr
             }
         }
     }
-    super::sync_dir(dir)?;
     let recovery = Recovery {
         entries: wal.entries.len() as u64,
         last_index: wal.last_index(),
-        torn_tail_bytes,
+        torn_tail_bytes: wal.torn_tail_bytes,
         segments: files.len(),
         damage,
     };
     Ok((wal, recovery))
+}
+
+/// What the records found at or after a damage say: the last entry (index and term) whose
+/// header holds, and the highest commit index those headers carry.
+fn beyond_damage(
+    path: &Path,
+    offset: usize,
+    later: &[PathBuf],
+) -> Result<(Option<(EntryIndex, Term)>, EntryIndex), WalError> {
+    let mut headers = headers_beyond(&fs::read(path).map_err(io_error(path))?, offset);
+    for path in later {
+        headers.extend(headers_beyond(&fs::read(path).map_err(io_error(path))?, 0));
+    }
+    let last = headers
+        .iter()
+        .max_by_key(|h| h.index)
+        .map(|h| (h.index, h.term));
+    let committed = headers
+        .iter()
+        .map(|h| h.commit)
+        .max()
+        .unwrap_or(EntryIndex::ZERO);
+    Ok((last, committed))
 }
 
 /// The headers of the records at or after `from` in `data` whose header checksum holds
@@ -246,32 +278,21 @@ fn scan_segment(
     }
     let file = OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(wal.access == Access::ReadWrite)
         .open(path)
         .map_err(io_error(path))?;
-    if let Some(reason) = damaged {
-        // The damaged part stays until the caller cuts it (Wal::cut_damage).
-        wal.segments.push(Segment {
-            path: path.to_path_buf(),
-            file,
-            bytes: at as u64,
-        });
-        return Ok(Scanned::Damaged {
-            offset: at,
-            reason: reason.to_string(),
-        });
-    }
-    let torn = (data.len() - at) as u64;
-    if torn > 0 {
-        file.set_len(at as u64).map_err(io_error(path))?;
-    }
-    // What a killed process wrote may sit in the page cache unsynced; the node will count every
-    // recovered entry as durable, so make it so before saying it.
-    file.sync_all().map_err(io_error(path))?;
+    // The bytes past `at` stay until the caller cuts them: a torn tail in `Wal::settle`, the
+    // damaged part in `Wal::cut_damage` (after the repair obligation is durable).
     wal.segments.push(Segment {
         path: path.to_path_buf(),
         file,
         bytes: at as u64,
     });
-    Ok(Scanned::Whole(torn))
+    if let Some(reason) = damaged {
+        return Ok(Scanned::Damaged {
+            offset: at,
+            reason: reason.to_string(),
+        });
+    }
+    Ok(Scanned::Whole((data.len() - at) as u64))
 }
