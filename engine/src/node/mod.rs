@@ -3,6 +3,7 @@
 //! actions into sends, WAL work (on the WAL's own thread) and applies.
 
 mod connections;
+pub mod data_dir;
 mod driver;
 mod install;
 pub mod local;
