@@ -11,6 +11,15 @@
 //! lagging_entries_max = 4096     # optional; log a leader keeps behind its snapshot for followers
 //! wal_segment_bytes = 67108864   # optional; bytes per WAL segment
 //! fsync_delay_ms = 0             # optional; added after every WAL fsync (emulates a slow disk)
+//! capacity_bytes = 2147483648    # optional; state capacity of every node (the same on all)
+//! pipeline_entries_max = 8       # optional; entries a leader keeps in flight
+//! tick_ms = 10                   # optional; milliseconds per tick of the consensus clock
+//! election_ticks_min = 15        # optional; least election timeout, in ticks
+//! heartbeat_ticks = 3            # optional; ticks between a leader's heartbeats
+//! seed = 1                       # optional; seed of the election timeouts (mixed with the id)
+//!
+//! Every range is checked (`runner check --cluster FILE` prints them, or every error): the
+//! limits are `engine::node::config`'s constants.
 //!
 //! [[nodes]]
 //! id = 1
@@ -22,7 +31,8 @@
 use anyhow::{Context, bail};
 use engine::NodeId;
 use engine::client::ClientConfig;
-use engine::entry::{ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX};
+use engine::entry::ENTRY_COMMANDS_MAX;
+use engine::node::config::ConfigError;
 use engine::node::{NodeAddress, NodeConfig};
 use net::auth::Key;
 use serde::Deserialize;
@@ -78,6 +88,24 @@ pub struct ClusterFile {
     /// for fault runs).
     #[serde(default)]
     pub fsync_delay_ms: u64,
+    /// State capacity of every node, in bytes.
+    #[serde(default = "default_capacity_bytes")]
+    pub capacity_bytes: u64,
+    /// Entries a leader keeps in flight.
+    #[serde(default = "default_pipeline_entries_max")]
+    pub pipeline_entries_max: u64,
+    /// Milliseconds per tick.
+    #[serde(default = "default_tick_ms")]
+    pub tick_ms: u64,
+    /// Least election timeout, in ticks.
+    #[serde(default = "default_election_ticks_min")]
+    pub election_ticks_min: u32,
+    /// Ticks between heartbeats.
+    #[serde(default = "default_heartbeat_ticks")]
+    pub heartbeat_ticks: u32,
+    /// Seed of the election timeouts.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
     /// The nodes.
     pub nodes: Vec<NodeEntry>,
 }
@@ -110,43 +138,98 @@ fn default_entry_commands_max() -> u32 {
     ENTRY_COMMANDS_MAX
 }
 
+fn default_capacity_bytes() -> u64 {
+    engine::state::STATE_BYTES_DEFAULT
+}
+
+fn default_pipeline_entries_max() -> u64 {
+    engine::node::PIPELINE_ENTRIES_DEFAULT
+}
+
+fn default_tick_ms() -> u64 {
+    engine::node::TICK_MS_DEFAULT
+}
+
+fn default_election_ticks_min() -> u32 {
+    engine::core::ELECTION_TICKS_MIN_DEFAULT
+}
+
+fn default_heartbeat_ticks() -> u32 {
+    engine::core::HEARTBEAT_TICKS_DEFAULT
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
 impl ClusterFile {
-    /// Reads and checks a cluster file.
+    /// Reads and checks a cluster file: every error found, one per line.
     pub fn read(path: &Path) -> anyhow::Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let file: ClusterFile =
-            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        file.check()
-            .with_context(|| format!("checking {}", path.display()))?;
+        let file = ClusterFile::parse(path)?;
+        let errors = file.errors();
+        if !errors.is_empty() {
+            bail!(
+                "{} is not valid:\n  {}",
+                path.display(),
+                errors.join("\n  ")
+            );
+        }
         Ok(file)
     }
 
-    fn check(&self) -> anyhow::Result<()> {
-        if self.nodes.is_empty() {
-            bail!("no [[nodes]]");
+    /// Reads a cluster file without checking its values.
+    pub fn parse(path: &Path) -> anyhow::Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    /// Every error in the file: the secrets, the list of nodes (ids, addresses, data
+    /// directories) and each node's configuration as the engine checks it.
+    pub fn errors(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        if let Err(error) = Key::peer(self.secret.as_bytes()) {
+            errors.push(format!("secret: {error}"));
         }
-        let mut ids: Vec<u8> = self.nodes.iter().map(|n| n.id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        if ids.len() != self.nodes.len() || ids.contains(&0) {
-            bail!("node ids must be distinct and nonzero");
+        if let Some(secret) = &self.client_secret
+            && let Err(error) = Key::client(secret.as_bytes())
+        {
+            errors.push(format!("client_secret: {error}"));
         }
-        Key::peer(self.secret.as_bytes()).context("secret")?;
-        if let Some(secret) = &self.client_secret {
-            Key::client(secret.as_bytes()).context("client_secret")?;
+        let nodes = engine::node::config::check_nodes(&self.addresses());
+        errors.extend(nodes.iter().map(ToString::to_string));
+        errors.extend(self.duplicate_dirs());
+        let Some(first) = self.nodes.first() else {
+            return errors;
+        };
+        // The settings are the file's, the same for every node: one node's check covers them
+        // (the list of nodes was checked above).
+        if let Ok(config) = self.config_of(first) {
+            let settings = config.validate().into_iter().filter(|e| !is_about_nodes(e));
+            errors.extend(settings.map(|e| e.to_string()));
         }
-        let range = ENTRY_COMMANDS_CONFIG_MIN..=ENTRY_COMMANDS_MAX;
-        if !range.contains(&self.entry_commands_max) {
-            bail!("entry_commands_max must lie in {range:?}");
+        errors
+    }
+
+    /// Data directories named twice (the same path, or one inside another).
+    fn duplicate_dirs(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        for (n, a) in self.nodes.iter().enumerate() {
+            for b in &self.nodes[n + 1..] {
+                let (da, db) = (normal(&a.data_dir), normal(&b.data_dir));
+                if da.starts_with(&db) || db.starts_with(&da) {
+                    errors.push(format!(
+                        "data_dir {} of node {} and data_dir {} of node {} overlap: each node \
+                         needs a directory of its own",
+                        a.data_dir.display(),
+                        a.id,
+                        b.data_dir.display(),
+                        b.id
+                    ));
+                }
+            }
         }
-        if self.wal_segment_bytes < engine::wal::WAL_SEGMENT_BYTES_MIN {
-            bail!(
-                "wal_segment_bytes must be at least {}",
-                engine::wal::WAL_SEGMENT_BYTES_MIN
-            );
-        }
-        Ok(())
+        errors
     }
 
     /// Every node's addresses.
@@ -168,8 +251,13 @@ impl ClusterFile {
             .iter()
             .find(|n| n.id == id)
             .with_context(|| format!("no node {id} in the cluster file"))?;
+        self.config_of(entry)
+    }
+
+    fn config_of(&self, entry: &NodeEntry) -> anyhow::Result<NodeConfig> {
         let key = Key::peer(self.secret.as_bytes()).context("secret")?;
-        let mut config = NodeConfig::new(NodeId(id), self.addresses(), entry.data_dir.clone(), key);
+        let id = NodeId(entry.id);
+        let mut config = NodeConfig::new(id, self.addresses(), entry.data_dir.clone(), key);
         config.cluster_id = self.cluster_id;
         config.client_key = self.client_key()?;
         config.entry_commands_max = self.entry_commands_max;
@@ -179,6 +267,12 @@ impl ClusterFile {
         config.lagging_entries_max = self.lagging_entries_max;
         config.wal_segment_bytes = self.wal_segment_bytes;
         config.fsync_delay_ms = self.fsync_delay_ms;
+        config.capacity_bytes = self.capacity_bytes;
+        config.pipeline_entries_max = self.pipeline_entries_max;
+        config.tick_ms = self.tick_ms;
+        config.election_ticks_min = self.election_ticks_min;
+        config.heartbeat_ticks = self.heartbeat_ticks;
+        config.seed = self.seed;
         Ok(config)
     }
 
@@ -198,6 +292,39 @@ impl ClusterFile {
         config.key = self.client_key()?;
         Ok(config)
     }
+}
+
+/// True for the errors about the list of nodes, which [`ClusterFile::errors`] reports once.
+fn is_about_nodes(error: &ConfigError) -> bool {
+    match error {
+        ConfigError::NoNodes
+        | ConfigError::TooManyNodes { .. }
+        | ConfigError::ZeroId
+        | ConfigError::DuplicateId(_)
+        | ConfigError::DuplicateAddress { .. }
+        | ConfigError::NotListed(_) => true,
+        ConfigError::OutOfRange { .. }
+        | ConfigError::HeartbeatNotBelowElection { .. }
+        | ConfigError::EmptyDataDir => false,
+    }
+}
+
+/// A path with `.` components dropped and `..` applied, for comparing data directories that
+/// may not exist yet.
+fn normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Prefix(_)
+            | std::path::Component::RootDir
+            | std::path::Component::Normal(_) => out.push(part),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -221,18 +348,33 @@ mod tests {
             data_dir = "/tmp/n2"
         "#;
         let file: ClusterFile = toml::from_str(good).unwrap();
-        file.check().unwrap();
+        assert_eq!(file.errors(), Vec::<String>::new());
         assert_eq!(
             file.node_config(2).unwrap().data_dir,
             PathBuf::from("/tmp/n2")
         );
         assert!(file.node_config(3).is_err());
         let duplicate = good.replace("id = 2", "id = 1");
+        let errors = toml::from_str::<ClusterFile>(&duplicate).unwrap().errors();
+        assert_eq!(errors, vec!["node id 1 is listed twice"]);
+        let address = good.replace("127.0.0.1:8002", "127.0.0.1:7001");
+        let errors = toml::from_str::<ClusterFile>(&address).unwrap().errors();
+        assert_eq!(
+            errors,
+            vec![
+                "address 127.0.0.1:7001 is used twice: node 1's peer_address and node 2's client_address"
+            ]
+        );
+        let dirs = good.replace("/tmp/n2", "/tmp/./n1/");
+        let errors = toml::from_str::<ClusterFile>(&dirs).unwrap().errors();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("overlap"), "{errors:?}");
+        let ranges = format!("tick_ms = 0\ncapacity_bytes = 10\n{good}");
+        let errors = toml::from_str::<ClusterFile>(&ranges).unwrap().errors();
+        assert_eq!(errors.len(), 2, "{errors:?}");
         assert!(
-            toml::from_str::<ClusterFile>(&duplicate)
-                .unwrap()
-                .check()
-                .is_err()
+            errors[0].contains("capacity_bytes = 10 is out of range"),
+            "{errors:?}"
         );
         let performance = format!("mode = \"performance\"\n{good}");
         let file: ClusterFile = toml::from_str(&performance).unwrap();
@@ -241,14 +383,8 @@ mod tests {
         let unknown = format!("colour = 3\n{good}");
         assert!(toml::from_str::<ClusterFile>(&unknown).is_err());
         let short = good.replace("sixteen bytes at least", "short");
-        let error = toml::from_str::<ClusterFile>(&short)
-            .unwrap()
-            .check()
-            .unwrap_err();
-        assert!(
-            format!("{error:#}").contains("at least 16 bytes"),
-            "{error:#}"
-        );
+        let errors = toml::from_str::<ClusterFile>(&short).unwrap().errors();
+        assert!(errors[0].contains("at least 16 bytes"), "{errors:?}");
         let without = good.replace("secret = \"sixteen bytes at least\"", "");
         assert!(toml::from_str::<ClusterFile>(&without).is_err());
         let clients = format!("client_secret = \"clients prove this one\"\n{good}");

@@ -31,6 +31,12 @@ pub struct NodeArgs {
     /// Snapshot options (over the cluster file's).
     #[command(flatten)]
     pub snapshots: SnapshotOptions,
+    /// Start empty and take the state from the leader: the data directory's log and
+    /// snapshots are moved to its quarantine/ folder (never deleted), and the node rejoins
+    /// without campaigning or voting for a shorter log until it holds the log it had. For a
+    /// node whose data cannot be used (a refused start says when).
+    #[arg(long)]
+    pub rebuild_from_leader: bool,
 }
 
 /// `--snapshot-every` and `--snapshot-retain-ms`.
@@ -63,6 +69,7 @@ pub fn node(args: NodeArgs) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
     let mut config = file.node_config(args.id)?;
     args.snapshots.apply(&mut config);
+    config.rebuild_from_leader = args.rebuild_from_leader;
     let me = config
         .nodes
         .iter()
@@ -70,7 +77,13 @@ pub fn node(args: NodeArgs) -> anyhow::Result<()> {
         .context("listed")?
         .clone();
     let data_dir = config.data_dir.clone();
-    let mut handle = engine::node::start(config, Bank)?;
+    let mut handle = engine::node::start(config, Bank).with_context(|| {
+        format!(
+            "node {} of {} did not start",
+            args.id,
+            args.cluster.display()
+        )
+    })?;
     eprintln!(
         "node {}: peers on {}, clients on {}, data in {}",
         args.id,
@@ -426,69 +439,6 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
             &[args.mode.map(Mode::from)],
         ))
         .map(|_| ())
-}
-
-/// Options of `runner recover`.
-#[derive(Args, Debug)]
-pub struct RecoverArgs {
-    /// The node's data directory (the node must be stopped).
-    #[arg(long)]
-    pub data_dir: PathBuf,
-    /// State capacity, in bytes (as the node was configured).
-    #[arg(long, default_value_t = STATE_BYTES_DEFAULT)]
-    pub capacity_bytes: u64,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Recovers a node's data directory as a restart would and reports what it took.
-pub fn recover(args: RecoverArgs) -> anyhow::Result<()> {
-    let restored = engine::node::storage::restore(
-        &args.data_dir,
-        Bank,
-        args.capacity_bytes,
-        engine::wal::WAL_SEGMENT_BYTES_MAX,
-    )
-    .with_context(|| format!("recovering {}", args.data_dir.display()))?;
-    let report = &restored.report;
-    let accounts = restored.machine.state().len(&bank::ACCOUNTS);
-    let snapshot_index = report.snapshot.map_or(0, |(index, _)| index.0);
-    let snapshot_bytes = report.snapshot.map_or(0, |(_, bytes)| bytes);
-    if args.json {
-        let value = json!({
-            "data_dir": args.data_dir.display().to_string(),
-            "recovery_ms": report.took.as_secs_f64() * 1e3,
-            "snapshot_index": snapshot_index,
-            "snapshot_bytes": snapshot_bytes,
-            "replayed_entries": report.replayed,
-            "discarded_entries": report.discarded,
-            "refused_snapshots": report.refused,
-            "applied_index": restored.machine.applied_index().0,
-            "state_hash": restored.machine.state_hash().to_string(),
-            "accounts": accounts,
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-    } else {
-        println!(
-            "{:>12} {:>14} {:>10} {:>10} {:>12} {:>10}  state hash",
-            "recovery ms", "snapshot at", "MiB", "replayed", "applied", "accounts"
-        );
-        println!(
-            "{:>12.0} {:>14} {:>10.1} {:>10} {:>12} {:>10}  {}",
-            report.took.as_secs_f64() * 1e3,
-            snapshot_index,
-            snapshot_bytes as f64 / (1024.0 * 1024.0),
-            report.replayed,
-            restored.machine.applied_index().0,
-            accounts,
-            restored.machine.state_hash()
-        );
-        for refused in &report.refused {
-            println!("refused: {refused}");
-        }
-    }
-    Ok(())
 }
 
 /// Bytes in a mebibyte, for printing.

@@ -14,11 +14,14 @@
 //! - `runner hostile --json FILE`: hostile clients and garbage beside normal clients.
 //! - `runner emulate --link-delay-us 25-50`: three node processes whose peer links add a
 //!   one-way delay, with the benchmark.
-//! - `runner recover --data-dir DIR`: recovers a stopped node's data directory as a restart
-//!   would (snapshot, log replay) and reports how long it took.
+//! - `runner recover --data-dir DIR` (or `--cluster FILE --id N`): what a start of a stopped
+//!   node's data directory would do (snapshot, log replay, what it would refuse), timed,
+//!   writing nothing.
+//! - `runner check --cluster FILE`: what each node would run with, or every error in the file.
 
 mod bench;
 mod chaos;
+mod check;
 mod cluster_file;
 mod commands;
 mod delay_line;
@@ -28,6 +31,7 @@ mod hostile;
 mod matrix;
 mod partition;
 mod proxy;
+mod recover;
 mod report;
 mod sim;
 mod single;
@@ -57,8 +61,11 @@ enum Command {
     Status(commands::StatusArgs),
     /// The Bank on one node without replication, WAL under /dev/shm.
     Single(single::LocalArgs),
-    /// Recovers a stopped node's data directory as a restart would, and reports the time.
-    Recover(commands::RecoverArgs),
+    /// What a start of a stopped node's data directory would do (or refuse), timed; writes
+    /// nothing.
+    Recover(recover::RecoverArgs),
+    /// Checks a cluster file: what each node would run with, or every error (exit 1).
+    Check(check::CheckArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
     Sim(sim::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
@@ -92,7 +99,8 @@ fn main() -> anyhow::Result<()> {
         Command::Client(args) => commands::client(args),
         Command::Status(args) => commands::status(args),
         Command::Single(args) => single::run(args),
-        Command::Recover(args) => commands::recover(args),
+        Command::Recover(args) => recover::run(args),
+        Command::Check(args) => check::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),

@@ -29,7 +29,8 @@ fn peer_addresses(cluster_file: &Path) -> Vec<SocketAddr> {
 /// Proves a third node started with the wrong secret, or with another cluster id, is refused
 /// by the other two: their term does not move however often it campaigns (its votes never
 /// arrive), it receives no entry, the refusals are logged with its address, and the same node
-/// started with the right file then joins and catches up.
+/// started with the right file then joins and catches up (after its directory, stamped as
+/// the other cluster's, is moved away).
 #[test]
 fn a_node_with_the_wrong_secret_or_cluster_cannot_join_vote_or_append() {
     for (what, logged) in [
@@ -102,8 +103,22 @@ fn a_node_with_the_wrong_secret_or_cluster_cannot_join_vote_or_append() {
                 );
                 assert_ne!(three.role, Role::Leader, "{three:?}");
             }
-            // Started with the right file, the same node joins and catches up.
+            // Started with the right file, the same node joins and catches up. Its directory
+            // was stamped by its first start: as another cluster's, it is refused until the
+            // operator moves it away.
             stray.kill(3);
+            if what == "cluster" {
+                good.start(3);
+                let status = good.wait_exit(3);
+                assert!(!status.success(), "started in cluster 10's directory");
+                let log = good.log(3);
+                assert!(
+                    log.contains("belongs to cluster 10, not to cluster 9"),
+                    "{log}"
+                );
+                let data = good.data_dir(3);
+                std::fs::rename(&data, data.with_extension("cluster10")).unwrap();
+            }
             good.start(3);
             converged(&config).await;
             model.check(&config, ClientId(99)).await;

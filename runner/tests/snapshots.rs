@@ -13,6 +13,7 @@ use common::{
     Model, Nodes, converged, leader_of, reaches, runtime, transfers, transfers_until, wait_for,
 };
 use engine::client::{Client, ClientConfig};
+use engine::node::recovery::{RecoveryOptions, restore};
 use engine::rng::Rng;
 use engine::snapshot::list_snapshots;
 use engine::{ClientId, NodeId, RequestNumber};
@@ -190,6 +191,7 @@ fn damaged_newest_snapshot_falls_back_to_the_one_before() {
             let snapshot_dir = nodes.data_dir(follower.0).join("snapshots");
             let started = std::time::Instant::now();
             while list_snapshots(&snapshot_dir)
+                .unwrap()
                 .get(1)
                 .is_none_or(|(index, _)| *index <= last_newest)
             {
@@ -197,7 +199,7 @@ fn damaged_newest_snapshot_falls_back_to_the_one_before() {
                 transfers(&mut client, &mut rng, &mut model, 10, &acknowledged).await;
             }
             nodes.kill(follower.0);
-            let snapshots = list_snapshots(&snapshot_dir);
+            let snapshots = list_snapshots(&snapshot_dir).unwrap();
             let (newest, path) = snapshots[0].clone();
             let (older, _) = snapshots[1];
             last_newest = newest;
@@ -210,7 +212,11 @@ fn damaged_newest_snapshot_falls_back_to_the_one_before() {
                 "{how:?}: node {follower} did not recover from snapshot {older} (newest {newest}):\n{log}"
             );
             if !matches!(how, Damage::Delete) {
-                assert!(log.contains("refused"), "{how:?}: nothing refused:\n{log}");
+                assert!(log.contains("passed over"), "{how:?}: nothing passed over:\n{log}");
+                assert!(
+                    log.contains("moved to quarantine"),
+                    "{how:?}: the damaged snapshot was not kept:\n{log}"
+                );
             }
             assert!(!log.contains("installed the leader's snapshot"), "{log}");
         }
@@ -245,14 +251,20 @@ fn interrupted_snapshot_writes_recover() {
         nodes.kill(id);
     }
     let data = nodes.data_dir(follower.0);
-    let reference = engine::node::storage::restore(&data, Bank, 1 << 30, SEGMENT_BYTES).unwrap();
+    let options = RecoveryOptions {
+        capacity_bytes: 1 << 30,
+        wal_segment_bytes: SEGMENT_BYTES,
+        owner: None,
+        rebuild_from_leader: false,
+    };
+    let reference = restore(&data, Bank, &options).unwrap();
     let expected = (
         reference.machine.applied_index(),
         reference.machine.state_hash(),
     );
     drop(reference);
     let snapshots = data.join("snapshots");
-    let (newest, newest_path) = list_snapshots(&snapshots)[0].clone();
+    let (newest, newest_path) = list_snapshots(&snapshots).unwrap()[0].clone();
     let bytes = std::fs::read(&newest_path).unwrap();
     // A later snapshot's file as each step leaves it (named for an index past the log's end,
     // as a writer a little ahead would).
@@ -272,8 +284,7 @@ fn interrupted_snapshot_writes_recover() {
     ];
     for (step, leave) in steps {
         leave();
-        let restored = engine::node::storage::restore(&data, Bank, 1 << 30, SEGMENT_BYTES)
-            .unwrap_or_else(|e| panic!("{step}: {e}"));
+        let restored = restore(&data, Bank, &options).unwrap_or_else(|e| panic!("{step}: {e}"));
         assert_eq!(
             (
                 restored.machine.applied_index(),
@@ -287,6 +298,14 @@ fn interrupted_snapshot_writes_recover() {
             Some(newest),
             "{step}: recovered from the newest whole snapshot"
         );
+        // A damaged snapshot in place is moved aside, never deleted.
+        let kept: Vec<_> = restored
+            .report
+            .quarantined
+            .iter()
+            .filter(|p| p.exists())
+            .collect();
+        assert_eq!(kept.len(), usize::from(step.starts_with("after")), "{step}");
         let _ = std::fs::remove_file(&temporary);
         let _ = std::fs::remove_file(&final_path);
     }

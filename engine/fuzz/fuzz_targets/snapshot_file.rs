@@ -1,7 +1,7 @@
 //! Bytes as a snapshot file in a node's data directory, then the recovery a restart (or
-//! `runner recover`) runs: `node::storage::restore` reads it, verifies its digest and
-//! structure, and installs it into a Bank state machine, or refuses it. Ok or a clear error,
-//! never a panic.
+//! `runner recover`) runs: `node::recovery::restore` reads it, verifies its digest and
+//! structure, and installs it into a Bank state machine, or passes it over (moved to
+//! quarantine). Ok or a clear error, never a panic.
 //!
 //! Mode byte, modulo 3: 0 writes the data as the file; 1 appends the data's blake3 digest (so
 //! that the structure behind the digest is what is fuzzed); 2 builds a real snapshot of a Bank
@@ -13,7 +13,8 @@
 
 use bank::{AccountId, Bank, BankCommand};
 use engine::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
-use engine::node::storage::{SNAPSHOT_DIR, restore};
+use engine::node::recovery::{RecoveryOptions, restore};
+use engine::node::storage::SNAPSHOT_DIR;
 use engine::snapshot::{DIGEST_BYTES, snapshot_path};
 use engine::wal::WAL_SEGMENT_BYTES_MIN;
 use engine::{ClientId, EntryIndex, RequestNumber, StateHash, StateMachine, Term};
@@ -41,15 +42,23 @@ fuzz_target!(|input: &[u8]| {
     let snapshots = dir.path().join(SNAPSHOT_DIR);
     fs::create_dir_all(&snapshots).unwrap();
     fs::write(snapshot_path(&snapshots, EntryIndex(1)), &file).unwrap();
-    let restored = restore(dir.path(), Bank, CAPACITY_BYTES, WAL_SEGMENT_BYTES_MIN);
+    let options = RecoveryOptions {
+        capacity_bytes: CAPACITY_BYTES,
+        wal_segment_bytes: WAL_SEGMENT_BYTES_MIN,
+        owner: None,
+        rebuild_from_leader: false,
+    };
+    let restored = restore(dir.path(), Bank, &options);
     match expect {
         Expect::Anything => {}
         Expect::Refused => {
-            let restored = restored.expect("a refused snapshot leaves an empty node");
+            let restored = restored.expect("a damaged snapshot leaves an empty node");
             assert_eq!(
                 restored.report.snapshot, None,
-                "a damaged snapshot is refused"
+                "a damaged snapshot is passed over"
             );
+            assert_eq!(restored.report.quarantined.len(), 1, "and kept in quarantine");
+            assert!(restored.report.quarantined[0].exists());
         }
         Expect::Restores(hash) => {
             let restored = restored.expect("an intact snapshot restores");

@@ -1,8 +1,10 @@
 //! The node's event loop: inputs in, core steps, actions carried out.
 
 use super::connections::{accept_clients, accept_peers, connect_peer};
+use super::data_dir::DirLock;
 use super::install::{Incoming, stream_snapshot};
-use super::storage::{self, Restored, SNAPSHOT_DIR};
+use super::recovery::Restored;
+use super::storage::{self, SNAPSHOT_DIR};
 use super::timing::Timing;
 use super::wal_thread::{Acker, WalEvent, WalOp, WalThread};
 use super::{Input, NodeConfig, NodeError};
@@ -25,6 +27,7 @@ use net::message::{
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -163,12 +166,21 @@ struct Driver<H: Handler> {
     last_slice: Instant,
     /// Follower: a snapshot arriving from the leader.
     incoming: Option<Incoming>,
+    /// The data directory's lock (the WAL thread and the snapshot writer hold it too).
+    lock: Arc<DirLock>,
 }
 
 impl<H: Handler> Driver<H> {
     fn new(config: NodeConfig, restored: Restored<H>, inbox: mpsc::Sender<Input>) -> Option<Self> {
+        // The data directory stays locked until the last thread that writes in it ends: the
+        // WAL's and the snapshot writer's hold it beside this one.
+        let lock = Arc::new(restored.lock);
         let wal_inbox = inbox.clone();
-        let report = move |event| wal_inbox.blocking_send(Input::Wal(event)).is_ok();
+        let wal_lock = Arc::clone(&lock);
+        let report = move |event| {
+            let _held = &wal_lock;
+            wal_inbox.blocking_send(Input::Wal(event)).is_ok()
+        };
         let peers = config
             .nodes
             .iter()
@@ -228,9 +240,10 @@ impl<H: Handler> Driver<H> {
             snapshot_bytes: Vec::new(),
             last_slice: Instant::now(),
             incoming: None,
+            lock,
             config,
         };
-        driver.snapshots = driver.spawn_snapshot_writer();
+        driver.snapshots = driver.spawn_snapshot_writer(Arc::clone(&driver.lock));
         Some(driver)
     }
 
@@ -239,12 +252,13 @@ impl<H: Handler> Driver<H> {
     }
 
     /// The snapshot writer, unless snapshots are off.
-    fn spawn_snapshot_writer(&self) -> Option<SnapshotWriter> {
+    fn spawn_snapshot_writer(&self, lock: Arc<DirLock>) -> Option<SnapshotWriter> {
         if self.config.snapshot_every == 0 {
             return None;
         }
         let inbox = self.inbox.clone();
         let spawned = SnapshotWriter::spawn(self.snapshot_dir(), move |outcome| {
+            let _held = &lock;
             inbox.blocking_send(Input::Snapshot(outcome)).is_ok()
         });
         match spawned {

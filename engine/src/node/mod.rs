@@ -2,11 +2,13 @@
 //! consensus core, the state machine, the batcher and the connections, and turns the core's
 //! actions into sends, WAL work (on the WAL's own thread) and applies.
 
+pub mod config;
 mod connections;
 pub mod data_dir;
 mod driver;
 mod install;
 pub mod local;
+pub mod recovery;
 pub mod storage;
 mod timing;
 mod wal_thread;
@@ -92,6 +94,9 @@ pub struct NodeConfig {
     /// Milliseconds added after every WAL fsync: emulates a slow disk, to show what one slow
     /// replica costs the others (0, the default, adds nothing).
     pub fsync_delay_ms: u64,
+    /// The operator's explicit order to start empty and take the state from the leader (the
+    /// data is moved to quarantine, never deleted; see `node::recovery`). Off by default.
+    pub rebuild_from_leader: bool,
 }
 
 impl NodeConfig {
@@ -123,6 +128,20 @@ impl NodeConfig {
             lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_MAX,
             fsync_delay_ms: 0,
+            rebuild_from_leader: false,
+        }
+    }
+
+    /// How this node recovers from its data directory.
+    pub fn recovery_options(&self) -> recovery::RecoveryOptions {
+        recovery::RecoveryOptions {
+            capacity_bytes: self.capacity_bytes,
+            wal_segment_bytes: self.wal_segment_bytes,
+            owner: Some(recovery::Owner {
+                cluster_id: self.cluster_id,
+                node: self.id,
+            }),
+            rebuild_from_leader: self.rebuild_from_leader,
         }
     }
 
@@ -172,9 +191,23 @@ pub enum NodeError {
     /// Replaying the log failed.
     #[error(transparent)]
     Apply(#[from] ApplyError),
-    /// The configuration is inconsistent.
-    #[error("configuration: {0}")]
-    Config(String),
+    /// The configuration is invalid: every error found.
+    #[error("configuration: {}", join(.0))]
+    Config(Vec<config::ConfigError>),
+    /// Recovery refused to start the node: nothing on disk was changed.
+    #[error("refused: {0}")]
+    Refused(#[from] recovery::Refusal),
+    /// The node thread ended before it listened.
+    #[error("the node thread ended before it listened")]
+    Thread,
+}
+
+fn join(errors: &[config::ConfigError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Everything that reaches a node's event loop.
@@ -239,23 +272,20 @@ impl Drop for NodeHandle {
 /// Recovers the node from its data directory and starts it on a thread of its own (a
 /// single-threaded tokio runtime; the WAL has another thread). Returns once it listens.
 pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, NodeError> {
-    let me = config
-        .address(config.id)
-        .ok_or_else(|| NodeError::Config(format!("node {} is not listed", config.id)))?;
+    let errors = config.validate();
+    if !errors.is_empty() {
+        return Err(NodeError::Config(errors));
+    }
+    let me = config.address(config.id).expect("validated: listed");
     let (peer_address, client_address) = (me.peer_address, me.client_address);
-    let restored = storage::restore(
-        &config.data_dir,
-        handler,
-        config.capacity_bytes,
-        config.wal_segment_bytes,
-    )?;
+    let restored = recovery::restore(&config.data_dir, handler, &config.recovery_options())?;
     let report = &restored.report;
-    if report.snapshot.is_some()
-        || report.replayed > 0
-        || !report.refused.is_empty()
-        || report.damage.is_some()
-    {
-        eprintln!("node {}: recovered: {report}", config.id);
+    if report.is_notable() || report.first_start {
+        eprintln!(
+            "node {}: recovered: {report} (data in {})",
+            config.id,
+            config.data_dir.display()
+        );
     }
     let (inbox, inputs) = mpsc::channel(INBOX_INPUTS_MAX);
     let (ready, started) = std::sync::mpsc::channel();
@@ -309,8 +339,6 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
             failed: Some(failed),
         }),
         Ok(Err(error)) => Err(error),
-        Err(_) => Err(NodeError::Config(
-            "the node thread ended before it listened".into(),
-        )),
+        Err(_) => Err(NodeError::Thread),
     }
 }

@@ -63,7 +63,7 @@ pub enum ParseError {
         /// The magic this build writes and reads.
         expected: String,
     },
-    /// Not a snapshot at all (no snapshot magic): overwritten or damaged.
+    /// Its digest holds but it is not a snapshot (no snapshot magic).
     #[error("damaged: not a snapshot (no snapshot magic)")]
     Magic,
     /// The digest holds but the content does not decode: written by a build whose layout
@@ -102,25 +102,27 @@ pub fn snapshot_path(dir: &Path, index: EntryIndex) -> PathBuf {
     dir.join(format!("{:020}{SNAPSHOT_SUFFIX}", index.0))
 }
 
-/// Snapshot files in `dir`, newest (highest index) first.
-pub fn list_snapshots(dir: &Path) -> Vec<(EntryIndex, PathBuf)> {
-    let mut found: Vec<(EntryIndex, PathBuf)> = fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|item| {
-            let path = item.path();
-            let stem = path
-                .file_name()?
-                .to_str()?
-                .strip_suffix(SNAPSHOT_SUFFIX)?
-                .parse()
-                .ok()?;
-            Some((EntryIndex(stem), path))
-        })
-        .collect();
+/// Snapshot files in `dir`, newest (highest index) first; none when `dir` does not exist.
+pub fn list_snapshots(dir: &Path) -> std::io::Result<Vec<(EntryIndex, PathBuf)>> {
+    let items = match fs::read_dir(dir) {
+        Ok(items) => items,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found = Vec::new();
+    for item in items {
+        let path = item?.path();
+        let stem = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .and_then(|name| name.strip_suffix(SNAPSHOT_SUFFIX))
+            .and_then(|stem| stem.parse().ok());
+        if let Some(stem) = stem {
+            found.push((EntryIndex(stem), path));
+        }
+    }
     found.sort_unstable_by_key(|item| std::cmp::Reverse(item.0));
-    found
+    Ok(found)
 }
 
 /// Appends the start of a snapshot file: magic, meta and the number of tables.
@@ -202,7 +204,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
     })
 }
 
-/// Verifies and decodes a snapshot file's bytes (the magic and the digest first, then the
+/// Verifies and decodes a snapshot file's bytes (the digest and the magic first, then the
 /// structure).
 pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ParseError> {
     check_head(bytes)?;
@@ -217,27 +219,28 @@ pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ParseError> {
         .map_err(ParseError::Structure)
 }
 
-/// Checks the length, the magic and the digest.
+/// Checks the length, the digest and the magic (the digest first: a damaged file is damaged
+/// whichever byte was hit, the magic's included).
 fn check_head(bytes: &[u8]) -> Result<(), ParseError> {
     if bytes.len() < MAGIC.len() + DIGEST_BYTES {
         return Err(ParseError::TooShort { bytes: bytes.len() });
-    }
-    let magic = &bytes[..MAGIC.len()];
-    if magic != MAGIC {
-        // Same family, another version: an intact file of another format.
-        if magic[..MAGIC_FAMILY_BYTES] == MAGIC[..MAGIC_FAMILY_BYTES] {
-            return Err(ParseError::Format {
-                found: String::from_utf8_lossy(magic).into_owned(),
-                expected: String::from_utf8_lossy(&MAGIC).into_owned(),
-            });
-        }
-        return Err(ParseError::Magic);
     }
     let (body, digest) = bytes.split_at(bytes.len() - DIGEST_BYTES);
     if blake3::hash(body).as_bytes() != digest {
         return Err(ParseError::Digest);
     }
-    Ok(())
+    let magic = &bytes[..MAGIC.len()];
+    if magic == MAGIC {
+        return Ok(());
+    }
+    // Same family, another version: an intact file of another format.
+    if magic[..MAGIC_FAMILY_BYTES] == MAGIC[..MAGIC_FAMILY_BYTES] {
+        return Err(ParseError::Format {
+            found: String::from_utf8_lossy(magic).into_owned(),
+            expected: String::from_utf8_lossy(&MAGIC).into_owned(),
+        });
+    }
+    Err(ParseError::Magic)
 }
 
 /// What a snapshot's content decodes to: its meta, tables and sessions.

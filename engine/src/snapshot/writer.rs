@@ -196,7 +196,11 @@ fn drop_open(open: &mut Option<Open>) {
 
 /// Removes all but the newest [`SNAPSHOTS_KEPT`] snapshots, and leftover temporary files.
 fn prune(dir: &Path) {
-    for (_, path) in list_snapshots(dir).into_iter().skip(SNAPSHOTS_KEPT) {
+    for (_, path) in list_snapshots(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .skip(SNAPSHOTS_KEPT)
+    {
         let _ = fs::remove_file(path);
     }
     for item in fs::read_dir(dir).into_iter().flatten().flatten() {

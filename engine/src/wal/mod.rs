@@ -177,7 +177,7 @@ impl Wal {
     /// Scans the log as [`Wal::open_repairing`] does but changes nothing on disk: a torn tail
     /// stays until [`Wal::settle`], damage until [`Wal::cut_damage`]. With
     /// [`Access::ReadOnly`] the files are opened for reading only and the log can only be
-    /// read (a missing directory is an empty log).
+    /// read. A missing directory is an empty log (created by [`Wal::settle`]).
     pub fn scan_repairing(
         dir: &Path,
         segment_bytes_max: u64,
@@ -194,6 +194,7 @@ impl Wal {
     /// recovered entry as durable, so make it so before saying it).
     pub fn settle(&mut self) -> Result<(), WalError> {
         self.assert_writable();
+        fs::create_dir_all(&self.dir).map_err(io_error(&self.dir))?;
         if self.torn_tail_bytes > 0 {
             let segment = self.segments.last().expect("a torn tail lies in a segment");
             segment

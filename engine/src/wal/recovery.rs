@@ -54,8 +54,7 @@ pub(super) struct Cut {
 pub enum Access {
     /// For reading and writing: the log can be settled, cut and appended to afterwards.
     ReadWrite,
-    /// For reading only: nothing is ever written (`runner recover`); a missing directory is an
-    /// empty log.
+    /// For reading only: nothing is ever written (`runner recover`).
     ReadOnly,
 }
 
@@ -88,13 +87,13 @@ fn segment_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, WalError> {
 
 /// Scans the segments in `dir` without changing them: a torn tail is noted (cut by
 /// [`super::Wal::settle`]), damage is noted (cut by [`super::Wal::cut_damage`]) when
-/// `repairing`, an error otherwise.
+/// `repairing`, an error otherwise. A missing directory is an empty log.
 pub(super) fn scan(
     dir: &Path,
     repairing: bool,
     access: Access,
 ) -> Result<(Wal, Recovery), WalError> {
-    let files = if access == Access::ReadOnly && !dir.exists() {
+    let files = if !dir.exists() {
         Vec::new()
     } else {
         segment_files(dir)?

@@ -65,6 +65,19 @@ impl Nodes {
         child.wait().unwrap();
     }
 
+    /// Waits for node `id`'s process to exit on its own (a refused start) and returns how it
+    /// ended; fails the test after [`WAIT`].
+    pub fn wait_exit(&mut self, id: u8) -> std::process::ExitStatus {
+        let mut child = self.children.remove(&id).expect("started");
+        let pid = child.id();
+        let (done, exited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(child.wait().unwrap()));
+        exited.recv_timeout(WAIT).unwrap_or_else(|_| {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("node {id} did not exit")
+        })
+    }
+
     /// What node `id` printed during its latest start.
     pub fn log(&self, id: u8) -> String {
         let start = self.starts.get(&id).copied().unwrap_or(1);

@@ -1,0 +1,202 @@
+//! `runner recover`: what a start of a stopped node's data directory would do, worked out
+//! without writing a byte (the log is opened read-only and replayed in memory, under a shared
+//! lock that a running node refuses), and timed.
+
+use crate::cluster_file::ClusterFile;
+use anyhow::{Context, bail};
+use bank::Bank;
+use clap::Args;
+use engine::node::data_dir::read_identity;
+use engine::node::recovery::{Inspection, Owner, RecoveryOptions, RecoveryReport, inspect};
+use engine::state::STATE_BYTES_DEFAULT;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+/// Options of `runner recover`.
+#[derive(Args, Debug)]
+pub struct RecoverArgs {
+    /// The node's data directory (the node must be stopped); with --cluster, the file's.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The cluster file: recover as node --id is configured there (its directory, capacity,
+    /// segment size, and the cluster and node its directory must belong to).
+    #[arg(long, requires = "id")]
+    pub cluster: Option<PathBuf>,
+    /// The node's id in the cluster file.
+    #[arg(long, requires = "cluster")]
+    pub id: Option<u8>,
+    /// State capacity, in bytes (default: the cluster file's, or 2 GiB).
+    #[arg(long)]
+    pub capacity_bytes: Option<u64>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where and how to recover, from the arguments.
+fn target(args: &RecoverArgs) -> anyhow::Result<(PathBuf, RecoveryOptions)> {
+    let mut options = RecoveryOptions {
+        capacity_bytes: STATE_BYTES_DEFAULT,
+        wal_segment_bytes: engine::wal::WAL_SEGMENT_BYTES_MAX,
+        owner: None,
+        rebuild_from_leader: false,
+    };
+    let mut dir = args.data_dir.clone();
+    if let (Some(path), Some(id)) = (&args.cluster, args.id) {
+        let config = ClusterFile::read(path)?.node_config(id)?;
+        options = config.recovery_options();
+        dir = dir.or(Some(config.data_dir));
+    }
+    if let Some(capacity) = args.capacity_bytes {
+        options.capacity_bytes = capacity;
+    }
+    let dir = dir.context("give --data-dir, or --cluster and --id")?;
+    Ok((dir, options))
+}
+
+/// Reports what a start of the directory would do, or what it would refuse (then exits 1);
+/// writes nothing.
+pub fn run(args: RecoverArgs) -> anyhow::Result<()> {
+    let (dir, options) = target(&args)?;
+    let identity = read_identity(&dir).ok().flatten().map(|i| {
+        let tables: Vec<String> = i
+            .tables
+            .iter()
+            .map(|(id, name)| format!("{id} {name}"))
+            .collect();
+        format!(
+            "cluster {}, node {}, tables: {}",
+            i.cluster_id,
+            i.node,
+            tables.join(", ")
+        )
+    });
+    let inspected = inspect(&dir, Bank, &options);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&as_json(&dir, &identity, &inspected))?
+        );
+    } else {
+        print_table(&identity, &inspected, options.owner);
+    }
+    if let Err(error) = inspected {
+        bail!("a start of {} would be refused: {error}", dir.display());
+    }
+    Ok(())
+}
+
+fn as_json(
+    dir: &std::path::Path,
+    identity: &Option<String>,
+    inspected: &Result<Inspection<Bank>, engine::node::NodeError>,
+) -> Value {
+    let mut value = json!({
+        "data_dir": dir.display().to_string(),
+        "identity": identity,
+        "written": false,
+    });
+    match inspected {
+        Ok(Inspection { machine, report }) => {
+            let fields = json!({
+                "would_refuse": Value::Null,
+                "recovery_ms": report.took.as_secs_f64() * 1e3,
+                "first_start": report.first_start,
+                "snapshot_index": report.snapshot.map_or(0, |(index, _)| index.0),
+                "snapshot_bytes": report.snapshot.map_or(0, |(_, bytes)| bytes),
+                "replayed_entries": report.replayed,
+                "discarded_entries": report.discarded,
+                "torn_tail_bytes": report.torn_tail_bytes,
+                "refused_snapshots": report.passed_over,
+                "would_quarantine": report.quarantined.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                "damage": report.damage,
+                "would_stamp": report.stamped,
+                "applied_index": machine.applied_index().0,
+                "state_hash": machine.state_hash().to_string(),
+                "accounts": machine.state().len(&bank::ACCOUNTS),
+            });
+            merge(&mut value, fields);
+        }
+        Err(error) => merge(&mut value, json!({ "would_refuse": error.to_string() })),
+    }
+    value
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Value::Object(into), Value::Object(from)) = (into, from) {
+        into.extend(from);
+    }
+}
+
+fn print_table(
+    identity: &Option<String>,
+    inspected: &Result<Inspection<Bank>, engine::node::NodeError>,
+    owner: Option<Owner>,
+) {
+    match identity {
+        Some(identity) => println!("identity: {identity}"),
+        None => println!("identity: none stamped"),
+    }
+    if owner.is_none() {
+        println!("(give --cluster and --id to check it against the node's configuration)");
+    }
+    match inspected {
+        Ok(Inspection { machine, report }) => {
+            println!(
+                "{:>12} {:>14} {:>10} {:>10} {:>12} {:>10}  state hash",
+                "recovery ms", "snapshot at", "MiB", "replayed", "applied", "accounts"
+            );
+            println!(
+                "{:>12.0} {:>14} {:>10.1} {:>10} {:>12} {:>10}  {}",
+                report.took.as_secs_f64() * 1e3,
+                report.snapshot.map_or(0, |(index, _)| index.0),
+                report.snapshot.map_or(0, |(_, bytes)| bytes) as f64 / (1024.0 * 1024.0),
+                report.replayed,
+                machine.applied_index().0,
+                machine.state().len(&bank::ACCOUNTS),
+                machine.state_hash()
+            );
+            for line in would_do(report) {
+                println!("a start would {line}");
+            }
+        }
+        Err(error) => println!("a start would refuse: {error}"),
+    }
+    println!("nothing was written");
+}
+
+/// What a start would change on disk, one line each (or that it changes nothing).
+fn would_do(report: &RecoveryReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    if report.first_start {
+        lines.push("be a first start (the directory holds no data)".into());
+    }
+    if report.torn_tail_bytes > 0 {
+        lines.push(format!(
+            "cut a torn tail of {} bytes off the WAL",
+            report.torn_tail_bytes
+        ));
+    }
+    if let Some(damage) = &report.damage {
+        lines.push(format!("repair: {damage}"));
+    }
+    for passed in &report.passed_over {
+        lines.push(format!("pass over {passed}"));
+    }
+    for path in &report.quarantined {
+        lines.push(format!("move {} to quarantine/", path.display()));
+    }
+    if report.discarded > 0 {
+        lines.push(format!(
+            "remove {} WAL entries behind or conflicting with the snapshot",
+            report.discarded
+        ));
+    }
+    if report.stamped {
+        lines.push("stamp the directory's identity".into());
+    }
+    if lines.is_empty() {
+        lines.push("start as it is, changing nothing".into());
+    }
+    lines
+}
