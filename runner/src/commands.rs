@@ -77,12 +77,9 @@ pub fn node(args: NodeArgs) -> anyhow::Result<()> {
         .context("listed")?
         .clone();
     let data_dir = config.data_dir.clone();
-    let mut handle = engine::node::start(config, Bank).with_context(|| {
-        format!(
-            "node {} of {} did not start",
-            args.id,
-            args.cluster.display()
-        )
+    // One line: the refusal itself names the file, the reason and the setting.
+    let mut handle = engine::node::start(config, Bank).map_err(|error| {
+        anyhow::anyhow!("node {} of {}: {error}", args.id, args.cluster.display())
     })?;
     eprintln!(
         "node {}: peers on {}, clients on {}, data in {}",

@@ -6,6 +6,7 @@ use crate::cluster_file::ClusterFile;
 use anyhow::{Context, bail};
 use bank::Bank;
 use clap::Args;
+use engine::node::NodeError;
 use engine::node::data_dir::read_identity;
 use engine::node::recovery::{Inspection, Owner, RecoveryOptions, RecoveryReport, inspect};
 use engine::state::STATE_BYTES_DEFAULT;
@@ -81,15 +82,27 @@ pub fn run(args: RecoverArgs) -> anyhow::Result<()> {
         print_table(&identity, &inspected, options.owner);
     }
     if let Err(error) = inspected {
-        bail!("a start of {} would be refused: {error}", dir.display());
+        bail!(
+            "a start of {} would be refused: {}",
+            dir.display(),
+            refusal(&error)
+        );
     }
     Ok(())
+}
+
+/// The refusal itself, without the "refused:" a node's error puts before it.
+fn refusal(error: &NodeError) -> String {
+    if let NodeError::Refused(refusal) = error {
+        return refusal.to_string();
+    }
+    error.to_string()
 }
 
 fn as_json(
     dir: &std::path::Path,
     identity: &Option<String>,
-    inspected: &Result<Inspection<Bank>, engine::node::NodeError>,
+    inspected: &Result<Inspection<Bank>, NodeError>,
 ) -> Value {
     let mut value = json!({
         "data_dir": dir.display().to_string(),
@@ -117,7 +130,7 @@ fn as_json(
             });
             merge(&mut value, fields);
         }
-        Err(error) => merge(&mut value, json!({ "would_refuse": error.to_string() })),
+        Err(error) => merge(&mut value, json!({ "would_refuse": refusal(error) })),
     }
     value
 }
@@ -130,7 +143,7 @@ fn merge(into: &mut Value, from: Value) {
 
 fn print_table(
     identity: &Option<String>,
-    inspected: &Result<Inspection<Bank>, engine::node::NodeError>,
+    inspected: &Result<Inspection<Bank>, NodeError>,
     owner: Option<Owner>,
 ) {
     match identity {
@@ -160,7 +173,7 @@ fn print_table(
                 println!("a start would {line}");
             }
         }
-        Err(error) => println!("a start would refuse: {error}"),
+        Err(error) => println!("a start would refuse: {}", refusal(error)),
     }
     println!("nothing was written");
 }

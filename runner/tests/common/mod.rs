@@ -225,6 +225,17 @@ impl Model {
     /// Reads every account and the audit through a fresh client and checks them against the
     /// model: no acknowledged transfer lost or applied twice, the total unchanged.
     pub async fn check(&self, config: &ClientConfig, client: engine::ClientId) {
+        self.check_beside(config, client, (0, 0)).await;
+    }
+
+    /// Checks as [`Model::check`] does, in a state that also holds `others`: that many other
+    /// accounts, with that total.
+    pub async fn check_beside(
+        &self,
+        config: &ClientConfig,
+        client: engine::ClientId,
+        others: (u64, u128),
+    ) {
         let mut checker = Client::new(config.clone(), client, engine::RequestNumber(1));
         let mut reads: Vec<BankCommand> = (0..ACCOUNTS)
             .map(|n| BankCommand::Get { id: account_id(n) })
@@ -248,7 +259,10 @@ impl Model {
         };
         assert_eq!(
             (*accounts, *total),
-            (ACCOUNTS, u128::from(ACCOUNTS) * u128::from(OPENING_BALANCE))
+            (
+                ACCOUNTS + others.0,
+                u128::from(ACCOUNTS) * u128::from(OPENING_BALANCE) + others.1
+            )
         );
     }
 }
