@@ -282,6 +282,8 @@ fn every_mistake_is_refused_and_changes_nothing() {
         u128::from(ACCOUNTS_OPENED) * u128::from(OTHER_BALANCE),
     );
     runtime().block_on(model.check_beside(&config, ClientId(99), others));
+    no_usable_state_then_rebuild(&mut nodes, &config, &data, &mut table);
+    runtime().block_on(model.check_beside(&config, ClientId(98), others));
     handler_missing_a_table(dir.path(), &mut table);
     table.write();
 }
@@ -634,4 +636,64 @@ fn peer_address(file: &Path) -> std::net::SocketAddr {
         .find_map(|l| l.strip_prefix("peer_address = "))
         .unwrap();
     line.trim_matches('"').parse().unwrap()
+}
+
+/// Every snapshot of the subject damaged while its log was compacted behind them: no usable
+/// state is left, the start is refused (byte-identical); the operator's explicit
+/// `--rebuild-from-leader` then starts it empty, with every old file kept in quarantine byte
+/// for byte, and it catches up from the leader.
+fn no_usable_state_then_rebuild(
+    nodes: &mut Nodes,
+    config: &engine::client::ClientConfig,
+    data: &Path,
+    table: &mut Rows,
+) {
+    nodes.kill(SUBJECT);
+    for (_, path) in engine::snapshot::list_snapshots(&data.join("snapshots")).unwrap() {
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+    }
+    let mut segments: Vec<String> = std::fs::read_dir(data.join("wal"))
+        .unwrap()
+        .map(|i| i.unwrap().file_name().into_string().unwrap())
+        .collect();
+    segments.sort();
+    assert_ne!(
+        segments[0],
+        format!("{:020}.wal", 1),
+        "the log is compacted"
+    );
+    let before = contents(data);
+    let file = nodes.cluster_file.clone();
+    let message = refused_node(&file, SUBJECT, "no usable state in");
+    table.add(
+        "every snapshot damaged behind a compacted log",
+        &message,
+        contents(data) == before,
+    );
+    nodes.start_with(SUBJECT, &["--rebuild-from-leader"]);
+    runtime().block_on(converged(config));
+    let log = nodes.log(SUBJECT);
+    let line = log.lines().find(|l| l.contains("recovered:")).unwrap();
+    assert!(
+        line.contains("rebuilt empty on the operator's order"),
+        "{log}"
+    );
+    let after = contents(data);
+    for (relative, bytes) in &before {
+        let kept = after.get(relative) == Some(bytes) && relative.as_os_str() != "wal"
+            || after
+                .iter()
+                .any(|(p, b)| b == bytes && p.starts_with("quarantine") && p.ends_with(relative));
+        let rewritten = relative.as_os_str() == "hard_state";
+        assert!(kept || rewritten, "{} lost or changed", relative.display());
+    }
+    let moved = line.split("; ").find(|p| p.contains("rebuilt")).unwrap();
+    table.add(
+        "the same, started with `--rebuild-from-leader` (explicit)",
+        moved,
+        true,
+    );
 }

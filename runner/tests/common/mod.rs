@@ -44,6 +44,11 @@ impl Nodes {
     }
 
     pub fn start(&mut self, id: u8) {
+        self.start_with(id, &[]);
+    }
+
+    /// Starts node `id` with `extra` arguments after the usual ones.
+    pub fn start_with(&mut self, id: u8, extra: &[&str]) {
         let start = self.starts.entry(id).or_default();
         *start += 1;
         let log_path = self.dir.join(format!("node{id}.{start}.log"));
@@ -52,6 +57,7 @@ impl Nodes {
             .args(["node", "--cluster"])
             .arg(&self.cluster_file)
             .args(["--id", &id.to_string()])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
