@@ -91,8 +91,20 @@ pub fn run_dir(base: Option<PathBuf>) -> anyhow::Result<tempfile::TempDir> {
         .tempdir_in(base)?)
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+/// Runs the command; an error is printed on one line (its causes joined, no backtrace: the
+/// messages name what went wrong) and the process exits 1.
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Local(args) => commands::local(args),
         Command::Node(args) => commands::node(args),
         Command::Bench(args) => commands::bench(args),

@@ -209,7 +209,7 @@ fn would_do(report: &RecoveryReport) -> Vec<String> {
         lines.push("stamp the directory's identity".into());
     }
     if lines.is_empty() {
-        lines.push("start as it is, changing nothing".into());
+        lines.push("change nothing on disk".into());
     }
     lines
 }

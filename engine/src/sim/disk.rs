@@ -146,7 +146,7 @@ impl Disk {
     }
 
     /// Damage found at restart: an entry chosen by `draw` is unreadable. As
-    /// `node::storage::restore` does, the log is cut before it and the hard state records the
+    /// `node::recovery::restore` does, the log is cut before it and the hard state records the
     /// log's old end as the repair to wait for. False when the log is empty.
     pub fn damage(&mut self, draw: u64) -> bool {
         let (first, last) = (self.first_index(), self.last_index());

@@ -657,7 +657,7 @@ impl<W: Workload> Sim<W> {
         self.checker.crashed(id);
     }
 
-    /// Starts node `id` from its disk, as `node::storage::restore` recovers a real one: the
+    /// Starts node `id` from its disk, as `node::recovery::restore` recovers a real one: the
     /// newest snapshot with no gap before the log (the log reset to it when it does not
     /// continue it), then the entries the log shows committed.
     fn restart(&mut self, id: NodeId) {
