@@ -547,7 +547,14 @@ pub fn compare_wals(dir: &Path, findings: &mut Findings) {
         let path = dir
             .join(format!("node{id}"))
             .join(engine::node::storage::WAL_DIR);
-        match engine::wal::Wal::open(&path) {
+        // Read-only: the checker looks at the evidence and changes none of it.
+        let segment_bytes = engine::wal::WAL_SEGMENT_BYTES_MAX;
+        match engine::wal::Wal::scan_repairing(&path, segment_bytes, engine::wal::Access::ReadOnly)
+        {
+            Ok((_, recovery)) if recovery.damage.is_some() => findings.violations.push(format!(
+                "node {id}: its WAL is damaged: {:?}",
+                recovery.damage
+            )),
             Ok((wal, _)) => wals.push(wal),
             Err(error) => findings
                 .violations
