@@ -211,11 +211,14 @@ impl ClusterFile {
         errors
     }
 
-    /// Data directories named twice (the same path, or one inside another).
+    /// Data directories named twice on one host (the same path, or one inside another). Nodes
+    /// whose peer addresses differ are taken for different machines, where the same path is
+    /// two directories.
     fn duplicate_dirs(&self) -> Vec<String> {
         let mut errors = Vec::new();
         for (n, a) in self.nodes.iter().enumerate() {
-            for b in &self.nodes[n + 1..] {
+            let same_host = |b: &&NodeEntry| b.peer_address.ip() == a.peer_address.ip();
+            for b in self.nodes[n + 1..].iter().filter(same_host) {
                 let (da, db) = (normal(&a.data_dir), normal(&b.data_dir));
                 if da.starts_with(&db) || db.starts_with(&da) {
                     errors.push(format!(
@@ -369,6 +372,9 @@ mod tests {
         let errors = toml::from_str::<ClusterFile>(&dirs).unwrap().errors();
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(errors[0].contains("overlap"), "{errors:?}");
+        let hosts = dirs.replace("127.0.0.1:7002", "10.0.0.2:7002");
+        let errors = toml::from_str::<ClusterFile>(&hosts).unwrap().errors();
+        assert_eq!(errors, Vec::<String>::new(), "one path on two machines");
         let ranges = format!("tick_ms = 0\ncapacity_bytes = 10\n{good}");
         let errors = toml::from_str::<ClusterFile>(&ranges).unwrap().errors();
         assert_eq!(errors.len(), 2, "{errors:?}");

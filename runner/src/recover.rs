@@ -3,7 +3,7 @@
 //! lock that a running node refuses), and timed.
 
 use crate::cluster_file::ClusterFile;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use bank::Bank;
 use clap::Args;
 use engine::node::NodeError;
@@ -59,19 +59,22 @@ fn target(args: &RecoverArgs) -> anyhow::Result<(PathBuf, RecoveryOptions)> {
 /// writes nothing.
 pub fn run(args: RecoverArgs) -> anyhow::Result<()> {
     let (dir, options) = target(&args)?;
-    let identity = read_identity(&dir).ok().flatten().map(|i| {
-        let tables: Vec<String> = i
-            .tables
-            .iter()
-            .map(|(id, name)| format!("{id} {name}"))
-            .collect();
-        format!(
-            "cluster {}, node {}, tables: {}",
-            i.cluster_id,
-            i.node,
-            tables.join(", ")
-        )
-    });
+    let identity = match read_identity(&dir) {
+        Ok(Some(i)) => {
+            let tables: Vec<String> = i
+                .tables
+                .iter()
+                .map(|(id, name)| format!("{id} {name}"))
+                .collect();
+            let tables = tables.join(", ");
+            format!(
+                "cluster {}, node {}, tables: {tables}",
+                i.cluster_id, i.node
+            )
+        }
+        Ok(None) => "none stamped".into(),
+        Err(error) => error.to_string(),
+    };
     let inspected = inspect(&dir, Bank, &options);
     if args.json {
         println!(
@@ -81,12 +84,9 @@ pub fn run(args: RecoverArgs) -> anyhow::Result<()> {
     } else {
         print_table(&identity, &inspected, options.owner);
     }
-    if let Err(error) = inspected {
-        bail!(
-            "a start of {} would be refused: {}",
-            dir.display(),
-            refusal(&error)
-        );
+    if inspected.is_err() {
+        // The refusal is printed above; the status tells scripts.
+        std::process::exit(1);
     }
     Ok(())
 }
@@ -101,7 +101,7 @@ fn refusal(error: &NodeError) -> String {
 
 fn as_json(
     dir: &std::path::Path,
-    identity: &Option<String>,
+    identity: &str,
     inspected: &Result<Inspection<Bank>, NodeError>,
 ) -> Value {
     let mut value = json!({
@@ -142,14 +142,11 @@ fn merge(into: &mut Value, from: Value) {
 }
 
 fn print_table(
-    identity: &Option<String>,
+    identity: &str,
     inspected: &Result<Inspection<Bank>, NodeError>,
     owner: Option<Owner>,
 ) {
-    match identity {
-        Some(identity) => println!("identity: {identity}"),
-        None => println!("identity: none stamped"),
-    }
+    println!("identity: {identity}");
     if owner.is_none() {
         println!("(give --cluster and --id to check it against the node's configuration)");
     }

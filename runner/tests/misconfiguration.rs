@@ -286,6 +286,7 @@ fn every_mistake_is_refused_and_changes_nothing() {
 
     on_a_small_disk(dir.path(), &file, &data, &mut table, &before);
     damaged_hard_state(dir.path(), &file, &data, &mut table);
+    missing_hard_state(dir.path(), &file, &data, &mut table);
     bad_cluster_files(&file, &mut table, &same);
 
     // The WAL given a torn tail (an append cut short): recover says what a start would cut,
@@ -392,6 +393,22 @@ fn on_a_small_disk(
     );
     let message = refused_node(&full, SUBJECT, "bytes free, under the");
     table.add("a full disk at start", &message, hashes(&copy) == *before);
+}
+
+/// A copy of the subject's directory without its hard state: refused (its votes are lost).
+fn missing_hard_state(dir: &Path, file: &Path, data: &Path, table: &mut Rows) {
+    let copy = dir.join("missing-hard-state");
+    copy_dir(data, &copy);
+    std::fs::remove_file(copy.join("hard_state")).unwrap();
+    let before = hashes(&copy);
+    let edit = [(data.to_str().unwrap(), copy.to_str().unwrap())];
+    let missing = variant(file, "no-hard-state", &edit);
+    let message = refused_node(&missing, SUBJECT, "hard_state is missing");
+    table.add(
+        "`hard_state` missing beside the log",
+        &message,
+        hashes(&copy) == before,
+    );
 }
 
 /// A copy of the subject's directory with its hard state damaged: refused.
@@ -704,9 +721,23 @@ fn no_usable_state_then_rebuild(
         let rewritten = relative.as_os_str() == "hard_state";
         assert!(kept || rewritten, "{} lost or changed", relative.display());
     }
-    let moved = line.split("; ").find(|p| p.contains("rebuilt")).unwrap();
+    let moved = &line[line.find("rebuilt empty").unwrap()..];
     table.add_kept(
         "the same, started with `--rebuild-from-leader` (explicit)",
         moved,
     );
+    // Left on the command line, the flag does nothing to usable data.
+    nodes.kill(SUBJECT);
+    let before = contents(data);
+    nodes.start_with(SUBJECT, &["--rebuild-from-leader"]);
+    runtime().block_on(converged(config));
+    let log = nodes.log(SUBJECT);
+    assert!(
+        log.contains("--rebuild-from-leader ignored: the data is usable"),
+        "{log}"
+    );
+    let quarantined = |files: &BTreeMap<PathBuf, Vec<u8>>| {
+        files.keys().filter(|p| p.starts_with("quarantine")).count()
+    };
+    assert_eq!(quarantined(&contents(data)), quarantined(&before));
 }

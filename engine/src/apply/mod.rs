@@ -223,6 +223,11 @@ impl<H: Handler> StateMachine<H> {
         &self.handler
     }
 
+    /// Gives the handler back, dropping the state.
+    pub fn into_handler(self) -> H {
+        self.handler
+    }
+
     /// The state (on a leader, with its speculative writes in it).
     pub fn state(&self) -> &State {
         &self.state

@@ -63,6 +63,19 @@ pub enum DataDirError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The directory does not exist and its parent cannot be written.
+    #[error(
+        "data directory {dir} does not exist and cannot be created in {parent} ({source}): \
+         make {parent} writable, or fix data_dir"
+    )]
+    CannotCreate {
+        /// The data directory.
+        dir: PathBuf,
+        /// Its parent.
+        parent: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// The directory's file system is (nearly) full.
     #[error(
         "data directory {dir} has {free_bytes} bytes free, under the {needed_bytes} a node \
@@ -168,7 +181,19 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataDirError + '_ {
 /// dropped. It is an advisory `flock` on the directory itself, so taking it writes nothing.
 #[derive(Debug)]
 pub struct DirLock {
-    _dir: File,
+    dir: Option<File>,
+    /// Told once the lock is released.
+    released: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Closing the descriptor releases the flock; then whoever waits hears of it.
+        drop(self.dir.take());
+        if let Some(released) = self.released.take() {
+            let _ = released.send(());
+        }
+    }
 }
 
 impl DirLock {
@@ -184,10 +209,20 @@ impl DirLock {
         DirLock::take(dir, FlockOperation::NonBlockingLockShared)
     }
 
+    /// A receiver that hears once this lock is released (the last holder dropped it).
+    pub fn on_release(&mut self) -> std::sync::mpsc::Receiver<()> {
+        let (released, heard) = std::sync::mpsc::channel();
+        self.released = Some(released);
+        heard
+    }
+
     fn take(dir: &Path, operation: FlockOperation) -> Result<DirLock, DataDirError> {
         let file = File::open(dir).map_err(io(dir))?;
         match rustix::fs::flock(&file, operation) {
-            Ok(()) => Ok(DirLock { _dir: file }),
+            Ok(()) => Ok(DirLock {
+                dir: Some(file),
+                released: None,
+            }),
             Err(rustix::io::Errno::WOULDBLOCK) => Err(DataDirError::InUse {
                 dir: dir.to_path_buf(),
                 pid: lock_holder(&file),
@@ -277,6 +312,34 @@ pub fn create_dir(dir: &Path) -> Result<(), DataDirError> {
     }
     let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
     sync_dir(parent.unwrap_or(Path::new(".")))
+}
+
+/// Checks that `dir`, which does not exist, can be created in its parent, and that the
+/// parent's file system has room to start a node in; writes nothing.
+pub fn check_creatable(dir: &Path) -> Result<(), DataDirError> {
+    let parent = match dir.parent() {
+        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+        Some(parent) => parent,
+        None => Path::new("/"),
+    };
+    match check_writable(parent) {
+        Ok(()) => Ok(()),
+        Err(DataDirError::ReadOnly { source, .. }) => Err(DataDirError::CannotCreate {
+            dir: dir.to_path_buf(),
+            parent: parent.to_path_buf(),
+            source,
+        }),
+        Err(DataDirError::Full {
+            free_bytes,
+            needed_bytes,
+            ..
+        }) => Err(DataDirError::Full {
+            dir: dir.to_path_buf(),
+            free_bytes,
+            needed_bytes,
+        }),
+        Err(other) => Err(other),
+    }
 }
 
 /// Checks that `dir` (an existing directory) can be written and its file system has room to
@@ -439,21 +502,51 @@ pub fn write_identity(dir: &Path, identity: &Identity) -> Result<(), DataDirErro
     sync_dir(dir)
 }
 
-/// Moves `paths` (inside `dir`) into a new folder `quarantine/<name>` of `dir`, keeping their
+/// Moves `paths` (inside `dir`) into the folder `quarantine/<name>` of `dir`, keeping their
 /// paths relative to `dir`, durably; returns the folder. Nothing is deleted: an operator can
 /// move them back.
 pub fn quarantine(dir: &Path, name: &str, paths: &[PathBuf]) -> Result<PathBuf, DataDirError> {
     let folder = dir.join(QUARANTINE_DIR).join(name);
     for path in paths {
-        let relative = path.strip_prefix(dir).unwrap_or(path);
-        let target = folder.join(relative);
-        let parent = target.parent().expect("inside the folder");
-        fs::create_dir_all(parent).map_err(io(parent))?;
+        let target = folder.join(path.strip_prefix(dir).unwrap_or(path));
+        create_dirs(dir, target.parent().expect("inside the folder"))?;
         fs::rename(path, &target).map_err(io(path))?;
-        sync_dir(parent)?;
+        sync_dir(target.parent().expect("inside the folder"))?;
         sync_dir(path.parent().unwrap_or(dir))?;
     }
     Ok(folder)
+}
+
+/// Copies `paths` (files inside `dir`) into the folder `quarantine/<name>` of `dir`, as
+/// [`quarantine`] moves them, durably (the copy is fsynced before the caller replaces them).
+pub fn quarantine_copy(dir: &Path, name: &str, paths: &[PathBuf]) -> Result<(), DataDirError> {
+    let folder = dir.join(QUARANTINE_DIR).join(name);
+    for path in paths {
+        let target = folder.join(path.strip_prefix(dir).unwrap_or(path));
+        let parent = target.parent().expect("inside the folder");
+        create_dirs(dir, parent)?;
+        fs::copy(path, &target).map_err(io(path))?;
+        File::open(&target)
+            .and_then(|f| f.sync_all())
+            .map_err(io(&target))?;
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Creates `path` and any missing directory between `dir` and it, each made durable in its
+/// parent.
+fn create_dirs(dir: &Path, path: &Path) -> Result<(), DataDirError> {
+    let mut at = dir.to_path_buf();
+    for part in path.strip_prefix(dir).unwrap_or(path).components() {
+        let next = at.join(part);
+        if !next.is_dir() {
+            fs::create_dir(&next).map_err(io(&next))?;
+            sync_dir(&at)?;
+        }
+        at = next;
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<(), DataDirError> {

@@ -176,11 +176,7 @@ impl<H: Handler> Driver<H> {
         // WAL's and the snapshot writer's hold it beside this one.
         let lock = Arc::new(restored.lock);
         let wal_inbox = inbox.clone();
-        let wal_lock = Arc::clone(&lock);
-        let report = move |event| {
-            let _held = &wal_lock;
-            wal_inbox.blocking_send(Input::Wal(event)).is_ok()
-        };
+        let report = move |event| wal_inbox.blocking_send(Input::Wal(event)).is_ok();
         let peers = config
             .nodes
             .iter()
@@ -190,7 +186,9 @@ impl<H: Handler> Driver<H> {
         let acker = Acker::new(config.access(), peers);
         let fsync_delay = Duration::from_millis(config.fsync_delay_ms);
         let name = format!("wal-{}", config.id);
-        let wal = match WalThread::spawn(restored.wal, acker, name, fsync_delay, report) {
+        let wal_lock = Arc::clone(&lock);
+        let spawned = WalThread::spawn(restored.wal, acker, name, fsync_delay, wal_lock, report);
+        let wal = match spawned {
             Ok(wal) => wal,
             Err(error) => {
                 eprintln!("node {}: cannot start the WAL thread: {error}", config.id);

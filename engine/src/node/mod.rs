@@ -227,11 +227,17 @@ pub(crate) enum Input {
     SnapshotAborted(NodeId),
 }
 
+/// Longest a stop waits, after the node's thread ended, for its WAL thread and snapshot writer
+/// to finish what they were given and release the data directory.
+pub const STOP_RELEASE_WAIT_MS: u64 = 10_000;
+
 /// A running node: stop it with [`NodeHandle::stop`] (or drop it).
 pub struct NodeHandle {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     failed: Option<tokio::sync::oneshot::Receiver<String>>,
+    /// Hears when the data directory's lock is released.
+    released: Option<std::sync::mpsc::Receiver<()>>,
 }
 
 impl NodeHandle {
@@ -260,6 +266,10 @@ impl NodeHandle {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        // The directory is free for another start once the last thread writing in it ended.
+        if let Some(released) = self.released.take() {
+            let _ = released.recv_timeout(std::time::Duration::from_millis(STOP_RELEASE_WAIT_MS));
+        }
     }
 }
 
@@ -278,7 +288,8 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
     }
     let me = config.address(config.id).expect("validated: listed");
     let (peer_address, client_address) = (me.peer_address, me.client_address);
-    let restored = recovery::restore(&config.data_dir, handler, &config.recovery_options())?;
+    let mut restored = recovery::restore(&config.data_dir, handler, &config.recovery_options())?;
+    let released = restored.lock.on_release();
     let report = &restored.report;
     if report.is_notable() || report.first_start {
         eprintln!(
@@ -337,6 +348,7 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
             stop: Some(stop),
             thread: Some(thread),
             failed: Some(failed),
+            released: Some(released),
         }),
         Ok(Err(error)) => Err(error),
         Err(_) => Err(NodeError::Thread),

@@ -1,10 +1,12 @@
 //! The WAL's own thread: appends and fsyncs off the async runtime, batching whatever queued
 //! while the previous fsync ran into one fsync (group commit).
 
+use super::data_dir::DirLock;
 use crate::entry::Entry;
 use crate::ids::{EntryIndex, NodeId, Term};
 use crate::wal::{Wal, WalError};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -80,18 +82,21 @@ pub(crate) struct WalThread {
 }
 
 impl WalThread {
-    /// Starts the thread; `report` delivers its events to the node.
+    /// Starts the thread; `report` delivers its events to the node. The thread (and any it
+    /// starts to remove segments) holds `lock`, the data directory's, until it ends.
     pub(crate) fn spawn(
         wal: Wal,
         acker: Acker,
         name: String,
         fsync_delay: Duration,
+        lock: Arc<DirLock>,
         report: impl Fn(WalEvent) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
+        let slow = SlowDisk(fsync_delay);
         thread::Builder::new()
             .name(name)
-            .spawn(move || run(wal, acker, queue, fsync_delay, report))?;
+            .spawn(move || run(wal, acker, queue, (slow, lock), report))?;
         Ok(WalThread { ops })
     }
 
@@ -105,7 +110,7 @@ fn run(
     mut wal: Wal,
     mut acker: Acker,
     queue: mpsc::Receiver<WalOp>,
-    fsync_delay: Duration,
+    (slow, lock): (SlowDisk, Arc<DirLock>),
     report: impl Fn(WalEvent) -> bool,
 ) {
     let mut pending = VecDeque::new();
@@ -127,7 +132,7 @@ fn run(
             &mut pending,
             &mut unsynced,
             &mut events,
-            SlowDisk(fsync_delay),
+            (slow, &lock),
         ) {
             Ok(()) if full => {
                 full = false;
@@ -154,7 +159,12 @@ fn run(
             return;
         }
         if full {
-            thread::sleep(Duration::from_millis(WAL_FULL_RETRY_MS));
+            // Wait before the next try, and end once the node has gone (its queue closed).
+            match queue.recv_timeout(Duration::from_millis(WAL_FULL_RETRY_MS)) {
+                Ok(op) => pending.push_back(op),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
         }
     }
 }
@@ -168,7 +178,7 @@ fn carry_out(
     pending: &mut VecDeque<WalOp>,
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
-    slow: SlowDisk,
+    (slow, lock): (SlowDisk, &Arc<DirLock>),
 ) -> Result<(), WalError> {
     // Of several acknowledgements in a batch only the last matters: it covers the others.
     let mut acks_left = pending
@@ -219,8 +229,10 @@ fn carry_out(
                 let (_, segments) = wal.release_through(through);
                 if !segments.is_empty() {
                     let dir = wal.dir().to_path_buf();
+                    let lock = Arc::clone(lock);
                     // Off this thread: appends and their fsyncs do not wait for the deletion.
                     thread::spawn(move || {
+                        let _held = lock;
                         if let Err(error) = crate::wal::remove_segments(&dir, &segments) {
                             eprintln!("cannot remove WAL segments behind a snapshot: {error}");
                         }

@@ -446,7 +446,9 @@ impl Wal {
     /// the next entry is `base + 1` and chains to `base_hash`.
     pub fn reset_to(&mut self, base: EntryIndex, base_hash: EntryHash) -> Result<(), WalError> {
         self.assert_writable();
-        for segment in self.segments.drain(..) {
+        // Newest first: a crash half way leaves a log that still starts where it started,
+        // not one that starts past the snapshot it continues.
+        for segment in self.segments.drain(..).rev() {
             fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
             self.segments_removed += 1;
         }

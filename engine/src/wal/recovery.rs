@@ -93,10 +93,15 @@ pub(super) fn scan(
     repairing: bool,
     access: Access,
 ) -> Result<(Wal, Recovery), WalError> {
-    let files = if !dir.exists() {
-        Vec::new()
-    } else {
-        segment_files(dir)?
+    let files = match dir.try_exists() {
+        Ok(false) => Vec::new(),
+        Ok(true) => segment_files(dir)?,
+        Err(source) => {
+            return Err(WalError::Io {
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
     };
     let first_index = files.first().map_or(EntryIndex(1), |(first, _)| *first);
     let mut wal = Wal {

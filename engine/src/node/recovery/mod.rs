@@ -1,0 +1,426 @@
+//! Recovery of a node from its data directory, in two steps. The plan reads everything and
+//! decides, writing nothing: the hard state, the WAL scan, the newest snapshot that verifies
+//! and that the log continues, what is garbage. A start then carries out only what the plan
+//! proves is garbage (a torn tail never acknowledged, damage cut after its repair obligation
+//! is durable, damaged snapshots moved to quarantine, a log behind or conflicting with a
+//! committed snapshot) and replays the committed log; `runner recover` stops after the plan
+//! and the replay in memory. A file the node cannot use under its configuration is never
+//! deleted: the start is refused with the file, the reason and the setting to change.
+
+mod plan;
+mod rebuild;
+
+use super::NodeError;
+use super::data_dir::{self, DataDirError, DirLock, DirState, Identity, QUARANTINE_DIR};
+use super::storage::WAL_DIR;
+use crate::apply::StateMachine;
+use crate::core::Recovered;
+use crate::handler::Handler;
+use crate::ids::{EntryIndex, NodeId};
+use crate::snapshot::{Durable, ParseError};
+use crate::state::InstallError;
+use crate::wal::{Access, Recovery, Wal};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The cluster and node a data directory must belong to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// The cluster.
+    pub cluster_id: u64,
+    /// The node.
+    pub node: NodeId,
+}
+
+/// How to recover.
+#[derive(Clone, Debug)]
+pub struct RecoveryOptions {
+    /// State capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Bytes after which the WAL starts a new segment.
+    pub wal_segment_bytes: u64,
+    /// Whose the directory must be; `None` checks no identity and stamps none.
+    pub owner: Option<Owner>,
+    /// The operator's explicit order to start empty and take the state from the leader: the
+    /// log and snapshots are moved to quarantine (never deleted), the hard state is kept when
+    /// it reads, and a repair obligation covers the log the node had.
+    pub rebuild_from_leader: bool,
+}
+
+/// Why recovery refuses to start a node. Each message names the file, the reason and what to
+/// change; nothing on disk was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The data directory itself (lock, identity, room, permissions).
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    /// The hard state does not verify.
+    #[error(
+        "{path} is damaged ({reason}): it holds the node's term and vote. Restore it from a \
+         backup of this node, or start the node with --rebuild-from-leader (its log and \
+         snapshots are moved to {QUARANTINE_DIR}/ and it rejoins empty)"
+    )]
+    HardStateDamaged {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file cannot be read.
+    #[error("{path} cannot be read ({source}): make it readable by the node")]
+    Unreadable {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The hard state is missing beside a log or snapshots.
+    #[error(
+        "{path} is missing, but the directory holds a log or snapshots: the node's term and \
+         vote are lost. Restore it from a backup of this node, or start the node with \
+         --rebuild-from-leader (its log and snapshots are moved to {QUARANTINE_DIR}/ and it \
+         rejoins empty)"
+    )]
+    HardStateMissing {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The log's directory is missing beside a hard state or snapshots.
+    #[error(
+        "{path} is missing, but the directory holds a hard state or snapshots: the log after \
+         the snapshot is lost. Restore it from a backup, or start the node with \
+         --rebuild-from-leader (it rejoins empty)"
+    )]
+    WalMissing {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// An intact snapshot of another format or build.
+    #[error("snapshot {path} cannot be read by this build: {problem}: run the build that wrote it")]
+    SnapshotBuild {
+        /// The snapshot.
+        path: PathBuf,
+        /// What is wrong.
+        problem: ParseError,
+    },
+    /// An intact snapshot that does not fit this configuration or handler.
+    #[error(
+        "snapshot {path} cannot be loaded: {problem}: {}",
+        install_advice(problem)
+    )]
+    SnapshotConfig {
+        /// The snapshot.
+        path: PathBuf,
+        /// What is wrong.
+        problem: InstallError,
+    },
+    /// The log was compacted behind snapshots none of which can be used.
+    #[error(
+        "no usable state in {dir}: the log in {WAL_DIR}/ starts at entry {first}, and no \
+         snapshot that it continues can be used ({}). Restore a snapshot from a backup, or \
+         start the node with --rebuild-from-leader (its log and snapshots are moved to \
+         {QUARANTINE_DIR}/ and it rejoins empty)",
+        passed_over(snapshots)
+    )]
+    NoUsableState {
+        /// The data directory.
+        dir: PathBuf,
+        /// The first entry the log holds.
+        first: EntryIndex,
+        /// Each snapshot passed over and why.
+        snapshots: Vec<String>,
+    },
+}
+
+impl Refusal {
+    /// True when the data is what cannot be used (damaged or missing), so that starting
+    /// empty (`--rebuild-from-leader`) is a way out; false when the directory or the
+    /// configuration is wrong (a leader's snapshot would not fit either).
+    /// The reason in a few words, without the advice.
+    pub fn summary(&self) -> String {
+        match self {
+            Refusal::HardStateDamaged { reason, .. } => format!("hard_state damaged ({reason})"),
+            Refusal::HardStateMissing { .. } => "hard_state missing".into(),
+            Refusal::WalMissing { .. } => format!("{WAL_DIR}/ missing"),
+            Refusal::Unreadable { path, source } => {
+                format!("{} unreadable ({source})", path.display())
+            }
+            Refusal::NoUsableState { first, .. } => {
+                format!("no usable state (the log starts at entry {first}, no usable snapshot)")
+            }
+            Refusal::DataDir(_)
+            | Refusal::SnapshotBuild { .. }
+            | Refusal::SnapshotConfig { .. } => self.to_string(),
+        }
+    }
+
+    pub fn rebuild_applies(&self) -> bool {
+        match self {
+            Refusal::HardStateDamaged { .. }
+            | Refusal::HardStateMissing { .. }
+            | Refusal::WalMissing { .. }
+            | Refusal::Unreadable { .. }
+            | Refusal::NoUsableState { .. } => true,
+            Refusal::DataDir(_)
+            | Refusal::SnapshotBuild { .. }
+            | Refusal::SnapshotConfig { .. } => false,
+        }
+    }
+}
+
+fn install_advice(problem: &InstallError) -> String {
+    match problem {
+        InstallError::Capacity { needed_bytes, .. } => {
+            format!("raise capacity_bytes to at least {needed_bytes}")
+        }
+        InstallError::UnknownTable { table } => {
+            format!("run a handler build whose schema declares table {table}")
+        }
+        InstallError::Records { .. } | InstallError::StateHash { .. } => {
+            "run the handler build that wrote it".into()
+        }
+    }
+}
+
+fn passed_over(snapshots: &[String]) -> String {
+    if snapshots.is_empty() {
+        "there is none".into()
+    } else {
+        snapshots.join("; ")
+    }
+}
+
+/// What a node recovered: its state machine with the committed prefix of its WAL applied, its
+/// WAL, and what the consensus core needs.
+pub struct Restored<H: Handler> {
+    /// The data directory's lock, held until the node's last thread ends.
+    pub lock: DirLock,
+    /// The state machine.
+    pub machine: StateMachine<H>,
+    /// The WAL, positioned after its last entry.
+    pub wal: Wal,
+    /// For the consensus core.
+    pub core: Recovered,
+    /// What the WAL scan found.
+    pub recovery: Recovery,
+    /// The snapshot recovery started from, if any.
+    pub snapshot: Option<Durable>,
+    /// How recovery went, for people.
+    pub report: RecoveryReport,
+}
+
+/// What `runner recover` learns: the state a start would recover, and how.
+pub struct Inspection<H: Handler> {
+    /// The state machine a start would run with.
+    pub machine: StateMachine<H>,
+    /// What a start would do.
+    pub report: RecoveryReport,
+}
+
+/// How a recovery went (or, from [`inspect`], would go).
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    /// The directory was absent or empty: a first start.
+    pub first_start: bool,
+    /// The identity was stamped (a first start, or a directory from before identities).
+    pub stamped: bool,
+    /// The snapshot used: its index and size in bytes.
+    pub snapshot: Option<(EntryIndex, u64)>,
+    /// Snapshots passed over, with the reason.
+    pub passed_over: Vec<String>,
+    /// Files moved to quarantine (damaged snapshots, or everything on a rebuild).
+    pub quarantined: Vec<PathBuf>,
+    /// Entries replayed from the WAL after the snapshot.
+    pub replayed: u64,
+    /// WAL entries removed because they lie behind the snapshot or conflict with it (an
+    /// unfinished install).
+    pub discarded: u64,
+    /// Bytes of a torn tail cut off the WAL (an append that never completed).
+    pub torn_tail_bytes: u64,
+    /// Damage found in the WAL: what was cut, and the repair it waits for.
+    pub damage: Option<String>,
+    /// The node was rebuilt empty on the operator's order, and what it keeps of before.
+    pub rebuilt: Option<String>,
+    /// `--rebuild-from-leader` was given but the data is usable: it started as it was.
+    pub rebuild_ignored: bool,
+    /// Time the whole recovery took.
+    pub took: Duration,
+}
+
+impl RecoveryReport {
+    /// True when there is something to say beyond a first start.
+    pub fn is_notable(&self) -> bool {
+        self.snapshot.is_some()
+            || self.replayed > 0
+            || !self.passed_over.is_empty()
+            || self.damage.is_some()
+            || self.rebuilt.is_some()
+            || self.rebuild_ignored
+            || self.torn_tail_bytes > 0
+            || self.discarded > 0
+            || self.stamped
+    }
+}
+
+impl std::fmt::Display for RecoveryReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.first_start {
+            write!(f, "first start, ")?;
+        }
+        match self.snapshot {
+            Some((index, bytes)) => write!(
+                f,
+                "snapshot at entry {index} ({:.1} MiB)",
+                bytes as f64 / (1024.0 * 1024.0)
+            )?,
+            None => write!(f, "no snapshot")?,
+        }
+        let ms = self.took.as_secs_f64() * 1e3;
+        write!(f, ", {} entries replayed, {ms:.0} ms", self.replayed)?;
+        if self.torn_tail_bytes > 0 {
+            write!(f, ", a torn tail of {} bytes cut", self.torn_tail_bytes)?;
+        }
+        if self.discarded > 0 {
+            write!(
+                f,
+                ", {} WAL entries behind the snapshot removed",
+                self.discarded
+            )?;
+        }
+        if self.stamped {
+            write!(f, ", identity stamped")?;
+        }
+        for passed in &self.passed_over {
+            write!(f, "; passed over {passed}")?;
+        }
+        for path in &self.quarantined {
+            write!(f, "; moved to quarantine: {}", path.display())?;
+        }
+        if let Some(damage) = &self.damage {
+            write!(f, "; {damage}")?;
+        }
+        if let Some(rebuilt) = &self.rebuilt {
+            write!(f, "; {rebuilt}")?;
+        }
+        if self.rebuild_ignored {
+            write!(f, "; --rebuild-from-leader ignored: the data is usable")?;
+        }
+        Ok(())
+    }
+}
+
+/// Recovers a node from `dir`, as a start does: the directory's lock first, then its identity,
+/// the plan and the replay of every committed entry the WAL holds after the snapshot (both in
+/// memory), and only then what the plan proved garbage and the identity stamp. A directory that
+/// is absent (its parent present) or empty is a first start: created and stamped. With
+/// `rebuild_from_leader`, data that cannot be used is moved to quarantine and the node starts
+/// empty; usable data starts as it is.
+pub fn restore<H: Handler>(
+    dir: &Path,
+    handler: H,
+    options: &RecoveryOptions,
+) -> Result<Restored<H>, NodeError> {
+    let started = Instant::now();
+    let state = data_dir::dir_state(dir).map_err(Refusal::from)?;
+    if state == DirState::Absent {
+        data_dir::check_creatable(dir).map_err(Refusal::from)?;
+        data_dir::create_dir(dir).map_err(Refusal::from)?;
+    }
+    let lock = DirLock::exclusive(dir).map_err(Refusal::from)?;
+    data_dir::check_writable(dir).map_err(Refusal::from)?;
+    let stamp = check_identity(dir, options, &handler)?;
+    let (mut plan, core) = match plan::plan(dir, handler, options, stamp.clone(), Access::ReadWrite)
+    {
+        Ok(mut plan) => {
+            plan.report.rebuild_ignored = options.rebuild_from_leader;
+            let core = plan::replay(&mut plan)?;
+            (plan::carry_out(dir, plan)?, core)
+        }
+        Err((NodeError::Refused(refusal), handler))
+            if options.rebuild_from_leader && refusal.rebuild_applies() =>
+        {
+            let mut plan = rebuild::rebuild_from_leader(dir, handler, options, stamp, &refusal)?;
+            let core = plan::replay(&mut plan)?;
+            (plan, core)
+        }
+        Err((error, _)) => return Err(error),
+    };
+    plan.report.first_start = state != DirState::Holds;
+    if let Some(identity) = &plan.stamp {
+        data_dir::write_identity(dir, identity).map_err(Refusal::from)?;
+    }
+    plan.report.took = started.elapsed();
+    Ok(Restored {
+        lock,
+        machine: plan.machine,
+        wal: plan.wal,
+        core,
+        recovery: plan.recovery,
+        snapshot: plan.chosen,
+        report: plan.report,
+    })
+}
+
+/// Works out what a start of `dir` would do, writing nothing (the WAL is opened read-only and
+/// replayed in memory): `Err` with the refusal a start would give. A start with
+/// `rebuild_from_leader` is not worked out: the refusal is what it would rebuild from.
+pub fn inspect<H: Handler>(
+    dir: &Path,
+    handler: H,
+    options: &RecoveryOptions,
+) -> Result<Inspection<H>, NodeError> {
+    let started = Instant::now();
+    let state = data_dir::dir_state(dir).map_err(Refusal::from)?;
+    if state == DirState::Absent {
+        data_dir::check_creatable(dir).map_err(Refusal::from)?;
+        let report = RecoveryReport {
+            first_start: true,
+            stamped: true,
+            ..RecoveryReport::default()
+        };
+        let machine = StateMachine::new(handler, options.capacity_bytes);
+        return Ok(Inspection { machine, report });
+    }
+    let _lock = DirLock::shared(dir).map_err(Refusal::from)?;
+    data_dir::check_writable(dir).map_err(Refusal::from)?;
+    let stamp = check_identity(dir, options, &handler)?;
+    let unstamped = data_dir::read_identity(dir)
+        .map_err(Refusal::from)?
+        .is_none();
+    let mut plan =
+        plan::plan(dir, handler, options, stamp, Access::ReadOnly).map_err(|(e, _)| e)?;
+    plan.report.first_start = state != DirState::Holds;
+    // A start stamps a directory that holds no identity, whoever it is checked against.
+    plan.report.stamped |= unstamped;
+    plan.report.quarantined = plan.damaged.clone();
+    plan::replay(&mut plan)?;
+    plan.report.took = started.elapsed();
+    Ok(Inspection {
+        machine: plan.machine,
+        report: plan.report,
+    })
+}
+
+/// Reads the identity stamped in `dir` (a damaged one is a refusal, whoever the directory is
+/// checked against) and checks it against the owner and the handler's schema; returns the
+/// identity to stamp when none is (or tables are added).
+fn check_identity<H: Handler>(
+    dir: &Path,
+    options: &RecoveryOptions,
+    handler: &H,
+) -> Result<Option<Identity>, NodeError> {
+    let stamped = data_dir::read_identity(dir).map_err(Refusal::from)?;
+    let Some(owner) = options.owner else {
+        return Ok(None);
+    };
+    let schema = handler.schema();
+    match stamped {
+        None => Ok(Some(Identity::new(owner.cluster_id, owner.node, &schema))),
+        Some(mut identity) => {
+            identity
+                .check(dir, owner.cluster_id, owner.node, &schema)
+                .map_err(Refusal::from)?;
+            Ok(identity.add_tables(&schema).then_some(identity))
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! The plan: everything read and decided, nothing written; then what a start carries out of
+//! it, and the replay of the committed log.
+
+use super::{RecoveryOptions, RecoveryReport, Refusal};
+use crate::apply::StateMachine;
+use crate::core::{HardState, LogBase, Recovered, Repair};
+use crate::entry::EntryHash;
+use crate::handler::Handler;
+use crate::ids::{EntryIndex, Term};
+use crate::node::NodeError;
+use crate::node::data_dir::{self, Identity};
+use crate::node::storage::{
+    HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state, write_hard_state,
+};
+use crate::snapshot::{Durable, Snapshot, SnapshotError, list_snapshots, read_snapshot};
+use crate::wal::{Access, Recovery, Wal};
+use net::message::AppliedHash;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Replay progress is printed this often once a recovery takes longer than it.
+const RECOVERY_PROGRESS_MS: u64 = 1_000;
+
+/// What the plan decided, before anything is written.
+pub(super) struct Plan<H: Handler> {
+    pub(super) machine: StateMachine<H>,
+    pub(super) wal: Wal,
+    pub(super) recovery: Recovery,
+    pub(super) hard_state: HardState,
+    /// The hard state must be written before the damage is cut (a new repair obligation).
+    pub(super) repair_added: bool,
+    pub(super) chosen: Option<Durable>,
+    pub(super) base: LogBase,
+    /// The log lies behind the chosen snapshot or conflicts with it: it is emptied to
+    /// continue after it.
+    pub(super) reset_log: bool,
+    /// Damaged snapshots passed over, for quarantine.
+    pub(super) damaged: Vec<PathBuf>,
+    /// The identity to stamp (new, or with tables added), if any.
+    pub(super) stamp: Option<Identity>,
+    pub(super) report: RecoveryReport,
+}
+
+/// A plan that failed, with the handler back (for a rebuild).
+pub(super) type Failed<H> = (NodeError, H);
+
+/// Reads and decides, writing nothing: the hard state, the WAL scan (a torn tail and damage
+/// noted, with the repair obligation the damage needs), the snapshot to start from, the log's
+/// base.
+pub(super) fn plan<H: Handler>(
+    dir: &Path,
+    handler: H,
+    options: &RecoveryOptions,
+    stamp: Option<Identity>,
+    access: Access,
+) -> Result<Plan<H>, Failed<H>> {
+    let (mut hard_state, wal, recovery) = match read_files(dir, options, access) {
+        Ok(read) => read,
+        Err(error) => return Err((error, handler)),
+    };
+    let mut report = RecoveryReport {
+        stamped: stamp.is_some(),
+        torn_tail_bytes: wal.torn_tail_bytes(),
+        ..RecoveryReport::default()
+    };
+    let repair_added = recovery.damage.is_some();
+    if let Some(damage) = &recovery.damage {
+        // The damaged entries may have been acknowledged: until a leader has given them back,
+        // this replica votes as if it held them and never campaigns.
+        let repair = damage_repair(damage);
+        hard_state.repair = Some(match hard_state.repair {
+            Some(earlier) => earlier.merge(repair),
+            None => repair,
+        });
+        report.damage = Some(format!(
+            "entry {} damaged ({}, {} at offset {}): the log is cut before it and repaired \
+             from the leader through entry {}",
+            damage.index,
+            damage.reason,
+            damage.path.display(),
+            damage.offset,
+            hard_state.repair.map_or(damage.index, |r| r.index)
+        ));
+    }
+    let mut machine = StateMachine::new(handler, options.capacity_bytes);
+    let chosen = choose_snapshot(dir, &wal, &mut machine, &mut report);
+    let (chosen, damaged) = match chosen {
+        Ok(chosen) => chosen,
+        Err(error) => return Err((error, machine.into_handler())),
+    };
+    let (base, reset_log) = match log_base(dir, &wal, chosen.as_ref(), &report) {
+        Ok(base) => base,
+        Err(error) => return Err((error, machine.into_handler())),
+    };
+    if reset_log {
+        report.discarded = wal.last_index().0 + 1 - wal.first_index().0;
+    }
+    Ok(Plan {
+        machine,
+        wal,
+        recovery,
+        hard_state,
+        repair_added,
+        chosen,
+        base,
+        reset_log,
+        damaged,
+        stamp,
+        report,
+    })
+}
+
+/// The hard state and the WAL scan. A damaged hard state is refused; so is a missing one, or
+/// a missing log directory, beside data (a node writes its hard state before its first entry
+/// and keeps its log directory from its first start on).
+fn read_files(
+    dir: &Path,
+    options: &RecoveryOptions,
+    access: Access,
+) -> Result<(HardState, Wal, Recovery), NodeError> {
+    let hard_state = match read_hard_state(dir) {
+        Ok(state) => state,
+        Err(NodeError::Corrupt { path, reason }) => {
+            return Err(Refusal::HardStateDamaged { path, reason }.into());
+        }
+        Err(other) => return Err(other),
+    };
+    let exists = |path: PathBuf| match path.try_exists() {
+        Ok(exists) => Ok(exists),
+        Err(source) => Err(NodeError::from(Refusal::Unreadable { path, source })),
+    };
+    let hard_state_file = exists(dir.join(HARD_STATE_FILE))?;
+    let wal_dir = exists(dir.join(WAL_DIR))?;
+    let snapshots = !list_snapshots(&dir.join(SNAPSHOT_DIR))
+        .map_err(|source| Refusal::Unreadable {
+            path: dir.join(SNAPSHOT_DIR),
+            source,
+        })?
+        .is_empty();
+    if !wal_dir && (hard_state_file || snapshots) {
+        return Err(Refusal::WalMissing {
+            path: dir.join(WAL_DIR),
+        }
+        .into());
+    }
+    let (wal, recovery) =
+        Wal::scan_repairing(&dir.join(WAL_DIR), options.wal_segment_bytes, access)?;
+    let holds_log = wal.last_index() >= wal.first_index() || recovery.damage.is_some();
+    if !hard_state_file && (holds_log || snapshots) {
+        return Err(Refusal::HardStateMissing {
+            path: dir.join(HARD_STATE_FILE),
+        }
+        .into());
+    }
+    Ok((hard_state, wal, recovery))
+}
+
+/// The repair obligation of damage found in the WAL.
+pub(super) fn damage_repair(damage: &crate::wal::Damage) -> Repair {
+    match damage.last {
+        Some((index, term)) => Repair {
+            index,
+            term,
+            committed: damage.committed,
+        },
+        // Nothing beyond the damage is readable: no candidate can be known to hold what was
+        // lost, so no vote is granted until the log is whole again.
+        None => Repair {
+            index: damage.index,
+            term: Term(u64::MAX),
+            committed: damage.committed,
+        },
+    }
+}
+
+/// The newest snapshot that verifies and that the WAL continues, installed into `machine`;
+/// with the damaged snapshots passed over on the way. An intact snapshot that does not fit
+/// the configuration or the handler refuses the start: it is the configuration that is wrong,
+/// and an older snapshot replayed under it would not give the state the others have.
+fn choose_snapshot<H: Handler>(
+    dir: &Path,
+    wal: &Wal,
+    machine: &mut StateMachine<H>,
+    report: &mut RecoveryReport,
+) -> Result<(Option<Durable>, Vec<PathBuf>), NodeError> {
+    let snapshots_dir = dir.join(SNAPSHOT_DIR);
+    let snapshots = list_snapshots(&snapshots_dir).map_err(|source| Refusal::Unreadable {
+        path: snapshots_dir.clone(),
+        source,
+    })?;
+    let mut damaged = Vec::new();
+    for (index, path) in snapshots {
+        if wal.first_index() > index.next() {
+            report.passed_over.push(format!(
+                "{}: the log after it is gone (the WAL starts at {})",
+                path.display(),
+                wal.first_index()
+            ));
+            continue;
+        }
+        let snapshot = match read_snapshot(&path) {
+            Ok(snapshot) => snapshot,
+            Err(SnapshotError::Invalid { path, problem }) if problem.is_damage() => {
+                report
+                    .passed_over
+                    .push(format!("{}: {problem}", path.display()));
+                damaged.push(path);
+                continue;
+            }
+            Err(SnapshotError::Invalid { path, problem }) => {
+                return Err(Refusal::SnapshotBuild { path, problem }.into());
+            }
+            Err(SnapshotError::Io { path, source }) => {
+                return Err(Refusal::Unreadable { path, source }.into());
+            }
+        };
+        let durable = install(machine, snapshot, path)?;
+        report.snapshot = Some((index, durable.bytes));
+        return Ok((Some(durable), damaged));
+    }
+    Ok((None, damaged))
+}
+
+fn install<H: Handler>(
+    machine: &mut StateMachine<H>,
+    snapshot: Snapshot,
+    path: PathBuf,
+) -> Result<Durable, NodeError> {
+    let meta = snapshot.meta.clone();
+    let bytes = snapshot.file_bytes;
+    if let Err(problem) = machine.install(snapshot) {
+        return Err(Refusal::SnapshotConfig { path, problem }.into());
+    }
+    Ok(Durable {
+        meta,
+        path,
+        bytes,
+        took: Duration::ZERO,
+    })
+}
+
+/// Where the log starts after the chosen snapshot, and whether the WAL must be emptied to get
+/// there (it lies behind the snapshot or conflicts with it: the snapshot is of committed
+/// state, so those entries are garbage). Without a snapshot the log must start at entry 1.
+fn log_base(
+    dir: &Path,
+    wal: &Wal,
+    chosen: Option<&Durable>,
+    report: &RecoveryReport,
+) -> Result<(LogBase, bool), NodeError> {
+    match chosen {
+        Some(durable) => {
+            let meta = &durable.meta;
+            let base = LogBase {
+                index: meta.index,
+                term: meta.term,
+                hash: meta.entry_hash,
+            };
+            Ok((base, !wal_continues(wal, meta.index, meta.entry_hash)))
+        }
+        None if wal.first_index() > EntryIndex(1) => Err(Refusal::NoUsableState {
+            dir: dir.to_path_buf(),
+            first: wal.first_index(),
+            snapshots: report.passed_over.clone(),
+        }
+        .into()),
+        None => Ok((LogBase::default(), false)),
+    }
+}
+
+/// True when the WAL holds the log right after a snapshot of entry `index` (hash `hash`):
+/// it holds that entry with that hash, or starts right after it with an entry chained to it.
+fn wal_continues(wal: &Wal, index: EntryIndex, hash: EntryHash) -> bool {
+    if index >= wal.first_index() {
+        return wal.hash_at(index) == Some(hash);
+    }
+    // The WAL starts right after the snapshot (it cannot start earlier than the entry after
+    // it: the caller skipped such snapshots).
+    match wal.read(index.next()) {
+        Ok(entry) => entry.verify(&hash).is_ok(),
+        Err(_) => wal.last_index() < wal.first_index(),
+    }
+}
+
+/// Carries out what the plan proved garbage, in an order that a crash at any point leaves
+/// recoverable: the repair obligation before the damage is cut, the torn tail, damaged
+/// snapshots to quarantine, then a log behind the snapshot.
+pub(super) fn carry_out<H: Handler>(dir: &Path, mut plan: Plan<H>) -> Result<Plan<H>, NodeError> {
+    if plan.repair_added {
+        write_hard_state(dir, plan.hard_state)?;
+        plan.wal.cut_damage()?;
+    }
+    plan.wal.settle()?;
+    if !plan.damaged.is_empty() {
+        let name = format!("{}-damaged-snapshots", super::rebuild::unix_ms());
+        let folder = data_dir::quarantine(dir, &name, &plan.damaged).map_err(Refusal::from)?;
+        plan.report.quarantined = plan
+            .damaged
+            .iter()
+            .map(|path| folder.join(path.strip_prefix(dir).unwrap_or(path)))
+            .collect();
+    }
+    if plan.reset_log {
+        plan.wal.reset_to(plan.base.index, plan.base.hash)?;
+    }
+    Ok(plan)
+}
+
+/// Replays every entry the WAL shows committed after the base; returns what the consensus
+/// core needs. A log the plan empties (behind or conflicting with the snapshot) is taken as
+/// empty, emptied yet or not.
+pub(super) fn replay<H: Handler>(plan: &mut Plan<H>) -> Result<Recovered, NodeError> {
+    let (wal, base) = (&plan.wal, plan.base);
+    let last = if plan.reset_log {
+        base.index
+    } else {
+        wal.last_index()
+    };
+    let committed = wal.max_commit().min(last).max(base.index);
+    let mut applied = plan.chosen.as_ref().map(|d| AppliedHash {
+        index: d.meta.index,
+        hash: d.meta.state_hash,
+    });
+    let mut last_progress = Instant::now();
+    for index in (base.index.0 + 1..=committed.0).map(EntryIndex) {
+        let hash = plan.machine.apply(&wal.read(index)?)?.state_hash;
+        applied = Some(AppliedHash { index, hash });
+        plan.report.replayed += 1;
+        if last_progress.elapsed() >= Duration::from_millis(RECOVERY_PROGRESS_MS) {
+            last_progress = Instant::now();
+            eprintln!(
+                "recovery: replayed {} of {} entries",
+                plan.report.replayed,
+                committed.0 - base.index.0
+            );
+        }
+    }
+    let after_base = base.index.0 + 1..=last.0;
+    let terms = after_base
+        .clone()
+        .map(|i| wal.term_at(EntryIndex(i)).expect("held"))
+        .collect();
+    let hashes = after_base
+        .map(|i| wal.hash_at(EntryIndex(i)).expect("held"))
+        .collect();
+    let window = (committed.0 + 1..=last.0)
+        .map(|i| wal.read(EntryIndex(i)))
+        .collect::<Result<_, _>>()?;
+    Ok(Recovered {
+        hard_state: plan.hard_state,
+        base,
+        terms,
+        hashes,
+        window,
+        applied,
+    })
+}

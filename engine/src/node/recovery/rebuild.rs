@@ -1,0 +1,133 @@
+//! The operator's explicit order to start empty (`--rebuild-from-leader`), for data that
+//! cannot be used: the repair obligation first, then the data moved to quarantine.
+
+use super::plan::{Plan, damage_repair};
+use super::{RecoveryOptions, RecoveryReport, Refusal};
+use crate::apply::StateMachine;
+use crate::core::{HardState, LogBase, Repair};
+use crate::handler::Handler;
+use crate::ids::{EntryIndex, Term};
+use crate::node::NodeError;
+use crate::node::data_dir::{self, Identity};
+use crate::node::storage::{
+    HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state, write_hard_state,
+};
+use crate::snapshot::list_snapshots;
+use crate::wal::{Access, Wal};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Starts the node empty over data a plan refused (`refusal`): the hard state is kept when it
+/// reads; a repair obligation covering the log the node had is made durable first (a damaged
+/// hard state copied to quarantine before it is replaced); then the log and the snapshots are
+/// moved to quarantine. A crash at any step leaves the data, and the obligation once written.
+pub(super) fn rebuild_from_leader<H: Handler>(
+    dir: &Path,
+    handler: H,
+    options: &RecoveryOptions,
+    stamp: Option<Identity>,
+    refusal: &Refusal,
+) -> Result<Plan<H>, NodeError> {
+    let (mut hard_state, hard_damaged) = match read_hard_state(dir) {
+        Ok(state) => (state, false),
+        Err(NodeError::Corrupt { .. }) => (HardState::default(), true),
+        Err(other) => return Err(other),
+    };
+    if let Some(repair) = rebuilt_repair(dir, options)? {
+        hard_state.repair = Some(hard_state.repair.map_or(repair, |r| r.merge(repair)));
+    }
+    let moved: Vec<PathBuf> = [WAL_DIR, SNAPSHOT_DIR]
+        .iter()
+        .map(|name| dir.join(name))
+        .filter(|path| path.exists())
+        .collect();
+    let name = format!("{}-rebuild-from-leader", unix_ms());
+    if hard_damaged {
+        let copy = [dir.join(HARD_STATE_FILE)];
+        data_dir::quarantine_copy(dir, &name, &copy).map_err(Refusal::from)?;
+    }
+    write_hard_state(dir, hard_state)?;
+    let folder = data_dir::quarantine(dir, &name, &moved).map_err(Refusal::from)?;
+    let (wal, recovery) = Wal::open_repairing(&dir.join(WAL_DIR), options.wal_segment_bytes)?;
+    let mut kept: Vec<PathBuf> = moved.iter().map(|p| relative(dir, p)).collect();
+    if hard_damaged {
+        kept.push(PathBuf::from(HARD_STATE_FILE));
+    }
+    let rebuilt = format!(
+        "rebuilt empty on the operator's order (--rebuild-from-leader), for {}; {}; {}",
+        refusal.summary(),
+        if kept.is_empty() {
+            "nothing to move".to_string()
+        } else {
+            let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
+            format!("{} moved to {}", names.join(", "), folder.display())
+        },
+        match hard_state.repair {
+            Some(r) => format!(
+                "it does not campaign, and votes only as its log through entry {} allows, until \
+                 the leader has given it back",
+                r.index
+            ),
+            None => "it held no log".into(),
+        }
+    );
+    Ok(Plan {
+        machine: StateMachine::new(handler, options.capacity_bytes),
+        wal,
+        recovery,
+        hard_state,
+        repair_added: false,
+        chosen: None,
+        base: LogBase::default(),
+        reset_log: false,
+        damaged: Vec::new(),
+        report: RecoveryReport {
+            stamped: stamp.is_some(),
+            quarantined: kept.iter().map(|p| folder.join(p)).collect(),
+            rebuilt: Some(rebuilt),
+            ..RecoveryReport::default()
+        },
+        stamp,
+    })
+}
+
+fn relative(dir: &Path, path: &Path) -> PathBuf {
+    path.strip_prefix(dir).unwrap_or(path).to_path_buf()
+}
+
+/// The repair obligation of a node about to be rebuilt: the end of the log it may have
+/// acknowledged (the WAL's last entry, or beyond damage), or a snapshot's entry when only a
+/// snapshot is left (its term unknown: no candidate is taken for holding it).
+fn rebuilt_repair(dir: &Path, options: &RecoveryOptions) -> Result<Option<Repair>, NodeError> {
+    let wal_dir = dir.join(WAL_DIR);
+    let (wal, recovery) =
+        Wal::scan_repairing(&wal_dir, options.wal_segment_bytes, Access::ReadOnly)?;
+    let mut repair = (wal.last_index() >= wal.first_index()).then(|| Repair {
+        index: wal.last_index(),
+        term: wal.last_term(),
+        committed: wal.max_commit(),
+    });
+    if let Some(damage) = &recovery.damage {
+        let lost = damage_repair(damage);
+        repair = Some(repair.map_or(lost, |r| r.merge(lost)));
+    }
+    let snapshots = list_snapshots(&dir.join(SNAPSHOT_DIR)).unwrap_or_default();
+    if let Some((index, _)) = snapshots.first()
+        && repair.is_none_or(|r| r.index < *index)
+    {
+        let only = Repair {
+            index: *index,
+            term: Term(u64::MAX),
+            committed: *index,
+        };
+        repair = Some(repair.map_or(only, |r| r.merge(only)));
+    }
+    Ok(repair.filter(|r| r.index > EntryIndex::ZERO))
+}
+
+/// Milliseconds since the epoch, to name quarantine folders in the order they were made.
+pub(super) fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
