@@ -133,9 +133,6 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// True when the data is what cannot be used (damaged or missing), so that starting
-    /// empty (`--rebuild-from-leader`) is a way out; false when the directory or the
-    /// configuration is wrong (a leader's snapshot would not fit either).
     /// The reason in a few words, without the advice.
     pub fn summary(&self) -> String {
         match self {
@@ -154,6 +151,9 @@ impl Refusal {
         }
     }
 
+    /// True when the data is what cannot be used (damaged or missing), so that starting
+    /// empty (`--rebuild-from-leader`) is a way out; false when the directory or the
+    /// configuration is wrong (a leader's snapshot would not fit either).
     pub fn rebuild_applies(&self) -> bool {
         match self {
             Refusal::HardStateDamaged { .. }
