@@ -14,7 +14,8 @@
 use bank::{AccountId, Bank, BankCommand};
 use engine::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::node::recovery::{RecoveryOptions, restore};
-use engine::node::storage::SNAPSHOT_DIR;
+use engine::core::HardState;
+use engine::node::storage::{SNAPSHOT_DIR, WAL_DIR, write_hard_state};
 use engine::snapshot::{DIGEST_BYTES, snapshot_path};
 use engine::wal::WAL_SEGMENT_BYTES_MIN;
 use engine::{ClientId, EntryIndex, RequestNumber, StateHash, StateMachine, Term};
@@ -39,6 +40,9 @@ fuzz_target!(|input: &[u8]| {
         _ => built(data),
     };
     let dir = scratch_dir();
+    // A node's directory as a start finds it: a hard state, a log (empty) and the snapshot.
+    write_hard_state(dir.path(), HardState::default()).unwrap();
+    fs::create_dir_all(dir.path().join(WAL_DIR)).unwrap();
     let snapshots = dir.path().join(SNAPSHOT_DIR);
     fs::create_dir_all(&snapshots).unwrap();
     fs::write(snapshot_path(&snapshots, EntryIndex(1)), &file).unwrap();
