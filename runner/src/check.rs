@@ -72,7 +72,10 @@ fn print_nodes(file: &ClusterFile) {
     }
     println!("every node runs with:");
     for (key, value) in settings(file) {
-        println!("  {key:<22} {value}");
+        match value.as_str() {
+            Some(text) => println!("  {key:<22} {text}"),
+            None => println!("  {key:<22} {value}"),
+        }
     }
 }
 
