@@ -217,7 +217,12 @@ impl ClusterFile {
     fn duplicate_dirs(&self) -> Vec<String> {
         let mut errors = Vec::new();
         for (n, a) in self.nodes.iter().enumerate() {
-            let same_host = |b: &&NodeEntry| b.peer_address.ip() == a.peer_address.ip();
+            let host = |n: &NodeEntry| {
+                let ip = n.peer_address.ip();
+                (!ip.is_loopback()).then_some(ip)
+            };
+            // Every loopback address is this machine.
+            let same_host = |b: &&NodeEntry| host(b) == host(a);
             for b in self.nodes[n + 1..].iter().filter(same_host) {
                 let (da, db) = (normal(&a.data_dir), normal(&b.data_dir));
                 if da.starts_with(&db) || db.starts_with(&da) {

@@ -28,7 +28,7 @@ pub const PIPELINE_ENTRIES_CONFIG_MIN: u64 = 1;
 /// Most entries a leader keeps in flight: no more than a follower may have in flight.
 pub const PIPELINE_ENTRIES_CONFIG_MAX: u64 = PEER_INFLIGHT_ENTRIES_MAX;
 /// Most entries between snapshot captures (0 turns snapshots off).
-pub const SNAPSHOT_EVERY_MAX: u64 = 1_000_000;
+pub const SNAPSHOT_EVERY_ENTRIES_MAX: u64 = 1_000_000;
 /// Longest a snapshot may be kept before a newer one replaces it (an hour).
 pub const SNAPSHOT_RETAIN_MS_MAX: u64 = 3_600_000;
 /// Most entries a leader may keep behind its snapshot for a lagging follower.
@@ -199,7 +199,7 @@ impl NodeConfig {
                 "snapshot_every",
                 self.snapshot_every,
                 0,
-                SNAPSHOT_EVERY_MAX,
+                SNAPSHOT_EVERY_ENTRIES_MAX,
                 "entries",
             ),
             bounds(

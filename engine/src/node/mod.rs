@@ -350,7 +350,12 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
             failed: Some(failed),
             released: Some(released),
         }),
-        Ok(Err(error)) => Err(error),
+        Ok(Err(error)) => {
+            // The thread gives up the directory as it ends: wait, so that a retry finds it free.
+            let _ = thread.join();
+            let _ = released.recv_timeout(std::time::Duration::from_millis(STOP_RELEASE_WAIT_MS));
+            Err(error)
+        }
         Err(_) => Err(NodeError::Thread),
     }
 }

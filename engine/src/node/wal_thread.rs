@@ -158,13 +158,22 @@ fn run(
         if failed {
             return;
         }
-        if full {
-            // Wait before the next try, and end once the node has gone (its queue closed).
-            match queue.recv_timeout(Duration::from_millis(WAL_FULL_RETRY_MS)) {
-                Ok(op) => pending.push_back(op),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            }
+        if full && !wait_for_room(&queue, &mut pending) {
+            return;
+        }
+    }
+}
+
+/// Waits [`WAL_FULL_RETRY_MS`] before the next try of an append that found no room, queuing
+/// what arrives meanwhile; false once the node has gone (its queue closed).
+fn wait_for_room(queue: &mpsc::Receiver<WalOp>, pending: &mut VecDeque<WalOp>) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_millis(WAL_FULL_RETRY_MS);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match queue.recv_timeout(left) {
+            Ok(op) => pending.push_back(op),
+            Err(mpsc::RecvTimeoutError::Timeout) => return true,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return false,
         }
     }
 }

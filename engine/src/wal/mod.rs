@@ -194,7 +194,13 @@ impl Wal {
     /// recovered entry as durable, so make it so before saying it).
     pub fn settle(&mut self) -> Result<(), WalError> {
         self.assert_writable();
-        fs::create_dir_all(&self.dir).map_err(io_error(&self.dir))?;
+        if !self.dir.is_dir() {
+            // A new log's directory, made durable in its parent.
+            fs::create_dir_all(&self.dir).map_err(io_error(&self.dir))?;
+            if let Some(parent) = self.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent)?;
+            }
+        }
         if self.torn_tail_bytes > 0 {
             let segment = self.segments.last().expect("a torn tail lies in a segment");
             segment

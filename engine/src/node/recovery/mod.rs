@@ -88,8 +88,9 @@ pub enum Refusal {
     /// The log's directory is missing beside a hard state or snapshots.
     #[error(
         "{path} is missing, but the directory holds a hard state or snapshots: the log after \
-         the snapshot is lost. Restore it from a backup, or start the node with \
-         --rebuild-from-leader (it rejoins empty)"
+         the snapshot is lost. Restore it from a backup (an empty log is an empty directory), \
+         or start the node with --rebuild-from-leader (it rejoins empty; an interrupted rebuild \
+         left the old log in {QUARANTINE_DIR}/)"
     )]
     WalMissing {
         /// The directory.
@@ -159,9 +160,10 @@ impl Refusal {
             Refusal::HardStateDamaged { .. }
             | Refusal::HardStateMissing { .. }
             | Refusal::WalMissing { .. }
-            | Refusal::Unreadable { .. }
             | Refusal::NoUsableState { .. } => true,
-            Refusal::DataDir(_)
+            // Unreadable is most often permissions: the data may well be fine.
+            Refusal::Unreadable { .. }
+            | Refusal::DataDir(_)
             | Refusal::SnapshotBuild { .. }
             | Refusal::SnapshotConfig { .. } => false,
         }
@@ -332,7 +334,7 @@ pub fn restore<H: Handler>(
     let (mut plan, core) = match plan::plan(dir, handler, options, stamp.clone(), Access::ReadWrite)
     {
         Ok(mut plan) => {
-            plan.report.rebuild_ignored = options.rebuild_from_leader;
+            plan.report.rebuild_ignored = options.rebuild_from_leader && state == DirState::Holds;
             let core = plan::replay(&mut plan)?;
             (plan::carry_out(dir, plan)?, core)
         }

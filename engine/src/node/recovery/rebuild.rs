@@ -51,6 +51,7 @@ pub(super) fn rebuild_from_leader<H: Handler>(
     let (wal, recovery) = Wal::open_repairing(&dir.join(WAL_DIR), options.wal_segment_bytes)?;
     let mut kept: Vec<PathBuf> = moved.iter().map(|p| relative(dir, p)).collect();
     if hard_damaged {
+        // Copied there before it was replaced.
         kept.push(PathBuf::from(HARD_STATE_FILE));
     }
     let rebuilt = format!(
@@ -60,7 +61,7 @@ pub(super) fn rebuild_from_leader<H: Handler>(
             "nothing to move".to_string()
         } else {
             let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
-            format!("{} moved to {}", names.join(", "), folder.display())
+            format!("{} kept in {}", names.join(", "), folder.display())
         },
         match hard_state.repair {
             Some(r) => format!(
@@ -111,7 +112,11 @@ fn rebuilt_repair(dir: &Path, options: &RecoveryOptions) -> Result<Option<Repair
         let lost = damage_repair(damage);
         repair = Some(repair.map_or(lost, |r| r.merge(lost)));
     }
-    let snapshots = list_snapshots(&dir.join(SNAPSHOT_DIR)).unwrap_or_default();
+    let snapshots_dir = dir.join(SNAPSHOT_DIR);
+    let snapshots = list_snapshots(&snapshots_dir).map_err(|source| Refusal::Unreadable {
+        path: snapshots_dir,
+        source,
+    })?;
     if let Some((index, _)) = snapshots.first()
         && repair.is_none_or(|r| r.index < *index)
     {
