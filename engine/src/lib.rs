@@ -30,7 +30,8 @@ pub use net::codec;
 pub use net::ids;
 
 pub use apply::{
-    Applied, ApplyCounters, ApplyError, Mode, Reply, ReplyStatus, StateMachine, decode_outcomes,
+    Applied, ApplyCounters, ApplyError, CommittedAnswer, Mode, Reply, ReplyStatus, StateMachine,
+    decode_outcomes,
 };
 pub use handler::{Handler, Outcome, OutcomeOf};
 pub use ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};

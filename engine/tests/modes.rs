@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Command, Former, Ledger, entries};
-use engine::{ApplyError, EntryIndex, Mode, StateMachine};
+use engine::{ApplyError, CommittedAnswer, EntryIndex, Mode, StateMachine};
 
 /// Proves a leader that simulates up to four entries ahead of commit, in either mode, ends every
 /// entry with the same replies and state hash as a follower; Performance reuses every command
@@ -221,4 +221,51 @@ fn verify_mode_catches_a_nondeterministic_handler() {
         EntryIndex(0),
         "nothing of the entry counts as applied"
     );
+}
+
+/// Proves a retry is answered only from committed sessions (issue 13): while a leader's
+/// simulation of an entry is pending, the request it finished is neither finished nor stale
+/// for `committed_answer`; once the entry is applied it is finished with the applied results,
+/// and the client's earlier request is stale.
+#[test]
+fn a_simulated_request_is_not_committed() {
+    let mut former = Former::new(1);
+    let request = |number, balance| {
+        let set = Command::Set {
+            account: 3,
+            balance,
+        };
+        (7, number, vec![set])
+    };
+    let first = former.entry(&[request(1, 10)]);
+    let second = former.entry(&[request(2, 20)]);
+    let mut leader = StateMachine::new(Ledger, 1 << 20);
+    let client = engine::ClientId(7);
+    let number = engine::RequestNumber;
+    leader.apply(&first).unwrap();
+    assert!(matches!(
+        leader.committed_answer(client, number(1)),
+        CommittedAnswer::Finished(1, _)
+    ));
+    leader.simulate(&second);
+    assert_eq!(
+        leader.committed_answer(client, number(2)),
+        CommittedAnswer::Unknown
+    );
+    assert!(matches!(
+        leader.committed_answer(client, number(1)),
+        CommittedAnswer::Finished(1, _)
+    ));
+    let applied = leader.apply(&second).unwrap();
+    let CommittedAnswer::Finished(count, results) = leader.committed_answer(client, number(2))
+    else {
+        panic!("request 2 applied")
+    };
+    assert_eq!(count, 1);
+    assert_eq!(applied.replies.len(), 1);
+    assert_eq!(
+        leader.committed_answer(client, number(1)),
+        CommittedAnswer::Stale
+    );
+    assert!(!results.is_empty());
 }

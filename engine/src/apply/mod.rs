@@ -101,6 +101,17 @@ pub struct Reply {
     pub status: ReplyStatus,
 }
 
+/// What the committed sessions say of a request (see [`StateMachine::committed_answer`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommittedAnswer {
+    /// The client has gone on to a newer request.
+    Stale,
+    /// The request finished: its command count and encoded outcomes.
+    Finished(u32, Vec<u8>),
+    /// Neither: it is not committed yet (or never arrived).
+    Unknown,
+}
+
 /// The result of applying one entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
@@ -236,6 +247,21 @@ impl<H: Handler> StateMachine<H> {
     /// The client sessions.
     pub fn sessions(&self) -> &Sessions {
         &self.sessions
+    }
+
+    /// What a retry of `client`'s request `request` may be answered with, from the sessions as
+    /// committed (a leader's pending simulations left out: their results are not committed
+    /// yet): the request is older than the client's last one, or finished with these results
+    /// (its command count and encoded outcomes), or neither.
+    pub fn committed_answer(&self, client: ClientId, request: RequestNumber) -> CommittedAnswer {
+        let pending = self.speculations.iter().map(|s| s.journal());
+        match self.sessions.committed_one(client, pending) {
+            Some(session) if request < session.request => CommittedAnswer::Stale,
+            Some(session) if request == session.request && session.is_complete() => {
+                CommittedAnswer::Finished(session.request_commands, session.results.clone())
+            }
+            Some(_) | None => CommittedAnswer::Unknown,
+        }
     }
 
     /// The last entry applied for good.

@@ -106,6 +106,21 @@ impl Sessions {
         self.journal.take().unwrap_or_default()
     }
 
+    /// `client`'s session as committed: when a pending speculation changed it, the value the
+    /// oldest of their journals kept (`pending` oldest first); otherwise the session as it is.
+    pub(crate) fn committed_one<'a>(
+        &'a self,
+        client: ClientId,
+        pending: impl IntoIterator<Item = &'a Journal>,
+    ) -> Option<&'a Session> {
+        for journal in pending {
+            if let Some((_, before)) = journal.iter().find(|(c, _)| *c == client) {
+                return before.as_ref();
+            }
+        }
+        self.by_client.get(&client)
+    }
+
     /// Every session as committed: a session a pending speculation changed has the value its
     /// journal kept (the oldest journal first), in client order.
     pub(crate) fn committed(&self, pending: &[&Journal]) -> Vec<(ClientId, Session)> {

@@ -8,7 +8,7 @@ use super::storage::{self, SNAPSHOT_DIR};
 use super::timing::Timing;
 use super::wal_thread::{Acker, WalEvent, WalOp, WalThread};
 use super::{Input, NodeConfig, NodeError};
-use crate::apply::{Reply, ReplyStatus, StateMachine};
+use crate::apply::{CommittedAnswer, Reply, ReplyStatus, StateMachine};
 use crate::batcher::{Batcher, Queued, command_ends};
 
 use crate::core::{Action, Core, CoreConfig, Event, LogBase};
@@ -734,21 +734,18 @@ impl<H: Handler> Driver<H> {
             Ok(ends) => ends,
             Err(reason) => return reject(reason),
         };
-        let sessions = self.machine.sessions();
-        if sessions
-            .last_request(submit.client)
-            .is_some_and(|last| request < last)
-        {
-            return Some(ClientReply::Stale { request });
-        }
-        if let Some((command_count, results)) = sessions.finished_results(submit.client, request) {
-            let results = results.to_vec();
-            return Some(ClientReply::Results {
-                client: submit.client,
-                request,
-                command_count,
-                results,
-            });
+        // From committed state only: a retry is never answered with what a simulation left.
+        match self.machine.committed_answer(submit.client, request) {
+            CommittedAnswer::Stale => return Some(ClientReply::Stale { request }),
+            CommittedAnswer::Finished(command_count, results) => {
+                return Some(ClientReply::Results {
+                    client: submit.client,
+                    request,
+                    command_count,
+                    results,
+                });
+            }
+            CommittedAnswer::Unknown => {}
         }
         let key = (submit.client, request);
         if let Some(waiter) = self.waiters.get_mut(&key) {

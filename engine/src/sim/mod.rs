@@ -28,7 +28,7 @@
 pub mod check;
 mod disk;
 
-use crate::apply::{Mode, ReplyStatus, StateMachine};
+use crate::apply::{CommittedAnswer, Mode, ReplyStatus, StateMachine};
 use crate::batcher::{Batcher, Queued, command_ends};
 use crate::core::{
     APPEND_BYTES_MAX, Action, Core, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, Event,
@@ -1276,18 +1276,11 @@ impl<W: Workload> Sim<W> {
             match command_ends::<W::H>(&bytes, count) {
                 Err(_) => Some(SimReply::Refused),
                 Ok(ends) => {
-                    let sessions = live.machine.sessions();
-                    if sessions
-                        .last_request(client_id)
-                        .is_some_and(|last| request < last)
-                    {
+                    let committed = live.machine.committed_answer(client_id, request);
+                    if committed == CommittedAnswer::Stale {
                         Some(SimReply::Stale { request })
-                    } else if let Some((_, results)) = sessions.finished_results(client_id, request)
-                    {
-                        Some(SimReply::Results {
-                            request,
-                            results: results.to_vec(),
-                        })
+                    } else if let CommittedAnswer::Finished(_, results) = committed {
+                        Some(SimReply::Results { request, results })
                     } else if let Some(waiter) = live.waiters.get_mut(&(client_id, request)) {
                         *waiter = client;
                         None
