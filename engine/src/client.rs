@@ -66,13 +66,18 @@ pub enum ClientError {
     /// The answer did not decode.
     #[error("undecodable answer: {0}")]
     Decode(#[from] CodecError),
-    /// No answer within the configured time; the outcome is unknown.
-    #[error("no answer after {attempts} attempts in {seconds:.1} s")]
+    /// No answer within the configured time; the outcome is unknown, and the request's number
+    /// stays used (it may have been logged).
+    #[error(
+        "no answer after {attempts} attempts in {seconds:.1} s (last refusal: {last_rejection:?})"
+    )]
     GaveUp {
         /// Attempts made.
         attempts: u32,
         /// Seconds spent.
         seconds: f64,
+        /// The last refusal that asked to try again (`Busy`, `StorageFull`), if any.
+        last_rejection: Option<Rejection>,
     },
     /// A one-off request (status) could not reach the node.
     #[error("unreachable: {0}")]
@@ -133,6 +138,11 @@ impl Client {
         Ok(crate::apply::decode_outcomes::<H>(&results, count)?)
     }
 
+    /// The number the next request will take.
+    pub fn next_request(&self) -> RequestNumber {
+        RequestNumber(self.next_request)
+    }
+
     /// Sends already encoded commands as one request; returns the command count and the
     /// encoded outcomes. Retries until it has them (or gives up, if configured to).
     pub async fn submit_encoded(
@@ -152,6 +162,7 @@ impl Client {
         let mut backoff = RETRY_BACKOFF_MS_MIN;
         let mut redirects = 0;
         let mut refused_by = 0;
+        let mut last_rejection = None;
         for attempts in 1.. {
             let answer = self.attempt(&message, request).await;
             if !matches!(&answer, Err(HandshakeError::Refused(r)) if r.is_permanent()) {
@@ -159,12 +170,21 @@ impl Client {
             }
             match answer {
                 Ok(Answer::Results(count, results)) => return Ok((count, results)),
-                Ok(Answer::Refused(Rejection::Busy)) => {}
+                // Try again: a full queue or a full disk passes. Neither proves the number
+                // unused (an earlier attempt may have been logged), so it is never given back.
+                Ok(Answer::Refused(reason @ (Rejection::Busy | Rejection::StorageFull))) => {
+                    last_rejection = Some(reason);
+                }
                 // A halted node applies nothing more, but the others may: ask them.
                 Ok(Answer::Refused(Rejection::Halted)) => self.move_on(),
-                Ok(Answer::Refused(reason)) => {
-                    // Refused before the log, everywhere alike (its size or its bytes): the number
-                    // was never used, and the next request takes it (sessions start at 1).
+                Ok(Answer::Refused(
+                    reason @ (Rejection::Empty
+                    | Rejection::TooManyCommands { .. }
+                    | Rejection::Malformed { .. }),
+                )) => {
+                    // Refused for its own bytes, everywhere alike and every time (an attempt
+                    // that was logged passed the same checks): the number was never used, and
+                    // the next request takes it (sessions start at 1).
                     self.next_request -= 1;
                     return Err(ClientError::Rejected(reason));
                 }
@@ -202,7 +222,11 @@ impl Client {
                 .is_some_and(|limit| started.elapsed() > limit)
             {
                 let seconds = started.elapsed().as_secs_f64();
-                return Err(ClientError::GaveUp { attempts, seconds });
+                return Err(ClientError::GaveUp {
+                    attempts,
+                    seconds,
+                    last_rejection,
+                });
             }
             tokio::time::sleep(Duration::from_millis(backoff)).await;
             backoff = (backoff * 2).min(RETRY_BACKOFF_MS_MAX);

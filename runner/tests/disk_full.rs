@@ -1,7 +1,8 @@
 //! A full disk with real processes: each node's data directory on a tmpfs of its own, filled
 //! with a ballast file. A full follower drops out while the others commit, and catches up once
 //! space returns; a full leader refuses new requests with `StorageFull` (nothing it could not
-//! persist is acknowledged) and serves again once space returns. Every acknowledged transfer
+//! persist is acknowledged; the client retries), still answers a retry of a request it knows,
+//! and serves again once space returns. Every acknowledged transfer
 //! is in place at the end, on three equal state hashes.
 
 mod common;
@@ -21,6 +22,8 @@ const DISK_BYTES: u64 = 48 << 20;
 /// Small WAL segments, so that a full disk shows at the next segment as well as mid-segment.
 const SETTINGS: &str =
     "wal_segment_bytes = 1048576\nsnapshot_every = 16\nsnapshot_retain_ms = 20\n";
+/// How long the client retries a full leader's `StorageFull` before it gives up.
+const GIVE_UP_WHEN_FULL: std::time::Duration = std::time::Duration::from_secs(2);
 /// Requests a full leader may still acknowledge (those already in its pipeline, committed by
 /// the followers) before it refuses new ones.
 const REQUESTS_BEFORE_REFUSAL_MAX: usize = 1_000;
@@ -85,20 +88,34 @@ fn a_full_follower_drops_out_and_a_full_leader_refuses_new_requests() {
         wait_for(&config, "every disk to have room", has_room).await;
         converged(&config).await;
 
-        // A full leader: new requests are refused with StorageFull.
+        // A request answered before the leader's disk fills, for a retry of it below.
+        let read = [BankCommand::Get {
+            id: bank::workload::account_id(0),
+        }];
+        let mut first = Client::new(config.clone(), ClientId(40), RequestNumber(1));
+        let answered = first.submit::<Bank>(&read).await.unwrap();
+
+        // A full leader: new requests are refused with StorageFull, which the client retries
+        // (here until it gives up: the outcome is unknown to it, and nothing was logged).
         disks[usize::from(leader) - 1].fill();
+        let mut impatient = config.clone();
+        impatient.give_up_after = Some(GIVE_UP_WHEN_FULL);
+        let mut full_client = Client::new(impatient, ClientId(5), client.next_request());
         let mut refused = false;
         for _ in 0..REQUESTS_BEFORE_REFUSAL_MAX {
             let batch: Vec<BankCommand> = (0..TRANSFERS_PER_REQUEST)
                 .map(|_| common::random_transfer(&mut rng))
                 .collect();
-            match client.submit::<Bank>(&batch).await {
+            match full_client.submit::<Bank>(&batch).await {
                 Ok(outcomes) => {
                     for (command, outcome) in batch.iter().zip(&outcomes) {
                         model.record(command, outcome);
                     }
                 }
-                Err(ClientError::Rejected(Rejection::StorageFull)) => {
+                Err(ClientError::GaveUp {
+                    last_rejection: Some(Rejection::StorageFull),
+                    ..
+                }) => {
                     refused = true;
                     break;
                 }
@@ -106,6 +123,15 @@ fn a_full_follower_drops_out_and_a_full_leader_refuses_new_requests() {
             }
         }
         assert!(refused, "a full leader kept taking requests");
+        // A retry of a request the sessions know is answered with its results, full disk or
+        // not (it used to be refused, and the client gave its number back for other commands).
+        let mut again = Client::new(config.clone(), ClientId(40), RequestNumber(1));
+        let retried = again
+            .submit::<Bank>(&read)
+            .await
+            .expect("answered from the session");
+        assert_eq!(retried, answered);
+        client = Client::new(config.clone(), ClientId(5), full_client.next_request());
         disks[usize::from(leader) - 1].free();
         // The WAL retries its append every WAL_FULL_RETRY_MS: until then the leader refuses.
         wait_for(&config, "every disk to have room", has_room).await;

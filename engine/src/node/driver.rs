@@ -727,9 +727,6 @@ impl<H: Handler> Driver<H> {
         if self.core.role() != Role::Leader {
             return Some(self.not_leader());
         }
-        if self.storage_full {
-            return reject(Rejection::StorageFull);
-        }
         let ends = match command_ends::<H>(&submit.commands, submit.command_count) {
             Ok(ends) => ends,
             Err(reason) => return reject(reason),
@@ -752,6 +749,11 @@ impl<H: Handler> Driver<H> {
             // A retry of a request in flight: answer on the newest connection.
             *waiter = reply.clone();
             return None;
+        }
+        // Only a request the sessions and the log do not know of is refused for a full disk:
+        // one they know is answered (or waited for) as any retry is.
+        if self.storage_full {
+            return reject(Rejection::StorageFull);
         }
         let queued = Queued {
             client: submit.client,
