@@ -278,8 +278,12 @@ pub struct AppendReply {
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 #[bincode(crate = "crate::codec::bincode")]
 pub struct Vote {
-    /// The candidate's term.
+    /// The candidate's term (for a pre-vote, the term it would campaign in).
     pub term: Term,
+    /// A pre-vote: would the replica vote for this candidate in `term`? Nothing changes on
+    /// the replica that answers (no term taken, no vote cast), so a replica that cannot win
+    /// does not raise the cluster's term.
+    pub pre: bool,
     /// The candidate.
     pub candidate: NodeId,
     /// The candidate's last log index.
@@ -294,6 +298,8 @@ pub struct Vote {
 pub struct VoteReply {
     /// The voter's term.
     pub term: Term,
+    /// The answer to a pre-vote.
+    pub pre: bool,
     /// The voter.
     pub from: NodeId,
     /// True when the vote is granted.

@@ -110,12 +110,14 @@ fn peer_messages() -> Vec<PeerMessage> {
         }),
         PeerMessage::Vote(Vote {
             term: Term(2),
+            pre: false,
             candidate: NodeId(3),
             last_index: EntryIndex(4),
             last_term: Term(1),
         }),
         PeerMessage::VoteReply(VoteReply {
             term: Term(2),
+            pre: false,
             from: NodeId(1),
             granted: true,
         }),

@@ -9,8 +9,11 @@
 //! follower acknowledges entries only after its own. Two additions guard against disruption: a
 //! replica that heard from a leader within the minimum election timeout ignores vote requests
 //! (leader stickiness), and a leader that has not heard from a majority for that long steps down
-//! (check quorum).
+//! (check quorum). With pre-vote (`election`) a replica whose election timer runs out first asks
+//! whether it could win, without raising its term; a replica cut off from the others therefore
+//! comes back at its old term and cannot depose a leader the others still follow.
 
+mod election;
 mod log;
 mod quorum;
 
@@ -71,6 +74,8 @@ pub struct CoreConfig {
     /// Entries behind a durable snapshot a leader keeps for a lagging follower (see
     /// [`LAGGING_FOLLOWER_ENTRIES_MAX`]).
     pub lagging_entries_max: u64,
+    /// Ask for pre-votes before campaigning (see `election`); plain Raft without.
+    pub pre_vote: bool,
 }
 
 /// Term and vote: what must be durable before a replica acts on them.
@@ -282,6 +287,8 @@ pub struct Core {
     heartbeat_elapsed: u32,
     last_leader_contact: Option<u64>,
     votes: Vec<NodeId>,
+    /// While asking for pre-votes: who granted one (this replica first).
+    pre_votes: Option<Vec<NodeId>>,
     peers: BTreeMap<NodeId, Progress>,
     /// Follower: the highest index the current leader's appends showed to match.
     confirmed: EntryIndex,
@@ -330,6 +337,7 @@ impl Core {
             heartbeat_elapsed: 0,
             last_leader_contact: None,
             votes: Vec::new(),
+            pre_votes: None,
             peers: BTreeMap::new(),
             confirmed: EntryIndex::ZERO,
             acknowledged: EntryIndex::ZERO,
@@ -509,7 +517,11 @@ impl Core {
                     // A replica repairing damage campaigns too, but never leads (it may lack
                     // entries it acknowledged): its vote requests tell the others where its
                     // log ends, as theirs tell it where theirs end.
-                    self.campaign(out);
+                    if self.config.pre_vote {
+                        self.ask_pre_votes(out);
+                    } else {
+                        self.campaign(out);
+                    }
                 }
             }
         }
@@ -531,6 +543,15 @@ impl Core {
         if sender != from {
             return;
         }
+        // A pre-vote request names a term the candidate does not hold yet: it changes nothing
+        // here, whatever its term.
+        if let PeerMessage::Vote(vote) = &message
+            && vote.pre
+        {
+            let vote = vote.clone();
+            self.on_pre_vote(vote, out);
+            return;
+        }
         if let PeerMessage::Append(m) = &message
             && !m
                 .entries
@@ -546,6 +567,7 @@ impl Core {
             {
                 let reply = VoteReply {
                     term: self.hard.term,
+                    pre: false,
                     from: self.config.id,
                     granted: false,
                 };
@@ -568,6 +590,7 @@ impl Core {
             PeerMessage::Append(m) => self.on_append(m, out),
             PeerMessage::AppendReply(m) => self.on_append_reply(m, out),
             PeerMessage::Vote(m) => self.on_vote(m, out),
+            PeerMessage::VoteReply(m) if m.pre => self.on_pre_vote_reply(m, out),
             PeerMessage::VoteReply(m) => self.on_vote_reply(m, out),
             PeerMessage::Snapshot(m) => self.on_snapshot_chunk(m, out),
         }
@@ -711,6 +734,7 @@ impl Core {
         }
         self.peers.clear();
         self.votes.clear();
+        self.pre_votes = None;
         self.reset_election_timer();
         self.set_role(Role::Follower, leader, out);
     }
@@ -723,6 +747,7 @@ impl Core {
         };
         out.push(Action::PersistHardState(self.hard));
         self.votes = vec![self.config.id];
+        self.pre_votes = None;
         self.confirmed = EntryIndex::ZERO;
         self.acknowledged = EntryIndex::ZERO;
         self.reset_election_timer();
@@ -733,6 +758,7 @@ impl Core {
         }
         let vote = Vote {
             term: self.hard.term,
+            pre: false,
             candidate: self.config.id,
             last_index: self.log.last_index(),
             last_term: self.log.last_term(),
@@ -773,6 +799,32 @@ impl Core {
     }
 
     fn on_vote(&mut self, vote: Vote, out: &mut Vec<Action>) {
+        let up_to_date = self.log_up_to_date(&vote, out);
+        let free = self.hard.voted_for.is_none_or(|v| v == vote.candidate);
+        let granted =
+            vote.term == self.hard.term && free && up_to_date && self.role == Role::Follower;
+        if granted && self.hard.voted_for.is_none() {
+            self.hard.voted_for = Some(vote.candidate);
+            out.push(Action::PersistHardState(self.hard));
+        }
+        if granted {
+            self.reset_election_timer();
+        }
+        let reply = VoteReply {
+            term: self.hard.term,
+            pre: false,
+            from: self.config.id,
+            granted,
+        };
+        out.push(Action::Send {
+            to: vote.candidate,
+            message: PeerMessage::VoteReply(reply),
+        });
+    }
+
+    /// True when `vote`'s candidate's log is up to date enough for this replica's vote (or
+    /// pre-vote); notes where the candidate's log ends.
+    fn log_up_to_date(&mut self, vote: &Vote, out: &mut Vec<Action>) -> bool {
         let theirs = (vote.last_term, vote.last_index);
         self.log_ends.insert(vote.candidate, theirs);
         self.release_unheld_repair(out);
@@ -797,29 +849,8 @@ impl Core {
         // A replica with an empty log votes only while the whole cluster is new: once entries
         // exist, an empty log means a lost data directory, whose votes may already be cast.
         // (A log emptied by damage is known for what it was: its hard state survived.)
-        let up_to_date = up_to_date
-            && (self.log.last_index().0 > 0
-                || self.hard.repair.is_some()
-                || vote.last_index.0 == 0);
-        let free = self.hard.voted_for.is_none_or(|v| v == vote.candidate);
-        let granted =
-            vote.term == self.hard.term && free && up_to_date && self.role == Role::Follower;
-        if granted && self.hard.voted_for.is_none() {
-            self.hard.voted_for = Some(vote.candidate);
-            out.push(Action::PersistHardState(self.hard));
-        }
-        if granted {
-            self.reset_election_timer();
-        }
-        let reply = VoteReply {
-            term: self.hard.term,
-            from: self.config.id,
-            granted,
-        };
-        out.push(Action::Send {
-            to: vote.candidate,
-            message: PeerMessage::VoteReply(reply),
-        });
+        up_to_date
+            && (self.log.last_index().0 > 0 || self.hard.repair.is_some() || vote.last_index.0 == 0)
     }
 
     fn on_vote_reply(&mut self, reply: VoteReply, out: &mut Vec<Action>) {
@@ -863,6 +894,7 @@ impl Core {
         }
         self.election_elapsed = 0;
         self.last_leader_contact = Some(self.ticks);
+        self.pre_votes = None;
         true
     }
 

@@ -17,6 +17,8 @@ fn config(id: NodeId) -> CoreConfig {
         heartbeat_ticks: 2,
         seed: 7,
         lagging_entries_max: super::LAGGING_FOLLOWER_ENTRIES_MAX,
+        // The exact action lists below are plain Raft's; pre-vote has tests of its own.
+        pre_vote: false,
     }
 }
 
@@ -46,6 +48,7 @@ fn vote_granted(term: u64, from: NodeId) -> Event {
         from,
         message: PeerMessage::VoteReply(VoteReply {
             term: Term(term),
+            pre: false,
             from,
             granted: true,
         }),
@@ -72,6 +75,7 @@ fn election_timeout_starts_a_campaign() {
     let actions = tick_until_active(&mut n1);
     let vote = Vote {
         term: Term(1),
+        pre: false,
         candidate: N1,
         last_index: EntryIndex(0),
         last_term: Term(0),
@@ -110,6 +114,7 @@ fn a_vote_is_persisted_before_it_is_sent() {
         from: candidate,
         message: PeerMessage::Vote(Vote {
             term: Term(1),
+            pre: false,
             candidate,
             last_index: EntryIndex(0),
             last_term: Term(0),
@@ -132,6 +137,7 @@ fn a_vote_is_persisted_before_it_is_sent() {
                 to: N1,
                 message: PeerMessage::VoteReply(VoteReply {
                     term: Term(1),
+                    pre: false,
                     from: N2,
                     granted: true
                 })
@@ -144,6 +150,7 @@ fn a_vote_is_persisted_before_it_is_sent() {
             to: N3,
             message: PeerMessage::VoteReply(VoteReply {
                 term: Term(1),
+                pre: false,
                 from: N2,
                 granted: false
             })
@@ -428,6 +435,7 @@ fn an_empty_log_votes_only_while_the_cluster_is_new() {
         from: N2,
         message: PeerMessage::Vote(Vote {
             term: Term(3),
+            pre: false,
             candidate: N2,
             last_index: EntryIndex(last_index),
             last_term: Term(u64::from(last_index > 0)),
@@ -651,6 +659,7 @@ fn vote_from(candidate: NodeId, term: u64, last_index: u64) -> Event {
         from: candidate,
         message: PeerMessage::Vote(Vote {
             term: Term(term),
+            pre: false,
             candidate,
             last_index: EntryIndex(last_index),
             last_term: Term(1),
@@ -917,6 +926,7 @@ fn stickiness_and_check_quorum() {
     );
     let disruptive = Vote {
         term: Term(5),
+        pre: false,
         candidate: N3,
         last_index: EntryIndex(9),
         last_term: Term(4),
@@ -934,6 +944,7 @@ fn stickiness_and_check_quorum() {
             to: N3,
             message: PeerMessage::VoteReply(VoteReply {
                 term: Term(1),
+                pre: false,
                 from: N2,
                 granted: false
             })
@@ -965,8 +976,21 @@ struct Cluster {
 
 impl Cluster {
     fn new() -> Self {
+        Cluster::with(core)
+    }
+
+    /// Three cores that ask for pre-votes before they campaign.
+    fn pre_voting() -> Self {
+        Cluster::with(|id| {
+            let mut config = config(id);
+            config.pre_vote = true;
+            Core::new(config, Recovered::default())
+        })
+    }
+
+    fn with(make: impl Fn(NodeId) -> Core) -> Self {
         Cluster {
-            cores: [N1, N2, N3].into_iter().map(core).collect(),
+            cores: [N1, N2, N3].into_iter().map(make).collect(),
             queue: VecDeque::new(),
             cut: None,
             committed: vec![Vec::new(); 3],
@@ -1150,4 +1174,151 @@ fn three_cores_elect_replicate_and_fail_over() {
         .filter(|c| c.role() == Role::Leader)
         .count();
     assert_eq!(leaders, 1);
+}
+
+fn pre_voting(id: NodeId) -> Core {
+    let mut config = config(id);
+    config.pre_vote = true;
+    Core::new(config, Recovered::default())
+}
+
+/// Proves an election timeout with pre-vote sends pre-vote requests for the next term and
+/// changes nothing of its own (no term, no vote persisted); a majority of pre-votes starts the
+/// real campaign, persisted before its requests go out.
+#[test]
+fn a_pre_vote_changes_nothing_until_a_majority_grants_it() {
+    let mut n1 = pre_voting(N1);
+    let actions = tick_until_active(&mut n1);
+    let asked: Vec<NodeId> = actions
+        .iter()
+        .filter_map(|a| {
+            let Action::Send {
+                to,
+                message: PeerMessage::Vote(v),
+            } = a
+            else {
+                return None;
+            };
+            (v.pre && v.term == Term(1) && v.candidate == N1).then_some(*to)
+        })
+        .collect();
+    assert_eq!(asked, vec![N2, N3], "{actions:?}");
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::PersistHardState(_)))
+    );
+    assert_eq!(n1.term(), Term(0));
+    let granted = |from| Event::Message {
+        from,
+        message: PeerMessage::VoteReply(VoteReply {
+            term: Term(0),
+            pre: true,
+            from,
+            granted: true,
+        }),
+    };
+    let actions = step(&mut n1, granted(N2));
+    assert_eq!(n1.term(), Term(1));
+    let persisted = actions
+        .iter()
+        .position(|a| matches!(a, Action::PersistHardState(h) if h.term == Term(1)))
+        .expect("the campaign's term is persisted");
+    let first_request = actions
+        .iter()
+        .position(|a| matches!(a, Action::Send { message: PeerMessage::Vote(v), .. } if !v.pre))
+        .expect("real vote requests");
+    assert!(persisted < first_request, "{actions:?}");
+}
+
+/// Proves a replica grants a pre-vote only when it has not heard from a leader lately and the
+/// candidate's log is up to date, and that answering one leaves its term as it was.
+#[test]
+fn a_pre_vote_is_granted_only_without_a_leader() {
+    let request = |term, last_index| Event::Message {
+        from: N3,
+        message: PeerMessage::Vote(Vote {
+            term: Term(term),
+            pre: true,
+            candidate: N3,
+            last_index: EntryIndex(last_index),
+            last_term: Term(0),
+        }),
+    };
+    let answer = |actions: &[Action]| {
+        actions.iter().find_map(|a| {
+            let Action::Send {
+                message: PeerMessage::VoteReply(r),
+                ..
+            } = a
+            else {
+                return None;
+            };
+            r.pre.then_some(r.granted)
+        })
+    };
+    let mut n2 = pre_voting(N2);
+    assert_eq!(answer(&step(&mut n2, request(5, 0))), Some(true));
+    assert_eq!(n2.term(), Term(0), "a pre-vote takes no term");
+    // Once a leader is heard from, its followers refuse pre-votes while it is fresh.
+    let (mut leader, _) = leader();
+    let mut out = Vec::new();
+    leader.step(request(9, 0), &mut out);
+    assert_eq!(answer(&out), Some(false), "a leader refuses");
+    assert_eq!(leader.role(), Role::Leader, "and stays leader at its term");
+    assert_eq!(leader.term(), Term(1));
+}
+
+/// Proves a follower cut off from the others for many election timeouts comes back at the
+/// term it left with, and the leader the others followed is still leader, at its term.
+#[test]
+fn a_replica_cut_off_cannot_depose_the_leader_when_it_returns() {
+    let mut cluster = Cluster::pre_voting();
+    let leader = cluster.elect();
+    let term = cluster.cores[Cluster::at(leader)].term();
+    let away = [N1, N2, N3].into_iter().find(|&n| n != leader).unwrap();
+    cluster.cut = Some(away);
+    for _ in 0..300 {
+        cluster.tick();
+    }
+    assert_eq!(
+        cluster.cores[Cluster::at(away)].term(),
+        term,
+        "no term raised while away"
+    );
+    cluster.cut = None;
+    for _ in 0..100 {
+        cluster.tick();
+    }
+    assert_eq!(cluster.leader(), Some(leader));
+    assert_eq!(cluster.cores[Cluster::at(leader)].term(), term);
+    let index = cluster.propose(leader, b"after the return");
+    for _ in 0..10 {
+        cluster.tick();
+    }
+    assert!(
+        cluster.cores[Cluster::at(away)].commit_index() >= index,
+        "it follows again"
+    );
+}
+
+/// Proves three pre-voting cores elect, replicate and fail over as plain Raft does.
+#[test]
+fn pre_voting_cores_fail_over() {
+    let mut cluster = Cluster::pre_voting();
+    let first = cluster.elect();
+    cluster.propose(first, b"one");
+    cluster.cut = Some(first);
+    let second = cluster.elect();
+    assert_ne!(first, second);
+    cluster.propose(second, b"two");
+    cluster.cut = None;
+    for _ in 0..50 {
+        cluster.tick();
+    }
+    let applied: Vec<usize> = cluster.committed.iter().map(Vec::len).collect();
+    assert!(
+        applied.iter().all(|&n| n == applied[0] && n >= 4),
+        "{applied:?}"
+    );
 }

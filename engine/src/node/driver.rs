@@ -208,6 +208,7 @@ impl<H: Handler> Driver<H> {
             heartbeat_ticks: config.heartbeat_ticks,
             seed: config.seed,
             lagging_entries_max: config.lagging_entries_max,
+            pre_vote: true,
         };
         let mut machine = restored.machine;
         machine.set_mode(config.mode);

@@ -759,6 +759,7 @@ impl<W: Workload> Sim<W> {
             heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
             seed,
             lagging_entries_max,
+            pre_vote: true,
         };
         node.live = Some(Live {
             core: Core::new(config, recovered),
