@@ -1128,7 +1128,31 @@ impl Core {
             if !progress.loading {
                 self.send_append(peer, out);
             }
+            if self.peers[&peer].snapshot.is_some() {
+                self.send_base_heartbeat(peer, out);
+            }
         }
+    }
+
+    /// A heartbeat for a follower waiting for a snapshot: an empty append at the log's base,
+    /// which it cannot match yet (it answers with a conflict, and the snapshot is not sent
+    /// again for that). Without it the follower hears nothing from its leader while the
+    /// snapshot travels, times out and asks for votes.
+    fn send_base_heartbeat(&mut self, peer: NodeId, out: &mut Vec<Action>) {
+        let base = self.log.base();
+        let append = Append {
+            term: self.hard.term,
+            leader: self.config.id,
+            prev_index: base.index,
+            prev_term: base.term,
+            entries: Vec::new(),
+            commit: self.commit,
+            applied: self.applied,
+        };
+        out.push(Action::Send {
+            to: peer,
+            message: PeerMessage::Append(append),
+        });
     }
 
     /// Sends `peer` the entries from its `next` index (as many as one message takes), or an

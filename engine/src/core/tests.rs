@@ -309,7 +309,10 @@ fn leader_sends_a_snapshot_to_a_follower_behind_its_log_base() {
         step(&mut n1, conflict(1, N2, 0)),
         vec![Action::SendSnapshot { peer: N2 }]
     );
-    // Heartbeats (every two ticks) within the check-quorum window (ten).
+    // Heartbeats (every two ticks) within the check-quorum window (ten): the follower waiting
+    // for the snapshot still hears from its leader, at the log's base (issue 13: it used to
+    // hear nothing for SNAPSHOT_RESEND_TICKS, and campaigned).
+    let mut heartbeats = 0;
     for _ in 0..5 {
         let actions = step(&mut n1, Event::Tick);
         assert!(
@@ -318,7 +321,17 @@ fn leader_sends_a_snapshot_to_a_follower_behind_its_log_base() {
                 .all(|a| !matches!(a, Action::SendSnapshot { .. })),
             "a snapshot in flight is not sent again at once: {actions:?}"
         );
+        heartbeats += actions
+            .iter()
+            .filter(|a| {
+                matches!(a, Action::Send { to: N2, message: PeerMessage::Append(m) }
+                    if m.entries.is_empty() && m.prev_index == EntryIndex(4) && m.prev_term == Term(1))
+            })
+            .count();
     }
+    assert_eq!(heartbeats, 2, "a heartbeat every two ticks");
+    // Its answer (it cannot match the base) sends no second snapshot.
+    assert_eq!(step(&mut n1, conflict(1, N2, 0)), Vec::new());
     // Installed: appends resume after the snapshot's index.
     let actions = step(&mut n1, matched(1, N2, 4));
     let [
