@@ -939,7 +939,6 @@ impl Core {
             return;
         }
         let covered = EntryIndex(append.prev_index.0 + append.entries.len() as u64);
-        let no_entries = append.entries.is_empty();
         let persisting = match self.take_entries(append.entries, out) {
             Ok(persisting) => persisting,
             Err(hint) => {
@@ -976,10 +975,13 @@ impl Core {
             self.commit = commit;
             out.push(Action::Commit(commit));
         }
-        // A heartbeat is always answered (the leader's quorum check counts on it); new entries
-        // are acknowledged once durable, here or when the WAL reports them.
+        // Every append that brings nothing new to persist is answered at once, with what is
+        // durable so far: a heartbeat, and a resend of entries still on their way to disk (the
+        // leader's quorum check counts on the answer; a leader resends what a follower on a
+        // slow disk has not acknowledged yet, and used to hear nothing, and step down). New
+        // entries are acknowledged once durable, here or when the WAL reports them.
         let matched = self.durable.min(self.confirmed);
-        if no_entries || matched >= covered || matched > self.acknowledged {
+        if !persisting || matched >= covered || matched > self.acknowledged {
             self.reply_append(AppendOutcome::Matched { index: matched }, out);
         }
     }

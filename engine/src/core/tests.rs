@@ -535,6 +535,47 @@ fn follower_acknowledges_after_its_fsync() {
     );
 }
 
+/// Proves a follower answers at once a resend of entries still on their way to its disk, with
+/// what is durable so far (issue 13: it stayed silent until its fsync, and on a disk slower than
+/// the election window every leader stepped down for lack of answers).
+#[test]
+fn a_resend_before_the_fsync_is_answered_at_once() {
+    let (_, noop) = leader();
+    let mut n2 = core(N2);
+    let append = Append {
+        term: Term(1),
+        leader: N1,
+        prev_index: EntryIndex(0),
+        prev_term: Term(0),
+        entries: vec![noop],
+        commit: EntryIndex(0),
+        applied: None,
+    };
+    let message = || Event::Message {
+        from: N1,
+        message: PeerMessage::Append(append.clone()),
+    };
+    let first = step(&mut n2, message());
+    assert!(first.iter().any(|a| matches!(a, Action::AckWhenDurable { .. })));
+    let again = step(&mut n2, message());
+    let durable_so_far = AppendReply {
+        term: Term(1),
+        from: N2,
+        outcome: AppendOutcome::Matched {
+            index: EntryIndex(0),
+        },
+        applied: None,
+    };
+    assert_eq!(
+        again,
+        vec![Action::Send {
+            to: N1,
+            message: PeerMessage::AppendReply(durable_so_far)
+        }],
+        "nothing persisted twice, and an answer now"
+    );
+}
+
 /// Proves an append whose previous entry the follower lacks is refused with a hint, and that an
 /// entry that does not chain to the previous one is refused rather than logged.
 #[test]
