@@ -57,7 +57,7 @@ fn run(commands: &[BankCommand], per_entry: usize) -> (Vec<Vec<u8>>, StateHash) 
         for reply in machine.apply(&entry).unwrap().replies {
             match reply.status {
                 ReplyStatus::Results(bytes) => results.push(bytes),
-                ReplyStatus::Stale => panic!("stale reply"),
+                ReplyStatus::Stale | ReplyStatus::Expired => panic!("{:?} reply", reply.status),
             }
         }
     }

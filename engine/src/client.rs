@@ -63,6 +63,11 @@ pub enum ClientError {
     /// The client had already moved past this request number.
     #[error("request {0} is stale")]
     Stale(RequestNumber),
+    /// The cluster keeps no session for this client (evicted past its most sessions, or the
+    /// client did not start at request 1): the request was not applied now, and whether an
+    /// earlier attempt of it was is not known. Start a new client id.
+    #[error("request {0}: the client's session expired (earlier attempts' outcome unknown)")]
+    SessionExpired(RequestNumber),
     /// The answer did not decode.
     #[error("undecodable answer: {0}")]
     Decode(#[from] CodecError),
@@ -93,6 +98,7 @@ enum Answer {
     Redirect(Option<SocketAddr>),
     Refused(Rejection),
     Stale,
+    Expired,
     /// The node closed the connection, saying why.
     Closed(Refusal),
 }
@@ -189,6 +195,7 @@ impl Client {
                     return Err(ClientError::Rejected(reason));
                 }
                 Ok(Answer::Stale) => return Err(ClientError::Stale(request)),
+                Ok(Answer::Expired) => return Err(ClientError::SessionExpired(request)),
                 Ok(Answer::Redirect(Some(leader))) => {
                     self.move_to(leader);
                     redirects += 1;
@@ -300,6 +307,7 @@ fn answer_to(reply: ClientReply, request: RequestNumber) -> Option<Answer> {
             Some(Answer::Refused(reason))
         }
         ClientReply::Stale { request: r } if r == request => Some(Answer::Stale),
+        ClientReply::Expired { request: r } if r == request => Some(Answer::Expired),
         ClientReply::NotLeader { address, .. } => {
             Some(Answer::Redirect(address.and_then(|a| a.parse().ok())))
         }
@@ -307,6 +315,7 @@ fn answer_to(reply: ClientReply, request: RequestNumber) -> Option<Answer> {
         ClientReply::Results { .. }
         | ClientReply::Rejected { .. }
         | ClientReply::Stale { .. }
+        | ClientReply::Expired { .. }
         | ClientReply::Status(_)
         | ClientReply::ModeSet(_) => None,
     }

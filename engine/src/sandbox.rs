@@ -54,7 +54,9 @@ impl<H: Handler> Sandbox<H> {
                 Ok(decode_outcomes::<H>(&results, reply.command_count)
                     .expect("outcomes the engine encoded decode"))
             }
-            ReplyStatus::Stale => unreachable!("the sandbox numbers its requests in order"),
+            ReplyStatus::Stale | ReplyStatus::Expired => {
+                unreachable!("the sandbox numbers its requests in order, from 1")
+            }
         }
     }
 

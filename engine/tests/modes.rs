@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Command, Former, Ledger, entries};
-use engine::{ApplyError, CommittedAnswer, EntryIndex, Mode, StateMachine};
+use engine::{ApplyError, CommittedAnswer, EntryIndex, Mode, ReplyStatus, StateMachine};
 
 /// Proves a leader that simulates up to four entries ahead of commit, in either mode, ends every
 /// entry with the same replies and state hash as a follower; Performance reuses every command
@@ -268,4 +268,61 @@ fn a_simulated_request_is_not_committed() {
         CommittedAnswer::Stale
     );
     assert!(!results.is_empty());
+}
+
+/// Proves a client whose session was evicted (past `SESSIONS_MAX` other clients) is told its
+/// session expired, for a new request and for a retry of one that was applied: never "stale"
+/// (which says not applied) and never run again (issue 13).
+#[test]
+fn an_evicted_client_is_told_its_session_expired() {
+    let mut former = Former::new(1);
+    let mut machine = StateMachine::new(Ledger, 1 << 26);
+    machine.set_replying(true);
+    let set = |balance| {
+        vec![Command::Set {
+            account: 1,
+            balance,
+        }]
+    };
+    let status = |applied: engine::Applied| {
+        let [reply] = applied.replies.as_slice() else {
+            panic!("one reply: {:?}", applied.replies)
+        };
+        reply.status.clone()
+    };
+    let first = machine.apply(&former.entry(&[(1, 1, set(5))])).unwrap();
+    assert!(matches!(status(first), ReplyStatus::Results(_)));
+    // As many other clients as sessions are kept: the oldest (client 1) is evicted.
+    let others: Vec<(u64, u64, Vec<Command>)> = (2..2 + engine::apply::SESSIONS_MAX as u64)
+        .map(|client| (client, 1, set(1)))
+        .collect();
+    for chunk in others.chunks(256) {
+        machine.apply(&former.entry(chunk)).unwrap();
+    }
+    let client = engine::ClientId(1);
+    assert_eq!(
+        machine.committed_answer(client, engine::RequestNumber(1)),
+        CommittedAnswer::Expired
+    );
+    let retry = machine.apply(&former.entry(&[(1, 1, set(5))])).unwrap();
+    assert_eq!(
+        status(retry),
+        ReplyStatus::Expired,
+        "a retry of what was applied"
+    );
+    let next = machine.apply(&former.entry(&[(1, 2, set(6))])).unwrap();
+    assert_eq!(status(next), ReplyStatus::Expired, "a new request");
+    let account = machine
+        .apply(&former.entry(&[(99_999, 1, vec![Command::Total])]))
+        .unwrap();
+    let ReplyStatus::Results(total) = status(account) else {
+        panic!("the total")
+    };
+    // The other clients set account 1 to 1 after client 1 set it to 5: a retry run again would
+    // set it back to 5, the new request to 6.
+    assert_eq!(
+        engine::decode_outcomes::<Ledger>(&total, 1).unwrap(),
+        vec![engine::Outcome::Done(1)],
+        "neither the retry nor the new request ran"
+    );
 }

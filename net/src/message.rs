@@ -391,6 +391,12 @@ pub enum ClientReply {
         /// The request.
         request: RequestNumber,
     },
+    /// The cluster keeps no session for this client (evicted, or it did not start at request
+    /// 1): this request was not applied now; whether an earlier attempt was is not known.
+    Expired {
+        /// The request.
+        request: RequestNumber,
+    },
     /// The node's status.
     Status(Box<NodeStatus>),
     /// The mode is set.

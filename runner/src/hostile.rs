@@ -267,6 +267,7 @@ impl std::fmt::Display for Heard {
                 ClientReply::Rejected { reason, .. } => write!(f, "rejected: {reason:?}"),
                 other @ (ClientReply::NotLeader { .. }
                 | ClientReply::Stale { .. }
+                | ClientReply::Expired { .. }
                 | ClientReply::Status(_)
                 | ClientReply::ModeSet(_)) => write!(f, "{other:?}"),
             },
@@ -812,6 +813,7 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
             | ClientReply::NotLeader { .. }
             | ClientReply::Rejected { .. }
             | ClientReply::Stale { .. }
+            | ClientReply::Expired { .. }
             | ClientReply::Status(_)
             | ClientReply::ModeSet(_) => None,
         }

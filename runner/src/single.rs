@@ -92,6 +92,7 @@ impl Client {
                 Ok(decode_outcomes::<Bank>(&results, reply.command_count)?)
             }
             ReplyStatus::Stale => bail!("request {} reported stale", request.number),
+            ReplyStatus::Expired => bail!("request {}: the session expired", request.number),
         }
     }
 }

@@ -86,6 +86,10 @@ pub enum ReplyStatus {
     Results(Vec<u8>),
     /// The client had moved on to a newer request; this one was not applied.
     Stale,
+    /// The cluster keeps no session for the client (evicted past `SESSIONS_MAX`, or a first
+    /// request numbered above 1): this request was not applied now, and whether an earlier
+    /// attempt of it was is not known.
+    Expired,
 }
 
 /// The answer to one client request, produced when its last fragment applies.
@@ -106,6 +110,8 @@ pub struct Reply {
 pub enum CommittedAnswer {
     /// The client has gone on to a newer request.
     Stale,
+    /// The client's session was evicted (see [`ReplyStatus::Expired`]).
+    Expired,
     /// The request finished: its command count and encoded outcomes.
     Finished(u32, Vec<u8>),
     /// Neither: it is not committed yet (or never arrived).
@@ -256,6 +262,7 @@ impl<H: Handler> StateMachine<H> {
     pub fn committed_answer(&self, client: ClientId, request: RequestNumber) -> CommittedAnswer {
         let pending = self.speculations.iter().map(|s| s.journal());
         match self.sessions.committed_one(client, pending) {
+            Some(session) if session.is_expired() => CommittedAnswer::Expired,
             Some(session) if request < session.request => CommittedAnswer::Stale,
             Some(session) if request == session.request && session.is_complete() => {
                 CommittedAnswer::Finished(session.request_commands, session.results.clone())
@@ -550,9 +557,14 @@ impl<H: Handler> StateMachine<H> {
         let skip = match self.sessions.decide(fragment) {
             Decision::Execute { skip } => skip as usize,
             Decision::Duplicate => return Ok(self.reply_if_complete(fragment)),
-            Decision::Stale => {
-                let stale = (fragment.is_last() && self.replying).then_some(ReplyStatus::Stale);
-                return Ok(stale.map(|status| reply(fragment, status)));
+            decision @ (Decision::Stale | Decision::Expired) => {
+                let status = if decision == Decision::Stale {
+                    ReplyStatus::Stale
+                } else {
+                    ReplyStatus::Expired
+                };
+                let answer = (fragment.is_last() && self.replying).then_some(status);
+                return Ok(answer.map(|status| reply(fragment, status)));
             }
         };
         let commands = commands.start + skip..commands.end;

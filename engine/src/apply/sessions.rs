@@ -9,6 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Client sessions the state keeps; a new client beyond this evicts the least recently active
 /// one (ties broken by client id, so every replica evicts the same).
 pub const SESSIONS_MAX: usize = 4096;
+/// Evicted sessions remembered as expired (a client id and its last request, no results), so
+/// that such a client is told its session expired rather than having a retry run again as a
+/// new client's first request; past this the oldest is forgotten.
+pub const EXPIRED_SESSIONS_MAX: usize = 4 * SESSIONS_MAX;
 
 /// Tag of a session update in the write stream, in the place of a table id (above them all).
 pub(crate) const SESSION_WRITE_TAG: u8 = u8::MAX;
@@ -29,6 +33,22 @@ impl Session {
     pub(crate) fn is_complete(&self) -> bool {
         self.applied_commands == self.request_commands
     }
+
+    /// An evicted session, remembered: no request has zero commands, so a session of zero
+    /// commands is the mark.
+    pub(crate) fn is_expired(&self) -> bool {
+        self.request_commands == 0
+    }
+
+    fn expired(&self) -> Session {
+        Session {
+            request: self.request,
+            request_commands: 0,
+            applied_commands: 0,
+            results: Vec::new(),
+            last_active: self.last_active,
+        }
+    }
 }
 
 /// What to do with a fragment, given its client's session.
@@ -45,6 +65,9 @@ pub(crate) enum Decision {
     /// Skip it: the client has since moved on to a newer request, or the fragment does not
     /// continue its request where the session stands.
     Stale,
+    /// Skip it: the client has no session (it was evicted, or its first request was not
+    /// number 1), so whether an earlier attempt of this request was applied is not known.
+    Expired,
 }
 
 /// The sessions as they were before a speculative entry changed them, in the order it changed
@@ -83,7 +106,7 @@ impl Sessions {
         request: RequestNumber,
     ) -> Option<(u32, &[u8])> {
         let session = self.by_client.get(&client)?;
-        (session.request == request && session.is_complete())
+        (session.request == request && session.is_complete() && !session.is_expired())
             .then_some((session.request_commands, session.results.as_slice()))
     }
 
@@ -155,6 +178,34 @@ impl Sessions {
         }
     }
 
+    /// Makes room for a new client when [`SESSIONS_MAX`] sessions are live: the least recently
+    /// active finished one is marked expired; and when more than [`EXPIRED_SESSIONS_MAX`] are
+    /// expired, the oldest of those is forgotten.
+    fn evict(&mut self) {
+        let oldest = |sessions: &BTreeMap<ClientId, Session>, expired: bool| {
+            sessions
+                .iter()
+                .filter(|(_, s)| s.is_expired() == expired && s.is_complete())
+                .min_by_key(|(c, s)| (s.last_active, **c))
+                .map(|(c, _)| *c)
+        };
+        let live = self.by_client.values().filter(|s| !s.is_expired()).count();
+        if live >= SESSIONS_MAX
+            && let Some(client) = oldest(&self.by_client, false)
+        {
+            self.note(client);
+            let session = self.by_client.get_mut(&client).expect("found");
+            *session = session.expired();
+        }
+        let expired = self.by_client.values().filter(|s| s.is_expired()).count();
+        if expired > EXPIRED_SESSIONS_MAX
+            && let Some(client) = oldest(&self.by_client, true)
+        {
+            self.note(client);
+            self.by_client.remove(&client);
+        }
+    }
+
     /// Journals `client`'s session before a change.
     fn note(&mut self, client: ClientId) {
         if let Some(journal) = &mut self.journal {
@@ -166,12 +217,13 @@ impl Sessions {
         let first = fragment.first_command;
         let end = first + fragment.command_count;
         match self.by_client.get(&fragment.client) {
+            Some(s) if s.is_expired() => Decision::Expired,
             // A client's first request is number 1: a session that is gone (evicted) is never
             // silently restarted, so nothing it sent before can be applied twice.
             None if first == 0 && fragment.request == RequestNumber(1) => {
                 Decision::Execute { skip: 0 }
             }
-            None => Decision::Stale,
+            None => Decision::Expired,
             Some(s) if fragment.request > s.request && first == 0 => Decision::Execute { skip: 0 },
             Some(s) if fragment.request != s.request => Decision::Stale,
             Some(s) if fragment.request_commands != s.request_commands => Decision::Stale,
@@ -191,16 +243,7 @@ impl Sessions {
     /// (a session in the middle of a request is never evicted).
     pub(crate) fn open(&mut self, fragment: &FragmentHeader, index: EntryIndex) -> &mut Session {
         if !self.by_client.contains_key(&fragment.client) && self.by_client.len() >= SESSIONS_MAX {
-            let oldest = self
-                .by_client
-                .iter()
-                .filter(|(_, s)| s.is_complete())
-                .min_by_key(|(c, s)| (s.last_active, **c))
-                .map(|(c, _)| *c);
-            if let Some(client) = oldest {
-                self.note(client);
-                self.by_client.remove(&client);
-            }
+            self.evict();
         }
         self.note(fragment.client);
         let session = self

@@ -556,7 +556,11 @@ fn a_resend_before_the_fsync_is_answered_at_once() {
         message: PeerMessage::Append(append.clone()),
     };
     let first = step(&mut n2, message());
-    assert!(first.iter().any(|a| matches!(a, Action::AckWhenDurable { .. })));
+    assert!(
+        first
+            .iter()
+            .any(|a| matches!(a, Action::AckWhenDurable { .. }))
+    );
     let again = step(&mut n2, message());
     let durable_so_far = AppendReply {
         term: Term(1),

@@ -664,6 +664,9 @@ impl<H: Handler> Driver<H> {
             ReplyStatus::Stale => ClientReply::Stale {
                 request: reply.request,
             },
+            ReplyStatus::Expired => ClientReply::Expired {
+                request: reply.request,
+            },
         };
         let _ = waiter.try_send(message);
     }
@@ -735,6 +738,7 @@ impl<H: Handler> Driver<H> {
         // From committed state only: a retry is never answered with what a simulation left.
         match self.machine.committed_answer(submit.client, request) {
             CommittedAnswer::Stale => return Some(ClientReply::Stale { request }),
+            CommittedAnswer::Expired => return Some(ClientReply::Expired { request }),
             CommittedAnswer::Finished(command_count, results) => {
                 return Some(ClientReply::Results {
                     client: submit.client,

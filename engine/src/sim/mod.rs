@@ -208,6 +208,9 @@ enum SimReply {
     Stale {
         request: RequestNumber,
     },
+    Expired {
+        request: RequestNumber,
+    },
     Refused,
 }
 
@@ -1213,6 +1216,9 @@ impl<W: Workload> Sim<W> {
                                 ReplyStatus::Stale => SimReply::Stale {
                                     request: reply.request,
                                 },
+                                ReplyStatus::Expired => SimReply::Expired {
+                                    request: reply.request,
+                                },
                             };
                             answers.push((client, answer));
                         }
@@ -1280,6 +1286,8 @@ impl<W: Workload> Sim<W> {
                     let committed = live.machine.committed_answer(client_id, request);
                     if committed == CommittedAnswer::Stale {
                         Some(SimReply::Stale { request })
+                    } else if committed == CommittedAnswer::Expired {
+                        Some(SimReply::Expired { request })
                     } else if let CommittedAnswer::Finished(_, results) = committed {
                         Some(SimReply::Results { request, results })
                     } else if let Some(waiter) = live.waiters.get_mut(&(client_id, request)) {
@@ -1391,6 +1399,14 @@ impl<W: Workload> Sim<W> {
                         id.0, request.0
                     ));
                 }
+            }
+            SimReply::Expired { request } => {
+                // Fewer clients than sessions are kept: a session never expires here.
+                let id = c.id;
+                self.checker.violation(format!(
+                    "client {} request {}: answered that its session expired",
+                    id.0, request.0
+                ));
             }
             SimReply::Refused => {
                 let attempt = c.attempt;
