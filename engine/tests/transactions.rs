@@ -286,12 +286,13 @@ fn fragments_resume_where_the_request_stands() {
     }
 }
 
-/// Proves a client without a session can only start with request 1: a later number (a session
-/// that was evicted, or a confused client) is answered stale and applies nothing.
+/// Proves a client without a session can only start with request 1: a later number (a
+/// confused client, or one whose session is long gone) is answered that its session expired
+/// (the outcome of any earlier attempt is not known) and applies nothing.
 #[test]
 fn unknown_client_must_start_at_request_one() {
     let encoded = vec![encode_commands(&[put(&[(1, "v")])])];
     let replies = apply_plan(8, 2, &encoded, &[vec![(0, 1)]]);
     assert_eq!(replies.len(), 1);
-    assert_eq!(replies[0].status, ReplyStatus::Stale);
+    assert_eq!(replies[0].status, ReplyStatus::Expired);
 }
