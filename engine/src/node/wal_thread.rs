@@ -307,6 +307,10 @@ const ACK_CONNECT_TIMEOUT_MS: u64 = 50;
 const ACK_RETRY_MS: u64 = 1_000;
 /// Time the WAL thread waits for each handshake answer on a new connection.
 const ACK_HANDSHAKE_TIMEOUT_MS: u64 = 200;
+/// Longest one acknowledgement's write may block (a leader that stopped reading, with the
+/// socket's buffer full): past it the connection is dropped and the core acknowledges the
+/// ordinary way.
+const ACK_WRITE_TIMEOUT_MS: u64 = 50;
 
 impl Acker {
     pub(crate) fn new(
@@ -351,7 +355,7 @@ impl Acker {
             let connected = std::net::TcpStream::connect_timeout(address, timeout)
                 .map_err(|e| e.to_string())
                 .and_then(|mut stream| {
-                    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+                    configure(&stream).map_err(|e| e.to_string())?;
                     let wait = std::time::Duration::from_millis(ACK_HANDSHAKE_TIMEOUT_MS);
                     stream
                         .set_read_timeout(Some(wait))
@@ -383,5 +387,57 @@ impl Acker {
             }
         }
         self.streams.get_mut(&to)
+    }
+}
+
+/// The socket options of an acknowledgement connection: no delay, and a write timeout.
+fn configure(stream: &std::net::TcpStream) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(Duration::from_millis(ACK_WRITE_TIMEOUT_MS)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use net::message::{AppendOutcome, AppendReply, PeerMessage};
+
+    /// Proves an acknowledgement to a leader that stopped reading fails within the write
+    /// timeout once the socket's buffer is full, instead of holding the WAL thread (issue 13).
+    #[test]
+    fn an_acknowledgement_to_a_leader_that_stopped_reading_gives_up() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let stream = std::net::TcpStream::connect(address).unwrap();
+        let (_stalled, _) = listener.accept().unwrap();
+        configure(&stream).unwrap();
+        let access = crate::node::connections::Access {
+            me: NodeId(2),
+            cluster: 1,
+            nodes: vec![NodeId(1)],
+            peer_key: net::auth::Key::peer(b"sixteen bytes at least").unwrap(),
+            client_key: None,
+        };
+        let mut acker = Acker::new(access, [(NodeId(1), address)].into());
+        acker.streams.insert(NodeId(1), stream);
+        let ack = PeerMessage::AppendReply(AppendReply {
+            term: Term(1),
+            from: NodeId(2),
+            outcome: AppendOutcome::Matched {
+                index: EntryIndex(1),
+            },
+            applied: None,
+        });
+        let (done, gave_up) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // The kernel buffers some megabytes; then a write blocks.
+            let sent = (0..10_000_000)
+                .take_while(|_| acker.send(NodeId(1), &ack))
+                .count();
+            let _ = done.send(sent);
+        });
+        let sent = gave_up
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the sender gave up instead of blocking");
+        assert!(sent > 0, "the first acknowledgements went out");
     }
 }
