@@ -17,19 +17,7 @@ impl Core {
             self.campaign(out);
             return;
         }
-        let vote = Vote {
-            term: super::Term(self.hard.term.0 + 1),
-            pre: true,
-            candidate: self.config.id,
-            last_index: self.log.last_index(),
-            last_term: self.log.last_term(),
-        };
-        for &to in self.config.nodes.iter().filter(|&&n| n != self.config.id) {
-            out.push(Action::Send {
-                to,
-                message: PeerMessage::Vote(vote.clone()),
-            });
-        }
+        self.request_votes(super::Term(self.hard.term.0 + 1), true, out);
     }
 
     /// A pre-vote request: granted when this replica would vote for the candidate in the term

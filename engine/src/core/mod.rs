@@ -756,9 +756,14 @@ impl Core {
             self.become_leader(out);
             return;
         }
+        self.request_votes(self.hard.term, false, out);
+    }
+
+    /// Asks every other replica for its vote (or pre-vote) in `term`, with where this log ends.
+    fn request_votes(&self, term: Term, pre: bool, out: &mut Vec<Action>) {
         let vote = Vote {
-            term: self.hard.term,
-            pre: false,
+            term,
+            pre,
             candidate: self.config.id,
             last_index: self.log.last_index(),
             last_term: self.log.last_term(),
