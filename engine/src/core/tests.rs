@@ -766,6 +766,39 @@ fn a_repairing_replica_votes_for_the_most_up_to_date_of_the_others() {
     assert!(granted(&step(&mut n2, vote_from(N1, 4, 3))));
 }
 
+/// Settles an issue 13 hypothesis: after damage with nothing readable beyond it (the repair's
+/// term unknown, `u64::MAX`), a replica refuses every candidate until it has heard where the
+/// third replica's log ends (a vote or pre-vote request of its), then votes for the most up to
+/// date. Confirmed, and by design: any of the others may hold what it lost. Its cost is
+/// liveness only while the third is silent (with it down, no vote from this replica).
+#[test]
+fn an_unknown_repair_term_votes_once_the_others_log_ends_are_heard() {
+    let recovered = Recovered {
+        hard_state: HardState {
+            term: Term(1),
+            voted_for: None,
+            repair: Some(Repair {
+                index: EntryIndex(5),
+                term: Term(u64::MAX),
+                committed: EntryIndex(0),
+            }),
+        },
+        ..Recovered::default()
+    };
+    let mut n2 = Core::new(config(N2), recovered);
+    for term in 2..5 {
+        assert!(
+            !granted(&step(&mut n2, vote_from(N1, term, 9))),
+            "N3 unheard"
+        );
+    }
+    assert!(!granted(&step(&mut n2, vote_from(N3, 5, 4))));
+    assert!(
+        granted(&step(&mut n2, vote_from(N1, 6, 9))),
+        "N1's log is the longer"
+    );
+}
+
 /// Proves a repair ends when every other replica's log ends at or before this one's: what
 /// was lost was on no other replica, so never committed.
 #[test]
