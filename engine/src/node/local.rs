@@ -29,6 +29,9 @@ pub fn free_loopback_addresses(count: usize) -> std::io::Result<Vec<NodeAddress>
         .collect())
 }
 
+/// Times [`LocalCluster::start`] tries fresh ports when one it picked was taken meanwhile.
+pub const LOCAL_START_ATTEMPTS_MAX: u32 = 5;
+
 /// A cluster running in this process.
 pub struct LocalCluster<H: Handler + Clone> {
     configs: Vec<NodeConfig>,
@@ -38,12 +41,34 @@ pub struct LocalCluster<H: Handler + Clone> {
 
 impl<H: Handler + Clone> LocalCluster<H> {
     /// Starts `count` nodes with data under `base` (one directory per node); `tune` adjusts
-    /// each node's configuration before it starts.
+    /// each node's configuration before it starts. Ports are picked free; one that another
+    /// process took meanwhile makes it start again on fresh ones (at most
+    /// [`LOCAL_START_ATTEMPTS_MAX`] times).
     pub fn start(
         base: &Path,
         count: usize,
         handler: H,
         tune: impl Fn(&mut NodeConfig),
+    ) -> Result<Self, NodeError> {
+        let mut attempt = 1;
+        loop {
+            match LocalCluster::start_once(base, count, handler.clone(), &tune) {
+                Err(NodeError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AddrInUse
+                        && attempt < LOCAL_START_ATTEMPTS_MAX =>
+                {
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn start_once(
+        base: &Path,
+        count: usize,
+        handler: H,
+        tune: &impl Fn(&mut NodeConfig),
     ) -> Result<Self, NodeError> {
         let addresses = free_loopback_addresses(count).map_err(|source| NodeError::Io {
             path: base.to_path_buf(),
@@ -67,6 +92,7 @@ impl<H: Handler + Clone> LocalCluster<H> {
             configs,
             handler,
         };
+        // On an error the nodes started so far stop with `cluster` (and free their directories).
         for id in cluster.ids() {
             cluster.restart(id)?;
         }
