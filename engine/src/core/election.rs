@@ -6,7 +6,7 @@
 //! away, and on its return its messages do not depose a leader the others follow.
 
 use super::{Action, Core, majority};
-use net::message::{PeerMessage, Vote, VoteReply};
+use net::message::{Vote, VoteReply};
 
 impl Core {
     /// The election timer ran out: ask for pre-votes (a lone replica campaigns at once).
@@ -25,16 +25,7 @@ impl Core {
     pub(super) fn on_pre_vote(&mut self, vote: Vote, out: &mut Vec<Action>) {
         let up_to_date = self.log_up_to_date(&vote, out);
         let granted = vote.term > self.hard.term && !self.leader_is_fresh() && up_to_date;
-        let reply = VoteReply {
-            term: self.hard.term,
-            pre: true,
-            from: self.config.id,
-            granted,
-        };
-        out.push(Action::Send {
-            to: vote.candidate,
-            message: PeerMessage::VoteReply(reply),
-        });
+        self.answer_vote(vote.candidate, true, granted, out);
     }
 
     /// An answer to this replica's pre-vote request: a majority starts the campaign. (An

@@ -565,16 +565,7 @@ impl Core {
             if let PeerMessage::Vote(vote) = &message
                 && self.leader_is_fresh()
             {
-                let reply = VoteReply {
-                    term: self.hard.term,
-                    pre: false,
-                    from: self.config.id,
-                    granted: false,
-                };
-                out.push(Action::Send {
-                    to: vote.candidate,
-                    message: PeerMessage::VoteReply(reply),
-                });
+                self.answer_vote(vote.candidate, false, false, out);
                 return;
             }
             let leader = match &message {
@@ -815,14 +806,19 @@ impl Core {
         if granted {
             self.reset_election_timer();
         }
+        self.answer_vote(vote.candidate, false, granted, out);
+    }
+
+    /// Answers a vote (or pre-vote) request of `candidate`, with this replica's term.
+    fn answer_vote(&self, candidate: NodeId, pre: bool, granted: bool, out: &mut Vec<Action>) {
         let reply = VoteReply {
             term: self.hard.term,
-            pre: false,
+            pre,
             from: self.config.id,
             granted,
         };
         out.push(Action::Send {
-            to: vote.candidate,
+            to: candidate,
             message: PeerMessage::VoteReply(reply),
         });
     }

@@ -463,6 +463,19 @@ fn an_empty_log_votes_only_while_the_cluster_is_new() {
     assert!(granted(step(&mut core(N3), vote(0))));
 }
 
+/// The term 1 leader's first append: its no-op, at the start of the log.
+fn first_append(noop: Entry) -> Append {
+    Append {
+        term: Term(1),
+        leader: N1,
+        prev_index: EntryIndex(0),
+        prev_term: Term(0),
+        entries: vec![noop],
+        commit: EntryIndex(0),
+        applied: None,
+    }
+}
+
 /// Proves a follower acknowledges appended entries only once its own fsync has made them
 /// durable: the acknowledgement is handed to the WAL, to be sent after the fsync of everything
 /// before it, and the fsync report then adds no second one.
@@ -470,15 +483,7 @@ fn an_empty_log_votes_only_while_the_cluster_is_new() {
 fn follower_acknowledges_after_its_fsync() {
     let (_, noop) = leader();
     let mut n2 = core(N2);
-    let append = Append {
-        term: Term(1),
-        leader: N1,
-        prev_index: EntryIndex(0),
-        prev_term: Term(0),
-        entries: vec![noop.clone()],
-        commit: EntryIndex(0),
-        applied: None,
-    };
+    let append = first_append(noop.clone());
     let actions = step(
         &mut n2,
         Event::Message {
@@ -542,15 +547,7 @@ fn follower_acknowledges_after_its_fsync() {
 fn a_resend_before_the_fsync_is_answered_at_once() {
     let (_, noop) = leader();
     let mut n2 = core(N2);
-    let append = Append {
-        term: Term(1),
-        leader: N1,
-        prev_index: EntryIndex(0),
-        prev_term: Term(0),
-        entries: vec![noop],
-        commit: EntryIndex(0),
-        applied: None,
-    };
+    let append = first_append(noop);
     let message = || Event::Message {
         from: N1,
         message: PeerMessage::Append(append.clone()),
