@@ -15,6 +15,7 @@ pub mod entry;
 pub mod handler;
 pub mod handshake;
 pub mod node;
+pub mod replica;
 pub mod rng;
 pub mod sandbox;
 #[cfg(feature = "sim")]

@@ -10,7 +10,7 @@ mod install;
 pub mod local;
 pub mod recovery;
 pub mod storage;
-mod timing;
+
 mod wal_thread;
 
 pub use connections::{

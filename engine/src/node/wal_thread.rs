@@ -4,6 +4,7 @@
 use super::data_dir::DirLock;
 use crate::entry::Entry;
 use crate::ids::{EntryIndex, NodeId, Term};
+pub(crate) use crate::replica::WalOp;
 use crate::wal::{Wal, WalError};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,40 +14,6 @@ use std::time::Duration;
 
 /// Time between two tries of an append that found the file system full.
 pub const WAL_FULL_RETRY_MS: u64 = 100;
-
-/// Work for the WAL thread, carried out in order.
-#[derive(Debug)]
-pub(crate) enum WalOp {
-    /// Append and fsync.
-    Append(Vec<Entry>),
-    /// Remove entries from this index on.
-    Truncate(EntryIndex),
-    /// Once durable, send this message to this node (an acknowledgement).
-    Ack {
-        /// The node.
-        to: NodeId,
-        /// The message.
-        message: net::message::PeerMessage,
-    },
-    /// Remove the segments a durable snapshot covers up to this index.
-    Compact(EntryIndex),
-    /// Empty the log to continue after an installed snapshot of this entry.
-    Reset {
-        /// The snapshot's entry.
-        base: EntryIndex,
-        /// Its hash.
-        hash: crate::entry::EntryHash,
-    },
-    /// Read entries back for a peer.
-    Load {
-        /// The peer.
-        peer: NodeId,
-        /// The first.
-        from: EntryIndex,
-        /// The last.
-        to: EntryIndex,
-    },
-}
 
 /// What the WAL thread reports.
 #[derive(Debug)]
@@ -248,10 +215,10 @@ fn carry_out(
                     });
                 }
             }
-            WalOp::Reset { base, hash } => {
+            WalOp::Reset(base) => {
                 // What was written before belongs to the replaced log: nothing to report.
                 *unsynced = None;
-                wal.reset_to(base, hash)?;
+                wal.reset_to(base.index, base.hash)?;
             }
             WalOp::Load { peer, from, to } => {
                 let mut entries = Vec::new();

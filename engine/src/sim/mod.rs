@@ -28,22 +28,21 @@
 pub mod check;
 mod disk;
 
-use crate::apply::{CommittedAnswer, Mode, ReplyStatus, StateMachine};
-use crate::batcher::{Batcher, Queued, command_ends};
+use crate::apply::{Mode, StateMachine};
 use crate::core::{
-    APPEND_BYTES_MAX, Action, Core, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, Event,
-    HEARTBEAT_TICKS_DEFAULT, LAGGING_FOLLOWER_ENTRIES_MAX, LogBase, Recovered,
+    APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT,
+    LAGGING_FOLLOWER_ENTRIES_MAX, LogBase, Recovered,
 };
-use crate::entry::{Entry, EntryKind, encode_commands};
+use crate::entry::{Entry, encode_commands};
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber};
+use crate::replica::{Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalOp};
 use crate::rng::Rng;
-use crate::snapshot::{ScanProgress, SnapshotMeta, parse_snapshot};
+use crate::snapshot::{SNAPSHOT_LOG_PERCENT, SnapshotMeta, parse_snapshot};
 use crate::state::State;
-use bytes::Bytes;
 use check::Checker;
 use disk::Disk;
-use net::message::{AppliedHash, PeerMessage, Role, SnapshotChunk};
+use net::message::{AppliedHash, ClientReply, PeerMessage, Role, SnapshotChunk, Submit};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Simulated time, in units of 100 microseconds.
@@ -67,6 +66,9 @@ pub const SETTLE_UNITS: Time = 100_000;
 pub const SIM_SNAPSHOT_CHUNK_BYTES: usize = 1024;
 /// Slots a snapshot slice scans (small, so that entries apply between slices).
 pub const SIM_SNAPSHOT_SLICE_SLOTS: usize = 4;
+/// Bytes of a snapshot gathered before they go to the simulated writer (small, so that a
+/// snapshot goes in several pieces).
+pub const SIM_SNAPSHOT_WRITE_BYTES: usize = 256;
 /// Time after which faults end even if clients have not sent everything (60 s; a healthy
 /// run takes a few seconds).
 pub const FAULTS_UNITS_MAX: Time = 600_000;
@@ -180,7 +182,7 @@ enum SimEvent {
     },
     Reply {
         client: usize,
-        reply: SimReply,
+        reply: ClientReply,
     },
     ClientTimeout {
         client: usize,
@@ -195,41 +197,14 @@ enum SimEvent {
     Heal,
 }
 
-/// What a node answers a simulated client.
-#[derive(Clone, Debug)]
-enum SimReply {
-    Results {
-        request: RequestNumber,
-        results: Vec<u8>,
-    },
-    NotLeader {
-        leader: Option<NodeId>,
-    },
-    Stale {
-        request: RequestNumber,
-    },
-    Expired {
-        request: RequestNumber,
-    },
-    Refused,
-}
-
 /// A running node: what a crash loses.
 struct Live<H: Handler> {
-    core: Core,
-    machine: StateMachine<H>,
-    batcher: Batcher,
-    /// Clients waiting for a request's results.
-    waiters: BTreeMap<(ClientId, RequestNumber), usize>,
-    unsimulated: Vec<EntryIndex>,
-    commit_to: EntryIndex,
+    /// The node's own protocol code; clients are known by their number.
+    replica: Replica<H, usize>,
     /// The commit index before the event being handled (what a truncation must stay above).
     commit_before: EntryIndex,
-    halted: bool,
-    /// The snapshot being scanned: its bytes so far.
-    snapshot_bytes: Vec<u8>,
-    /// The applied index when the last snapshot started.
-    snapshot_started: EntryIndex,
+    /// The snapshot being written: its bytes so far.
+    writing: Option<Vec<u8>>,
     /// A snapshot arriving from the leader: its index, size and the bytes so far.
     incoming: Option<(EntryIndex, u64, Vec<u8>)>,
 }
@@ -279,6 +254,10 @@ pub struct Sim<W: Workload> {
     snapshot_every: u64,
     /// Entries a leader keeps behind a snapshot for a lagging follower, drawn per seed.
     lagging_entries_max: u64,
+    /// Ticks a durable snapshot is kept before the next starts, drawn per seed.
+    snapshot_retain_ticks: u64,
+    /// The snapshot policy's log-to-snapshot percent, drawn per seed.
+    snapshot_log_percent: u64,
     checker: Checker<W>,
     workload: W,
     healed: bool,
@@ -309,6 +288,12 @@ impl<W: Workload> Sim<W> {
             LAGGING_FOLLOWER_ENTRIES_MAX
         } else {
             rng.below(64)
+        };
+        let snapshot_retain_ticks = if rng.chance(1, 2) { 0 } else { rng.below(200) };
+        let snapshot_log_percent = if rng.chance(1, 2) {
+            0
+        } else {
+            SNAPSHOT_LOG_PERCENT
         };
         let nodes = (1..=SIM_NODES)
             .map(|id| SimNode {
@@ -347,6 +332,8 @@ impl<W: Workload> Sim<W> {
             mode,
             snapshot_every,
             lagging_entries_max,
+            snapshot_retain_ticks,
+            snapshot_log_percent,
             checker,
             workload,
             healed: false,
@@ -397,7 +384,7 @@ impl<W: Workload> Sim<W> {
         self.nodes.iter().all(|n| {
             n.live
                 .as_ref()
-                .is_some_and(|l| l.machine.applied_index().0 == committed)
+                .is_some_and(|l| l.replica.machine().applied_index().0 == committed)
         })
     }
 
@@ -439,7 +426,10 @@ impl<W: Workload> Sim<W> {
             .nodes
             .iter()
             .filter_map(|n| {
-                let applied = n.live.as_ref().map(|l| l.machine.applied_index().0);
+                let applied = n
+                    .live
+                    .as_ref()
+                    .map(|l| l.replica.machine().applied_index().0);
                 (applied != Some(self.checker.committed()))
                     .then(|| format!("node {} applied {:?}", n.id.0, applied))
             })
@@ -459,10 +449,10 @@ impl<W: Workload> Sim<W> {
                     Some(l) => format!(
                         "node {}: {:?} term {} last {} commit {} repair {:?}",
                         n.id.0,
-                        l.core.role(),
-                        l.core.term().0,
-                        l.core.last_index().0,
-                        l.core.commit_index().0,
+                        l.replica.core().role(),
+                        l.replica.core().term().0,
+                        l.replica.core().last_index().0,
+                        l.replica.core().commit_index().0,
                         n.disk.hard.repair
                     ),
                     None => format!("node {}: down", n.id.0),
@@ -487,8 +477,8 @@ impl<W: Workload> Sim<W> {
         match event {
             SimEvent::Tick(id) => {
                 if self.node(id).live.is_some() {
-                    self.step(id, Event::Tick);
-                    self.propose(id);
+                    let now_ms = self.now / 10;
+                    self.drive(id, |r, out| r.tick(now_ms, out));
                     self.deferred(id);
                     let jitter = self.rng.below(3);
                     self.schedule(TICK_UNITS - 1 + jitter, SimEvent::Tick(id));
@@ -501,7 +491,7 @@ impl<W: Workload> Sim<W> {
                 message,
             } => {
                 if self.node(to).incarnation == incarnation && self.node(to).live.is_some() {
-                    self.step(to, Event::Message { from, message });
+                    self.drive(to, |r, out| r.receive(from, message, out));
                     self.deferred(to);
                 }
             }
@@ -517,7 +507,7 @@ impl<W: Workload> Sim<W> {
                 entries,
             } => {
                 if self.node(node).incarnation == incarnation {
-                    self.step(node, Event::Loaded { peer, entries });
+                    self.drive(node, |r, out| r.loaded(peer, entries, out));
                 }
             }
             SimEvent::SnapshotDurable {
@@ -576,7 +566,7 @@ impl<W: Workload> Sim<W> {
         let leader = self.nodes.iter().find_map(|n| {
             n.live
                 .as_ref()
-                .filter(|l| l.core.role() == Role::Leader)
+                .filter(|l| l.replica.core().role() == Role::Leader)
                 .map(|_| n.id)
         });
         let random_node = NodeId(1 + self.rng.below(u64::from(SIM_NODES)) as u8);
@@ -667,6 +657,11 @@ impl<W: Workload> Sim<W> {
         let seed = self.rng.next_u64();
         let handler = self.workload.handler();
         let (mode, lagging_entries_max) = (self.mode, self.lagging_entries_max);
+        let (snapshot_every, snapshot_retain_ticks, snapshot_log_percent) = (
+            self.snapshot_every,
+            self.snapshot_retain_ticks,
+            self.snapshot_log_percent,
+        );
         // A damaged entry, found by the recovery scan, on one node at a time (so that a copy
         // of every committed entry survives somewhere).
         let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
@@ -717,7 +712,6 @@ impl<W: Workload> Sim<W> {
             None => {}
         }
         machine.set_mode(mode);
-        machine.set_replying(false);
         let base = disk.base;
         let committed = disk
             .entries()
@@ -755,26 +749,33 @@ impl<W: Workload> Sim<W> {
             window: entries[(committed - base.index.0) as usize..].to_vec(),
             applied,
         };
-        let config = CoreConfig {
-            id,
-            nodes: (1..=SIM_NODES).map(NodeId).collect(),
-            election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
-            heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
-            seed,
-            lagging_entries_max,
-            pre_vote: true,
+        let latest = chosen.map(|meta| {
+            let bytes = disk.snapshots.iter().find(|(m, _)| m.index == meta.index);
+            (meta.index, bytes.map_or(0, |(_, b)| b.len() as u64))
+        });
+        let config = ReplicaConfig {
+            core: CoreConfig {
+                id,
+                nodes: (1..=SIM_NODES).map(NodeId).collect(),
+                election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
+                heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
+                seed,
+                lagging_entries_max,
+                pre_vote: true,
+            },
+            entry_commands_max: SIM_ENTRY_COMMANDS_MAX,
+            pipeline_entries_max: SIM_PIPELINE_ENTRIES_MAX,
+            snapshot_every,
+            snapshot_retain_ticks,
+            snapshot_log_percent,
+            snapshot_slice_slots: SIM_SNAPSHOT_SLICE_SLOTS,
+            snapshot_write_bytes: SIM_SNAPSHOT_WRITE_BYTES,
+            client_addresses: BTreeMap::new(),
         };
         node.live = Some(Live {
-            core: Core::new(config, recovered),
-            machine,
-            batcher: Batcher::new(SIM_ENTRY_COMMANDS_MAX),
-            waiters: BTreeMap::new(),
-            unsimulated: Vec::new(),
-            commit_to: EntryIndex(committed),
+            replica: Replica::new(config, recovered, machine, latest),
             commit_before: EntryIndex(committed),
-            halted: false,
-            snapshot_bytes: Vec::new(),
-            snapshot_started: EntryIndex(committed),
+            writing: None,
             incoming: None,
         });
         for (index, hash) in hashes {
@@ -786,47 +787,88 @@ impl<W: Workload> Sim<W> {
     }
 
     fn live(&mut self, id: NodeId) -> Option<&mut Live<W::H>> {
-        self.node(id).live.as_mut().filter(|l| !l.halted)
+        self.node(id).live.as_mut()
     }
 
-    fn step(&mut self, id: NodeId, event: Event) {
+    /// Hands node `id`'s replica one event (`f`) and carries out the IO it asks for.
+    fn drive(
+        &mut self,
+        id: NodeId,
+        f: impl FnOnce(&mut Replica<W::H, usize>, &mut Vec<Io<usize>>),
+    ) {
         let Some(live) = self.live(id) else { return };
+        live.commit_before = live.replica.core().commit_index();
         let mut out = Vec::new();
-        live.commit_before = live.core.commit_index();
-        live.core.step(event, &mut out);
+        f(&mut live.replica, &mut out);
         self.carry_out(id, out);
     }
 
-    fn carry_out(&mut self, id: NodeId, actions: Vec<Action>) {
-        let mut queue = std::collections::VecDeque::from(actions);
-        while let Some(action) = queue.pop_front() {
+    /// Carries out a replica's IO in order, on the simulated disk and network.
+    fn carry_out(&mut self, id: NodeId, ios: Vec<Io<usize>>) {
+        let mut queue = std::collections::VecDeque::from(ios);
+        while let Some(io) = queue.pop_front() {
             if self.live(id).is_none() {
                 return;
             }
-            queue.extend(self.execute(id, action));
+            let mut more = Vec::new();
+            self.execute(id, io, &mut more);
+            queue.extend(more);
         }
     }
 
-    fn execute(&mut self, id: NodeId, action: Action) -> Vec<Action> {
-        match action {
-            Action::Send { to, message } => self.send_peer(id, to, message),
-            Action::PersistHardState(hard) => self.node(id).disk.hard = hard,
-            Action::Persist(entries) => {
+    fn execute(&mut self, id: NodeId, io: Io<usize>, more: &mut Vec<Io<usize>>) {
+        match io {
+            Io::Send { to, message } => self.send_peer(id, to, message),
+            Io::PersistHardState(hard) => self.node(id).disk.hard = hard,
+            Io::Wal(op) => self.write_log(id, op),
+            Io::Answer { to, reply } => self.reply(to, reply),
+            Io::SendSnapshot { peer, index, term } => {
+                self.send_snapshot(id, peer, index, term, more)
+            }
+            Io::Snapshot(write) => self.write_snapshot(id, write),
+            Io::StoreSnapshotChunk(chunk) => self.store_snapshot_chunk(id, chunk, more),
+            Io::Note(note) => self.note(id, note),
+        }
+    }
+
+    fn note(&mut self, id: NodeId, note: Note) {
+        match note {
+            Note::RoleChanged { role, term, .. } => {
+                if role == Role::Leader {
+                    self.report.leaders += 1;
+                    self.checker.leader(term, id);
+                }
+            }
+            Note::Applied(hash) => self.checker.node_applied(id, hash.index, hash.hash),
+            Note::Installed { .. } => self.report.installs += 1,
+            Note::Diverged(divergence) => self.checker.violation(format!(
+                "I2: node {} reports divergence after entry {}: {:?}",
+                id.0, divergence.index, divergence
+            )),
+            // Damage strikes one node at a time (another copy always exists) and nothing else
+            // here makes a node halt.
+            Note::Halted(reason) => self
+                .checker
+                .violation(format!("node {}: halted: {reason}", id.0)),
+        }
+    }
+
+    fn write_log(&mut self, id: NodeId, op: WalOp) {
+        match op {
+            WalOp::Append(entries) => {
                 for entry in entries {
                     if let Err(error) = self.node(id).disk.append(entry) {
                         self.checker.violation(format!("node {}: {error}", id.0));
-                        return Vec::new();
+                        return;
                     }
                 }
                 self.request_sync(id);
             }
-            Action::AckWhenDurable { to, reply } => {
-                self.node(id)
-                    .disk
-                    .push_ack(to, PeerMessage::AppendReply(reply));
+            WalOp::Ack { to, message } => {
+                self.node(id).disk.push_ack(to, message);
                 self.request_sync(id);
             }
-            Action::Truncate(from) => {
+            WalOp::Truncate(from) => {
                 let commit = self.live(id).map_or(EntryIndex::ZERO, |l| l.commit_before);
                 if from <= commit {
                     self.checker.violation(format!(
@@ -836,83 +878,224 @@ impl<W: Workload> Sim<W> {
                 }
                 self.node(id).disk.truncate_from(from.0);
             }
-            Action::Commit(index) => {
-                let live = self.live(id).expect("checked");
-                if live.core.role() == Role::Leader {
-                    return self.apply_committed(id, index);
-                }
-                live.commit_to = live.commit_to.max(index);
+            WalOp::Compact(through) => self.node(id).disk.compact(through.0),
+            WalOp::Reset(base) => self.node(id).disk.reset(base),
+            WalOp::Load { peer, from, to } => self.load(id, peer, from, to),
+        }
+    }
+
+    /// Reads entries back for a peer (at most [`APPEND_BYTES_MAX`] of them, as the WAL does).
+    fn load(&mut self, id: NodeId, peer: NodeId, from: EntryIndex, to: EntryIndex) {
+        let disk = &self.node(id).disk;
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        if from.0 < disk.first_index() {
+            let message = format!(
+                "node {}: asked to read entry {from}, behind its log's start {}",
+                id.0,
+                disk.first_index()
+            );
+            self.checker.violation(message);
+            return;
+        }
+        for index in from.0..=to.0.min(disk.last_index()) {
+            let entry = disk.get(index).expect("within the log").clone();
+            bytes += entry.payload.len();
+            entries.push(entry);
+            if bytes >= APPEND_BYTES_MAX {
+                break;
             }
-            Action::Load { peer, from, to } => {
-                let disk = &self.node(id).disk;
-                let mut entries = Vec::new();
-                let mut bytes = 0;
-                if from.0 < disk.first_index() {
-                    let message = format!(
-                        "node {}: asked to read entry {from}, behind its log's start {}",
-                        id.0,
-                        disk.first_index()
-                    );
-                    self.checker.violation(message);
-                    return Vec::new();
+        }
+        let incarnation = self.node(id).incarnation;
+        let after = 1 + self.rng.below(20);
+        self.schedule(
+            after,
+            SimEvent::Loaded {
+                node: id,
+                incarnation,
+                peer,
+                entries,
+            },
+        );
+    }
+
+    /// Work a node does when it has a moment: the leader simulates what it proposed, a
+    /// follower applies what committed, a slice of a snapshot in progress is scanned.
+    fn deferred(&mut self, id: NodeId) {
+        let simulate_now = self.rng.chance(1, 2);
+        let apply_now = self.rng.chance(1, 2);
+        self.drive(id, |replica, out| {
+            if simulate_now {
+                replica.simulate();
+            }
+            if apply_now {
+                replica.catch_up(out);
+            }
+            if replica.snapshotting() {
+                replica.snapshot_slice(out);
+            }
+        });
+    }
+
+    /// The snapshot writer: the file's bytes gather until the finish, which seals them with
+    /// their digest; the file is durable after a simulated write.
+    fn write_snapshot(&mut self, id: NodeId, write: SnapshotWrite) {
+        let write_delay = 1 + self.rng.below(100);
+        let incarnation = self.node(id).incarnation;
+        let Some(live) = self.live(id) else { return };
+        match write {
+            SnapshotWrite::Begin(_) => live.writing = Some(Vec::new()),
+            SnapshotWrite::Bytes(bytes) => {
+                if let Some(writing) = live.writing.as_mut() {
+                    writing.extend_from_slice(&bytes);
                 }
-                for index in from.0..=to.0.min(disk.last_index()) {
-                    let entry = disk.get(index).expect("within the log").clone();
-                    bytes += entry.payload.len();
-                    entries.push(entry);
-                    if bytes >= APPEND_BYTES_MAX {
-                        break;
-                    }
-                }
-                let incarnation = self.node(id).incarnation;
-                let after = 1 + self.rng.below(20);
+            }
+            SnapshotWrite::Abort => live.writing = None,
+            SnapshotWrite::Finish(meta) => {
+                let Some(mut bytes) = live.writing.take() else {
+                    return;
+                };
+                let digest = blake3::hash(&bytes);
+                bytes.extend_from_slice(digest.as_bytes());
                 self.schedule(
-                    after,
-                    SimEvent::Loaded {
+                    write_delay,
+                    SimEvent::SnapshotDurable {
                         node: id,
                         incarnation,
-                        peer,
-                        entries,
+                        meta,
+                        bytes,
                     },
                 );
             }
-            Action::RoleChanged { role, term, .. } => {
-                if role == Role::Leader {
-                    self.report.leaders += 1;
-                    self.checker.leader(term, id);
-                }
-                let live = self.live(id).expect("checked");
-                live.machine.set_replying(role == Role::Leader);
-                if role != Role::Leader {
-                    live.batcher.drain();
-                    live.unsimulated.clear();
-                    live.machine.discard_simulations();
-                    let leader = live.core.leader();
-                    let waiting: Vec<usize> =
-                        std::mem::take(&mut live.waiters).into_values().collect();
-                    for client in waiting {
-                        self.reply(client, SimReply::NotLeader { leader });
-                    }
-                }
-            }
-            Action::SendSnapshot { peer } => return self.send_snapshot(id, peer),
-            Action::StoreSnapshotChunk(chunk) => return self.store_snapshot_chunk(id, chunk),
-            Action::Unrecoverable(index) => {
-                // Damage strikes one node at a time: another copy always exists.
-                self.checker.violation(format!(
-                    "node {}: unrecoverable corruption at index {index}, with a copy elsewhere",
-                    id.0
-                ));
-                if let Some(live) = self.live(id) {
-                    live.halted = true;
-                }
-            }
-            Action::Diverged(divergence) => self.checker.violation(format!(
-                "I2: node {} reports divergence after entry {}: {:?}",
-                id.0, divergence.index, divergence
-            )),
         }
-        Vec::new()
+    }
+
+    /// A snapshot is durable: the disk keeps it, and the replica lets the log behind the one
+    /// before it go.
+    fn snapshot_durable(&mut self, id: NodeId, meta: SnapshotMeta, bytes: Vec<u8>) {
+        self.report.snapshots += 1;
+        let (index, size) = (meta.index, bytes.len() as u64);
+        let disk = &mut self.node(id).disk;
+        if disk.snapshots.last().is_none_or(|(m, _)| m.index < index) {
+            disk.keep_snapshot(meta, bytes);
+        }
+        self.drive(id, |r, out| r.snapshot_durable(index, size, out));
+    }
+
+    /// Leader: sends `peer` the durable snapshot of `index`, in chunks over one connection (in
+    /// order; a lost chunk makes the follower drop the snapshot until it is sent again).
+    fn send_snapshot(
+        &mut self,
+        id: NodeId,
+        peer: NodeId,
+        index: EntryIndex,
+        term: crate::ids::Term,
+        more: &mut Vec<Io<usize>>,
+    ) {
+        let found = self
+            .node(id)
+            .disk
+            .snapshots
+            .iter()
+            .find(|(m, _)| m.index == index);
+        let Some((_, bytes)) = found.cloned() else {
+            if let Some(live) = self.live(id) {
+                live.replica.snapshot_send_aborted(peer, more);
+            }
+            return;
+        };
+        let total = bytes.len() as u64;
+        let incarnation = self.node(peer).incarnation;
+        let mut at = 1 + self.rng.below(10);
+        for (k, data) in bytes.chunks(SIM_SNAPSHOT_CHUNK_BYTES).enumerate() {
+            if self.links.cut.contains(&(id, peer)) || self.rng.below(1000) < self.links.loss {
+                continue;
+            }
+            let chunk = SnapshotChunk {
+                term,
+                leader: id,
+                index,
+                offset: (k * SIM_SNAPSHOT_CHUNK_BYTES) as u64,
+                total,
+                data: data.to_vec(),
+            };
+            at += 1;
+            self.schedule(
+                at,
+                SimEvent::Peer {
+                    to: peer,
+                    from: id,
+                    incarnation,
+                    message: PeerMessage::Snapshot(chunk),
+                },
+            );
+        }
+    }
+
+    /// Follower: keeps a chunk; once the snapshot is whole and verifies, the disk keeps it and
+    /// the replica installs it.
+    fn store_snapshot_chunk(
+        &mut self,
+        id: NodeId,
+        chunk: SnapshotChunk,
+        more: &mut Vec<Io<usize>>,
+    ) {
+        let Some(live) = self.live(id) else { return };
+        if chunk.offset == 0 {
+            live.incoming = Some((chunk.index, chunk.total, Vec::new()));
+        }
+        let Some((index, total, bytes)) = live.incoming.as_mut() else {
+            return;
+        };
+        if *index != chunk.index || *total != chunk.total || bytes.len() as u64 != chunk.offset {
+            live.incoming = None;
+            return;
+        }
+        bytes.extend_from_slice(&chunk.data);
+        if (bytes.len() as u64) < *total {
+            return;
+        }
+        let (_, _, bytes) = live.incoming.take().expect("just used");
+        let snapshot = match parse_snapshot(&bytes) {
+            Ok(snapshot) => snapshot,
+            Err(reason) => {
+                let message = format!(
+                    "node {}: a leader's snapshot does not verify: {reason}",
+                    id.0
+                );
+                self.checker.violation(message);
+                return;
+            }
+        };
+        let size = bytes.len() as u64;
+        self.node(id)
+            .disk
+            .keep_snapshot(snapshot.meta.clone(), bytes);
+        if let Some(live) = self.live(id) {
+            live.replica.snapshot_received(snapshot, size, more);
+        }
+    }
+
+    /// A client request reaches a node: the replica's admission.
+    fn on_request(&mut self, id: NodeId, client: usize, request: RequestNumber) {
+        let Some((number, command_count, commands)) = self.clients[client].current.clone() else {
+            return;
+        };
+        if number != request {
+            return;
+        }
+        let submit = Submit {
+            client: self.clients[client].id,
+            request,
+            command_count,
+            commands,
+        };
+        // Nobody listens on a node that is down: the client times out.
+        let now_ms = self.now / 10;
+        self.drive(id, |r, out| {
+            r.admit(submit, client, out);
+            r.propose(now_ms, out);
+        });
     }
 
     fn request_sync(&mut self, id: NodeId) {
@@ -937,7 +1120,7 @@ impl<W: Workload> Sim<W> {
             return;
         };
         if let Some((index, term)) = synced.persisted {
-            self.step(id, Event::Persisted { index, term });
+            self.drive(id, |r, out| r.persisted(index, term, out));
         }
         for (to, message) in synced.acks {
             self.send_peer(id, to, message);
@@ -980,345 +1163,9 @@ impl<W: Workload> Sim<W> {
         );
     }
 
-    /// Work a node does when it has a moment: the leader simulates what it proposed, a
-    /// follower applies what committed.
-    fn deferred(&mut self, id: NodeId) {
-        let simulate_now = self.rng.chance(1, 2);
-        let apply_now = self.rng.chance(1, 2);
-        let Some(live) = self.live(id) else { return };
-        if simulate_now && live.core.role() == Role::Leader {
-            for index in std::mem::take(&mut live.unsimulated) {
-                if index <= live.machine.applied_index() {
-                    continue;
-                }
-                if let Some(entry) = live.core.entry(index).cloned() {
-                    live.machine.simulate(&entry);
-                }
-            }
-        }
-        if apply_now
-            && live.core.role() != Role::Leader
-            && live.commit_to > live.machine.applied_index()
-        {
-            let to = live.commit_to;
-            let out = self.apply_committed(id, to);
-            self.carry_out(id, out);
-        }
-        self.snapshot_work(id);
-    }
-
-    /// Starts a snapshot when the applied index crossed a multiple of the interval, or scans
-    /// a slice of the one in progress; a finished one is written (durable after a delay).
-    fn snapshot_work(&mut self, id: NodeId) {
-        let every = self.snapshot_every;
-        let write_delay = 1 + self.rng.below(100);
-        let incarnation = self.node(id).incarnation;
-        let Some(live) = self.live(id) else { return };
-        if every == 0 {
-            return;
-        }
-        let applied = live.machine.applied_index();
-        if !live.machine.snapshotting() {
-            if applied.0 / every > live.snapshot_started.0 / every
-                && live.machine.begin_snapshot().is_some()
-            {
-                live.snapshot_started = applied;
-                live.snapshot_bytes.clear();
-            }
-            return;
-        }
-        match live
-            .machine
-            .snapshot_step(SIM_SNAPSHOT_SLICE_SLOTS, &mut live.snapshot_bytes)
-        {
-            ScanProgress::Idle | ScanProgress::More => {}
-            ScanProgress::Void => live.snapshot_bytes.clear(),
-            ScanProgress::Done(meta) => {
-                let mut bytes = std::mem::take(&mut live.snapshot_bytes);
-                let digest = blake3::hash(&bytes);
-                bytes.extend_from_slice(digest.as_bytes());
-                self.schedule(
-                    write_delay,
-                    SimEvent::SnapshotDurable {
-                        node: id,
-                        incarnation,
-                        meta,
-                        bytes,
-                    },
-                );
-            }
-        }
-    }
-
-    /// A snapshot is durable: the log behind the snapshot before it goes (what a lagging
-    /// follower still needs excepted), as the driver does.
-    fn snapshot_durable(&mut self, id: NodeId, meta: SnapshotMeta, bytes: Vec<u8>) {
-        self.report.snapshots += 1;
-        let node = self.node(id);
-        let previous = node.disk.snapshots.last().map(|(m, _)| m.index);
-        if previous.is_some_and(|p| p >= meta.index) {
-            return;
-        }
-        node.disk.keep_snapshot(meta, bytes);
-        let (Some(previous), Some(live)) = (previous, node.live.as_mut()) else {
-            return;
-        };
-        let through = live.core.compactable(previous);
-        if through > live.core.log_base().index {
-            live.core.compact(through);
-            node.disk.compact(through.0);
-        }
-    }
-
-    /// Leader: sends `peer` the newest durable snapshot, in chunks over one connection (in
-    /// order; a lost chunk makes the follower drop the snapshot until it is sent again).
-    fn send_snapshot(&mut self, id: NodeId, peer: NodeId) -> Vec<Action> {
-        let node = self.node(id);
-        let Some((meta, bytes)) = node.disk.snapshots.last().cloned() else {
-            let mut out = Vec::new();
-            if let Some(live) = node.live.as_mut() {
-                live.core.step(Event::SnapshotAborted { peer }, &mut out);
-            }
-            return out;
-        };
-        let term = node.live.as_ref().expect("leading").core.term();
-        let total = bytes.len() as u64;
-        let incarnation = self.node(peer).incarnation;
-        let mut at = 1 + self.rng.below(10);
-        for (k, data) in bytes.chunks(SIM_SNAPSHOT_CHUNK_BYTES).enumerate() {
-            if self.links.cut.contains(&(id, peer)) || self.rng.below(1000) < self.links.loss {
-                continue;
-            }
-            let chunk = SnapshotChunk {
-                term,
-                leader: id,
-                index: meta.index,
-                offset: (k * SIM_SNAPSHOT_CHUNK_BYTES) as u64,
-                total,
-                data: data.to_vec(),
-            };
-            at += 1;
-            self.schedule(
-                at,
-                SimEvent::Peer {
-                    to: peer,
-                    from: id,
-                    incarnation,
-                    message: PeerMessage::Snapshot(chunk),
-                },
-            );
-        }
-        Vec::new()
-    }
-
-    /// Follower: keeps a chunk; once the snapshot is whole and verifies, installs it in place
-    /// of the state and the log, as the driver does.
-    fn store_snapshot_chunk(&mut self, id: NodeId, chunk: SnapshotChunk) -> Vec<Action> {
-        let Some(live) = self.live(id) else {
-            return Vec::new();
-        };
-        if chunk.offset == 0 {
-            live.incoming = Some((chunk.index, chunk.total, Vec::new()));
-        }
-        let Some((index, total, bytes)) = live.incoming.as_mut() else {
-            return Vec::new();
-        };
-        if *index != chunk.index || *total != chunk.total || bytes.len() as u64 != chunk.offset {
-            live.incoming = None;
-            return Vec::new();
-        }
-        bytes.extend_from_slice(&chunk.data);
-        if (bytes.len() as u64) < *total {
-            return Vec::new();
-        }
-        let (_, _, bytes) = live.incoming.take().expect("just used");
-        let snapshot = match parse_snapshot(&bytes) {
-            Ok(snapshot) => snapshot,
-            Err(reason) => {
-                let message = format!(
-                    "node {}: a leader's snapshot does not verify: {reason}",
-                    id.0
-                );
-                self.checker.violation(message);
-                return Vec::new();
-            }
-        };
-        let meta = snapshot.meta.clone();
-        if meta.index <= live.core.commit_index() {
-            return Vec::new();
-        }
-        live.machine.abort_snapshot();
-        live.snapshot_bytes.clear();
-        if let Err(reason) = live.machine.install(snapshot) {
-            live.halted = true;
-            let message = format!(
-                "node {}: the leader's snapshot does not install: {reason}",
-                id.0
-            );
-            self.checker.violation(message);
-            return Vec::new();
-        }
-        let base = LogBase {
-            index: meta.index,
-            term: meta.term,
-            hash: meta.entry_hash,
-        };
-        let holds = live.core.holds(base);
-        live.snapshot_started = meta.index;
-        live.commit_to = live.commit_to.max(meta.index);
-        let applied = AppliedHash {
-            index: meta.index,
-            hash: meta.state_hash,
-        };
-        let node = self.node(id);
-        if holds {
-            node.disk.compact(meta.index.0);
-        } else {
-            node.disk.reset(base);
-        }
-        node.disk.keep_snapshot(meta, bytes);
-        self.report.installs += 1;
-        self.checker.node_applied(id, applied.index, applied.hash);
-        let mut out = Vec::new();
-        let live = self.live(id).expect("installed");
-        live.core.step(Event::Installed { base, applied }, &mut out);
-        out
-    }
-
-    fn apply_committed(&mut self, id: NodeId, index: EntryIndex) -> Vec<Action> {
-        let mut out = Vec::new();
-        while let Some(live) = self.live(id) {
-            if live.machine.applied_index() >= index {
-                break;
-            }
-            let next = live.machine.applied_index().next();
-            let Some(entry) = live.core.entry(next).cloned() else {
-                let message = format!("node {}: entry {next} is committed but not in memory", id.0);
-                live.halted = true;
-                self.checker.violation(message);
-                break;
-            };
-            match live.machine.apply(&entry) {
-                Ok(applied) => {
-                    let hash = AppliedHash {
-                        index: applied.index,
-                        hash: applied.state_hash,
-                    };
-                    live.core.step(Event::Applied(hash), &mut out);
-                    let mut answers = Vec::new();
-                    for reply in applied.replies {
-                        if let Some(client) = live.waiters.remove(&(reply.client, reply.request)) {
-                            let answer = match reply.status {
-                                ReplyStatus::Results(results) => SimReply::Results {
-                                    request: reply.request,
-                                    results,
-                                },
-                                ReplyStatus::Stale => SimReply::Stale {
-                                    request: reply.request,
-                                },
-                                ReplyStatus::Expired => SimReply::Expired {
-                                    request: reply.request,
-                                },
-                            };
-                            answers.push((client, answer));
-                        }
-                    }
-                    self.checker
-                        .node_applied(id, applied.index, applied.state_hash);
-                    for (client, answer) in answers {
-                        self.reply(client, answer);
-                    }
-                }
-                Err(error) => {
-                    live.halted = true;
-                    self.checker
-                        .violation(format!("node {}: apply stopped: {error}", id.0));
-                }
-            }
-        }
-        out
-    }
-
-    fn propose(&mut self, id: NodeId) {
-        let now = self.now;
-        loop {
-            let Some(live) = self.live(id) else { return };
-            if live.core.role() != Role::Leader
-                || live.core.uncommitted() >= SIM_PIPELINE_ENTRIES_MAX
-            {
-                return;
-            }
-            let Some((payload, count)) = live.batcher.next_entry(now / 10) else {
-                return;
-            };
-            let mut out = Vec::new();
-            let index = live
-                .core
-                .propose(EntryKind::Commands, count, payload, &mut out)
-                .expect("the leader proposes");
-            live.unsimulated.push(index);
-            self.carry_out(id, out);
-        }
-    }
-
-    /// A client request reaches a node: the driver's admission, step for step.
-    fn on_request(&mut self, id: NodeId, client: usize, request: RequestNumber) {
-        let Some((number, count, bytes)) = self.clients[client].current.clone() else {
-            return;
-        };
-        if number != request {
-            return;
-        }
-        let client_id = self.clients[client].id;
-        let Some(live) = self.node(id).live.as_mut() else {
-            return; // nobody listens: the client times out
-        };
-        let answer = if live.halted {
-            Some(SimReply::Refused)
-        } else if live.core.role() != Role::Leader {
-            Some(SimReply::NotLeader {
-                leader: live.core.leader(),
-            })
-        } else {
-            match command_ends::<W::H>(&bytes, count) {
-                Err(_) => Some(SimReply::Refused),
-                Ok(ends) => {
-                    let committed = live.machine.committed_answer(client_id, request);
-                    if committed == CommittedAnswer::Stale {
-                        Some(SimReply::Stale { request })
-                    } else if committed == CommittedAnswer::Expired {
-                        Some(SimReply::Expired { request })
-                    } else if let CommittedAnswer::Finished(_, results) = committed {
-                        Some(SimReply::Results { request, results })
-                    } else if let Some(waiter) = live.waiters.get_mut(&(client_id, request)) {
-                        *waiter = client;
-                        None
-                    } else {
-                        let queued = Queued {
-                            client: client_id,
-                            request,
-                            commands: Bytes::from(bytes),
-                            ends,
-                        };
-                        if live.batcher.push(queued).is_err() {
-                            Some(SimReply::Refused)
-                        } else {
-                            live.waiters.insert((client_id, request), client);
-                            None
-                        }
-                    }
-                }
-            }
-        };
-        match answer {
-            Some(answer) => self.reply(client, answer),
-            None => self.propose(id),
-        }
-    }
-
     // ----- clients -----
 
-    fn reply(&mut self, client: usize, reply: SimReply) {
+    fn reply(&mut self, client: usize, reply: ClientReply) {
         if self.rng.below(1000) < self.links.loss {
             return;
         }
@@ -1368,14 +1215,16 @@ impl<W: Workload> Sim<W> {
         );
     }
 
-    fn on_reply(&mut self, client: usize, reply: SimReply) {
+    fn on_reply(&mut self, client: usize, reply: ClientReply) {
         let c = &mut self.clients[client];
         let Some((current, _, _)) = &c.current else {
             return;
         };
         let current = *current;
         match reply {
-            SimReply::Results { request, results } => {
+            ClientReply::Results {
+                request, results, ..
+            } => {
                 if request != current {
                     return;
                 }
@@ -1385,13 +1234,13 @@ impl<W: Workload> Sim<W> {
                 self.checker.acknowledged(id, request, results);
                 self.next_request(client);
             }
-            SimReply::NotLeader { leader } => {
+            ClientReply::NotLeader { leader, .. } => {
                 c.target = leader.unwrap_or(NodeId(1 + c.target.0 % SIM_NODES));
                 let attempt = c.attempt;
                 let after = 5 + self.rng.below(50);
                 self.schedule(after, SimEvent::ClientRetry { client, attempt });
             }
-            SimReply::Stale { request } => {
+            ClientReply::Stale { request } => {
                 if request == current {
                     let id = c.id;
                     self.checker.violation(format!(
@@ -1400,7 +1249,7 @@ impl<W: Workload> Sim<W> {
                     ));
                 }
             }
-            SimReply::Expired { request } => {
+            ClientReply::Expired { request } => {
                 // Fewer clients than sessions are kept: a session never expires here.
                 let id = c.id;
                 self.checker.violation(format!(
@@ -1408,10 +1257,17 @@ impl<W: Workload> Sim<W> {
                     id.0, request.0
                 ));
             }
-            SimReply::Refused => {
+            ClientReply::Rejected { .. } | ClientReply::Refused(_) => {
                 let attempt = c.attempt;
                 let after = 50 + self.rng.below(200);
                 self.schedule(after, SimEvent::ClientRetry { client, attempt });
+            }
+            ClientReply::Status(_) | ClientReply::ModeSet(_) => {
+                let id = c.id;
+                self.checker.violation(format!(
+                    "client {} request {current}: answered with a status it never asked for",
+                    id.0
+                ));
             }
         }
     }
@@ -1421,7 +1277,7 @@ impl<W: Workload> Sim<W> {
         for node in &self.nodes {
             if let Some(live) = &node.live {
                 self.checker
-                    .committed_on(node.id, live.core.commit_index(), &node.disk);
+                    .committed_on(node.id, live.replica.core().commit_index(), &node.disk);
             }
         }
         self.checker.advance(&mut self.workload);

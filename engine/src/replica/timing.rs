@@ -1,4 +1,4 @@
-//! Where each entry's time goes, measured by the driver (the only place that reads the clock):
+//! Where each entry's time goes (the replica's one clock read, for statistics only):
 //! waiting in the batcher, the WAL fsync, the replication round trip, simulation, apply.
 
 use crate::ids::EntryIndex;

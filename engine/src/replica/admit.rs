@@ -1,0 +1,94 @@
+//! Admission: a client's request is answered at once (refused, not the leader, or known to the
+//! committed sessions) or waits in the batcher for its entry.
+
+use super::{Io, Replica};
+use crate::apply::CommittedAnswer;
+use crate::batcher::{Queued, command_ends};
+use crate::handler::Handler;
+use bytes::Bytes;
+use net::message::{ClientReply, Rejection, Role, Submit};
+
+impl<H: Handler, T> Replica<H, T> {
+    /// A client's request, to be answered through `token`: at once, or once its entry applied.
+    pub fn admit(&mut self, submit: Submit, token: T, out: &mut Vec<Io<T>>) {
+        match self.admission(submit, token) {
+            Ok(()) => {}
+            Err((token, reply)) => out.push(Io::Answer { to: token, reply }),
+        }
+    }
+
+    /// Takes a request into the batcher (or re-attaches a retry of one in flight), or gives
+    /// back the token with the answer to send at once.
+    fn admission(&mut self, submit: Submit, token: T) -> Result<(), (T, ClientReply)> {
+        let request = submit.request;
+        let reject = |token, reason| Err((token, ClientReply::Rejected { request, reason }));
+        if self.halted.is_some() {
+            return reject(token, Rejection::Halted);
+        }
+        if self.core.role() != Role::Leader {
+            return Err((token, self.not_leader()));
+        }
+        let ends = match command_ends::<H>(&submit.commands, submit.command_count) {
+            Ok(ends) => ends,
+            Err(reason) => return reject(token, reason),
+        };
+        // From committed state only: a retry is never answered with what a simulation left.
+        let known = match self.machine.committed_answer(submit.client, request) {
+            CommittedAnswer::Stale => Some(ClientReply::Stale { request }),
+            CommittedAnswer::Expired => Some(ClientReply::Expired { request }),
+            CommittedAnswer::Finished(command_count, results) => Some(ClientReply::Results {
+                client: submit.client,
+                request,
+                command_count,
+                results,
+            }),
+            CommittedAnswer::Unknown => None,
+        };
+        if let Some(reply) = known {
+            return Err((token, reply));
+        }
+        let key = (submit.client, request);
+        if let Some(waiter) = self.waiters.get_mut(&key) {
+            // A retry of a request in flight: answer on the newest connection.
+            *waiter = token;
+            return Ok(());
+        }
+        // Only a request the sessions and the log do not know of is refused for a full disk:
+        // one they know is answered (or waited for) as any retry is.
+        if self.storage_full {
+            return reject(token, Rejection::StorageFull);
+        }
+        let queued = Queued {
+            client: submit.client,
+            request,
+            commands: Bytes::from(submit.commands),
+            ends,
+        };
+        if self.batcher.push(queued).is_err() {
+            return reject(token, Rejection::Busy);
+        }
+        self.timing.request_queued();
+        self.waiters.insert(key, token);
+        Ok(())
+    }
+
+    /// "Not the leader", with the leader and its client address when known.
+    pub(super) fn not_leader(&self) -> ClientReply {
+        let leader = self.core.leader().filter(|&l| l != self.config.core.id);
+        let address = leader.and_then(|l| self.config.client_addresses.get(&l).cloned());
+        ClientReply::NotLeader { leader, address }
+    }
+
+    /// Answers every waiting client "not the leader" (they retry at the new leader; sessions
+    /// make the retry exactly-once).
+    pub(super) fn abandon_waiters(&mut self, out: &mut Vec<Io<T>>) {
+        self.batcher.drain();
+        let answer = self.not_leader();
+        for (_, waiter) in std::mem::take(&mut self.waiters) {
+            out.push(Io::Answer {
+                to: waiter,
+                reply: answer.clone(),
+            });
+        }
+    }
+}

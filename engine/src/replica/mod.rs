@@ -1,0 +1,571 @@
+//! One replica of the cluster without IO: the node's whole protocol in one type.
+//!
+//! A [`Replica`] owns the consensus [`Core`], the [`StateMachine`] with both modes, the
+//! [`Batcher`], admission, the requests waiting for their entry (as opaque tokens `T`: a reply
+//! channel in the node, a client number in the simulator) and the snapshot policy, counted in
+//! ticks. It takes events (a tick, a peer's message, a client's request, what the WAL and the
+//! snapshot store report) and returns [`Io`] only: append, acknowledge once durable, send,
+//! write the hard state, write or send a snapshot, answer a client. The tokio driver
+//! (`node::driver`) and the simulator (`sim`) carry those out and hold no protocol or
+//! admission logic of their own: both run this code.
+//!
+//! The one clock it reads is for the stage statistics in [`NodeStatus`] (`timing`), never for
+//! a decision; the time that handlers see (`Tx::now_ms`) is given to [`Replica::propose`].
+
+mod admit;
+mod snapshots;
+mod timing;
+
+use crate::apply::{ApplyError, Reply, ReplyStatus, StateMachine};
+use crate::batcher::Batcher;
+use crate::core::{Action, Core, CoreConfig, Event, HardState, LogBase, Recovered};
+use crate::entry::{Entry, EntryKind};
+use crate::handler::Handler;
+use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
+use crate::snapshot::SnapshotMeta;
+use crate::state::InstallError;
+use net::message::{AppliedHash, ClientReply, Divergence, NodeStatus, PeerMessage, Role};
+use snapshots::Snapshots;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+use timing::Timing;
+
+/// Committed entries a follower leaves unapplied at most while its WAL is busy.
+pub const FOLLOWER_APPLY_LAG_ENTRIES_MAX: u64 = 64;
+
+/// What a replica needs to know beside its core's configuration.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// The consensus core's configuration.
+    pub core: CoreConfig,
+    /// Commands an entry holds at most.
+    pub entry_commands_max: u32,
+    /// Entries a leader keeps appended and not yet committed at most.
+    pub pipeline_entries_max: u64,
+    /// Entries between snapshots (0: none).
+    pub snapshot_every: u64,
+    /// Ticks a durable snapshot is kept at least before a newer one starts.
+    pub snapshot_retain_ticks: u64,
+    /// Percent of the newest snapshot's size that the log applied since must reach before the
+    /// next one starts.
+    pub snapshot_log_percent: u64,
+    /// Slots one slice of a snapshot scans.
+    pub snapshot_slice_slots: usize,
+    /// Bytes of a snapshot in progress gathered before they are handed to the writer.
+    pub snapshot_write_bytes: usize,
+    /// Where clients reach each node, for the "ask the leader there" answer.
+    pub client_addresses: BTreeMap<NodeId, String>,
+}
+
+/// Work for the WAL, carried out in order.
+#[derive(Clone, Debug)]
+pub enum WalOp {
+    /// Append and fsync, then report [`Replica::persisted`].
+    Append(Vec<Entry>),
+    /// Remove entries from this index on.
+    Truncate(EntryIndex),
+    /// Once everything appended so far is durable, send this message to this node (an
+    /// acknowledgement); report [`Replica::ack_failed`] if it cannot be sent.
+    Ack {
+        /// The node.
+        to: NodeId,
+        /// The message.
+        message: PeerMessage,
+    },
+    /// Remove what a durable snapshot covers, up to this index.
+    Compact(EntryIndex),
+    /// Empty the log to continue after an installed snapshot of this entry.
+    Reset(LogBase),
+    /// Read entries back for a peer and report [`Replica::loaded`].
+    Load {
+        /// The peer.
+        peer: NodeId,
+        /// The first.
+        from: EntryIndex,
+        /// The last.
+        to: EntryIndex,
+    },
+}
+
+/// Work for the snapshot writer, in order: a begin, its bytes, then a finish or an abort.
+#[derive(Clone, Debug)]
+pub enum SnapshotWrite {
+    /// A snapshot of the state at this entry starts.
+    Begin(EntryIndex),
+    /// The next bytes of its file.
+    Bytes(Vec<u8>),
+    /// The last bytes were given: seal the file and make it durable, then report
+    /// [`Replica::snapshot_durable`].
+    Finish(SnapshotMeta),
+    /// Forget the snapshot in progress.
+    Abort,
+}
+
+/// Something that happened, for logs and checkers; nothing to carry out.
+#[derive(Clone, Debug)]
+pub enum Note {
+    /// The role or the known leader changed.
+    RoleChanged {
+        /// The new role.
+        role: Role,
+        /// The term.
+        term: Term,
+        /// The leader, if known.
+        leader: Option<NodeId>,
+    },
+    /// A committed entry was applied (or installed from a snapshot): the state hash after it.
+    Applied(AppliedHash),
+    /// The leader's snapshot was installed in place of the state and the log.
+    Installed {
+        /// Its entry.
+        index: EntryIndex,
+        /// Its size.
+        bytes: u64,
+    },
+    /// This replica's state hash differs from another's after the same entry.
+    Diverged(Divergence),
+    /// The replica halted for good.
+    Halted(Halt),
+}
+
+/// What a replica asks of its driver, in order.
+#[derive(Clone, Debug)]
+pub enum Io<T> {
+    /// Send a message to a replica (a full queue may drop it: consensus resends).
+    Send {
+        /// The receiver.
+        to: NodeId,
+        /// The message.
+        message: PeerMessage,
+    },
+    /// Make term and vote durable before carrying out anything after this; on failure call
+    /// [`Replica::halt`] and carry out nothing else of this batch.
+    PersistHardState(HardState),
+    /// WAL work.
+    Wal(WalOp),
+    /// Answer a client.
+    Answer {
+        /// Who waits.
+        to: T,
+        /// The answer.
+        reply: ClientReply,
+    },
+    /// Stream the durable snapshot of `index` to `peer`; report
+    /// [`Replica::snapshot_send_aborted`] if that fails.
+    SendSnapshot {
+        /// The follower.
+        peer: NodeId,
+        /// The snapshot's entry.
+        index: EntryIndex,
+        /// The leader's term the chunks carry.
+        term: Term,
+    },
+    /// Work for the snapshot writer.
+    Snapshot(SnapshotWrite),
+    /// Keep this chunk of the leader's snapshot; once the file is whole, verified and durable,
+    /// report [`Replica::snapshot_received`].
+    StoreSnapshotChunk(net::message::SnapshotChunk),
+    /// For logs and checkers.
+    Note(Note),
+}
+
+/// Why a replica halted: it takes no further part in consensus and applies nothing more.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Halt {
+    /// The hard state could not be written.
+    #[error("cannot persist the hard state: {0}")]
+    HardState(String),
+    /// The WAL thread is gone.
+    #[error("the WAL thread stopped")]
+    WalStopped,
+    /// An fsync failed: the page cache's state is unknown.
+    #[error("the WAL failed: {0}")]
+    WalFailed(String),
+    /// Every copy of a committed entry is lost.
+    #[error(
+        "unrecoverable corruption at index {0}: every copy of this committed entry is damaged or lost"
+    )]
+    Unrecoverable(EntryIndex),
+    /// A committed entry to apply is not in memory.
+    #[error("entry {0} is committed but not in memory")]
+    NotInMemory(EntryIndex),
+    /// The apply loop stopped.
+    #[error("apply stopped: {0}")]
+    Apply(ApplyError),
+    /// The leader's snapshot verified but does not install here.
+    #[error("the leader's snapshot of entry {index} does not install: {error}")]
+    Install {
+        /// Its entry.
+        index: EntryIndex,
+        /// Why.
+        error: InstallError,
+    },
+}
+
+/// One replica: see the module's documentation.
+pub struct Replica<H: Handler, T> {
+    config: ReplicaConfig,
+    core: Core,
+    machine: StateMachine<H>,
+    batcher: Batcher,
+    /// Requests waiting for their entry: who to answer.
+    waiters: BTreeMap<(ClientId, RequestNumber), T>,
+    halted: Option<Halt>,
+    /// The WAL found the file system full and retries its append.
+    storage_full: bool,
+    /// Entries this leader proposed and has not simulated yet.
+    unsimulated: Vec<EntryIndex>,
+    /// Follower: the commit index to apply up to once nothing waits for the WAL.
+    commit_to: EntryIndex,
+    /// Ticks since the replica started.
+    ticks: u64,
+    snapshots: Snapshots,
+    timing: Timing,
+}
+
+impl<H: Handler, T> Replica<H, T> {
+    /// A replica from what recovery found: the core's durable state, the state machine with
+    /// the committed log replayed, and the newest durable snapshot's entry and size.
+    pub fn new(
+        config: ReplicaConfig,
+        recovered: Recovered,
+        mut machine: StateMachine<H>,
+        latest_snapshot: Option<(EntryIndex, u64)>,
+    ) -> Self {
+        machine.set_replying(false);
+        let snapshots = Snapshots::new(&config, machine.applied_index(), latest_snapshot);
+        Replica {
+            core: Core::new(config.core.clone(), recovered),
+            batcher: Batcher::new(config.entry_commands_max),
+            waiters: BTreeMap::new(),
+            halted: None,
+            storage_full: false,
+            unsimulated: Vec::new(),
+            commit_to: EntryIndex::ZERO,
+            ticks: 0,
+            snapshots,
+            timing: Timing::default(),
+            machine,
+            config,
+        }
+    }
+
+    /// The consensus core (read only).
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// The state machine (read only).
+    pub fn machine(&self) -> &StateMachine<H> {
+        &self.machine
+    }
+
+    /// Why the replica halted, if it did.
+    pub fn halted(&self) -> Option<&Halt> {
+        self.halted.as_ref()
+    }
+
+    /// What leaders do with their simulations from now on.
+    pub fn set_mode(&mut self, mode: crate::apply::Mode) {
+        self.machine.set_mode(mode);
+    }
+
+    /// A tick of the consensus clock; then proposes what waits (`now_ms` stamps the entries).
+    pub fn tick(&mut self, now_ms: u64, out: &mut Vec<Io<T>>) {
+        self.ticks += 1;
+        self.step(Event::Tick, out);
+        self.propose(now_ms, out);
+    }
+
+    /// A message from another replica.
+    pub fn receive(&mut self, from: NodeId, message: PeerMessage, out: &mut Vec<Io<T>>) {
+        if let PeerMessage::Append(append) = &message {
+            for entry in &append.entries {
+                self.timing.received(entry.index());
+            }
+        }
+        self.step(Event::Message { from, message }, out);
+    }
+
+    /// The WAL made every entry up to `index` durable.
+    pub fn persisted(&mut self, index: EntryIndex, term: Term, out: &mut Vec<Io<T>>) {
+        self.timing.persisted(index);
+        self.step(Event::Persisted { index, term }, out);
+    }
+
+    /// The WAL read entries back for `peer`.
+    pub fn loaded(&mut self, peer: NodeId, entries: Vec<Entry>, out: &mut Vec<Io<T>>) {
+        self.step(Event::Loaded { peer, entries }, out);
+    }
+
+    /// An acknowledgement could not be sent.
+    pub fn ack_failed(&mut self, out: &mut Vec<Io<T>>) {
+        self.step(Event::AckFailed, out);
+    }
+
+    /// Whether the WAL finds the file system full (new requests are refused meanwhile).
+    pub fn set_storage_full(&mut self, full: bool) {
+        self.storage_full = full;
+    }
+
+    /// Steps the core, unless the replica halted: a halted replica takes no part in
+    /// consensus, so that the others elect a leader that can serve.
+    fn step(&mut self, event: Event, out: &mut Vec<Io<T>>) {
+        if self.halted.is_some() {
+            return;
+        }
+        let mut actions = Vec::new();
+        self.core.step(event, &mut actions);
+        self.take_actions(actions, out);
+        self.check_step();
+    }
+
+    /// The step's postconditions.
+    fn check_step(&self) {
+        let core = &self.core;
+        assert!(
+            core.durable_index() <= core.last_index(),
+            "durable past the log's end"
+        );
+        assert!(
+            self.machine.applied_index() <= core.commit_index(),
+            "applied {} past the commit index {}",
+            self.machine.applied_index(),
+            core.commit_index()
+        );
+        assert!(
+            core.commit_index() <= core.last_index().max(core.log_base().index),
+            "commit past the log's end"
+        );
+    }
+
+    /// Turns the core's actions into IO, in order, and does what is the replica's own (apply,
+    /// role changes). Once the replica halts nothing more is asked for.
+    fn take_actions(&mut self, actions: Vec<Action>, out: &mut Vec<Io<T>>) {
+        let mut queue = VecDeque::from(actions);
+        while let Some(action) = queue.pop_front() {
+            if self.halted.is_some() {
+                return;
+            }
+            self.take(action, &mut queue, out);
+        }
+    }
+
+    fn take(&mut self, action: Action, queue: &mut VecDeque<Action>, out: &mut Vec<Io<T>>) {
+        match action {
+            Action::Send { to, message } => out.push(Io::Send { to, message }),
+            Action::PersistHardState(state) => out.push(Io::PersistHardState(state)),
+            Action::Persist(entries) => out.push(Io::Wal(WalOp::Append(entries))),
+            Action::AckWhenDurable { to, reply } => out.push(Io::Wal(WalOp::Ack {
+                to,
+                message: PeerMessage::AppendReply(reply),
+            })),
+            Action::Truncate(from) => out.push(Io::Wal(WalOp::Truncate(from))),
+            Action::Load { peer, from, to } => out.push(Io::Wal(WalOp::Load { peer, from, to })),
+            Action::Commit(index) => {
+                self.timing.committed(index);
+                if self.core.role() == Role::Leader {
+                    self.apply_committed(index, queue, out);
+                } else {
+                    // A follower applies once its acknowledgements are out (see `catch_up`).
+                    self.commit_to = self.commit_to.max(index);
+                }
+            }
+            Action::RoleChanged { role, term, leader } => {
+                self.role_changed(role, out);
+                out.push(Io::Note(Note::RoleChanged { role, term, leader }));
+            }
+            Action::SendSnapshot { peer } => match self.snapshots.latest() {
+                Some((index, _)) => out.push(Io::SendSnapshot {
+                    peer,
+                    index,
+                    term: self.core.term(),
+                }),
+                None => {
+                    let mut actions = Vec::new();
+                    self.core
+                        .step(Event::SnapshotAborted { peer }, &mut actions);
+                    queue.extend(actions);
+                }
+            },
+            Action::StoreSnapshotChunk(chunk) => out.push(Io::StoreSnapshotChunk(chunk)),
+            Action::Unrecoverable(index) => self.halt(Halt::Unrecoverable(index), out),
+            Action::Diverged(divergence) => out.push(Io::Note(Note::Diverged(divergence))),
+        }
+    }
+
+    fn role_changed(&mut self, role: Role, out: &mut Vec<Io<T>>) {
+        self.machine.set_replying(role == Role::Leader);
+        if role != Role::Leader {
+            self.abandon_waiters(out);
+            self.unsimulated.clear();
+            self.machine.discard_simulations();
+            self.timing.forget();
+        }
+    }
+
+    /// Applies committed entries in order, answers the requests they finish, and tells the
+    /// core each state hash (the core's answers join `queue`).
+    fn apply_committed(
+        &mut self,
+        index: EntryIndex,
+        queue: &mut VecDeque<Action>,
+        out: &mut Vec<Io<T>>,
+    ) {
+        while self.halted.is_none() && self.machine.applied_index() < index {
+            let next = self.machine.applied_index().next();
+            let Some(entry) = self.core.entry(next).cloned() else {
+                self.halt(Halt::NotInMemory(next), out);
+                return;
+            };
+            let started = Instant::now();
+            let applied = match self.machine.apply(&entry) {
+                Ok(applied) => applied,
+                Err(error) => {
+                    self.halt(Halt::Apply(error), out);
+                    return;
+                }
+            };
+            debug_assert_eq!(applied.index, next, "apply skipped an entry");
+            self.timing.applied(started);
+            let hash = AppliedHash {
+                index: applied.index,
+                hash: applied.state_hash,
+            };
+            out.push(Io::Note(Note::Applied(hash)));
+            for reply in applied.replies {
+                self.answer(reply, out);
+            }
+            let mut actions = Vec::new();
+            self.core.step(Event::Applied(hash), &mut actions);
+            queue.extend(actions);
+            self.maybe_start_snapshot(out);
+        }
+    }
+
+    /// Answers the client waiting for `reply`'s request, if one waits here.
+    fn answer(&mut self, reply: Reply, out: &mut Vec<Io<T>>) {
+        let Some(waiter) = self.waiters.remove(&(reply.client, reply.request)) else {
+            return;
+        };
+        let reply = match reply.status {
+            ReplyStatus::Results(results) => ClientReply::Results {
+                client: reply.client,
+                request: reply.request,
+                command_count: reply.command_count,
+                results,
+            },
+            ReplyStatus::Stale => ClientReply::Stale {
+                request: reply.request,
+            },
+            ReplyStatus::Expired => ClientReply::Expired {
+                request: reply.request,
+            },
+        };
+        out.push(Io::Answer { to: waiter, reply });
+    }
+
+    /// Halts for good: every waiting client is told to ask elsewhere (their requests may still
+    /// commit through the other replicas: never that nothing was applied).
+    pub fn halt(&mut self, reason: Halt, out: &mut Vec<Io<T>>) {
+        if self.halted.is_some() {
+            return;
+        }
+        self.batcher.drain();
+        let elsewhere = ClientReply::NotLeader {
+            leader: None,
+            address: None,
+        };
+        for (_, waiter) in std::mem::take(&mut self.waiters) {
+            out.push(Io::Answer {
+                to: waiter,
+                reply: elsewhere.clone(),
+            });
+        }
+        out.push(Io::Note(Note::Halted(reason.clone())));
+        self.halted = Some(reason);
+    }
+
+    /// Forms entries from waiting requests while the pipeline has room.
+    pub fn propose(&mut self, now_ms: u64, out: &mut Vec<Io<T>>) {
+        while self.halted.is_none()
+            && self.core.role() == Role::Leader
+            && self.core.uncommitted() < self.config.pipeline_entries_max
+        {
+            let Some((payload, count)) = self.batcher.next_entry(now_ms) else {
+                return;
+            };
+            let mut actions = Vec::new();
+            let index = self
+                .core
+                .propose(EntryKind::Commands, count, payload, &mut actions)
+                .expect("the leader proposes");
+            self.timing.proposed(index, !self.batcher.is_empty());
+            self.unsimulated.push(index);
+            self.take_actions(actions, out);
+        }
+    }
+
+    /// A follower applies committed entries when its WAL has nothing in flight: its
+    /// acknowledgement (on the leader's critical path) goes out first, the apply (not on it)
+    /// after. A follower whose WAL is never idle (a slow disk under steady load) applies
+    /// anyway once it is [`FOLLOWER_APPLY_LAG_ENTRIES_MAX`] entries behind.
+    pub fn catch_up(&mut self, out: &mut Vec<Io<T>>) {
+        let core = &self.core;
+        let idle = core.durable_index() == core.last_index() || core.role() == Role::Leader;
+        let behind = self
+            .commit_to
+            .0
+            .saturating_sub(self.machine.applied_index().0);
+        if (idle || behind >= FOLLOWER_APPLY_LAG_ENTRIES_MAX) && behind > 0 {
+            let mut queue = VecDeque::new();
+            self.apply_committed(self.commit_to, &mut queue, out);
+            self.take_actions(queue.into(), out);
+        }
+    }
+
+    /// Work kept off the critical path: simulations to run, committed entries to apply.
+    pub fn has_deferred_work(&self) -> bool {
+        !self.unsimulated.is_empty() || self.commit_to > self.machine.applied_index()
+    }
+
+    /// Simulates the entries proposed since the last call, in order (only while still leading
+    /// and not yet applied: an entry applied first has nothing left to gain).
+    pub fn simulate(&mut self) {
+        for index in std::mem::take(&mut self.unsimulated) {
+            if self.core.role() != Role::Leader || index <= self.machine.applied_index() {
+                continue;
+            }
+            if let Some(entry) = self.core.entry(index).cloned() {
+                let started = Instant::now();
+                self.machine.simulate(&entry);
+                self.timing.simulated(started);
+            }
+        }
+    }
+
+    /// What `runner status` shows.
+    pub fn status(&self) -> NodeStatus {
+        let counters = self.machine.counters();
+        let mut stages = self.timing.stages;
+        stages.simulated_commands = counters.simulated;
+        stages.executed_commands = counters.executed;
+        stages.reused_commands = counters.reused;
+        stages.verified_commands = counters.verified;
+        NodeStatus {
+            node: self.config.core.id,
+            role: self.core.role(),
+            term: self.core.term(),
+            leader: self.core.leader(),
+            last_index: self.core.last_index(),
+            commit_index: self.core.commit_index(),
+            applied_index: self.machine.applied_index(),
+            state_hash: self.machine.state_hash(),
+            divergence: self.core.divergence().cloned(),
+            halted: self.halted.as_ref().map(Halt::to_string),
+            storage_full: self.storage_full,
+            mode: self.machine.mode(),
+            stages,
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Snapshots: when to start one (counted in applied entries, log bytes and ticks), its slices,
+//! what a durable one lets the log drop, sending one to a follower and installing the leader's.
+
+use super::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalOp};
+use crate::core::{Event, LogBase};
+use crate::handler::Handler;
+use crate::ids::{EntryIndex, NodeId};
+use crate::snapshot::{ScanProgress, Snapshot};
+use net::message::AppliedHash;
+
+/// What decides when a replica starts its next snapshot, and the newest durable one.
+pub(super) struct Snapshots {
+    /// False when snapshots are off, or the writer stopped.
+    enabled: bool,
+    /// The applied index at the last start.
+    last_start: EntryIndex,
+    /// The tick at which the newest snapshot became durable.
+    durable_at: Option<u64>,
+    /// Its size.
+    durable_bytes: u64,
+    /// The machine's applied payload bytes at the last start.
+    log_bytes_at_start: u64,
+    /// The newest durable snapshot (the one sent to followers): its entry and size.
+    latest: Option<(EntryIndex, u64)>,
+    /// Bytes of the snapshot in progress not handed to the writer yet.
+    pending: Vec<u8>,
+}
+
+impl Snapshots {
+    pub(super) fn new(
+        config: &ReplicaConfig,
+        applied: EntryIndex,
+        latest: Option<(EntryIndex, u64)>,
+    ) -> Self {
+        Snapshots {
+            enabled: config.snapshot_every > 0,
+            last_start: applied,
+            durable_at: latest.map(|_| 0),
+            durable_bytes: latest.map_or(0, |(_, bytes)| bytes),
+            log_bytes_at_start: 0,
+            latest,
+            pending: Vec::new(),
+        }
+    }
+
+    pub(super) fn latest(&self) -> Option<(EntryIndex, u64)> {
+        self.latest
+    }
+}
+
+impl<H: Handler, T> Replica<H, T> {
+    /// Starts a snapshot when the applied index crossed a multiple of the snapshot interval
+    /// since the last start, the newest durable snapshot has been kept the retention period,
+    /// and the log applied since the last start is at least the configured percent of the
+    /// newest snapshot's size.
+    pub(super) fn maybe_start_snapshot(&mut self, out: &mut Vec<Io<T>>) {
+        let every = self.config.snapshot_every;
+        let applied = self.machine.applied_index();
+        let policy = &self.snapshots;
+        let retain = self.config.snapshot_retain_ticks;
+        let log = self.machine.applied_bytes() - policy.log_bytes_at_start;
+        if !policy.enabled
+            || self.machine.snapshotting()
+            || applied.0 / every <= policy.last_start.0 / every
+            || policy.durable_at.is_some_and(|at| self.ticks - at < retain)
+            || log * 100 < policy.durable_bytes * self.config.snapshot_log_percent
+        {
+            return;
+        }
+        // `None`: a pending speculation is in the way; the next applied entry tries again.
+        if let Some(meta) = self.machine.begin_snapshot() {
+            self.snapshots.last_start = applied;
+            self.snapshots.log_bytes_at_start = self.machine.applied_bytes();
+            self.snapshots.pending.clear();
+            out.push(Io::Snapshot(SnapshotWrite::Begin(meta.index)));
+        }
+    }
+
+    /// True while a snapshot is being scanned.
+    pub fn snapshotting(&self) -> bool {
+        self.machine.snapshotting()
+    }
+
+    /// Scans a slice of the snapshot in progress; its bytes go to the writer in pieces of the
+    /// configured size.
+    pub fn snapshot_slice(&mut self, out: &mut Vec<Io<T>>) {
+        let pending = &mut self.snapshots.pending;
+        let slots = self.config.snapshot_slice_slots;
+        match self.machine.snapshot_step(slots, pending) {
+            ScanProgress::Idle => {}
+            ScanProgress::More => {
+                if pending.len() >= self.config.snapshot_write_bytes {
+                    out.push(Io::Snapshot(SnapshotWrite::Bytes(std::mem::take(pending))));
+                }
+            }
+            ScanProgress::Done(meta) => {
+                out.push(Io::Snapshot(SnapshotWrite::Bytes(std::mem::take(pending))));
+                out.push(Io::Snapshot(SnapshotWrite::Finish(meta)));
+            }
+            ScanProgress::Void => {
+                pending.clear();
+                out.push(Io::Snapshot(SnapshotWrite::Abort));
+            }
+        }
+    }
+
+    /// Abandons the snapshot in progress (the state is about to be replaced).
+    fn abort_snapshot(&mut self, out: &mut Vec<Io<T>>) {
+        if self.machine.snapshotting() {
+            self.machine.abort_snapshot();
+            self.snapshots.pending.clear();
+            out.push(Io::Snapshot(SnapshotWrite::Abort));
+        }
+    }
+
+    /// The snapshot writer is gone: no more snapshots (the log is kept whole instead).
+    pub fn snapshots_off(&mut self) {
+        self.snapshots.enabled = false;
+        self.snapshots.pending.clear();
+        if self.machine.snapshotting() {
+            self.machine.abort_snapshot();
+        }
+    }
+
+    /// A snapshot of `index` is durable (`bytes` long): the log behind the one before it can
+    /// go, what followers still need excepted. The log is kept from the snapshot before this
+    /// one: should this one turn out damaged after a crash, recovery falls back to that one
+    /// and replays the log after it.
+    pub fn snapshot_durable(&mut self, index: EntryIndex, bytes: u64, out: &mut Vec<Io<T>>) {
+        self.snapshots.durable_at = Some(self.ticks);
+        self.snapshots.durable_bytes = bytes;
+        if self.snapshots.latest.is_some_and(|(l, _)| l >= index) {
+            return;
+        }
+        if let Some((previous, _)) = self.snapshots.latest.replace((index, bytes)) {
+            let through = self.core.compactable(previous);
+            if through > self.core.log_base().index {
+                self.core.compact(through);
+                out.push(Io::Wal(WalOp::Compact(through)));
+            }
+        }
+    }
+
+    /// Sending a snapshot to `peer` failed.
+    pub fn snapshot_send_aborted(&mut self, peer: NodeId, out: &mut Vec<Io<T>>) {
+        self.step(Event::SnapshotAborted { peer }, out);
+    }
+
+    /// Follower: the leader's snapshot is whole, verified and durable (`bytes` long): it
+    /// replaces the state and the log, unless the log caught up with it meanwhile.
+    pub fn snapshot_received(&mut self, snapshot: Snapshot, bytes: u64, out: &mut Vec<Io<T>>) {
+        let meta = snapshot.meta.clone();
+        if self.halted.is_some() || meta.index <= self.core.commit_index() {
+            return;
+        }
+        self.abort_snapshot(out);
+        if let Err(error) = self.machine.install(snapshot) {
+            let index = meta.index;
+            self.halt(Halt::Install { index, error }, out);
+            return;
+        }
+        let base = LogBase {
+            index: meta.index,
+            term: meta.term,
+            hash: meta.entry_hash,
+        };
+        out.push(Io::Wal(if self.core.holds(base) {
+            WalOp::Compact(meta.index)
+        } else {
+            WalOp::Reset(base)
+        }));
+        let applied = AppliedHash {
+            index: meta.index,
+            hash: meta.state_hash,
+        };
+        let policy = &mut self.snapshots;
+        policy.latest = Some((meta.index, bytes));
+        policy.last_start = meta.index;
+        policy.durable_at = Some(self.ticks);
+        policy.durable_bytes = bytes;
+        policy.log_bytes_at_start = self.machine.applied_bytes();
+        self.commit_to = self.commit_to.max(meta.index);
+        out.push(Io::Note(Note::Applied(applied)));
+        out.push(Io::Note(Note::Installed {
+            index: meta.index,
+            bytes,
+        }));
+        self.step(Event::Installed { base, applied }, out);
+    }
+}
