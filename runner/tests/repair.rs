@@ -7,8 +7,10 @@
 
 mod common;
 
+use bank::Bank;
 use common::{Model, converged, leader_of, runtime, transfers, wait_for};
 use engine::client::Client;
+use engine::node::recovery::{RecoveryOptions, restore};
 use engine::node::storage::{WAL_DIR, read_hard_state};
 use engine::rng::Rng;
 use engine::{ClientId, RequestNumber};
@@ -59,6 +61,39 @@ fn flip(wal: &Path, at: Where) {
     std::fs::write(&path, bytes).unwrap();
 }
 
+/// Copies a stopped node's data directory (files and folders, recursively).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for item in std::fs::read_dir(from).unwrap() {
+        let item = item.unwrap();
+        let target = to.join(item.file_name());
+        if item.file_type().unwrap().is_dir() {
+            copy_dir(&item.path(), &target);
+        } else {
+            std::fs::copy(item.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A start on a copy of the damaged directory: the log is cut before the damage only with a
+/// durable repair obligation that covers the log's old end (the entries cut may have been
+/// acknowledged).
+fn assert_cut_with_obligation(data: &Path, scratch: &Path, last: u64, at: Where) {
+    copy_dir(data, scratch);
+    let options = RecoveryOptions {
+        capacity_bytes: 1 << 30,
+        wal_segment_bytes: 16384,
+        owner: None,
+        rebuild_from_leader: false,
+    };
+    let restored = restore(scratch, Bank, &options).unwrap();
+    assert!(restored.report.damage.is_some(), "{at:?}: damage found");
+    drop(restored);
+    let repair = read_hard_state(scratch).unwrap().repair;
+    let repair = repair.unwrap_or_else(|| panic!("{at:?}: the cut left no repair obligation"));
+    assert_eq!(repair.index.0, last, "{at:?}: the obligation covers the old end");
+}
+
 fn repairs(at: Where) {
     let dir = tempfile::tempdir().unwrap();
     let (mut nodes, config) = common::start_cluster(dir.path(), SETTINGS);
@@ -76,9 +111,12 @@ fn repairs(at: Where) {
         let follower = (1..=3).find(|&n| n != leader).unwrap();
         // Everything acknowledged is on the follower too before it goes down.
         converged(&config).await;
+        let all = wait_for(&config, "three nodes", |all| all.len() == 3).await;
+        let last = all.iter().find(|s| s.node.0 == follower).unwrap().last_index.0;
         nodes.kill(follower);
         let data = nodes.data_dir(follower);
         flip(&data.join(WAL_DIR), at);
+        assert_cut_with_obligation(&data, &dir.path().join("copy"), last, at);
         nodes.start(follower);
         transfers(&mut client, &mut rng, &mut model, 100, &acknowledged).await;
         converged(&config).await;

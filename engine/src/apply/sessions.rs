@@ -227,8 +227,6 @@ impl Sessions {
             Some(s) if fragment.request > s.request && first == 0 => Decision::Execute { skip: 0 },
             Some(s) if fragment.request != s.request => Decision::Stale,
             Some(s) if fragment.request_commands != s.request_commands => Decision::Stale,
-            // Deliberately broken build: a retry of an applied request runs again.
-            Some(_) if cfg!(feature = "mutation-no-dedup") => Decision::Execute { skip: 0 },
             Some(s) if end <= s.applied_commands => Decision::Duplicate,
             // A retry that overlaps what was applied: run only the commands after it.
             Some(s) if first <= s.applied_commands => Decision::Execute {

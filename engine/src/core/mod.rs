@@ -843,9 +843,7 @@ impl Core {
                 .iter()
                 .filter(|&&n| n != self.config.id && n != vote.candidate)
                 .all(|n| self.log_ends.get(n).is_some_and(|&end| theirs >= end));
-            // Deliberately broken build: a repairing replica votes as if nothing were lost.
-            let free = cfg!(feature = "mutation-repair-votes-freely");
-            up_to_date = up_to_date && (as_before || as_the_others || free);
+            up_to_date = up_to_date && (as_before || as_the_others);
         }
         // A replica with an empty log votes only while the whole cluster is new: once entries
         // exist, an empty log means a lost data directory, whose votes may already be cast.
@@ -957,18 +955,10 @@ impl Core {
                 outcome: AppendOutcome::Matched { index: covered },
                 applied: self.applied,
             };
-            if cfg!(feature = "mutation-ack-before-fsync") {
-                // Deliberately broken build: acknowledges what is not yet durable.
-                out.push(Action::Send {
-                    to: append.leader,
-                    message: PeerMessage::AppendReply(reply),
-                });
-            } else {
-                out.push(Action::AckWhenDurable {
-                    to: append.leader,
-                    reply,
-                });
-            }
+            out.push(Action::AckWhenDurable {
+                to: append.leader,
+                reply,
+            });
             self.acknowledged = self.acknowledged.max(covered);
         }
         let commit = append.commit.min(covered);
@@ -1106,12 +1096,7 @@ impl Core {
 
     fn advance_commit(&mut self, out: &mut Vec<Action>) {
         let mut matched: Vec<EntryIndex> = self.peers.values().map(|p| p.matched).collect();
-        if cfg!(feature = "mutation-leader-commit-before-fsync") {
-            // Deliberately broken build: the leader counts entries it has not made durable.
-            matched.push(self.log.last_index());
-        } else {
-            matched.push(self.durable);
-        }
+        matched.push(self.durable);
         let quorum = quorum_index(&mut matched);
         if quorum > self.commit && self.log.term_at(quorum) == Some(self.hard.term) {
             self.commit = quorum;

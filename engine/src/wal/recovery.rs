@@ -264,12 +264,6 @@ fn scan_segment(
             {
                 break;
             }
-            // Deliberately broken build: any damage is taken for a torn tail and cut.
-            Parsed::Incomplete | Parsed::Damaged(_)
-                if cfg!(feature = "mutation-truncate-on-checksum") =>
-            {
-                break;
-            }
             Parsed::Incomplete => {
                 damaged = Some("record cut short before later records");
                 break;
