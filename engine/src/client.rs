@@ -12,12 +12,15 @@ use net::auth::Key;
 use net::frame::{FrameCodec, FrameError};
 use net::message::{
     ClientReply, ClientRequest, Hello, Mode, NodeStatus, PROTOCOL_VERSION, Refusal, Rejection,
-    Submit,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
+
+mod requests;
+
+pub use requests::{Answer, Attempt, Next, Requests, answer_to};
 
 /// Time to wait for an answer before trying again (possibly elsewhere).
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 1_000;
@@ -93,44 +96,27 @@ pub enum ClientError {
     Refused(Refusal),
 }
 
-enum Answer {
-    Results(u32, Vec<u8>),
-    Redirect(Option<SocketAddr>),
-    Refused(Rejection),
-    Stale,
-    Expired,
-    /// The node closed the connection, saying why.
-    Closed(Refusal),
-}
-
 /// A client session: one id, requests numbered from one, one request in flight.
 pub struct Client {
     config: ClientConfig,
-    id: ClientId,
-    next_request: u64,
+    requests: Requests<SocketAddr>,
     connection: Option<Framed<TcpStream, FrameCodec>>,
-    target: SocketAddr,
-    rotation: usize,
 }
 
 impl Client {
     /// A client with id `id` whose next request is numbered `first_request`.
     pub fn new(config: ClientConfig, id: ClientId, first_request: RequestNumber) -> Self {
-        assert!(!config.nodes.is_empty(), "a cluster has nodes");
-        let target = config.nodes[0];
+        let requests = Requests::new(config.nodes.clone(), id, first_request);
         Client {
             config,
-            id,
-            next_request: first_request.0,
+            requests,
             connection: None,
-            target,
-            rotation: 0,
         }
     }
 
     /// The client's id.
     pub fn id(&self) -> ClientId {
-        self.id
+        self.requests.id()
     }
 
     /// Sends typed commands as one request; returns each command's outcome.
@@ -146,112 +132,43 @@ impl Client {
 
     /// The number the next request will take.
     pub fn next_request(&self) -> RequestNumber {
-        RequestNumber(self.next_request)
+        self.requests.next_request()
     }
 
     /// Sends already encoded commands as one request; returns the command count and the
-    /// encoded outcomes. Retries until it has them (or gives up, if configured to).
+    /// encoded outcomes. Retries until it has them (or gives up, if configured to): what an
+    /// attempt's end means is decided by [`Requests`].
     pub async fn submit_encoded(
         &mut self,
         commands: Vec<u8>,
         count: u32,
     ) -> Result<(u32, Vec<u8>), ClientError> {
-        let request = RequestNumber(self.next_request);
-        self.next_request += 1;
-        let message = ClientRequest::Submit(Submit {
-            client: self.id,
-            request,
-            command_count: count,
-            commands,
-        });
+        let submit = self.requests.begin(count, commands);
+        let request = submit.request;
+        let message = ClientRequest::Submit(submit);
         let started = Instant::now();
-        let mut backoff = RETRY_BACKOFF_MS_MIN;
-        let mut redirects = 0;
-        let mut refused_by = 0;
-        let mut last_rejection = None;
-        for attempts in 1.. {
-            let answer = self.attempt(&message, request).await;
-            if !matches!(&answer, Err(HandshakeError::Refused(r)) if r.is_permanent()) {
-                refused_by = 0;
-            }
-            match answer {
-                Ok(Answer::Results(count, results)) => return Ok((count, results)),
-                // Try again: a full queue or a full disk passes. Neither proves the number
-                // unused (an earlier attempt may have been logged), so it is never given back.
-                Ok(Answer::Refused(reason @ (Rejection::Busy | Rejection::StorageFull))) => {
-                    last_rejection = Some(reason);
-                }
-                // A halted node applies nothing more, but the others may: ask them.
-                Ok(Answer::Refused(Rejection::Halted)) => self.move_on(),
-                Ok(Answer::Refused(
-                    reason @ (Rejection::Empty
-                    | Rejection::TooManyCommands { .. }
-                    | Rejection::Malformed { .. }),
-                )) => {
-                    // Refused for its own bytes, everywhere alike and every time (an attempt
-                    // that was logged passed the same checks): the number was never used, and
-                    // the next request takes it (sessions start at 1).
-                    self.next_request -= 1;
-                    return Err(ClientError::Rejected(reason));
-                }
-                Ok(Answer::Stale) => return Err(ClientError::Stale(request)),
-                Ok(Answer::Expired) => return Err(ClientError::SessionExpired(request)),
-                Ok(Answer::Redirect(Some(leader))) => {
-                    self.move_to(leader);
-                    redirects += 1;
-                    // Follow the first redirect at once; nodes whose hints point at each other
-                    // go through the back-off below.
-                    if redirects == 1 {
-                        continue;
-                    }
-                }
-                // One misconfigured node is not the cluster: give up only when every node
-                // in a row refuses this client for good.
+        let give_up_ms = self.config.give_up_after.map(|d| d.as_millis() as u64);
+        loop {
+            let attempt = match self.attempt(&message, request).await {
+                Ok(answer) => Attempt::Answered(answer),
                 Err(HandshakeError::Refused(refusal)) if refusal.is_permanent() => {
-                    refused_by += 1;
-                    if refused_by >= self.config.nodes.len() {
-                        return Err(ClientError::Refused(refusal));
-                    }
-                    self.move_on();
-                    continue;
+                    Attempt::RefusedForGood(refusal)
                 }
-                // The connection timed out (it sat idle, or a frame stalled): the node is
-                // fine, try it again on a new connection.
-                Ok(Answer::Closed(Refusal::IdleTimeout | Refusal::ReadTimeout)) => {
-                    self.connection = None;
-                    continue;
+                Err(_) => Attempt::NoAnswer,
+            };
+            let elapsed_ms = started.elapsed().as_millis() as u64;
+            let next = self.requests.on_attempt(attempt, elapsed_ms, give_up_ms);
+            if self.requests.take_reconnect() {
+                self.connection = None;
+            }
+            match next {
+                Next::Done(result) => return result,
+                Next::Retry { after_ms: 0 } => {}
+                Next::Retry { after_ms } => {
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
                 }
-                Ok(Answer::Redirect(None)) | Ok(Answer::Closed(_)) | Err(_) => self.move_on(),
             }
-            if self
-                .config
-                .give_up_after
-                .is_some_and(|limit| started.elapsed() > limit)
-            {
-                let seconds = started.elapsed().as_secs_f64();
-                return Err(ClientError::GaveUp {
-                    attempts,
-                    seconds,
-                    last_rejection,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(backoff)).await;
-            backoff = (backoff * 2).min(RETRY_BACKOFF_MS_MAX);
         }
-        unreachable!("the loop returns")
-    }
-
-    fn move_to(&mut self, leader: SocketAddr) {
-        if leader != self.target {
-            self.target = leader;
-            self.connection = None;
-        }
-    }
-
-    fn move_on(&mut self) {
-        self.rotation = (self.rotation + 1) % self.config.nodes.len();
-        self.target = self.config.nodes[self.rotation];
-        self.connection = None;
     }
 
     /// One attempt at the current target: connect if needed, send, wait for this request's
@@ -260,11 +177,12 @@ impl Client {
         &mut self,
         message: &ClientRequest,
         request: RequestNumber,
-    ) -> Result<Answer, HandshakeError> {
+    ) -> Result<Answer<SocketAddr>, HandshakeError> {
         let timeout = self.config.request_timeout;
+        let target = *self.requests.target();
         let result = tokio::time::timeout(timeout, async {
             if self.connection.is_none() {
-                self.connection = Some(connect(&self.config, self.target).await?);
+                self.connection = Some(connect(&self.config, target).await?);
             }
             let frames = self.connection.as_mut().expect("connected");
             frames.send(message).await?;
@@ -274,7 +192,8 @@ impl Client {
                     .await
                     .ok_or_else(|| FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))??;
                 let reply: ClientReply = codec::decode(&frame)?;
-                if let Some(answer) = answer_to(reply, request) {
+                let locate = |_, address: Option<String>| address.and_then(|a| a.parse().ok());
+                if let Some(answer) = answer_to(reply, request, locate) {
                     return Ok(answer);
                 }
             }
@@ -291,33 +210,6 @@ impl Client {
                 Err(FrameError::Io(std::io::ErrorKind::TimedOut.into()).into())
             }
         }
-    }
-}
-
-/// The answer `reply` gives to `request`, if it is about that request.
-fn answer_to(reply: ClientReply, request: RequestNumber) -> Option<Answer> {
-    match reply {
-        ClientReply::Results {
-            request: r,
-            command_count,
-            results,
-            ..
-        } if r == request => Some(Answer::Results(command_count, results)),
-        ClientReply::Rejected { request: r, reason } if r == request => {
-            Some(Answer::Refused(reason))
-        }
-        ClientReply::Stale { request: r } if r == request => Some(Answer::Stale),
-        ClientReply::Expired { request: r } if r == request => Some(Answer::Expired),
-        ClientReply::NotLeader { address, .. } => {
-            Some(Answer::Redirect(address.and_then(|a| a.parse().ok())))
-        }
-        ClientReply::Refused(refusal) => Some(Answer::Closed(refusal)),
-        ClientReply::Results { .. }
-        | ClientReply::Rejected { .. }
-        | ClientReply::Stale { .. }
-        | ClientReply::Expired { .. }
-        | ClientReply::Status(_)
-        | ClientReply::ModeSet(_) => None,
     }
 }
 

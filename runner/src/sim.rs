@@ -139,12 +139,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         let report = engine::sim::run(BankWorkload::default(), options);
         if args.verbose {
             eprintln!(
-                "seed {seed}: {:?}, snapshots every {} ({} taken, {} installed), {} damaged restarts, {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
+                "seed {seed}: {:?}, snapshots every {} ({} taken, {} installed), {} damaged restarts, {} disks full, {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
                 report.mode,
                 report.snapshot_every,
                 report.snapshots,
                 report.installs,
                 report.damaged,
+                report.disks_full,
                 report.acknowledged,
                 report.committed,
                 report.crashes,
@@ -170,6 +171,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.snapshots += report.snapshots;
         totals.installs += report.installs;
         totals.damaged += report.damaged;
+        totals.disks_full += report.disks_full;
         if last_progress.elapsed().as_secs() >= 5 {
             last_progress = Instant::now();
             eprintln!(
@@ -181,7 +183,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
@@ -191,11 +193,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "snapshots",
         "installs",
         "damaged",
+        "disks_full",
         "events",
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>12} {:>8.1}",
         args.seeds,
         failing.len(),
         totals.acknowledged,
@@ -205,6 +208,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.snapshots,
         totals.installs,
         totals.damaged,
+        totals.disks_full,
         totals.events,
         started.elapsed().as_secs_f64()
     );

@@ -91,7 +91,10 @@ fn assert_cut_with_obligation(data: &Path, scratch: &Path, last: u64, at: Where)
     drop(restored);
     let repair = read_hard_state(scratch).unwrap().repair;
     let repair = repair.unwrap_or_else(|| panic!("{at:?}: the cut left no repair obligation"));
-    assert_eq!(repair.index.0, last, "{at:?}: the obligation covers the old end");
+    assert_eq!(
+        repair.index.0, last,
+        "{at:?}: the obligation covers the old end"
+    );
 }
 
 fn repairs(at: Where) {
@@ -112,7 +115,12 @@ fn repairs(at: Where) {
         // Everything acknowledged is on the follower too before it goes down.
         converged(&config).await;
         let all = wait_for(&config, "three nodes", |all| all.len() == 3).await;
-        let last = all.iter().find(|s| s.node.0 == follower).unwrap().last_index.0;
+        let last = all
+            .iter()
+            .find(|s| s.node.0 == follower)
+            .unwrap()
+            .last_index
+            .0;
         nodes.kill(follower);
         let data = nodes.data_dir(follower);
         flip(&data.join(WAL_DIR), at);

@@ -1113,26 +1113,47 @@ impl Core {
             if self.ticks - progress.last_heard >= window && !progress.loading {
                 progress.next = progress.matched.next();
             }
-            if !progress.loading {
+            if progress.loading {
+                self.send_matched_heartbeat(peer, out);
+            } else {
                 self.send_append(peer, out);
             }
             if self.peers[&peer].snapshot.is_some() {
-                self.send_base_heartbeat(peer, out);
+                let base = self.log.base();
+                self.send_heartbeat(peer, base.index, base.term, out);
             }
         }
     }
 
-    /// A heartbeat for a follower waiting for a snapshot: an empty append at the log's base,
-    /// which it cannot match yet (it answers with a conflict, and the snapshot is not sent
-    /// again for that). Without it the follower hears nothing from its leader while the
-    /// snapshot travels, times out and asks for votes.
-    fn send_base_heartbeat(&mut self, peer: NodeId, out: &mut Vec<Action>) {
+    /// A heartbeat for a follower whose entries are being read back from the WAL (a read
+    /// that may wait behind a full disk): an empty append after what it matched, or at the
+    /// log's base when that left the log.
+    fn send_matched_heartbeat(&mut self, peer: NodeId, out: &mut Vec<Action>) {
+        let matched = self.peers[&peer].matched;
         let base = self.log.base();
+        match self.log.term_at(matched) {
+            Some(term) if matched >= base.index => self.send_heartbeat(peer, matched, term, out),
+            Some(_) | None => self.send_heartbeat(peer, base.index, base.term, out),
+        }
+    }
+
+    /// An empty append after `prev_index`. A follower waiting for a snapshot gets one at the
+    /// log's base, which it cannot match yet (it answers with a conflict, and the snapshot is
+    /// not sent again for that). Without heartbeats the follower hears nothing from its
+    /// leader while the snapshot travels or its entries are read, times out and asks for
+    /// votes.
+    fn send_heartbeat(
+        &mut self,
+        peer: NodeId,
+        prev_index: EntryIndex,
+        prev_term: Term,
+        out: &mut Vec<Action>,
+    ) {
         let append = Append {
             term: self.hard.term,
             leader: self.config.id,
-            prev_index: base.index,
-            prev_term: base.term,
+            prev_index,
+            prev_term,
             entries: Vec::new(),
             commit: self.commit,
             applied: self.applied,

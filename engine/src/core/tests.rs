@@ -1410,3 +1410,49 @@ fn pre_voting_cores_fail_over() {
         "{applied:?}"
     );
 }
+
+/// Proves a leader keeps sending heartbeats to a follower whose entries it is reading back
+/// from its WAL (a read that waits behind a full disk may take long): the follower hears from
+/// its leader and does not time out.
+#[test]
+fn a_follower_whose_entries_are_read_back_still_hears_heartbeats() {
+    // Entries 1 to 3 of term 1, applied, none of them in memory any more.
+    let recovered = Recovered {
+        hard_state: HardState {
+            term: Term(1),
+            voted_for: None,
+            repair: None,
+        },
+        base: LogBase::default(),
+        terms: vec![Term(1); 3],
+        hashes: vec![EntryHash::default(); 3],
+        window: Vec::new(),
+        applied: Some(AppliedHash {
+            index: EntryIndex(3),
+            hash: StateHash([3; 32]),
+        }),
+    };
+    let mut n1 = Core::new(config(N1), recovered);
+    tick_until_active(&mut n1);
+    step(&mut n1, vote_granted(2, N2));
+    assert_eq!(n1.role(), Role::Leader);
+    // N2 lost everything: what it needs must be read back.
+    let asked = step(&mut n1, conflict(2, N2, 0));
+    assert!(
+        asked
+            .iter()
+            .any(|a| matches!(a, Action::Load { peer, .. } if *peer == N2)),
+        "{asked:?}"
+    );
+    let heartbeats = (0..4)
+        .flat_map(|_| step(&mut n1, Event::Tick))
+        .filter(|a| {
+            matches!(a, Action::Send { to, message: PeerMessage::Append(append) }
+                if *to == N2 && append.entries.is_empty())
+        })
+        .count();
+    assert!(
+        heartbeats >= 1,
+        "no heartbeat reached N2 while its entries were read"
+    );
+}

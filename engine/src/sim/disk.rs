@@ -5,8 +5,10 @@
 use crate::core::{HardState, LogBase, Repair};
 use crate::entry::Entry;
 use crate::ids::{EntryIndex, NodeId, Term};
+use crate::replica::WalOp;
 use crate::snapshot::SnapshotMeta;
 use net::message::PeerMessage;
+use std::collections::VecDeque;
 
 /// Entries at the end of the log among which damage strikes.
 pub const SIM_DAMAGE_SPAN_ENTRIES: u64 = 8;
@@ -39,6 +41,11 @@ pub(super) struct Disk {
     acks: Vec<(NodeId, PeerMessage)>,
     /// Durable snapshots, oldest first: what each covers and its file's bytes.
     pub snapshots: Vec<(SnapshotMeta, Vec<u8>)>,
+    /// The file system is full: an append waits until it has room.
+    pub full: bool,
+    /// WAL work waiting behind an append that found the disk full, in order (the WAL does
+    /// nothing else meanwhile).
+    pub held: VecDeque<WalOp>,
 }
 
 impl Disk {
@@ -117,6 +124,7 @@ impl Disk {
         self.synced = self.last_index();
         self.syncing = None;
         self.acks.clear();
+        self.held.clear();
     }
 
     /// Drops the log through `through` (a durable snapshot covers it).

@@ -26,6 +26,7 @@
 //! Not simulated yet: a disk full, damage on every copy of an entry.
 
 pub mod check;
+mod clients;
 mod disk;
 
 use crate::apply::{Mode, StateMachine};
@@ -33,16 +34,17 @@ use crate::core::{
     APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT,
     LAGGING_FOLLOWER_ENTRIES_MAX, LogBase, Recovered,
 };
-use crate::entry::{Entry, encode_commands};
+use crate::entry::Entry;
 use crate::handler::{Handler, OutcomeOf};
-use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber};
+use crate::ids::{EntryIndex, NodeId, RequestNumber};
 use crate::replica::{Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalOp};
 use crate::rng::Rng;
 use crate::snapshot::{SNAPSHOT_LOG_PERCENT, SnapshotMeta, parse_snapshot};
 use crate::state::State;
 use check::Checker;
+use clients::{SimClient, Token};
 use disk::Disk;
-use net::message::{AppliedHash, ClientReply, PeerMessage, Role, SnapshotChunk, Submit};
+use net::message::{AppliedHash, ClientReply, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Simulated time, in units of 100 microseconds.
@@ -54,6 +56,9 @@ pub const SIM_NODES: u8 = 3;
 pub const TICK_UNITS: Time = 10;
 /// Time a client waits for an answer before it retries at another node (50 ms).
 pub const CLIENT_TIMEOUT_UNITS: Time = 500;
+/// The shortest and longest attempt timeouts of seeds whose clients retry fast enough to race
+/// their own first attempt (2 ms and 30 ms).
+pub const CLIENT_TIMEOUT_SHORT_UNITS: (Time, Time) = (20, 300);
 /// Bytes of state each simulated node may hold.
 pub const SIM_STATE_BYTES: u64 = 16 << 20;
 /// Commands per entry the simulated leaders pack at most.
@@ -69,6 +74,9 @@ pub const SIM_SNAPSHOT_SLICE_SLOTS: usize = 4;
 /// Bytes of a snapshot gathered before they go to the simulated writer (small, so that a
 /// snapshot goes in several pieces).
 pub const SIM_SNAPSHOT_WRITE_BYTES: usize = 256;
+/// Time a node hears from a leader over a whole link before asking for votes is a violation
+/// (four minimal election timeouts: 60 ms).
+pub const QUIET_UNITS: Time = 4 * ELECTION_TICKS_MIN_DEFAULT as Time * TICK_UNITS;
 /// Time after which faults end even if clients have not sent everything (60 s; a healthy
 /// run takes a few seconds).
 pub const FAULTS_UNITS_MAX: Time = 600_000;
@@ -140,6 +148,8 @@ pub struct SimReport {
     pub crashes: u64,
     /// Partitions and clogged links.
     pub partitions: u64,
+    /// Times one or more disks filled up.
+    pub disks_full: u64,
     /// Leaders elected.
     pub leaders: u64,
     /// Events processed.
@@ -178,10 +188,12 @@ enum SimEvent {
     Request {
         node: NodeId,
         client: usize,
+        attempt: u64,
         request: RequestNumber,
     },
     Reply {
         client: usize,
+        attempt: u64,
         reply: ClientReply,
     },
     ClientTimeout {
@@ -193,6 +205,8 @@ enum SimEvent {
         attempt: u64,
     },
     Restart(NodeId),
+    /// A full disk has room again.
+    SpaceBack(NodeId),
     Fault,
     Heal,
 }
@@ -200,7 +214,11 @@ enum SimEvent {
 /// A running node: what a crash loses.
 struct Live<H: Handler> {
     /// The node's own protocol code; clients are known by their number.
-    replica: Replica<H, usize>,
+    replica: Replica<H, Token>,
+    /// When it started.
+    up_since: Time,
+    /// When it became leader, while it leads.
+    leading_since: Option<Time>,
     /// The commit index before the event being handled (what a truncation must stay above).
     commit_before: EntryIndex,
     /// The snapshot being written: its bytes so far.
@@ -216,14 +234,26 @@ struct SimNode<H: Handler> {
     incarnation: u64,
 }
 
-struct SimClient {
-    id: ClientId,
-    /// The request outstanding: its number, command count and encoded commands.
-    current: Option<(RequestNumber, u32, Vec<u8>)>,
-    next: RequestNumber,
-    sent: u32,
-    target: NodeId,
-    attempt: u64,
+impl<H: Handler> SimNode<H> {
+    /// The node's consensus state, for a violation's message.
+    fn describe(&self) -> String {
+        let Some(live) = &self.live else {
+            return format!("node {}: down", self.id.0);
+        };
+        let core = live.replica.core();
+        format!(
+            "node {}: {:?} term {} leader {:?} base {} last {} commit {} repair {:?} disk full {}",
+            self.id.0,
+            core.role(),
+            core.term().0,
+            core.leader().map(|l| l.0),
+            core.log_base().index.0,
+            core.last_index().0,
+            core.commit_index().0,
+            self.disk.hard.repair,
+            self.disk.full
+        )
+    }
 }
 
 /// The network's faults at the moment.
@@ -258,6 +288,10 @@ pub struct Sim<W: Workload> {
     snapshot_retain_ticks: u64,
     /// The snapshot policy's log-to-snapshot percent, drawn per seed.
     snapshot_log_percent: u64,
+    /// How long a client waits for an answer, drawn per seed.
+    client_timeout: Time,
+    /// When the links last changed (cut, clogged or healed).
+    links_changed: Time,
     checker: Checker<W>,
     workload: W,
     healed: bool,
@@ -295,6 +329,12 @@ impl<W: Workload> Sim<W> {
         } else {
             SNAPSHOT_LOG_PERCENT
         };
+        let (short, long) = CLIENT_TIMEOUT_SHORT_UNITS;
+        let client_timeout = if rng.chance(1, 4) {
+            short + rng.below(long - short)
+        } else {
+            CLIENT_TIMEOUT_UNITS
+        };
         let nodes = (1..=SIM_NODES)
             .map(|id| SimNode {
                 id: NodeId(id),
@@ -303,16 +343,7 @@ impl<W: Workload> Sim<W> {
                 incarnation: 0,
             })
             .collect();
-        let clients = (0..options.clients)
-            .map(|k| SimClient {
-                id: ClientId(u64::from(k) + 1),
-                current: None,
-                next: RequestNumber(1),
-                sent: 0,
-                target: NodeId(1 + (k % u32::from(SIM_NODES)) as u8),
-                attempt: 0,
-            })
-            .collect();
+        let clients = (0..options.clients).map(SimClient::new).collect();
         let checker = Checker::new(workload.handler());
         let report = SimReport {
             seed: options.seed,
@@ -334,6 +365,8 @@ impl<W: Workload> Sim<W> {
             lagging_entries_max,
             snapshot_retain_ticks,
             snapshot_log_percent,
+            client_timeout,
+            links_changed: 0,
             checker,
             workload,
             healed: false,
@@ -405,7 +438,9 @@ impl<W: Workload> Sim<W> {
         self.healed = true;
         self.report.time = self.now;
         self.links = Links::default();
+        self.links_changed = self.now;
         for id in 1..=SIM_NODES {
+            self.space_back(NodeId(id));
             if self.nodes[usize::from(id - 1)].live.is_none() {
                 self.restart(NodeId(id));
             }
@@ -442,22 +477,7 @@ impl<W: Workload> Sim<W> {
             ));
         }
         if unknown > 0 {
-            let nodes: Vec<String> = self
-                .nodes
-                .iter()
-                .map(|n| match &n.live {
-                    Some(l) => format!(
-                        "node {}: {:?} term {} last {} commit {} repair {:?}",
-                        n.id.0,
-                        l.replica.core().role(),
-                        l.replica.core().term().0,
-                        l.replica.core().last_index().0,
-                        l.replica.core().commit_index().0,
-                        n.disk.hard.repair
-                    ),
-                    None => format!("node {}: down", n.id.0),
-                })
-                .collect();
+            let nodes: Vec<String> = self.nodes.iter().map(SimNode::describe).collect();
             self.report.violations.push(format!(
                 "I6: {unknown} clients still have a request with no outcome after healing ({})",
                 nodes.join("; ")
@@ -523,22 +543,21 @@ impl<W: Workload> Sim<W> {
             SimEvent::Request {
                 node,
                 client,
+                attempt,
                 request,
-            } => self.on_request(node, client, request),
-            SimEvent::Reply { client, reply } => self.on_reply(client, reply),
-            SimEvent::ClientTimeout { client, attempt } => {
-                if self.clients[client].attempt == attempt && self.clients[client].current.is_some()
-                {
-                    let c = &mut self.clients[client];
-                    c.target = NodeId(1 + c.target.0 % SIM_NODES);
-                    self.send_request(client);
-                }
-            }
+            } => self.on_request(node, (client, attempt), request),
+            SimEvent::Reply {
+                client,
+                attempt,
+                reply,
+            } => self.on_reply(client, attempt, reply),
+            SimEvent::ClientTimeout { client, attempt } => self.on_timeout(client, attempt),
             SimEvent::ClientRetry { client, attempt } => {
                 if self.clients[client].attempt == attempt {
                     self.send_request(client);
                 }
             }
+            SimEvent::SpaceBack(id) => self.space_back(id),
             SimEvent::Restart(id) => {
                 if self.node(id).live.is_none() {
                     self.restart(id);
@@ -555,6 +574,7 @@ impl<W: Workload> Sim<W> {
                 if !self.healed {
                     self.links.cut.clear();
                     self.links.clogged.clear();
+                    self.links_changed = self.now;
                 }
             }
         }
@@ -605,6 +625,7 @@ impl<W: Workload> Sim<W> {
                     }
                 }
                 self.report.partitions += 1;
+                self.links_changed = self.now;
                 let lasting = 50 + self.rng.below(5_000);
                 self.schedule(lasting, SimEvent::Heal);
             }
@@ -615,6 +636,7 @@ impl<W: Workload> Sim<W> {
                 self.links.cut.insert((a, b));
                 self.links.cut.insert((b, a));
                 self.report.partitions += 1;
+                self.links_changed = self.now;
                 let lasting = 50 + self.rng.below(5_000);
                 self.schedule(lasting, SimEvent::Heal);
             }
@@ -623,8 +645,20 @@ impl<W: Workload> Sim<W> {
                 let b = NodeId(1 + (a.0 + self.rng.below(2) as u8) % SIM_NODES);
                 self.links.clogged.insert((a, b));
                 self.report.partitions += 1;
+                self.links_changed = self.now;
                 let lasting = 50 + self.rng.below(5_000);
                 self.schedule(lasting, SimEvent::Heal);
+            }
+            8 => {
+                // A full disk on one, two or all three nodes.
+                let count = 1 + self.rng.below(u64::from(SIM_NODES)) as u8;
+                for k in 0..count {
+                    let id = NodeId(1 + (random_node.0 - 1 + k) % SIM_NODES);
+                    self.node(id).disk.full = true;
+                    let lasting = 50 + self.rng.below(3_000);
+                    self.schedule(lasting, SimEvent::SpaceBack(id));
+                }
+                self.report.disks_full += 1;
             }
             _ => {
                 for id in 1..=SIM_NODES {
@@ -655,6 +689,7 @@ impl<W: Workload> Sim<W> {
     /// continue it), then the entries the log shows committed.
     fn restart(&mut self, id: NodeId) {
         let seed = self.rng.next_u64();
+        let now = self.now;
         let handler = self.workload.handler();
         let (mode, lagging_entries_max) = (self.mode, self.lagging_entries_max);
         let (snapshot_every, snapshot_retain_ticks, snapshot_log_percent) = (
@@ -774,6 +809,8 @@ impl<W: Workload> Sim<W> {
         };
         node.live = Some(Live {
             replica: Replica::new(config, recovered, machine, latest),
+            up_since: now,
+            leading_since: None,
             commit_before: EntryIndex(committed),
             writing: None,
             incoming: None,
@@ -794,7 +831,7 @@ impl<W: Workload> Sim<W> {
     fn drive(
         &mut self,
         id: NodeId,
-        f: impl FnOnce(&mut Replica<W::H, usize>, &mut Vec<Io<usize>>),
+        f: impl FnOnce(&mut Replica<W::H, Token>, &mut Vec<Io<Token>>),
     ) {
         let Some(live) = self.live(id) else { return };
         live.commit_before = live.replica.core().commit_index();
@@ -804,7 +841,7 @@ impl<W: Workload> Sim<W> {
     }
 
     /// Carries out a replica's IO in order, on the simulated disk and network.
-    fn carry_out(&mut self, id: NodeId, ios: Vec<Io<usize>>) {
+    fn carry_out(&mut self, id: NodeId, ios: Vec<Io<Token>>) {
         let mut queue = std::collections::VecDeque::from(ios);
         while let Some(io) = queue.pop_front() {
             if self.live(id).is_none() {
@@ -816,11 +853,21 @@ impl<W: Workload> Sim<W> {
         }
     }
 
-    fn execute(&mut self, id: NodeId, io: Io<usize>, more: &mut Vec<Io<usize>>) {
+    fn execute(&mut self, id: NodeId, io: Io<Token>, more: &mut Vec<Io<Token>>) {
         match io {
-            Io::Send { to, message } => self.send_peer(id, to, message),
+            Io::Send { to, message } => {
+                if let PeerMessage::Vote(vote) = &message {
+                    self.check_quiet(id, vote.term);
+                }
+                self.send_peer(id, to, message);
+            }
             Io::PersistHardState(hard) => self.node(id).disk.hard = hard,
-            Io::Wal(op) => self.write_log(id, op),
+            Io::Wal(op) => {
+                if let WalOp::Truncate(from) = op {
+                    self.check_truncate(id, from);
+                }
+                self.write_log(id, op);
+            }
             Io::Answer { to, reply } => self.reply(to, reply),
             Io::SendSnapshot { peer, index, term } => {
                 self.send_snapshot(id, peer, index, term, more)
@@ -834,6 +881,10 @@ impl<W: Workload> Sim<W> {
     fn note(&mut self, id: NodeId, note: Note) {
         match note {
             Note::RoleChanged { role, term, .. } => {
+                let now = self.now;
+                if let Some(live) = self.live(id) {
+                    live.leading_since = (role == Role::Leader).then_some(now);
+                }
                 if role == Role::Leader {
                     self.report.leaders += 1;
                     self.checker.leader(term, id);
@@ -853,7 +904,64 @@ impl<W: Workload> Sim<W> {
         }
     }
 
+    /// A node asks for votes (or pre-votes) for `term` only when it does not hear from a
+    /// leader: never while a leader of its term or later has led for [`QUIET_UNITS`], over a
+    /// link to it that has been whole as long, with the node up as long.
+    fn check_quiet(&mut self, id: NodeId, term: crate::ids::Term) {
+        let now = self.now;
+        let links_whole = now - self.links_changed >= QUIET_UNITS;
+        let Some(up_since) = self.live(id).map(|l| l.up_since) else {
+            return;
+        };
+        if !links_whole || now - up_since < QUIET_UNITS {
+            return;
+        }
+        let heard = self.nodes.iter().find(|n| {
+            n.id != id
+                && !self.links.cut.contains(&(n.id, id))
+                && !self.links.clogged.contains(&(n.id, id))
+                && n.live.as_ref().is_some_and(|l| {
+                    l.replica.halted().is_none()
+                        && l.replica.core().role() == Role::Leader
+                        && l.replica.core().term().0 + 1 >= term.0
+                        && l.leading_since.is_some_and(|at| now - at >= QUIET_UNITS)
+                })
+        });
+        if let Some(leader) = heard {
+            let message = format!(
+                "liveness: node {} asks for votes for term {} although node {} has led for {:.1} ms over a whole link ({}; {})",
+                id.0,
+                term.0,
+                leader.id.0,
+                QUIET_UNITS as f64 / 10.0,
+                leader.describe(),
+                self.nodes[usize::from(id.0 - 1)].describe()
+            );
+            self.checker.violation(message);
+        }
+    }
+
+    /// I7: a truncation asked for stays above the commit index before the event.
+    fn check_truncate(&mut self, id: NodeId, from: EntryIndex) {
+        let commit = self.live(id).map_or(EntryIndex::ZERO, |l| l.commit_before);
+        if from <= commit {
+            self.checker.violation(format!(
+                "I7: node {} truncates its log from {from}, below its commit index {commit}",
+                id.0
+            ));
+        }
+    }
+
     fn write_log(&mut self, id: NodeId, op: WalOp) {
+        let disk = &mut self.node(id).disk;
+        if !disk.held.is_empty() || (disk.full && matches!(op, WalOp::Append(_))) {
+            let first = disk.held.is_empty();
+            disk.held.push_back(op);
+            if let Some(live) = self.live(id).filter(|_| first) {
+                live.replica.set_storage_full(true);
+            }
+            return;
+        }
         match op {
             WalOp::Append(entries) => {
                 for entry in entries {
@@ -868,19 +976,24 @@ impl<W: Workload> Sim<W> {
                 self.node(id).disk.push_ack(to, message);
                 self.request_sync(id);
             }
-            WalOp::Truncate(from) => {
-                let commit = self.live(id).map_or(EntryIndex::ZERO, |l| l.commit_before);
-                if from <= commit {
-                    self.checker.violation(format!(
-                        "I7: node {} truncates its log from {from}, below its commit index {commit}",
-                        id.0
-                    ));
-                }
-                self.node(id).disk.truncate_from(from.0);
-            }
+            WalOp::Truncate(from) => self.node(id).disk.truncate_from(from.0),
             WalOp::Compact(through) => self.node(id).disk.compact(through.0),
             WalOp::Reset(base) => self.node(id).disk.reset(base),
             WalOp::Load { peer, from, to } => self.load(id, peer, from, to),
+        }
+    }
+
+    /// The disk of node `id` has room again: the WAL work held behind the full disk goes on,
+    /// in order.
+    fn space_back(&mut self, id: NodeId) {
+        let disk = &mut self.node(id).disk;
+        disk.full = false;
+        let held = std::mem::take(&mut disk.held);
+        for op in held {
+            self.write_log(id, op);
+        }
+        if let Some(live) = self.live(id) {
+            live.replica.set_storage_full(false);
         }
     }
 
@@ -990,7 +1103,7 @@ impl<W: Workload> Sim<W> {
         peer: NodeId,
         index: EntryIndex,
         term: crate::ids::Term,
-        more: &mut Vec<Io<usize>>,
+        more: &mut Vec<Io<Token>>,
     ) {
         let found = self
             .node(id)
@@ -1038,7 +1151,7 @@ impl<W: Workload> Sim<W> {
         &mut self,
         id: NodeId,
         chunk: SnapshotChunk,
-        more: &mut Vec<Io<usize>>,
+        more: &mut Vec<Io<Token>>,
     ) {
         let Some(live) = self.live(id) else { return };
         if chunk.offset == 0 {
@@ -1077,23 +1190,17 @@ impl<W: Workload> Sim<W> {
     }
 
     /// A client request reaches a node: the replica's admission.
-    fn on_request(&mut self, id: NodeId, client: usize, request: RequestNumber) {
-        let Some((number, command_count, commands)) = self.clients[client].current.clone() else {
+    fn on_request(&mut self, id: NodeId, token: Token, request: RequestNumber) {
+        let Some(submit) = self.clients[token.0].current.clone() else {
             return;
         };
-        if number != request {
+        if submit.request != request {
             return;
         }
-        let submit = Submit {
-            client: self.clients[client].id,
-            request,
-            command_count,
-            commands,
-        };
         // Nobody listens on a node that is down: the client times out.
         let now_ms = self.now / 10;
         self.drive(id, |r, out| {
-            r.admit(submit, client, out);
+            r.admit(submit, token, out);
             r.propose(now_ms, out);
         });
     }
@@ -1161,115 +1268,6 @@ impl<W: Workload> Sim<W> {
                 message,
             },
         );
-    }
-
-    // ----- clients -----
-
-    fn reply(&mut self, client: usize, reply: ClientReply) {
-        if self.rng.below(1000) < self.links.loss {
-            return;
-        }
-        let delay = 1 + self.rng.below(10);
-        self.schedule(delay, SimEvent::Reply { client, reply });
-    }
-
-    fn next_request(&mut self, client: usize) {
-        let c = &self.clients[client];
-        if c.sent >= self.options.requests {
-            return;
-        }
-        let commands = self.workload.next_request(&mut self.rng);
-        let bytes = encode_commands(&commands);
-        let count = commands.len() as u32;
-        let c = &mut self.clients[client];
-        let number = c.next;
-        c.next = RequestNumber(number.0 + 1);
-        c.sent += 1;
-        self.checker.requested(c.id, number, commands);
-        c.current = Some((number, count, bytes));
-        self.send_request(client);
-    }
-
-    fn send_request(&mut self, client: usize) {
-        let c = &mut self.clients[client];
-        let Some((request, _, _)) = &c.current else {
-            return;
-        };
-        let request = *request;
-        c.attempt += 1;
-        let (node, attempt) = (c.target, c.attempt);
-        if self.rng.below(1000) >= self.links.loss {
-            let delay = 1 + self.rng.below(10);
-            self.schedule(
-                delay,
-                SimEvent::Request {
-                    node,
-                    client,
-                    request,
-                },
-            );
-        }
-        self.schedule(
-            CLIENT_TIMEOUT_UNITS,
-            SimEvent::ClientTimeout { client, attempt },
-        );
-    }
-
-    fn on_reply(&mut self, client: usize, reply: ClientReply) {
-        let c = &mut self.clients[client];
-        let Some((current, _, _)) = &c.current else {
-            return;
-        };
-        let current = *current;
-        match reply {
-            ClientReply::Results {
-                request, results, ..
-            } => {
-                if request != current {
-                    return;
-                }
-                let id = c.id;
-                c.current = None;
-                self.report.acknowledged += 1;
-                self.checker.acknowledged(id, request, results);
-                self.next_request(client);
-            }
-            ClientReply::NotLeader { leader, .. } => {
-                c.target = leader.unwrap_or(NodeId(1 + c.target.0 % SIM_NODES));
-                let attempt = c.attempt;
-                let after = 5 + self.rng.below(50);
-                self.schedule(after, SimEvent::ClientRetry { client, attempt });
-            }
-            ClientReply::Stale { request } => {
-                if request == current {
-                    let id = c.id;
-                    self.checker.violation(format!(
-                        "client {} request {}: answered stale, but the client never moved past it",
-                        id.0, request.0
-                    ));
-                }
-            }
-            ClientReply::Expired { request } => {
-                // Fewer clients than sessions are kept: a session never expires here.
-                let id = c.id;
-                self.checker.violation(format!(
-                    "client {} request {}: answered that its session expired",
-                    id.0, request.0
-                ));
-            }
-            ClientReply::Rejected { .. } | ClientReply::Refused(_) => {
-                let attempt = c.attempt;
-                let after = 50 + self.rng.below(200);
-                self.schedule(after, SimEvent::ClientRetry { client, attempt });
-            }
-            ClientReply::Status(_) | ClientReply::ModeSet(_) => {
-                let id = c.id;
-                self.checker.violation(format!(
-                    "client {} request {current}: answered with a status it never asked for",
-                    id.0
-                ));
-            }
-        }
     }
 
     /// Compares what each live node committed and applied with the reference.

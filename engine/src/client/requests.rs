@@ -1,0 +1,293 @@
+//! A client's decisions without IO: its request numbers, which node to ask, what an answer
+//! means for the request, whether to try again and after how long, and when a number is given
+//! back. The async [`Client`](super::Client) and the simulator's clients both run this code;
+//! `A` is how a node is addressed (a socket address, or a simulated node's id).
+
+use super::{ClientError, RETRY_BACKOFF_MS_MAX, RETRY_BACKOFF_MS_MIN};
+use crate::ids::{ClientId, NodeId, RequestNumber};
+use net::message::{ClientReply, Refusal, Rejection, Submit};
+
+/// What a node said about the request in flight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer<A> {
+    /// Its command count and encoded outcomes.
+    Results(u32, Vec<u8>),
+    /// Not the leader; the leader, where the node knows it.
+    Redirect(Option<A>),
+    /// Refused without being applied.
+    Refused(Rejection),
+    /// The client had moved past this number.
+    Stale,
+    /// The cluster keeps no session for this client.
+    Expired,
+    /// The node closed the connection, saying why.
+    Closed(Refusal),
+}
+
+/// How one attempt ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt<A> {
+    /// The node answered.
+    Answered(Answer<A>),
+    /// No answer: the connection failed, or the attempt timed out.
+    NoAnswer,
+    /// The node refuses this client for good (another cluster, version or key).
+    RefusedForGood(Refusal),
+}
+
+/// What to do after an attempt.
+#[derive(Debug)]
+pub enum Next {
+    /// The request is over: its command count and encoded outcomes, or why it has none.
+    Done(Result<(u32, Vec<u8>), ClientError>),
+    /// Try again at [`Requests::target`] after this many milliseconds (0: at once).
+    Retry {
+        /// The pause.
+        after_ms: u64,
+    },
+}
+
+/// The request in flight: what its attempts have learned.
+#[derive(Clone, Debug)]
+struct InFlight {
+    request: RequestNumber,
+    attempts: u32,
+    backoff_ms: u64,
+    redirects: u32,
+    /// Nodes in a row that refused this client for good.
+    refused_by: usize,
+    /// The last refusal that asked to try again.
+    last_rejection: Option<Rejection>,
+}
+
+/// A client session's numbering and retry logic: one id, requests numbered from the first,
+/// one request in flight.
+#[derive(Clone, Debug)]
+pub struct Requests<A> {
+    id: ClientId,
+    next_request: u64,
+    nodes: Vec<A>,
+    target: A,
+    rotation: usize,
+    /// The connection to the target must be made anew.
+    reconnect: bool,
+    current: Option<InFlight>,
+}
+
+impl<A: Clone + PartialEq> Requests<A> {
+    /// A session with id `id` whose next request is numbered `first`, asking `nodes[0]` first.
+    pub fn new(nodes: Vec<A>, id: ClientId, first: RequestNumber) -> Self {
+        assert!(!nodes.is_empty(), "a cluster has nodes");
+        Requests {
+            id,
+            next_request: first.0,
+            target: nodes[0].clone(),
+            nodes,
+            rotation: 0,
+            reconnect: false,
+            current: None,
+        }
+    }
+
+    /// The client's id.
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
+    /// The number the next request will take.
+    pub fn next_request(&self) -> RequestNumber {
+        RequestNumber(self.next_request)
+    }
+
+    /// The node to ask next.
+    pub fn target(&self) -> &A {
+        &self.target
+    }
+
+    /// True once after the target changed or its connection failed: open a new one.
+    pub fn take_reconnect(&mut self) -> bool {
+        std::mem::take(&mut self.reconnect)
+    }
+
+    /// Starts a request: it takes the next number, which it keeps across every attempt.
+    pub fn begin(&mut self, command_count: u32, commands: Vec<u8>) -> Submit {
+        let request = RequestNumber(self.next_request);
+        self.next_request += 1;
+        self.current = Some(InFlight {
+            request,
+            attempts: 0,
+            backoff_ms: RETRY_BACKOFF_MS_MIN,
+            redirects: 0,
+            refused_by: 0,
+            last_rejection: None,
+        });
+        Submit {
+            client: self.id,
+            request,
+            command_count,
+            commands,
+        }
+    }
+
+    /// The request in flight, if any.
+    pub fn in_flight(&self) -> Option<RequestNumber> {
+        self.current.as_ref().map(|c| c.request)
+    }
+
+    /// What an attempt's end means: the request is over, or where and when to try again.
+    /// `elapsed_ms` is the time since [`Requests::begin`]; past `give_up_after_ms` a request
+    /// that would be tried again gives up instead (its number stays used: it may be logged).
+    pub fn on_attempt(
+        &mut self,
+        attempt: Attempt<A>,
+        elapsed_ms: u64,
+        give_up_after_ms: Option<u64>,
+    ) -> Next {
+        let Some(mut current) = self.current.take() else {
+            panic!("an attempt ended with no request in flight");
+        };
+        current.attempts += 1;
+        if !matches!(&attempt, Attempt::RefusedForGood(_)) {
+            current.refused_by = 0;
+        }
+        let next = match self.decide(attempt, &mut current) {
+            Decision::Done(result) => return Next::Done(result),
+            Decision::Now => Next::Retry { after_ms: 0 },
+            Decision::BackOff if give_up_after_ms.is_some_and(|limit| elapsed_ms > limit) => {
+                return Next::Done(Err(ClientError::GaveUp {
+                    attempts: current.attempts,
+                    seconds: elapsed_ms as f64 / 1e3,
+                    last_rejection: current.last_rejection,
+                }));
+            }
+            Decision::BackOff => {
+                let after_ms = current.backoff_ms;
+                current.backoff_ms = (current.backoff_ms * 2).min(RETRY_BACKOFF_MS_MAX);
+                Next::Retry { after_ms }
+            }
+        };
+        self.current = Some(current);
+        next
+    }
+
+    fn decide(&mut self, attempt: Attempt<A>, current: &mut InFlight) -> Decision {
+        let request = current.request;
+        let answer = match attempt {
+            Attempt::Answered(answer) => answer,
+            Attempt::NoAnswer => {
+                self.move_on();
+                return Decision::BackOff;
+            }
+            // One misconfigured node is not the cluster: give up only when every node in a
+            // row refuses this client for good.
+            Attempt::RefusedForGood(refusal) => {
+                current.refused_by += 1;
+                if current.refused_by >= self.nodes.len() {
+                    return Decision::Done(Err(ClientError::Refused(refusal)));
+                }
+                self.move_on();
+                return Decision::Now;
+            }
+        };
+        match answer {
+            Answer::Results(count, results) => Decision::Done(Ok((count, results))),
+            // Try again: a full queue or a full disk passes. Neither proves the number unused
+            // (an earlier attempt may have been logged), so it is never given back.
+            Answer::Refused(reason @ (Rejection::Busy | Rejection::StorageFull)) => {
+                current.last_rejection = Some(reason);
+                Decision::BackOff
+            }
+            // A halted node applies nothing more, but the others may: ask them.
+            Answer::Refused(Rejection::Halted) => {
+                self.move_on();
+                Decision::BackOff
+            }
+            Answer::Refused(
+                reason @ (Rejection::Empty
+                | Rejection::TooManyCommands { .. }
+                | Rejection::Malformed { .. }),
+            ) => {
+                // Refused for its own bytes, everywhere alike and every time (an attempt that
+                // was logged passed the same checks): the number was never used, and the next
+                // request takes it (sessions start at 1).
+                self.next_request -= 1;
+                Decision::Done(Err(ClientError::Rejected(reason)))
+            }
+            Answer::Stale => Decision::Done(Err(ClientError::Stale(request))),
+            Answer::Expired => Decision::Done(Err(ClientError::SessionExpired(request))),
+            Answer::Redirect(Some(leader)) => {
+                self.move_to(leader);
+                current.redirects += 1;
+                // Follow the first redirect at once; nodes whose hints point at each other go
+                // through the back-off.
+                if current.redirects == 1 {
+                    Decision::Now
+                } else {
+                    Decision::BackOff
+                }
+            }
+            // The connection timed out (it sat idle, or a frame stalled): the node is fine,
+            // try it again on a new connection.
+            Answer::Closed(Refusal::IdleTimeout | Refusal::ReadTimeout) => {
+                self.reconnect = true;
+                Decision::Now
+            }
+            Answer::Redirect(None) | Answer::Closed(_) => {
+                self.move_on();
+                Decision::BackOff
+            }
+        }
+    }
+
+    fn move_to(&mut self, leader: A) {
+        if leader != self.target {
+            self.target = leader;
+            self.reconnect = true;
+        }
+    }
+
+    fn move_on(&mut self) {
+        self.rotation = (self.rotation + 1) % self.nodes.len();
+        self.target = self.nodes[self.rotation].clone();
+        self.reconnect = true;
+    }
+}
+
+/// What an attempt's end decides, before the back-off and the time limit.
+enum Decision {
+    Done(Result<(u32, Vec<u8>), ClientError>),
+    Now,
+    BackOff,
+}
+
+/// The answer `reply` gives to `request`, if it is about that request; `locate` turns a
+/// "not the leader" hint (the leader's id and client address) into where to ask.
+pub fn answer_to<A>(
+    reply: ClientReply,
+    request: RequestNumber,
+    locate: impl FnOnce(Option<NodeId>, Option<String>) -> Option<A>,
+) -> Option<Answer<A>> {
+    match reply {
+        ClientReply::Results {
+            request: r,
+            command_count,
+            results,
+            ..
+        } if r == request => Some(Answer::Results(command_count, results)),
+        ClientReply::Rejected { request: r, reason } if r == request => {
+            Some(Answer::Refused(reason))
+        }
+        ClientReply::Stale { request: r } if r == request => Some(Answer::Stale),
+        ClientReply::Expired { request: r } if r == request => Some(Answer::Expired),
+        ClientReply::NotLeader { leader, address } => {
+            Some(Answer::Redirect(locate(leader, address)))
+        }
+        ClientReply::Refused(refusal) => Some(Answer::Closed(refusal)),
+        ClientReply::Results { .. }
+        | ClientReply::Rejected { .. }
+        | ClientReply::Stale { .. }
+        | ClientReply::Expired { .. }
+        | ClientReply::Status(_)
+        | ClientReply::ModeSet(_) => None,
+    }
+}

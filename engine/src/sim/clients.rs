@@ -1,0 +1,172 @@
+//! The simulated clients: each runs the client library's own numbering and retry logic
+//! ([`Requests`]) over the simulated network, one request in flight, and reports what it is
+//! answered to the checker.
+
+use super::{SIM_NODES, Sim, SimEvent, Time, Workload};
+use crate::client::{Attempt, ClientError, Next, Requests, answer_to};
+use crate::entry::encode_commands;
+use crate::ids::{ClientId, NodeId, RequestNumber};
+use net::message::{ClientReply, Submit};
+
+/// Who waits for an answer at a node: the client and its attempt.
+pub(super) type Token = (usize, u64);
+
+/// One simulated client.
+pub(super) struct SimClient {
+    /// The library's decisions: numbers, target, retries.
+    pub(super) requests: Requests<NodeId>,
+    /// The request outstanding, as sent on every attempt.
+    pub(super) current: Option<Submit>,
+    /// When it began.
+    began: Time,
+    /// Requests begun.
+    pub(super) sent: u32,
+    /// The attempt in flight (replies and timeouts of earlier ones are ignored).
+    pub(super) attempt: u64,
+}
+
+impl SimClient {
+    /// Client `k` (of id `k + 1`), asking node `1 + k % 3` first.
+    pub(super) fn new(k: u32) -> Self {
+        let first = k % u32::from(SIM_NODES);
+        let nodes = (0..u32::from(SIM_NODES))
+            .map(|i| NodeId(1 + ((first + i) % u32::from(SIM_NODES)) as u8))
+            .collect();
+        SimClient {
+            requests: Requests::new(nodes, ClientId(u64::from(k) + 1), RequestNumber(1)),
+            current: None,
+            began: 0,
+            sent: 0,
+            attempt: 0,
+        }
+    }
+}
+
+impl<W: Workload> Sim<W> {
+    /// A node answers a client (the answer may be lost).
+    pub(super) fn reply(&mut self, (client, attempt): Token, reply: ClientReply) {
+        if self.rng.below(1000) < self.links.loss {
+            return;
+        }
+        let delay = 1 + self.rng.below(10);
+        self.schedule(
+            delay,
+            SimEvent::Reply {
+                client,
+                attempt,
+                reply,
+            },
+        );
+    }
+
+    /// The client begins its next request, if it has one left to send.
+    pub(super) fn next_request(&mut self, client: usize) {
+        if self.clients[client].sent >= self.options.requests {
+            return;
+        }
+        let commands = self.workload.next_request(&mut self.rng);
+        let bytes = encode_commands(&commands);
+        let count = commands.len() as u32;
+        let c = &mut self.clients[client];
+        let submit = c.requests.begin(count, bytes);
+        c.sent += 1;
+        c.began = self.now;
+        self.checker
+            .requested(submit.client, submit.request, commands);
+        c.current = Some(submit);
+        self.send_request(client);
+    }
+
+    /// An attempt: the request to the client's target (it may be lost), and its timeout.
+    pub(super) fn send_request(&mut self, client: usize) {
+        let c = &mut self.clients[client];
+        let Some(submit) = &c.current else {
+            return;
+        };
+        let request = submit.request;
+        c.attempt += 1;
+        let (node, attempt) = (*c.requests.target(), c.attempt);
+        if self.rng.below(1000) >= self.links.loss {
+            let delay = 1 + self.rng.below(10);
+            self.schedule(
+                delay,
+                SimEvent::Request {
+                    node,
+                    client,
+                    attempt,
+                    request,
+                },
+            );
+        }
+        let timeout = self.client_timeout;
+        self.schedule(timeout, SimEvent::ClientTimeout { client, attempt });
+    }
+
+    /// The attempt in flight timed out.
+    pub(super) fn on_timeout(&mut self, client: usize, attempt: u64) {
+        let c = &self.clients[client];
+        if c.attempt == attempt && c.current.is_some() {
+            self.attempt_ended(client, Attempt::NoAnswer);
+        }
+    }
+
+    /// A node's answer reaches the client.
+    pub(super) fn on_reply(&mut self, client: usize, attempt: u64, reply: ClientReply) {
+        let c = &self.clients[client];
+        let Some(current) = c.current.as_ref().map(|s| s.request) else {
+            return;
+        };
+        if c.attempt != attempt {
+            return;
+        }
+        if let Some(answer) = answer_to(reply, current, |leader, _| leader) {
+            self.attempt_ended(client, Attempt::Answered(answer));
+        }
+    }
+
+    /// What the library decides after an attempt: the request is over, or tried again.
+    fn attempt_ended(&mut self, client: usize, attempt: Attempt<NodeId>) {
+        let c = &mut self.clients[client];
+        let elapsed_ms = (self.now - c.began) / 10;
+        let next = c.requests.on_attempt(attempt, elapsed_ms, None);
+        // Invalidates the attempt's timeout and any late reply to it.
+        c.attempt += 1;
+        match next {
+            Next::Retry { after_ms } => {
+                let attempt = c.attempt;
+                let after = (after_ms * 10).max(1);
+                self.schedule(after, SimEvent::ClientRetry { client, attempt });
+            }
+            Next::Done(result) => {
+                let submit = c.current.take().expect("a request in flight");
+                match result {
+                    Ok((_, results)) => {
+                        self.report.acknowledged += 1;
+                        self.checker
+                            .acknowledged(submit.client, submit.request, results);
+                    }
+                    Err(error) => self.client_failed(&submit, &error),
+                }
+                self.next_request(client);
+            }
+        }
+    }
+
+    /// A request ended without results: here that is always a violation (fewer clients than
+    /// sessions, well-formed commands, no time limit, one cluster).
+    fn client_failed(&mut self, submit: &Submit, error: &ClientError) {
+        let (client, request) = (submit.client.0, submit.request.0);
+        let why = match error {
+            ClientError::Stale(_) => "answered stale, but the client never moved past it",
+            ClientError::SessionExpired(_) => "answered that its session expired",
+            ClientError::Rejected(_) => "refused for its own bytes, which are well formed",
+            ClientError::Decode(_)
+            | ClientError::GaveUp { .. }
+            | ClientError::Unreachable(_)
+            | ClientError::Refused(_) => "failed",
+        };
+        self.checker.violation(format!(
+            "client {client} request {request}: {why} ({error})"
+        ));
+    }
+}
