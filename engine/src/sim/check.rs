@@ -11,7 +11,10 @@
 //! - **I5** a request takes effect at most once: every answer for it carries the same results
 //!   (a second execution would not), and I3 counts each request's effects once;
 //! - **I6** checked by the simulator: no request without an outcome after healing;
-//! - **I7** one leader per term; a committed entry is never truncated.
+//! - **I7** one leader per term; a committed entry is never truncated;
+//! - **I8** an answer with results leaves a node only once the entry that finished the request
+//!   is within that node's commit index;
+//! - **I9** real-time order: a request sent after another was answered is later in the log.
 
 use super::Workload;
 use super::disk::Disk;
@@ -41,6 +44,14 @@ pub struct Checker<W: Workload> {
     acknowledged: BTreeMap<(ClientId, RequestNumber), Vec<u8>>,
     /// The leader of each term.
     leaders: BTreeMap<Term, NodeId>,
+    /// The entry that finished each request, in the reference log.
+    finished_in: BTreeMap<(ClientId, RequestNumber), EntryIndex>,
+    /// Every answer with results a node sent: the request, the node, its commit index then.
+    answers: Vec<((ClientId, RequestNumber), NodeId, EntryIndex)>,
+    /// The event at which each request was first sent.
+    sent_at: BTreeMap<(ClientId, RequestNumber), u64>,
+    /// The event at which each request's results reached its client.
+    acknowledged_at: BTreeMap<(ClientId, RequestNumber), u64>,
     violations: Vec<String>,
 }
 
@@ -61,6 +72,10 @@ impl<W: Workload> Checker<W> {
             results: BTreeMap::new(),
             acknowledged: BTreeMap::new(),
             leaders: BTreeMap::new(),
+            finished_in: BTreeMap::new(),
+            answers: Vec::new(),
+            sent_at: BTreeMap::new(),
+            acknowledged_at: BTreeMap::new(),
             violations: Vec::new(),
         }
     }
@@ -82,13 +97,28 @@ impl<W: Workload> Checker<W> {
         self.log.len() as u64
     }
 
+    /// A client sends a request for the first time, at event `at`.
     pub(super) fn requested(
         &mut self,
         client: ClientId,
         request: RequestNumber,
         commands: Vec<Cmd<W>>,
+        at: u64,
     ) {
         self.requests.insert((client, request), commands);
+        self.sent_at.insert((client, request), at);
+    }
+
+    /// Node `node` sends an answer with results for `client`'s `request` while its commit
+    /// index is `commit` (I8 compares it with the entry that finished the request).
+    pub(super) fn answered(
+        &mut self,
+        client: ClientId,
+        request: RequestNumber,
+        node: NodeId,
+        commit: EntryIndex,
+    ) {
+        self.answers.push(((client, request), node, commit));
     }
 
     /// I7: one leader per term.
@@ -176,7 +206,9 @@ impl<W: Workload> Checker<W> {
         client: ClientId,
         request: RequestNumber,
         results: Vec<u8>,
+        at: u64,
     ) {
+        self.acknowledged_at.insert((client, request), at);
         if let Some(reference) = self.results.get(&(client, request))
             && *reference != results
         {
@@ -208,6 +240,7 @@ impl<W: Workload> Checker<W> {
                 let ReplyStatus::Results(results) = reply.status else {
                     continue;
                 };
+                self.finished_in.entry(key).or_insert(applied.index);
                 if let Some(earlier) = self.results.get(&key) {
                     if *earlier != results {
                         self.note(format!(
@@ -278,6 +311,67 @@ impl<W: Workload> Checker<W> {
                 client.0, request.0
             ));
         }
+        self.check_answers_after_commit();
+        self.check_real_time_order();
         std::mem::take(&mut self.violations)
+    }
+
+    /// I8: every answer with results left after the entry that finished its request was
+    /// within the answering node's commit index.
+    fn check_answers_after_commit(&mut self) {
+        let early: Vec<String> = self
+            .answers
+            .iter()
+            .filter_map(|&(key, node, commit)| {
+                let finished = *self.finished_in.get(&key)?;
+                (finished > commit).then(|| {
+                    format!(
+                        "I8: node {} answered client {} request {} with results while its commit index was {}, before entry {} that finished it",
+                        node.0, key.0.0, key.1.0, commit.0, finished.0
+                    )
+                })
+            })
+            .collect();
+        for message in early {
+            self.note(message);
+        }
+    }
+
+    /// I9: if request A's results reached its client before request B was sent, A finished
+    /// in an earlier entry than B.
+    fn check_real_time_order(&mut self) {
+        let mut acknowledged: Vec<(u64, EntryIndex, (ClientId, RequestNumber))> = self
+            .acknowledged_at
+            .iter()
+            .filter_map(|(key, &at)| Some((at, *self.finished_in.get(key)?, *key)))
+            .collect();
+        acknowledged.sort();
+        let mut sent: Vec<(u64, (ClientId, RequestNumber))> =
+            self.sent_at.iter().map(|(key, &at)| (at, *key)).collect();
+        sent.sort();
+        // The latest entry among the requests answered so far, swept in event order.
+        let mut latest: Option<(EntryIndex, (ClientId, RequestNumber))> = None;
+        let mut next = 0;
+        let mut out_of_order = Vec::new();
+        for (at, key) in sent {
+            while next < acknowledged.len() && acknowledged[next].0 < at {
+                let (_, index, done) = acknowledged[next];
+                if latest.is_none_or(|(l, _)| index > l) {
+                    latest = Some((index, done));
+                }
+                next += 1;
+            }
+            if let (Some((before, done)), Some(&index)) = (latest, self.finished_in.get(&key))
+                && index <= before
+            {
+                out_of_order.push(format!(
+                    "I9: client {} request {} was sent after client {} request {} was answered, but finished in entry {} (that one in {})",
+                    key.0.0, key.1.0, done.0.0, done.1.0, index.0, before.0
+                ));
+            }
+        }
+        for message in out_of_order {
+            self.note(message);
+        }
     }
 }

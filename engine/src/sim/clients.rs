@@ -71,8 +71,9 @@ impl<W: Workload> Sim<W> {
         let submit = c.requests.begin(count, bytes);
         c.sent += 1;
         c.began = self.now;
+        let at = self.report.events;
         self.checker
-            .requested(submit.client, submit.request, commands);
+            .requested(submit.client, submit.request, commands, at);
         c.current = Some(submit);
         self.send_request(client);
     }
@@ -142,8 +143,9 @@ impl<W: Workload> Sim<W> {
                 match result {
                     Ok((_, results)) => {
                         self.report.acknowledged += 1;
+                        let at = self.report.events;
                         self.checker
-                            .acknowledged(submit.client, submit.request, results);
+                            .acknowledged(submit.client, submit.request, results, at);
                     }
                     Err(error) => self.client_failed(&submit, &error),
                 }

@@ -868,7 +868,18 @@ impl<W: Workload> Sim<W> {
                 }
                 self.write_log(id, op);
             }
-            Io::Answer { to, reply } => self.reply(to, reply),
+            Io::Answer { to, reply } => {
+                if let ClientReply::Results {
+                    client, request, ..
+                } = &reply
+                {
+                    let commit = self
+                        .live(id)
+                        .map_or(EntryIndex::ZERO, |l| l.replica.core().commit_index());
+                    self.checker.answered(*client, *request, id, commit);
+                }
+                self.reply(to, reply);
+            }
             Io::SendSnapshot { peer, index, term } => {
                 self.send_snapshot(id, peer, index, term, more)
             }
