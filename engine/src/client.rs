@@ -22,12 +22,17 @@ mod requests;
 
 pub use requests::{Answer, Attempt, Next, Requests, answer_to};
 
-/// Time to wait for an answer before trying again (possibly elsewhere).
-pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 1_000;
-/// First and largest pause between attempts.
+/// Time to wait for an answer before trying again elsewhere. A leader that stops without
+/// closing its connections (paused, or cut off) costs a client this long before it asks the
+/// others; a healthy answer takes milliseconds (p99 6 ms at 1,024 commands per request), and
+/// an attempt that times out early costs only a redirect back (the session keeps it
+/// exactly-once).
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 400;
+/// First and largest pause between attempts. The largest stays below an election's length,
+/// so that a client looking for a new leader finds it soon after it is elected.
 pub const RETRY_BACKOFF_MS_MIN: u64 = 5;
 /// See [`RETRY_BACKOFF_MS_MIN`].
-pub const RETRY_BACKOFF_MS_MAX: u64 = 500;
+pub const RETRY_BACKOFF_MS_MAX: u64 = 100;
 
 /// Where and how a client reaches a cluster.
 #[derive(Clone, Debug)]
@@ -45,7 +50,7 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults: one second per attempt, never give up.
+    /// Defaults: [`REQUEST_TIMEOUT_MS_DEFAULT`] per attempt, never give up.
     pub fn new(cluster_id: u64, nodes: Vec<SocketAddr>) -> Self {
         ClientConfig {
             cluster_id,

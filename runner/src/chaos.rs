@@ -62,29 +62,53 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let started = Instant::now();
-    let (acknowledged, unknown) = runtime.block_on(
+    let measured = runtime.block_on(
         tokio::task::LocalSet::new().run_until(chaos(&args, seed, &config, &processes, &findings)),
     )?;
+    let Measured {
+        acknowledged,
+        unknown,
+        stalls,
+        longest_stall_ms,
+    } = measured;
     processes.borrow_mut().kill_all();
     let mut findings = findings.into_inner();
     compare_wals(&dir, &mut findings);
+    let (rejoin_p50, rejoin_p99, rejoin_max) = findings.rejoin_ms();
     println!(
-        "{:>8} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8}",
-        "seconds", "acknowledged", "kills", "pauses", "terms", "violations", "unknown"
+        "{:>8} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8} {:>9} {:>8} {:>12} {:>12} {:>12}",
+        "seconds",
+        "acknowledged",
+        "kills",
+        "pauses",
+        "terms",
+        "violations",
+        "unknown",
+        "stall_ms",
+        "rejoins",
+        "rejoin_p50",
+        "rejoin_p99",
+        "rejoin_max"
     );
     println!(
-        "{:>8.0} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8}",
+        "{:>8.0} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8} {:>9.0} {:>8} {:>12.0} {:>12.0} {:>12.0}",
         started.elapsed().as_secs_f64(),
         acknowledged,
         findings.kills,
         findings.pauses,
         findings.leaders.len(),
         findings.violations.len(),
-        unknown
+        unknown,
+        longest_stall_ms,
+        findings.rejoins.len(),
+        rejoin_p50,
+        rejoin_p99,
+        rejoin_max
     );
     for violation in &findings.violations {
         println!("violation: {violation}");
     }
+    print_stalls(&stalls, &findings.faults, started);
     if let Some(path) = &args.common.json {
         let json = serde_json::json!({
             "acknowledged": acknowledged,
@@ -95,6 +119,12 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             "seed": seed,
             "duration_s": args.duration,
             "terms": findings.leaders.len(),
+            "longest_stall_ms": longest_stall_ms,
+            "rejoins": findings.rejoins.len(),
+            "rejoin_p50_ms": rejoin_p50,
+            "rejoin_p99_ms": rejoin_p99,
+            "rejoin_max_ms": rejoin_max,
+            "not_rejoined": findings.rejoining.len(),
             "violation_list": findings.violations,
         });
         std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")?;
@@ -110,18 +140,34 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The faults and the workload; returns the acknowledged requests and the unknown outcomes.
+/// Stretches without an answer at least this long are listed with the faults before them.
+pub const STALL_REPORTED_MS: u64 = 1_000;
+/// How far before a stall a fault is listed as its likely cause.
+pub const STALL_CAUSE_MS: u64 = 3_000;
+
+/// What a run measured beside its findings.
+struct Measured {
+    acknowledged: u64,
+    unknown: u64,
+    /// The stretches during the faults of at least [`STALL_REPORTED_MS`] with no request
+    /// answered, longest first, and the longest of all, in milliseconds.
+    stalls: Vec<(Instant, Instant)>,
+    longest_stall_ms: f64,
+}
+
+/// The faults and the workload; returns what was measured.
 async fn chaos(
     args: &ChaosArgs,
     seed: u64,
     config: &ClientConfig,
     processes: &RefCell<Processes>,
     findings: &RefCell<Findings>,
-) -> anyhow::Result<(u64, u64)> {
+) -> anyhow::Result<Measured> {
     let started = Instant::now();
     let workload = Workload::start(config, args.common.clients, seed).await?;
     let acknowledged = workload.acknowledged.clone();
     let watching = Cell::new(true);
+    let faults_began = Instant::now();
     let faults = async {
         let mut rng = Rng::new(seed);
         let end = Instant::now() + Duration::from_secs(args.duration);
@@ -144,15 +190,50 @@ async fn chaos(
             }
         }
         processes.borrow_mut().heal()?;
+        let now = Instant::now();
+        let longest = workload.stalls(faults_began, now, Duration::ZERO);
+        let longest_stall_ms = longest
+            .first()
+            .map_or(0.0, |(a, b)| (*b - *a).as_secs_f64() * 1e3);
+        let stalls = workload.stalls(faults_began, now, Duration::from_millis(STALL_REPORTED_MS));
         eprintln!("healed; letting the clients finish");
         let (expected, unknown) = workload.finish(findings).await;
         converge(config, findings).await;
         watching.set(false);
         check_accounts(config, &expected, findings).await;
-        Ok::<u64, anyhow::Error>(unknown)
+        Ok::<_, anyhow::Error>((unknown, stalls, longest_stall_ms))
     };
-    let (unknown, ()) = futures::join!(faults, watch(config, findings, &watching));
-    Ok((acknowledged.get(), unknown?))
+    let (measured, ()) = futures::join!(faults, watch(config, findings, &watching));
+    let (unknown, stalls, longest_stall_ms) = measured?;
+    Ok(Measured {
+        acknowledged: acknowledged.get(),
+        unknown,
+        stalls,
+        longest_stall_ms,
+    })
+}
+
+/// Each stall of at least [`STALL_REPORTED_MS`], with the faults that began up to
+/// [`STALL_CAUSE_MS`] before it or during it.
+fn print_stalls(stalls: &[(Instant, Instant)], faults: &[(Instant, String)], started: Instant) {
+    if stalls.is_empty() {
+        return;
+    }
+    println!("{:>10} {:>9}  faults before and during", "at_s", "stall_ms");
+    let cause = Duration::from_millis(STALL_CAUSE_MS);
+    for &(begin, end) in stalls {
+        let during: Vec<&str> = faults
+            .iter()
+            .filter(|(at, _)| *at + cause >= begin && *at <= end)
+            .map(|(_, what)| what.as_str())
+            .collect();
+        println!(
+            "{:>10.1} {:>9.0}  {}",
+            (begin - started).as_secs_f64(),
+            (end - begin).as_secs_f64() * 1e3,
+            during.join(", ")
+        );
+    }
 }
 
 fn between(rng: &mut Rng, (low, high): (u64, u64)) -> u64 {
@@ -181,15 +262,36 @@ async fn inject(
         _ => {
             let id = leader.filter(|_| rng.chance(1, 2)).unwrap_or(random);
             if processes.borrow().up(id) && !processes.borrow().paused.contains(&id) {
+                let role = if leader == Some(id) {
+                    "leader"
+                } else {
+                    "follower"
+                };
+                let what = format!("pause {role} {id}");
+                findings.borrow_mut().faults.push((Instant::now(), what));
                 processes.borrow_mut().pause(id);
                 findings.borrow_mut().pauses += 1;
                 let pause = between(rng, PAUSE_MS);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
                 processes.borrow_mut().resume(id);
+                findings.borrow_mut().back(id);
             }
             return;
         }
     };
+    let roles: Vec<String> = victims
+        .iter()
+        .map(|&id| {
+            let role = if leader == Some(id) {
+                "leader"
+            } else {
+                "follower"
+            };
+            format!("{role} {id}")
+        })
+        .collect();
+    let what = format!("kill {}", roles.join(" and "));
+    findings.borrow_mut().faults.push((Instant::now(), what));
     for &id in &victims {
         if processes.borrow().up(id) {
             processes.borrow_mut().kill(id);
@@ -199,11 +301,16 @@ async fn inject(
     let down = between(rng, DOWN_MS);
     tokio::time::sleep(Duration::from_millis(down)).await;
     for id in victims {
-        if !processes.borrow().up(id) && processes.borrow_mut().start(id).is_err() {
+        if processes.borrow().up(id) {
+            continue;
+        }
+        if processes.borrow_mut().start(id).is_err() {
             findings
                 .borrow_mut()
                 .violations
                 .push(format!("node {id} could not be restarted"));
+        } else {
+            findings.borrow_mut().back(id);
         }
     }
 }

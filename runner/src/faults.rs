@@ -257,12 +257,30 @@ pub struct Findings {
     pub violations: Vec<String>,
     /// The leader seen in each term.
     pub leaders: BTreeMap<u64, u8>,
+    /// The highest commit index any node reported.
+    pub highest_commit: u64,
+    /// Nodes restarted or resumed that have not caught up yet: when, and the commit index
+    /// they must apply to count as rejoined.
+    pub rejoining: BTreeMap<u8, (Instant, u64)>,
+    /// How long each restarted or resumed node took to apply what was committed when it came
+    /// back (to the status poll's resolution).
+    pub rejoins: Vec<Duration>,
+    /// Every fault, when it began.
+    pub faults: Vec<(Instant, String)>,
 }
 
 impl Findings {
     /// I7 and I2 from a round of statuses: one leader per term, no divergence, no halt.
     pub fn observe(&mut self, statuses: &[NodeStatus]) {
         for status in statuses {
+            self.highest_commit = self.highest_commit.max(status.commit_index.0);
+            let node = status.node.0;
+            if let Some(&(since, target)) = self.rejoining.get(&node)
+                && status.applied_index.0 >= target
+            {
+                self.rejoins.push(since.elapsed());
+                self.rejoining.remove(&node);
+            }
             if status.role == Role::Leader {
                 let term = status.term.0;
                 match self.leaders.get(&term) {
@@ -285,6 +303,25 @@ impl Findings {
             }
         }
         self.violations.dedup();
+    }
+
+    /// Node `node` is back (restarted or resumed): it rejoins once it applied what any node
+    /// had committed by now.
+    pub fn back(&mut self, node: u8) {
+        self.rejoining
+            .insert(node, (Instant::now(), self.highest_commit));
+    }
+
+    /// The median, 99th percentile and longest rejoin, in milliseconds (zeros without any).
+    pub fn rejoin_ms(&self) -> (f64, f64, f64) {
+        let mut all: Vec<f64> = self.rejoins.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        all.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            all.get(((all.len() as f64 * q).ceil() as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        (at(0.5), at(0.99), all.last().copied().unwrap_or(0.0))
     }
 }
 
@@ -376,6 +413,29 @@ impl Workload {
 }
 
 impl Workload {
+    /// The stretches between `from` and `to` of at least `least` in which no request was
+    /// answered, longest first.
+    pub fn stalls(&self, from: Instant, to: Instant, least: Duration) -> Vec<(Instant, Instant)> {
+        let mut answered: Vec<Instant> = self
+            .latencies
+            .borrow()
+            .iter()
+            .map(|(at, _)| *at)
+            .filter(|at| (from..=to).contains(at))
+            .collect();
+        answered.sort();
+        let mut previous = from;
+        let mut stalls = Vec::new();
+        for at in answered.into_iter().chain([to]) {
+            if at.saturating_duration_since(previous) >= least {
+                stalls.push((previous, at));
+            }
+            previous = at;
+        }
+        stalls.sort_by_key(|(start, end)| std::cmp::Reverse(*end - *start));
+        stalls
+    }
+
     /// The median and 99th percentile of the latencies of requests answered since `from`, in
     /// milliseconds (zeros when none were).
     pub fn latency_since(&self, from: Instant) -> (f64, f64) {
