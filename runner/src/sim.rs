@@ -139,9 +139,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         let report = engine::sim::run(BankWorkload::default(), options);
         if args.verbose {
             eprintln!(
-                "seed {seed}: {:?}, snapshots every {} ({} taken, {} installed), {} damaged restarts, {} disks full, {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
-                report.mode,
-                report.snapshot_every,
+                "seed {seed}: {}; {} snapshots taken, {} installed, {} damaged restarts, {} disks full, {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
+                report.swarm,
                 report.snapshots,
                 report.installs,
                 report.damaged,
@@ -156,7 +155,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             );
         }
         if !report.violations.is_empty() {
-            eprintln!("seed {seed} FAILED ({:?} mode):", report.mode);
+            eprintln!("seed {seed} FAILED ({}):", report.swarm);
             for violation in &report.violations {
                 eprintln!("  {violation}");
             }

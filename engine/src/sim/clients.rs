@@ -99,7 +99,7 @@ impl<W: Workload> Sim<W> {
                 },
             );
         }
-        let timeout = self.client_timeout;
+        let timeout = self.swarm.client_timeout;
         self.schedule(timeout, SimEvent::ClientTimeout { client, attempt });
     }
 

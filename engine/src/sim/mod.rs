@@ -28,24 +28,26 @@
 pub mod check;
 mod clients;
 mod disk;
+mod swarm;
 
-use crate::apply::{Mode, StateMachine};
+use crate::apply::StateMachine;
 use crate::core::{
-    APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT,
-    LAGGING_FOLLOWER_ENTRIES_MAX, LogBase, Recovered,
+    APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT, LogBase,
+    Recovered,
 };
 use crate::entry::Entry;
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{EntryIndex, NodeId, RequestNumber};
 use crate::replica::{Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalOp};
 use crate::rng::Rng;
-use crate::snapshot::{SNAPSHOT_LOG_PERCENT, SnapshotMeta, parse_snapshot};
+use crate::snapshot::{SnapshotMeta, parse_snapshot};
 use crate::state::State;
 use check::Checker;
 use clients::{SimClient, Token};
 use disk::Disk;
 use net::message::{AppliedHash, ClientReply, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, BTreeSet};
+pub use swarm::Swarm;
 
 /// Simulated time, in units of 100 microseconds.
 pub type Time = u64;
@@ -126,10 +128,8 @@ impl SimOptions {
 pub struct SimReport {
     /// The seed that replays this run.
     pub seed: u64,
-    /// The mode the leaders ran in.
-    pub mode: Mode,
-    /// Entries between snapshots (0: none).
-    pub snapshot_every: u64,
+    /// What the seed drew for the run.
+    pub swarm: Swarm,
     /// Snapshots made durable.
     pub snapshots: u64,
     /// Snapshots installed from a leader.
@@ -279,17 +279,8 @@ pub struct Sim<W: Workload> {
     nodes: Vec<SimNode<W::H>>,
     clients: Vec<SimClient>,
     links: Links,
-    mode: Mode,
-    /// Entries between snapshots (0: none), drawn per seed.
-    snapshot_every: u64,
-    /// Entries a leader keeps behind a snapshot for a lagging follower, drawn per seed.
-    lagging_entries_max: u64,
-    /// Ticks a durable snapshot is kept before the next starts, drawn per seed.
-    snapshot_retain_ticks: u64,
-    /// The snapshot policy's log-to-snapshot percent, drawn per seed.
-    snapshot_log_percent: u64,
-    /// How long a client waits for an answer, drawn per seed.
-    client_timeout: Time,
+    /// What this seed drew.
+    swarm: Swarm,
     /// When the links last changed (cut, clogged or healed).
     links_changed: Time,
     checker: Checker<W>,
@@ -308,33 +299,7 @@ pub fn run<W: Workload>(workload: W, options: SimOptions) -> SimReport {
 impl<W: Workload> Sim<W> {
     fn new(workload: W, options: SimOptions) -> Self {
         let mut rng = Rng::new(options.seed);
-        let mode = if rng.chance(1, 2) {
-            Mode::Verify
-        } else {
-            Mode::Performance
-        };
-        let snapshot_every = if rng.chance(1, 5) {
-            0
-        } else {
-            4 + rng.below(29)
-        };
-        let lagging_entries_max = if rng.chance(1, 4) {
-            LAGGING_FOLLOWER_ENTRIES_MAX
-        } else {
-            rng.below(64)
-        };
-        let snapshot_retain_ticks = if rng.chance(1, 2) { 0 } else { rng.below(200) };
-        let snapshot_log_percent = if rng.chance(1, 2) {
-            0
-        } else {
-            SNAPSHOT_LOG_PERCENT
-        };
-        let (short, long) = CLIENT_TIMEOUT_SHORT_UNITS;
-        let client_timeout = if rng.chance(1, 4) {
-            short + rng.below(long - short)
-        } else {
-            CLIENT_TIMEOUT_UNITS
-        };
+        let swarm = Swarm::draw(&mut rng);
         let nodes = (1..=SIM_NODES)
             .map(|id| SimNode {
                 id: NodeId(id),
@@ -347,8 +312,7 @@ impl<W: Workload> Sim<W> {
         let checker = Checker::new(workload.handler());
         let report = SimReport {
             seed: options.seed,
-            mode,
-            snapshot_every,
+            swarm: swarm.clone(),
             ..SimReport::default()
         };
         Sim {
@@ -360,12 +324,7 @@ impl<W: Workload> Sim<W> {
             nodes,
             clients,
             links: Links::default(),
-            mode,
-            snapshot_every,
-            lagging_entries_max,
-            snapshot_retain_ticks,
-            snapshot_log_percent,
-            client_timeout,
+            swarm,
             links_changed: 0,
             checker,
             workload,
@@ -389,6 +348,9 @@ impl<W: Workload> Sim<W> {
         if self.options.faults {
             self.links.loss = self.rng.below(30);
             self.links.duplication = self.rng.below(30);
+            self.swarm.loss_permille = self.links.loss;
+            self.swarm.duplication_permille = self.links.duplication;
+            self.report.swarm = self.swarm.clone();
             let first = 100 + self.rng.below(2_000);
             self.schedule(first, SimEvent::Fault);
         }
@@ -691,12 +653,7 @@ impl<W: Workload> Sim<W> {
         let seed = self.rng.next_u64();
         let now = self.now;
         let handler = self.workload.handler();
-        let (mode, lagging_entries_max) = (self.mode, self.lagging_entries_max);
-        let (snapshot_every, snapshot_retain_ticks, snapshot_log_percent) = (
-            self.snapshot_every,
-            self.snapshot_retain_ticks,
-            self.snapshot_log_percent,
-        );
+        let swarm = self.swarm.clone();
         // A damaged entry, found by the recovery scan, on one node at a time (so that a copy
         // of every committed entry survives somewhere).
         let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
@@ -746,7 +703,7 @@ impl<W: Workload> Sim<W> {
             None if disk.first_index() > 1 => disk.reset(LogBase::default()),
             None => {}
         }
-        machine.set_mode(mode);
+        machine.set_mode(swarm.mode);
         let base = disk.base;
         let committed = disk
             .entries()
@@ -795,14 +752,14 @@ impl<W: Workload> Sim<W> {
                 election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
                 heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
                 seed,
-                lagging_entries_max,
+                lagging_entries_max: swarm.lagging_entries_max,
                 pre_vote: true,
             },
             entry_commands_max: SIM_ENTRY_COMMANDS_MAX,
             pipeline_entries_max: SIM_PIPELINE_ENTRIES_MAX,
-            snapshot_every,
-            snapshot_retain_ticks,
-            snapshot_log_percent,
+            snapshot_every: swarm.snapshot_every,
+            snapshot_retain_ticks: swarm.snapshot_retain_ticks,
+            snapshot_log_percent: swarm.snapshot_log_percent,
             snapshot_slice_slots: SIM_SNAPSHOT_SLICE_SLOTS,
             snapshot_write_bytes: SIM_SNAPSHOT_WRITE_BYTES,
             client_addresses: BTreeMap::new(),

@@ -1,0 +1,90 @@
+//! What each seed draws for its whole run (swarm testing): every run explores one corner of
+//! the settings, and a failing seed prints the corner it was in.
+
+use super::{CLIENT_TIMEOUT_SHORT_UNITS, CLIENT_TIMEOUT_UNITS, Time};
+use crate::apply::Mode;
+use crate::core::LAGGING_FOLLOWER_ENTRIES_MAX;
+use crate::rng::Rng;
+use crate::snapshot::SNAPSHOT_LOG_PERCENT;
+use std::fmt;
+
+/// The settings one seed runs with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Swarm {
+    /// What leaders do with their simulations.
+    pub mode: Mode,
+    /// Entries between snapshots (0: none).
+    pub snapshot_every: u64,
+    /// Entries a leader keeps behind a snapshot for a lagging follower.
+    pub lagging_entries_max: u64,
+    /// Ticks a durable snapshot is kept before the next starts.
+    pub snapshot_retain_ticks: u64,
+    /// The snapshot policy's log-to-snapshot percent.
+    pub snapshot_log_percent: u64,
+    /// How long a client waits for an answer.
+    pub client_timeout: Time,
+    /// Per-mille of messages lost (drawn when faults start).
+    pub loss_permille: u64,
+    /// Per-mille of messages delivered twice (drawn when faults start).
+    pub duplication_permille: u64,
+}
+
+impl Swarm {
+    /// The settings drawn at the start of a run (the network's are drawn when faults start).
+    pub(super) fn draw(rng: &mut Rng) -> Self {
+        let mode = if rng.chance(1, 2) {
+            Mode::Verify
+        } else {
+            Mode::Performance
+        };
+        let snapshot_every = if rng.chance(1, 5) {
+            0
+        } else {
+            4 + rng.below(29)
+        };
+        let lagging_entries_max = if rng.chance(1, 4) {
+            LAGGING_FOLLOWER_ENTRIES_MAX
+        } else {
+            rng.below(64)
+        };
+        let snapshot_retain_ticks = if rng.chance(1, 2) { 0 } else { rng.below(200) };
+        let snapshot_log_percent = if rng.chance(1, 2) {
+            0
+        } else {
+            SNAPSHOT_LOG_PERCENT
+        };
+        let (short, long) = CLIENT_TIMEOUT_SHORT_UNITS;
+        let client_timeout = if rng.chance(1, 4) {
+            short + rng.below(long - short)
+        } else {
+            CLIENT_TIMEOUT_UNITS
+        };
+        Swarm {
+            mode,
+            snapshot_every,
+            lagging_entries_max,
+            snapshot_retain_ticks,
+            snapshot_log_percent,
+            client_timeout,
+            loss_permille: 0,
+            duplication_permille: 0,
+        }
+    }
+}
+
+impl fmt::Display for Swarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, loss {}‰, duplication {}‰",
+            self.mode,
+            self.snapshot_every,
+            self.snapshot_retain_ticks,
+            self.snapshot_log_percent,
+            self.lagging_entries_max,
+            self.client_timeout as f64 / 10.0,
+            self.loss_permille,
+            self.duplication_permille
+        )
+    }
+}
