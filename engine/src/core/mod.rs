@@ -642,15 +642,17 @@ impl Core {
     }
 
     /// Ends a repair when every other replica, heard since this one started, has a log that
-    /// ends before this one's: none holds an entry this one lost, so none of those entries
-    /// was committed (a committed entry is on a majority and never leaves a log), and there is
-    /// nothing to wait for. Unless the entries beyond the damage said the first lost one was
-    /// committed: then every copy of it is lost ([`Action::Unrecoverable`]).
+    /// ends before this one's durable log: none holds an entry this one lost, so none of those
+    /// entries was committed (a committed entry is on a majority and never leaves a log), and
+    /// there is nothing to wait for. Unless the entries beyond the damage said the first lost
+    /// one was committed: then every copy of it is lost ([`Action::Unrecoverable`]). Entries
+    /// held only in memory do not count: a crash before their fsync would leave the log
+    /// without them and without the repair.
     fn release_unheld_repair(&mut self, out: &mut Vec<Action>) {
         if self.hard.repair.is_none() {
             return;
         }
-        let end = self.log.last_index();
+        let end = self.durable.min(self.log.last_index());
         let unheld = self
             .config
             .nodes

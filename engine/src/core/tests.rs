@@ -1456,3 +1456,53 @@ fn a_follower_whose_entries_are_read_back_still_hears_heartbeats() {
         "no heartbeat reached N2 while its entries were read"
     );
 }
+
+/// Proves a repair is not released on the strength of entries this replica holds only in
+/// memory: after appending entries 1 to 3 from the leader (not yet durable), hearing that the
+/// others' logs end at 3 says nothing about what a crash would leave (its log ends at 0), so
+/// the repair stays. Found by the simulator with full disks (appends held for long).
+#[test]
+fn a_repair_is_not_released_by_entries_not_yet_durable() {
+    let (mut n1, noop) = leader();
+    let mut entries = vec![noop];
+    for n in 2..=3u8 {
+        let mut out = Vec::new();
+        n1.propose(EntryKind::Commands, 1, Bytes::from(vec![n]), &mut out)
+            .unwrap();
+        let Some(Action::Persist(appended)) = out.into_iter().next() else {
+            panic!("the leader persists what it proposes");
+        };
+        entries.extend(appended);
+    }
+    let mut n2 = repairing(N2);
+    let append = Append {
+        entries,
+        ..first_append(n1.entry(EntryIndex(1)).unwrap().clone())
+    };
+    let actions = step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Append(append),
+        },
+    );
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::Persist(_))),
+        "{actions:?}"
+    );
+    assert_eq!(n2.last_index(), EntryIndex(3));
+    let released = |actions: &[Action]| {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::PersistHardState(HardState { repair: None, .. })))
+    };
+    // The leader falls silent: vote requests count again.
+    for _ in 0..10 {
+        step(&mut n2, Event::Tick);
+    }
+    assert!(!released(&step(&mut n2, vote_from(N1, 8, 3))));
+    assert!(
+        !released(&step(&mut n2, vote_from(N3, 9, 3))),
+        "released with nothing durable"
+    );
+}
