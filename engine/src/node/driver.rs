@@ -316,14 +316,15 @@ impl<H: Handler> Driver<H> {
     }
 
     /// Carries out IO in order. When one fails the replica halts and nothing after it in this
-    /// batch is carried out (a vote must not leave after its persistence failed), but what the
-    /// halt asks for (answers to waiting clients) is.
+    /// batch is carried out (a vote must not leave after its persistence failed) but answers
+    /// to clients (taken from the waiters already: "not the leader", or results of committed
+    /// entries) and what the halt asks for.
     fn carry_out(&mut self, ios: Vec<Io<Waiter>>) {
         let mut queue = VecDeque::from(ios);
         while let Some(io) = queue.pop_front() {
             let mut more = Vec::new();
             if let Err(halt) = self.execute(io, &mut more) {
-                queue.clear();
+                queue.retain(|io| matches!(io, Io::Answer { .. }));
                 self.replica.halt(halt, &mut more);
             }
             queue.extend(more);

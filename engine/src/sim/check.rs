@@ -360,7 +360,8 @@ impl<W: Workload> Checker<W> {
         let mut next = 0;
         let mut out_of_order = Vec::new();
         for (at, key) in sent {
-            while next < acknowledged.len() && acknowledged[next].0 < at {
+            // Within one event an answer is taken before the client's next request is sent.
+            while next < acknowledged.len() && acknowledged[next].0 <= at {
                 let (_, index, done) = acknowledged[next];
                 if latest.is_none_or(|(l, _)| index > l) {
                     latest = Some((index, done));

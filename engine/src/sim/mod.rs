@@ -1,8 +1,10 @@
 //! The deterministic cluster simulator (feature `sim`), in the style of TigerBeetle's VOPR and
-//! FoundationDB's simulation: three real consensus cores ([`Core`]) and the real apply path
-//! ([`StateMachine`], [`Batcher`], sessions) run in one thread from one seed, over a simulated
-//! network and simulated disks, with crashes, restarts and clients that retry. Checkers look
-//! for violations of the invariants I1-I7 after every event (see [`check`]).
+//! FoundationDB's simulation: three nodes' own protocol code ([`Replica`]: the consensus
+//! core, the state machine, the batcher, admission, sessions, the snapshot policy, exactly
+//! what `node::driver` runs) and clients running the client library's own retry logic
+//! ([`crate::client::Requests`]) run in one thread from one seed, over a simulated network and
+//! simulated disks, with crashes and restarts. Checkers look for violations of the invariants
+//! I1-I9 after every event (see [`check`]).
 //!
 //! Everything that varies comes from one [`Rng`]: the same seed replays the same run, event for
 //! event. Time is a counter of [`Time`] units; nothing reads the clock.
@@ -23,7 +25,11 @@
 //!   simulated write, logs compacted behind them, sent to a lagging follower in chunks and
 //!   installed; recovery starts from the newest snapshot its log continues.
 //!
-//! Not simulated yet: a disk full, damage on every copy of an entry.
+//! - full disks: appends (and the WAL work behind them) wait until the disk has room, and
+//!   the node refuses new requests meanwhile. The hard state and snapshot files are still
+//!   written on a full disk (the real node halts when its hard state cannot be written).
+//!
+//! Not simulated yet: damage on every copy of an entry.
 
 pub mod check;
 mod clients;
