@@ -424,13 +424,7 @@ fn follower_installs_a_snapshot_then_follows_the_log() {
         commit: EntryIndex(5),
         applied: None,
     };
-    let actions = step(
-        &mut n2,
-        Event::Message {
-            from: N1,
-            message: PeerMessage::Append(append),
-        },
-    );
+    let actions = append_from_n1(&mut n2, append);
     assert_eq!(
         actions.first(),
         Some(&Action::Persist(vec![entries[4].clone()])),
@@ -464,6 +458,17 @@ fn an_empty_log_votes_only_while_the_cluster_is_new() {
 }
 
 /// The term 1 leader's first append: its no-op, at the start of the log.
+/// Delivers `append` from the leader `N1`.
+fn append_from_n1(core: &mut Core, append: Append) -> Vec<Action> {
+    step(
+        core,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Append(append),
+        },
+    )
+}
+
 fn first_append(noop: Entry) -> Append {
     Append {
         term: Term(1),
@@ -484,13 +489,7 @@ fn follower_acknowledges_after_its_fsync() {
     let (_, noop) = leader();
     let mut n2 = core(N2);
     let append = first_append(noop.clone());
-    let actions = step(
-        &mut n2,
-        Event::Message {
-            from: N1,
-            message: PeerMessage::Append(append),
-        },
-    );
+    let actions = append_from_n1(&mut n2, append);
     let ack = AppendReply {
         term: Term(1),
         from: N2,
@@ -632,13 +631,7 @@ fn mismatched_appends_are_refused() {
         commit: EntryIndex(0),
         applied: None,
     };
-    let actions = step(
-        &mut n2,
-        Event::Message {
-            from: N1,
-            message: PeerMessage::Append(append),
-        },
-    );
+    let actions = append_from_n1(&mut n2, append);
     assert!(
         actions.iter().all(|a| !matches!(a, Action::Persist(_))),
         "{actions:?}"
@@ -1479,13 +1472,7 @@ fn a_repair_is_not_released_by_entries_not_yet_durable() {
         entries,
         ..first_append(n1.entry(EntryIndex(1)).unwrap().clone())
     };
-    let actions = step(
-        &mut n2,
-        Event::Message {
-            from: N1,
-            message: PeerMessage::Append(append),
-        },
-    );
+    let actions = append_from_n1(&mut n2, append);
     assert!(
         actions.iter().any(|a| matches!(a, Action::Persist(_))),
         "{actions:?}"
