@@ -989,22 +989,7 @@ fn a_stale_snapshot_chunk_is_answered_with_the_newer_term() {
 fn stickiness_and_check_quorum() {
     let (mut n1, noop) = leader();
     let mut n2 = core(N2);
-    let append = Append {
-        term: Term(1),
-        leader: N1,
-        prev_index: EntryIndex(0),
-        prev_term: Term(0),
-        entries: vec![noop],
-        commit: EntryIndex(0),
-        applied: None,
-    };
-    step(
-        &mut n2,
-        Event::Message {
-            from: N1,
-            message: PeerMessage::Append(append),
-        },
-    );
+    append_from_n1(&mut n2, first_append(noop));
     let disruptive = Vote {
         term: Term(5),
         pre: false,
