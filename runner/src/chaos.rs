@@ -71,6 +71,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         stalls,
         longest_stall_ms,
     } = measured;
+    let crashed = processes.borrow_mut().crashed();
+    findings.borrow_mut().violations.extend(crashed);
     processes.borrow_mut().kill_all();
     let mut findings = findings.into_inner();
     compare_wals(&dir, &mut findings);
@@ -175,6 +177,8 @@ async fn chaos(
         while Instant::now() < end {
             let wait = between(&mut rng, FAULT_INTERVAL_MS);
             tokio::time::sleep(Duration::from_millis(wait)).await;
+            let crashed = processes.borrow_mut().crashed();
+            findings.borrow_mut().violations.extend(crashed);
             inject(&mut rng, config, processes, findings).await;
             if last_report.elapsed() >= Duration::from_secs(5) {
                 last_report = Instant::now();

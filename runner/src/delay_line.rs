@@ -8,6 +8,7 @@
 //! slack) until a chunk is nearly due, spins the last few microseconds, and writes it. Bytes in
 //! flight do not wait for each other: a link carries as much as it would without the delay.
 
+use crate::faults::RelayListeners;
 use engine::rng::Rng;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -80,22 +81,22 @@ pub struct DelayLines {
 
 impl DelayLines {
     /// A line from every node to every other, each forwarding to the destination's address in
-    /// `peers` (node id to real peer address).
+    /// `peers` (node id to real peer address), the line `(from, to)` on
+    /// `listeners[&(from, to)]`.
     pub fn start(
         peers: &BTreeMap<u8, SocketAddr>,
+        listeners: RelayListeners,
         delay: DelayRange,
         seed: u64,
     ) -> std::io::Result<Self> {
         let mut addresses = BTreeMap::new();
-        for &from in peers.keys() {
-            for (&to, &target) in peers.iter().filter(|(to, _)| **to != from) {
-                let listener = TcpListener::bind("127.0.0.1:0")?;
-                addresses.insert((from, to), listener.local_addr()?);
-                let seed = seed ^ (u64::from(from) << 8 | u64::from(to));
-                thread::Builder::new()
-                    .name(format!("line-{from}-{to}"))
-                    .spawn(move || serve(listener, target, delay, seed))?;
-            }
+        for ((from, to), listener) in listeners {
+            let target = peers[&to];
+            addresses.insert((from, to), listener.local_addr()?);
+            let seed = seed ^ (u64::from(from) << 8 | u64::from(to));
+            thread::Builder::new()
+                .name(format!("line-{from}-{to}"))
+                .spawn(move || serve(listener, target, delay, seed))?;
         }
         Ok(DelayLines { addresses })
     }
@@ -216,7 +217,8 @@ mod tests {
             min_us: 2_000,
             max_us: 3_000,
         };
-        let lines = DelayLines::start(&peers, delay, 7).unwrap();
+        let listeners = RelayListeners::from([((1, 2), TcpListener::bind("127.0.0.1:0").unwrap())]);
+        let lines = DelayLines::start(&peers, listeners, delay, 7).unwrap();
         let mut sender = TcpStream::connect(lines.address(1, 2)).unwrap();
         let (mut receiver, _) = target.accept().unwrap();
         for round in 0u8..20 {

@@ -136,9 +136,9 @@ pub fn run(args: EmulateArgs) -> anyhow::Result<()> {
 fn one(args: &EmulateArgs, delay: Option<DelayRange>) -> anyhow::Result<Vec<Run>> {
     let run_dir = crate::run_dir(args.dir.clone())?;
     let dir = run_dir.path();
-    let addresses = Addresses::free()?;
+    let (addresses, relays) = Addresses::with_relays()?;
     let lines = delay
-        .map(|d| DelayLines::start(&addresses.peers, d, args.bench.seed))
+        .map(|d| DelayLines::start(&addresses.peers, relays, d, args.bench.seed))
         .transpose()?;
     let via = lines.as_ref().map(|l| move |from, to| l.address(from, to));
     let files = write_cluster_files(dir, &addresses, via.as_ref().map(|f| f as _))?;

@@ -171,13 +171,43 @@ impl Processes {
             self.kill(id);
         }
     }
+
+    /// The nodes whose process ended without being killed by us, each with its exit status
+    /// and the end of its log (a node never exits by itself: a crash is a finding).
+    pub fn crashed(&mut self) -> Vec<String> {
+        let ended: Vec<(u8, std::process::ExitStatus)> = self
+            .children
+            .iter_mut()
+            .filter_map(|(id, child)| Some((*id, child.try_wait().ok()??)))
+            .collect();
+        let mut found = Vec::new();
+        for (id, status) in ended {
+            self.children.remove(&id);
+            let start = self.starts.get(&id).copied().unwrap_or(0);
+            let log = self.dir.join(format!("node{id}.{start}.log"));
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(CRASH_LOG_LINES)..].join("\n    ");
+            found.push(format!(
+                "node {id} exited by itself ({status}); the end of {}:\n    {tail}",
+                log.display()
+            ));
+        }
+        found
+    }
 }
+
+/// Lines of a crashed node's log that a finding quotes.
+pub const CRASH_LOG_LINES: usize = 20;
 
 impl Drop for Processes {
     fn drop(&mut self) {
         self.kill_all();
     }
 }
+
+/// A bound listener for each directed link `(from, to)` between two nodes.
+pub type RelayListeners = BTreeMap<(u8, u8), std::net::TcpListener>;
 
 /// The real addresses of a three-node cluster.
 pub struct Addresses {
@@ -192,6 +222,21 @@ impl Addresses {
             peers: all.iter().map(|a| (a.id.0, a.peer_address)).collect(),
             clients: all.iter().map(|a| (a.id.0, a.client_address)).collect(),
         })
+    }
+
+    /// Free addresses, and a listener for each directed link between two nodes, bound before
+    /// the addresses were picked: a relay between the nodes (the proxy, delay lines) serves on
+    /// them, and none of them can be a node's port (picking the relays' ports after the
+    /// nodes', the kernel could hand a relay the port it had just given back for a node,
+    /// which then cannot bind it).
+    pub fn with_relays() -> anyhow::Result<(Self, RelayListeners)> {
+        let mut relays = BTreeMap::new();
+        for from in 1..=3u8 {
+            for to in (1..=3u8).filter(|&to| to != from) {
+                relays.insert((from, to), std::net::TcpListener::bind("127.0.0.1:0")?);
+            }
+        }
+        Ok((Self::free()?, relays))
     }
 
     /// A client configuration that never gives up.
@@ -474,8 +519,11 @@ pub async fn converge(config: &ClientConfig, findings: &RefCell<Findings>) {
             return;
         }
         if Instant::now() > deadline {
+            let silent: Vec<u8> = (1..=3u8)
+                .filter(|id| all.iter().all(|s| s.node.0 != *id))
+                .collect();
             findings.borrow_mut().violations.push(format!(
-                "I2: the nodes did not converge {SETTLE_SECS} s after healing: {all:?}"
+                "I2: the nodes did not converge {SETTLE_SECS} s after healing (silent: {silent:?}): {all:?}"
             ));
             return;
         }

@@ -140,6 +140,10 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
         for violation in &outcome.violations {
             eprintln!("  violation: {violation}");
         }
+        if !outcome.violations.is_empty() {
+            // The node logs and data are the evidence: a failing scenario keeps them.
+            eprintln!("  kept {}", run_dir.keep().display());
+        }
         outcomes.push(outcome);
     }
     println!(
@@ -212,8 +216,8 @@ fn run_scenario(
         .build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async {
-        let addresses = Addresses::free()?;
-        let proxy = Proxy::start(&addresses.peers).await?;
+        let (addresses, relays) = Addresses::with_relays()?;
+        let proxy = Proxy::start(&addresses.peers, relays)?;
         let via = |from, to| proxy.address(from, to);
         let files = write_cluster_files(dir, &addresses, Some(&via))?;
         let config = addresses.client_config();
@@ -230,6 +234,7 @@ fn run_scenario(
             watch(&config, &findings, &watching)
         );
         let mut outcome = outcome?;
+        outcome.violations.extend(processes.borrow_mut().crashed());
         processes.borrow_mut().kill_all();
         let mut findings = findings.into_inner();
         compare_wals(dir, &mut findings);

@@ -6,6 +6,7 @@
 //! node answers over its own connection), so cutting the link from `a` to `b` cuts exactly
 //! what `a` says to `b`.
 
+use crate::faults::RelayListeners;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -37,18 +38,22 @@ pub struct Proxy {
 
 impl Proxy {
     /// Starts a link from every node to every other, each forwarding to the destination's
-    /// address in `peers` (node id to real peer address). Call inside a tokio runtime.
-    pub async fn start(peers: &BTreeMap<u8, SocketAddr>) -> std::io::Result<Proxy> {
+    /// address in `peers` (node id to real peer address), the link `(from, to)` on
+    /// `listeners[&(from, to)]`. Call inside a tokio runtime.
+    pub fn start(
+        peers: &BTreeMap<u8, SocketAddr>,
+        listeners: RelayListeners,
+    ) -> std::io::Result<Proxy> {
         let mut links = BTreeMap::new();
         let mut addresses = BTreeMap::new();
-        for &from in peers.keys() {
-            for (&to, &target) in peers.iter().filter(|(to, _)| **to != from) {
-                let listener = TcpListener::bind("127.0.0.1:0").await?;
-                addresses.insert((from, to), listener.local_addr()?);
-                let (mode, watching) = watch::channel(LinkMode::Pass);
-                links.insert((from, to), mode);
-                tokio::spawn(serve_link(listener, target, watching));
-            }
+        for ((from, to), listener) in listeners {
+            let target = peers[&to];
+            listener.set_nonblocking(true)?;
+            let listener = TcpListener::from_std(listener)?;
+            addresses.insert((from, to), listener.local_addr()?);
+            let (mode, watching) = watch::channel(LinkMode::Pass);
+            links.insert((from, to), mode);
+            tokio::spawn(serve_link(listener, target, watching));
         }
         Ok(Proxy { links, addresses })
     }
