@@ -2,11 +2,16 @@
 //! durable snapshots, and which part of the log an fsync has made durable. It survives
 //! crashes; a crash loses a random part of what was written but not yet durable.
 
-use crate::core::{HardState, LogBase, Repair};
-use crate::entry::Entry;
+use crate::apply::StateMachine;
+use crate::core::{HardState, LogBase, Recovered, Repair};
+use crate::entry::{Entry, EntryHash};
+use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId, Term};
+use crate::node::recovery::replay::{self, RecoveryLog, ReplayFrom};
 use crate::replica::WalOp;
 use crate::snapshot::SnapshotMeta;
+use crate::snapshot::parse_snapshot;
+use net::message::AppliedHash;
 use net::message::PeerMessage;
 use std::collections::VecDeque;
 
@@ -60,10 +65,6 @@ impl Disk {
     pub fn get(&self, index: u64) -> Option<&Entry> {
         let offset = index.checked_sub(self.first_index())?;
         self.entries.get(usize::try_from(offset).ok()?)
-    }
-
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
     }
 
     /// Appends the next entry; an entry out of sequence is a bug of the caller.
@@ -191,11 +192,156 @@ impl Disk {
             self.snapshots.remove(0);
         }
     }
+}
 
-    /// True when the log holds the entry `index` with `hash`, or starts right after it: it
-    /// continues a snapshot of that entry (as `node::storage` decides).
-    pub fn continues(&self, index: EntryIndex, hash: crate::entry::EntryHash) -> bool {
-        self.get(index.0).is_some_and(|e| e.header.hash == hash)
-            || (self.base.index == index && self.base.hash == hash)
+/// An entry the simulated log does not hold (it is read back as written: damage is cut
+/// before recovery reads it).
+#[derive(Debug, thiserror::Error)]
+#[error("entry {0} is not on the disk")]
+pub(super) struct Missing(EntryIndex);
+
+impl RecoveryLog for Disk {
+    type Error = Missing;
+
+    fn first_index(&self) -> EntryIndex {
+        EntryIndex(Disk::first_index(self))
+    }
+
+    fn last_index(&self) -> EntryIndex {
+        EntryIndex(Disk::last_index(self))
+    }
+
+    fn max_commit(&self) -> EntryIndex {
+        self.entries
+            .iter()
+            .map(|e| e.header.commit)
+            .max()
+            .unwrap_or(EntryIndex::ZERO)
+    }
+
+    fn term_at(&self, index: EntryIndex) -> Option<Term> {
+        self.get(index.0).map(Entry::term)
+    }
+
+    fn hash_at(&self, index: EntryIndex) -> Option<EntryHash> {
+        self.get(index.0).map(|e| e.header.hash)
+    }
+
+    fn read(&self, index: EntryIndex) -> Result<Entry, Missing> {
+        self.get(index.0).cloned().ok_or(Missing(index))
+    }
+}
+
+/// What a simulated node starts from.
+pub(super) struct Restored<H: Handler> {
+    pub machine: StateMachine<H>,
+    pub recovered: Recovered,
+    /// The snapshot started from: its index and file size.
+    pub latest: Option<(EntryIndex, u64)>,
+    /// Each entry replayed, with the state hash after it.
+    pub replayed: Vec<AppliedHash>,
+}
+
+/// Recovers a node from `disk` by the node's own rules (`node::recovery::replay`): the newest
+/// snapshot the log reaches, the log's base after it (the log emptied when it conflicts with
+/// it), then every entry the log shows committed. What the real node does with files (the
+/// scan, quarantine) is the disk's own: damage is cut by [`Disk::damage`] before this.
+pub(super) fn recover<H: Handler>(
+    disk: &mut Disk,
+    handler: H,
+    capacity_bytes: u64,
+) -> Result<Restored<H>, String> {
+    let mut machine = StateMachine::new(handler, capacity_bytes);
+    let chosen = disk
+        .snapshots
+        .iter()
+        .rev()
+        .find(|(meta, _)| replay::log_reaches(disk, meta.index));
+    let mut latest = None;
+    if let Some((meta, bytes)) = chosen {
+        let snapshot = parse_snapshot(bytes).map_err(|e| {
+            format!(
+                "its durable snapshot of entry {} does not parse: {e}",
+                meta.index
+            )
+        })?;
+        machine.install(snapshot).map_err(|e| {
+            format!(
+                "its durable snapshot of entry {} does not load: {e}",
+                meta.index
+            )
+        })?;
+        latest = Some((meta.index, bytes.len() as u64));
+    }
+    let meta = chosen.map(|(meta, _)| meta.clone());
+    let (base, reset_log) = replay::log_base(disk, meta.as_ref()).ok_or_else(|| {
+        format!(
+            "no usable state: the log starts at entry {} and no snapshot reaches it (a real node refuses to start)",
+            disk.first_index()
+        )
+    })?;
+    let from = ReplayFrom {
+        hard_state: disk.hard,
+        base,
+        reset_log,
+        snapshot: meta.as_ref().map(|m| AppliedHash {
+            index: m.index,
+            hash: m.state_hash,
+        }),
+    };
+    let mut replayed = Vec::new();
+    let recovered = replay::replay(&*disk, &mut machine, from, |done, _| replayed.push(done))
+        .map_err(|e| format!("recovery failed: {e}"))?;
+    // What a start carries out: the log emptied to continue the snapshot, or (the disk keeps
+    // no entries behind its base) compacted through it.
+    if reset_log {
+        disk.reset(base);
+    } else if meta.is_some() {
+        disk.compact(base.index.0);
+    }
+    Ok(Restored {
+        machine,
+        recovered,
+        latest,
+        replayed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::recovery::replay::conformance::{chain, check};
+
+    /// Proves the simulated disk keeps the contract recovery relies on, as the real WAL does
+    /// (`node::recovery::replay`): from entry 1, after a compaction, after a reset.
+    #[test]
+    fn the_simulated_disk_meets_the_recovery_log_contract() {
+        let mut disk = Disk::default();
+        check(&disk, LogBase::default(), &[]);
+        let entries = chain(LogBase::default(), 8, EntryIndex(5));
+        for entry in &entries {
+            disk.append(entry.clone()).unwrap();
+        }
+        check(&disk, LogBase::default(), &entries);
+        disk.compact(3);
+        let third = &entries[2];
+        let base = LogBase {
+            index: third.index(),
+            term: third.term(),
+            hash: third.header.hash,
+        };
+        check(&disk, base, &entries[3..]);
+        let base = LogBase {
+            index: EntryIndex(20),
+            term: Term(3),
+            hash: EntryHash([7; 32]),
+        };
+        disk.reset(base);
+        check(&disk, base, &[]);
+        let entries = chain(base, 6, EntryIndex(23));
+        for entry in &entries {
+            disk.append(entry.clone()).unwrap();
+        }
+        check(&disk, base, &entries);
     }
 }

@@ -36,10 +36,8 @@ mod clients;
 mod disk;
 mod swarm;
 
-use crate::apply::StateMachine;
 use crate::core::{
-    APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT, LogBase,
-    Recovered,
+    APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT,
 };
 use crate::entry::Entry;
 use crate::handler::{Handler, OutcomeOf};
@@ -51,7 +49,7 @@ use crate::state::State;
 use check::Checker;
 use clients::{SimClient, Token};
 use disk::Disk;
-use net::message::{AppliedHash, ClientReply, PeerMessage, Role, SnapshotChunk};
+use net::message::{ClientReply, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, BTreeSet};
 pub use swarm::Swarm;
 
@@ -652,9 +650,9 @@ impl<W: Workload> Sim<W> {
         self.checker.crashed(id);
     }
 
-    /// Starts node `id` from its disk, as `node::recovery::restore` recovers a real one: the
-    /// newest snapshot with no gap before the log (the log reset to it when it does not
-    /// continue it), then the entries the log shows committed.
+    /// Starts node `id` from its disk with the node's own recovery rules ([`disk::recover`]):
+    /// the newest snapshot the log reaches (the log emptied when it conflicts with it), then
+    /// the entries the log shows committed.
     fn restart(&mut self, id: NodeId) {
         let seed = self.rng.next_u64();
         let now = self.now;
@@ -674,83 +672,21 @@ impl<W: Workload> Sim<W> {
         {
             self.report.damaged += 1;
         }
-        let mut machine = StateMachine::new(handler, SIM_STATE_BYTES);
-        let mut applied = None;
-        let mut chosen = None;
-        if let Some((meta, bytes)) = disk
-            .snapshots
-            .iter()
-            .rev()
-            .find(|(meta, _)| disk.first_index() <= meta.index.0 + 1)
-        {
-            let installed = parse_snapshot(bytes)
-                .map_err(|e| e.to_string())
-                .and_then(|snapshot| machine.install(snapshot).map_err(|e| e.to_string()));
-            if let Err(reason) = installed {
-                self.checker.violation(format!(
-                    "node {}: its durable snapshot of entry {} does not load: {reason}",
-                    id.0, meta.index
-                ));
+        let restored = match disk::recover(disk, handler, SIM_STATE_BYTES) {
+            Ok(restored) => restored,
+            Err(reason) => {
+                self.checker.violation(format!("node {}: {reason}", id.0));
                 return;
             }
-            applied = Some(AppliedHash {
-                index: meta.index,
-                hash: meta.state_hash,
-            });
-            chosen = Some(meta.clone());
-        }
-        match &chosen {
-            Some(meta) if !disk.continues(meta.index, meta.entry_hash) => disk.reset(LogBase {
-                index: meta.index,
-                term: meta.term,
-                hash: meta.entry_hash,
-            }),
-            Some(meta) => disk.compact(meta.index.0),
-            None if disk.first_index() > 1 => disk.reset(LogBase::default()),
-            None => {}
-        }
-        machine.set_mode(swarm.mode);
-        let base = disk.base;
-        let committed = disk
-            .entries()
-            .iter()
-            .map(|e| e.header.commit.0)
-            .max()
-            .unwrap_or(0)
-            .min(disk.last_index())
-            .max(base.index.0);
-        let mut hashes: Vec<(EntryIndex, crate::state::StateHash)> =
-            applied.iter().map(|a| (a.index, a.hash)).collect();
-        for index in base.index.0 + 1..=committed {
-            let entry = disk.get(index).expect("within the log");
-            match machine.apply(entry) {
-                Ok(done) => {
-                    hashes.push((done.index, done.state_hash));
-                    applied = Some(AppliedHash {
-                        index: done.index,
-                        hash: done.state_hash,
-                    });
-                }
-                Err(error) => {
-                    self.checker
-                        .violation(format!("recovery of node {} failed: {error}", id.0));
-                    return;
-                }
-            }
-        }
-        let entries = disk.entries();
-        let recovered = Recovered {
-            hard_state: disk.hard,
-            base,
-            terms: entries.iter().map(Entry::term).collect(),
-            hashes: entries.iter().map(|e| e.header.hash).collect(),
-            window: entries[(committed - base.index.0) as usize..].to_vec(),
-            applied,
         };
-        let latest = chosen.map(|meta| {
-            let bytes = disk.snapshots.iter().find(|(m, _)| m.index == meta.index);
-            (meta.index, bytes.map_or(0, |(_, b)| b.len() as u64))
-        });
+        let disk::Restored {
+            mut machine,
+            recovered,
+            latest,
+            replayed,
+        } = restored;
+        machine.set_mode(swarm.mode);
+        let committed = machine.applied_index();
         let config = ReplicaConfig {
             core: CoreConfig {
                 id,
@@ -774,14 +710,14 @@ impl<W: Workload> Sim<W> {
             replica: Replica::new(config, recovered, machine, latest),
             up_since: now,
             leading_since: None,
-            commit_before: EntryIndex(committed),
+            commit_before: committed,
             writing: None,
             incoming: None,
         });
-        for (index, hash) in hashes {
-            self.checker.node_applied(id, index, hash);
+        for done in replayed {
+            self.checker.node_applied(id, done.index, done.hash);
         }
-        self.checker.restarted(id, EntryIndex(committed));
+        self.checker.restarted(id, committed);
         let first_tick = 1 + self.rng.below(TICK_UNITS);
         self.schedule(first_tick, SimEvent::Tick(id));
     }

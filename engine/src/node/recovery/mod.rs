@@ -9,6 +9,7 @@
 
 mod plan;
 mod rebuild;
+pub mod replay;
 
 use super::NodeError;
 use super::data_dir::{self, DataDirError, DirLock, DirState, Identity, QUARANTINE_DIR};

@@ -1,12 +1,11 @@
 //! The plan: everything read and decided, nothing written; then what a start carries out of
 //! it, and the replay of the committed log.
 
-use super::{RecoveryOptions, RecoveryReport, Refusal};
+use super::{RecoveryOptions, RecoveryReport, Refusal, replay};
 use crate::apply::StateMachine;
 use crate::core::{HardState, LogBase, Recovered, Repair};
-use crate::entry::EntryHash;
 use crate::handler::Handler;
-use crate::ids::{EntryIndex, Term};
+use crate::ids::Term;
 use crate::node::NodeError;
 use crate::node::data_dir::{self, Identity};
 use crate::node::storage::{
@@ -190,7 +189,7 @@ fn choose_snapshot<H: Handler>(
     })?;
     let mut damaged = Vec::new();
     for (index, path) in snapshots {
-        if wal.first_index() > index.next() {
+        if !replay::log_reaches(wal, index) {
             report.passed_over.push(format!(
                 "{}: the log after it is gone (the WAL starts at {})",
                 path.display(),
@@ -240,46 +239,21 @@ fn install<H: Handler>(
 }
 
 /// Where the log starts after the chosen snapshot, and whether the WAL must be emptied to get
-/// there (it lies behind the snapshot or conflicts with it: the snapshot is of committed
-/// state, so those entries are garbage). Without a snapshot the log must start at entry 1.
+/// there; without a snapshot the log must start at entry 1, or the start is refused.
 fn log_base(
     dir: &Path,
     wal: &Wal,
     chosen: Option<&Durable>,
     report: &RecoveryReport,
 ) -> Result<(LogBase, bool), NodeError> {
-    match chosen {
-        Some(durable) => {
-            let meta = &durable.meta;
-            let base = LogBase {
-                index: meta.index,
-                term: meta.term,
-                hash: meta.entry_hash,
-            };
-            Ok((base, !wal_continues(wal, meta.index, meta.entry_hash)))
-        }
-        None if wal.first_index() > EntryIndex(1) => Err(Refusal::NoUsableState {
+    replay::log_base(wal, chosen.map(|d| &d.meta)).ok_or_else(|| {
+        Refusal::NoUsableState {
             dir: dir.to_path_buf(),
             first: wal.first_index(),
             snapshots: report.passed_over.clone(),
         }
-        .into()),
-        None => Ok((LogBase::default(), false)),
-    }
-}
-
-/// True when the WAL holds the log right after a snapshot of entry `index` (hash `hash`):
-/// it holds that entry with that hash, or starts right after it with an entry chained to it.
-fn wal_continues(wal: &Wal, index: EntryIndex, hash: EntryHash) -> bool {
-    if index >= wal.first_index() {
-        return wal.hash_at(index) == Some(hash);
-    }
-    // The WAL starts right after the snapshot (it cannot start earlier than the entry after
-    // it: the caller skipped such snapshots).
-    match wal.read(index.next()) {
-        Ok(entry) => entry.verify(&hash).is_ok(),
-        Err(_) => wal.last_index() < wal.first_index(),
-    }
+        .into()
+    })
 }
 
 /// Carries out what the plan proved garbage, in an order that a crash at any point leaves
@@ -310,48 +284,26 @@ pub(super) fn carry_out<H: Handler>(dir: &Path, mut plan: Plan<H>) -> Result<Pla
 /// core needs. A log the plan empties (behind or conflicting with the snapshot) is taken as
 /// empty, emptied yet or not.
 pub(super) fn replay<H: Handler>(plan: &mut Plan<H>) -> Result<Recovered, NodeError> {
-    let (wal, base) = (&plan.wal, plan.base);
-    let last = if plan.reset_log {
-        base.index
-    } else {
-        wal.last_index()
+    let from = replay::ReplayFrom {
+        hard_state: plan.hard_state,
+        base: plan.base,
+        reset_log: plan.reset_log,
+        snapshot: plan.chosen.as_ref().map(|d| AppliedHash {
+            index: d.meta.index,
+            hash: d.meta.state_hash,
+        }),
     };
-    let committed = wal.max_commit().min(last).max(base.index);
-    let mut applied = plan.chosen.as_ref().map(|d| AppliedHash {
-        index: d.meta.index,
-        hash: d.meta.state_hash,
-    });
+    let report = &mut plan.report;
     let mut last_progress = Instant::now();
-    for index in (base.index.0 + 1..=committed.0).map(EntryIndex) {
-        let hash = plan.machine.apply(&wal.read(index)?)?.state_hash;
-        applied = Some(AppliedHash { index, hash });
-        plan.report.replayed += 1;
+    let progress = |_: AppliedHash, total: u64| {
+        report.replayed += 1;
         if last_progress.elapsed() >= Duration::from_millis(RECOVERY_PROGRESS_MS) {
             last_progress = Instant::now();
-            eprintln!(
-                "recovery: replayed {} of {} entries",
-                plan.report.replayed,
-                committed.0 - base.index.0
-            );
+            eprintln!("recovery: replayed {} of {total} entries", report.replayed);
         }
-    }
-    let after_base = base.index.0 + 1..=last.0;
-    let terms = after_base
-        .clone()
-        .map(|i| wal.term_at(EntryIndex(i)).expect("held"))
-        .collect();
-    let hashes = after_base
-        .map(|i| wal.hash_at(EntryIndex(i)).expect("held"))
-        .collect();
-    let window = (committed.0 + 1..=last.0)
-        .map(|i| wal.read(EntryIndex(i)))
-        .collect::<Result<_, _>>()?;
-    Ok(Recovered {
-        hard_state: plan.hard_state,
-        base,
-        terms,
-        hashes,
-        window,
-        applied,
+    };
+    replay::replay(&plan.wal, &mut plan.machine, from, progress).map_err(|error| match error {
+        replay::ReplayError::Log(error) => NodeError::from(error),
+        replay::ReplayError::Apply(error) => NodeError::from(error),
     })
 }
