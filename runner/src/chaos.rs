@@ -12,8 +12,8 @@
 //! - I7: no two nodes were seen leading the same term.
 
 use crate::faults::{
-    Addresses, FaultArgs, Findings, Processes, Workload, check_accounts, compare_wals, converge,
-    leader_of, seed_or_clock, statuses, watch, write_cluster_files,
+    Addresses, FaultArgs, Findings, Processes, Rejoin, Workload, check_accounts, compare_wals,
+    converge, leader_of, seed_or_clock, statuses, watch, write_cluster_files,
 };
 use engine::client::ClientConfig;
 use engine::rng::Rng;
@@ -76,7 +76,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     processes.borrow_mut().kill_all();
     let mut findings = findings.into_inner();
     compare_wals(&dir, &mut findings);
-    let (rejoin_p50, rejoin_p99, rejoin_max) = findings.rejoin_ms();
+    let (rejoin_p50, rejoin_p99, rejoin_max) = findings.rejoin_ms(|_| true);
+    let (_, single_p99, single_max) = findings.rejoin_ms(Rejoin::single);
     println!(
         "{:>8} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8} {:>9} {:>8} {:>12} {:>12} {:>12}",
         "seconds",
@@ -111,6 +112,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         println!("violation: {violation}");
     }
     print_stalls(&stalls, &findings.faults, started);
+    print_slowest_rejoins(&findings.rejoins, single_p99, single_max);
     if let Some(path) = &args.common.json {
         let json = serde_json::json!({
             "acknowledged": acknowledged,
@@ -126,6 +128,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             "rejoin_p50_ms": rejoin_p50,
             "rejoin_p99_ms": rejoin_p99,
             "rejoin_max_ms": rejoin_max,
+            "single_fault_rejoin_p99_ms": single_p99,
+            "single_fault_rejoin_max_ms": single_max,
             "not_rejoined": findings.rejoining.len(),
             "violation_list": findings.violations,
         });
@@ -239,6 +243,25 @@ fn print_stalls(stalls: &[(Instant, Instant)], faults: &[(Instant, String)], sta
         );
     }
 }
+
+/// The slowest rejoins and the fault each came back from, and the rejoins after a fault that
+/// struck one node alone.
+fn print_slowest_rejoins(rejoins: &[Rejoin], single_p99: f64, single_max: f64) {
+    if rejoins.is_empty() {
+        return;
+    }
+    println!("after a fault on one node: rejoin p99 {single_p99:.0} ms, max {single_max:.0} ms");
+    let mut slowest = rejoins.to_vec();
+    slowest.sort_by_key(|r| std::cmp::Reverse(r.took));
+    println!("{:>10} {:>5}  fault", "rejoin_ms", "node");
+    for r in slowest.iter().take(SLOWEST_REJOINS_SHOWN) {
+        let ms = r.took.as_secs_f64() * 1e3;
+        println!("{ms:>10.0} {:>5}  {}", r.node, r.fault);
+    }
+}
+
+/// Rejoins listed after a run, slowest first.
+pub const SLOWEST_REJOINS_SHOWN: usize = 5;
 
 fn between(rng: &mut Rng, (low, high): (u64, u64)) -> u64 {
     low + rng.below(high - low + 1)

@@ -304,12 +304,12 @@ pub struct Findings {
     pub leaders: BTreeMap<u64, u8>,
     /// The highest commit index any node reported.
     pub highest_commit: u64,
-    /// Nodes restarted or resumed that have not caught up yet: when, and the commit index
-    /// they must apply to count as rejoined.
-    pub rejoining: BTreeMap<u8, (Instant, u64)>,
+    /// Nodes restarted or resumed that have not caught up yet: when, the commit index they
+    /// must apply to count as rejoined, and the fault they come back from.
+    pub rejoining: BTreeMap<u8, (Instant, u64, String)>,
     /// How long each restarted or resumed node took to apply what was committed when it came
-    /// back (to the status poll's resolution).
-    pub rejoins: Vec<Duration>,
+    /// back (to the status poll's resolution), the node, and the fault it came back from.
+    pub rejoins: Vec<Rejoin>,
     /// Every fault, when it began.
     pub faults: Vec<(Instant, String)>,
 }
@@ -320,11 +320,12 @@ impl Findings {
         for status in statuses {
             self.highest_commit = self.highest_commit.max(status.commit_index.0);
             let node = status.node.0;
-            if let Some(&(since, target)) = self.rejoining.get(&node)
-                && status.applied_index.0 >= target
+            if let Some((_, target, _)) = self.rejoining.get(&node)
+                && status.applied_index.0 >= *target
+                && let Some((since, _, fault)) = self.rejoining.remove(&node)
             {
-                self.rejoins.push(since.elapsed());
-                self.rejoining.remove(&node);
+                let took = since.elapsed();
+                self.rejoins.push(Rejoin { node, took, fault });
             }
             if status.role == Role::Leader {
                 let term = status.term.0;
@@ -353,13 +354,23 @@ impl Findings {
     /// Node `node` is back (restarted or resumed): it rejoins once it applied what any node
     /// had committed by now.
     pub fn back(&mut self, node: u8) {
+        let fault = self
+            .faults
+            .last()
+            .map_or_else(String::new, |(_, what)| what.clone());
         self.rejoining
-            .insert(node, (Instant::now(), self.highest_commit));
+            .insert(node, (Instant::now(), self.highest_commit, fault));
     }
 
-    /// The median, 99th percentile and longest rejoin, in milliseconds (zeros without any).
-    pub fn rejoin_ms(&self) -> (f64, f64, f64) {
-        let mut all: Vec<f64> = self.rejoins.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    /// The median, 99th percentile and longest of the rejoins `which` selects, in
+    /// milliseconds (zeros without any).
+    pub fn rejoin_ms(&self, which: impl Fn(&Rejoin) -> bool) -> (f64, f64, f64) {
+        let mut all: Vec<f64> = self
+            .rejoins
+            .iter()
+            .filter(|r| which(r))
+            .map(|r| r.took.as_secs_f64() * 1e3)
+            .collect();
         all.sort_by(f64::total_cmp);
         let at = |q: f64| {
             all.get(((all.len() as f64 * q).ceil() as usize).saturating_sub(1))
@@ -367,6 +378,24 @@ impl Findings {
                 .unwrap_or(0.0)
         };
         (at(0.5), at(0.99), all.last().copied().unwrap_or(0.0))
+    }
+}
+
+/// One node's return after a fault.
+#[derive(Clone, Debug)]
+pub struct Rejoin {
+    /// The node.
+    pub node: u8,
+    /// From its restart or resumption until it applied what was committed then.
+    pub took: Duration,
+    /// The fault it came back from (`kill leader 2`, `pause follower 3`, ...).
+    pub fault: String,
+}
+
+impl Rejoin {
+    /// Whether the fault struck this node alone (the others kept a majority meanwhile).
+    pub fn single(&self) -> bool {
+        !self.fault.contains(" and ")
     }
 }
 
