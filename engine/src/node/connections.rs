@@ -66,8 +66,47 @@ pub const REFUSAL_WRITE_TIMEOUT_MS: u64 = 100;
 pub const REFUSALS_LOGGED_PER_SECOND_MAX: u64 = 10;
 /// First and last wait between reconnection attempts to a peer.
 pub const RECONNECT_BACKOFF_MS_MIN: u64 = 10;
-/// See [`RECONNECT_BACKOFF_MS_MIN`].
+/// See [`RECONNECT_BACKOFF_MS_MIN`]. A peer that comes back is not left waiting for it: its
+/// own connection to us wakes our connection to it ([`PeerWakes`]).
 pub const RECONNECT_BACKOFF_MS_MAX: u64 = 1_000;
+
+/// One wake-up per peer: a peer that has connected to us (handshake passed) is up, so our
+/// connection to it retries at once instead of finishing its back-off. Before, a node that
+/// restarted after one to three seconds waited up to a whole [`RECONNECT_BACKOFF_MS_MAX`] for
+/// the leader's next attempt, and heard nothing from it meanwhile.
+#[derive(Clone)]
+pub(crate) struct PeerWakes(Arc<BTreeMap<NodeId, tokio::sync::Notify>>);
+
+impl PeerWakes {
+    /// A wake-up for each of `peers`.
+    pub(crate) fn new(peers: impl IntoIterator<Item = NodeId>) -> Self {
+        PeerWakes(Arc::new(
+            peers
+                .into_iter()
+                .map(|id| (id, tokio::sync::Notify::new()))
+                .collect(),
+        ))
+    }
+
+    /// Node `peer` connected to us.
+    fn heard_from(&self, peer: NodeId) {
+        if let Some(wake) = self.0.get(&peer) {
+            wake.notify_one();
+        }
+    }
+
+    /// Waits `backoff`, or less if node `peer` connects to us meanwhile; true when it did.
+    async fn back_off(&self, peer: NodeId, backoff: Duration) -> bool {
+        let Some(wake) = self.0.get(&peer) else {
+            tokio::time::sleep(backoff).await;
+            return false;
+        };
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => false,
+            () = wake.notified() => true,
+        }
+    }
+}
 /// Socket send and receive buffer sizes.
 pub const SOCKET_BUFFER_BYTES: usize = 4 * 1024 * 1024;
 
@@ -263,6 +302,7 @@ pub(crate) async fn accept_peers(
     listener: TcpListener,
     access: Access,
     inbox: mpsc::Sender<Input>,
+    wakes: PeerWakes,
 ) {
     let handshaking = Arc::new(AtomicUsize::new(0));
     let slots = PeerSlots::default();
@@ -281,8 +321,10 @@ pub(crate) async fn accept_peers(
         tune(&stream);
         let (access, inbox) = (access.clone(), inbox.clone());
         let (handshaking, slots) = (handshaking.clone(), slots.clone());
+        let wakes = wakes.clone();
         tokio::spawn(async move {
-            if let Err(error) = read_peer(stream, &access, inbox, &handshaking, &slots).await {
+            let read = read_peer(stream, &access, inbox, &handshaking, &slots, &wakes).await;
+            if let Err(error) = read {
                 log_closed("peer", address, &error);
             }
         });
@@ -295,6 +337,7 @@ async fn read_peer(
     inbox: mpsc::Sender<Input>,
     handshaking: &AtomicUsize,
     slots: &PeerSlots,
+    wakes: &PeerWakes,
 ) -> Result<(), ConnectionError> {
     let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
     let admitted = admit_within(&mut frames, &access.gate(Port::Peer)).await;
@@ -315,6 +358,7 @@ async fn read_peer(
         return Err(ConnectionError::Refused(refusal));
     };
     welcome(&mut frames).await?;
+    wakes.heard_from(from);
     while let Some(frame) = frames.next().await {
         let message: PeerMessage = codec::decode(&frame?)?;
         if inbox.send(Input::Peer { from, message }).await.is_err() {
@@ -325,11 +369,12 @@ async fn read_peer(
 }
 
 /// Starts the task that keeps a connection to node `peer` at `address` and writes what the
-/// node queues for it.
+/// node queues for it; `wakes` cuts a back-off short when the peer connects to us.
 pub(crate) fn connect_peer(
     access: Access,
     peer: NodeId,
     address: SocketAddr,
+    wakes: PeerWakes,
 ) -> mpsc::Sender<PeerMessage> {
     let (queue, mut queued) = mpsc::channel::<PeerMessage>(PEER_QUEUE_MESSAGES_MAX);
     tokio::spawn(async move {
@@ -353,8 +398,12 @@ pub(crate) fn connect_peer(
                     while queued.try_recv().is_ok() {}
                 }
             }
-            tokio::time::sleep(Duration::from_millis(backoff)).await;
-            backoff = (backoff * 2).min(RECONNECT_BACKOFF_MS_MAX);
+            let woken = wakes.back_off(peer, Duration::from_millis(backoff)).await;
+            backoff = if woken {
+                RECONNECT_BACKOFF_MS_MIN
+            } else {
+                (backoff * 2).min(RECONNECT_BACKOFF_MS_MAX)
+            };
         }
     });
     queue

@@ -1,6 +1,6 @@
 //! The node's event loop: inputs in, core steps, actions carried out.
 
-use super::connections::{accept_clients, accept_peers, connect_peer};
+use super::connections::{PeerWakes, accept_clients, accept_peers, connect_peer};
 use super::data_dir::DirLock;
 use super::install::{Incoming, stream_snapshot};
 use super::recovery::Restored;
@@ -60,13 +60,25 @@ pub(super) async fn run<H: Handler>(
     mut inputs: mpsc::Receiver<Input>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) -> Option<String> {
-    tokio::spawn(accept_peers(listeners.peer, config.access(), inbox.clone()));
+    let wakes = PeerWakes::new(
+        config
+            .nodes
+            .iter()
+            .map(|n| n.id)
+            .filter(|&id| id != config.id),
+    );
+    tokio::spawn(accept_peers(
+        listeners.peer,
+        config.access(),
+        inbox.clone(),
+        wakes.clone(),
+    ));
     tokio::spawn(accept_clients(
         listeners.client,
         config.access(),
         inbox.clone(),
     ));
-    let mut driver = Driver::new(config, restored, inbox)?;
+    let mut driver = Driver::new(config, restored, inbox, wakes)?;
     let mut ticker = tokio::time::interval(Duration::from_millis(driver.config.tick_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -162,7 +174,12 @@ struct Driver<H: Handler> {
 }
 
 impl<H: Handler> Driver<H> {
-    fn new(config: NodeConfig, restored: Restored<H>, inbox: mpsc::Sender<Input>) -> Option<Self> {
+    fn new(
+        config: NodeConfig,
+        restored: Restored<H>,
+        inbox: mpsc::Sender<Input>,
+        wakes: PeerWakes,
+    ) -> Option<Self> {
         // The data directory stays locked until the last thread that writes in it ends: the
         // WAL's and the snapshot writer's hold it beside this one.
         let lock = Arc::new(restored.lock);
@@ -190,7 +207,10 @@ impl<H: Handler> Driver<H> {
             .nodes
             .iter()
             .filter(|n| n.id != config.id)
-            .map(|n| (n.id, connect_peer(config.access(), n.id, n.peer_address)))
+            .map(|n| {
+                let queue = connect_peer(config.access(), n.id, n.peer_address, wakes.clone());
+                (n.id, queue)
+            })
             .collect();
         let mut machine = restored.machine;
         machine.set_mode(config.mode);
