@@ -9,7 +9,7 @@
 //! snapshot_every = 64            # optional; entries between snapshot captures, 0 for none
 //! snapshot_retain_ms = 1000      # optional; least time a snapshot is kept before replacing
 //! lagging_entries_max = 4096     # optional; log a leader keeps behind its snapshot for followers
-//! wal_segment_bytes = 67108864   # optional; bytes per WAL segment
+//! wal_segment_bytes = 8388608    # optional; bytes per WAL segment (4 KiB to 64 MiB)
 //! fsync_delay_ms = 0             # optional; added after every WAL fsync (emulates a slow disk)
 //! capacity_bytes = 2147483648    # optional; state capacity of every node (the same on all)
 //! pipeline_entries_max = 8       # optional; entries a leader keeps in flight
@@ -119,7 +119,7 @@ fn default_snapshot_every() -> u64 {
 }
 
 fn default_wal_segment_bytes() -> u64 {
-    engine::wal::WAL_SEGMENT_BYTES_MAX
+    engine::wal::WAL_SEGMENT_BYTES_DEFAULT
 }
 
 fn default_lagging_entries_max() -> u64 {

@@ -38,7 +38,7 @@ pub struct RecoverArgs {
 fn target(args: &RecoverArgs) -> anyhow::Result<(PathBuf, RecoveryOptions)> {
     let mut options = RecoveryOptions {
         capacity_bytes: STATE_BYTES_DEFAULT,
-        wal_segment_bytes: engine::wal::WAL_SEGMENT_BYTES_MAX,
+        wal_segment_bytes: engine::wal::WAL_SEGMENT_BYTES_DEFAULT,
         owner: None,
         rebuild_from_leader: false,
     };

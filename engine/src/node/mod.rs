@@ -126,7 +126,7 @@ impl NodeConfig {
             snapshot_every: crate::snapshot::SNAPSHOT_EVERY_DEFAULT,
             snapshot_retain_ms: crate::snapshot::SNAPSHOT_RETAIN_MS_DEFAULT,
             lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
-            wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_MAX,
+            wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
             fsync_delay_ms: 0,
             rebuild_from_leader: false,
         }

@@ -112,7 +112,7 @@ pub(super) fn scan(
         entries: Vec::new(),
         base_hash: EntryHash::default(),
         buf: Vec::new(),
-        segment_bytes_max: super::WAL_SEGMENT_BYTES_MAX,
+        segment_bytes_max: super::WAL_SEGMENT_BYTES_DEFAULT,
         pending_cut: None,
         torn_tail_bytes: 0,
         access,
