@@ -258,6 +258,15 @@ fn print_slowest_rejoins(rejoins: &[Rejoin], single_p99: f64, single_max: f64) {
         let ms = r.took.as_secs_f64() * 1e3;
         println!("{ms:>10.0} {:>5}  {}", r.node, r.fault);
     }
+    if let Some(r) = slowest.first() {
+        eprintln!(
+            "the slowest rejoin, node {} after {}, as the status polls saw it:",
+            r.node, r.fault
+        );
+        for line in &r.timeline {
+            eprintln!("  {line}");
+        }
+    }
 }
 
 /// Rejoins listed after a run, slowest first.

@@ -304,9 +304,8 @@ pub struct Findings {
     pub leaders: BTreeMap<u64, u8>,
     /// The highest commit index any node reported.
     pub highest_commit: u64,
-    /// Nodes restarted or resumed that have not caught up yet: when, the commit index they
-    /// must apply to count as rejoined, and the fault they come back from.
-    pub rejoining: BTreeMap<u8, (Instant, u64, String)>,
+    /// Nodes restarted or resumed that have not caught up yet.
+    pub rejoining: BTreeMap<u8, Rejoining>,
     /// How long each restarted or resumed node took to apply what was committed when it came
     /// back (to the status poll's resolution), the node, and the fault it came back from.
     pub rejoins: Vec<Rejoin>,
@@ -317,15 +316,25 @@ pub struct Findings {
 impl Findings {
     /// I7 and I2 from a round of statuses: one leader per term, no divergence, no halt.
     pub fn observe(&mut self, statuses: &[NodeStatus]) {
+        for (node, rejoining) in &mut self.rejoining {
+            let status = statuses.iter().find(|s| s.node.0 == *node);
+            rejoining.seen(status);
+        }
         for status in statuses {
             self.highest_commit = self.highest_commit.max(status.commit_index.0);
             let node = status.node.0;
-            if let Some((_, target, _)) = self.rejoining.get(&node)
-                && status.applied_index.0 >= *target
-                && let Some((since, _, fault)) = self.rejoining.remove(&node)
+            if self
+                .rejoining
+                .get(&node)
+                .is_some_and(|r| status.applied_index.0 >= r.target)
+                && let Some(back) = self.rejoining.remove(&node)
             {
-                let took = since.elapsed();
-                self.rejoins.push(Rejoin { node, took, fault });
+                self.rejoins.push(Rejoin {
+                    node,
+                    took: back.since.elapsed(),
+                    fault: back.fault,
+                    timeline: back.timeline,
+                });
             }
             if status.role == Role::Leader {
                 let term = status.term.0;
@@ -358,8 +367,13 @@ impl Findings {
             .faults
             .last()
             .map_or_else(String::new, |(_, what)| what.clone());
-        self.rejoining
-            .insert(node, (Instant::now(), self.highest_commit, fault));
+        let rejoining = Rejoining {
+            since: Instant::now(),
+            target: self.highest_commit,
+            fault,
+            timeline: Vec::new(),
+        };
+        self.rejoining.insert(node, rejoining);
     }
 
     /// The median, 99th percentile and longest of the rejoins `which` selects, in
@@ -381,6 +395,36 @@ impl Findings {
     }
 }
 
+/// A node on its way back after a fault.
+pub struct Rejoining {
+    /// When it was restarted or resumed.
+    pub since: Instant,
+    /// The commit index it must apply to count as rejoined.
+    pub target: u64,
+    /// The fault it comes back from.
+    pub fault: String,
+    /// What each status poll saw of it meanwhile.
+    pub timeline: Vec<String>,
+}
+
+impl Rejoining {
+    /// Notes what one status poll saw of the node (`None`: it did not answer).
+    fn seen(&mut self, status: Option<&NodeStatus>) {
+        let ms = self.since.elapsed().as_millis();
+        self.timeline.push(match status {
+            None => format!("{ms} ms: silent"),
+            Some(s) => format!(
+                "{ms} ms: {:?} term {} leader {:?} commit {} applied {}",
+                s.role,
+                s.term.0,
+                s.leader.map(|l| l.0),
+                s.commit_index.0,
+                s.applied_index.0
+            ),
+        });
+    }
+}
+
 /// One node's return after a fault.
 #[derive(Clone, Debug)]
 pub struct Rejoin {
@@ -390,6 +434,8 @@ pub struct Rejoin {
     pub took: Duration,
     /// The fault it came back from (`kill leader 2`, `pause follower 3`, ...).
     pub fault: String,
+    /// What each status poll saw of it on the way (see [`Rejoining::timeline`]).
+    pub timeline: Vec<String>,
 }
 
 impl Rejoin {
@@ -685,7 +731,7 @@ pub fn compare_wals(dir: &Path, findings: &mut Findings) {
             .join(format!("node{id}"))
             .join(engine::node::storage::WAL_DIR);
         // Read-only: the checker looks at the evidence and changes none of it.
-        let segment_bytes = engine::wal::WAL_SEGMENT_BYTES_MAX;
+        let segment_bytes = engine::wal::WAL_SEGMENT_BYTES_DEFAULT;
         match engine::wal::Wal::scan_repairing(&path, segment_bytes, engine::wal::Access::ReadOnly)
         {
             Ok((_, recovery)) if recovery.damage.is_some() => findings.violations.push(format!(
