@@ -34,6 +34,7 @@ mod proxy;
 mod recover;
 mod report;
 mod sim;
+mod sim_oracle;
 mod single;
 
 use clap::{Parser, Subcommand};

@@ -14,18 +14,54 @@
 //! - **I7** one leader per term; a committed entry is never truncated;
 //! - **I8** an answer with results leaves a node only once the entry that finished the request
 //!   is within that node's commit index;
-//! - **I9** real-time order: a request sent after another was answered is later in the log.
+//! - **I9** real-time order: a request sent after another was answered is later in the log;
+//! - **the oracle**: the workload's own model of the business ([`Workload::logged`]), sharing
+//!   no code with the engine's apply, sessions or codec, is fed every request fragment of the
+//!   committed log (duplicates included) with the commands its client sent (the log's bytes
+//!   must be their encoding) and the reference's answer to it, and decides by itself what
+//!   applies and what it outputs; after every entry its state is compared with the
+//!   reference's. With I1 this compares every answer a client got with the model.
 
 use super::Workload;
 use super::disk::Disk;
-use crate::apply::{ReplyStatus, StateMachine, decode_outcomes};
-use crate::entry::Entry;
-use crate::handler::Handler;
+use crate::apply::{Reply, ReplyStatus, StateMachine, decode_outcomes};
+use crate::entry::{Entry, EntryKind, FragmentHeader, encode_commands, parse_payload};
+use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 use crate::state::StateHash;
 use std::collections::BTreeMap;
 
 type Cmd<W> = <<W as Workload>::H as Handler>::Command;
+
+/// What the reference replica answered for a request, in the entry whose fragment ended it.
+#[derive(Debug)]
+pub enum Answer<H: Handler> {
+    /// The outcomes of the request's commands, in order (see [`ReplyStatus::Results`]).
+    Results(Vec<OutcomeOf<H>>),
+    /// The client had moved on to a newer request (see [`ReplyStatus::Stale`]).
+    Stale,
+    /// The client had no session (see [`ReplyStatus::Expired`]).
+    Expired,
+    /// Results that do not decode as the request's outcomes.
+    Undecodable,
+}
+
+/// One request fragment as the committed log holds it, every copy of it (a retried request
+/// logged twice comes twice), in log order: what a workload's own model of the business
+/// (an independent oracle) is fed.
+#[derive(Debug)]
+pub struct Logged<'a, H: Handler> {
+    /// The entry holding the fragment.
+    pub index: EntryIndex,
+    /// The fragment: its client, request, and which of the request's commands it carries.
+    pub fragment: FragmentHeader,
+    /// The fragment's commands, as the client sent them (the checker checked that the log's
+    /// bytes are their encoding).
+    pub commands: &'a [H::Command],
+    /// What the reference replica answered when this fragment ended its request; `None` for
+    /// a fragment that does not end its request (a reply comes only with the last one).
+    pub answer: Option<Answer<H>>,
+}
 
 /// The reference replica and what has been seen so far.
 pub struct Checker<W: Workload> {
@@ -52,6 +88,8 @@ pub struct Checker<W: Workload> {
     sent_at: BTreeMap<(ClientId, RequestNumber), u64>,
     /// The event at which each request's results reached its client.
     acknowledged_at: BTreeMap<(ClientId, RequestNumber), u64>,
+    /// The reference's state differed from the workload's model after the last entry.
+    model_differs: bool,
     violations: Vec<String>,
 }
 
@@ -76,6 +114,7 @@ impl<W: Workload> Checker<W> {
             answers: Vec::new(),
             sent_at: BTreeMap::new(),
             acknowledged_at: BTreeMap::new(),
+            model_differs: false,
             violations: Vec::new(),
         }
     }
@@ -226,59 +265,36 @@ impl<W: Workload> Checker<W> {
         self.acknowledged.insert((client, request), results);
     }
 
-    /// Applies the reference log as far as it goes; checks I2, I3, I5 and I1 on the way.
+    /// Applies the reference log as far as it goes; checks I2, I3, I5, I1 and the workload's
+    /// own model on the way.
     pub(super) fn advance(&mut self, workload: &mut W) {
         while (self.reference.applied_index().0 as usize) < self.log.len() {
-            let entry = &self.log[self.reference.applied_index().0 as usize];
-            let applied = match self.reference.apply(entry) {
+            let position = self.reference.applied_index().0 as usize;
+            let applied = match self.reference.apply(&self.log[position]) {
                 Ok(applied) => applied,
                 Err(error) => {
                     self.violations
                         .push(format!("the reference replica stopped: {error}"));
                     // Nothing more can be compared.
-                    self.log.truncate(self.reference.applied_index().0 as usize);
+                    self.log.truncate(position);
                     return;
                 }
             };
             self.node_applied(REFERENCE, applied.index, applied.state_hash);
-            for reply in applied.replies {
-                let key = (reply.client, reply.request);
-                let ReplyStatus::Results(results) = reply.status else {
-                    continue;
-                };
-                self.finished_in.entry(key).or_insert(applied.index);
-                if let Some(earlier) = self.results.get(&key) {
-                    if *earlier != results {
-                        self.note(format!(
-                            "I5: client {} request {} answered twice with different results",
-                            key.0.0, key.1.0
-                        ));
-                    }
-                    continue;
+            for reply in &applied.replies {
+                self.take_reply(workload, applied.index, reply);
+            }
+            self.feed_model(workload, position, &applied.replies);
+            // The model applies fragments as the log holds them, so it is comparable after
+            // every entry, a request split between entries included.
+            match workload.check_model(self.reference.state()) {
+                // Reported when the state parts from the model, not again for every entry.
+                Err(reason) if !self.model_differs => {
+                    self.model_differs = true;
+                    self.note(format!("oracle: after entry {}: {reason}", applied.index.0));
                 }
-                match (
-                    self.requests.get(&key),
-                    decode_outcomes::<W::H>(&results, reply.command_count),
-                ) {
-                    (Some(commands), Ok(outcomes)) if commands.len() == outcomes.len() => {
-                        for (command, outcome) in commands.iter().zip(&outcomes) {
-                            workload.observe(command, outcome);
-                        }
-                    }
-                    _ => self.note(format!(
-                        "client {} request {}: results that do not match its commands",
-                        key.0.0, key.1.0
-                    )),
-                }
-                if let Some(acknowledged) = self.acknowledged.get(&key)
-                    && *acknowledged != results
-                {
-                    self.note(format!(
-                        "I1: client {} request {}: acknowledged results differ from the committed log's",
-                        key.0.0, key.1.0
-                    ));
-                }
-                self.results.insert(key, results);
+                Err(_) => {}
+                Ok(()) => self.model_differs = false,
             }
             // A request split between entries has effects before its results: the state
             // is comparable only when no request is halfway.
@@ -289,6 +305,150 @@ impl<W: Workload> Checker<W> {
                     .push(format!("I3: after entry {}: {reason}", applied.index.0));
             }
         }
+    }
+
+    /// I5, I1 and the workload's observations for one of the reference's replies, in the
+    /// entry at `index`.
+    fn take_reply(&mut self, workload: &mut W, index: EntryIndex, reply: &Reply) {
+        let key = (reply.client, reply.request);
+        let ReplyStatus::Results(results) = &reply.status else {
+            return;
+        };
+        self.finished_in.entry(key).or_insert(index);
+        if let Some(earlier) = self.results.get(&key) {
+            if earlier != results {
+                self.note(format!(
+                    "I5: client {} request {} answered twice with different results",
+                    key.0.0, key.1.0
+                ));
+            }
+            return;
+        }
+        match (
+            self.requests.get(&key),
+            decode_outcomes::<W::H>(results, reply.command_count),
+        ) {
+            (Some(commands), Ok(outcomes)) if commands.len() == outcomes.len() => {
+                for (command, outcome) in commands.iter().zip(&outcomes) {
+                    workload.observe(command, outcome);
+                }
+            }
+            _ => self.note(format!(
+                "client {} request {}: results that do not match its commands",
+                key.0.0, key.1.0
+            )),
+        }
+        if let Some(acknowledged) = self.acknowledged.get(&key)
+            && acknowledged != results
+        {
+            self.note(format!(
+                "I1: client {} request {}: acknowledged results differ from the committed log's",
+                key.0.0, key.1.0
+            ));
+        }
+        self.results.insert(key, results.clone());
+    }
+
+    /// Feeds the workload's own model every fragment of the log's entry at `position`, in
+    /// order; a fragment that ends its request comes with the reference's reply to it (a reply
+    /// comes when a request's last fragment applies, so the replies follow those fragments).
+    fn feed_model(&mut self, workload: &mut W, position: usize, replies: &[Reply]) {
+        let entry = &self.log[position];
+        let index = entry.index();
+        match entry.header.kind {
+            EntryKind::Noop => return,
+            EntryKind::Commands => {}
+        }
+        let fragments = match parse_payload(&entry.payload) {
+            Ok((_, fragments)) => fragments,
+            Err(error) => {
+                let message = format!("oracle: entry {}: {error}", index.0);
+                self.note(message);
+                return;
+            }
+        };
+        let mut replies = replies.iter();
+        let mut found = Vec::new();
+        for (fragment, bytes) in fragments {
+            let reply = if fragment.is_last() {
+                replies.next()
+            } else {
+                None
+            };
+            if let Err(message) = self.feed_fragment(workload, index, (fragment, bytes), reply) {
+                found.push(message);
+            }
+        }
+        if replies.next().is_some() {
+            found.push(format!(
+                "oracle: entry {}: the reference replied more often than requests ended",
+                index.0
+            ));
+        }
+        for message in found {
+            self.note(message);
+        }
+    }
+
+    /// Feeds the workload's own model one fragment of the entry at `index`, with the
+    /// reference's `reply` when the fragment ends its request; returns a violation. A fragment
+    /// whose commands are not the ones its client sent is not fed (the model cannot know
+    /// them): the violation says so, and the model's later differences follow from it.
+    fn feed_fragment(
+        &self,
+        workload: &mut W,
+        index: EntryIndex,
+        (fragment, bytes): (FragmentHeader, &[u8]),
+        reply: Option<&Reply>,
+    ) -> Result<(), String> {
+        let key = (fragment.client, fragment.request);
+        let name = format!(
+            "oracle: entry {}: client {} request {}",
+            index.0, key.0.0, key.1.0
+        );
+        let sent = self
+            .requests
+            .get(&key)
+            .ok_or_else(|| format!("{name} is in the log but was never sent"))?;
+        let first = u64::from(fragment.first_command);
+        let range = first as usize..(first + u64::from(fragment.command_count)) as usize;
+        let commands = sent
+            .get(range.clone())
+            .filter(|_| sent.len() as u64 == u64::from(fragment.request_commands))
+            .ok_or_else(|| {
+                format!(
+                    "{name}: the log holds commands {range:?} of {}, the client sent {}",
+                    fragment.request_commands,
+                    sent.len()
+                )
+            })?;
+        if encode_commands(commands) != bytes {
+            return Err(format!(
+                "{name}: the log's commands {range:?} are not the ones the client sent"
+            ));
+        }
+        let answer = match reply {
+            None if fragment.is_last() => {
+                return Err(format!("{name}: its last fragment got no reply"));
+            }
+            None => None,
+            Some(reply) if (reply.client, reply.request) == key => Some(answer_of(reply)),
+            Some(reply) => {
+                return Err(format!(
+                    "{name}: its last fragment got the reply to client {} request {}",
+                    reply.client.0, reply.request.0
+                ));
+            }
+        };
+        let logged = Logged {
+            index,
+            fragment,
+            commands,
+            answer,
+        };
+        workload
+            .logged(logged)
+            .map_err(|reason| format!("oracle: {reason}"))
     }
 
     /// A client whose latest request in the reference log has applied only in part.
@@ -380,5 +540,15 @@ impl<W: Workload> Checker<W> {
         for message in out_of_order {
             self.note(message);
         }
+    }
+}
+
+/// The reference's reply as the workload's model sees it: outcomes decoded.
+fn answer_of<H: Handler>(reply: &Reply) -> Answer<H> {
+    match &reply.status {
+        ReplyStatus::Results(results) => decode_outcomes::<H>(results, reply.command_count)
+            .map_or(Answer::Undecodable, Answer::Results),
+        ReplyStatus::Stale => Answer::Stale,
+        ReplyStatus::Expired => Answer::Expired,
     }
 }

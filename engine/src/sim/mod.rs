@@ -87,8 +87,10 @@ pub const QUIET_UNITS: Time = 4 * ELECTION_TICKS_MIN_DEFAULT as Time * TICK_UNIT
 /// run takes a few seconds).
 pub const FAULTS_UNITS_MAX: Time = 600_000;
 
-/// A business the simulator drives: its handler, the requests its clients send, and the
-/// invariant its state must keep (I3 for the Bank).
+/// A business the simulator drives: its handler, the requests its clients send, the
+/// invariant its state must keep (I3 for the Bank), and its own model of the business: an
+/// independent oracle, sharing no code with the engine's apply, sessions or codec, that the
+/// checker feeds the committed log and compares with the reference replica.
 pub trait Workload {
     /// The handler under test.
     type H: Handler;
@@ -100,6 +102,13 @@ pub trait Workload {
     fn observe(&mut self, command: &<Self::H as Handler>::Command, outcome: &OutcomeOf<Self::H>);
     /// Checks the committed state against what was observed.
     fn check(&self, state: &State) -> Result<(), String>;
+    /// The model takes in one request fragment as the committed log holds it (every copy, a
+    /// retried request logged twice included, in log order): it decides by itself which of
+    /// the commands apply (exactly once) and what each outputs, and says where the
+    /// reference's answer differs (naming the entry, client, request and command).
+    fn logged(&mut self, logged: check::Logged<'_, Self::H>) -> Result<(), String>;
+    /// Compares the model with the committed state after an entry.
+    fn check_model(&self, state: &State) -> Result<(), String>;
 }
 
 /// What one simulated run does.
@@ -154,6 +163,10 @@ pub struct SimReport {
     pub partitions: u64,
     /// Times one or more disks filled up.
     pub disks_full: u64,
+    /// Times a node's process was stopped for a while.
+    pub stalls: u64,
+    /// Times a node's acknowledgement connections failed for a while.
+    pub acks_down: u64,
     /// Leaders elected.
     pub leaders: u64,
     /// Events processed.
@@ -215,6 +228,30 @@ enum SimEvent {
     Heal,
 }
 
+impl SimEvent {
+    /// The node whose process handles the event, if one does.
+    fn node(&self) -> Option<NodeId> {
+        match self {
+            SimEvent::Tick(id) => Some(*id),
+            SimEvent::Peer { to, .. } => Some(*to),
+            SimEvent::Synced { node, .. }
+            | SimEvent::Loaded { node, .. }
+            | SimEvent::SnapshotDurable { node, .. }
+            | SimEvent::Request { node, .. } => Some(*node),
+            SimEvent::Reply { .. }
+            | SimEvent::ClientTimeout { .. }
+            | SimEvent::ClientRetry { .. }
+            | SimEvent::Restart(_)
+            | SimEvent::SpaceBack(_)
+            | SimEvent::Fault
+            | SimEvent::Heal => None,
+        }
+    }
+}
+
+/// The longest a simulated process stays stopped.
+pub const STALL_UNITS_MAX: Time = 5_000;
+
 /// A running node: what a crash loses.
 struct Live<H: Handler> {
     /// The node's own protocol code; clients are known by their number.
@@ -236,6 +273,12 @@ struct SimNode<H: Handler> {
     disk: Disk,
     live: Option<Live<H>>,
     incarnation: u64,
+    /// The process is stopped (SIGSTOP, a stalled node thread) until then: what reaches it
+    /// waits, in order, and its clock does not tick.
+    stalled_until: Time,
+    /// Its WAL thread's acknowledgement connections fail until then: an acknowledgement after
+    /// an fsync is reported undeliverable and the core sends it the ordinary way.
+    acks_down_until: Time,
 }
 
 impl<H: Handler> SimNode<H> {
@@ -310,6 +353,8 @@ impl<W: Workload> Sim<W> {
                 disk: Disk::default(),
                 live: None,
                 incarnation: 0,
+                stalled_until: 0,
+                acks_down_until: 0,
             })
             .collect();
         let clients = (0..options.clients).map(SimClient::new).collect();
@@ -407,6 +452,8 @@ impl<W: Workload> Sim<W> {
         self.links_changed = self.now;
         for id in 1..=SIM_NODES {
             self.space_back(NodeId(id));
+            // A stopped process resumes when its stall ends (at most `STALL_UNITS_MAX` on).
+            self.node(NodeId(id)).acks_down_until = 0;
             if self.nodes[usize::from(id - 1)].live.is_none() {
                 self.restart(NodeId(id));
             }
@@ -460,6 +507,13 @@ impl<W: Workload> Sim<W> {
     }
 
     fn handle(&mut self, event: SimEvent) {
+        if let Some(id) = event.node()
+            && self.node(id).stalled_until > self.now
+        {
+            let resume = self.node(id).stalled_until - self.now;
+            self.schedule(resume, event);
+            return;
+        }
         match event {
             SimEvent::Tick(id) => {
                 if self.node(id).live.is_some() {
@@ -547,7 +601,8 @@ impl<W: Workload> Sim<W> {
     }
 
     /// Draws one fault: a crash (of the leader more often than not), a partition, a clogged
-    /// link, or a restart of everything down.
+    /// link, a full disk, a stopped process, failing acknowledgement connections, or a
+    /// restart of everything down.
     fn inject_fault(&mut self) {
         let leader = self.nodes.iter().find_map(|n| {
             n.live
@@ -556,7 +611,7 @@ impl<W: Workload> Sim<W> {
                 .map(|_| n.id)
         });
         let random_node = NodeId(1 + self.rng.below(u64::from(SIM_NODES)) as u8);
-        match self.rng.below(10) {
+        match self.rng.below(12) {
             0..=1 => {
                 let victim = leader.unwrap_or(random_node);
                 self.crash(victim);
@@ -626,6 +681,25 @@ impl<W: Workload> Sim<W> {
                 }
                 self.report.disks_full += 1;
             }
+            9 => {
+                // A stopped process (the leader more often than not): everything sent to it
+                // waits, and it resumes where it was.
+                let stalled = leader
+                    .filter(|_| self.rng.chance(2, 3))
+                    .unwrap_or(random_node);
+                let lasting = 10 + self.rng.below(STALL_UNITS_MAX - 10);
+                let until = self.now + lasting;
+                let node = self.node(stalled);
+                node.stalled_until = node.stalled_until.max(until);
+                self.report.stalls += 1;
+            }
+            10 => {
+                // The WAL thread's acknowledgement connections of one node fail.
+                let lasting = 50 + self.rng.below(3_000);
+                let now = self.now;
+                self.node(random_node).acks_down_until = now + lasting;
+                self.report.acks_down += 1;
+            }
             _ => {
                 for id in 1..=SIM_NODES {
                     if self.node(NodeId(id)).live.is_none() {
@@ -645,6 +719,7 @@ impl<W: Workload> Sim<W> {
             return;
         }
         node.incarnation += 1;
+        node.stalled_until = 0;
         node.disk.crash(keep_draw);
         self.report.crashes += 1;
         self.checker.crashed(id);
@@ -816,18 +891,20 @@ impl<W: Workload> Sim<W> {
 
     /// A node asks for votes (or pre-votes) for `term` only when it does not hear from a
     /// leader: never while a leader of its term or later has led for [`QUIET_UNITS`], over a
-    /// link to it that has been whole as long, with the node up as long.
+    /// link to it that has been whole as long, with both up and running (not stopped) as long.
     fn check_quiet(&mut self, id: NodeId, term: crate::ids::Term) {
         let now = self.now;
         let links_whole = now - self.links_changed >= QUIET_UNITS;
         let Some(up_since) = self.live(id).map(|l| l.up_since) else {
             return;
         };
-        if !links_whole || now - up_since < QUIET_UNITS {
+        let running = |n: &SimNode<W::H>| now >= n.stalled_until + QUIET_UNITS;
+        if !links_whole || now - up_since < QUIET_UNITS || !running(self.node(id)) {
             return;
         }
         let heard = self.nodes.iter().find(|n| {
             n.id != id
+                && running(n)
                 && !self.links.cut.contains(&(n.id, id))
                 && !self.links.clogged.contains(&(n.id, id))
                 && n.live.as_ref().is_some_and(|l| {
@@ -1139,8 +1216,13 @@ impl<W: Workload> Sim<W> {
         if let Some((index, term)) = synced.persisted {
             self.drive(id, |r, out| r.persisted(index, term, out));
         }
+        let acks_down = self.node(id).acks_down_until > self.now;
         for (to, message) in synced.acks {
-            self.send_peer(id, to, message);
+            if acks_down {
+                self.drive(id, |r, out| r.ack_failed(out));
+            } else {
+                self.send_peer(id, to, message);
+            }
         }
         if synced.more {
             self.request_sync(id);

@@ -185,11 +185,23 @@ pub(crate) mod conformance {
         let mut entries: Vec<Entry> = Vec::new();
         for index in (base.index.0 + 1..=base.index.0 + count).map(EntryIndex) {
             let prev = entries.last().map_or(base.hash, |e| e.header.hash);
-            let later = if index.0 - base.index.0 <= count / 2 { 1 } else { 2 };
+            let later = if index.0 - base.index.0 <= count / 2 {
+                1
+            } else {
+                2
+            };
             let term = Term(base.term.0 + later);
             let commit = index.prev().min(committed);
             let payload = bytes::Bytes::new();
-            entries.push(Entry::seal(index, term, EntryKind::Noop, commit, 0, payload, &prev));
+            entries.push(Entry::seal(
+                index,
+                term,
+                EntryKind::Noop,
+                commit,
+                0,
+                payload,
+                &prev,
+            ));
         }
         entries
     }
@@ -239,7 +251,10 @@ pub(crate) mod conformance {
     fn check_continues<L: RecoveryLog>(log: &L, base: LogBase, entries: &[Entry]) {
         let other = EntryHash([0xA5; 32]);
         assert!(log_reaches(log, base.index));
-        assert!(log_continues(log, base.index, base.hash), "chained to its base");
+        assert!(
+            log_continues(log, base.index, base.hash),
+            "chained to its base"
+        );
         assert!(!log_continues(log, base.index, other) || entries.is_empty());
         for entry in entries {
             let (index, term, hash) = (entry.index(), entry.term(), entry.header.hash);
