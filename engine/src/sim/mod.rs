@@ -177,7 +177,13 @@ pub struct SimReport {
 
 /// A message between nodes and clients.
 enum SimEvent {
-    Tick(NodeId),
+    /// The node's clock ticks (the incarnation it was scheduled for: each process has one
+    /// chain of ticks, and a tick of a crashed process must not start a second one in its
+    /// restarted successor).
+    Tick {
+        node: NodeId,
+        incarnation: u64,
+    },
     Peer {
         to: NodeId,
         from: NodeId,
@@ -232,7 +238,7 @@ impl SimEvent {
     /// The node whose process handles the event, if one does.
     fn node(&self) -> Option<NodeId> {
         match self {
-            SimEvent::Tick(id) => Some(*id),
+            SimEvent::Tick { node, .. } => Some(*node),
             SimEvent::Peer { to, .. } => Some(*to),
             SimEvent::Synced { node, .. }
             | SimEvent::Loaded { node, .. }
@@ -515,13 +521,20 @@ impl<W: Workload> Sim<W> {
             return;
         }
         match event {
-            SimEvent::Tick(id) => {
-                if self.node(id).live.is_some() {
+            SimEvent::Tick {
+                node: id,
+                incarnation,
+            } => {
+                if self.node(id).incarnation == incarnation && self.node(id).live.is_some() {
                     let now_ms = self.now / 10;
                     self.drive(id, |r, out| r.tick(now_ms, out));
                     self.deferred(id);
                     let jitter = self.rng.below(3);
-                    self.schedule(TICK_UNITS - 1 + jitter, SimEvent::Tick(id));
+                    let tick = SimEvent::Tick {
+                        node: id,
+                        incarnation,
+                    };
+                    self.schedule(TICK_UNITS - 1 + jitter, tick);
                 }
             }
             SimEvent::Peer {
@@ -794,7 +807,14 @@ impl<W: Workload> Sim<W> {
         }
         self.checker.restarted(id, committed);
         let first_tick = 1 + self.rng.below(TICK_UNITS);
-        self.schedule(first_tick, SimEvent::Tick(id));
+        let incarnation = self.node(id).incarnation;
+        self.schedule(
+            first_tick,
+            SimEvent::Tick {
+                node: id,
+                incarnation,
+            },
+        );
     }
 
     fn live(&mut self, id: NodeId) -> Option<&mut Live<W::H>> {
