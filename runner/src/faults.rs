@@ -414,12 +414,14 @@ impl Rejoining {
         self.timeline.push(match status {
             None => format!("{ms} ms: silent"),
             Some(s) => format!(
-                "{ms} ms: {:?} term {} leader {:?} commit {} applied {}",
+                "{ms} ms: {:?} term {} leader {:?} last {} commit {} applied {} (target {})",
                 s.role,
                 s.term.0,
                 s.leader.map(|l| l.0),
+                s.last_index.0,
                 s.commit_index.0,
-                s.applied_index.0
+                s.applied_index.0,
+                self.target
             ),
         });
     }
