@@ -369,21 +369,28 @@ async fn read_peer(
 }
 
 /// Starts the task that keeps a connection to node `peer` at `address` and writes what the
-/// node queues for it; `wakes` cuts a back-off short when the peer connects to us.
+/// node queues for it; `wakes` cuts a back-off short when the peer connects to us. A snapshot
+/// transfer that loses a chunk (the connection broke before its last chunk was written, or
+/// chunks were dropped while the peer was unreachable) is reported to `inbox` as
+/// [`Input::SnapshotAborted`], so that the leader sends it again at once rather than after
+/// `SNAPSHOT_RESEND_TICKS`.
 pub(crate) fn connect_peer(
     access: Access,
     peer: NodeId,
     address: SocketAddr,
     wakes: PeerWakes,
+    inbox: mpsc::Sender<Input>,
 ) -> mpsc::Sender<PeerMessage> {
     let (queue, mut queued) = mpsc::channel::<PeerMessage>(PEER_QUEUE_MESSAGES_MAX);
     tokio::spawn(async move {
         let mut backoff = RECONNECT_BACKOFF_MS_MIN;
+        let mut transfer = Transfer::default();
         loop {
             match TcpStream::connect(address).await {
                 Ok(stream) => {
                     tune(&stream);
-                    match write_peer(stream, &access, peer, &mut queued).await {
+                    let written = write_peer(stream, &access, peer, &mut queued, &mut transfer);
+                    match written.await {
                         Ok(()) => return,
                         Err(error) => {
                             if !matches!(error, ConnectionError::Handshake(_)) {
@@ -395,8 +402,13 @@ pub(crate) fn connect_peer(
                 }
                 Err(_) => {
                     // Unreachable for now: whatever was queued is stale by the time it is back.
-                    while queued.try_recv().is_ok() {}
+                    while let Ok(message) = queued.try_recv() {
+                        transfer.dropped(&message);
+                    }
                 }
+            }
+            if transfer.lost() && inbox.send(Input::SnapshotAborted(peer)).await.is_err() {
+                return;
             }
             let woken = wakes.back_off(peer, Duration::from_millis(backoff)).await;
             backoff = if woken {
@@ -409,6 +421,48 @@ pub(crate) fn connect_peer(
     queue
 }
 
+/// Whether a snapshot transfer to a peer is under way on its connection: a chunk was taken
+/// from the queue, and the transfer's last chunk has not been flushed to the socket yet.
+#[derive(Default)]
+struct Transfer {
+    open: bool,
+    /// The last chunk taken for writing ends its snapshot.
+    final_taken: bool,
+}
+
+impl Transfer {
+    /// A message was taken from the queue to be written.
+    fn taken(&mut self, message: &PeerMessage) {
+        if let PeerMessage::Snapshot(chunk) = message {
+            self.open = true;
+            self.final_taken = chunk.offset + chunk.data.len() as u64 >= chunk.total;
+        }
+    }
+
+    /// A message was dropped unwritten (the peer is unreachable).
+    fn dropped(&mut self, message: &PeerMessage) {
+        if matches!(message, PeerMessage::Snapshot(_)) {
+            self.open = true;
+            self.final_taken = false;
+        }
+    }
+
+    /// What was taken is written and flushed.
+    fn flushed(&mut self) {
+        if self.final_taken {
+            self.open = false;
+            self.final_taken = false;
+        }
+    }
+
+    /// The connection broke or messages were dropped: true when that lost part of a
+    /// transfer (reported once).
+    fn lost(&mut self) -> bool {
+        self.final_taken = false;
+        std::mem::take(&mut self.open)
+    }
+}
+
 /// Introduces this node, then writes queued messages, several per flush when they are
 /// waiting. Returns `Ok` when the node dropped the queue (shutdown).
 async fn write_peer(
@@ -416,6 +470,7 @@ async fn write_peer(
     access: &Access,
     peer: NodeId,
     queued: &mut mpsc::Receiver<PeerMessage>,
+    transfer: &mut Transfer,
 ) -> Result<(), ConnectionError> {
     let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
     let introduced = tokio::time::timeout(
@@ -433,11 +488,14 @@ async fn write_peer(
         Err(_) => return Err(ConnectionError::Refused(Refusal::HandshakeTimeout)),
     }
     while let Some(message) = queued.recv().await {
+        transfer.taken(&message);
         frames.feed(&message).await?;
         while let Ok(message) = queued.try_recv() {
+            transfer.taken(&message);
             frames.feed(&message).await?;
         }
         SinkExt::<&PeerMessage>::flush(&mut frames).await?;
+        transfer.flushed();
     }
     Ok(())
 }
@@ -634,5 +692,78 @@ fn log_line(line: std::fmt::Arguments<'_>) {
         }
     } else {
         SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use net::message::SnapshotChunk;
+
+    /// Longest the test waits for the report (a guard against a hang, not a timing claim).
+    const REPORT_WAIT_MS: u64 = 10_000;
+
+    fn access() -> Access {
+        Access {
+            me: NodeId(1),
+            cluster: 1,
+            nodes: vec![NodeId(2)],
+            peer_key: Key::peer(b"sixteen bytes at least").unwrap(),
+            client_key: None,
+        }
+    }
+
+    fn chunk(offset: u64, total: u64) -> PeerMessage {
+        PeerMessage::Snapshot(SnapshotChunk {
+            term: net::ids::Term(1),
+            leader: NodeId(1),
+            index: net::ids::EntryIndex(64),
+            offset,
+            total,
+            data: vec![7; 16],
+        })
+    }
+
+    /// Proves a snapshot chunk dropped because the follower is unreachable is reported as an
+    /// aborted transfer (before, the leader heard nothing and sent the snapshot again only
+    /// after `SNAPSHOT_RESEND_TICKS`, 10 s; issue 13).
+    #[tokio::test]
+    async fn a_snapshot_chunk_dropped_for_an_unreachable_follower_aborts_the_transfer() {
+        // A port nobody listens on: the connection is refused.
+        let address = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let (inbox, mut inputs) = mpsc::channel(8);
+        let wakes = PeerWakes::new([NodeId(2)]);
+        let queue = connect_peer(access(), NodeId(2), address, wakes, inbox);
+        queue.send(chunk(0, 32)).await.unwrap();
+        let wait = Duration::from_millis(REPORT_WAIT_MS);
+        let input = tokio::time::timeout(wait, inputs.recv()).await;
+        assert!(
+            matches!(input, Ok(Some(Input::SnapshotAborted(NodeId(2))))),
+            "no report of the lost transfer"
+        );
+    }
+
+    /// Proves the bookkeeping: a transfer is open from its first chunk taken until its last
+    /// chunk is flushed; a loss before that is reported once, a loss after it not at all.
+    #[test]
+    fn a_transfer_is_lost_only_between_its_first_chunk_and_its_last_flush() {
+        let mut transfer = Transfer::default();
+        assert!(!transfer.lost(), "nothing was sent");
+        transfer.taken(&chunk(0, 32));
+        transfer.flushed();
+        assert!(transfer.lost(), "the last chunk was not written");
+        assert!(!transfer.lost(), "reported once");
+        transfer.taken(&chunk(0, 32));
+        transfer.taken(&chunk(16, 32));
+        transfer.flushed();
+        assert!(!transfer.lost(), "the whole snapshot was flushed");
+        transfer.taken(&chunk(0, 32));
+        transfer.taken(&chunk(16, 32));
+        assert!(transfer.lost(), "the last chunk was taken but not flushed");
+        transfer.dropped(&chunk(16, 32));
+        assert!(transfer.lost(), "a dropped chunk loses the transfer");
     }
 }

@@ -2,7 +2,7 @@
 
 use super::connections::{PeerWakes, accept_clients, accept_peers, connect_peer};
 use super::data_dir::DirLock;
-use super::install::{Incoming, stream_snapshot};
+use super::install::{Incoming, SnapshotSend, stream_snapshot};
 use super::recovery::Restored;
 use super::storage::{self, SNAPSHOT_DIR};
 use super::wal_thread::{Acker, WalEvent, WalThread};
@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -159,6 +160,9 @@ struct Driver<H: Handler> {
     replica: Replica<H, Waiter>,
     wal: WalThread,
     peers: BTreeMap<NodeId, mpsc::Sender<PeerMessage>>,
+    /// Leader: the number of the latest snapshot transfer to each follower (a newer one stops
+    /// the one before).
+    snapshot_sends: BTreeMap<NodeId, Arc<AtomicU64>>,
     /// Why the node must stop for good (a failed fsync): the event loop ends with it.
     fatal: Option<String>,
     /// For the snapshot writer and the tasks that send snapshots.
@@ -208,7 +212,8 @@ impl<H: Handler> Driver<H> {
             .iter()
             .filter(|n| n.id != config.id)
             .map(|n| {
-                let queue = connect_peer(config.access(), n.id, n.peer_address, wakes.clone());
+                let (wakes, inbox) = (wakes.clone(), inbox.clone());
+                let queue = connect_peer(config.access(), n.id, n.peer_address, wakes, inbox);
                 (n.id, queue)
             })
             .collect();
@@ -220,6 +225,7 @@ impl<H: Handler> Driver<H> {
             replica,
             wal,
             peers,
+            snapshot_sends: BTreeMap::new(),
             fatal: None,
             inbox,
             snapshots: None,
@@ -430,7 +436,9 @@ impl<H: Handler> Driver<H> {
             return;
         };
         let path = snapshot_path(&self.snapshot_dir(), index);
-        let stream = stream_snapshot(path, index, term, self.config.id, queue.clone());
+        let send = SnapshotSend::next(self.snapshot_sends.entry(peer).or_default());
+        let about = (index, term, self.config.id);
+        let stream = stream_snapshot(path, about, queue.clone(), send);
         let inbox = self.inbox.clone();
         let me = self.config.id;
         tokio::spawn(async move {

@@ -10,6 +10,8 @@ use net::message::{PeerMessage, SnapshotChunk};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
@@ -20,16 +22,19 @@ const INCOMING_FILE: &str = "incoming.part";
 /// chunks of [`SNAPSHOT_CHUNK_BYTES`], waiting for room rather than dropping any.
 pub(super) async fn stream_snapshot(
     path: PathBuf,
-    index: EntryIndex,
-    term: Term,
-    leader: NodeId,
+    (index, term, leader): (EntryIndex, Term, NodeId),
     queue: mpsc::Sender<PeerMessage>,
+    send: SnapshotSend,
 ) -> Result<(), String> {
     let describe = |e: std::io::Error| format!("{}: {e}", path.display());
     let mut file = tokio::fs::File::open(&path).await.map_err(describe)?;
     let total = file.metadata().await.map_err(describe)?.len();
     let mut offset = 0;
     while offset < total {
+        if send.superseded() {
+            // A newer transfer to this follower started: two would interleave their chunks.
+            return Ok(());
+        }
         let length = (total - offset).min(SNAPSHOT_CHUNK_BYTES as u64) as usize;
         let mut data = vec![0; length];
         file.read_exact(&mut data).await.map_err(describe)?;
@@ -48,6 +53,26 @@ pub(super) async fn stream_snapshot(
         offset += length as u64;
     }
     Ok(())
+}
+
+/// One transfer to a follower: it stops once a newer one to the same follower starts.
+pub(super) struct SnapshotSend {
+    sends: Arc<AtomicU64>,
+    number: u64,
+}
+
+impl SnapshotSend {
+    /// A new transfer over `sends` (one counter per follower), superseding the one before.
+    pub(super) fn next(sends: &Arc<AtomicU64>) -> SnapshotSend {
+        SnapshotSend {
+            sends: Arc::clone(sends),
+            number: sends.fetch_add(1, Ordering::Relaxed) + 1,
+        }
+    }
+
+    fn superseded(&self) -> bool {
+        self.sends.load(Ordering::Relaxed) != self.number
+    }
 }
 
 /// A snapshot arriving from the leader.

@@ -332,6 +332,10 @@ pub struct Sim<W: Workload> {
     nodes: Vec<SimNode<W::H>>,
     clients: Vec<SimClient>,
     links: Links,
+    /// Snapshot transfers under way, (leader, follower), with the incarnations of both and
+    /// when the last chunk arrives: a crash of either end before then breaks the connection,
+    /// which the leader notices (as the node's connection task does).
+    transfers: BTreeMap<(NodeId, NodeId), (u64, u64, Time)>,
     /// What this seed drew.
     swarm: Swarm,
     /// When the links last changed (cut, clogged or healed).
@@ -379,6 +383,7 @@ impl<W: Workload> Sim<W> {
             nodes,
             clients,
             links: Links::default(),
+            transfers: BTreeMap::new(),
             swarm,
             links_changed: 0,
             checker,
@@ -736,6 +741,7 @@ impl<W: Workload> Sim<W> {
         node.disk.crash(keep_draw);
         self.report.crashes += 1;
         self.checker.crashed(id);
+        self.transfers_broken_by(id);
     }
 
     /// Starts node `id` from its disk with the node's own recovery rules ([`disk::recover`]):
@@ -1129,7 +1135,12 @@ impl<W: Workload> Sim<W> {
         let mut at = 1 + self.rng.below(10);
         for (k, data) in bytes.chunks(SIM_SNAPSHOT_CHUNK_BYTES).enumerate() {
             if self.links.cut.contains(&(id, peer)) || self.rng.below(1000) < self.links.loss {
-                continue;
+                // The connection broke: the rest of the transfer is lost, and the leader's
+                // connection task reports it.
+                if let Some(live) = self.live(id) {
+                    live.replica.snapshot_send_aborted(peer, more);
+                }
+                return;
             }
             let chunk = SnapshotChunk {
                 term,
@@ -1149,6 +1160,30 @@ impl<W: Workload> Sim<W> {
                     message: PeerMessage::Snapshot(chunk),
                 },
             );
+        }
+        let leader = self.node(id).incarnation;
+        let last_arrives = self.now + at;
+        self.transfers
+            .insert((id, peer), (leader, incarnation, last_arrives));
+    }
+
+    /// Node `id` crashed: a transfer it was receiving broke, and its leader notices.
+    fn transfers_broken_by(&mut self, id: NodeId) {
+        let now = self.now;
+        let broken: Vec<NodeId> = self
+            .transfers
+            .iter()
+            .filter(|((_, to), (_, incarnation, last))| {
+                *to == id
+                    && *last > now
+                    && *incarnation + 1 == self.nodes[usize::from(id.0 - 1)].incarnation
+            })
+            .map(|((from, _), _)| *from)
+            .collect();
+        self.transfers
+            .retain(|(from, to), _| *from != id && *to != id);
+        for leader in broken {
+            self.drive(leader, |r, out| r.snapshot_send_aborted(id, out));
         }
     }
 
