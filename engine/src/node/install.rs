@@ -31,25 +31,24 @@ pub(super) async fn stream_snapshot(
     let total = file.metadata().await.map_err(describe)?.len();
     let mut offset = 0;
     while offset < total {
-        if send.superseded() {
-            // A newer transfer to this follower started: two would interleave their chunks.
-            return Ok(());
-        }
         let length = (total - offset).min(SNAPSHOT_CHUNK_BYTES as u64) as usize;
         let mut data = vec![0; length];
         file.read_exact(&mut data).await.map_err(describe)?;
-        let chunk = SnapshotChunk {
+        let closed = |_| "the connection to the follower closed".to_string();
+        let room = queue.reserve().await.map_err(closed)?;
+        // Checked with the slot in hand, so that nothing can be queued between the check
+        // and the chunk: a newer transfer to this follower started, and two would interleave.
+        if send.superseded() {
+            return Ok(());
+        }
+        room.send(PeerMessage::Snapshot(SnapshotChunk {
             term,
             leader,
             index,
             offset,
             total,
             data,
-        };
-        queue
-            .send(PeerMessage::Snapshot(chunk))
-            .await
-            .map_err(|_| "the connection to the follower closed".to_string())?;
+        }));
         offset += length as u64;
     }
     Ok(())

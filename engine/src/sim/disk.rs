@@ -238,7 +238,7 @@ pub(super) struct Restored<H: Handler> {
     pub recovered: Recovered,
     /// The snapshot started from: its index and file size.
     pub latest: Option<(EntryIndex, u64)>,
-    /// Each entry replayed, with the state hash after it.
+    /// The snapshot installed (if any) and each entry replayed, with the state hash after it.
     pub replayed: Vec<AppliedHash>,
 }
 
@@ -289,7 +289,7 @@ pub(super) fn recover<H: Handler>(
             hash: m.state_hash,
         }),
     };
-    let mut replayed = Vec::new();
+    let mut replayed: Vec<AppliedHash> = from.snapshot.into_iter().collect();
     let recovered = replay::replay(&*disk, &mut machine, from, |done, _| replayed.push(done))
         .map_err(|e| format!("recovery failed: {e}"))?;
     // What a start carries out: the log emptied to continue the snapshot, or (the disk keeps

@@ -50,7 +50,7 @@ use check::Checker;
 use clients::{SimClient, Token};
 use disk::Disk;
 use net::message::{ClientReply, PeerMessage, Role, SnapshotChunk};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub use swarm::Swarm;
 
 /// Simulated time, in units of 100 microseconds.
@@ -228,6 +228,15 @@ enum SimEvent {
         attempt: u64,
     },
     Restart(NodeId),
+    /// A stopped process may continue (if its latest stop ends now).
+    Resume(NodeId),
+    /// The connection carrying a snapshot transfer from `leader` (that incarnation) to `peer`
+    /// broke: the leader's connection task reports it.
+    TransferBroken {
+        leader: NodeId,
+        incarnation: u64,
+        peer: NodeId,
+    },
     /// A full disk has room again.
     SpaceBack(NodeId),
     Fault,
@@ -244,10 +253,12 @@ impl SimEvent {
             | SimEvent::Loaded { node, .. }
             | SimEvent::SnapshotDurable { node, .. }
             | SimEvent::Request { node, .. } => Some(*node),
+            SimEvent::TransferBroken { leader, .. } => Some(*leader),
             SimEvent::Reply { .. }
             | SimEvent::ClientTimeout { .. }
             | SimEvent::ClientRetry { .. }
             | SimEvent::Restart(_)
+            | SimEvent::Resume(_)
             | SimEvent::SpaceBack(_)
             | SimEvent::Fault
             | SimEvent::Heal => None,
@@ -279,9 +290,13 @@ struct SimNode<H: Handler> {
     disk: Disk,
     live: Option<Live<H>>,
     incarnation: u64,
-    /// The process is stopped (SIGSTOP, a stalled node thread) until then: what reaches it
-    /// waits, in order, and its clock does not tick.
+    /// The process is stopped (SIGSTOP, a stalled node thread): what reaches it waits in
+    /// `waiting`, in order, and its clock does not tick, until [`SimEvent::Resume`].
+    stopped: bool,
+    /// When the latest stop ends (ended).
     stalled_until: Time,
+    /// Events for the stopped process, in the order they reached it.
+    waiting: VecDeque<SimEvent>,
     /// Its WAL thread's acknowledgement connections fail until then: an acknowledgement after
     /// an fsync is reported undeliverable and the core sends it the ordinary way.
     acks_down_until: Time,
@@ -363,7 +378,9 @@ impl<W: Workload> Sim<W> {
                 disk: Disk::default(),
                 live: None,
                 incarnation: 0,
+                stopped: false,
                 stalled_until: 0,
+                waiting: VecDeque::new(),
                 acks_down_until: 0,
             })
             .collect();
@@ -519,10 +536,9 @@ impl<W: Workload> Sim<W> {
 
     fn handle(&mut self, event: SimEvent) {
         if let Some(id) = event.node()
-            && self.node(id).stalled_until > self.now
+            && self.node(id).stopped
         {
-            let resume = self.node(id).stalled_until - self.now;
-            self.schedule(resume, event);
+            self.node(id).waiting.push_back(event);
             return;
         }
         match event {
@@ -596,6 +612,16 @@ impl<W: Workload> Sim<W> {
                 }
             }
             SimEvent::SpaceBack(id) => self.space_back(id),
+            SimEvent::Resume(id) => self.resume(id),
+            SimEvent::TransferBroken {
+                leader,
+                incarnation,
+                peer,
+            } => {
+                if self.node(leader).incarnation == incarnation {
+                    self.drive(leader, |r, out| r.snapshot_send_aborted(peer, out));
+                }
+            }
             SimEvent::Restart(id) => {
                 if self.node(id).live.is_none() {
                     self.restart(id);
@@ -708,7 +734,10 @@ impl<W: Workload> Sim<W> {
                 let lasting = 10 + self.rng.below(STALL_UNITS_MAX - 10);
                 let until = self.now + lasting;
                 let node = self.node(stalled);
+                node.stopped = true;
                 node.stalled_until = node.stalled_until.max(until);
+                let resume = node.stalled_until - self.now;
+                self.schedule(resume, SimEvent::Resume(stalled));
                 self.report.stalls += 1;
             }
             10 => {
@@ -730,6 +759,20 @@ impl<W: Workload> Sim<W> {
 
     // ----- nodes -----
 
+    /// Node `id`'s process continues, if its latest stop ends now: what reached it meanwhile
+    /// is handled in the order it arrived.
+    fn resume(&mut self, id: NodeId) {
+        let now = self.now;
+        let node = self.node(id);
+        if !node.stopped || now < node.stalled_until {
+            return;
+        }
+        node.stopped = false;
+        while let Some(event) = self.node(id).waiting.pop_front() {
+            self.handle(event);
+        }
+    }
+
     fn crash(&mut self, id: NodeId) {
         let keep_draw = self.rng.next_u64();
         let node = self.node(id);
@@ -737,7 +780,9 @@ impl<W: Workload> Sim<W> {
             return;
         }
         node.incarnation += 1;
+        node.stopped = false;
         node.stalled_until = 0;
+        node.waiting.clear();
         node.disk.crash(keep_draw);
         self.report.crashes += 1;
         self.checker.crashed(id);
@@ -924,7 +969,7 @@ impl<W: Workload> Sim<W> {
         let Some(up_since) = self.live(id).map(|l| l.up_since) else {
             return;
         };
-        let running = |n: &SimNode<W::H>| now >= n.stalled_until + QUIET_UNITS;
+        let running = |n: &SimNode<W::H>| !n.stopped && now >= n.stalled_until + QUIET_UNITS;
         if !links_whole || now - up_since < QUIET_UNITS || !running(self.node(id)) {
             return;
         }
@@ -1132,14 +1177,31 @@ impl<W: Workload> Sim<W> {
         };
         let total = bytes.len() as u64;
         let incarnation = self.node(peer).incarnation;
+        let leader = self.node(id).incarnation;
         let mut at = 1 + self.rng.below(10);
+        // One connection carries the chunks in order: a transfer queued behind one still
+        // arriving follows it.
+        if let Some(&(from, _, last)) = self.transfers.get(&(id, peer))
+            && from == leader
+            && last > self.now
+        {
+            at = at.max(last - self.now);
+        }
+        let peer_down = self.node(peer).live.is_none();
         for (k, data) in bytes.chunks(SIM_SNAPSHOT_CHUNK_BYTES).enumerate() {
-            if self.links.cut.contains(&(id, peer)) || self.rng.below(1000) < self.links.loss {
-                // The connection broke: the rest of the transfer is lost, and the leader's
-                // connection task reports it.
-                if let Some(live) = self.live(id) {
-                    live.replica.snapshot_send_aborted(peer, more);
-                }
+            if peer_down
+                || self.links.cut.contains(&(id, peer))
+                || self.rng.below(1000) < self.links.loss
+            {
+                // The connection broke (or never came up): the rest of the transfer is lost,
+                // and the leader's connection task reports it once what went before arrived.
+                let broken = SimEvent::TransferBroken {
+                    leader: id,
+                    incarnation: leader,
+                    peer,
+                };
+                self.schedule(at + 1, broken);
+                self.transfers.remove(&(id, peer));
                 return;
             }
             let chunk = SnapshotChunk {
@@ -1161,7 +1223,6 @@ impl<W: Workload> Sim<W> {
                 },
             );
         }
-        let leader = self.node(id).incarnation;
         let last_arrives = self.now + at;
         self.transfers
             .insert((id, peer), (leader, incarnation, last_arrives));
