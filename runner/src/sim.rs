@@ -31,7 +31,7 @@ pub struct SimArgs {
     /// Requests each of the three clients sends per seed.
     #[arg(long, default_value_t = 100)]
     requests: u32,
-    /// Writes `{"seeds": N, "violations": V, "failing_seeds": [...]}` here.
+    /// Writes `{"seeds": N, "violations": V, "failing_seeds": [...], "violations_by_invariant": {"I8": n, ...}}` here.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Prints a line per seed.
@@ -143,6 +143,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     );
     let started = Instant::now();
     let mut failing = Vec::new();
+    // How many violations of each invariant the failing seeds found.
+    let mut broken: std::collections::BTreeMap<&'static str, u64> = Default::default();
     let mut totals = SimReport::default();
     let mut last_progress = Instant::now();
     for n in 0..args.seeds {
@@ -171,6 +173,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             eprintln!("seed {seed} FAILED ({}):", report.swarm);
             for violation in &report.violations {
                 eprintln!("  {violation}");
+                *broken.entry(violation.invariant.code()).or_default() += 1;
             }
             eprintln!("  replay: runner sim --seed {seed} --seeds 1 --verbose");
             failing.push(seed);
@@ -236,6 +239,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             "first_seed": first,
             "violations": failing.len(),
             "failing_seeds": failing,
+            "violations_by_invariant": broken,
         });
         std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")?;
     }
@@ -264,7 +268,7 @@ mod tests {
         for seed in 0..ORACLE_SEEDS {
             let report = engine::sim::run(BankWorkload::default(), SimOptions::new(seed));
             assert!(report.committed > 0, "seed {seed} committed nothing");
-            assert_eq!(report.violations, Vec::<String>::new(), "seed {seed}");
+            assert_eq!(report.violations, Vec::new(), "seed {seed}");
         }
     }
 }

@@ -24,6 +24,7 @@
 
 use super::Workload;
 use super::disk::Disk;
+use super::violation::{Invariant, Violation};
 use crate::apply::{Reply, ReplyStatus, StateMachine, decode_outcomes};
 use crate::entry::{Entry, EntryKind, FragmentHeader, encode_commands, parse_payload};
 use crate::handler::{Handler, OutcomeOf};
@@ -90,7 +91,7 @@ pub struct Checker<W: Workload> {
     acknowledged_at: BTreeMap<(ClientId, RequestNumber), u64>,
     /// The reference's state differed from the workload's model after the last entry.
     model_differs: bool,
-    violations: Vec<String>,
+    violations: Vec<Violation>,
 }
 
 /// Violations a run keeps, at most.
@@ -120,14 +121,14 @@ impl<W: Workload> Checker<W> {
     }
 
     /// Records a violation found elsewhere.
-    pub(super) fn violation(&mut self, message: String) {
-        self.note(message);
+    pub(super) fn violation(&mut self, invariant: Invariant, detail: String) {
+        self.note(invariant, detail);
     }
 
     /// Keeps the first [`VIOLATIONS_KEPT_MAX`] violations (one bug tends to repeat).
-    fn note(&mut self, message: String) {
+    fn note(&mut self, invariant: Invariant, detail: String) {
         if self.violations.len() < VIOLATIONS_KEPT_MAX {
-            self.violations.push(message);
+            self.violations.push(Violation::new(invariant, detail));
         }
     }
 
@@ -165,10 +166,13 @@ impl<W: Workload> Checker<W> {
         if let Some(&other) = self.leaders.get(&term)
             && other != node
         {
-            self.note(format!(
-                "I7: two leaders in term {}: nodes {} and {}",
-                term.0, other.0, node.0
-            ));
+            self.note(
+                Invariant::Leadership,
+                format!(
+                    "two leaders in term {}: nodes {} and {}",
+                    term.0, other.0, node.0
+                ),
+            );
         }
         self.leaders.insert(term, node);
     }
@@ -201,29 +205,36 @@ impl<W: Workload> Checker<W> {
         }
         for index in from.0 + 1..=commit.0 {
             let Some(entry) = disk.get(index) else {
-                self.note(format!(
-                    "node {}: commit index {} but its log ends at {}",
-                    node.0,
-                    commit.0,
-                    disk.last_index()
-                ));
+                self.note(
+                    Invariant::CommittedChanged,
+                    format!(
+                        "node {}: commit index {} but its log ends at {}",
+                        node.0,
+                        commit.0,
+                        disk.last_index()
+                    ),
+                );
                 break;
             };
             match self.log.get(index as usize - 1) {
                 Some(known) if known.header.hash != entry.header.hash => {
-                    self.note(format!(
-                        "I4: committed entry {index} on node {} differs from the one committed before",
+                    self.note(
+                        Invariant::CommittedChanged,
+                        format!("committed entry {index} on node {} differs from the one committed before",
                         node.0
                     ));
                 }
                 Some(_) => {}
                 None if self.log.len() as u64 + 1 == index => self.log.push(entry.clone()),
                 None => {
-                    self.note(format!(
-                        "node {}: committed entry {index} reported before entry {}",
-                        node.0,
-                        self.log.len() + 1
-                    ));
+                    self.note(
+                        Invariant::CommittedChanged,
+                        format!(
+                            "node {}: committed entry {index} reported before entry {}",
+                            node.0,
+                            self.log.len() + 1
+                        ),
+                    );
                     break;
                 }
             }
@@ -234,10 +245,13 @@ impl<W: Workload> Checker<W> {
     /// I2: node `node` applied `index` with state hash `hash`.
     pub(super) fn node_applied(&mut self, node: NodeId, index: EntryIndex, hash: StateHash) {
         match self.hashes.get(&index) {
-            Some(&(first, known)) if known != hash => self.note(format!(
-                "I2: after entry {}: node {} has state hash {}, node {} has {}",
-                index.0, first.0, known, node.0, hash
-            )),
+            Some(&(first, known)) if known != hash => self.note(
+                Invariant::Diverged,
+                format!(
+                    "after entry {}: node {} has state hash {}, node {} has {}",
+                    index.0, first.0, known, node.0, hash
+                ),
+            ),
             Some(_) => {}
             None => {
                 self.hashes.insert(index, (node, hash));
@@ -257,10 +271,13 @@ impl<W: Workload> Checker<W> {
         if let Some(reference) = self.results.get(&(client, request))
             && *reference != results
         {
-            self.note(format!(
-                "I1: client {} request {}: acknowledged results differ from the committed log's",
-                client.0, request.0
-            ));
+            self.note(
+                Invariant::Acknowledged,
+                format!(
+                    "client {} request {}: acknowledged results differ from the committed log's",
+                    client.0, request.0
+                ),
+            );
         }
         self.acknowledged.insert((client, request), results);
     }
@@ -273,8 +290,10 @@ impl<W: Workload> Checker<W> {
             let applied = match self.reference.apply(&self.log[position]) {
                 Ok(applied) => applied,
                 Err(error) => {
-                    self.violations
-                        .push(format!("the reference replica stopped: {error}"));
+                    self.note(
+                        Invariant::Reference,
+                        format!("the reference replica stopped: {error}"),
+                    );
                     // Nothing more can be compared.
                     self.log.truncate(position);
                     return;
@@ -291,7 +310,10 @@ impl<W: Workload> Checker<W> {
                 // Reported when the state parts from the model, not again for every entry.
                 Err(reason) if !self.model_differs => {
                     self.model_differs = true;
-                    self.note(format!("oracle: after entry {}: {reason}", applied.index.0));
+                    self.note(
+                        Invariant::Oracle,
+                        format!("after entry {}: {reason}", applied.index.0),
+                    );
                 }
                 Err(_) => {}
                 Ok(()) => self.model_differs = false,
@@ -301,8 +323,10 @@ impl<W: Workload> Checker<W> {
             if self.halfway().is_none()
                 && let Err(reason) = workload.check(self.reference.state())
             {
-                self.violations
-                    .push(format!("I3: after entry {}: {reason}", applied.index.0));
+                self.note(
+                    Invariant::Business,
+                    format!("after entry {}: {reason}", applied.index.0),
+                );
             }
         }
     }
@@ -317,10 +341,13 @@ impl<W: Workload> Checker<W> {
         self.finished_in.entry(key).or_insert(index);
         if let Some(earlier) = self.results.get(&key) {
             if earlier != results {
-                self.note(format!(
-                    "I5: client {} request {} answered twice with different results",
-                    key.0.0, key.1.0
-                ));
+                self.note(
+                    Invariant::AnsweredTwice,
+                    format!(
+                        "client {} request {} answered twice with different results",
+                        key.0.0, key.1.0
+                    ),
+                );
             }
             return;
         }
@@ -333,18 +360,24 @@ impl<W: Workload> Checker<W> {
                     workload.observe(command, outcome);
                 }
             }
-            _ => self.note(format!(
-                "client {} request {}: results that do not match its commands",
-                key.0.0, key.1.0
-            )),
+            _ => self.note(
+                Invariant::Acknowledged,
+                format!(
+                    "client {} request {}: results that do not match its commands",
+                    key.0.0, key.1.0
+                ),
+            ),
         }
         if let Some(acknowledged) = self.acknowledged.get(&key)
             && acknowledged != results
         {
-            self.note(format!(
-                "I1: client {} request {}: acknowledged results differ from the committed log's",
-                key.0.0, key.1.0
-            ));
+            self.note(
+                Invariant::Acknowledged,
+                format!(
+                    "client {} request {}: acknowledged results differ from the committed log's",
+                    key.0.0, key.1.0
+                ),
+            );
         }
         self.results.insert(key, results.clone());
     }
@@ -362,8 +395,8 @@ impl<W: Workload> Checker<W> {
         let fragments = match parse_payload(&entry.payload) {
             Ok((_, fragments)) => fragments,
             Err(error) => {
-                let message = format!("oracle: entry {}: {error}", index.0);
-                self.note(message);
+                let message = format!("entry {}: {error}", index.0);
+                self.note(Invariant::Oracle, message);
                 return;
             }
         };
@@ -381,12 +414,12 @@ impl<W: Workload> Checker<W> {
         }
         if replies.next().is_some() {
             found.push(format!(
-                "oracle: entry {}: the reference replied more often than requests ended",
+                "entry {}: the reference replied more often than requests ended",
                 index.0
             ));
         }
         for message in found {
-            self.note(message);
+            self.note(Invariant::Oracle, message);
         }
     }
 
@@ -402,10 +435,7 @@ impl<W: Workload> Checker<W> {
         reply: Option<&Reply>,
     ) -> Result<(), String> {
         let key = (fragment.client, fragment.request);
-        let name = format!(
-            "oracle: entry {}: client {} request {}",
-            index.0, key.0.0, key.1.0
-        );
+        let name = format!("entry {}: client {} request {}", index.0, key.0.0, key.1.0);
         let sent = self
             .requests
             .get(&key)
@@ -446,9 +476,7 @@ impl<W: Workload> Checker<W> {
             commands,
             answer,
         };
-        workload
-            .logged(logged)
-            .map_err(|reason| format!("oracle: {reason}"))
+        workload.logged(logged)
     }
 
     /// A client whose latest request in the reference log has applied only in part.
@@ -464,7 +492,7 @@ impl<W: Workload> Checker<W> {
     }
 
     /// The checks that need the whole run: I1 for every acknowledgement.
-    pub(super) fn finish(&mut self) -> Vec<String> {
+    pub(super) fn finish(&mut self) -> Vec<Violation> {
         let lost: Vec<(ClientId, RequestNumber)> = self
             .acknowledged
             .keys()
@@ -472,10 +500,13 @@ impl<W: Workload> Checker<W> {
             .copied()
             .collect();
         for (client, request) in lost {
-            self.note(format!(
-                "I1: client {} request {} was acknowledged but is not in the committed log",
-                client.0, request.0
-            ));
+            self.note(
+                Invariant::Acknowledged,
+                format!(
+                    "client {} request {} was acknowledged but is not in the committed log",
+                    client.0, request.0
+                ),
+            );
         }
         self.check_answers_after_commit();
         self.check_real_time_order();
@@ -492,14 +523,14 @@ impl<W: Workload> Checker<W> {
                 let finished = *self.finished_in.get(&key)?;
                 (finished > commit).then(|| {
                     format!(
-                        "I8: node {} answered client {} request {} with results while its commit index was {}, before entry {} that finished it",
+                        "node {} answered client {} request {} with results while its commit index was {}, before entry {} that finished it",
                         node.0, key.0.0, key.1.0, commit.0, finished.0
                     )
                 })
             })
             .collect();
         for message in early {
-            self.note(message);
+            self.note(Invariant::AnsweredEarly, message);
         }
     }
 
@@ -532,13 +563,13 @@ impl<W: Workload> Checker<W> {
                 && index <= before
             {
                 out_of_order.push(format!(
-                    "I9: client {} request {} was sent after client {} request {} was answered, but finished in entry {} (that one in {})",
+                    "client {} request {} was sent after client {} request {} was answered, but finished in entry {} (that one in {})",
                     key.0.0, key.1.0, done.0.0, done.1.0, index.0, before.0
                 ));
             }
         }
         for message in out_of_order {
-            self.note(message);
+            self.note(Invariant::RealTimeOrder, message);
         }
     }
 }

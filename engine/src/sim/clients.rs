@@ -2,6 +2,7 @@
 //! ([`Requests`]) over the simulated network, one request in flight, and reports what it is
 //! answered to the checker.
 
+use super::violation::Invariant;
 use super::{SIM_NODES, Sim, SimEvent, Time, Workload};
 use crate::client::{Attempt, ClientError, Next, Requests, answer_to};
 use crate::entry::encode_commands;
@@ -167,8 +168,9 @@ impl<W: Workload> Sim<W> {
             | ClientError::Unreachable(_)
             | ClientError::Refused(_) => "failed",
         };
-        self.checker.violation(format!(
-            "client {client} request {request}: {why} ({error})"
-        ));
+        self.checker.violation(
+            Invariant::Client,
+            format!("client {client} request {request}: {why} ({error})"),
+        );
     }
 }

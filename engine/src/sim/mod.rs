@@ -35,6 +35,7 @@ pub mod check;
 mod clients;
 mod disk;
 mod swarm;
+pub mod violation;
 
 use crate::core::{
     APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT,
@@ -52,6 +53,7 @@ use disk::Disk;
 use net::message::{ClientReply, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub use swarm::Swarm;
+use violation::{Invariant, Violation};
 
 /// Simulated time, in units of 100 microseconds.
 pub type Time = u64;
@@ -150,7 +152,7 @@ pub struct SimReport {
     /// Restarts that found a damaged entry in the log (and repaired it).
     pub damaged: u64,
     /// Invariant violations, in the order found (empty: the run passed).
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     /// Requests whose results reached their client.
     pub acknowledged: u64,
     /// Requests with no known outcome after the cluster healed (I6).
@@ -511,17 +513,23 @@ impl<W: Workload> Sim<W> {
             })
             .collect();
         if unknown == 0 && !behind.is_empty() {
-            self.report.violations.push(format!(
-                "liveness: {} entries committed, but after healing {}",
-                self.checker.committed(),
-                behind.join(", ")
+            self.report.violations.push(Violation::new(
+                Invariant::Liveness,
+                format!(
+                    "{} entries committed, but after healing {}",
+                    self.checker.committed(),
+                    behind.join(", ")
+                ),
             ));
         }
         if unknown > 0 {
             let nodes: Vec<String> = self.nodes.iter().map(SimNode::describe).collect();
-            self.report.violations.push(format!(
-                "I6: {unknown} clients still have a request with no outcome after healing ({})",
-                nodes.join("; ")
+            self.report.violations.push(Violation::new(
+                Invariant::NoOutcome,
+                format!(
+                    "{unknown} clients still have a request with no outcome after healing ({})",
+                    nodes.join("; ")
+                ),
             ));
         }
         let mut violations = self.checker.finish();
@@ -814,7 +822,8 @@ impl<W: Workload> Sim<W> {
         let restored = match disk::recover(disk, handler, SIM_STATE_BYTES) {
             Ok(restored) => restored,
             Err(reason) => {
-                self.checker.violation(format!("node {}: {reason}", id.0));
+                self.checker
+                    .violation(Invariant::Storage, format!("node {}: {reason}", id.0));
                 return;
             }
         };
@@ -948,15 +957,18 @@ impl<W: Workload> Sim<W> {
             }
             Note::Applied(hash) => self.checker.node_applied(id, hash.index, hash.hash),
             Note::Installed { .. } => self.report.installs += 1,
-            Note::Diverged(divergence) => self.checker.violation(format!(
-                "I2: node {} reports divergence after entry {}: {:?}",
-                id.0, divergence.index, divergence
-            )),
+            Note::Diverged(divergence) => self.checker.violation(
+                Invariant::Diverged,
+                format!(
+                    "node {} reports divergence after entry {}: {:?}",
+                    id.0, divergence.index, divergence
+                ),
+            ),
             // Damage strikes one node at a time (another copy always exists) and nothing else
             // here makes a node halt.
             Note::Halted(reason) => self
                 .checker
-                .violation(format!("node {}: halted: {reason}", id.0)),
+                .violation(Invariant::Halted, format!("node {}: {reason}", id.0)),
         }
     }
 
@@ -987,7 +999,7 @@ impl<W: Workload> Sim<W> {
         });
         if let Some(leader) = heard {
             let message = format!(
-                "liveness: node {} asks for votes for term {} although node {} has led for {:.1} ms over a whole link ({}; {})",
+                "node {} asks for votes for term {} although node {} has led for {:.1} ms over a whole link ({}; {})",
                 id.0,
                 term.0,
                 leader.id.0,
@@ -995,7 +1007,7 @@ impl<W: Workload> Sim<W> {
                 leader.describe(),
                 self.nodes[usize::from(id.0 - 1)].describe()
             );
-            self.checker.violation(message);
+            self.checker.violation(Invariant::Liveness, message);
         }
     }
 
@@ -1003,10 +1015,13 @@ impl<W: Workload> Sim<W> {
     fn check_truncate(&mut self, id: NodeId, from: EntryIndex) {
         let commit = self.live(id).map_or(EntryIndex::ZERO, |l| l.commit_before);
         if from <= commit {
-            self.checker.violation(format!(
-                "I7: node {} truncates its log from {from}, below its commit index {commit}",
-                id.0
-            ));
+            self.checker.violation(
+                Invariant::Leadership,
+                format!(
+                    "node {} truncates its log from {from}, below its commit index {commit}",
+                    id.0
+                ),
+            );
         }
     }
 
@@ -1024,7 +1039,8 @@ impl<W: Workload> Sim<W> {
             WalOp::Append(entries) => {
                 for entry in entries {
                     if let Err(error) = self.node(id).disk.append(entry) {
-                        self.checker.violation(format!("node {}: {error}", id.0));
+                        self.checker
+                            .violation(Invariant::Storage, format!("node {}: {error}", id.0));
                         return;
                     }
                 }
@@ -1066,7 +1082,7 @@ impl<W: Workload> Sim<W> {
                 id.0,
                 disk.first_index()
             );
-            self.checker.violation(message);
+            self.checker.violation(Invariant::Storage, message);
             return;
         }
         for index in from.0..=to.0.min(disk.last_index()) {
@@ -1279,7 +1295,7 @@ impl<W: Workload> Sim<W> {
                     "node {}: a leader's snapshot does not verify: {reason}",
                     id.0
                 );
-                self.checker.violation(message);
+                self.checker.violation(Invariant::Storage, message);
                 return;
             }
         };
