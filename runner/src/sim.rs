@@ -189,6 +189,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.disks_full += report.disks_full;
         totals.stalls += report.stalls;
         totals.acks_down += report.acks_down;
+        totals.fsync_errors += report.fsync_errors;
         if last_progress.elapsed().as_secs() >= 5 {
             last_progress = Instant::now();
             eprintln!(
@@ -200,7 +201,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
@@ -213,11 +214,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "disks_full",
         "stalls",
         "acks_down",
+        "fsync_errors",
         "events",
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>12} {:>8.1}",
         args.seeds,
         failing.len(),
         totals.acknowledged,
@@ -230,6 +232,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.disks_full,
         totals.stalls,
         totals.acks_down,
+        totals.fsync_errors,
         totals.events,
         started.elapsed().as_secs_f64()
     );

@@ -34,6 +34,11 @@
 pub mod check;
 mod clients;
 mod disk;
+mod faults;
+mod network;
+mod options;
+mod snapshots;
+mod storage;
 mod swarm;
 pub mod violation;
 
@@ -43,14 +48,17 @@ use crate::core::{
 use crate::entry::Entry;
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{EntryIndex, NodeId, RequestNumber};
-use crate::replica::{Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalOp};
+use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalOp};
 use crate::rng::Rng;
 use crate::snapshot::{SnapshotMeta, parse_snapshot};
 use crate::state::State;
 use check::Checker;
 use clients::{SimClient, Token};
 use disk::Disk;
+pub use faults::{FAULTS_UNITS_MAX, STALL_UNITS_MAX};
 use net::message::{ClientReply, PeerMessage, Role, SnapshotChunk};
+use network::Links;
+pub use options::{SimOptions, SimReport};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub use swarm::Swarm;
 use violation::{Invariant, Violation};
@@ -85,10 +93,6 @@ pub const SIM_SNAPSHOT_WRITE_BYTES: usize = 256;
 /// Time a node hears from a leader over a whole link before asking for votes is a violation
 /// (four minimal election timeouts: 60 ms).
 pub const QUIET_UNITS: Time = 4 * ELECTION_TICKS_MIN_DEFAULT as Time * TICK_UNITS;
-/// Time after which faults end even if clients have not sent everything (60 s; a healthy
-/// run takes a few seconds).
-pub const FAULTS_UNITS_MAX: Time = 600_000;
-
 /// A business the simulator drives: its handler, the requests its clients send, the
 /// invariant its state must keep (I3 for the Bank), and its own model of the business: an
 /// independent oracle, sharing no code with the engine's apply, sessions or codec, that the
@@ -111,70 +115,6 @@ pub trait Workload {
     fn logged(&mut self, logged: check::Logged<'_, Self::H>) -> Result<(), String>;
     /// Compares the model with the committed state after an entry.
     fn check_model(&self, state: &State) -> Result<(), String>;
-}
-
-/// What one simulated run does.
-#[derive(Clone, Debug)]
-pub struct SimOptions {
-    /// The seed everything is drawn from.
-    pub seed: u64,
-    /// Clients, each with one request outstanding at a time.
-    pub clients: u32,
-    /// Requests each client sends.
-    pub requests: u32,
-    /// Whether faults are injected (off: a healthy run, for comparison).
-    pub faults: bool,
-}
-
-impl SimOptions {
-    /// The options of a standard run from `seed`.
-    pub fn new(seed: u64) -> Self {
-        SimOptions {
-            seed,
-            clients: 3,
-            requests: 40,
-            faults: true,
-        }
-    }
-}
-
-/// What a run found.
-#[derive(Clone, Debug, Default)]
-pub struct SimReport {
-    /// The seed that replays this run.
-    pub seed: u64,
-    /// What the seed drew for the run.
-    pub swarm: Swarm,
-    /// Snapshots made durable.
-    pub snapshots: u64,
-    /// Snapshots installed from a leader.
-    pub installs: u64,
-    /// Restarts that found a damaged entry in the log (and repaired it).
-    pub damaged: u64,
-    /// Invariant violations, in the order found (empty: the run passed).
-    pub violations: Vec<Violation>,
-    /// Requests whose results reached their client.
-    pub acknowledged: u64,
-    /// Requests with no known outcome after the cluster healed (I6).
-    pub unknown: u64,
-    /// Entries committed.
-    pub committed: u64,
-    /// Node crashes.
-    pub crashes: u64,
-    /// Partitions and clogged links.
-    pub partitions: u64,
-    /// Times one or more disks filled up.
-    pub disks_full: u64,
-    /// Times a node's process was stopped for a while.
-    pub stalls: u64,
-    /// Times a node's acknowledgement connections failed for a while.
-    pub acks_down: u64,
-    /// Leaders elected.
-    pub leaders: u64,
-    /// Events processed.
-    pub events: u64,
-    /// Simulated time the run took.
-    pub time: Time,
 }
 
 /// A message between nodes and clients.
@@ -268,9 +208,6 @@ impl SimEvent {
     }
 }
 
-/// The longest a simulated process stays stopped.
-pub const STALL_UNITS_MAX: Time = 5_000;
-
 /// A running node: what a crash loses.
 struct Live<H: Handler> {
     /// The node's own protocol code; clients are known by their number.
@@ -302,6 +239,8 @@ struct SimNode<H: Handler> {
     /// Its WAL thread's acknowledgement connections fail until then: an acknowledgement after
     /// an fsync is reported undeliverable and the core sends it the ordinary way.
     acks_down_until: Time,
+    /// An fsync failed in this incarnation (the halt that follows is expected).
+    wal_failed: bool,
 }
 
 impl<H: Handler> SimNode<H> {
@@ -324,19 +263,6 @@ impl<H: Handler> SimNode<H> {
             self.disk.full
         )
     }
-}
-
-/// The network's faults at the moment.
-#[derive(Default)]
-struct Links {
-    /// Directed links that lose everything.
-    cut: BTreeSet<(NodeId, NodeId)>,
-    /// Directed links twenty times slower.
-    clogged: BTreeSet<(NodeId, NodeId)>,
-    /// Per-mille of messages lost.
-    loss: u64,
-    /// Per-mille of messages delivered twice.
-    duplication: u64,
 }
 
 /// One simulated cluster.
@@ -384,6 +310,7 @@ impl<W: Workload> Sim<W> {
                 stalled_until: 0,
                 waiting: VecDeque::new(),
                 acks_down_until: 0,
+                wal_failed: false,
             })
             .collect();
         let clients = (0..options.clients).map(SimClient::new).collect();
@@ -472,22 +399,6 @@ impl<W: Workload> Sim<W> {
 
     fn clients_done(&self) -> bool {
         self.all_sent() && self.clients.iter().all(|c| c.current.is_none())
-    }
-
-    /// Ends every fault: links whole, every node up. Clients then settle.
-    fn heal(&mut self) {
-        self.healed = true;
-        self.report.time = self.now;
-        self.links = Links::default();
-        self.links_changed = self.now;
-        for id in 1..=SIM_NODES {
-            self.space_back(NodeId(id));
-            // A stopped process resumes when its stall ends (at most `STALL_UNITS_MAX` on).
-            self.node(NodeId(id)).acks_down_until = 0;
-            if self.nodes[usize::from(id - 1)].live.is_none() {
-                self.restart(NodeId(id));
-            }
-        }
     }
 
     fn finish(&mut self) {
@@ -652,230 +563,7 @@ impl<W: Workload> Sim<W> {
         }
     }
 
-    /// Draws one fault: a crash (of the leader more often than not), a partition, a clogged
-    /// link, a full disk, a stopped process, failing acknowledgement connections, or a
-    /// restart of everything down.
-    fn inject_fault(&mut self) {
-        let leader = self.nodes.iter().find_map(|n| {
-            n.live
-                .as_ref()
-                .filter(|l| l.replica.core().role() == Role::Leader)
-                .map(|_| n.id)
-        });
-        let random_node = NodeId(1 + self.rng.below(u64::from(SIM_NODES)) as u8);
-        match self.rng.below(12) {
-            0..=1 => {
-                let victim = leader.unwrap_or(random_node);
-                self.crash(victim);
-                let down = 10 + self.rng.below(3_000);
-                self.schedule(down, SimEvent::Restart(victim));
-            }
-            2 => {
-                self.crash(random_node);
-                let down = 10 + self.rng.below(3_000);
-                self.schedule(down, SimEvent::Restart(random_node));
-            }
-            3 => {
-                // Everything crashes at once (a power cut).
-                for id in 1..=SIM_NODES {
-                    self.crash(NodeId(id));
-                    let down = 10 + self.rng.below(1_000);
-                    self.schedule(down, SimEvent::Restart(NodeId(id)));
-                }
-            }
-            4..=5 => {
-                // Isolate one node, both ways or one way.
-                let isolated = leader
-                    .filter(|_| self.rng.chance(2, 3))
-                    .unwrap_or(random_node);
-                let one_way = self.rng.below(3);
-                for other in (1..=SIM_NODES).map(NodeId).filter(|&n| n != isolated) {
-                    if one_way != 1 {
-                        self.links.cut.insert((isolated, other));
-                    }
-                    if one_way != 2 {
-                        self.links.cut.insert((other, isolated));
-                    }
-                }
-                self.report.partitions += 1;
-                self.links_changed = self.now;
-                let lasting = 50 + self.rng.below(5_000);
-                self.schedule(lasting, SimEvent::Heal);
-            }
-            6 => {
-                // A node that reaches only one peer.
-                let a = random_node;
-                let b = NodeId(1 + a.0 % SIM_NODES);
-                self.links.cut.insert((a, b));
-                self.links.cut.insert((b, a));
-                self.report.partitions += 1;
-                self.links_changed = self.now;
-                let lasting = 50 + self.rng.below(5_000);
-                self.schedule(lasting, SimEvent::Heal);
-            }
-            7 => {
-                let a = random_node;
-                let b = NodeId(1 + (a.0 + self.rng.below(2) as u8) % SIM_NODES);
-                self.links.clogged.insert((a, b));
-                self.report.partitions += 1;
-                self.links_changed = self.now;
-                let lasting = 50 + self.rng.below(5_000);
-                self.schedule(lasting, SimEvent::Heal);
-            }
-            8 => {
-                // A full disk on one, two or all three nodes.
-                let count = 1 + self.rng.below(u64::from(SIM_NODES)) as u8;
-                for k in 0..count {
-                    let id = NodeId(1 + (random_node.0 - 1 + k) % SIM_NODES);
-                    self.node(id).disk.full = true;
-                    let lasting = 50 + self.rng.below(3_000);
-                    self.schedule(lasting, SimEvent::SpaceBack(id));
-                }
-                self.report.disks_full += 1;
-            }
-            9 => {
-                // A stopped process (the leader more often than not): everything sent to it
-                // waits, and it resumes where it was.
-                let stalled = leader
-                    .filter(|_| self.rng.chance(2, 3))
-                    .unwrap_or(random_node);
-                let lasting = 10 + self.rng.below(STALL_UNITS_MAX - 10);
-                let until = self.now + lasting;
-                let node = self.node(stalled);
-                node.stopped = true;
-                node.stalled_until = node.stalled_until.max(until);
-                let resume = node.stalled_until - self.now;
-                self.schedule(resume, SimEvent::Resume(stalled));
-                self.report.stalls += 1;
-            }
-            10 => {
-                // The WAL thread's acknowledgement connections of one node fail.
-                let lasting = 50 + self.rng.below(3_000);
-                let now = self.now;
-                self.node(random_node).acks_down_until = now + lasting;
-                self.report.acks_down += 1;
-            }
-            _ => {
-                for id in 1..=SIM_NODES {
-                    if self.node(NodeId(id)).live.is_none() {
-                        self.restart(NodeId(id));
-                    }
-                }
-            }
-        }
-    }
-
     // ----- nodes -----
-
-    /// Node `id`'s process continues, if its latest stop ends now: what reached it meanwhile
-    /// is handled in the order it arrived.
-    fn resume(&mut self, id: NodeId) {
-        let now = self.now;
-        let node = self.node(id);
-        if !node.stopped || now < node.stalled_until {
-            return;
-        }
-        node.stopped = false;
-        while let Some(event) = self.node(id).waiting.pop_front() {
-            self.handle(event);
-        }
-    }
-
-    fn crash(&mut self, id: NodeId) {
-        let keep_draw = self.rng.next_u64();
-        let node = self.node(id);
-        if node.live.take().is_none() {
-            return;
-        }
-        node.incarnation += 1;
-        node.stopped = false;
-        node.stalled_until = 0;
-        node.waiting.clear();
-        node.disk.crash(keep_draw);
-        self.report.crashes += 1;
-        self.checker.crashed(id);
-        self.transfers_broken_by(id);
-    }
-
-    /// Starts node `id` from its disk with the node's own recovery rules ([`disk::recover`]):
-    /// the newest snapshot the log reaches (the log emptied when it conflicts with it), then
-    /// the entries the log shows committed.
-    fn restart(&mut self, id: NodeId) {
-        let seed = self.rng.next_u64();
-        let now = self.now;
-        let handler = self.workload.handler();
-        let swarm = self.swarm.clone();
-        // A damaged entry, found by the recovery scan, on one node at a time (so that a copy
-        // of every committed entry survives somewhere).
-        let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
-        let damage_draw = (self.options.faults && !self.healed && !repairing)
-            .then(|| self.rng.chance(1, 4).then(|| self.rng.next_u64()))
-            .flatten();
-        let node = &mut self.nodes[usize::from(id.0 - 1)];
-        node.incarnation += 1;
-        let disk = &mut node.disk;
-        if let Some(draw) = damage_draw
-            && disk.damage(draw)
-        {
-            self.report.damaged += 1;
-        }
-        let restored = match disk::recover(disk, handler, SIM_STATE_BYTES) {
-            Ok(restored) => restored,
-            Err(reason) => {
-                self.checker
-                    .violation(Invariant::Storage, format!("node {}: {reason}", id.0));
-                return;
-            }
-        };
-        let disk::Restored {
-            mut machine,
-            recovered,
-            latest,
-            replayed,
-        } = restored;
-        machine.set_mode(swarm.mode);
-        let committed = machine.applied_index();
-        let config = ReplicaConfig {
-            core: CoreConfig {
-                id,
-                nodes: (1..=SIM_NODES).map(NodeId).collect(),
-                election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
-                heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
-                seed,
-                lagging_entries_max: swarm.lagging_entries_max,
-                pre_vote: true,
-            },
-            entry_commands_max: SIM_ENTRY_COMMANDS_MAX,
-            pipeline_entries_max: SIM_PIPELINE_ENTRIES_MAX,
-            snapshot_every: swarm.snapshot_every,
-            snapshot_retain_ticks: swarm.snapshot_retain_ticks,
-            snapshot_log_percent: swarm.snapshot_log_percent,
-            snapshot_slice_slots: SIM_SNAPSHOT_SLICE_SLOTS,
-            snapshot_write_bytes: SIM_SNAPSHOT_WRITE_BYTES,
-            client_addresses: BTreeMap::new(),
-        };
-        node.live = Some(Live {
-            replica: Replica::new(config, recovered, machine, latest),
-            up_since: now,
-            leading_since: None,
-            commit_before: committed,
-            writing: None,
-            incoming: None,
-        });
-        for done in replayed {
-            self.checker.node_applied(id, done.index, done.hash);
-        }
-        self.checker.restarted(id, committed);
-        let first_tick = 1 + self.rng.below(TICK_UNITS);
-        let incarnation = self.node(id).incarnation;
-        self.schedule(
-            first_tick,
-            SimEvent::Tick {
-                node: id,
-                incarnation,
-            },
-        );
-    }
 
     fn live(&mut self, id: NodeId) -> Option<&mut Live<W::H>> {
         self.node(id).live.as_mut()
@@ -964,8 +652,10 @@ impl<W: Workload> Sim<W> {
                     id.0, divergence.index, divergence
                 ),
             ),
-            // Damage strikes one node at a time (another copy always exists) and nothing else
-            // here makes a node halt.
+            // A failed fsync halts its node by design (the process then exits); damage strikes
+            // one node at a time (another copy always exists); nothing else here makes a node
+            // halt.
+            Note::Halted(Halt::WalFailed(_)) if self.node(id).wal_failed => {}
             Note::Halted(reason) => self
                 .checker
                 .violation(Invariant::Halted, format!("node {}: {reason}", id.0)),
@@ -1025,289 +715,6 @@ impl<W: Workload> Sim<W> {
         }
     }
 
-    fn write_log(&mut self, id: NodeId, op: WalOp) {
-        let disk = &mut self.node(id).disk;
-        if !disk.held.is_empty() || (disk.full && matches!(op, WalOp::Append(_))) {
-            let first = disk.held.is_empty();
-            disk.held.push_back(op);
-            if let Some(live) = self.live(id).filter(|_| first) {
-                live.replica.set_storage_full(true);
-            }
-            return;
-        }
-        match op {
-            WalOp::Append(entries) => {
-                for entry in entries {
-                    if let Err(error) = self.node(id).disk.append(entry) {
-                        self.checker
-                            .violation(Invariant::Storage, format!("node {}: {error}", id.0));
-                        return;
-                    }
-                }
-                self.request_sync(id);
-            }
-            WalOp::Ack { to, message } => {
-                self.node(id).disk.push_ack(to, message);
-                self.request_sync(id);
-            }
-            WalOp::Truncate(from) => self.node(id).disk.truncate_from(from.0),
-            WalOp::Compact(through) => self.node(id).disk.compact(through.0),
-            WalOp::Reset(base) => self.node(id).disk.reset(base),
-            WalOp::Load { peer, from, to } => self.load(id, peer, from, to),
-        }
-    }
-
-    /// The disk of node `id` has room again: the WAL work held behind the full disk goes on,
-    /// in order.
-    fn space_back(&mut self, id: NodeId) {
-        let disk = &mut self.node(id).disk;
-        disk.full = false;
-        let held = std::mem::take(&mut disk.held);
-        for op in held {
-            self.write_log(id, op);
-        }
-        if let Some(live) = self.live(id) {
-            live.replica.set_storage_full(false);
-        }
-    }
-
-    /// Reads entries back for a peer (at most [`APPEND_BYTES_MAX`] of them, as the WAL does).
-    fn load(&mut self, id: NodeId, peer: NodeId, from: EntryIndex, to: EntryIndex) {
-        let disk = &self.node(id).disk;
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        if from.0 < disk.first_index() {
-            let message = format!(
-                "node {}: asked to read entry {from}, behind its log's start {}",
-                id.0,
-                disk.first_index()
-            );
-            self.checker.violation(Invariant::Storage, message);
-            return;
-        }
-        for index in from.0..=to.0.min(disk.last_index()) {
-            let entry = disk.get(index).expect("within the log").clone();
-            bytes += entry.payload.len();
-            entries.push(entry);
-            if bytes >= APPEND_BYTES_MAX {
-                break;
-            }
-        }
-        let incarnation = self.node(id).incarnation;
-        let after = 1 + self.rng.below(20);
-        self.schedule(
-            after,
-            SimEvent::Loaded {
-                node: id,
-                incarnation,
-                peer,
-                entries,
-            },
-        );
-    }
-
-    /// Work a node does when it has a moment: the leader simulates what it proposed, a
-    /// follower applies what committed, a slice of a snapshot in progress is scanned.
-    fn deferred(&mut self, id: NodeId) {
-        let simulate_now = self.rng.chance(1, 2);
-        let apply_now = self.rng.chance(1, 2);
-        self.drive(id, |replica, out| {
-            if simulate_now {
-                replica.simulate();
-            }
-            if apply_now {
-                replica.catch_up(out);
-            }
-            if replica.snapshotting() {
-                replica.snapshot_slice(out);
-            }
-        });
-    }
-
-    /// The snapshot writer: the file's bytes gather until the finish, which seals them with
-    /// their digest; the file is durable after a simulated write.
-    fn write_snapshot(&mut self, id: NodeId, write: SnapshotWrite) {
-        let write_delay = 1 + self.rng.below(100);
-        let incarnation = self.node(id).incarnation;
-        let Some(live) = self.live(id) else { return };
-        match write {
-            SnapshotWrite::Begin(_) => live.writing = Some(Vec::new()),
-            SnapshotWrite::Bytes(bytes) => {
-                if let Some(writing) = live.writing.as_mut() {
-                    writing.extend_from_slice(&bytes);
-                }
-            }
-            SnapshotWrite::Abort => live.writing = None,
-            SnapshotWrite::Finish(meta) => {
-                let Some(mut bytes) = live.writing.take() else {
-                    return;
-                };
-                let digest = blake3::hash(&bytes);
-                bytes.extend_from_slice(digest.as_bytes());
-                self.schedule(
-                    write_delay,
-                    SimEvent::SnapshotDurable {
-                        node: id,
-                        incarnation,
-                        meta,
-                        bytes,
-                    },
-                );
-            }
-        }
-    }
-
-    /// A snapshot is durable: the disk keeps it, and the replica lets the log behind the one
-    /// before it go.
-    fn snapshot_durable(&mut self, id: NodeId, meta: SnapshotMeta, bytes: Vec<u8>) {
-        self.report.snapshots += 1;
-        let (index, size) = (meta.index, bytes.len() as u64);
-        let disk = &mut self.node(id).disk;
-        if disk.snapshots.last().is_none_or(|(m, _)| m.index < index) {
-            disk.keep_snapshot(meta, bytes);
-        }
-        self.drive(id, |r, out| r.snapshot_durable(index, size, out));
-    }
-
-    /// Leader: sends `peer` the durable snapshot of `index`, in chunks over one connection (in
-    /// order; a lost chunk makes the follower drop the snapshot until it is sent again).
-    fn send_snapshot(
-        &mut self,
-        id: NodeId,
-        peer: NodeId,
-        index: EntryIndex,
-        term: crate::ids::Term,
-        more: &mut Vec<Io<Token>>,
-    ) {
-        let found = self
-            .node(id)
-            .disk
-            .snapshots
-            .iter()
-            .find(|(m, _)| m.index == index);
-        let Some((_, bytes)) = found.cloned() else {
-            if let Some(live) = self.live(id) {
-                live.replica.snapshot_send_aborted(peer, more);
-            }
-            return;
-        };
-        let total = bytes.len() as u64;
-        let incarnation = self.node(peer).incarnation;
-        let leader = self.node(id).incarnation;
-        let mut at = 1 + self.rng.below(10);
-        // One connection carries the chunks in order: a transfer queued behind one still
-        // arriving follows it.
-        if let Some(&(from, _, last)) = self.transfers.get(&(id, peer))
-            && from == leader
-            && last > self.now
-        {
-            at = at.max(last - self.now);
-        }
-        let peer_down = self.node(peer).live.is_none();
-        for (k, data) in bytes.chunks(SIM_SNAPSHOT_CHUNK_BYTES).enumerate() {
-            if peer_down
-                || self.links.cut.contains(&(id, peer))
-                || self.rng.below(1000) < self.links.loss
-            {
-                // The connection broke (or never came up): the rest of the transfer is lost,
-                // and the leader's connection task reports it once what went before arrived.
-                let broken = SimEvent::TransferBroken {
-                    leader: id,
-                    incarnation: leader,
-                    peer,
-                };
-                self.schedule(at + 1, broken);
-                self.transfers.remove(&(id, peer));
-                return;
-            }
-            let chunk = SnapshotChunk {
-                term,
-                leader: id,
-                index,
-                offset: (k * SIM_SNAPSHOT_CHUNK_BYTES) as u64,
-                total,
-                data: data.to_vec(),
-            };
-            at += 1;
-            self.schedule(
-                at,
-                SimEvent::Peer {
-                    to: peer,
-                    from: id,
-                    incarnation,
-                    message: PeerMessage::Snapshot(chunk),
-                },
-            );
-        }
-        let last_arrives = self.now + at;
-        self.transfers
-            .insert((id, peer), (leader, incarnation, last_arrives));
-    }
-
-    /// Node `id` crashed: a transfer it was receiving broke, and its leader notices.
-    fn transfers_broken_by(&mut self, id: NodeId) {
-        let now = self.now;
-        let broken: Vec<NodeId> = self
-            .transfers
-            .iter()
-            .filter(|((_, to), (_, incarnation, last))| {
-                *to == id
-                    && *last > now
-                    && *incarnation + 1 == self.nodes[usize::from(id.0 - 1)].incarnation
-            })
-            .map(|((from, _), _)| *from)
-            .collect();
-        self.transfers
-            .retain(|(from, to), _| *from != id && *to != id);
-        for leader in broken {
-            self.drive(leader, |r, out| r.snapshot_send_aborted(id, out));
-        }
-    }
-
-    /// Follower: keeps a chunk; once the snapshot is whole and verifies, the disk keeps it and
-    /// the replica installs it.
-    fn store_snapshot_chunk(
-        &mut self,
-        id: NodeId,
-        chunk: SnapshotChunk,
-        more: &mut Vec<Io<Token>>,
-    ) {
-        let Some(live) = self.live(id) else { return };
-        if chunk.offset == 0 {
-            live.incoming = Some((chunk.index, chunk.total, Vec::new()));
-        }
-        let Some((index, total, bytes)) = live.incoming.as_mut() else {
-            return;
-        };
-        if *index != chunk.index || *total != chunk.total || bytes.len() as u64 != chunk.offset {
-            live.incoming = None;
-            return;
-        }
-        bytes.extend_from_slice(&chunk.data);
-        if (bytes.len() as u64) < *total {
-            return;
-        }
-        let (_, _, bytes) = live.incoming.take().expect("just used");
-        let snapshot = match parse_snapshot(&bytes) {
-            Ok(snapshot) => snapshot,
-            Err(reason) => {
-                let message = format!(
-                    "node {}: a leader's snapshot does not verify: {reason}",
-                    id.0
-                );
-                self.checker.violation(Invariant::Storage, message);
-                return;
-            }
-        };
-        let size = bytes.len() as u64;
-        self.node(id)
-            .disk
-            .keep_snapshot(snapshot.meta.clone(), bytes);
-        if let Some(live) = self.live(id) {
-            live.replica.snapshot_received(snapshot, size, more);
-        }
-    }
-
     /// A client request reaches a node: the replica's admission.
     fn on_request(&mut self, id: NodeId, token: Token, request: RequestNumber) {
         let Some(submit) = self.clients[token.0].current.clone() else {
@@ -1322,76 +729,6 @@ impl<W: Workload> Sim<W> {
             r.admit(submit, token, out);
             r.propose(now_ms, out);
         });
-    }
-
-    fn request_sync(&mut self, id: NodeId) {
-        let incarnation = self.node(id).incarnation;
-        if !self.node(id).disk.begin_sync() {
-            return;
-        }
-        let slow = self.rng.chance(1, 20);
-        let after = 1 + self.rng.below(if slow { 200 } else { 20 });
-        self.schedule(
-            after,
-            SimEvent::Synced {
-                node: id,
-                incarnation,
-            },
-        );
-    }
-
-    /// An fsync completed: what it covered is durable, its acknowledgements go out.
-    fn synced(&mut self, id: NodeId) {
-        let Some(synced) = self.node(id).disk.finish_sync() else {
-            return;
-        };
-        if let Some((index, term)) = synced.persisted {
-            self.drive(id, |r, out| r.persisted(index, term, out));
-        }
-        let acks_down = self.node(id).acks_down_until > self.now;
-        for (to, message) in synced.acks {
-            if acks_down {
-                self.drive(id, |r, out| r.ack_failed(out));
-            } else {
-                self.send_peer(id, to, message);
-            }
-        }
-        if synced.more {
-            self.request_sync(id);
-        }
-        self.deferred(id);
-    }
-
-    fn send_peer(&mut self, from: NodeId, to: NodeId, message: PeerMessage) {
-        if self.links.cut.contains(&(from, to)) || self.rng.below(1000) < self.links.loss {
-            return;
-        }
-        let incarnation = self.node(to).incarnation;
-        let mut delay = 1 + self.rng.below(10);
-        if self.links.clogged.contains(&(from, to)) {
-            delay *= 20;
-        }
-        if self.rng.below(1000) < self.links.duplication {
-            let again = delay + self.rng.below(30);
-            self.schedule(
-                again,
-                SimEvent::Peer {
-                    to,
-                    from,
-                    incarnation,
-                    message: message.clone(),
-                },
-            );
-        }
-        self.schedule(
-            delay,
-            SimEvent::Peer {
-                to,
-                from,
-                incarnation,
-                message,
-            },
-        );
     }
 
     /// Compares what each live node committed and applied with the reference.

@@ -23,6 +23,8 @@ pub struct Swarm {
     pub snapshot_log_percent: u64,
     /// How long a client waits for an answer.
     pub client_timeout: Time,
+    /// Per-mille of fsyncs that fail while faults last (each stops its node).
+    pub fsync_error_permille: u64,
     /// Per-mille of messages lost (drawn when faults start).
     pub loss_permille: u64,
     /// Per-mille of messages delivered twice (drawn when faults start).
@@ -59,8 +61,14 @@ impl Swarm {
         } else {
             CLIENT_TIMEOUT_UNITS
         };
+        let fsync_error_permille = if rng.chance(1, 2) {
+            0
+        } else {
+            1 + rng.below(5)
+        };
         Swarm {
             mode,
+            fsync_error_permille,
             snapshot_every,
             lagging_entries_max,
             snapshot_retain_ticks,
@@ -76,13 +84,14 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, loss {}‰, duplication {}‰",
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, fsync errors {}‰, loss {}‰, duplication {}‰",
             self.mode,
             self.snapshot_every,
             self.snapshot_retain_ticks,
             self.snapshot_log_percent,
             self.lagging_entries_max,
             self.client_timeout as f64 / 10.0,
+            self.fsync_error_permille,
             self.loss_permille,
             self.duplication_permille
         )

@@ -1,0 +1,274 @@
+//! The faults the simulator injects (crashes, partitions, clogged links, full disks, stopped
+//! processes, failing acknowledgement connections, damaged entries found at restart), the
+//! restarts that recover a node as `node::storage` does, and the healing at the end.
+
+use super::*;
+
+/// Time after which faults end even if clients have not sent everything (60 s; a healthy
+/// run takes a few seconds).
+pub const FAULTS_UNITS_MAX: Time = 600_000;
+
+/// The longest a simulated process stays stopped.
+pub const STALL_UNITS_MAX: Time = 5_000;
+
+impl<W: Workload> Sim<W> {
+    /// Ends every fault: links whole, every node up. Clients then settle.
+    pub(super) fn heal(&mut self) {
+        self.healed = true;
+        self.report.time = self.now;
+        self.links = Links::default();
+        self.links_changed = self.now;
+        for id in 1..=SIM_NODES {
+            self.space_back(NodeId(id));
+            // A stopped process resumes when its stall ends (at most `STALL_UNITS_MAX` on).
+            self.node(NodeId(id)).acks_down_until = 0;
+            if self.nodes[usize::from(id - 1)].live.is_none() {
+                self.restart(NodeId(id));
+            }
+        }
+    }
+
+    /// Draws one fault: a crash (of the leader more often than not), a partition, a clogged
+    /// link, a full disk, a stopped process, failing acknowledgement connections, or a
+    /// restart of everything down.
+    pub(super) fn inject_fault(&mut self) {
+        let leader = self.nodes.iter().find_map(|n| {
+            n.live
+                .as_ref()
+                .filter(|l| l.replica.core().role() == Role::Leader)
+                .map(|_| n.id)
+        });
+        let random_node = NodeId(1 + self.rng.below(u64::from(SIM_NODES)) as u8);
+        match self.rng.below(12) {
+            0..=1 => {
+                let victim = leader.unwrap_or(random_node);
+                self.crash(victim);
+                let down = 10 + self.rng.below(3_000);
+                self.schedule(down, SimEvent::Restart(victim));
+            }
+            2 => {
+                self.crash(random_node);
+                let down = 10 + self.rng.below(3_000);
+                self.schedule(down, SimEvent::Restart(random_node));
+            }
+            3 => {
+                // Everything crashes at once (a power cut).
+                for id in 1..=SIM_NODES {
+                    self.crash(NodeId(id));
+                    let down = 10 + self.rng.below(1_000);
+                    self.schedule(down, SimEvent::Restart(NodeId(id)));
+                }
+            }
+            4..=5 => {
+                // Isolate one node, both ways or one way.
+                let isolated = leader
+                    .filter(|_| self.rng.chance(2, 3))
+                    .unwrap_or(random_node);
+                let one_way = self.rng.below(3);
+                for other in (1..=SIM_NODES).map(NodeId).filter(|&n| n != isolated) {
+                    if one_way != 1 {
+                        self.links.cut.insert((isolated, other));
+                    }
+                    if one_way != 2 {
+                        self.links.cut.insert((other, isolated));
+                    }
+                }
+                self.report.partitions += 1;
+                self.links_changed = self.now;
+                let lasting = 50 + self.rng.below(5_000);
+                self.schedule(lasting, SimEvent::Heal);
+            }
+            6 => {
+                // A node that reaches only one peer.
+                let a = random_node;
+                let b = NodeId(1 + a.0 % SIM_NODES);
+                self.links.cut.insert((a, b));
+                self.links.cut.insert((b, a));
+                self.report.partitions += 1;
+                self.links_changed = self.now;
+                let lasting = 50 + self.rng.below(5_000);
+                self.schedule(lasting, SimEvent::Heal);
+            }
+            7 => {
+                let a = random_node;
+                let b = NodeId(1 + (a.0 + self.rng.below(2) as u8) % SIM_NODES);
+                self.links.clogged.insert((a, b));
+                self.report.partitions += 1;
+                self.links_changed = self.now;
+                let lasting = 50 + self.rng.below(5_000);
+                self.schedule(lasting, SimEvent::Heal);
+            }
+            8 => {
+                // A full disk on one, two or all three nodes.
+                let count = 1 + self.rng.below(u64::from(SIM_NODES)) as u8;
+                for k in 0..count {
+                    let id = NodeId(1 + (random_node.0 - 1 + k) % SIM_NODES);
+                    self.node(id).disk.full = true;
+                    let lasting = 50 + self.rng.below(3_000);
+                    self.schedule(lasting, SimEvent::SpaceBack(id));
+                }
+                self.report.disks_full += 1;
+            }
+            9 => {
+                // A stopped process (the leader more often than not): everything sent to it
+                // waits, and it resumes where it was.
+                let stalled = leader
+                    .filter(|_| self.rng.chance(2, 3))
+                    .unwrap_or(random_node);
+                let lasting = 10 + self.rng.below(STALL_UNITS_MAX - 10);
+                let until = self.now + lasting;
+                let node = self.node(stalled);
+                node.stopped = true;
+                node.stalled_until = node.stalled_until.max(until);
+                let resume = node.stalled_until - self.now;
+                self.schedule(resume, SimEvent::Resume(stalled));
+                self.report.stalls += 1;
+            }
+            10 => {
+                // The WAL thread's acknowledgement connections of one node fail.
+                let lasting = 50 + self.rng.below(3_000);
+                let now = self.now;
+                self.node(random_node).acks_down_until = now + lasting;
+                self.report.acks_down += 1;
+            }
+            _ => {
+                for id in 1..=SIM_NODES {
+                    if self.node(NodeId(id)).live.is_none() {
+                        self.restart(NodeId(id));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Node `id`'s process continues, if its latest stop ends now: what reached it meanwhile
+    /// is handled in the order it arrived.
+    pub(super) fn resume(&mut self, id: NodeId) {
+        let now = self.now;
+        let node = self.node(id);
+        if !node.stopped || now < node.stalled_until {
+            return;
+        }
+        node.stopped = false;
+        while let Some(event) = self.node(id).waiting.pop_front() {
+            self.handle(event);
+        }
+    }
+
+    /// Whether the fsync completing now fails instead (at the seed's rate, while faults last).
+    pub(super) fn fsync_fails(&mut self) -> bool {
+        self.options.faults
+            && !self.healed
+            && self.rng.below(1_000) < self.swarm.fsync_error_permille
+    }
+
+    /// An fsync of node `id` failed: as the node's driver does, the replica halts (its waiting
+    /// clients are told to go elsewhere) and the process exits, with what the fsync covered
+    /// in an unknown state (a crash keeps a random part of it). The operator restarts it.
+    pub(super) fn fsync_failed(&mut self, id: NodeId) {
+        self.report.fsync_errors += 1;
+        self.node(id).wal_failed = true;
+        let halt = Halt::WalFailed("simulated fsync error".into());
+        self.drive(id, |r, out| r.halt(halt, out));
+        self.crash(id);
+        let down = 10 + self.rng.below(2_000);
+        self.schedule(down, SimEvent::Restart(id));
+    }
+
+    pub(super) fn crash(&mut self, id: NodeId) {
+        let keep_draw = self.rng.next_u64();
+        let node = self.node(id);
+        if node.live.take().is_none() {
+            return;
+        }
+        node.incarnation += 1;
+        node.stopped = false;
+        node.stalled_until = 0;
+        node.waiting.clear();
+        node.disk.crash(keep_draw);
+        self.report.crashes += 1;
+        self.checker.crashed(id);
+        self.transfers_broken_by(id);
+    }
+
+    /// Starts node `id` from its disk with the node's own recovery rules ([`disk::recover`]):
+    /// the newest snapshot the log reaches (the log emptied when it conflicts with it), then
+    /// the entries the log shows committed.
+    pub(super) fn restart(&mut self, id: NodeId) {
+        let seed = self.rng.next_u64();
+        let now = self.now;
+        let handler = self.workload.handler();
+        let swarm = self.swarm.clone();
+        // A damaged entry, found by the recovery scan, on one node at a time (so that a copy
+        // of every committed entry survives somewhere).
+        let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
+        let damage_draw = (self.options.faults && !self.healed && !repairing)
+            .then(|| self.rng.chance(1, 4).then(|| self.rng.next_u64()))
+            .flatten();
+        let node = &mut self.nodes[usize::from(id.0 - 1)];
+        node.incarnation += 1;
+        node.wal_failed = false;
+        let disk = &mut node.disk;
+        if let Some(draw) = damage_draw
+            && disk.damage(draw)
+        {
+            self.report.damaged += 1;
+        }
+        let restored = match disk::recover(disk, handler, SIM_STATE_BYTES) {
+            Ok(restored) => restored,
+            Err(reason) => {
+                self.checker
+                    .violation(Invariant::Storage, format!("node {}: {reason}", id.0));
+                return;
+            }
+        };
+        let disk::Restored {
+            mut machine,
+            recovered,
+            latest,
+            replayed,
+        } = restored;
+        machine.set_mode(swarm.mode);
+        let committed = machine.applied_index();
+        let config = ReplicaConfig {
+            core: CoreConfig {
+                id,
+                nodes: (1..=SIM_NODES).map(NodeId).collect(),
+                election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
+                heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
+                seed,
+                lagging_entries_max: swarm.lagging_entries_max,
+                pre_vote: true,
+            },
+            entry_commands_max: SIM_ENTRY_COMMANDS_MAX,
+            pipeline_entries_max: SIM_PIPELINE_ENTRIES_MAX,
+            snapshot_every: swarm.snapshot_every,
+            snapshot_retain_ticks: swarm.snapshot_retain_ticks,
+            snapshot_log_percent: swarm.snapshot_log_percent,
+            snapshot_slice_slots: SIM_SNAPSHOT_SLICE_SLOTS,
+            snapshot_write_bytes: SIM_SNAPSHOT_WRITE_BYTES,
+            client_addresses: BTreeMap::new(),
+        };
+        node.live = Some(Live {
+            replica: Replica::new(config, recovered, machine, latest),
+            up_since: now,
+            leading_since: None,
+            commit_before: committed,
+            writing: None,
+            incoming: None,
+        });
+        for done in replayed {
+            self.checker.node_applied(id, done.index, done.hash);
+        }
+        self.checker.restarted(id, committed);
+        let first_tick = 1 + self.rng.below(TICK_UNITS);
+        let incarnation = self.node(id).incarnation;
+        self.schedule(
+            first_tick,
+            SimEvent::Tick {
+                node: id,
+                incarnation,
+            },
+        );
+    }
+}

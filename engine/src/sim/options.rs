@@ -1,0 +1,69 @@
+//! What one simulated run does ([`SimOptions`]) and what it found ([`SimReport`]).
+
+use super::*;
+
+/// What one simulated run does.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// The seed everything is drawn from.
+    pub seed: u64,
+    /// Clients, each with one request outstanding at a time.
+    pub clients: u32,
+    /// Requests each client sends.
+    pub requests: u32,
+    /// Whether faults are injected (off: a healthy run, for comparison).
+    pub faults: bool,
+}
+
+impl SimOptions {
+    /// The options of a standard run from `seed`.
+    pub fn new(seed: u64) -> Self {
+        SimOptions {
+            seed,
+            clients: 3,
+            requests: 40,
+            faults: true,
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Clone, Debug, Default)]
+pub struct SimReport {
+    /// The seed that replays this run.
+    pub seed: u64,
+    /// What the seed drew for the run.
+    pub swarm: Swarm,
+    /// Snapshots made durable.
+    pub snapshots: u64,
+    /// Snapshots installed from a leader.
+    pub installs: u64,
+    /// Restarts that found a damaged entry in the log (and repaired it).
+    pub damaged: u64,
+    /// Invariant violations, in the order found (empty: the run passed).
+    pub violations: Vec<Violation>,
+    /// Requests whose results reached their client.
+    pub acknowledged: u64,
+    /// Requests with no known outcome after the cluster healed (I6).
+    pub unknown: u64,
+    /// Entries committed.
+    pub committed: u64,
+    /// Node crashes.
+    pub crashes: u64,
+    /// Partitions and clogged links.
+    pub partitions: u64,
+    /// Times one or more disks filled up.
+    pub disks_full: u64,
+    /// Times a node's process was stopped for a while.
+    pub stalls: u64,
+    /// Times a node's acknowledgement connections failed for a while.
+    pub acks_down: u64,
+    /// Fsyncs that failed (each stopped its node until a restart).
+    pub fsync_errors: u64,
+    /// Leaders elected.
+    pub leaders: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Simulated time the run took.
+    pub time: Time,
+}
