@@ -190,6 +190,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.stalls += report.stalls;
         totals.acks_down += report.acks_down;
         totals.fsync_errors += report.fsync_errors;
+        totals.snapshots_damaged += report.snapshots_damaged;
+        totals.rebuilds += report.rebuilds;
         if last_progress.elapsed().as_secs() >= 5 {
             last_progress = Instant::now();
             eprintln!(
@@ -201,7 +203,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>17} {:>8} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
@@ -215,11 +217,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "stalls",
         "acks_down",
         "fsync_errors",
+        "snapshots_damaged",
+        "rebuilds",
         "events",
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>17} {:>8} {:>12} {:>8.1}",
         args.seeds,
         failing.len(),
         totals.acknowledged,
@@ -233,6 +237,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.stalls,
         totals.acks_down,
         totals.fsync_errors,
+        totals.snapshots_damaged,
+        totals.rebuilds,
         totals.events,
         started.elapsed().as_secs_f64()
     );

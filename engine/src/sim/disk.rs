@@ -15,7 +15,8 @@ use net::message::AppliedHash;
 use net::message::PeerMessage;
 use std::collections::VecDeque;
 
-/// Entries at the end of the log among which damage strikes.
+/// Entries at the end of the log among which damage strikes three times in four (the fourth
+/// anywhere in the log).
 pub const SIM_DAMAGE_SPAN_ENTRIES: u64 = 8;
 
 /// Durable snapshots a simulated disk keeps (as a real node keeps `SNAPSHOTS_KEPT`).
@@ -162,8 +163,14 @@ impl Disk {
         let Some(end) = self.get(last) else {
             return false;
         };
-        // Recent entries: the ones another replica may still lack.
-        let span = (last - first + 1).min(SIM_DAMAGE_SPAN_ENTRIES);
+        // Mostly recent entries (the ones another replica may still lack); one time in four
+        // anywhere in the log.
+        let anywhere = (draw >> 60) % 4 == 0;
+        let span = if anywhere {
+            last - first + 1
+        } else {
+            (last - first + 1).min(SIM_DAMAGE_SPAN_ENTRIES)
+        };
         let lost = last + 1 - span + draw % span;
         let committed = (lost..=last)
             .filter_map(|i| self.get(i))
@@ -181,6 +188,30 @@ impl Disk {
         });
         self.truncate_from(lost);
         true
+    }
+
+    /// Damage found at restart in the newest durable snapshot: a bit chosen by `draw` flips
+    /// (its digest no longer matches). False when the disk holds no snapshot.
+    pub fn damage_snapshot(&mut self, draw: u64) -> bool {
+        let Some((_, bytes)) = self.snapshots.last_mut() else {
+            return false;
+        };
+        let at = (draw % bytes.len() as u64) as usize;
+        bytes[at] ^= 1 << ((draw >> 56) % 8);
+        true
+    }
+
+    /// The operator's `--rebuild-from-leader` for a disk that cannot start the node, as
+    /// `node::recovery::rebuild` does: the repair obligation covering what it held is made
+    /// durable first ([`replay::rebuild_repair`]), then the log and the snapshots are moved
+    /// away; the node starts empty and waits for a leader to give its data back.
+    pub fn rebuild(&mut self) {
+        let newest = self.snapshots.last().map(|(meta, _)| meta.index);
+        if let Some(repair) = replay::rebuild_repair(&*self, None, newest) {
+            self.hard.repair = Some(self.hard.repair.map_or(repair, |r| r.merge(repair)));
+        }
+        self.snapshots.clear();
+        self.reset(LogBase::default());
     }
 
     /// Keeps a durable snapshot, dropping the oldest past [`SIM_SNAPSHOTS_KEPT`].
@@ -242,44 +273,52 @@ pub(super) struct Restored<H: Handler> {
     pub replayed: Vec<AppliedHash>,
 }
 
+/// Why a simulated node cannot start from its disk.
+#[derive(Debug)]
+pub(super) enum Unusable {
+    /// The log does not start at entry 1 and no snapshot that verifies reaches it, after
+    /// `damaged` snapshots were passed over: the real node refuses to start, and the operator
+    /// rebuilds it from the leader (`--rebuild-from-leader`).
+    NoUsableState { first: u64, damaged: usize },
+    /// Anything else: a bug.
+    Broken(String),
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unusable::NoUsableState { first, damaged } => write!(
+                f,
+                "no usable state: the log starts at entry {first} and no snapshot reaches it \
+                 ({damaged} damaged passed over; a real node refuses to start)"
+            ),
+            Unusable::Broken(reason) => f.write_str(reason),
+        }
+    }
+}
+
 /// Recovers a node from `disk` by the node's own rules (`node::recovery::replay`): the newest
-/// snapshot the log reaches, the log's base after it (the log emptied when it conflicts with
-/// it), then every entry the log shows committed. What the real node does with files (the
-/// scan, quarantine) is the disk's own: damage is cut by [`Disk::damage`] before this.
+/// snapshot that verifies and that the log reaches (damaged ones passed over, and dropped as
+/// the node quarantines them once it starts), the log's base after it (the log emptied when
+/// it conflicts with it), then every entry the log shows committed. Damaged entries are cut
+/// by [`Disk::damage`] before this, as the node's WAL scan does.
 pub(super) fn recover<H: Handler>(
     disk: &mut Disk,
     handler: H,
     capacity_bytes: u64,
-) -> Result<Restored<H>, String> {
+) -> Result<Restored<H>, Unusable> {
     let mut machine = StateMachine::new(handler, capacity_bytes);
-    let chosen = disk
-        .snapshots
-        .iter()
-        .rev()
-        .find(|(meta, _)| replay::log_reaches(disk, meta.index));
-    let mut latest = None;
-    if let Some((meta, bytes)) = chosen {
-        let snapshot = parse_snapshot(bytes).map_err(|e| {
-            format!(
-                "its durable snapshot of entry {} does not parse: {e}",
-                meta.index
-            )
+    let (chosen, damaged) = choose_snapshot(disk, &mut machine)?;
+    let latest = chosen.as_ref().map(|(meta, size)| (meta.index, *size));
+    let meta = chosen.map(|(meta, _)| meta);
+    let (base, reset_log) =
+        replay::log_base(disk, meta.as_ref()).ok_or(Unusable::NoUsableState {
+            first: disk.first_index(),
+            damaged: damaged.len(),
         })?;
-        machine.install(snapshot).map_err(|e| {
-            format!(
-                "its durable snapshot of entry {} does not load: {e}",
-                meta.index
-            )
-        })?;
-        latest = Some((meta.index, bytes.len() as u64));
+    for position in damaged.into_iter().rev() {
+        disk.snapshots.remove(position);
     }
-    let meta = chosen.map(|(meta, _)| meta.clone());
-    let (base, reset_log) = replay::log_base(disk, meta.as_ref()).ok_or_else(|| {
-        format!(
-            "no usable state: the log starts at entry {} and no snapshot reaches it (a real node refuses to start)",
-            disk.first_index()
-        )
-    })?;
     let from = ReplayFrom {
         hard_state: disk.hard,
         base,
@@ -291,7 +330,7 @@ pub(super) fn recover<H: Handler>(
     };
     let mut replayed: Vec<AppliedHash> = from.snapshot.into_iter().collect();
     let recovered = replay::replay(&*disk, &mut machine, from, |done, _| replayed.push(done))
-        .map_err(|e| format!("recovery failed: {e}"))?;
+        .map_err(|e| Unusable::Broken(format!("recovery failed: {e}")))?;
     // What a start carries out: the log emptied to continue the snapshot, or (the disk keeps
     // no entries behind its base) compacted through it.
     if reset_log {
@@ -305,6 +344,33 @@ pub(super) fn recover<H: Handler>(
         latest,
         replayed,
     })
+}
+
+/// The snapshot recovery starts from, installed into `machine` (its meta and file size), and
+/// the positions of the damaged snapshots passed over on the way (ascending), as the node's
+/// `choose_snapshot` does: newest first, those the log does not reach skipped.
+fn choose_snapshot<H: Handler>(
+    disk: &Disk,
+    machine: &mut StateMachine<H>,
+) -> Result<(Option<(SnapshotMeta, u64)>, Vec<usize>), Unusable> {
+    let mut damaged = Vec::new();
+    for (position, (meta, bytes)) in disk.snapshots.iter().enumerate().rev() {
+        if !replay::log_reaches(disk, meta.index) {
+            continue;
+        }
+        let Ok(snapshot) = parse_snapshot(bytes) else {
+            damaged.insert(0, position);
+            continue;
+        };
+        machine.install(snapshot).map_err(|e| {
+            Unusable::Broken(format!(
+                "its durable snapshot of entry {} does not load: {e}",
+                meta.index
+            ))
+        })?;
+        return Ok((Some((meta.clone(), bytes.len() as u64)), damaged));
+    }
+    Ok((None, damaged))
 }
 
 #[cfg(test)]

@@ -175,6 +175,12 @@ impl<W: Workload> Sim<W> {
         self.schedule(down, SimEvent::Restart(id));
     }
 
+    /// Node `id` cannot start from its disk where the faults do not explain it.
+    fn unusable(&mut self, id: NodeId, reason: &disk::Unusable) {
+        self.checker
+            .violation(Invariant::Storage, format!("node {}: {reason}", id.0));
+    }
+
     pub(super) fn crash(&mut self, id: NodeId) {
         let keep_draw = self.rng.next_u64();
         let node = self.node(id);
@@ -202,8 +208,12 @@ impl<W: Workload> Sim<W> {
         // A damaged entry, found by the recovery scan, on one node at a time (so that a copy
         // of every committed entry survives somewhere).
         let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
-        let damage_draw = (self.options.faults && !self.healed && !repairing)
+        let damage = self.options.faults && !self.healed && !repairing;
+        let damage_draw = damage
             .then(|| self.rng.chance(1, 4).then(|| self.rng.next_u64()))
+            .flatten();
+        let snapshot_draw = damage
+            .then(|| self.rng.chance(1, 6).then(|| self.rng.next_u64()))
             .flatten();
         let node = &mut self.nodes[usize::from(id.0 - 1)];
         node.incarnation += 1;
@@ -214,13 +224,23 @@ impl<W: Workload> Sim<W> {
         {
             self.report.damaged += 1;
         }
+        if let Some(draw) = snapshot_draw
+            && disk.damage_snapshot(draw)
+        {
+            self.report.snapshots_damaged += 1;
+        }
         let restored = match disk::recover(disk, handler, SIM_STATE_BYTES) {
             Ok(restored) => restored,
-            Err(reason) => {
-                self.checker
-                    .violation(Invariant::Storage, format!("node {}: {reason}", id.0));
-                return;
+            // Only a damaged snapshot explains a refusal: the operator rebuilds the node.
+            Err(disk::Unusable::NoUsableState { damaged, .. }) if damaged > 0 => {
+                self.report.rebuilds += 1;
+                disk.rebuild();
+                match disk::recover(disk, self.workload.handler(), SIM_STATE_BYTES) {
+                    Ok(restored) => restored,
+                    Err(reason) => return self.unusable(id, &reason),
+                }
             }
+            Err(reason) => return self.unusable(id, &reason),
         };
         let disk::Restored {
             mut machine,

@@ -58,6 +58,10 @@ pub struct SimReport {
     pub stalls: u64,
     /// Times a node's acknowledgement connections failed for a while.
     pub acks_down: u64,
+    /// Restarts that found the newest snapshot damaged (passed over).
+    pub snapshots_damaged: u64,
+    /// Nodes the operator rebuilt from the leader (a damaged snapshot left nothing usable).
+    pub rebuilds: u64,
     /// Fsyncs that failed (each stopped its node until a restart).
     pub fsync_errors: u64,
     /// Leaders elected.

@@ -2,11 +2,11 @@
 //! cannot be used: the repair obligation first, then the data moved to quarantine.
 
 use super::plan::{Plan, damage_repair};
+use super::replay;
 use super::{RecoveryOptions, RecoveryReport, Refusal};
 use crate::apply::StateMachine;
 use crate::core::{HardState, LogBase, Repair};
 use crate::handler::Handler;
-use crate::ids::{EntryIndex, Term};
 use crate::node::NodeError;
 use crate::node::data_dir::{self, Identity};
 use crate::node::storage::{
@@ -103,31 +103,15 @@ fn rebuilt_repair(dir: &Path, options: &RecoveryOptions) -> Result<Option<Repair
     let wal_dir = dir.join(WAL_DIR);
     let (wal, recovery) =
         Wal::scan_repairing(&wal_dir, options.wal_segment_bytes, Access::ReadOnly)?;
-    let mut repair = (wal.last_index() >= wal.first_index()).then(|| Repair {
-        index: wal.last_index(),
-        term: wal.last_term(),
-        committed: wal.max_commit(),
-    });
-    if let Some(damage) = &recovery.damage {
-        let lost = damage_repair(damage);
-        repair = Some(repair.map_or(lost, |r| r.merge(lost)));
-    }
     let snapshots_dir = dir.join(SNAPSHOT_DIR);
     let snapshots = list_snapshots(&snapshots_dir).map_err(|source| Refusal::Unreadable {
         path: snapshots_dir,
         source,
     })?;
-    if let Some((index, _)) = snapshots.first()
-        && repair.is_none_or(|r| r.index < *index)
-    {
-        let only = Repair {
-            index: *index,
-            term: Term(u64::MAX),
-            committed: *index,
-        };
-        repair = Some(repair.map_or(only, |r| r.merge(only)));
-    }
-    Ok(repair.filter(|r| r.index > EntryIndex::ZERO))
+    // `list_snapshots` lists the newest first.
+    let newest = snapshots.first().map(|(index, _)| *index);
+    let damage = recovery.damage.as_ref().map(damage_repair);
+    Ok(replay::rebuild_repair(&wal, damage, newest))
 }
 
 /// Milliseconds since the epoch, to name quarantine folders in the order they were made.

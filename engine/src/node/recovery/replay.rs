@@ -4,7 +4,7 @@
 //! the consensus core starts from.
 
 use crate::apply::{ApplyError, StateMachine};
-use crate::core::{HardState, LogBase, Recovered};
+use crate::core::{HardState, LogBase, Recovered, Repair};
 use crate::entry::{Entry, EntryHash};
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, Term};
@@ -98,6 +98,38 @@ pub fn log_base<L: RecoveryLog>(log: &L, chosen: Option<&SnapshotMeta>) -> Optio
         None if log.first_index() > EntryIndex(1) => None,
         None => Some((LogBase::default(), false)),
     }
+}
+
+/// The repair obligation of a node about to be rebuilt empty (the operator's order, for data
+/// that cannot be used): the end of the log it may have acknowledged, merged with `damage`
+/// (what a damaged entry cut off), and, when only a snapshot reaches further, the entry of the
+/// newest snapshot it holds (`newest_snapshot`; its term unknown, so no candidate is taken
+/// for holding it). None when the node held nothing.
+pub fn rebuild_repair<L: RecoveryLog>(
+    log: &L,
+    damage: Option<Repair>,
+    newest_snapshot: Option<EntryIndex>,
+) -> Option<Repair> {
+    let (first, last) = (log.first_index(), log.last_index());
+    let mut repair = (last >= first).then(|| Repair {
+        index: last,
+        term: log.term_at(last).expect("the log holds its last entry"),
+        committed: log.max_commit(),
+    });
+    if let Some(lost) = damage {
+        repair = Some(repair.map_or(lost, |r| r.merge(lost)));
+    }
+    if let Some(index) = newest_snapshot
+        && repair.is_none_or(|r| r.index < index)
+    {
+        let only = Repair {
+            index,
+            term: Term(u64::MAX),
+            committed: index,
+        };
+        repair = Some(repair.map_or(only, |r| r.merge(only)));
+    }
+    repair.filter(|r| r.index > EntryIndex::ZERO)
 }
 
 /// Why the replay stopped.
