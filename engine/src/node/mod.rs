@@ -222,7 +222,7 @@ pub(crate) enum Input {
     },
     Wal(WalEvent),
     /// The snapshot writer made a snapshot durable, or failed to.
-    Snapshot(Result<crate::snapshot::Durable, String>),
+    Snapshot(Result<crate::snapshot::Durable, crate::snapshot::SnapshotError>),
     /// Sending a snapshot to a follower failed.
     SnapshotAborted(NodeId),
 }

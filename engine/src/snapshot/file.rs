@@ -22,10 +22,10 @@ pub const DIGEST_BYTES: usize = 32;
 /// Bytes of a block header: record count and byte count, fixed-width.
 const BLOCK_HEADER_BYTES: usize = 16;
 
-/// A snapshot file that cannot be used.
+/// A snapshot file that cannot be written or used.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    /// The file system refused an operation.
+    /// The file system refused an operation on the file (or on its directory).
     #[error("{path}: {source}")]
     Io {
         /// The file.
@@ -69,7 +69,83 @@ pub enum ParseError {
     /// The digest holds but the content does not decode: written by a build whose layout
     /// differs from this one's.
     #[error("its digest holds but its content does not decode ({0}): written by another build")]
-    Structure(String),
+    Structure(#[source] StructureError),
+}
+
+/// Why the content of a snapshot whose digest holds does not decode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StructureError {
+    /// A part of the content did not decode.
+    #[error("{part} at byte {at}: {reason}")]
+    Decode {
+        /// The part.
+        part: Part,
+        /// Where it starts in the file.
+        at: usize,
+        /// The decoder's account of the failure.
+        reason: String,
+    },
+    /// A block claims more bytes than the content has after its header.
+    #[error(
+        "table bytes past the end: a block of table {table} at byte {at} claims {bytes} bytes, \
+         the content ends at byte {end}"
+    )]
+    BlockPastEnd {
+        /// The table's id.
+        table: u16,
+        /// Where the block's records start in the file.
+        at: usize,
+        /// Bytes the block claims.
+        bytes: u64,
+        /// Where the content ends (the digest starts).
+        end: usize,
+    },
+    /// The blocks of a table claim more records in all than a u64 counts.
+    #[error(
+        "table record count overflows: table {table} has {records} records before a block of \
+         {count}"
+    )]
+    RecordCountOverflow {
+        /// The table's id.
+        table: u16,
+        /// Records counted before the block.
+        records: u64,
+        /// Records the block claims.
+        count: u64,
+    },
+}
+
+/// A part of a snapshot's content, to say which one did not decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The meta (what the snapshot covers).
+    Meta,
+    /// The number of tables.
+    TableCount,
+    /// The id of the table at this position (from 0) in the file.
+    TableId {
+        /// Its position.
+        position: u16,
+    },
+    /// A block header (record count and byte count) of this table.
+    BlockHeader {
+        /// The table's id.
+        table: u16,
+    },
+    /// The client sessions.
+    Sessions,
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Part::Meta => write!(f, "the meta"),
+            Part::TableCount => write!(f, "the table count"),
+            Part::TableId { position } => write!(f, "the id of table number {position}"),
+            Part::BlockHeader { table } => write!(f, "a block header of table {table}"),
+            Part::Sessions => write!(f, "the sessions"),
+        }
+    }
 }
 
 impl ParseError {
@@ -251,36 +327,52 @@ type Content = (
 );
 
 /// Decodes the content between the magic and the digest.
-fn parse_body(body: &[u8]) -> Result<Content, String> {
+fn parse_body(body: &[u8]) -> Result<Content, StructureError> {
     let mut at = MAGIC.len();
-    let (meta, used): (SnapshotMeta, usize) =
-        codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
-    at += used;
-    let (count, used): (u16, usize) =
-        codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
-    at += used;
+    let meta: SnapshotMeta = decode_part(body, &mut at, Part::Meta)?;
+    let count: u16 = decode_part(body, &mut at, Part::TableCount)?;
     let mut tables = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        let (id, used): (u16, usize) =
-            codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
-        at += used;
-        let (records, content, end) = parse_table(body, at)?;
+    for position in 0..count {
+        let id: u16 = decode_part(body, &mut at, Part::TableId { position })?;
+        let (records, content, end) = parse_table(body, id, at)?;
         at = end;
         tables.push((TableId(id), records, content));
     }
     let sessions: Vec<(ClientId, Session)> =
-        codec::decode(&body[at..]).map_err(|e| e.to_string())?;
+        codec::decode(&body[at..]).map_err(|e| decode_error(Part::Sessions, at, &e))?;
     Ok((meta, tables, sessions))
 }
 
-/// Decodes one table's blocks from `at`: its record count, its records' bytes, and where the
-/// table ends.
-fn parse_table(body: &[u8], mut at: usize) -> Result<(u64, Vec<u8>, usize), String> {
+/// Decodes `part` from `at`, and moves `at` past it.
+fn decode_part<T: codec::Decode<()>>(
+    body: &[u8],
+    at: &mut usize,
+    part: Part,
+) -> Result<T, StructureError> {
+    let (value, used) =
+        codec::decode_prefix(&body[*at..]).map_err(|e| decode_error(part, *at, &e))?;
+    *at += used;
+    Ok(value)
+}
+
+fn decode_error(part: Part, at: usize, error: &codec::CodecError) -> StructureError {
+    StructureError::Decode {
+        part,
+        at,
+        reason: error.to_string(),
+    }
+}
+
+/// Decodes the blocks of table `table` from `at`: its record count, its records' bytes, and
+/// where the table ends.
+fn parse_table(
+    body: &[u8],
+    table: u16,
+    mut at: usize,
+) -> Result<(u64, Vec<u8>, usize), StructureError> {
     let (mut records, mut content) = (0u64, Vec::new());
     loop {
-        let ((count, bytes), used): ((u64, u64), usize) =
-            codec::decode_prefix(&body[at..]).map_err(|e| e.to_string())?;
-        at += used;
+        let (count, bytes): (u64, u64) = decode_part(body, &mut at, Part::BlockHeader { table })?;
         if count == 0 && bytes == 0 {
             return Ok((records, content, at));
         }
@@ -288,11 +380,102 @@ fn parse_table(body: &[u8], mut at: usize) -> Result<(u64, Vec<u8>, usize), Stri
             .ok()
             .and_then(|bytes| at.checked_add(bytes))
             .filter(|&end| end <= body.len())
-            .ok_or("table bytes past the end")?;
+            .ok_or(StructureError::BlockPastEnd {
+                table,
+                at,
+                bytes,
+                end: body.len(),
+            })?;
         content.extend_from_slice(&body[at..end]);
         records = records
             .checked_add(count)
-            .ok_or("table record count overflows")?;
+            .ok_or(StructureError::RecordCountOverflow {
+                table,
+                records,
+                count,
+            })?;
         at = end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::EntryHash;
+    use crate::ids::{StateHash, Term};
+    use crate::state::StreamHasher;
+
+    /// The start of a snapshot of one table, id 3, with no blocks yet.
+    fn head_of_one_table() -> Vec<u8> {
+        let meta = SnapshotMeta {
+            index: EntryIndex(5),
+            term: Term(1),
+            entry_hash: EntryHash::default(),
+            state_hash: StateHash::default(),
+            hasher: StreamHasher::default().save(),
+        };
+        let mut out = Vec::new();
+        encode_head(&meta, 1, &mut out);
+        encode_table_start(TableId(3), &mut out);
+        out
+    }
+
+    fn with_digest(mut body: Vec<u8>) -> Vec<u8> {
+        let digest = blake3::hash(&body);
+        body.extend_from_slice(digest.as_bytes());
+        body
+    }
+
+    fn structure(bytes: &[u8]) -> StructureError {
+        match parse_snapshot(bytes) {
+            Err(ParseError::Structure(error)) => error,
+            other => panic!("expected a structure error, got {other:?}"),
+        }
+    }
+
+    /// Proves each way the content behind a sound digest fails to decode is its own variant,
+    /// with the table and the offsets, and that the messages keep the words operators know.
+    #[test]
+    fn content_that_does_not_decode_names_the_part_and_the_table() {
+        let mut overflow = head_of_one_table();
+        overflow.extend_from_slice(&codec::encode_to_vec(&(u64::MAX, 0u64)).unwrap());
+        overflow.extend_from_slice(&codec::encode_to_vec(&(1u64, 0u64)).unwrap());
+        let error = structure(&with_digest(overflow));
+        assert_eq!(
+            error,
+            StructureError::RecordCountOverflow {
+                table: 3,
+                records: u64::MAX,
+                count: 1
+            }
+        );
+        assert!(error.to_string().contains("table record count overflows"));
+
+        let mut past_end = head_of_one_table();
+        past_end.extend_from_slice(&codec::encode_to_vec(&(1u64, 1000u64)).unwrap());
+        let end = past_end.len();
+        let error = structure(&with_digest(past_end));
+        assert_eq!(
+            error,
+            StructureError::BlockPastEnd {
+                table: 3,
+                at: end,
+                bytes: 1000,
+                end
+            }
+        );
+        assert!(error.to_string().contains("table bytes past the end"));
+
+        let cut = head_of_one_table();
+        let at = cut.len();
+        let error = structure(&with_digest(cut));
+        assert!(
+            matches!(
+                &error,
+                StructureError::Decode { part: Part::BlockHeader { table: 3 }, at: found, .. }
+                    if *found == at
+            ),
+            "{error:?}"
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! appends the digest, fsyncs, renames, fsyncs the directory, removes all but the newest few
 //! snapshots and reports the new one.
 
-use super::{SNAPSHOTS_KEPT, SnapshotMeta, list_snapshots, snapshot_path};
+use super::{SNAPSHOTS_KEPT, SnapshotError, SnapshotMeta, list_snapshots, snapshot_path};
 use crate::ids::EntryIndex;
 use std::fs;
 use std::io::Write;
@@ -43,10 +43,10 @@ pub struct SnapshotWriter {
 
 impl SnapshotWriter {
     /// Starts the writer: snapshots go to `dir`; `report` hears of each one made durable (or of
-    /// a failure).
+    /// a failure: [`SnapshotError::Io`], with the file or directory refused).
     pub fn spawn(
         dir: PathBuf,
-        report: impl Fn(Result<Durable, String>) -> bool + Send + 'static,
+        report: impl Fn(Result<Durable, SnapshotError>) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
         std::thread::Builder::new()
@@ -89,7 +89,7 @@ struct Open {
 fn run(
     dir: &Path,
     queue: &mpsc::Receiver<WriterOp>,
-    report: impl Fn(Result<Durable, String>) -> bool,
+    report: impl Fn(Result<Durable, SnapshotError>) -> bool,
 ) {
     super::priority::lower_current_thread();
     let mut open: Option<Open> = None;
@@ -112,7 +112,7 @@ fn run(
                     file.file
                         .write_all(&bytes)
                         .map(|()| None)
-                        .map_err(|e| format!("{}: {e}", file.temporary.display()))
+                        .map_err(io_error(&file.temporary))
                 }
                 Some(_) | None => Ok(None),
             },
@@ -141,11 +141,20 @@ fn run(
     drop_open(&mut open);
 }
 
-fn start(dir: &Path, index: EntryIndex) -> Result<Open, String> {
+/// The error of an operation on `path` that the file system refused (the path is copied only
+/// when there is an error).
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
+    move |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn start(dir: &Path, index: EntryIndex) -> Result<Open, SnapshotError> {
     let temporary = snapshot_path(dir, index).with_extension("tmp");
     let file = fs::create_dir_all(dir)
         .and_then(|()| fs::File::create(&temporary))
-        .map_err(|e| format!("{}: {e}", temporary.display()))?;
+        .map_err(io_error(&temporary))?;
     Ok(Open {
         index,
         temporary,
@@ -157,12 +166,11 @@ fn start(dir: &Path, index: EntryIndex) -> Result<Open, String> {
 }
 
 /// Appends the digest, fsyncs, renames into place, fsyncs the directory, prunes.
-fn finish(dir: &Path, mut open: Open, meta: SnapshotMeta) -> Result<Durable, String> {
+fn finish(dir: &Path, mut open: Open, meta: SnapshotMeta) -> Result<Durable, SnapshotError> {
     assert_eq!(
         meta.index, open.index,
         "the snapshot begun is the one finished"
     );
-    let describe = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
     let digest = open.hasher.finalize();
     let path = snapshot_path(dir, open.index);
     let written = open
@@ -173,11 +181,11 @@ fn finish(dir: &Path, mut open: Open, meta: SnapshotMeta) -> Result<Durable, Str
     if let Err(error) = written {
         // A full disk or a failed fsync: the partial file goes (the WAL still holds the log).
         let _ = fs::remove_file(&open.temporary);
-        return Err(describe(&open.temporary, error));
+        return Err(io_error(&open.temporary)(error));
     }
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| describe(dir, e))?;
+        .map_err(io_error(dir))?;
     prune(dir);
     Ok(Durable {
         meta,

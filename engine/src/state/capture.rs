@@ -6,6 +6,50 @@ use super::table::TypedTable;
 use super::{Key, RECORD_OVERHEAD_BYTES, Record};
 use crate::codec;
 use rustc_hash::FxHashMap;
+use std::collections::TryReserveError;
+
+/// Why a table's records from a snapshot cannot be loaded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// No memory for the records the snapshot says the table holds.
+    #[error("no memory for {records} records: {source}")]
+    Reserve {
+        /// Records the table was to hold.
+        records: u64,
+        /// The allocator's refusal.
+        source: TryReserveError,
+    },
+    /// No memory to insert a record.
+    #[error("no memory to insert record {record}: {source}")]
+    Insert {
+        /// The record's position (from 0) among the table's records.
+        record: u64,
+        /// The allocator's refusal.
+        source: TryReserveError,
+    },
+    /// A record does not decode as this handler's key and record types.
+    #[error("record {record} of {count}: {reason}")]
+    Decode {
+        /// The record's position (from 0) among the table's records.
+        record: u64,
+        /// Records the table holds.
+        count: u64,
+        /// The decoder's account of the failure.
+        reason: String,
+    },
+    /// Two records have the same key.
+    #[error("a key appears twice (record {record} repeats an earlier key)")]
+    DuplicateKey {
+        /// The position (from 0) of the second record with the key.
+        record: u64,
+    },
+    /// Bytes are left after the last record the count announced.
+    #[error("{bytes} bytes after the last record")]
+    TrailingBytes {
+        /// Bytes left over.
+        bytes: usize,
+    },
+}
 
 impl<K: Key, R: Record> TypedTable<K, R> {
     /// Starts a scan of the committed records: where a pending speculation wrote a key, the
@@ -31,33 +75,102 @@ impl<K: Key, R: Record> TypedTable<K, R> {
 
     /// Fills an empty table from `count` encoded `(key, record)` pairs; returns their cost in
     /// the capacity account.
-    pub(crate) fn load_records(&mut self, mut records: &[u8], count: u64) -> Result<u64, String> {
+    pub(crate) fn load_records(
+        &mut self,
+        mut records: &[u8],
+        count: u64,
+    ) -> Result<u64, LoadError> {
         let mut bytes = 0;
         // The count is read from the file: reserve no more records than its bytes can hold
         // (every record takes at least one), so that a wrong count costs an error, not
         // gigabytes (found by the snapshot_file fuzz target).
         let reserve = count.min(records.len() as u64) as usize;
+        let total = self.map.len() + reserve;
         self.map
-            .reserve(self.map.len() + reserve)
-            .map_err(|e| e.to_string())?;
-        for _ in 0..count {
-            let ((key, record), used): ((K, R), usize) =
-                codec::decode_prefix(records).map_err(|e| e.to_string())?;
+            .reserve(total)
+            .map_err(|source| LoadError::Reserve {
+                records: total as u64,
+                source,
+            })?;
+        for record in 0..count {
+            let ((key, value), used): ((K, R), usize) =
+                codec::decode_prefix(records).map_err(|e| LoadError::Decode {
+                    record,
+                    count,
+                    reason: e.to_string(),
+                })?;
             records = &records[used..];
             bytes += used as u64 + RECORD_OVERHEAD_BYTES;
-            if self
+            let replaced = self
                 .map
-                .insert(key, record)
-                .map_err(|e| e.to_string())?
-                .is_some()
-            {
-                return Err("a key appears twice".into());
+                .insert(key, value)
+                .map_err(|source| LoadError::Insert { record, source })?;
+            if replaced.is_some() {
+                return Err(LoadError::DuplicateKey { record });
             }
         }
         if !records.is_empty() {
-            return Err(format!("{} bytes after the last record", records.len()));
+            return Err(LoadError::TrailingBytes {
+                bytes: records.len(),
+            });
         }
         self.undo.clear();
         Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::slots::Slots;
+    use std::collections::VecDeque;
+
+    fn table() -> TypedTable<u64, u64> {
+        TypedTable {
+            map: Slots::new(),
+            undo: VecDeque::new(),
+            removals_final: 0,
+        }
+    }
+
+    fn records(pairs: &[(u64, u64)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for pair in pairs {
+            codec::encode_into(pair, &mut out).unwrap();
+        }
+        out
+    }
+
+    /// Proves records that repeat a key, leave bytes over or stop short are refused, each as
+    /// its own variant with the record's position, and that sound records load.
+    #[test]
+    fn records_that_do_not_load_say_which_and_why() {
+        let twice = records(&[(1, 10), (1, 11)]);
+        let error = table().load_records(&twice, 2).unwrap_err();
+        assert_eq!(error, LoadError::DuplicateKey { record: 1 });
+        assert!(error.to_string().contains("a key appears twice"), "{error}");
+
+        let over = records(&[(1, 10), (2, 20)]);
+        let error = table().load_records(&over, 1).unwrap_err();
+        assert_eq!(error, LoadError::TrailingBytes { bytes: 16 });
+        assert_eq!(error.to_string(), "16 bytes after the last record");
+
+        let short = records(&[(1, 10)]);
+        let error = table().load_records(&short, 2).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LoadError::Decode {
+                    record: 1,
+                    count: 2,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+
+        let mut sound = table();
+        let cost = sound.load_records(&over, 2).unwrap();
+        assert_eq!(cost, over.len() as u64 + 2 * RECORD_OVERHEAD_BYTES);
     }
 }

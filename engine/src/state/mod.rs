@@ -9,6 +9,7 @@ pub(crate) use slots::ScanStep;
 mod table;
 mod tx;
 
+pub use capture::LoadError;
 pub use hash::{HASH_PAGE_BYTES, HasherState, StateHash, StreamHasher};
 pub use table::{Key, Record, Schema, TABLES_MAX, Table, TableId};
 pub use tx::{Prefetch, Tx};
@@ -73,7 +74,8 @@ pub enum InstallError {
         /// The table's id.
         table: u16,
         /// What failed.
-        reason: String,
+        #[source]
+        reason: LoadError,
     },
     /// The loaded state does not hash to what the snapshot recorded.
     #[error("the state it loads hashes to {computed}, not the recorded {recorded}")]

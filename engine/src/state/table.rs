@@ -1,6 +1,7 @@
 //! Tables: a handler declares typed tables (its own key and record types) in a [`Schema`]; the
 //! engine stores them.
 
+use super::capture::LoadError;
 use super::slots::{ScanStep, Slots};
 use crate::codec::{Decode, Encode};
 use std::any::Any;
@@ -136,7 +137,7 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     /// Abandons a scan in progress.
     fn end_scan(&mut self);
     /// Fills an empty table from encoded `(key, record)` pairs; returns their capacity cost.
-    fn load(&mut self, records: &[u8], count: u64) -> Result<u64, String>;
+    fn load(&mut self, records: &[u8], count: u64) -> Result<u64, LoadError>;
 }
 
 /// A table's records and the undo log of the running command.
@@ -239,7 +240,7 @@ impl<K: Key, R: Record> AnyTable for TypedTable<K, R> {
         self.map.end_scan();
     }
 
-    fn load(&mut self, records: &[u8], count: u64) -> Result<u64, String> {
+    fn load(&mut self, records: &[u8], count: u64) -> Result<u64, LoadError> {
         self.load_records(records, count)
     }
 
