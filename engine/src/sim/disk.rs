@@ -165,7 +165,7 @@ impl Disk {
         };
         // Mostly recent entries (the ones another replica may still lack); one time in four
         // anywhere in the log.
-        let anywhere = (draw >> 60) % 4 == 0;
+        let anywhere = (draw >> 60).is_multiple_of(4);
         let span = if anywhere {
             last - first + 1
         } else {
@@ -346,13 +346,17 @@ pub(super) fn recover<H: Handler>(
     })
 }
 
-/// The snapshot recovery starts from, installed into `machine` (its meta and file size), and
-/// the positions of the damaged snapshots passed over on the way (ascending), as the node's
-/// `choose_snapshot` does: newest first, those the log does not reach skipped.
+/// The snapshot recovery starts from (its meta and file size) and the positions of the
+/// damaged snapshots passed over on the way, ascending.
+type Chosen = (Option<(SnapshotMeta, u64)>, Vec<usize>);
+
+/// The snapshot recovery starts from, installed into `machine`, as the node's
+/// `choose_snapshot` does: newest first, those the log does not reach skipped, damaged ones
+/// passed over.
 fn choose_snapshot<H: Handler>(
     disk: &Disk,
     machine: &mut StateMachine<H>,
-) -> Result<(Option<(SnapshotMeta, u64)>, Vec<usize>), Unusable> {
+) -> Result<Chosen, Unusable> {
     let mut damaged = Vec::new();
     for (position, (meta, bytes)) in disk.snapshots.iter().enumerate().rev() {
         if !replay::log_reaches(disk, meta.index) {
