@@ -3,7 +3,8 @@
 //! (or cut as a torn tail when it lies in the last record) at exactly the entry it hit, and
 //! every entry before it reads back as written; the same damage in a snapshot file makes its
 //! digest refuse it. A segment or a snapshot cut at any byte never panics and never yields a
-//! wrong entry or snapshot.
+//! wrong entry or snapshot. A zeroed sector anywhere in a segment is found as damage too (or cut
+//! as a torn tail when it reaches only the last record).
 //!
 //! Why the WAL holds: a record is `magic | header | crc32 of header | payload`, and the header
 //! carries the payload's crc32; a burst of up to 32 bits inside the header, inside the payload,
@@ -204,6 +205,24 @@ fn burst(bits: usize, start: usize, pattern: u32, window: u32) -> u32 {
     }
 }
 
+/// Bytes of the sectors [`wal_zeroed_sectors_are_found`] zeroes (each aligned in its file).
+const SECTOR_BYTES: usize = 512;
+
+/// The sector `at` picks among every segment's sectors: its first and past-the-end bytes in
+/// the segments laid end to end (the last sector of a file may be short).
+fn sector(at: prop::sample::Index) -> (usize, usize) {
+    let mut sectors = Vec::new();
+    let mut segment_start = 0;
+    for (_, segment) in &LOG.segments {
+        for offset in (0..segment.len()).step_by(SECTOR_BYTES) {
+            let start = segment_start + offset;
+            sectors.push((start, (start + SECTOR_BYTES).min(segment_start + segment.len())));
+        }
+        segment_start += segment.len();
+    }
+    sectors[at.index(sectors.len())]
+}
+
 static SNAPSHOT: LazyLock<Vec<u8>> = LazyLock::new(|| {
     let mut machine = StateMachine::new(Ledger, 1 << 20);
     for entry in entries(9, 12) {
@@ -240,6 +259,21 @@ proptest! {
         let start = at.index(bits);
         let burst = burst(bits, start, pattern, window);
         let (first, last) = flip_bits(&mut bytes, start, burst).unwrap();
+        let expect = expect_for(LOG.entry_at(last));
+        assert_recovery(&bytes, None, LOG.entry_at(first), expect)?;
+    }
+
+    /// Proves a zeroed sector (a misdirected or lost write, as a drive reports zeros for it)
+    /// anywhere in a WAL segment is found at the first entry it changed, never taken for the
+    /// end of the log while whole records follow it.
+    #[test]
+    fn wal_zeroed_sectors_are_found(at in any::<prop::sample::Index>()) {
+        let mut bytes = LOG.bytes();
+        let (start, end) = sector(at);
+        let changed: Vec<usize> = (start..end).filter(|&i| bytes[i] != 0).collect();
+        prop_assume!(!changed.is_empty());
+        bytes[start..end].fill(0);
+        let (first, last) = (changed[0], changed[changed.len() - 1]);
         let expect = expect_for(LOG.entry_at(last));
         assert_recovery(&bytes, None, LOG.entry_at(first), expect)?;
     }
