@@ -216,7 +216,10 @@ fn sector(at: prop::sample::Index) -> (usize, usize) {
     for (_, segment) in &LOG.segments {
         for offset in (0..segment.len()).step_by(SECTOR_BYTES) {
             let start = segment_start + offset;
-            sectors.push((start, (start + SECTOR_BYTES).min(segment_start + segment.len())));
+            sectors.push((
+                start,
+                (start + SECTOR_BYTES).min(segment_start + segment.len()),
+            ));
         }
         segment_start += segment.len();
     }
