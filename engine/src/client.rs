@@ -16,6 +16,7 @@ use net::message::{
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
+use tokio::time::error::Elapsed;
 use tokio_util::codec::Framed;
 
 mod requests;
@@ -28,6 +29,12 @@ pub use requests::{Answer, Attempt, Next, Requests, answer_to};
 /// an attempt that times out early costs only a redirect back (the session keeps it
 /// exactly-once).
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 400;
+/// Time an attempt waits for an answer before the same request goes to a second node as well
+/// (a hedge, [`Requests::hedge`]): a leader paused or cut off without closing its connections
+/// is passed over after this, not after [`REQUEST_TIMEOUT_MS_DEFAULT`]. Well above a healthy
+/// answer's time, and about an election's length, so that by then another node knows of a new
+/// leader if there is one.
+pub const HEDGE_AFTER_MS_DEFAULT: u64 = 150;
 /// First and largest pause between attempts. The largest stays below an election's length,
 /// so that a client looking for a new leader finds it soon after it is elected.
 pub const RETRY_BACKOFF_MS_MIN: u64 = 5;
@@ -43,6 +50,8 @@ pub struct ClientConfig {
     pub nodes: Vec<SocketAddr>,
     /// Time to wait for one answer.
     pub request_timeout: Duration,
+    /// Time after which an attempt is also sent to a second node (`None`: never).
+    pub hedge_after: Option<Duration>,
     /// Give up on a request after this long (`None`: never give up).
     pub give_up_after: Option<Duration>,
     /// The client key to prove in the handshake, for a cluster that requires one.
@@ -50,12 +59,14 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults: [`REQUEST_TIMEOUT_MS_DEFAULT`] per attempt, never give up.
+    /// Defaults: [`REQUEST_TIMEOUT_MS_DEFAULT`] per attempt, hedged after
+    /// [`HEDGE_AFTER_MS_DEFAULT`], never give up.
     pub fn new(cluster_id: u64, nodes: Vec<SocketAddr>) -> Self {
         ClientConfig {
             cluster_id,
             nodes,
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
+            hedge_after: Some(Duration::from_millis(HEDGE_AFTER_MS_DEFAULT)),
             give_up_after: None,
             key: None,
         }
@@ -154,15 +165,14 @@ impl Client {
         let started = Instant::now();
         let give_up_ms = self.config.give_up_after.map(|d| d.as_millis() as u64);
         loop {
-            let attempt = match self.attempt(&message, request).await {
-                Ok(answer) => Attempt::Answered(answer),
-                Err(HandshakeError::Refused(refusal)) if refusal.is_permanent() => {
-                    Attempt::RefusedForGood(refusal)
-                }
-                Err(_) => Attempt::NoAnswer,
-            };
+            let (node, attempt) = self.attempt(&message, request).await;
             let elapsed_ms = started.elapsed().as_millis() as u64;
-            let next = self.requests.on_attempt(attempt, elapsed_ms, give_up_ms);
+            let next = match node {
+                Some(node) => self
+                    .requests
+                    .on_hedge(node, attempt, elapsed_ms, give_up_ms),
+                None => self.requests.on_attempt(attempt, elapsed_ms, give_up_ms),
+            };
             if self.requests.take_reconnect() {
                 self.connection = None;
             }
@@ -176,44 +186,133 @@ impl Client {
         }
     }
 
-    /// One attempt at the current target: connect if needed, send, wait for this request's
-    /// answer (answers to earlier attempts are skipped).
+    /// One attempt at the current target, hedged at a second node if the target is silent for
+    /// [`ClientConfig::hedge_after`]; returns how it ended, with the hedge's node when the
+    /// hedge's answer decided it (its connection is then the one kept).
     async fn attempt(
         &mut self,
         message: &ClientRequest,
         request: RequestNumber,
-    ) -> Result<Answer<SocketAddr>, HandshakeError> {
-        let timeout = self.config.request_timeout;
+    ) -> (Option<SocketAddr>, Attempt<SocketAddr>) {
+        let now = tokio::time::Instant::now();
+        let deadline = now + self.config.request_timeout;
+        let hedge_at = self.config.hedge_after.map(|after| now + after);
         let target = *self.requests.target();
-        let result = tokio::time::timeout(timeout, async {
-            if self.connection.is_none() {
-                self.connection = Some(connect(&self.config, target).await?);
+        let (config, requests) = (&self.config, &mut self.requests);
+        let primary = exchange(config, self.connection.take(), target, message, request);
+        let primary = tokio::time::timeout_at(deadline, primary);
+        tokio::pin!(primary);
+        let won = 'wait: {
+            let Some(hedge_at) = hedge_at.filter(|at| *at < deadline) else {
+                break 'wait Won::Primary((&mut primary).await);
+            };
+            tokio::select! {
+                ended = &mut primary => break 'wait Won::Primary(ended),
+                () = tokio::time::sleep_until(hedge_at) => {}
             }
-            let frames = self.connection.as_mut().expect("connected");
-            frames.send(message).await?;
-            loop {
-                let frame = frames
-                    .next()
-                    .await
-                    .ok_or_else(|| FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))??;
-                let reply: ClientReply = codec::decode(&frame)?;
-                let locate = |_, address: Option<String>| address.and_then(|a| a.parse().ok());
-                if let Some(answer) = answer_to(reply, request, locate) {
-                    return Ok(answer);
+            let Some(other) = requests.hedge() else {
+                break 'wait Won::Primary((&mut primary).await);
+            };
+            let hedge = exchange(config, None, other, message, request);
+            tokio::select! {
+                ended = &mut primary => break 'wait Won::Primary(ended),
+                ended = tokio::time::timeout_at(deadline, hedge) => {
+                    let (connection, attempt) = attempt_of(ended);
+                    if requests.hedge_decides(&attempt) {
+                        break 'wait Won::Hedge(other, connection, attempt);
+                    }
                 }
             }
-        })
-        .await;
-        match result {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(error)) => {
-                self.connection = None;
-                Err(error)
+            Won::Primary((&mut primary).await)
+        };
+        match won {
+            Won::Primary(ended) => {
+                let (connection, attempt) = attempt_of(ended);
+                self.connection = connection;
+                (None, attempt)
             }
-            Err(_) => {
-                self.connection = None;
-                Err(FrameError::Io(std::io::ErrorKind::TimedOut.into()).into())
+            Won::Hedge(other, connection, attempt) => {
+                self.connection = connection;
+                (Some(other), attempt)
             }
+        }
+    }
+}
+
+/// A connection to a node.
+type Connection = Framed<TcpStream, FrameCodec>;
+
+/// How one exchange ended: within the attempt's time or not; with the connection (kept only
+/// after an answer) and the answer or why there was none.
+type Ended = Result<
+    (
+        Option<Connection>,
+        Result<Answer<SocketAddr>, HandshakeError>,
+    ),
+    Elapsed,
+>;
+
+/// Which exchange of a hedged attempt decided it.
+enum Won {
+    /// The target's (whatever it was).
+    Primary(Ended),
+    /// The hedge's, at that node, with its connection and what it means.
+    Hedge(SocketAddr, Option<Connection>, Attempt<SocketAddr>),
+}
+
+/// What an exchange's end means for [`Requests`], and the connection to keep.
+fn attempt_of(ended: Ended) -> (Option<Connection>, Attempt<SocketAddr>) {
+    match ended {
+        Ok((connection, Ok(answer))) => (connection, Attempt::Answered(answer)),
+        Ok((_, Err(HandshakeError::Refused(refusal)))) if refusal.is_permanent() => {
+            (None, Attempt::RefusedForGood(refusal))
+        }
+        Ok((_, Err(_))) | Err(_) => (None, Attempt::NoAnswer),
+    }
+}
+
+/// Sends `message` to `target` over `connection` (made first if there is none) and waits for
+/// this request's answer (answers to earlier attempts are skipped); gives the connection back
+/// after an answer. The caller bounds the time.
+async fn exchange(
+    config: &ClientConfig,
+    connection: Option<Connection>,
+    target: SocketAddr,
+    message: &ClientRequest,
+    request: RequestNumber,
+) -> (
+    Option<Connection>,
+    Result<Answer<SocketAddr>, HandshakeError>,
+) {
+    let mut frames = match connection {
+        Some(frames) => frames,
+        None => match connect(config, target).await {
+            Ok(frames) => frames,
+            Err(error) => return (None, Err(error)),
+        },
+    };
+    match answer_on(&mut frames, message, request).await {
+        Ok(answer) => (Some(frames), Ok(answer)),
+        Err(error) => (None, Err(error)),
+    }
+}
+
+/// Sends `message` on `frames` and reads until this request's answer.
+async fn answer_on(
+    frames: &mut Connection,
+    message: &ClientRequest,
+    request: RequestNumber,
+) -> Result<Answer<SocketAddr>, HandshakeError> {
+    frames.send(message).await?;
+    loop {
+        let frame = frames
+            .next()
+            .await
+            .ok_or_else(|| FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))??;
+        let reply: ClientReply = codec::decode(&frame)?;
+        let locate = |_, address: Option<String>| address.and_then(|a| a.parse().ok());
+        if let Some(answer) = answer_to(reply, request, locate) {
+            return Ok(answer);
         }
     }
 }

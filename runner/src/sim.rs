@@ -190,6 +190,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.stalls += report.stalls;
         totals.acks_down += report.acks_down;
         totals.fsync_errors += report.fsync_errors;
+        totals.hedges += report.hedges;
         totals.snapshots_damaged += report.snapshots_damaged;
         totals.rebuilds += report.rebuilds;
         if last_progress.elapsed().as_secs() >= 5 {
@@ -203,7 +204,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>17} {:>8} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
@@ -216,6 +217,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "disks_full",
         "stalls",
         "acks_down",
+        "hedges",
         "fsync_errors",
         "snapshots_damaged",
         "rebuilds",
@@ -223,7 +225,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>12} {:>17} {:>8} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>12} {:>8.1}",
         args.seeds,
         failing.len(),
         totals.acknowledged,
@@ -236,6 +238,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.disks_full,
         totals.stalls,
         totals.acks_down,
+        totals.hedges,
         totals.fsync_errors,
         totals.snapshots_damaged,
         totals.rebuilds,

@@ -58,6 +58,8 @@ struct InFlight {
     refused_by: usize,
     /// The last refusal that asked to try again.
     last_rejection: Option<Rejection>,
+    /// The attempt under way was also sent to a second node.
+    hedged: bool,
 }
 
 /// A client session's numbering and retry logic: one id, requests numbered from the first,
@@ -120,6 +122,7 @@ impl<A: Clone + PartialEq> Requests<A> {
             redirects: 0,
             refused_by: 0,
             last_rejection: None,
+            hedged: false,
         });
         Submit {
             client: self.id,
@@ -132,6 +135,52 @@ impl<A: Clone + PartialEq> Requests<A> {
     /// The request in flight, if any.
     pub fn in_flight(&self) -> Option<RequestNumber> {
         self.current.as_ref().map(|c| c.request)
+    }
+
+    /// The attempt at the target has waited a while (the client's hedge delay) without an
+    /// answer: the node to send the same request to as well, once per attempt (the next one
+    /// in the rotation that is not the target); None when this attempt was hedged already or
+    /// there is no other node. A leader that stopped without closing its connections is then
+    /// passed over without waiting out the attempt's timeout; the same number makes the
+    /// second copy exactly-once, as any retry.
+    pub fn hedge(&mut self) -> Option<A> {
+        let current = self.current.as_mut()?;
+        if current.hedged {
+            return None;
+        }
+        let other = (1..self.nodes.len())
+            .map(|step| &self.nodes[(self.rotation + step) % self.nodes.len()])
+            .find(|node| **node != self.target)?
+            .clone();
+        current.hedged = true;
+        Some(other)
+    }
+
+    /// Whether the hedge's `attempt` ends the attempt; if not, the attempt goes on waiting for
+    /// the target. A hedge that failed says nothing about the target, and one that points back
+    /// at it says that the target still leads.
+    pub fn hedge_decides(&self, attempt: &Attempt<A>) -> bool {
+        match attempt {
+            Attempt::Answered(Answer::Redirect(Some(leader))) => *leader != self.target,
+            Attempt::Answered(_) => true,
+            Attempt::NoAnswer | Attempt::RefusedForGood(_) => false,
+        }
+    }
+
+    /// What the hedge's answer from `node` means, when [`Requests::hedge_decides`]: `node`
+    /// becomes the target (the driver keeps its connection), then as [`Requests::on_attempt`].
+    pub fn on_hedge(
+        &mut self,
+        node: A,
+        attempt: Attempt<A>,
+        elapsed_ms: u64,
+        give_up_after_ms: Option<u64>,
+    ) -> Next {
+        if let Some(at) = self.nodes.iter().position(|n| *n == node) {
+            self.rotation = at;
+        }
+        self.target = node;
+        self.on_attempt(attempt, elapsed_ms, give_up_after_ms)
     }
 
     /// What an attempt's end means: the request is over, or where and when to try again.
@@ -147,6 +196,7 @@ impl<A: Clone + PartialEq> Requests<A> {
             panic!("an attempt ended with no request in flight");
         };
         current.attempts += 1;
+        current.hedged = false;
         if !matches!(&attempt, Attempt::RefusedForGood(_)) {
             current.refused_by = 0;
         }
@@ -289,5 +339,58 @@ pub fn answer_to<A>(
         | ClientReply::Expired { .. }
         | ClientReply::Status(_)
         | ClientReply::ModeSet(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn requests() -> Requests<u8> {
+        let mut requests = Requests::new(vec![1, 2, 3], ClientId(7), RequestNumber(1));
+        requests.begin(1, vec![0]);
+        requests
+    }
+
+    #[test]
+    fn an_attempt_is_hedged_once_at_another_node() {
+        // Proves the hedge goes to a node other than the target, once per attempt, and again
+        // after the next attempt begins.
+        let mut requests = requests();
+        assert_eq!(requests.hedge(), Some(2));
+        assert_eq!(requests.hedge(), None);
+        let next = requests.on_attempt(Attempt::NoAnswer, 400, None);
+        assert!(matches!(next, Next::Retry { .. }));
+        assert_eq!(*requests.target(), 2);
+        assert_eq!(requests.hedge(), Some(3));
+    }
+
+    #[test]
+    fn a_hedge_pointing_back_at_the_target_does_not_decide() {
+        // Proves the attempt keeps waiting for a target that the hedge says still leads, and
+        // for one whose hedge failed; any other answer decides.
+        let requests = requests();
+        let back = Attempt::Answered(Answer::Redirect(Some(1)));
+        assert!(!requests.hedge_decides(&back));
+        assert!(!requests.hedge_decides(&Attempt::NoAnswer));
+        assert!(requests.hedge_decides(&Attempt::Answered(Answer::Redirect(Some(3)))));
+        assert!(requests.hedge_decides(&Attempt::Answered(Answer::Redirect(None))));
+        assert!(requests.hedge_decides(&Attempt::Answered(Answer::Results(1, vec![]))));
+    }
+
+    #[test]
+    fn the_hedge_that_answers_becomes_the_target() {
+        // Proves a redirect from the hedge leads to the leader it names at once, and results
+        // from the hedge end the request with the number kept.
+        let mut requests = requests();
+        requests.hedge();
+        let next = requests.on_hedge(2, Attempt::Answered(Answer::Redirect(Some(3))), 150, None);
+        assert!(matches!(next, Next::Retry { after_ms: 0 }));
+        assert_eq!(*requests.target(), 3);
+        requests.hedge();
+        let done = requests.on_hedge(1, Attempt::Answered(Answer::Results(1, vec![9])), 300, None);
+        assert!(matches!(done, Next::Done(Ok((1, _)))));
+        assert_eq!(*requests.target(), 1);
+        assert_eq!(requests.next_request(), RequestNumber(2));
     }
 }

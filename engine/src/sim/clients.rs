@@ -24,7 +24,12 @@ pub(super) struct SimClient {
     pub(super) sent: u32,
     /// The attempt in flight (replies and timeouts of earlier ones are ignored).
     pub(super) attempt: u64,
+    /// The attempt's hedge, if it has one: its own attempt number and the node it went to.
+    hedge: Option<(u64, NodeId)>,
 }
+
+/// Set in a hedge's attempt number, so that its answers are told from the target's.
+const HEDGE_ATTEMPT_BIT: u64 = 1 << 63;
 
 impl SimClient {
     /// Client `k` (of id `k + 1`), asking node `1 + k % 3` first.
@@ -39,6 +44,7 @@ impl SimClient {
             began: 0,
             sent: 0,
             attempt: 0,
+            hedge: None,
         }
     }
 }
@@ -88,6 +94,16 @@ impl<W: Workload> Sim<W> {
         let request = submit.request;
         c.attempt += 1;
         let (node, attempt) = (*c.requests.target(), c.attempt);
+        self.send_attempt(node, client, attempt, request);
+        let timeout = self.swarm.client_timeout;
+        self.schedule(timeout, SimEvent::ClientTimeout { client, attempt });
+        if let Some(after) = self.swarm.hedge_after.filter(|&after| after < timeout) {
+            self.schedule(after, SimEvent::ClientHedge { client, attempt });
+        }
+    }
+
+    /// The request of `client`'s attempt `attempt` on its way to `node` (it may be lost).
+    fn send_attempt(&mut self, node: NodeId, client: usize, attempt: u64, request: RequestNumber) {
         if self.rng.below(1000) >= self.links.loss {
             let delay = 1 + self.rng.below(10);
             self.schedule(
@@ -100,15 +116,32 @@ impl<W: Workload> Sim<W> {
                 },
             );
         }
-        let timeout = self.swarm.client_timeout;
-        self.schedule(timeout, SimEvent::ClientTimeout { client, attempt });
+    }
+
+    /// The attempt in flight has waited the hedge delay: the library may send it to a second
+    /// node as well ([`Requests::hedge`]).
+    pub(super) fn on_hedge(&mut self, client: usize, attempt: u64) {
+        let c = &mut self.clients[client];
+        let Some(request) = c.current.as_ref().map(|s| s.request) else {
+            return;
+        };
+        if c.attempt != attempt {
+            return;
+        }
+        let Some(other) = c.requests.hedge() else {
+            return;
+        };
+        let hedge = attempt | HEDGE_ATTEMPT_BIT;
+        c.hedge = Some((hedge, other));
+        self.report.hedges += 1;
+        self.send_attempt(other, client, hedge, request);
     }
 
     /// The attempt in flight timed out.
     pub(super) fn on_timeout(&mut self, client: usize, attempt: u64) {
         let c = &self.clients[client];
         if c.attempt == attempt && c.current.is_some() {
-            self.attempt_ended(client, Attempt::NoAnswer);
+            self.attempt_ended(client, None, Attempt::NoAnswer);
         }
     }
 
@@ -118,21 +151,39 @@ impl<W: Workload> Sim<W> {
         let Some(current) = c.current.as_ref().map(|s| s.request) else {
             return;
         };
-        if c.attempt != attempt {
+        let hedge = c
+            .hedge
+            .filter(|&(hedge, _)| hedge == attempt)
+            .map(|(_, node)| node);
+        if c.attempt != attempt && hedge.is_none() {
             return;
         }
-        if let Some(answer) = answer_to(reply, current, |leader, _| leader) {
-            self.attempt_ended(client, Attempt::Answered(answer));
+        let Some(answer) = answer_to(reply, current, |leader, _| leader) else {
+            return;
+        };
+        let answered = Attempt::Answered(answer);
+        match hedge {
+            None => self.attempt_ended(client, None, answered),
+            Some(node) if c.requests.hedge_decides(&answered) => {
+                self.attempt_ended(client, Some(node), answered);
+            }
+            // The hedge points back at the target: the attempt waits for it.
+            Some(_) => {}
         }
     }
 
-    /// What the library decides after an attempt: the request is over, or tried again.
-    fn attempt_ended(&mut self, client: usize, attempt: Attempt<NodeId>) {
+    /// What the library decides after an attempt (decided by the hedge's answer from `hedge`,
+    /// if given): the request is over, or tried again.
+    fn attempt_ended(&mut self, client: usize, hedge: Option<NodeId>, attempt: Attempt<NodeId>) {
         let c = &mut self.clients[client];
         let elapsed_ms = (self.now - c.began) / 10;
-        let next = c.requests.on_attempt(attempt, elapsed_ms, None);
-        // Invalidates the attempt's timeout and any late reply to it.
+        let next = match hedge {
+            Some(node) => c.requests.on_hedge(node, attempt, elapsed_ms, None),
+            None => c.requests.on_attempt(attempt, elapsed_ms, None),
+        };
+        // Invalidates the attempt's timeout, its hedge and any late reply to either.
         c.attempt += 1;
+        c.hedge = None;
         match next {
             Next::Retry { after_ms } => {
                 let attempt = c.attempt;

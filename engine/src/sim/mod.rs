@@ -169,6 +169,11 @@ enum SimEvent {
         client: usize,
         attempt: u64,
     },
+    /// The attempt has waited the seed's hedge delay: the client may ask a second node too.
+    ClientHedge {
+        client: usize,
+        attempt: u64,
+    },
     Restart(NodeId),
     /// A stopped process may continue (if its latest stop ends now).
     Resume(NodeId),
@@ -199,6 +204,7 @@ impl SimEvent {
             SimEvent::Reply { .. }
             | SimEvent::ClientTimeout { .. }
             | SimEvent::ClientRetry { .. }
+            | SimEvent::ClientHedge { .. }
             | SimEvent::Restart(_)
             | SimEvent::Resume(_)
             | SimEvent::SpaceBack(_)
@@ -525,6 +531,7 @@ impl<W: Workload> Sim<W> {
                 reply,
             } => self.on_reply(client, attempt, reply),
             SimEvent::ClientTimeout { client, attempt } => self.on_timeout(client, attempt),
+            SimEvent::ClientHedge { client, attempt } => self.on_hedge(client, attempt),
             SimEvent::ClientRetry { client, attempt } => {
                 if self.clients[client].attempt == attempt {
                     self.send_request(client);

@@ -62,6 +62,8 @@ pub struct SimReport {
     pub snapshots_damaged: u64,
     /// Nodes the operator rebuilt from the leader (a damaged snapshot left nothing usable).
     pub rebuilds: u64,
+    /// Attempts that clients also sent to a second node (hedges).
+    pub hedges: u64,
     /// Fsyncs that failed (each stopped its node until a restart).
     pub fsync_errors: u64,
     /// Leaders elected.

@@ -23,6 +23,8 @@ pub struct Swarm {
     pub snapshot_log_percent: u64,
     /// How long a client waits for an answer.
     pub client_timeout: Time,
+    /// How long a client's attempt waits before it asks a second node too (None: never).
+    pub hedge_after: Option<Time>,
     /// Per-mille of fsyncs that fail while faults last (each stops its node).
     pub fsync_error_permille: u64,
     /// Per-mille of messages lost (drawn when faults start).
@@ -66,8 +68,12 @@ impl Swarm {
         } else {
             1 + rng.below(5)
         };
+        let hedge_after = rng
+            .chance(1, 2)
+            .then(|| 10 + rng.below(client_timeout.saturating_sub(10).max(1)));
         Swarm {
             mode,
+            hedge_after,
             fsync_error_permille,
             snapshot_every,
             lagging_entries_max,
@@ -84,13 +90,17 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, fsync errors {}‰, loss {}‰, duplication {}‰",
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰",
             self.mode,
             self.snapshot_every,
             self.snapshot_retain_ticks,
             self.snapshot_log_percent,
             self.lagging_entries_max,
             self.client_timeout as f64 / 10.0,
+            self.hedge_after.map_or("never".to_string(), |t| format!(
+                "{:.1} ms",
+                t as f64 / 10.0
+            )),
             self.fsync_error_permille,
             self.loss_permille,
             self.duplication_permille
