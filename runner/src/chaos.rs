@@ -55,7 +55,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     );
     let addresses = Addresses::free()?;
     let files = write_cluster_files(&dir, &addresses, None)?;
-    let config = addresses.client_config();
+    let config = args.common.client_config(&addresses);
     let processes = RefCell::new(Processes::start_all(&dir, files)?);
     let findings = RefCell::new(Findings::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -70,6 +70,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         unknown,
         stalls,
         longest_stall_ms,
+        after_one_fault,
     } = measured;
     let crashed = processes.borrow_mut().crashed();
     findings.borrow_mut().violations.extend(crashed);
@@ -112,6 +113,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         println!("violation: {violation}");
     }
     print_stalls(&stalls, &findings.faults, started);
+    print_after_one_fault(&after_one_fault);
+    let one_fault_stall_max_ms = after_one_fault
+        .iter()
+        .map(|s| s.stall_ms)
+        .fold(0.0, f64::max);
     print_slowest_rejoins(&findings.rejoins, single_p99, single_max);
     if let Some(path) = &args.common.json {
         let json = serde_json::json!({
@@ -124,6 +130,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             "duration_s": args.duration,
             "terms": findings.leaders.len(),
             "longest_stall_ms": longest_stall_ms,
+            "one_fault_stall_max_ms": one_fault_stall_max_ms,
+            "one_faults": after_one_fault.len(),
             "rejoins": findings.rejoins.len(),
             "rejoin_p50_ms": rejoin_p50,
             "rejoin_p99_ms": rejoin_p99,
@@ -158,6 +166,8 @@ struct Measured {
     /// The stretches during the faults of at least [`STALL_REPORTED_MS`] with no request
     /// answered, longest first, and the longest of all, in milliseconds.
     stalls: Vec<(Instant, Instant)>,
+    /// The longest stall after each fault that struck one node alone.
+    after_one_fault: Vec<OneFault>,
     longest_stall_ms: f64,
 }
 
@@ -204,21 +214,104 @@ async fn chaos(
             .first()
             .map_or(0.0, |(a, b)| (*b - *a).as_secs_f64() * 1e3);
         let stalls = workload.stalls(faults_began, now, Duration::from_millis(STALL_REPORTED_MS));
+        let after_one_fault = one_fault_stalls(&workload, &findings.borrow().faults, now);
         eprintln!("healed; letting the clients finish");
         let (expected, unknown) = workload.finish(findings).await;
         converge(config, findings).await;
         watching.set(false);
         check_accounts(config, &expected, findings).await;
-        Ok::<_, anyhow::Error>((unknown, stalls, longest_stall_ms))
+        Ok::<_, anyhow::Error>((unknown, stalls, longest_stall_ms, after_one_fault))
     };
     let (measured, ()) = futures::join!(faults, watch(config, findings, &watching));
-    let (unknown, stalls, longest_stall_ms) = measured?;
+    let (unknown, stalls, longest_stall_ms, after_one_fault) = measured?;
     Ok(Measured {
         acknowledged: acknowledged.get(),
         unknown,
         stalls,
         longest_stall_ms,
+        after_one_fault,
     })
+}
+
+/// The longest stretch without an answer after a fault that struck one node alone, with no
+/// other fault within [`STALL_CAUSE_MS`] of it.
+struct OneFault {
+    /// The fault, as the fault list names it.
+    what: String,
+    /// The longest stretch without an answer overlapping the [`STALL_CAUSE_MS`] after it.
+    stall_ms: f64,
+}
+
+/// For each fault on one node alone with no other fault within [`STALL_CAUSE_MS`] before or
+/// after it, the longest stretch without an answer that overlaps the [`STALL_CAUSE_MS`] after
+/// it (up to `until`).
+fn one_fault_stalls(
+    workload: &Workload,
+    faults: &[(Instant, String)],
+    until: Instant,
+) -> Vec<OneFault> {
+    let cause = Duration::from_millis(STALL_CAUSE_MS);
+    let mut answered: Vec<Instant> = workload
+        .latencies
+        .borrow()
+        .iter()
+        .map(|(at, _)| *at)
+        .collect();
+    answered.sort_unstable();
+    let isolated = |k: usize| {
+        let at = faults[k].0;
+        faults
+            .iter()
+            .enumerate()
+            .all(|(j, (other, _))| j == k || *other + cause < at || *other > at + cause)
+    };
+    (0..faults.len())
+        .filter(|&k| !faults[k].1.contains(" and ") && isolated(k))
+        .filter(|&k| faults[k].0 + cause <= until)
+        .map(|k| {
+            let (at, what) = &faults[k];
+            let window_end = *at + cause;
+            // The answers around the window, and the gaps between them that reach into it.
+            let first = answered.partition_point(|a| a < at).saturating_sub(1);
+            let last = answered.partition_point(|a| *a <= window_end);
+            let stall = answered[first..(last + 1).min(answered.len())]
+                .windows(2)
+                .map(|pair| pair[1].saturating_duration_since(pair[0]))
+                .max()
+                .unwrap_or(cause);
+            OneFault {
+                what: what.clone(),
+                stall_ms: stall.as_secs_f64() * 1e3,
+            }
+        })
+        .collect()
+}
+
+/// The longest stall after faults on one node alone, by kind of fault.
+fn print_after_one_fault(after: &[OneFault]) {
+    if after.is_empty() {
+        return;
+    }
+    let mut kinds: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for one in after {
+        // "kill leader 2" -> "kill leader"
+        let kind: Vec<&str> = one.what.split(' ').take(2).collect();
+        kinds.entry(kind.join(" ")).or_default().push(one.stall_ms);
+    }
+    println!(
+        "{:>16} {:>6} {:>15} {:>15}",
+        "one fault", "count", "stall_p50_ms", "stall_max_ms"
+    );
+    for (kind, mut stalls) in kinds {
+        stalls.sort_by(f64::total_cmp);
+        println!(
+            "{:>16} {:>6} {:>15.0} {:>15.0}",
+            kind,
+            stalls.len(),
+            stalls[stalls.len() / 2],
+            stalls[stalls.len() - 1]
+        );
+    }
 }
 
 /// Each stall of at least [`STALL_REPORTED_MS`], with the faults that began up to

@@ -52,6 +52,21 @@ pub struct FaultArgs {
     /// Concurrent clients.
     #[arg(long, default_value_t = 4)]
     pub clients: u64,
+    /// Milliseconds after which a client's attempt also goes to a second node (0: never;
+    /// default: the client library's, for comparisons).
+    #[arg(long)]
+    pub hedge_after_ms: Option<u64>,
+}
+
+impl FaultArgs {
+    /// The clients' configuration for `addresses`, with the hedge delay asked for.
+    pub fn client_config(&self, addresses: &Addresses) -> ClientConfig {
+        let mut config = addresses.client_config();
+        if let Some(ms) = self.hedge_after_ms {
+            config.hedge_after = (ms > 0).then(|| Duration::from_millis(ms));
+        }
+        config
+    }
 }
 
 /// A seed from the clock, when none is given.
