@@ -14,6 +14,7 @@ use net::message::{
     ClientReply, ClientRequest, Hello, Mode, NodeStatus, PROTOCOL_VERSION, Refusal, Rejection,
 };
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::time::error::Elapsed;
@@ -196,34 +197,34 @@ impl Client {
     ) -> (Option<SocketAddr>, Attempt<SocketAddr>) {
         let now = tokio::time::Instant::now();
         let deadline = now + self.config.request_timeout;
-        let hedge_at = self.config.hedge_after.map(|after| now + after);
+        let hedge_after = self.config.hedge_after;
+        let hedge_at = hedge_after.map(|after| now + after);
         let target = *self.requests.target();
         let (config, requests) = (&self.config, &mut self.requests);
         let primary = exchange(config, self.connection.take(), target, message, request);
         let primary = tokio::time::timeout_at(deadline, primary);
         tokio::pin!(primary);
-        let won = 'wait: {
-            let Some(hedge_at) = hedge_at.filter(|at| *at < deadline) else {
-                break 'wait Won::Primary((&mut primary).await);
-            };
+        let mut next_hedge = hedge_at;
+        let mut hedge: Option<(SocketAddr, Pin<Box<HedgeExchange<'_>>>)> = None;
+        let won = loop {
+            let hedging = hedge.is_some();
             tokio::select! {
-                ended = &mut primary => break 'wait Won::Primary(ended),
-                () = tokio::time::sleep_until(hedge_at) => {}
-            }
-            let Some(other) = requests.hedge() else {
-                break 'wait Won::Primary((&mut primary).await);
-            };
-            let hedge = exchange(config, None, other, message, request);
-            tokio::select! {
-                ended = &mut primary => break 'wait Won::Primary(ended),
-                ended = tokio::time::timeout_at(deadline, hedge) => {
+                ended = &mut primary => break Won::Primary(ended),
+                () = sleep_until_some(next_hedge), if next_hedge.is_some_and(|at| at < deadline) => {
+                    if let Some(other) = requests.hedge() {
+                        let exchange = exchange(config, None, other, message, request);
+                        hedge = Some((other, Box::pin(tokio::time::timeout_at(deadline, exchange))));
+                    }
+                    next_hedge = next_hedge.zip(hedge_after).map(|(at, after)| at + after);
+                }
+                ended = async { hedge.as_mut().expect("hedging").1.as_mut().await }, if hedging => {
+                    let (other, _) = hedge.take().expect("hedging");
                     let (connection, attempt) = attempt_of(ended);
                     if requests.hedge_decides(&attempt) {
-                        break 'wait Won::Hedge(other, connection, attempt);
+                        break Won::Hedge(other, connection, attempt);
                     }
                 }
             }
-            Won::Primary((&mut primary).await)
         };
         match won {
             Won::Primary(ended) => {
@@ -238,6 +239,17 @@ impl Client {
         }
     }
 }
+
+/// Sleeps until `at`, or for ever.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A hedge's exchange, bounded by the attempt's deadline.
+type HedgeExchange<'a> = dyn std::future::Future<Output = Ended> + Send + 'a;
 
 /// A connection to a node.
 type Connection = Framed<TcpStream, FrameCodec>;

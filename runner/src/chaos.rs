@@ -233,23 +233,28 @@ async fn chaos(
     })
 }
 
-/// The longest stretch without an answer after a fault that struck one node alone, with no
-/// other fault within [`STALL_CAUSE_MS`] of it.
+/// How long before a fault on one node the previous fault must have begun for the stall
+/// after it to count as that fault's alone, in milliseconds.
+pub const ONE_FAULT_QUIET_MS: u64 = 1_000;
+
+/// The longest stretch without an answer after a fault that struck one node alone.
 struct OneFault {
     /// The fault, as the fault list names it.
     what: String,
-    /// The longest stretch without an answer overlapping the [`STALL_CAUSE_MS`] after it.
+    /// The longest stretch without an answer that reaches into the time after it, until the
+    /// next fault or for [`STALL_CAUSE_MS`].
     stall_ms: f64,
 }
 
-/// For each fault on one node alone with no other fault within [`STALL_CAUSE_MS`] before or
-/// after it, the longest stretch without an answer that overlaps the [`STALL_CAUSE_MS`] after
-/// it (up to `until`).
+/// For each fault on one node alone that began at least [`ONE_FAULT_QUIET_MS`] after the one
+/// before it, the longest stretch without an answer that reaches into the time after it
+/// (until the next fault, at most [`STALL_CAUSE_MS`], and not past `until`).
 fn one_fault_stalls(
     workload: &Workload,
     faults: &[(Instant, String)],
     until: Instant,
 ) -> Vec<OneFault> {
+    let quiet = Duration::from_millis(ONE_FAULT_QUIET_MS);
     let cause = Duration::from_millis(STALL_CAUSE_MS);
     let mut answered: Vec<Instant> = workload
         .latencies
@@ -258,33 +263,28 @@ fn one_fault_stalls(
         .map(|(at, _)| *at)
         .collect();
     answered.sort_unstable();
-    let isolated = |k: usize| {
-        let at = faults[k].0;
-        faults
-            .iter()
-            .enumerate()
-            .all(|(j, (other, _))| j == k || *other + cause < at || *other > at + cause)
-    };
-    (0..faults.len())
-        .filter(|&k| !faults[k].1.contains(" and ") && isolated(k))
-        .filter(|&k| faults[k].0 + cause <= until)
-        .map(|k| {
-            let (at, what) = &faults[k];
-            let window_end = *at + cause;
-            // The answers around the window, and the gaps between them that reach into it.
-            let first = answered.partition_point(|a| a < at).saturating_sub(1);
-            let last = answered.partition_point(|a| *a <= window_end);
-            let stall = answered[first..(last + 1).min(answered.len())]
-                .windows(2)
-                .map(|pair| pair[1].saturating_duration_since(pair[0]))
-                .max()
-                .unwrap_or(cause);
-            OneFault {
-                what: what.clone(),
-                stall_ms: stall.as_secs_f64() * 1e3,
-            }
-        })
-        .collect()
+    let mut found = Vec::new();
+    for (k, (at, what)) in faults.iter().enumerate() {
+        let after_previous = k == 0 || faults[k - 1].0 + quiet <= *at;
+        if what.contains(" and ") || !after_previous {
+            continue;
+        }
+        let next = faults.get(k + 1).map_or(until, |(next, _)| *next);
+        let window_end = (*at + cause).min(next).min(until);
+        // The answers around the window: the gaps between them that reach into it.
+        let first = answered.partition_point(|a| a < at).saturating_sub(1);
+        let last = answered.partition_point(|a| *a <= window_end);
+        let stall = answered[first..(last + 1).min(answered.len())]
+            .windows(2)
+            .map(|pair| pair[1].saturating_duration_since(pair[0]))
+            .max()
+            .unwrap_or(window_end.saturating_duration_since(*at));
+        found.push(OneFault {
+            what: what.clone(),
+            stall_ms: stall.as_secs_f64() * 1e3,
+        });
+    }
+    found
 }
 
 /// The longest stall after faults on one node alone, by kind of fault.

@@ -58,8 +58,8 @@ struct InFlight {
     refused_by: usize,
     /// The last refusal that asked to try again.
     last_rejection: Option<Rejection>,
-    /// The attempt under way was also sent to a second node.
-    hedged: bool,
+    /// Hedges of the attempt under way so far.
+    hedges: usize,
 }
 
 /// A client session's numbering and retry logic: one id, requests numbered from the first,
@@ -122,7 +122,7 @@ impl<A: Clone + PartialEq> Requests<A> {
             redirects: 0,
             refused_by: 0,
             last_rejection: None,
-            hedged: false,
+            hedges: 0,
         });
         Submit {
             client: self.id,
@@ -137,23 +137,24 @@ impl<A: Clone + PartialEq> Requests<A> {
         self.current.as_ref().map(|c| c.request)
     }
 
-    /// The attempt at the target has waited a while (the client's hedge delay) without an
-    /// answer: the node to send the same request to as well, once per attempt (the next one
-    /// in the rotation that is not the target); None when this attempt was hedged already or
-    /// there is no other node. A leader that stopped without closing its connections is then
-    /// passed over without waiting out the attempt's timeout; the same number makes the
-    /// second copy exactly-once, as any retry.
+    /// The attempt at the target has waited another hedge delay without an answer: the node
+    /// to send the same request to as well (the other nodes in turn, in the rotation's order;
+    /// a later hedge replaces the one before); None when there is no other node. A leader that
+    /// stopped without closing its connections is then passed over once another node knows
+    /// of a new leader, without waiting out the attempt's timeout; the same number makes every
+    /// copy exactly-once, as any retry.
     pub fn hedge(&mut self) -> Option<A> {
         let current = self.current.as_mut()?;
-        if current.hedged {
+        let others: Vec<&A> = (1..self.nodes.len())
+            .map(|step| &self.nodes[(self.rotation + step) % self.nodes.len()])
+            .filter(|node| **node != self.target)
+            .collect();
+        if others.is_empty() {
             return None;
         }
-        let other = (1..self.nodes.len())
-            .map(|step| &self.nodes[(self.rotation + step) % self.nodes.len()])
-            .find(|node| **node != self.target)?
-            .clone();
-        current.hedged = true;
-        Some(other)
+        let node = others[current.hedges % others.len()].clone();
+        current.hedges += 1;
+        Some(node)
     }
 
     /// Whether the hedge's `attempt` ends the attempt; if not, the attempt goes on waiting for
@@ -196,7 +197,7 @@ impl<A: Clone + PartialEq> Requests<A> {
             panic!("an attempt ended with no request in flight");
         };
         current.attempts += 1;
-        current.hedged = false;
+        current.hedges = 0;
         if !matches!(&attempt, Attempt::RefusedForGood(_)) {
             current.refused_by = 0;
         }
@@ -353,16 +354,21 @@ mod tests {
     }
 
     #[test]
-    fn an_attempt_is_hedged_once_at_another_node() {
-        // Proves the hedge goes to a node other than the target, once per attempt, and again
-        // after the next attempt begins.
+    fn hedges_go_to_the_other_nodes_in_turn() {
+        // Proves each hedge goes to a node other than the target, the others in turn, and that
+        // the next attempt starts the turn again after its own target.
         let mut requests = requests();
         assert_eq!(requests.hedge(), Some(2));
-        assert_eq!(requests.hedge(), None);
+        assert_eq!(requests.hedge(), Some(3));
+        assert_eq!(requests.hedge(), Some(2));
         let next = requests.on_attempt(Attempt::NoAnswer, 400, None);
         assert!(matches!(next, Next::Retry { .. }));
         assert_eq!(*requests.target(), 2);
         assert_eq!(requests.hedge(), Some(3));
+        assert_eq!(requests.hedge(), Some(1));
+        let mut alone = Requests::new(vec![1u8], ClientId(8), RequestNumber(1));
+        alone.begin(1, vec![0]);
+        assert_eq!(alone.hedge(), None);
     }
 
     #[test]

@@ -24,11 +24,17 @@ pub(super) struct SimClient {
     pub(super) sent: u32,
     /// The attempt in flight (replies and timeouts of earlier ones are ignored).
     pub(super) attempt: u64,
-    /// The attempt's hedge, if it has one: its own attempt number and the node it went to.
+    /// The attempt's latest hedge, if it has one: its own attempt number and the node it went
+    /// to (a later hedge replaces the one before, as in the async client).
     hedge: Option<(u64, NodeId)>,
+    /// When the attempt in flight was sent.
+    attempt_at: Time,
+    /// Hedges sent so far (each gets its own attempt number).
+    hedges_sent: u64,
 }
 
-/// Set in a hedge's attempt number, so that its answers are told from the target's.
+/// Set in a hedge's attempt number (the client's count of hedges below it), so that its
+/// answers are told from the target's and from earlier hedges'.
 const HEDGE_ATTEMPT_BIT: u64 = 1 << 63;
 
 impl SimClient {
@@ -45,6 +51,8 @@ impl SimClient {
             sent: 0,
             attempt: 0,
             hedge: None,
+            attempt_at: 0,
+            hedges_sent: 0,
         }
     }
 }
@@ -94,6 +102,7 @@ impl<W: Workload> Sim<W> {
         let request = submit.request;
         c.attempt += 1;
         let (node, attempt) = (*c.requests.target(), c.attempt);
+        c.attempt_at = self.now;
         self.send_attempt(node, client, attempt, request);
         let timeout = self.swarm.client_timeout;
         self.schedule(timeout, SimEvent::ClientTimeout { client, attempt });
@@ -118,8 +127,9 @@ impl<W: Workload> Sim<W> {
         }
     }
 
-    /// The attempt in flight has waited the hedge delay: the library may send it to a second
-    /// node as well ([`Requests::hedge`]).
+    /// The attempt in flight has waited another hedge delay: the library may send it to
+    /// another node as well ([`Requests::hedge`]), and the next hedge is due a delay later
+    /// while the attempt lasts.
     pub(super) fn on_hedge(&mut self, client: usize, attempt: u64) {
         let c = &mut self.clients[client];
         let Some(request) = c.current.as_ref().map(|s| s.request) else {
@@ -131,10 +141,19 @@ impl<W: Workload> Sim<W> {
         let Some(other) = c.requests.hedge() else {
             return;
         };
-        let hedge = attempt | HEDGE_ATTEMPT_BIT;
+        c.hedges_sent += 1;
+        let hedge = HEDGE_ATTEMPT_BIT | c.hedges_sent;
         c.hedge = Some((hedge, other));
+        let ends = c.attempt_at + self.swarm.client_timeout;
         self.report.hedges += 1;
         self.send_attempt(other, client, hedge, request);
+        if let Some(after) = self
+            .swarm
+            .hedge_after
+            .filter(|&after| self.now + after < ends)
+        {
+            self.schedule(after, SimEvent::ClientHedge { client, attempt });
+        }
     }
 
     /// The attempt in flight timed out.
