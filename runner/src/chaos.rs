@@ -9,7 +9,11 @@
 //! - I2: the three nodes converge on one state hash; none reported a divergence or halted;
 //! - I4: the three WALs hold the same entry at every index they all hold;
 //! - I6: no client request is left without an outcome;
-//! - I7: no two nodes were seen leading the same term.
+//! - I7: no two nodes were seen leading the same term;
+//! - linearizability: every client operation (one command per request, a quarter of them
+//!   reads), with its invocation and completion times and its outcome, fits a sequential Bank
+//!   in an order consistent with real time (`linearize::check`); the first window that does
+//!   not is reported.
 
 use crate::faults::{
     Addresses, FaultArgs, Findings, Processes, Rejoin, Workload, check_accounts, compare_wals,
@@ -112,6 +116,18 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     for violation in &findings.violations {
         println!("violation: {violation}");
     }
+    if let Some(checked) = &findings.linearizability {
+        println!(
+            "linearizability: {} operations checked in {:.0} ms: {}",
+            checked.operations,
+            checked.took_ms,
+            match checked.linearizable {
+                Some(true) => "linearizable",
+                Some(false) => "NOT linearizable",
+                None => "inconclusive",
+            }
+        );
+    }
     print_stalls(&stalls, &findings.faults, started);
     print_after_one_fault(&after_one_fault);
     let one_fault_stall_max_ms = after_one_fault
@@ -132,6 +148,9 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             "longest_stall_ms": longest_stall_ms,
             "one_fault_stall_max_ms": one_fault_stall_max_ms,
             "one_faults": after_one_fault.len(),
+            "history_operations": findings.linearizability.as_ref().map(|l| l.operations),
+            "linearizable": findings.linearizability.as_ref().and_then(|l| l.linearizable),
+            "linearizability_ms": findings.linearizability.as_ref().map(|l| l.took_ms),
             "rejoins": findings.rejoins.len(),
             "rejoin_p50_ms": rejoin_p50,
             "rejoin_p99_ms": rejoin_p99,
@@ -214,7 +233,10 @@ async fn chaos(
             .first()
             .map_or(0.0, |(a, b)| (*b - *a).as_secs_f64() * 1e3);
         let stalls = workload.stalls(faults_began, now, Duration::from_millis(STALL_REPORTED_MS));
-        let after_one_fault = one_fault_stalls(&workload, &findings.borrow().faults, now);
+        let after_one_fault = {
+            let f = findings.borrow();
+            one_fault_stalls(&workload, &f.faults, &f.fault_ends, now)
+        };
         eprintln!("healed; letting the clients finish");
         let (expected, unknown) = workload.finish(findings).await;
         converge(config, findings).await;
@@ -233,25 +255,27 @@ async fn chaos(
     })
 }
 
-/// How long before a fault on one node the previous fault must have begun for the stall
-/// after it to count as that fault's alone, in milliseconds.
+/// How long before a fault on one node the previous fault must have ended (its nodes
+/// restarted or resumed) for the stall after it to count as that fault's alone, in
+/// milliseconds (a rejoin takes 100-400 ms).
 pub const ONE_FAULT_QUIET_MS: u64 = 1_000;
 
 /// The longest stretch without an answer after a fault that struck one node alone.
 struct OneFault {
     /// The fault, as the fault list names it.
     what: String,
-    /// The longest stretch without an answer that reaches into the time after it, until the
-    /// next fault or for [`STALL_CAUSE_MS`].
+    /// The longest stretch without an answer after it, from the last answer before it, cut
+    /// at the next fault or after [`STALL_CAUSE_MS`].
     stall_ms: f64,
 }
 
 /// For each fault on one node alone that began at least [`ONE_FAULT_QUIET_MS`] after the one
-/// before it, the longest stretch without an answer that reaches into the time after it
-/// (until the next fault, at most [`STALL_CAUSE_MS`], and not past `until`).
+/// before it ended, the longest stretch without an answer in the time after it, from the
+/// last answer before it (cut at the next fault, after [`STALL_CAUSE_MS`], or at `until`).
 fn one_fault_stalls(
     workload: &Workload,
     faults: &[(Instant, String)],
+    ends: &[Instant],
     until: Instant,
 ) -> Vec<OneFault> {
     let quiet = Duration::from_millis(ONE_FAULT_QUIET_MS);
@@ -265,7 +289,7 @@ fn one_fault_stalls(
     answered.sort_unstable();
     let mut found = Vec::new();
     for (k, (at, what)) in faults.iter().enumerate() {
-        let after_previous = k == 0 || faults[k - 1].0 + quiet <= *at;
+        let after_previous = k == 0 || ends.get(k - 1).is_some_and(|end| *end + quiet <= *at);
         if what.contains(" and ") || !after_previous {
             continue;
         }
@@ -276,7 +300,7 @@ fn one_fault_stalls(
         let last = answered.partition_point(|a| *a <= window_end);
         let stall = answered[first..(last + 1).min(answered.len())]
             .windows(2)
-            .map(|pair| pair[1].saturating_duration_since(pair[0]))
+            .map(|pair| pair[1].min(window_end).saturating_duration_since(pair[0]))
             .max()
             .unwrap_or(window_end.saturating_duration_since(*at));
         found.push(OneFault {

@@ -1,7 +1,9 @@
 //! What the real-process fault runs (`runner chaos`, `runner partition`) share: the node
 //! processes, the cluster files (optionally through our proxy), a Bank workload whose clients
-//! never give up, and the checks of I1-I7 at the end.
+//! never give up, and the checks of I1-I7 at the end, with the history of every operation
+//! checked for linearizability against a sequential Bank ([`crate::linearize`]).
 
+use crate::linearize::{self, BankModel, NotLinearizable, Operation};
 use anyhow::Context;
 use bank::workload::account_id;
 use bank::{Bank, BankCommand, BankOutput};
@@ -24,8 +26,12 @@ pub const FAULT_ACCOUNTS: u64 = 100;
 pub const FAULT_SECRET: &str = "the nodes of a fault run share this";
 /// Each account's opening balance.
 pub const FAULT_OPENING_BALANCE: u64 = 1_000_000;
-/// Transfers per request.
-pub const FAULT_TRANSFERS_PER_REQUEST: usize = 8;
+/// Commands per request: one, so that the history is checked for linearizability command by
+/// command (a request split between entries is not atomic).
+pub const FAULT_COMMANDS_PER_REQUEST: usize = 1;
+/// Percent of the clients' commands that read an account (`Get`); the others are transfers.
+/// The reads are what makes a lost, doubled or stale transfer visible in the history.
+pub const FAULT_GET_PERCENT: u64 = 25;
 /// Time the healed cluster gets for the clients to finish and the nodes to converge.
 pub const SETTLE_SECS: u64 = 60;
 /// Time one status query may take.
@@ -326,6 +332,10 @@ pub struct Findings {
     pub rejoins: Vec<Rejoin>,
     /// Every fault, when it began.
     pub faults: Vec<(Instant, String)>,
+    /// When each fault of `faults` ended (its nodes restarted or resumed), in the same order.
+    pub fault_ends: Vec<Instant>,
+    /// What the linearizability check of the clients' history found, once it ran.
+    pub linearizability: Option<Linearizability>,
 }
 
 impl Findings {
@@ -475,6 +485,9 @@ pub async fn watch(config: &ClientConfig, findings: &RefCell<Findings>, watching
 /// the accounts built from acknowledged outcomes only.
 pub struct Workload {
     ledger: Rc<RefCell<Ledger>>,
+    /// Every operation: its command, when it was invoked and completed (nanoseconds since
+    /// the clients started), and its outcome.
+    history: Rc<RefCell<History>>,
     pub acknowledged: Rc<Cell<u64>>,
     /// When each acknowledged request was answered, and how long it took.
     pub latencies: Rc<RefCell<Vec<(Instant, Duration)>>>,
@@ -489,20 +502,23 @@ impl Workload {
         let acknowledged = Rc::new(Cell::new(0u64));
         let latencies = Rc::new(RefCell::new(Vec::new()));
         let stop = Rc::new(Cell::new(false));
+        let history = Rc::new(RefCell::new(History::default()));
         let mut handles = Vec::new();
         for k in 0..clients {
             let (ledger, acknowledged, stop) = (ledger.clone(), acknowledged.clone(), stop.clone());
-            let latencies = latencies.clone();
+            let (latencies, history) = (latencies.clone(), history.clone());
             let mut client = Client::new(config.clone(), ClientId(10 + k), RequestNumber(1));
             let mut rng = Rng::new(seed ^ (k + 1).wrapping_mul(0x9E37_79B9));
             handles.push(tokio::task::spawn_local(async move {
                 while !stop.get() {
-                    let batch = transfers(&mut rng);
+                    let batch = commands(&mut rng);
                     let sent = Instant::now();
+                    let slot = history.borrow_mut().invoked(k, &batch);
                     let outcomes = client
                         .submit::<Bank>(&batch)
                         .await
                         .map_err(|e| format!("client {}: a request failed: {e}", client.id().0))?;
+                    history.borrow_mut().completed(slot, &outcomes);
                     latencies
                         .borrow_mut()
                         .push((Instant::now(), sent.elapsed()));
@@ -514,6 +530,7 @@ impl Workload {
         }
         Ok(Workload {
             ledger,
+            history,
             acknowledged,
             latencies,
             stop,
@@ -523,12 +540,16 @@ impl Workload {
 
     /// Stops the clients after their current request; returns the model's balance and version
     /// of every account, and how many clients could not finish their request within
-    /// [`SETTLE_SECS`] (requests of unknown outcome), recording failures.
-    pub async fn finish(self, findings: &RefCell<Findings>) -> (BTreeMap<u64, (u64, u64)>, u64) {
+    /// [`SETTLE_SECS`] (requests of unknown outcome), recording failures; then checks the
+    /// history for linearizability (into `findings`).
+    pub async fn finish(
+        mut self,
+        findings: &RefCell<Findings>,
+    ) -> (BTreeMap<u64, (u64, u64)>, u64) {
         self.stop.set(true);
         let settle = Instant::now() + Duration::from_secs(SETTLE_SECS);
         let mut unknown = 0;
-        for client in self.clients {
+        for client in std::mem::take(&mut self.clients) {
             match tokio::time::timeout_at(settle.into(), client).await {
                 Ok(Ok(Ok(()))) => {}
                 Ok(Ok(Err(failure))) => findings.borrow_mut().violations.push(failure),
@@ -544,6 +565,8 @@ impl Workload {
                 "I6: {unknown} requests without an outcome {SETTLE_SECS} s after healing"
             ));
         }
+        let checked = self.check_linearizable(findings);
+        findings.borrow_mut().linearizability = Some(checked);
         let expected = self.ledger.borrow().accounts.clone();
         (expected, unknown)
     }
@@ -623,6 +646,87 @@ pub async fn converge(config: &ClientConfig, findings: &RefCell<Findings>) {
     }
 }
 
+/// The clients' operations, for the linearizability check.
+#[derive(Default)]
+pub struct History {
+    /// When the clients started.
+    epoch: Option<Instant>,
+    /// Every operation, in the order invoked.
+    operations: Vec<Operation<BankCommand, Outcome<BankOutput, bank::BankError>>>,
+}
+
+impl History {
+    /// Client `client` invokes `batch` now: one operation per command; returns the first.
+    fn invoked(&mut self, client: u64, batch: &[BankCommand]) -> usize {
+        let epoch = *self.epoch.get_or_insert_with(Instant::now);
+        let invoked = epoch.elapsed().as_nanos() as u64;
+        let slot = self.operations.len();
+        self.operations
+            .extend(batch.iter().map(|command| Operation {
+                client,
+                invoked,
+                completed: None,
+                input: command.clone(),
+                output: None,
+            }));
+        slot
+    }
+
+    /// The operations from `slot` completed now with `outcomes`.
+    fn completed(&mut self, slot: usize, outcomes: &[Outcome<BankOutput, bank::BankError>]) {
+        let epoch = self.epoch.expect("invoked first");
+        let completed = epoch.elapsed().as_nanos() as u64;
+        for (operation, outcome) in self.operations[slot..].iter_mut().zip(outcomes) {
+            operation.completed = Some(completed);
+            operation.output = Some(outcome.clone());
+        }
+    }
+}
+
+/// What the linearizability check of a run's history found.
+pub struct Linearizability {
+    /// Operations checked (those of unknown outcome included).
+    pub operations: u64,
+    /// Whether a linearization was found (`None`: the search gave up, inconclusive).
+    pub linearizable: Option<bool>,
+    /// How long the check took, in milliseconds.
+    pub took_ms: f64,
+}
+
+impl Workload {
+    /// Checks every operation's outcome against a sequential Bank in some order consistent
+    /// with real time (`linearize::check`); a history with no such order is a violation that
+    /// names the first window that cannot be explained.
+    fn check_linearizable(&self, findings: &RefCell<Findings>) -> Linearizability {
+        let history = self.history.borrow();
+        let started = Instant::now();
+        let model = BankModel::new(FAULT_ACCOUNTS, FAULT_OPENING_BALANCE);
+        let result = linearize::check(&model, &history.operations);
+        let took_ms = started.elapsed().as_secs_f64() * 1e3;
+        let operations = history.operations.len() as u64;
+        let linearizable = match result {
+            Ok(_) => Some(true),
+            Err(NotLinearizable::Inconclusive { .. }) => None,
+            Err(
+                NotLinearizable::Violation(_)
+                | NotLinearizable::CompletedBeforeInvoked { .. }
+                | NotLinearizable::HalfKnownOutcome { .. },
+            ) => Some(false),
+        };
+        if let Err(error) = result {
+            findings
+                .borrow_mut()
+                .violations
+                .push(format!("linearizability: {error}"));
+        }
+        Linearizability {
+            operations,
+            linearizable,
+            took_ms,
+        }
+    }
+}
+
 /// The clients' model of the accounts: balance and version, from acknowledged outcomes only.
 struct Ledger {
     accounts: BTreeMap<u64, (u64, u64)>,
@@ -669,9 +773,14 @@ async fn open_accounts(config: &ClientConfig) -> anyhow::Result<Ledger> {
     })
 }
 
-fn transfers(rng: &mut Rng) -> Vec<BankCommand> {
-    (0..FAULT_TRANSFERS_PER_REQUEST)
+fn commands(rng: &mut Rng) -> Vec<BankCommand> {
+    (0..FAULT_COMMANDS_PER_REQUEST)
         .map(|_| {
+            if rng.below(100) < FAULT_GET_PERCENT {
+                return BankCommand::Get {
+                    id: account_id(rng.below(FAULT_ACCOUNTS)),
+                };
+            }
             let from = rng.below(FAULT_ACCOUNTS);
             let to = (from + 1 + rng.below(FAULT_ACCOUNTS - 1)) % FAULT_ACCOUNTS;
             BankCommand::Transfer {

@@ -8,7 +8,7 @@
 //! but the valid commands changed anything.
 
 use crate::faults::{
-    Addresses, CLUSTER_ID, FAULT_TRANSFERS_PER_REQUEST, FaultArgs, Findings, Processes, Workload,
+    Addresses, CLUSTER_ID, FAULT_COMMANDS_PER_REQUEST, FaultArgs, Findings, Processes, Workload,
     check_accounts, compare_wals, converge, seed_or_clock, write_cluster_files,
 };
 use bank::workload::account_id;
@@ -238,7 +238,7 @@ async fn throughput(workload: &Workload, window: Duration) -> f64 {
 }
 
 fn commands_per_second(requests: u64, since: Instant) -> f64 {
-    (requests * FAULT_TRANSFERS_PER_REQUEST as u64) as f64 / since.elapsed().as_secs_f64()
+    (requests * FAULT_COMMANDS_PER_REQUEST as u64) as f64 / since.elapsed().as_secs_f64()
 }
 
 /// What a connection heard before it closed.

@@ -28,6 +28,8 @@ mod delay_line;
 mod emulate;
 mod faults;
 mod hostile;
+#[allow(dead_code)] // until `runner chaos` checks its histories with it
+mod linearize;
 mod matrix;
 mod partition;
 mod proxy;
