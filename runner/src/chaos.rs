@@ -258,7 +258,7 @@ async fn chaos(
 /// How long before a fault on one node the previous fault must have ended (its nodes
 /// restarted or resumed) for the stall after it to count as that fault's alone, in
 /// milliseconds (a rejoin takes 100-400 ms).
-pub const ONE_FAULT_QUIET_MS: u64 = 1_000;
+pub const ONE_FAULT_QUIET_MS: u64 = 500;
 
 /// The longest stretch without an answer after a fault that struck one node alone.
 struct OneFault {
