@@ -428,6 +428,7 @@ async fn inject(
                 tokio::time::sleep(Duration::from_millis(pause)).await;
                 processes.borrow_mut().resume(id);
                 findings.borrow_mut().back(id);
+                findings.borrow_mut().fault_ends.push(Instant::now());
             }
             return;
         }
@@ -466,4 +467,5 @@ async fn inject(
             findings.borrow_mut().back(id);
         }
     }
+    findings.borrow_mut().fault_ends.push(Instant::now());
 }
