@@ -298,14 +298,17 @@ pub fn write_cluster_files(
 
 /// Every reachable node's status.
 pub async fn statuses(config: &ClientConfig) -> Vec<NodeStatus> {
-    let mut all = Vec::new();
-    for address in &config.nodes {
-        let timeout = Duration::from_millis(STATUS_TIMEOUT_MS);
-        if let Ok(status) = node_status(config, *address, timeout).await {
-            all.push(status);
-        }
-    }
-    all
+    // All at once: one slow node costs a poll at most one timeout, not one per node.
+    let timeout = Duration::from_millis(STATUS_TIMEOUT_MS);
+    let polls = config
+        .nodes
+        .iter()
+        .map(|address| node_status(config, *address, timeout));
+    futures::future::join_all(polls)
+        .await
+        .into_iter()
+        .filter_map(Result::ok)
+        .collect()
 }
 
 /// The leader among `all`, if one says so.
