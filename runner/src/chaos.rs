@@ -199,7 +199,7 @@ async fn chaos(
     findings: &RefCell<Findings>,
 ) -> anyhow::Result<Measured> {
     let started = Instant::now();
-    let workload = Workload::start(config, args.common.clients, seed).await?;
+    let mut workload = Workload::start(config, args.common.clients, seed).await?;
     let acknowledged = workload.acknowledged.clone();
     let watching = Cell::new(true);
     let faults_began = Instant::now();
@@ -228,6 +228,12 @@ async fn chaos(
         }
         processes.borrow_mut().heal()?;
         let now = Instant::now();
+        eprintln!("healed; letting the clients finish");
+        let (expected, unknown) = workload.finish(findings).await;
+        converge(config, findings).await;
+        watching.set(false);
+        // The work that holds the thread comes after the watcher stopped: a node restarted by
+        // the last fault is still timed while it rejoins.
         let longest = workload.stalls(faults_began, now, Duration::ZERO);
         let longest_stall_ms = longest
             .first()
@@ -237,10 +243,7 @@ async fn chaos(
             let f = findings.borrow();
             one_fault_stalls(&workload, &f.faults, &f.fault_ends, now)
         };
-        eprintln!("healed; letting the clients finish");
-        let (expected, unknown) = workload.finish(findings).await;
-        converge(config, findings).await;
-        watching.set(false);
+        workload.check_linearizable(findings);
         check_accounts(config, &expected, findings).await;
         Ok::<_, anyhow::Error>((unknown, stalls, longest_stall_ms, after_one_fault))
     };

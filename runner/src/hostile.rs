@@ -161,7 +161,7 @@ async fn suite(
     processes: &Processes,
     findings: &RefCell<Findings>,
 ) -> anyhow::Result<Report> {
-    let workload = Workload::start(config, args.common.clients, seed).await?;
+    let mut workload = Workload::start(config, args.common.clients, seed).await?;
     let window = Duration::from_secs(args.seconds);
     let alone = throughput(&workload, window).await;
     eprintln!("  alone: {alone:.0} commands/s");
@@ -211,6 +211,7 @@ async fn suite(
     let share = under_attack / ((alone + again) / 2.0).max(1.0);
     let (expected, _unknown) = workload.finish(findings).await;
     converge(config, findings).await;
+    workload.check_linearizable(findings);
     check_accounts(config, &expected, findings).await;
     if let Some(pid) = processes.pid(1) {
         eprintln!(

@@ -254,7 +254,7 @@ async fn partitioned(
     processes: &RefCell<Processes>,
     findings: &RefCell<Findings>,
 ) -> anyhow::Result<Outcome> {
-    let workload = Workload::start(config, args.common.clients, seed).await?;
+    let mut workload = Workload::start(config, args.common.clients, seed).await?;
     tokio::time::sleep(Duration::from_millis(CALM_MS)).await;
     let leader = wait_for_leader(config).await?;
     let followers: Vec<u8> = (1..=3).filter(|&n| n != leader).collect();
@@ -354,6 +354,7 @@ async fn partitioned(
     let total = workload.acknowledged.clone();
     let (expected, _unknown) = workload.finish(findings).await;
     converge(config, findings).await;
+    workload.check_linearizable(findings);
     check_accounts(config, &expected, findings).await;
     Ok(Outcome {
         scenario,
