@@ -18,8 +18,15 @@
 //! - crashes and restarts: a restarted node recovers as `node::storage` does, from its hard
 //!   state and its log, replaying the entries its log shows committed;
 //! - damaged entries (a corrupted or misdirected sector, as the recovery scan finds it): on
-//!   one node at a time, a restart finds an entry damaged, cuts the log before it and
-//!   repairs it from the leader (`HardState::repair`).
+//!   one node at a time, a restart finds an entry damaged (mostly among the last few, one
+//!   time in four anywhere), cuts the log before it and repairs it from the leader
+//!   (`HardState::repair`);
+//! - damaged snapshots: a restart finds its newest snapshot damaged and passes it over, as
+//!   the node does; with nothing usable left, the operator rebuilds it from the leader;
+//! - fsync errors: the replica halts as the driver makes it, the process exits, and the
+//!   operator restarts it;
+//! - stopped processes, failing acknowledgement connections, and clients whose attempts time
+//!   out early or are hedged at other nodes.
 //!
 //! - snapshots: taken a slice at a time while entries apply (copy-on-write), durable after a
 //!   simulated write, logs compacted behind them, sent to a lagging follower in chunks and
@@ -29,7 +36,8 @@
 //!   the node refuses new requests meanwhile. The hard state and snapshot files are still
 //!   written on a full disk (the real node halts when its hard state cannot be written).
 //!
-//! Not simulated yet: damage on every copy of an entry.
+//! Not simulated yet: damage on more than one node at once (every copy of an entry), and a
+//! damaged hard state.
 
 pub mod check;
 mod clients;
