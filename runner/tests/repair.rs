@@ -11,7 +11,7 @@ use bank::Bank;
 use common::{Model, converged, leader_of, runtime, transfers, wait_for};
 use engine::client::Client;
 use engine::node::recovery::{RecoveryOptions, restore};
-use engine::node::storage::{WAL_DIR, read_hard_state};
+use engine::node::storage::{HARD_STATE_FILE, WAL_DIR, read_hard_state};
 use engine::rng::Rng;
 use engine::{ClientId, RequestNumber};
 use std::cell::Cell;
@@ -184,5 +184,50 @@ fn every_copy_damaged_halts_with_unrecoverable_corruption() {
                 .unwrap_or_else(|| panic!("node {}: {reason}", status.node.0));
             assert!(status.applied_index.0 < index, "{status:?}");
         }
+    });
+}
+
+/// Proves a follower whose hard state is damaged while it is down (its term and vote lost) is
+/// refused at start, and on the operator's `--rebuild-from-leader` rejoins empty with its votes
+/// marked lost; it helps elect a leader again only in a term above every term it heard, here
+/// the election after the leader is killed, and the cluster keeps every acknowledged transfer.
+#[test]
+fn a_damaged_hard_state_is_rebuilt_with_its_votes_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, config) = common::start_cluster(dir.path(), SETTINGS);
+    runtime().block_on(async {
+        let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
+        let mut model = Model::open(&mut client).await;
+        let mut rng = Rng::new(47);
+        let acknowledged = Cell::new(0);
+        transfers(&mut client, &mut rng, &mut model, 200, &acknowledged).await;
+        let all = converged(&config).await;
+        let leader = leader_of(&all).unwrap().0;
+        let follower = (1..=3).find(|&n| n != leader).unwrap();
+        nodes.kill(follower);
+        let hard_state = nodes.data_dir(follower).join(HARD_STATE_FILE);
+        let mut bytes = std::fs::read(&hard_state).unwrap();
+        bytes[5] ^= 0x40;
+        std::fs::write(&hard_state, bytes).unwrap();
+        nodes.start(follower);
+        assert!(!nodes.wait_exit(follower).success(), "refused");
+        assert!(nodes.log(follower).contains("hard_state is damaged"));
+        nodes.start_with(follower, &["--rebuild-from-leader"]);
+        transfers(&mut client, &mut rng, &mut model, 100, &acknowledged).await;
+        converged(&config).await;
+        let log = nodes.log(follower);
+        assert!(log.contains("its votes were lost"), "{log}");
+        // The follower's vote is needed to elect the next leader.
+        nodes.kill(leader);
+        let all = wait_for(&config, "a new leader", |all| leader_of(all).is_some()).await;
+        assert_ne!(leader_of(&all).unwrap().0, leader);
+        transfers(&mut client, &mut rng, &mut model, 100, &acknowledged).await;
+        nodes.start(leader);
+        converged(&config).await;
+        model.check(&config, ClientId(6)).await;
+        nodes.kill(follower);
+        let hard = read_hard_state(&nodes.data_dir(follower)).unwrap();
+        assert_eq!(hard.votes_lost, None, "it voted above the bound: {hard:?}");
+        assert_eq!(hard.repair, None);
     });
 }

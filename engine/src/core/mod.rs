@@ -89,6 +89,22 @@ pub struct HardState {
     /// leader has made its log durable through them again, it votes as if it still held them
     /// and never campaigns.
     pub repair: Option<Repair>,
+    /// Votes this replica may have cast and lost with a damaged hard state (an operator's
+    /// rebuild): it votes and campaigns only in terms above every term the others held once it
+    /// had heard from all of them (see [`LostVotes`]).
+    pub votes_lost: Option<LostVotes>,
+}
+
+/// What a replica whose hard state was lost knows of the votes it may have cast. A vote it
+/// cast for a candidate was in a term no higher than that candidate's term today (terms only
+/// grow, and a candidate's term is durable before it asks), so once every other replica has
+/// been heard, the highest term heard bounds every lost vote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostVotes {
+    /// Not every other replica has been heard since the loss: no vote, no campaign.
+    Unknown,
+    /// Every lost vote was in this term or an earlier one: votes and campaigns only above it.
+    Through(Term),
 }
 
 /// The end of the log a replica had before damage cut it: the last entry found on disk.
@@ -280,6 +296,9 @@ pub struct Core {
     /// The log end (last term, last index) each candidate reported, since this replica
     /// started: what a repairing replica knows of the others' logs.
     log_ends: BTreeMap<NodeId, (Term, EntryIndex)>,
+    /// While its lost votes are [`LostVotes::Unknown`]: the highest term heard from each other
+    /// replica since this one started.
+    heard_terms: BTreeMap<NodeId, Term>,
     divergence: Option<Divergence>,
     ticks: u64,
     election_elapsed: u32,
@@ -330,6 +349,7 @@ impl Core {
             history: recovered.applied.into_iter().collect(),
             pending_checks: BTreeMap::new(),
             log_ends: BTreeMap::new(),
+            heard_terms: BTreeMap::new(),
             divergence: None,
             ticks: 0,
             election_elapsed: 0,
@@ -543,6 +563,12 @@ impl Core {
         if sender != from {
             return;
         }
+        // A pre-vote request names the term after the candidate's own.
+        let held = match &message {
+            PeerMessage::Vote(vote) if vote.pre => Term(term.0.saturating_sub(1)),
+            _ => term,
+        };
+        self.hear_term(from, held, out);
         // A pre-vote request names a term the candidate does not hold yet: it changes nothing
         // here, whatever its term.
         if let PeerMessage::Vote(vote) = &message
@@ -720,6 +746,7 @@ impl Core {
                 term,
                 voted_for: None,
                 repair: self.hard.repair,
+                votes_lost: self.lost_votes_at(term),
             };
             out.push(Action::PersistHardState(self.hard));
             self.confirmed = EntryIndex::ZERO;
@@ -733,10 +760,22 @@ impl Core {
     }
 
     fn campaign(&mut self, out: &mut Vec<Action>) {
+        if self.hard.votes_lost == Some(LostVotes::Unknown) && self.config.nodes.len() > 1 {
+            // It may have voted in any term the others hold. Pre-votes bind nobody, and their
+            // answers tell it the others' terms.
+            self.request_votes(Term(self.hard.term.0 + 1), true, out);
+            return;
+        }
+        let above = match self.hard.votes_lost {
+            Some(LostVotes::Through(lost)) => self.hard.term.max(lost),
+            Some(LostVotes::Unknown) | None => self.hard.term,
+        };
+        let term = Term(above.0 + 1);
         self.hard = HardState {
-            term: Term(self.hard.term.0 + 1),
+            term,
             voted_for: Some(self.config.id),
             repair: self.hard.repair,
+            votes_lost: None,
         };
         out.push(Action::PersistHardState(self.hard));
         self.votes = vec![self.config.id];
@@ -799,8 +838,11 @@ impl Core {
     fn on_vote(&mut self, vote: Vote, out: &mut Vec<Action>) {
         let up_to_date = self.log_up_to_date(&vote, out);
         let free = self.hard.voted_for.is_none_or(|v| v == vote.candidate);
-        let granted =
-            vote.term == self.hard.term && free && up_to_date && self.role == Role::Follower;
+        let granted = vote.term == self.hard.term
+            && free
+            && up_to_date
+            && self.role == Role::Follower
+            && self.may_vote_in(vote.term);
         if granted && self.hard.voted_for.is_none() {
             self.hard.voted_for = Some(vote.candidate);
             out.push(Action::PersistHardState(self.hard));
@@ -809,6 +851,41 @@ impl Core {
             self.reset_election_timer();
         }
         self.answer_vote(vote.candidate, false, granted, out);
+    }
+
+    /// False for a term in which this replica may have cast a vote it lost.
+    fn may_vote_in(&self, term: Term) -> bool {
+        match self.hard.votes_lost {
+            None => true,
+            Some(LostVotes::Unknown) => false,
+            Some(LostVotes::Through(lost)) => term > lost,
+        }
+    }
+
+    /// What is left of the lost votes in `term`: nothing once it is above every lost one.
+    fn lost_votes_at(&self, term: Term) -> Option<LostVotes> {
+        match self.hard.votes_lost {
+            Some(LostVotes::Through(lost)) if term > lost => None,
+            other => other,
+        }
+    }
+
+    /// Notes that `from` holds `term`; once every other replica has been heard, lost votes of
+    /// unknown terms are bounded by the highest term heard (made durable).
+    fn hear_term(&mut self, from: NodeId, term: Term, out: &mut Vec<Action>) {
+        if self.hard.votes_lost != Some(LostVotes::Unknown) {
+            return;
+        }
+        let heard = self.heard_terms.entry(from).or_insert(term);
+        *heard = (*heard).max(term);
+        let id = self.config.id;
+        let others = self.config.nodes.iter().filter(|&&n| n != id);
+        if !others.clone().all(|n| self.heard_terms.contains_key(n)) {
+            return;
+        }
+        let highest = self.heard_terms.values().copied().max().unwrap_or_default();
+        self.hard.votes_lost = Some(LostVotes::Through(highest.max(self.hard.term)));
+        out.push(Action::PersistHardState(self.hard));
     }
 
     /// Answers a vote (or pre-vote) request of `candidate`, with this replica's term.

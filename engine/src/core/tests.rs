@@ -87,6 +87,7 @@ fn election_timeout_starts_a_campaign() {
                 term: Term(1),
                 voted_for: Some(N1),
                 repair: None,
+                votes_lost: None,
             }),
             Action::RoleChanged {
                 role: Role::Candidate,
@@ -127,11 +128,13 @@ fn a_vote_is_persisted_before_it_is_sent() {
                 term: Term(1),
                 voted_for: None,
                 repair: None,
+                votes_lost: None,
             }),
             Action::PersistHardState(HardState {
                 term: Term(1),
                 voted_for: Some(N1),
                 repair: None,
+                votes_lost: None,
             }),
             Action::Send {
                 to: N1,
@@ -505,6 +508,7 @@ fn follower_acknowledges_after_its_fsync() {
                 term: Term(1),
                 voted_for: None,
                 repair: None,
+                votes_lost: None,
             }),
             Action::RoleChanged {
                 role: Role::Follower,
@@ -696,6 +700,7 @@ fn repairing(id: NodeId) -> Core {
                 term: Term(1),
                 committed: EntryIndex(0),
             }),
+            votes_lost: None,
         },
         ..Recovered::default()
     };
@@ -772,6 +777,7 @@ fn an_unknown_repair_term_votes_once_the_others_log_ends_are_heard() {
                 term: Term(u64::MAX),
                 committed: EntryIndex(0),
             }),
+            votes_lost: None,
         },
         ..Recovered::default()
     };
@@ -822,6 +828,7 @@ fn a_lost_committed_entry_held_nowhere_else_is_unrecoverable() {
                 term: Term(1),
                 committed: EntryIndex(3),
             }),
+            votes_lost: None,
         },
         ..Recovered::default()
     };
@@ -924,6 +931,7 @@ fn a_repair_ends_once_the_log_is_durable_through_it() {
             term: Term(1),
             voted_for: None,
             repair: None,
+            votes_lost: None,
         })),
         "{actions:?}"
     );
@@ -1400,6 +1408,7 @@ fn a_follower_whose_entries_are_read_back_still_hears_heartbeats() {
             term: Term(1),
             voted_for: None,
             repair: None,
+            votes_lost: None,
         },
         base: LogBase::default(),
         terms: vec![Term(1); 3],
@@ -1477,4 +1486,90 @@ fn a_repair_is_not_released_by_entries_not_yet_durable() {
         !released(&step(&mut n2, vote_from(N3, 9, 3))),
         "released with nothing durable"
     );
+}
+
+/// A replica rebuilt on the operator's order after its hard state was damaged: term 0, its
+/// votes lost, its log empty and owed entries 1-5 of term 1.
+fn lost_votes(id: NodeId, pre_vote: bool) -> Core {
+    let mut config = config(id);
+    config.pre_vote = pre_vote;
+    let recovered = Recovered {
+        hard_state: HardState {
+            term: Term(0),
+            voted_for: None,
+            repair: Some(Repair {
+                index: EntryIndex(5),
+                term: Term(1),
+                committed: EntryIndex(0),
+            }),
+            votes_lost: Some(LostVotes::Unknown),
+        },
+        ..Recovered::default()
+    };
+    Core::new(config, recovered)
+}
+
+/// Proves a replica whose hard state was lost votes in no term that another replica held once
+/// it has heard from them all: it may have voted there before the loss. Here N2 had voted for
+/// N1 in term 5 (N1 won with it); without the rule, N2 would give N3 a second vote in term 5,
+/// and term 5 could have two leaders.
+#[test]
+fn a_replica_that_lost_its_votes_votes_only_above_every_term_the_others_hold() {
+    let mut n2 = lost_votes(N2, false);
+    assert!(!granted(&step(&mut n2, vote_from(N3, 5, 5))), "N1 unheard");
+    let actions = step(&mut n2, vote_from(N1, 5, 5));
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::PersistHardState(HardState {
+                votes_lost: Some(LostVotes::Through(Term(5))),
+                ..
+            })
+        )),
+        "the bound is durable: {actions:?}"
+    );
+    assert!(!granted(&actions), "term 5 may hold a lost vote");
+    assert!(!granted(&step(&mut n2, vote_from(N3, 5, 5))));
+    assert!(granted(&step(&mut n2, vote_from(N3, 6, 5))));
+    assert_eq!(n2.hard.votes_lost, None, "above the bound it is gone");
+}
+
+/// Proves a replica with lost votes of unknown terms never votes for itself: its election
+/// timeouts send pre-vote requests only (they bind nobody), whose answers tell it the others'
+/// terms; once bounded, it campaigns above every term heard.
+#[test]
+fn a_replica_that_lost_its_votes_campaigns_only_above_every_term_heard() {
+    let mut n2 = lost_votes(N2, true);
+    n2.hard.repair = None;
+    let actions = tick_until_active(&mut n2);
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::PersistHardState(_))),
+        "no vote for itself: {actions:?}"
+    );
+    let answer = |from, term| Event::Message {
+        from,
+        message: PeerMessage::VoteReply(VoteReply {
+            term: Term(term),
+            pre: true,
+            from,
+            granted: true,
+        }),
+    };
+    step(&mut n2, answer(N1, 7));
+    step(&mut n2, answer(N3, 4));
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Through(Term(7))));
+    let actions = tick_until_active(&mut n2);
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Send { message: PeerMessage::Vote(v), .. } if v.pre && v.term == Term(8)
+        )),
+        "{actions:?}"
+    );
+    step(&mut n2, answer(N1, 7));
+    assert_eq!(n2.term(), Term(8), "campaigning above the bound");
+    assert_eq!(n2.hard.voted_for, Some(N2));
+    assert_eq!(n2.hard.votes_lost, None);
 }

@@ -3,7 +3,7 @@
 
 use super::NodeError;
 use crate::codec::{self, Decode, Encode};
-use crate::core::HardState;
+use crate::core::{HardState, LostVotes};
 use crate::ids::{EntryIndex, NodeId, Term};
 use std::fs;
 use std::io::Write;
@@ -23,6 +23,35 @@ struct HardStateRecord {
     voted_for: Option<NodeId>,
     /// The end of the log before damage cut it (index, term), while being repaired.
     repair: Option<(EntryIndex, Term, EntryIndex)>,
+    /// Votes lost with an earlier hard state: `Some(None)` while their terms are unknown,
+    /// `Some(Some(term))` once bounded by `term`.
+    votes_lost: Option<Option<Term>>,
+}
+
+/// The record as written before lost votes were kept (read; written only by tests).
+#[derive(Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+struct HardStateRecordV1 {
+    term: Term,
+    voted_for: Option<NodeId>,
+    repair: Option<(EntryIndex, Term, EntryIndex)>,
+}
+
+impl HardStateRecord {
+    /// The record in `body`: the current layout, or the one before it (a data directory
+    /// written by an earlier build).
+    fn decode(body: &[u8]) -> Option<HardStateRecord> {
+        if let Ok(record) = codec::decode::<HardStateRecord>(body) {
+            return Some(record);
+        }
+        let old: HardStateRecordV1 = codec::decode(body).ok()?;
+        Some(HardStateRecord {
+            term: old.term,
+            voted_for: old.voted_for,
+            repair: old.repair,
+            votes_lost: None,
+        })
+    }
 }
 
 /// Reads the hard state; a missing file is a fresh node.
@@ -44,7 +73,7 @@ pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
     if crc32fast::hash(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
         return Err(corrupt());
     }
-    let record: HardStateRecord = codec::decode(body).map_err(|_| corrupt())?;
+    let record = HardStateRecord::decode(body).ok_or_else(corrupt)?;
     Ok(HardState {
         term: record.term,
         voted_for: record.voted_for,
@@ -55,6 +84,10 @@ pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
                 term,
                 committed,
             }),
+        votes_lost: record.votes_lost.map(|through| match through {
+            None => LostVotes::Unknown,
+            Some(term) => LostVotes::Through(term),
+        }),
     })
 }
 
@@ -65,6 +98,10 @@ pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
         term: state.term,
         voted_for: state.voted_for,
         repair: state.repair.map(|r| (r.index, r.term, r.committed)),
+        votes_lost: state.votes_lost.map(|lost| match lost {
+            LostVotes::Unknown => None,
+            LostVotes::Through(term) => Some(term),
+        }),
     };
     let body = codec::encode_to_vec(&record).expect("hard state encodes");
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
@@ -101,6 +138,7 @@ mod tests {
                 term: Term(6),
                 committed: EntryIndex(38),
             }),
+            votes_lost: None,
         };
         write_hard_state(dir.path(), state).unwrap();
         write_hard_state(dir.path(), state).unwrap();
@@ -113,5 +151,35 @@ mod tests {
             read_hard_state(dir.path()),
             Err(NodeError::Corrupt { .. })
         ));
+    }
+
+    /// Proves lost votes survive a rewrite in both of their states, and that a hard state
+    /// written in the layout before them (an earlier build's data directory) still reads.
+    #[test]
+    fn lost_votes_round_trip_and_the_earlier_layout_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        for votes_lost in [Some(LostVotes::Unknown), Some(LostVotes::Through(Term(9)))] {
+            let state = HardState {
+                term: Term(3),
+                voted_for: None,
+                repair: None,
+                votes_lost,
+            };
+            write_hard_state(dir.path(), state).unwrap();
+            assert_eq!(read_hard_state(dir.path()).unwrap(), state);
+        }
+        let old = HardStateRecordV1 {
+            term: Term(4),
+            voted_for: Some(NodeId(1)),
+            repair: Some((EntryIndex(8), Term(3), EntryIndex(6))),
+        };
+        let body = codec::encode_to_vec(&old).unwrap();
+        let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&body);
+        fs::write(dir.path().join(HARD_STATE_FILE), bytes).unwrap();
+        let read = read_hard_state(dir.path()).unwrap();
+        assert_eq!((read.term, read.voted_for), (Term(4), Some(NodeId(1))));
+        assert_eq!(read.repair.map(|r| r.index), Some(EntryIndex(8)));
+        assert_eq!(read.votes_lost, None);
     }
 }

@@ -5,7 +5,7 @@ use super::plan::{Plan, damage_repair};
 use super::replay;
 use super::{RecoveryOptions, RecoveryReport, Refusal};
 use crate::apply::StateMachine;
-use crate::core::{HardState, LogBase, Repair};
+use crate::core::{HardState, LogBase, LostVotes, Repair};
 use crate::handler::Handler;
 use crate::node::NodeError;
 use crate::node::data_dir::{self, Identity};
@@ -30,7 +30,14 @@ pub(super) fn rebuild_from_leader<H: Handler>(
 ) -> Result<Plan<H>, NodeError> {
     let (mut hard_state, hard_damaged) = match read_hard_state(dir) {
         Ok(state) => (state, false),
-        Err(NodeError::Corrupt { .. }) => (HardState::default(), true),
+        // Its term and vote are lost: it votes again only above every term the others hold.
+        Err(NodeError::Corrupt { .. }) => (
+            HardState {
+                votes_lost: Some(LostVotes::Unknown),
+                ..HardState::default()
+            },
+            true,
+        ),
         Err(other) => return Err(other),
     };
     if let Some(repair) = rebuilt_repair(dir, options)? {
@@ -55,13 +62,19 @@ pub(super) fn rebuild_from_leader<H: Handler>(
         kept.push(PathBuf::from(HARD_STATE_FILE));
     }
     let rebuilt = format!(
-        "rebuilt empty on the operator's order (--rebuild-from-leader), for {}; {}; {}",
+        "rebuilt empty on the operator's order (--rebuild-from-leader), for {}; {}; {}{}",
         refusal.summary(),
         if kept.is_empty() {
             "nothing to move".to_string()
         } else {
             let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
             format!("{} kept in {}", names.join(", "), folder.display())
+        },
+        if hard_damaged {
+            "its votes were lost with its hard state: it votes and campaigns only above every \
+             term the other nodes hold, once it has heard from all of them; "
+        } else {
+            ""
         },
         match hard_state.repair {
             Some(r) => format!(
