@@ -193,6 +193,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.hedges += report.hedges;
         totals.snapshots_damaged += report.snapshots_damaged;
         totals.rebuilds += report.rebuilds;
+        totals.hard_states_damaged += report.hard_states_damaged;
         if last_progress.elapsed().as_secs() >= 5 {
             last_progress = Instant::now();
             eprintln!(
@@ -204,7 +205,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>19} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
@@ -221,11 +222,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "fsync_errors",
         "snapshots_damaged",
         "rebuilds",
+        "hard_states_damaged",
         "events",
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>19} {:>12} {:>8.1}",
         args.seeds,
         failing.len(),
         totals.acknowledged,
@@ -242,6 +244,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.fsync_errors,
         totals.snapshots_damaged,
         totals.rebuilds,
+        totals.hard_states_damaged,
         totals.events,
         started.elapsed().as_secs_f64()
     );

@@ -3,7 +3,7 @@
 //! crashes; a crash loses a random part of what was written but not yet durable.
 
 use crate::apply::StateMachine;
-use crate::core::{HardState, LogBase, Recovered, Repair};
+use crate::core::{HardState, LogBase, LostVotes, Recovered, Repair};
 use crate::entry::{Entry, EntryHash};
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId, Term};
@@ -204,8 +204,16 @@ impl Disk {
     /// The operator's `--rebuild-from-leader` for a disk that cannot start the node, as
     /// `node::recovery::rebuild` does: the repair obligation covering what it held is made
     /// durable first ([`replay::rebuild_repair`]), then the log and the snapshots are moved
-    /// away; the node starts empty and waits for a leader to give its data back.
-    pub fn rebuild(&mut self) {
+    /// away; the node starts empty and waits for a leader to give its data back. With
+    /// `hard_lost`, the hard state did not read: its term, vote and any repair obligation are
+    /// gone, and the node starts with its votes lost ([`LostVotes`]).
+    pub fn rebuild(&mut self, hard_lost: bool) {
+        if hard_lost {
+            self.hard = HardState {
+                votes_lost: Some(LostVotes::Unknown),
+                ..HardState::default()
+            };
+        }
         let newest = self.snapshots.last().map(|(meta, _)| meta.index);
         if let Some(repair) = replay::rebuild_repair(&*self, None, newest) {
             self.hard.repair = Some(self.hard.repair.map_or(repair, |r| r.merge(repair)));
@@ -280,8 +288,22 @@ pub(super) enum Unusable {
     /// `damaged` snapshots were passed over: the real node refuses to start, and the operator
     /// rebuilds it from the leader (`--rebuild-from-leader`).
     NoUsableState { first: u64, damaged: usize },
+    /// The hard state does not read (its term and vote are lost): the real node refuses to
+    /// start, and the operator rebuilds it.
+    HardStateDamaged,
     /// Anything else: a bug.
     Broken(String),
+}
+
+impl Unusable {
+    /// True when damage explains the refusal, so that the operator's rebuild is the way out.
+    pub fn rebuild_applies(&self) -> bool {
+        match self {
+            Unusable::NoUsableState { damaged, .. } => *damaged > 0,
+            Unusable::HardStateDamaged => true,
+            Unusable::Broken(_) => false,
+        }
+    }
 }
 
 impl std::fmt::Display for Unusable {
@@ -292,6 +314,7 @@ impl std::fmt::Display for Unusable {
                 "no usable state: the log starts at entry {first} and no snapshot reaches it \
                  ({damaged} damaged passed over; a real node refuses to start)"
             ),
+            Unusable::HardStateDamaged => f.write_str("the hard state is damaged"),
             Unusable::Broken(reason) => f.write_str(reason),
         }
     }

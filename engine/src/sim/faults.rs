@@ -215,11 +215,16 @@ impl<W: Workload> Sim<W> {
         let snapshot_draw = damage
             .then(|| self.rng.chance(1, 6).then(|| self.rng.next_u64()))
             .flatten();
+        // Only while no node repairs: the hard state holds the obligation of earlier damage,
+        // and losing it too is a limit of the design (notes/reliability.md).
+        let hard_lost = damage && self.rng.chance(1, 12);
         let node = &mut self.nodes[usize::from(id.0 - 1)];
         node.incarnation += 1;
         node.wal_failed = false;
         let disk = &mut node.disk;
-        if let Some(draw) = damage_draw
+        // (Not with a damaged hard state: the simulated damage cuts the log at once, where the
+        // node's rebuild still reads the entries beyond it to size the repair obligation.)
+        if let Some(draw) = damage_draw.filter(|_| !hard_lost)
             && disk.damage(draw)
         {
             self.report.damaged += 1;
@@ -229,12 +234,19 @@ impl<W: Workload> Sim<W> {
         {
             self.report.snapshots_damaged += 1;
         }
-        let restored = match disk::recover(disk, handler, SIM_STATE_BYTES) {
+        let recovered = if hard_lost {
+            // The node refuses to start on a damaged hard state; the operator rebuilds it.
+            self.report.hard_states_damaged += 1;
+            Err(disk::Unusable::HardStateDamaged)
+        } else {
+            disk::recover(disk, handler, SIM_STATE_BYTES)
+        };
+        let restored = match recovered {
             Ok(restored) => restored,
-            // Only a damaged snapshot explains a refusal: the operator rebuilds the node.
-            Err(disk::Unusable::NoUsableState { damaged, .. }) if damaged > 0 => {
+            // Only damage explains a refusal: the operator rebuilds the node.
+            Err(reason) if reason.rebuild_applies() => {
                 self.report.rebuilds += 1;
-                disk.rebuild();
+                disk.rebuild(matches!(reason, disk::Unusable::HardStateDamaged));
                 match disk::recover(disk, self.workload.handler(), SIM_STATE_BYTES) {
                     Ok(restored) => restored,
                     Err(reason) => return self.unusable(id, &reason),

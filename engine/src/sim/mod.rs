@@ -36,8 +36,12 @@
 //!   the node refuses new requests meanwhile. The hard state and snapshot files are still
 //!   written on a full disk (the real node halts when its hard state cannot be written).
 //!
+//! - damaged hard states: a restart finds the hard state unreadable (term and vote lost);
+//!   the node refuses, and the operator rebuilds it with its votes marked lost
+//!   ([`crate::core::LostVotes`]).
+//!
 //! Not simulated yet: damage on more than one node at once (every copy of an entry), and a
-//! damaged hard state.
+//! hard state lost while its node still repairs earlier damage (the obligation is in it).
 
 pub mod check;
 mod clients;

@@ -60,8 +60,11 @@ pub struct SimReport {
     pub acks_down: u64,
     /// Restarts that found the newest snapshot damaged (passed over).
     pub snapshots_damaged: u64,
-    /// Nodes the operator rebuilt from the leader (a damaged snapshot left nothing usable).
+    /// Nodes the operator rebuilt from the leader (a damaged snapshot or hard state left
+    /// nothing usable).
     pub rebuilds: u64,
+    /// Restarts that found the hard state damaged (its term and vote lost: rebuilt).
+    pub hard_states_damaged: u64,
     /// Attempts that clients also sent to a second node (hedges).
     pub hedges: u64,
     /// Fsyncs that failed (each stopped its node until a restart).
