@@ -194,6 +194,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.snapshots_damaged += report.snapshots_damaged;
         totals.rebuilds += report.rebuilds;
         totals.hard_states_damaged += report.hard_states_damaged;
+        totals.damaged_together += report.damaged_together;
+        totals.copies_lost += report.copies_lost;
+        totals.rewritten_after_loss += report.rewritten_after_loss;
         if last_progress.elapsed().as_secs() >= 5 {
             last_progress = Instant::now();
             eprintln!(
@@ -205,7 +208,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>19} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
@@ -223,11 +226,14 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "snapshots_damaged",
         "rebuilds",
         "hard_states_damaged",
+        "damaged_together",
+        "copies_lost",
+        "rewritten_after_loss",
         "events",
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>19} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8.1}",
         args.seeds,
         failing.len(),
         totals.acknowledged,
@@ -245,6 +251,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         totals.snapshots_damaged,
         totals.rebuilds,
         totals.hard_states_damaged,
+        totals.damaged_together,
+        totals.copies_lost,
+        totals.rewritten_after_loss,
         totals.events,
         started.elapsed().as_secs_f64()
     );

@@ -916,12 +916,15 @@ impl Core {
             // on another replica (a majority holds it), and a log at least as up to date as one
             // holding a committed entry holds it too.
             let as_before = theirs >= (repair.term, repair.index);
-            let as_the_others = self
-                .config
-                .nodes
-                .iter()
-                .filter(|&&n| n != self.config.id && n != vote.candidate)
-                .all(|n| self.log_ends.get(n).is_some_and(|&end| theirs >= end));
+            // (Never a candidate that lacks an entry the damage showed committed: when the
+            // others lack it too, every copy is lost, which `release_unheld_repair` reports.)
+            let as_the_others = vote.last_index >= repair.committed
+                && self
+                    .config
+                    .nodes
+                    .iter()
+                    .filter(|&&n| n != self.config.id && n != vote.candidate)
+                    .all(|n| self.log_ends.get(n).is_some_and(|&end| theirs >= end));
             up_to_date = up_to_date && (as_before || as_the_others);
         }
         // A replica with an empty log votes only while the whole cluster is new: once entries

@@ -1573,3 +1573,33 @@ fn a_replica_that_lost_its_votes_campaigns_only_above_every_term_heard() {
     assert_eq!(n2.hard.voted_for, Some(N2));
     assert_eq!(n2.hard.votes_lost, None);
 }
+
+/// Proves a repairing replica never helps elect a candidate that lacks an entry its damage
+/// showed committed, even when every other replica's log ends no further (the third was
+/// damaged too: then every copy is lost, and electing the candidate would rewrite it).
+#[test]
+fn a_repairing_replica_never_votes_for_a_log_without_what_it_knows_committed() {
+    let recovered = Recovered {
+        hard_state: HardState {
+            term: Term(1),
+            voted_for: None,
+            repair: Some(Repair {
+                index: EntryIndex(5),
+                term: Term(1),
+                committed: EntryIndex(4),
+            }),
+            votes_lost: None,
+        },
+        ..Recovered::default()
+    };
+    let mut n2 = Core::new(config(N2), recovered);
+    assert!(
+        !granted(&step(&mut n2, vote_from(N3, 2, 2))),
+        "N3 asks first"
+    );
+    assert!(
+        !granted(&step(&mut n2, vote_from(N1, 3, 3))),
+        "N1's log ends after N3's, but before entry 4"
+    );
+    assert!(granted(&step(&mut n2, vote_from(N1, 4, 4))));
+}

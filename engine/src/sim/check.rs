@@ -92,6 +92,11 @@ pub struct Checker<W: Workload> {
     /// The reference's state differed from the workload's model after the last entry.
     model_differs: bool,
     violations: Vec<Violation>,
+    /// Damage took every copy of a committed entry: from then on the cluster may rewrite
+    /// history it cannot know, and nothing more is checked.
+    stopped: bool,
+    /// Since then: a committed entry came back different (the cluster went on without it).
+    pub(super) rewritten: bool,
 }
 
 /// Violations a run keeps, at most.
@@ -117,6 +122,8 @@ impl<W: Workload> Checker<W> {
             acknowledged_at: BTreeMap::new(),
             model_differs: false,
             violations: Vec::new(),
+            stopped: false,
+            rewritten: false,
         }
     }
 
@@ -127,7 +134,8 @@ impl<W: Workload> Checker<W> {
 
     /// Keeps the first [`VIOLATIONS_KEPT_MAX`] violations (one bug tends to repeat).
     fn note(&mut self, invariant: Invariant, detail: String) {
-        if self.violations.len() < VIOLATIONS_KEPT_MAX {
+        self.rewritten |= self.stopped && invariant == Invariant::CommittedChanged;
+        if !self.stopped && self.violations.len() < VIOLATIONS_KEPT_MAX {
             self.violations.push(Violation::new(invariant, detail));
         }
     }
@@ -135,6 +143,32 @@ impl<W: Workload> Checker<W> {
     /// Entries committed in the reference log.
     pub(super) fn committed(&self) -> u64 {
         self.log.len() as u64
+    }
+
+    /// Checks nothing more: damage took every copy of a committed entry, and what the
+    /// cluster does next cannot be compared with what was committed before.
+    pub(super) fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    /// The first committed entry that no disk holds any more (damage struck every copy):
+    /// lost for real, not by a bug. An entry is held by a log that has it, or by a snapshot
+    /// that covers it.
+    pub(super) fn first_without_copy<'d>(
+        &self,
+        disks: impl Iterator<Item = &'d Disk> + Clone,
+    ) -> Option<EntryIndex> {
+        (1..=self.log.len() as u64)
+            .find(|&index| {
+                let known = &self.log[index as usize - 1];
+                !disks.clone().any(|disk| {
+                    disk.base.index.0 >= index
+                        || disk
+                            .get(index)
+                            .is_some_and(|e| e.header.hash == known.header.hash)
+                })
+            })
+            .map(EntryIndex)
     }
 
     /// A client sends a request for the first time, at event `at`.

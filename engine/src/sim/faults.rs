@@ -195,6 +195,11 @@ impl<W: Workload> Sim<W> {
         self.report.crashes += 1;
         self.checker.crashed(id);
         self.transfers_broken_by(id);
+        // A crash loses what was not durable: perhaps the last copy of an entry that damage
+        // took from the others.
+        if self.report.damaged_together > 0 {
+            self.note_copies_lost();
+        }
     }
 
     /// Starts node `id` from its disk with the node's own recovery rules ([`disk::recover`]):
@@ -205,11 +210,13 @@ impl<W: Workload> Sim<W> {
         let now = self.now;
         let handler = self.workload.handler();
         let swarm = self.swarm.clone();
-        // A damaged entry, found by the recovery scan, on one node at a time (so that a copy
-        // of every committed entry survives somewhere).
+        // A damaged entry, found by the recovery scan; one time in four also while another
+        // node still repairs its own damage (then every copy of an entry may be lost, and the
+        // cluster may stop for good: no violation, see `copies_lost`).
         let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
         let damage = self.options.faults && !self.healed && !repairing;
-        let damage_draw = damage
+        let together = self.options.faults && !self.healed && repairing && self.rng.chance(1, 4);
+        let damage_draw = (damage || together)
             .then(|| self.rng.chance(1, 4).then(|| self.rng.next_u64()))
             .flatten();
         let snapshot_draw = damage
@@ -228,6 +235,7 @@ impl<W: Workload> Sim<W> {
             && disk.damage(draw)
         {
             self.report.damaged += 1;
+            self.report.damaged_together += u64::from(together);
         }
         if let Some(draw) = snapshot_draw
             && disk.damage_snapshot(draw)
@@ -302,5 +310,8 @@ impl<W: Workload> Sim<W> {
                 incarnation,
             },
         );
+        if together {
+            self.note_copies_lost();
+        }
     }
 }

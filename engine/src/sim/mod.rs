@@ -40,8 +40,14 @@
 //!   the node refuses, and the operator rebuilds it with its votes marked lost
 //!   ([`crate::core::LostVotes`]).
 //!
-//! Not simulated yet: damage on more than one node at once (every copy of an entry), and a
-//! hard state lost while its node still repairs earlier damage (the obligation is in it).
+//! - damage on more than one node: one restart in four while another node still repairs
+//!   also finds damage. When that takes every copy of a committed entry (no disk holds it
+//!   in its log or under a snapshot), the loss is real, not a bug: the cluster may stop for
+//!   good or go on without it, and the run stops checking (`copies_lost`,
+//!   `rewritten_after_loss` in the report).
+//!
+//! Not simulated yet: a hard state lost while its node still repairs earlier damage (the
+//! obligation is in it).
 
 pub mod check;
 mod clients;
@@ -304,6 +310,9 @@ pub struct Sim<W: Workload> {
     checker: Checker<W>,
     workload: W,
     healed: bool,
+    /// A committed entry that damage took from every disk: the cluster may stop for good,
+    /// which is then no violation.
+    copies_lost: Option<EntryIndex>,
     report: SimReport,
 }
 
@@ -353,6 +362,7 @@ impl<W: Workload> Sim<W> {
             checker,
             workload,
             healed: false,
+            copies_lost: None,
             report,
         }
     }
@@ -441,7 +451,10 @@ impl<W: Workload> Sim<W> {
                     .then(|| format!("node {} applied {:?}", n.id.0, applied))
             })
             .collect();
-        if unknown == 0 && !behind.is_empty() {
+        self.note_copies_lost();
+        if self.copies_lost.is_some() {
+            // Damage took every copy of a committed entry: a cluster that stops is right.
+        } else if unknown == 0 && !behind.is_empty() {
             self.report.violations.push(Violation::new(
                 Invariant::Liveness,
                 format!(
@@ -451,7 +464,7 @@ impl<W: Workload> Sim<W> {
                 ),
             ));
         }
-        if unknown > 0 {
+        if unknown > 0 && self.copies_lost.is_none() {
             let nodes: Vec<String> = self.nodes.iter().map(SimNode::describe).collect();
             self.report.violations.push(Violation::new(
                 Invariant::NoOutcome,
@@ -464,6 +477,7 @@ impl<W: Workload> Sim<W> {
         let mut violations = self.checker.finish();
         self.report.violations.append(&mut violations);
         self.report.committed = self.checker.committed();
+        self.report.rewritten_after_loss = u64::from(self.checker.rewritten);
         self.report.violations.truncate(check::VIOLATIONS_KEPT_MAX);
     }
 
@@ -671,14 +685,39 @@ impl<W: Workload> Sim<W> {
                     id.0, divergence.index, divergence
                 ),
             ),
-            // A failed fsync halts its node by design (the process then exits); damage strikes
-            // one node at a time (another copy always exists); nothing else here makes a node
+            // A failed fsync halts its node by design (the process then exits), and so does
+            // damage that took every copy of a committed entry; nothing else here makes a node
             // halt.
             Note::Halted(Halt::WalFailed(_)) if self.node(id).wal_failed => {}
+            Note::Halted(Halt::Unrecoverable(index)) if !self.held_anywhere(index) => {
+                self.note_copies_lost();
+                self.copies_lost.get_or_insert(index);
+            }
             Note::Halted(reason) => self
                 .checker
                 .violation(Invariant::Halted, format!("node {}: {reason}", id.0)),
         }
+    }
+
+    /// Notes, once, that damage took every copy of a committed entry.
+    pub(super) fn note_copies_lost(&mut self) {
+        if self.copies_lost.is_some() {
+            return;
+        }
+        self.copies_lost = self
+            .checker
+            .first_without_copy(self.nodes.iter().map(|n| &n.disk));
+        if self.copies_lost.is_some() {
+            self.report.copies_lost = 1;
+            self.checker.stop();
+        }
+    }
+
+    /// True when some disk holds entry `index` (in its log or under a snapshot).
+    fn held_anywhere(&self, index: EntryIndex) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.disk.base.index >= index || n.disk.get(index.0).is_some())
     }
 
     /// A node asks for votes (or pre-votes) for `term` only when it does not hear from a

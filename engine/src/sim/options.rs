@@ -65,6 +65,14 @@ pub struct SimReport {
     pub rebuilds: u64,
     /// Restarts that found the hard state damaged (its term and vote lost: rebuilt).
     pub hard_states_damaged: u64,
+    /// Restarts that found damage while another node still repaired its own.
+    pub damaged_together: u64,
+    /// 1 when damage took every copy of a committed entry (the cluster may stop; no
+    /// violation), else 0.
+    pub copies_lost: u64,
+    /// 1 when, after that, the cluster went on with different entries where the lost ones
+    /// were (it could not know them), else 0.
+    pub rewritten_after_loss: u64,
     /// Attempts that clients also sent to a second node (hedges).
     pub hedges: u64,
     /// Fsyncs that failed (each stopped its node until a restart).
