@@ -130,10 +130,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     }
     print_stalls(&stalls, &findings.faults, started);
     print_after_one_fault(&after_one_fault);
-    let one_fault_stall_max_ms = after_one_fault
+    let (while_stale, alone): (Vec<&OneFault>, Vec<&OneFault>) = after_one_fault
         .iter()
-        .map(|s| s.stall_ms)
-        .fold(0.0, f64::max);
+        .partition(|s| s.what.contains(WHILE_STALE));
+    let one_fault_stall_max_ms = alone.iter().map(|s| s.stall_ms).fold(0.0, f64::max);
+    let while_stale_stall_max_ms = while_stale.iter().map(|s| s.stall_ms).fold(0.0, f64::max);
     print_slowest_rejoins(&findings.rejoins, single_p99, single_max);
     if let Some(path) = &args.common.json {
         let json = serde_json::json!({
@@ -147,7 +148,9 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             "terms": findings.leaders.len(),
             "longest_stall_ms": longest_stall_ms,
             "one_fault_stall_max_ms": one_fault_stall_max_ms,
-            "one_faults": after_one_fault.len(),
+            "one_faults": alone.len(),
+            "second_faults_while_stale": while_stale.len(),
+            "while_stale_stall_max_ms": while_stale_stall_max_ms,
             "history_operations": findings.linearizability.as_ref().map(|l| l.operations),
             "linearizable": findings.linearizability.as_ref().and_then(|l| l.linearizable),
             "linearizability_ms": findings.linearizability.as_ref().map(|l| l.took_ms),
@@ -273,7 +276,8 @@ struct OneFault {
 }
 
 /// For each fault on one node alone that began at least [`ONE_FAULT_QUIET_MS`] after the one
-/// before it ended, the longest stretch without an answer in the time after it, from the
+/// before it ended, and each second fault while a node was stale ([`second_fault`]), the
+/// longest stretch without an answer in the time after it, from the
 /// last answer before it (cut at the next fault, after [`STALL_CAUSE_MS`], or at `until`).
 fn one_fault_stalls(
     workload: &Workload,
@@ -293,7 +297,10 @@ fn one_fault_stalls(
     let mut found = Vec::new();
     for (k, (at, what)) in faults.iter().enumerate() {
         let after_previous = k == 0 || ends.get(k - 1).is_some_and(|end| *end + quiet <= *at);
-        if what.contains(" and ") || !after_previous {
+        // A second fault while a node is stale is one fault on a cluster that still has a
+        // working majority: measured the same way.
+        let second = what.contains(WHILE_STALE);
+        if what.contains(" and ") || !(after_previous || second) {
             continue;
         }
         let next = faults.get(k + 1).map_or(until, |(next, _)| *next);
@@ -321,18 +328,22 @@ fn print_after_one_fault(after: &[OneFault]) {
     }
     let mut kinds: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     for one in after {
-        // "kill leader 2" -> "kill leader"
-        let kind: Vec<&str> = one.what.split(' ').take(2).collect();
+        // "kill leader 2" -> "kill leader"; "pause leader 1 while stale: 3" -> "pause leader
+        // while stale"
+        let mut kind: Vec<&str> = one.what.split(' ').take(2).collect();
+        if one.what.contains(WHILE_STALE) {
+            kind.push("while stale");
+        }
         kinds.entry(kind.join(" ")).or_default().push(one.stall_ms);
     }
     println!(
-        "{:>16} {:>6} {:>15} {:>15}",
+        "{:>28} {:>6} {:>15} {:>15}",
         "one fault", "count", "stall_p50_ms", "stall_max_ms"
     );
     for (kind, mut stalls) in kinds {
         stalls.sort_by(f64::total_cmp);
         println!(
-            "{:>16} {:>6} {:>15.0} {:>15.0}",
+            "{:>28} {:>6} {:>15.0} {:>15.0}",
             kind,
             stalls.len(),
             stalls[stalls.len() / 2],
@@ -376,7 +387,12 @@ fn print_slowest_rejoins(rejoins: &[Rejoin], single_p99: f64, single_max: f64) {
     println!("{:>10} {:>5}  fault", "rejoin_ms", "node");
     for r in slowest.iter().take(SLOWEST_REJOINS_SHOWN) {
         let ms = r.took.as_secs_f64() * 1e3;
-        println!("{ms:>10.0} {:>5}  {}", r.node, r.fault);
+        let then = if r.disturbed {
+            " (another fault began before it rejoined)"
+        } else {
+            ""
+        };
+        println!("{ms:>10.0} {:>5}  {}{then}", r.node, r.fault);
     }
     if let Some(r) = slowest.first() {
         eprintln!(
@@ -424,7 +440,7 @@ async fn inject(
                     "follower"
                 };
                 let what = format!("pause {role} {id}");
-                findings.borrow_mut().faults.push((Instant::now(), what));
+                findings.borrow_mut().fault(what);
                 processes.borrow_mut().pause(id);
                 findings.borrow_mut().pauses += 1;
                 let pause = between(rng, PAUSE_MS);
@@ -448,7 +464,7 @@ async fn inject(
         })
         .collect();
     let what = format!("kill {}", roles.join(" and "));
-    findings.borrow_mut().faults.push((Instant::now(), what));
+    findings.borrow_mut().fault(what);
     for &id in &victims {
         if processes.borrow().up(id) {
             processes.borrow_mut().kill(id);
@@ -457,7 +473,7 @@ async fn inject(
     }
     let down = between(rng, DOWN_MS);
     tokio::time::sleep(Duration::from_millis(down)).await;
-    for id in victims {
+    for &id in &victims {
         if processes.borrow().up(id) {
             continue;
         }
@@ -471,4 +487,60 @@ async fn inject(
         }
     }
     findings.borrow_mut().fault_ends.push(Instant::now());
+    if let [stale] = victims[..]
+        && leader != Some(stale)
+        && rng.chance(1, SECOND_FAULT_ONE_IN)
+    {
+        second_fault(rng, config, processes, findings, stale).await;
+    }
 }
+
+/// One follower kill in this many is followed at once by a second fault (see
+/// [`second_fault`]).
+pub const SECOND_FAULT_ONE_IN: u64 = 2;
+
+/// A second fault while node `stale` has just restarted and not caught up yet: the leader is
+/// killed or paused, which leaves the stale node and the other follower, a majority that
+/// must elect a leader and answer again.
+async fn second_fault(
+    rng: &mut Rng,
+    config: &ClientConfig,
+    processes: &RefCell<Processes>,
+    findings: &RefCell<Findings>,
+    stale: u8,
+) {
+    let Some(leader) = leader_of(&statuses(config).await).filter(|&l| l != stale) else {
+        return;
+    };
+    if !findings.borrow().rejoining.contains_key(&stale) || !processes.borrow().up(leader) {
+        return;
+    }
+    let pause = rng.chance(1, 2);
+    let what = format!(
+        "{} leader {leader} {WHILE_STALE} {stale}",
+        if pause { "pause" } else { "kill" }
+    );
+    findings.borrow_mut().fault(what);
+    if pause {
+        processes.borrow_mut().pause(leader);
+        findings.borrow_mut().pauses += 1;
+        tokio::time::sleep(Duration::from_millis(between(rng, PAUSE_MS))).await;
+        processes.borrow_mut().resume(leader);
+        findings.borrow_mut().back(leader);
+    } else {
+        processes.borrow_mut().kill(leader);
+        findings.borrow_mut().kills += 1;
+        tokio::time::sleep(Duration::from_millis(between(rng, DOWN_MS))).await;
+        match processes.borrow_mut().start(leader) {
+            Ok(()) => findings.borrow_mut().back(leader),
+            Err(_) => findings
+                .borrow_mut()
+                .violations
+                .push(format!("node {leader} could not be restarted")),
+        }
+    }
+    findings.borrow_mut().fault_ends.push(Instant::now());
+}
+
+/// How a second fault's name says that it struck while another node was stale.
+const WHILE_STALE: &str = "while stale:";

@@ -362,6 +362,7 @@ impl Findings {
                     took: back.since.elapsed(),
                     fault: back.fault,
                     timeline: back.timeline,
+                    disturbed: back.disturbed,
                 });
             }
             if status.role == Role::Leader {
@@ -400,8 +401,17 @@ impl Findings {
             target: self.highest_commit,
             fault,
             timeline: Vec::new(),
+            disturbed: false,
         };
         self.rejoining.insert(node, rejoining);
+    }
+
+    /// A fault begins now: `what` names it. A node still rejoining is disturbed by it.
+    pub fn fault(&mut self, what: String) {
+        self.faults.push((Instant::now(), what));
+        for rejoining in self.rejoining.values_mut() {
+            rejoining.disturbed = true;
+        }
     }
 
     /// The median, 99th percentile and longest of the rejoins `which` selects, in
@@ -433,6 +443,8 @@ pub struct Rejoining {
     pub fault: String,
     /// What each status poll saw of it meanwhile.
     pub timeline: Vec<String>,
+    /// Another fault began meanwhile.
+    pub disturbed: bool,
 }
 
 impl Rejoining {
@@ -466,12 +478,15 @@ pub struct Rejoin {
     pub fault: String,
     /// What each status poll saw of it on the way (see [`Rejoining::timeline`]).
     pub timeline: Vec<String>,
+    /// Another fault began before it rejoined.
+    pub disturbed: bool,
 }
 
 impl Rejoin {
-    /// Whether the fault struck this node alone (the others kept a majority meanwhile).
+    /// Whether the fault struck this node alone (the others kept a majority meanwhile) and
+    /// no other fault began before it rejoined.
     pub fn single(&self) -> bool {
-        !self.fault.contains(" and ")
+        !self.fault.contains(" and ") && !self.disturbed
     }
 }
 

@@ -564,9 +564,11 @@ impl Core {
             return;
         }
         // A pre-vote request names the term after the candidate's own.
-        let held = match &message {
-            PeerMessage::Vote(vote) if vote.pre => Term(term.0.saturating_sub(1)),
-            _ => term,
+        let pre_vote = matches!(&message, PeerMessage::Vote(vote) if vote.pre);
+        let held = if pre_vote {
+            Term(term.0.saturating_sub(1))
+        } else {
+            term
         };
         self.hear_term(from, held, out);
         // A pre-vote request names a term the candidate does not hold yet: it changes nothing

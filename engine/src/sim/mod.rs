@@ -99,6 +99,10 @@ pub const SIM_STATE_BYTES: u64 = 16 << 20;
 pub const SIM_ENTRY_COMMANDS_MAX: u32 = 16;
 /// Entries a simulated leader keeps uncommitted at most.
 pub const SIM_PIPELINE_ENTRIES_MAX: u64 = 4;
+/// Events one run may take (a run takes about 11,000): past it, messages breed messages
+/// faster than time passes, and the run stops with a liveness violation instead of hanging.
+pub const SIM_EVENTS_MAX: u64 = 2_000_000;
+
 /// Time the healed cluster gets at the end of a run to answer every client (10 s).
 pub const SETTLE_UNITS: Time = 100_000;
 /// Bytes of a snapshot chunk (small, so that a snapshot takes several).
@@ -400,6 +404,16 @@ impl<W: Workload> Sim<W> {
                 self.heal();
             }
             if self.healed && self.now > self.heal_deadline() {
+                break;
+            }
+            if self.report.events >= SIM_EVENTS_MAX {
+                self.checker.violation(
+                    Invariant::Liveness,
+                    format!(
+                        "{SIM_EVENTS_MAX} events by {:.1} ms of simulated time: a message storm",
+                        self.now as f64 / 10.0
+                    ),
+                );
                 break;
             }
         }
