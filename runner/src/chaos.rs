@@ -300,7 +300,11 @@ fn one_fault_stalls(
         // A second fault while a node is stale is one fault on a cluster that still has a
         // working majority: measured the same way.
         let second = what.contains(WHILE_STALE);
-        if what.contains(" and ") || !(after_previous || second) {
+        // A fault cut short by a second one at once is not measured alone.
+        let cut_short = faults
+            .get(k + 1)
+            .is_some_and(|(_, next)| next.contains(WHILE_STALE));
+        if what.contains(" and ") || !(after_previous || second) || cut_short {
             continue;
         }
         let next = faults.get(k + 1).map_or(until, |(next, _)| *next);

@@ -24,7 +24,10 @@ impl Core {
     /// it names. Nothing here changes.
     pub(super) fn on_pre_vote(&mut self, vote: Vote, out: &mut Vec<Action>) {
         let up_to_date = self.log_up_to_date(&vote, out);
-        let granted = vote.term > self.hard.term && !self.leader_is_fresh() && up_to_date;
+        let granted = vote.term > self.hard.term
+            && !self.leader_is_fresh()
+            && up_to_date
+            && self.may_vote_in(vote.term);
         self.answer_vote(vote.candidate, true, granted, out);
     }
 
@@ -36,6 +39,10 @@ impl Core {
         let Some(granted) = self.pre_votes.as_mut().filter(|_| reply.granted) else {
             return;
         };
+        if self.hard.votes_lost == Some(super::LostVotes::Unknown) {
+            // Asked only to learn the others' terms: it does not campaign yet.
+            return;
+        }
         if !granted.contains(&reply.from) {
             granted.push(reply.from);
         }

@@ -563,14 +563,7 @@ impl Core {
         if sender != from {
             return;
         }
-        // A pre-vote request names the term after the candidate's own.
-        let pre_vote = matches!(&message, PeerMessage::Vote(vote) if vote.pre);
-        let held = if pre_vote {
-            Term(term.0.saturating_sub(1))
-        } else {
-            term
-        };
-        self.hear_term(from, held, out);
+        self.hear_term(from, &message, out);
         // A pre-vote request names a term the candidate does not hold yet: it changes nothing
         // here, whatever its term.
         if let PeerMessage::Vote(vote) = &message
@@ -764,7 +757,9 @@ impl Core {
     fn campaign(&mut self, out: &mut Vec<Action>) {
         if self.hard.votes_lost == Some(LostVotes::Unknown) && self.config.nodes.len() > 1 {
             // It may have voted in any term the others hold. Pre-votes bind nobody, and their
-            // answers tell it the others' terms.
+            // answers tell it the others' terms; one round per election timeout.
+            self.reset_election_timer();
+            self.pre_votes = None;
             self.request_votes(Term(self.hard.term.0 + 1), true, out);
             return;
         }
@@ -872,12 +867,25 @@ impl Core {
         }
     }
 
-    /// Notes that `from` holds `term`; once every other replica has been heard, lost votes of
-    /// unknown terms are bounded by the highest term heard (made durable).
-    fn hear_term(&mut self, from: NodeId, term: Term, out: &mut Vec<Action>) {
+    /// Notes the term `message` shows its sender `from` holds; once every other replica has
+    /// been heard, lost votes of unknown terms are bounded by the highest term heard (made
+    /// durable). Only messages that travel in order with the vote requests count: a vote
+    /// request that won a lost vote reached the old process, so what the new one gets behind
+    /// it on that connection is newer. Append replies do not count: acknowledgements travel
+    /// on connections of their own and may have been built before the loss.
+    fn hear_term(&mut self, from: NodeId, message: &PeerMessage, out: &mut Vec<Action>) {
         if self.hard.votes_lost != Some(LostVotes::Unknown) {
             return;
         }
+        let term = match message {
+            PeerMessage::AppendReply(_) => return,
+            // A pre-vote request names the term after the candidate's own.
+            PeerMessage::Vote(vote) if vote.pre => Term(vote.term.0.saturating_sub(1)),
+            PeerMessage::Vote(vote) => vote.term,
+            PeerMessage::Append(m) => m.term,
+            PeerMessage::VoteReply(m) => m.term,
+            PeerMessage::Snapshot(m) => m.term,
+        };
         let heard = self.heard_terms.entry(from).or_insert(term);
         *heard = (*heard).max(term);
         let id = self.config.id;

@@ -1517,6 +1517,21 @@ fn lost_votes(id: NodeId, pre_vote: bool) -> Core {
 fn a_replica_that_lost_its_votes_votes_only_above_every_term_the_others_hold() {
     let mut n2 = lost_votes(N2, false);
     assert!(!granted(&step(&mut n2, vote_from(N3, 5, 5))), "N1 unheard");
+    // An acknowledgement travels apart from vote requests and may predate the loss: it does
+    // not count as hearing N1.
+    let old_ack = Event::Message {
+        from: N1,
+        message: PeerMessage::AppendReply(AppendReply {
+            term: Term(4),
+            from: N1,
+            outcome: AppendOutcome::Matched {
+                index: EntryIndex(0),
+            },
+            applied: None,
+        }),
+    };
+    step(&mut n2, old_ack);
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Unknown));
     let actions = step(&mut n2, vote_from(N1, 5, 5));
     assert!(
         actions.iter().any(|a| matches!(

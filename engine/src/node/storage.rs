@@ -40,12 +40,13 @@ struct HardStateRecordV1 {
 impl HardStateRecord {
     /// The record in `body`: the current layout, or the one before it (a data directory
     /// written by an earlier build).
-    fn decode(body: &[u8]) -> Option<HardStateRecord> {
-        if let Ok(record) = codec::decode::<HardStateRecord>(body) {
-            return Some(record);
+    fn decode(body: &[u8]) -> Result<HardStateRecord, codec::CodecError> {
+        let current = codec::decode::<HardStateRecord>(body);
+        if current.is_ok() {
+            return current;
         }
-        let old: HardStateRecordV1 = codec::decode(body).ok()?;
-        Some(HardStateRecord {
+        let old: HardStateRecordV1 = codec::decode(body)?;
+        Ok(HardStateRecord {
             term: old.term,
             voted_for: old.voted_for,
             repair: old.repair,
@@ -73,7 +74,7 @@ pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
     if crc32fast::hash(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
         return Err(corrupt());
     }
-    let record = HardStateRecord::decode(body).ok_or_else(corrupt)?;
+    let record = HardStateRecord::decode(body).map_err(|_| corrupt())?;
     Ok(HardState {
         term: record.term,
         voted_for: record.voted_for,

@@ -197,8 +197,73 @@ impl<W: Workload> Sim<W> {
         self.transfers_broken_by(id);
         // A crash loses what was not durable: perhaps the last copy of an entry that damage
         // took from the others.
-        if self.report.damaged_together > 0 {
-            self.note_copies_lost();
+        self.note_copies_lost();
+    }
+
+    /// What damage a restart finds, drawn from the seed: a damaged entry, found by the
+    /// recovery scan; one time in four also while another node still repairs its own damage
+    /// (then every copy of an entry may be lost, and the cluster may stop for good: no
+    /// violation, see `copies_lost`); a damaged snapshot; a damaged hard state, only while no
+    /// node repairs (the hard state holds the obligation of earlier damage, and losing it too
+    /// is a limit of the design: notes/reliability.md).
+    fn draw_damage(&mut self) -> Damage {
+        let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
+        let damage = self.options.faults && !self.healed && !repairing;
+        let together = self.options.faults && !self.healed && repairing && self.rng.chance(1, 4);
+        let entry = (damage || together)
+            .then(|| self.rng.chance(1, 4).then(|| self.rng.next_u64()))
+            .flatten();
+        let snapshot = damage
+            .then(|| self.rng.chance(1, 6).then(|| self.rng.next_u64()))
+            .flatten();
+        let hard_lost = damage && self.rng.chance(1, 12);
+        Damage {
+            // (Not with a damaged hard state: the simulated damage cuts the log at once, where
+            // the node's rebuild still reads the entries beyond it to size the obligation.)
+            entry: entry.filter(|_| !hard_lost),
+            snapshot,
+            hard_lost,
+            together,
+        }
+    }
+
+    /// Strikes node `id`'s disk with `damage` and recovers from it; a refusal that damage
+    /// explains is followed by the operator's rebuild.
+    fn recover_damaged(
+        &mut self,
+        id: NodeId,
+        damage: &Damage,
+    ) -> Result<disk::Restored<W::H>, disk::Unusable> {
+        let node = &mut self.nodes[usize::from(id.0 - 1)];
+        node.incarnation += 1;
+        node.wal_failed = false;
+        let disk = &mut node.disk;
+        if let Some(draw) = damage.entry
+            && disk.damage(draw)
+        {
+            self.report.damaged += 1;
+            self.report.damaged_together += u64::from(damage.together);
+        }
+        if let Some(draw) = damage.snapshot
+            && disk.damage_snapshot(draw)
+        {
+            self.report.snapshots_damaged += 1;
+        }
+        let recovered = if damage.hard_lost {
+            // The node refuses to start on a damaged hard state.
+            self.report.hard_states_damaged += 1;
+            Err(disk::Unusable::HardStateDamaged)
+        } else {
+            disk::recover(disk, self.workload.handler(), SIM_STATE_BYTES)
+        };
+        match recovered {
+            // Only damage explains a refusal: the operator rebuilds the node.
+            Err(reason) if reason.rebuild_applies() => {
+                self.report.rebuilds += 1;
+                disk.rebuild(matches!(reason, disk::Unusable::HardStateDamaged));
+                disk::recover(disk, self.workload.handler(), SIM_STATE_BYTES)
+            }
+            other => other,
         }
     }
 
@@ -208,60 +273,14 @@ impl<W: Workload> Sim<W> {
     pub(super) fn restart(&mut self, id: NodeId) {
         let seed = self.rng.next_u64();
         let now = self.now;
-        let handler = self.workload.handler();
         let swarm = self.swarm.clone();
-        // A damaged entry, found by the recovery scan; one time in four also while another
-        // node still repairs its own damage (then every copy of an entry may be lost, and the
-        // cluster may stop for good: no violation, see `copies_lost`).
-        let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
-        let damage = self.options.faults && !self.healed && !repairing;
-        let together = self.options.faults && !self.healed && repairing && self.rng.chance(1, 4);
-        let damage_draw = (damage || together)
-            .then(|| self.rng.chance(1, 4).then(|| self.rng.next_u64()))
-            .flatten();
-        let snapshot_draw = damage
-            .then(|| self.rng.chance(1, 6).then(|| self.rng.next_u64()))
-            .flatten();
-        // Only while no node repairs: the hard state holds the obligation of earlier damage,
-        // and losing it too is a limit of the design (notes/reliability.md).
-        let hard_lost = damage && self.rng.chance(1, 12);
-        let node = &mut self.nodes[usize::from(id.0 - 1)];
-        node.incarnation += 1;
-        node.wal_failed = false;
-        let disk = &mut node.disk;
-        // (Not with a damaged hard state: the simulated damage cuts the log at once, where the
-        // node's rebuild still reads the entries beyond it to size the repair obligation.)
-        if let Some(draw) = damage_draw.filter(|_| !hard_lost)
-            && disk.damage(draw)
-        {
-            self.report.damaged += 1;
-            self.report.damaged_together += u64::from(together);
-        }
-        if let Some(draw) = snapshot_draw
-            && disk.damage_snapshot(draw)
-        {
-            self.report.snapshots_damaged += 1;
-        }
-        let recovered = if hard_lost {
-            // The node refuses to start on a damaged hard state; the operator rebuilds it.
-            self.report.hard_states_damaged += 1;
-            Err(disk::Unusable::HardStateDamaged)
-        } else {
-            disk::recover(disk, handler, SIM_STATE_BYTES)
-        };
-        let restored = match recovered {
+        let damage = self.draw_damage();
+        let restored = match self.recover_damaged(id, &damage) {
             Ok(restored) => restored,
-            // Only damage explains a refusal: the operator rebuilds the node.
-            Err(reason) if reason.rebuild_applies() => {
-                self.report.rebuilds += 1;
-                disk.rebuild(matches!(reason, disk::Unusable::HardStateDamaged));
-                match disk::recover(disk, self.workload.handler(), SIM_STATE_BYTES) {
-                    Ok(restored) => restored,
-                    Err(reason) => return self.unusable(id, &reason),
-                }
-            }
             Err(reason) => return self.unusable(id, &reason),
         };
+        let together = damage.together;
+        let node = &mut self.nodes[usize::from(id.0 - 1)];
         let disk::Restored {
             mut machine,
             recovered,
@@ -314,4 +333,16 @@ impl<W: Workload> Sim<W> {
             self.note_copies_lost();
         }
     }
+}
+
+/// The damage one restart finds (see `Sim::draw_damage`).
+struct Damage {
+    /// A damaged entry, where the draw says.
+    entry: Option<u64>,
+    /// A bit flipped in the newest snapshot, where the draw says.
+    snapshot: Option<u64>,
+    /// The hard state does not read.
+    hard_lost: bool,
+    /// Another node still repairs its own damage.
+    together: bool,
 }

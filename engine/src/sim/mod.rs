@@ -407,13 +407,14 @@ impl<W: Workload> Sim<W> {
                 break;
             }
             if self.report.events >= SIM_EVENTS_MAX {
-                self.checker.violation(
+                // Not through the checker, which may have stopped after a real loss.
+                self.report.violations.push(Violation::new(
                     Invariant::Liveness,
                     format!(
                         "{SIM_EVENTS_MAX} events by {:.1} ms of simulated time: a message storm",
                         self.now as f64 / 10.0
                     ),
-                );
+                ));
                 break;
             }
         }
@@ -703,19 +704,17 @@ impl<W: Workload> Sim<W> {
             // damage that took every copy of a committed entry; nothing else here makes a node
             // halt.
             Note::Halted(Halt::WalFailed(_)) if self.node(id).wal_failed => {}
-            Note::Halted(Halt::Unrecoverable(index)) if !self.held_anywhere(index) => {
-                self.note_copies_lost();
-                self.copies_lost.get_or_insert(index);
-            }
+            Note::Halted(Halt::Unrecoverable(index)) if self.lost_for_real(index) => {}
             Note::Halted(reason) => self
                 .checker
                 .violation(Invariant::Halted, format!("node {}: {reason}", id.0)),
         }
     }
 
-    /// Notes, once, that damage took every copy of a committed entry.
+    /// Notes, once, that damage took every copy of a committed entry. Only damage on more
+    /// than one node can: without it, an entry on no disk is a bug, for the checks to find.
     pub(super) fn note_copies_lost(&mut self) {
-        if self.copies_lost.is_some() {
+        if self.copies_lost.is_some() || self.report.damaged_together == 0 {
             return;
         }
         self.copies_lost = self
@@ -727,11 +726,11 @@ impl<W: Workload> Sim<W> {
         }
     }
 
-    /// True when some disk holds entry `index` (in its log or under a snapshot).
-    fn held_anywhere(&self, index: EntryIndex) -> bool {
-        self.nodes
-            .iter()
-            .any(|n| n.disk.base.index >= index || n.disk.get(index.0).is_some())
+    /// True when a halt for `index` (every copy lost) is right: damage took every copy of a
+    /// committed entry at or before it.
+    fn lost_for_real(&mut self, index: EntryIndex) -> bool {
+        self.note_copies_lost();
+        self.copies_lost.is_some_and(|lost| lost <= index)
     }
 
     /// A node asks for votes (or pre-votes) for `term` only when it does not hear from a

@@ -61,30 +61,7 @@ pub(super) fn rebuild_from_leader<H: Handler>(
         // Copied there before it was replaced.
         kept.push(PathBuf::from(HARD_STATE_FILE));
     }
-    let rebuilt = format!(
-        "rebuilt empty on the operator's order (--rebuild-from-leader), for {}; {}; {}{}",
-        refusal.summary(),
-        if kept.is_empty() {
-            "nothing to move".to_string()
-        } else {
-            let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
-            format!("{} kept in {}", names.join(", "), folder.display())
-        },
-        if hard_damaged {
-            "its votes were lost with its hard state: it votes and campaigns only above every \
-             term the other nodes hold, once it has heard from all of them; "
-        } else {
-            ""
-        },
-        match hard_state.repair {
-            Some(r) => format!(
-                "it does not campaign, and votes only as its log through entry {} allows, until \
-                 the leader has given it back",
-                r.index
-            ),
-            None => "it held no log".into(),
-        }
-    );
+    let rebuilt = rebuilt_message(refusal, &kept, &folder, hard_damaged, hard_state.repair);
     Ok(Plan {
         machine: StateMachine::new(handler, options.capacity_bytes),
         wal,
@@ -103,6 +80,42 @@ pub(super) fn rebuild_from_leader<H: Handler>(
         },
         stamp,
     })
+}
+
+/// The start's log line for a rebuild: why, what was moved where, and what the node waits
+/// for.
+fn rebuilt_message(
+    refusal: &Refusal,
+    kept: &[PathBuf],
+    folder: &Path,
+    votes_lost: bool,
+    repair: Option<Repair>,
+) -> String {
+    let moved = if kept.is_empty() {
+        "nothing to move".to_string()
+    } else {
+        let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
+        format!("{} kept in {}", names.join(", "), folder.display())
+    };
+    let votes = if votes_lost {
+        "its votes were lost with its hard state: it votes and campaigns only above every term \
+         the other nodes hold, once it has heard from all of them; "
+    } else {
+        ""
+    };
+    let waits = match repair {
+        Some(r) => format!(
+            "it does not campaign, and votes only as its log through entry {} allows, until the \
+             leader has given it back",
+            r.index
+        ),
+        None => "it held no log".into(),
+    };
+    format!(
+        "rebuilt empty on the operator's order (--rebuild-from-leader), for {}; {moved}; \
+         {votes}{waits}",
+        refusal.summary()
+    )
 }
 
 fn relative(dir: &Path, path: &Path) -> PathBuf {
