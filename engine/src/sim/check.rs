@@ -220,6 +220,21 @@ impl<W: Workload> Checker<W> {
             .insert(node, committed.min(EntryIndex(self.log.len() as u64)));
     }
 
+    /// Adds to the reference log the committed entries a node's consensus core still holds in
+    /// memory beyond it. Its disk may not show them yet (WAL work held behind a full disk)
+    /// and may have compacted them away by the time it does; the disk's copy is compared
+    /// with them by [`Checker::committed_on`].
+    pub(super) fn learn_committed(&mut self, core: &crate::core::Core) {
+        let mut index = self.log.len() as u64 + 1;
+        while index <= core.commit_index().0 {
+            let Some(entry) = core.entry(EntryIndex(index)) else {
+                return;
+            };
+            self.log.push(entry.clone());
+            index += 1;
+        }
+    }
+
     /// I4: the entries node `node` holds committed are the reference's; the first to report
     /// an index adds it to the reference log. (Entries behind its log's base are covered by a
     /// snapshot, whose state hash I2 compares.)

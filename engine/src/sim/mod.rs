@@ -806,6 +806,7 @@ impl<W: Workload> Sim<W> {
     fn check_nodes(&mut self) {
         for node in &self.nodes {
             if let Some(live) = &node.live {
+                self.checker.learn_committed(live.replica.core());
                 self.checker
                     .committed_on(node.id, live.replica.core().commit_index(), &node.disk);
             }
