@@ -691,6 +691,11 @@ fn divergent_hashes_are_reported() {
 /// A follower recovering from damage that cut its log after entry 0: it had entries up to
 /// index 5 of term 1.
 fn repairing(id: NodeId) -> Core {
+    repairing_known_committed(id, EntryIndex(0))
+}
+
+/// The same, the entries beyond its damage having shown entries up to `committed` committed.
+fn repairing_known_committed(id: NodeId, committed: EntryIndex) -> Core {
     let recovered = Recovered {
         hard_state: HardState {
             term: Term(1),
@@ -698,7 +703,7 @@ fn repairing(id: NodeId) -> Core {
             repair: Some(Repair {
                 index: EntryIndex(5),
                 term: Term(1),
-                committed: EntryIndex(0),
+                committed,
             }),
             votes_lost: None,
         },
@@ -819,20 +824,7 @@ fn a_repair_ends_when_no_other_replica_holds_what_was_lost() {
 /// hears that no other replica holds it reports every copy lost, and keeps its repair.
 #[test]
 fn a_lost_committed_entry_held_nowhere_else_is_unrecoverable() {
-    let recovered = Recovered {
-        hard_state: HardState {
-            term: Term(1),
-            voted_for: None,
-            repair: Some(Repair {
-                index: EntryIndex(5),
-                term: Term(1),
-                committed: EntryIndex(3),
-            }),
-            votes_lost: None,
-        },
-        ..Recovered::default()
-    };
-    let mut n2 = Core::new(config(N2), recovered);
+    let mut n2 = repairing_known_committed(N2, EntryIndex(3));
     step(&mut n2, vote_from(N1, 2, 0));
     let actions = step(&mut n2, vote_from(N3, 3, 0));
     assert!(
@@ -1594,20 +1586,7 @@ fn a_replica_that_lost_its_votes_campaigns_only_above_every_term_heard() {
 /// damaged too: then every copy is lost, and electing the candidate would rewrite it).
 #[test]
 fn a_repairing_replica_never_votes_for_a_log_without_what_it_knows_committed() {
-    let recovered = Recovered {
-        hard_state: HardState {
-            term: Term(1),
-            voted_for: None,
-            repair: Some(Repair {
-                index: EntryIndex(5),
-                term: Term(1),
-                committed: EntryIndex(4),
-            }),
-            votes_lost: None,
-        },
-        ..Recovered::default()
-    };
-    let mut n2 = Core::new(config(N2), recovered);
+    let mut n2 = repairing_known_committed(N2, EntryIndex(4));
     assert!(
         !granted(&step(&mut n2, vote_from(N3, 2, 2))),
         "N3 asks first"
