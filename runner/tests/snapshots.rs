@@ -13,6 +13,7 @@ use common::{
     Model, Nodes, converged, leader_of, reaches, runtime, transfers, transfers_until, wait_for,
 };
 use engine::client::{Client, ClientConfig};
+use engine::core::PEER_INFLIGHT_ENTRIES_MAX;
 use engine::node::recovery::{RecoveryOptions, restore};
 use engine::rng::Rng;
 use engine::snapshot::list_snapshots;
@@ -49,9 +50,13 @@ async fn a_follower(config: &ClientConfig) -> NodeId {
 /// Checks that `follower` caught up through a snapshot from the leader.
 fn assert_installed(nodes: &Nodes, follower: NodeId) {
     let log = nodes.log(follower.0);
+    let others: String = (1..=3)
+        .filter(|&id| id != follower.0)
+        .map(|id| format!("node {id}:\n{}", nodes.log(id)))
+        .collect();
     assert!(
         log.contains("installed the leader's snapshot"),
-        "node {follower} caught up without a snapshot:\n{log}"
+        "node {follower} caught up without a snapshot:\n{log}\n{others}"
     );
 }
 
@@ -107,15 +112,23 @@ fn lagging_follower_catches_up_through_snapshot_install() {
                 .unwrap()
                 .0
                 .last_index();
-            // The cluster keeps committing until the leader's log starts after the follower's.
+            // The cluster keeps committing until the log of every running node starts past
+            // what the follower holds and what the leader may still have queued for it (the
+            // last messages queued before it comes back are delivered when it does, and carry
+            // at most PEER_INFLIGHT_ENTRIES_MAX entries past what it acknowledged): whichever
+            // node leads when it returns must then send a snapshot (the leader may change
+            // meanwhile on a loaded machine).
+            let past = last.0 + 1 + PEER_INFLIGHT_ENTRIES_MAX;
             wait_for(
                 &config,
-                "the leader's log to start after the follower's",
+                "every running node's log to start past what the follower may receive",
                 |all| {
-                    leader_of(all).is_some_and(|leader| {
-                        let wal = nodes.borrow().data_dir(leader.0).join("wal");
-                        first_segment_index(&wal) > last.0 + 1
-                    })
+                    let nodes = nodes.borrow();
+                    all.len() == 2
+                        && all.iter().all(|status| {
+                            let wal = nodes.data_dir(status.node.0).join("wal");
+                            first_segment_index(&wal) > past
+                        })
                 },
             )
             .await;
