@@ -6,7 +6,7 @@
 use crate::codec;
 use crate::entry::{
     COMMAND_BYTES_MAX, ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX, FragmentHeader,
-    PayloadBuilder, REQUEST_COMMANDS_MAX,
+    PayloadBuilder, REQUEST_COMMANDS_MAX, RequestDigest,
 };
 use crate::handler::Handler;
 use crate::ids::{ClientId, RequestNumber};
@@ -30,6 +30,8 @@ pub struct Queued {
     pub commands: Bytes,
     /// Where each command ends in `commands` (so that the request can be split).
     pub ends: Vec<u32>,
+    /// What the commands are (every fragment carries it).
+    pub digest: RequestDigest,
 }
 
 impl Queued {
@@ -122,6 +124,7 @@ impl Batcher {
                 first_command: first,
                 command_count: count,
                 command_bytes: end - start,
+                digest: head.digest,
             };
             payload.push(&fragment, &head.commands[start as usize..end as usize]);
             self.queued_commands -= count as usize;
@@ -184,6 +187,7 @@ mod tests {
             request: RequestNumber(number),
             commands: Bytes::from(bytes),
             ends: (1..=commands).map(|c| c * 3).collect(),
+            digest: RequestDigest::default(),
         }
     }
 

@@ -88,6 +88,22 @@ pub enum ClientError {
     /// earlier attempt of it was is not known. Start a new client id.
     #[error("request {0}: the client's session expired (earlier attempts' outcome unknown)")]
     SessionExpired(RequestNumber),
+    /// The request's number was this client id's latest request's, whose commands were other
+    /// ones: these were not applied. Another process uses this client id, or the numbers were
+    /// given out twice; start a new client id.
+    #[error("request {0}: the number was already used for other commands (client id reused?)")]
+    Reused(RequestNumber),
+    /// The answer held another number of outcomes than the request had commands: it is not
+    /// this request's answer, and is not passed on.
+    #[error("request {request}: {sent} commands sent, {answered} outcomes answered")]
+    OutcomeCount {
+        /// The request.
+        request: RequestNumber,
+        /// Commands it carried.
+        sent: u32,
+        /// Outcomes in the answer.
+        answered: u32,
+    },
     /// The answer did not decode.
     #[error("undecodable answer: {0}")]
     Decode(#[from] CodecError),

@@ -19,6 +19,30 @@ pub struct PayloadHeader {
     pub fragment_count: u32,
 }
 
+/// Bytes of a [`RequestDigest`].
+pub const REQUEST_DIGEST_BYTES: usize = 16;
+
+/// What a request's commands were: the first [`REQUEST_DIGEST_BYTES`] of the BLAKE3 hash of
+/// its command count and encoded commands. Every fragment of a request carries it and the
+/// session keeps it, so that a request number used again for other commands (a client id
+/// reused, a client that forgot its numbers) is told so, and never answered with the results
+/// of the commands that first had that number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct RequestDigest(pub [u8; REQUEST_DIGEST_BYTES]);
+
+impl RequestDigest {
+    /// The digest of a request of `command_count` commands encoded back to back in `commands`.
+    pub fn of(command_count: u32, commands: &[u8]) -> Self {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&command_count.to_le_bytes());
+        hasher.update(commands);
+        let mut digest = [0; REQUEST_DIGEST_BYTES];
+        digest.copy_from_slice(&hasher.finalize().as_bytes()[..REQUEST_DIGEST_BYTES]);
+        RequestDigest(digest)
+    }
+}
+
 /// A run of consecutive commands of one client request. A request that does not fit in the
 /// space left in an entry is split across entries; each piece is a fragment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
@@ -36,6 +60,8 @@ pub struct FragmentHeader {
     pub command_count: u32,
     /// Bytes of the encoded commands that follow this header.
     pub command_bytes: u32,
+    /// The digest of the whole request (every fragment of it carries the same).
+    pub digest: RequestDigest,
 }
 
 impl FragmentHeader {
@@ -68,6 +94,7 @@ impl Request<'_> {
             first_command: 0,
             command_count: self.command_count,
             command_bytes: self.commands.len() as u32,
+            digest: RequestDigest::of(self.command_count, self.commands),
         }
     }
 }
@@ -210,6 +237,7 @@ mod tests {
             first_command: 0,
             command_count: 2,
             command_bytes: 5,
+            digest: RequestDigest::of(2, b"hello"),
         };
         builder.push(&fragment, b"hello");
         builder.finish().0

@@ -54,7 +54,7 @@ impl<H: Handler> Sandbox<H> {
                 Ok(decode_outcomes::<H>(&results, reply.command_count)
                     .expect("outcomes the engine encoded decode"))
             }
-            ReplyStatus::Stale | ReplyStatus::Expired => {
+            ReplyStatus::Stale | ReplyStatus::Expired | ReplyStatus::Reused => {
                 unreachable!("the sandbox numbers its requests in order, from 1")
             }
         }

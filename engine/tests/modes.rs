@@ -5,7 +5,13 @@
 mod common;
 
 use common::{Command, Former, Ledger, entries};
+use engine::entry::{RequestDigest, encode_commands};
 use engine::{ApplyError, CommittedAnswer, EntryIndex, Mode, ReplyStatus, StateMachine};
+
+/// The digest of a request of `commands`, as the leader computes it.
+fn digest_of(commands: &[Command]) -> RequestDigest {
+    RequestDigest::of(commands.len() as u32, &encode_commands(commands))
+}
 
 /// Proves a leader that simulates up to four entries ahead of commit, in either mode, ends every
 /// entry with the same replies and state hash as a follower; Performance reuses every command
@@ -239,35 +245,86 @@ fn a_simulated_request_is_not_committed() {
     };
     let first = former.entry(&[request(1, 10)]);
     let second = former.entry(&[request(2, 20)]);
+    let (one, two) = (digest_of(&request(1, 10).2), digest_of(&request(2, 20).2));
     let mut leader = StateMachine::new(Ledger, 1 << 20);
     let client = engine::ClientId(7);
     let number = engine::RequestNumber;
     leader.apply(&first).unwrap();
     assert!(matches!(
-        leader.committed_answer(client, number(1)),
+        leader.committed_answer(client, number(1), one),
         CommittedAnswer::Finished(1, _)
     ));
     leader.simulate(&second);
     assert_eq!(
-        leader.committed_answer(client, number(2)),
+        leader.committed_answer(client, number(2), two),
         CommittedAnswer::Unknown
     );
     assert!(matches!(
-        leader.committed_answer(client, number(1)),
+        leader.committed_answer(client, number(1), one),
         CommittedAnswer::Finished(1, _)
     ));
     let applied = leader.apply(&second).unwrap();
-    let CommittedAnswer::Finished(count, results) = leader.committed_answer(client, number(2))
+    let CommittedAnswer::Finished(count, results) = leader.committed_answer(client, number(2), two)
     else {
         panic!("request 2 applied")
     };
     assert_eq!(count, 1);
     assert_eq!(applied.replies.len(), 1);
     assert_eq!(
-        leader.committed_answer(client, number(1)),
+        leader.committed_answer(client, number(1), one),
         CommittedAnswer::Stale
     );
+    // The same number with other commands is never answered with these results.
+    assert_eq!(
+        leader.committed_answer(client, number(2), one),
+        CommittedAnswer::Reused
+    );
     assert!(!results.is_empty());
+}
+
+/// Proves a request number used again for other commands (issue 14: a client id reused) is
+/// answered "reused" and not applied, at apply and from the committed sessions, and a retry
+/// of the request that has the number is still answered with its results.
+#[test]
+fn a_request_number_reused_for_other_commands_is_refused() {
+    let mut former = Former::new(1);
+    let mut machine = StateMachine::new(Ledger, 1 << 20);
+    machine.set_replying(true);
+    let set = |balance| {
+        vec![Command::Set {
+            account: 3,
+            balance,
+        }]
+    };
+    let first = machine.apply(&former.entry(&[(7, 1, set(10))])).unwrap();
+    let [first] = first.replies.as_slice() else {
+        panic!("one reply")
+    };
+    let ReplyStatus::Results(results) = &first.status else {
+        panic!("applied: {first:?}")
+    };
+    let hash = machine.state_hash();
+    let other = machine.apply(&former.entry(&[(7, 1, set(99))])).unwrap();
+    assert_eq!(
+        other.replies.iter().map(|r| &r.status).collect::<Vec<_>>(),
+        [&ReplyStatus::Reused]
+    );
+    assert_eq!(machine.state_hash(), hash, "the other commands did not run");
+    let (client, number) = (engine::ClientId(7), engine::RequestNumber(1));
+    assert_eq!(
+        machine.committed_answer(client, number, digest_of(&set(99))),
+        CommittedAnswer::Reused
+    );
+    assert_eq!(
+        machine.committed_answer(client, number, digest_of(&set(10))),
+        CommittedAnswer::Finished(1, results.clone())
+    );
+    let retry = machine.apply(&former.entry(&[(7, 1, set(10))])).unwrap();
+    assert_eq!(
+        retry.replies.iter().map(|r| &r.status).collect::<Vec<_>>(),
+        [&ReplyStatus::Results(results.clone())]
+    );
+    assert_eq!(machine.state_hash(), hash, "a retry runs nothing");
 }
 
 /// Proves a client whose session was evicted (past `SESSIONS_MAX` other clients) is told its
@@ -301,7 +358,7 @@ fn an_evicted_client_is_told_its_session_expired() {
     }
     let client = engine::ClientId(1);
     assert_eq!(
-        machine.committed_answer(client, engine::RequestNumber(1)),
+        machine.committed_answer(client, engine::RequestNumber(1), digest_of(&set(5))),
         CommittedAnswer::Expired
     );
     let retry = machine.apply(&former.entry(&[(1, 1, set(5))])).unwrap();

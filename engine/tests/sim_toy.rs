@@ -6,7 +6,7 @@
 #![cfg(feature = "sim")]
 
 use engine::codec::{Decode, Encode};
-use engine::entry::FragmentHeader;
+use engine::entry::{FragmentHeader, RequestDigest};
 use engine::rng::Rng;
 use engine::sim::check::{Answer, Logged};
 use engine::sim::violation::Invariant;
@@ -366,6 +366,8 @@ fn random_command(rng: &mut Rng) -> ToyCommand {
 struct OracleSession {
     request: u64,
     commands: u32,
+    /// What the request's commands were (as its fragments say).
+    digest: RequestDigest,
     outcomes: Vec<ToyOutcome>,
 }
 
@@ -379,6 +381,8 @@ enum Fate {
     Stale,
     /// Its client has no session and it does not start request 1: nothing runs.
     Expired,
+    /// It has its session's request number but other commands: nothing runs.
+    Reused,
 }
 
 /// The toy by hand: registers in a `BTreeMap` and each client's session, written from the
@@ -422,6 +426,7 @@ impl ToyOracle {
             let fresh = OracleSession {
                 request,
                 commands: fragment.request_commands,
+                digest: fragment.digest,
                 outcomes: Vec::new(),
             };
             self.sessions.insert(client, fresh);
@@ -430,6 +435,9 @@ impl ToyOracle {
         let Some(session) = session else {
             return Fate::Expired;
         };
+        if session.request == request && session.digest != fragment.digest {
+            return Fate::Reused;
+        }
         let continues = session.request == request
             && session.commands == fragment.request_commands
             && fragment.first_command as usize <= session.outcomes.len();
@@ -460,7 +468,9 @@ impl ToyOracle {
         answer: &Answer<H>,
     ) -> Result<(), String> {
         match (fate, answer) {
-            (Fate::Stale, Answer::Stale) | (Fate::Expired, Answer::Expired) => Ok(()),
+            (Fate::Stale, Answer::Stale)
+            | (Fate::Expired, Answer::Expired)
+            | (Fate::Reused, Answer::Reused) => Ok(()),
             (Fate::Run, Answer::Results(reference)) => {
                 let ours = &self.sessions[&fragment.client.0].outcomes;
                 if ours.len() != reference.len() {
@@ -479,8 +489,12 @@ impl ToyOracle {
                 }
             }
             (
-                Fate::Run | Fate::Stale | Fate::Expired,
-                Answer::Results(_) | Answer::Stale | Answer::Expired | Answer::Undecodable,
+                Fate::Run | Fate::Stale | Fate::Expired | Fate::Reused,
+                Answer::Results(_)
+                | Answer::Stale
+                | Answer::Expired
+                | Answer::Reused
+                | Answer::Undecodable,
             ) => Err(format!(
                 "{name}: the reference answered {answer:?}, the oracle expects {fate:?}"
             )),
@@ -652,6 +666,7 @@ fn logged<H: ToyHandler>(index: u64, commands: &[ToyCommand], answer: Answer<H>)
         first_command: 0,
         command_count: count,
         command_bytes: 0,
+        digest: RequestDigest::default(),
     };
     Logged {
         index: EntryIndex(index),

@@ -1,7 +1,7 @@
 //! The write-ahead log: durability across reopen, torn tails, corruption reports, truncation.
 
 use bytes::Bytes;
-use engine::entry::{Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder};
+use engine::entry::{Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest};
 use engine::wal::{Wal, WalError};
 use engine::{ClientId, EntryIndex, RequestNumber, Term};
 use std::fs;
@@ -20,6 +20,7 @@ fn entry(index: u64, prev: &EntryHash) -> Entry {
         first_command: 0,
         command_count: 1,
         command_bytes: commands.len() as u32,
+        digest: RequestDigest::of(1, &commands),
     };
     payload.push(&fragment, &commands);
     let (payload, count) = payload.finish();

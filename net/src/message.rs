@@ -5,8 +5,10 @@ use crate::codec::{Decode, Encode};
 use crate::entry::Entry;
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, StateHash, Term};
 
-/// Version of this protocol; a handshake with another version is refused.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version of this protocol; a handshake with another version is refused. Version 2: request
+/// fragments carry their request's digest, and a reused request number is answered
+/// [`ClientReply::Reused`].
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The first frame on every connection: who is calling.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
@@ -394,6 +396,12 @@ pub enum ClientReply {
     /// The cluster keeps no session for this client (evicted, or it did not start at request
     /// 1): this request was not applied now; whether an earlier attempt was is not known.
     Expired {
+        /// The request.
+        request: RequestNumber,
+    },
+    /// The request's number is the client's latest, but that request had other commands:
+    /// these were not applied (a client id used again, or numbers given out twice).
+    Reused {
         /// The request.
         request: RequestNumber,
     },

@@ -269,6 +269,7 @@ impl std::fmt::Display for Heard {
                 other @ (ClientReply::NotLeader { .. }
                 | ClientReply::Stale { .. }
                 | ClientReply::Expired { .. }
+                | ClientReply::Reused { .. }
                 | ClientReply::Status(_)
                 | ClientReply::ModeSet(_)) => write!(f, "{other:?}"),
             },
@@ -815,6 +816,7 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
             | ClientReply::Rejected { .. }
             | ClientReply::Stale { .. }
             | ClientReply::Expired { .. }
+            | ClientReply::Reused { .. }
             | ClientReply::Status(_)
             | ClientReply::ModeSet(_) => None,
         }

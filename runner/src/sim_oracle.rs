@@ -13,7 +13,7 @@
 
 use bank::{ACCOUNTS, Account, AccountId, BankCommand, BankError, BankOutput};
 use engine::Outcome;
-use engine::entry::FragmentHeader;
+use engine::entry::{FragmentHeader, RequestDigest};
 use engine::sim::check::{Answer, Logged};
 use engine::state::State;
 use std::collections::BTreeMap;
@@ -71,6 +71,8 @@ struct ModelSession {
     request: u64,
     /// Commands in the request.
     commands: u32,
+    /// What the request's commands were, as its fragments say.
+    digest: RequestDigest,
     applied: Vec<(BankCommand, BankOutcome)>,
 }
 
@@ -86,6 +88,9 @@ enum Verdict {
     /// The client has no session and this is not the start of its request number 1: nothing
     /// applies, since an earlier attempt might have.
     Expired,
+    /// The fragment has its session's request number but other commands (its digest is not
+    /// the session's): nothing applies.
+    Reused,
 }
 
 /// What the model says a fragment that ends its request must be answered.
@@ -97,6 +102,8 @@ enum Expected<'a> {
     Stale,
     /// See [`Verdict::Expired`].
     Expired,
+    /// See [`Verdict::Reused`].
+    Reused,
 }
 
 /// The Bank by hand: accounts by id, and each client's session.
@@ -155,6 +162,9 @@ impl BankOracle {
                 fresh: true,
             };
         }
+        if request == session.request && fragment.digest != session.digest {
+            return Verdict::Reused;
+        }
         let applied = session.applied.len() as u32;
         let continues = request == session.request
             && fragment.request_commands == session.commands
@@ -176,6 +186,7 @@ impl BankOracle {
             let session = ModelSession {
                 request: fragment.request.0,
                 commands: fragment.request_commands,
+                digest: fragment.digest,
                 applied: Vec::new(),
             };
             self.sessions.insert(fragment.client.0, session);
@@ -206,6 +217,7 @@ impl BankOracle {
         match verdict {
             Verdict::Stale => Expected::Stale,
             Verdict::Expired => Expected::Expired,
+            Verdict::Reused => Expected::Reused,
             Verdict::Apply { .. } => self
                 .sessions
                 .get(&fragment.client.0)
@@ -367,7 +379,9 @@ fn take(balance: u64, amount: u64) -> Result<u64, BankError> {
 /// Compares the reference's answer to a request with the model's.
 fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> Result<(), String> {
     match (expected, answer) {
-        (Expected::Stale, Answer::Stale) | (Expected::Expired, Answer::Expired) => Ok(()),
+        (Expected::Stale, Answer::Stale)
+        | (Expected::Expired, Answer::Expired)
+        | (Expected::Reused, Answer::Reused) => Ok(()),
         (Expected::Results(model), Answer::Results(reference)) => {
             if model.len() != reference.len() {
                 return Err(format!(
@@ -389,8 +403,12 @@ fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> 
             }
         }
         (
-            Expected::Results(_) | Expected::Stale | Expected::Expired,
-            Answer::Results(_) | Answer::Stale | Answer::Expired | Answer::Undecodable,
+            Expected::Results(_) | Expected::Stale | Expected::Expired | Expected::Reused,
+            Answer::Results(_)
+            | Answer::Stale
+            | Answer::Expired
+            | Answer::Reused
+            | Answer::Undecodable,
         ) => Err(format!(
             "{name}: the reference answered {answer:?}, the model says {expected:?}"
         )),
@@ -419,6 +437,7 @@ mod tests {
             first_command: first,
             command_count: count,
             command_bytes: 0,
+            digest: RequestDigest::of(total, &request.to_le_bytes()),
         }
     }
 

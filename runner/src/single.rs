@@ -93,6 +93,7 @@ impl Client {
             }
             ReplyStatus::Stale => bail!("request {} reported stale", request.number),
             ReplyStatus::Expired => bail!("request {}: the session expired", request.number),
+            ReplyStatus::Reused => bail!("request {}: its number was reused", request.number),
         }
     }
 }

@@ -67,3 +67,45 @@ fn no_answer_before_commit() {
         );
     });
 }
+
+/// Proves a client id used by two clients at once (issue 14) gives no wrong answer: the
+/// second client's request under a number the first used is answered "reused" (it used to
+/// get the first client's one outcome for its 256 commands), and none of its commands runs.
+#[test]
+fn a_client_id_used_twice_is_told_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, config) = common::start_cluster(dir.path(), "");
+    runtime().block_on(async {
+        wait_for(&config, "a leader", |all| {
+            all.len() == 3 && leader_of(all).is_some()
+        })
+        .await;
+        let id = account_id(11);
+        let mut first = Client::new(config.clone(), ClientId(33), RequestNumber(1));
+        let open = BankCommand::Open {
+            id,
+            balance: 5,
+            flags: 0,
+        };
+        let opened = first.submit::<Bank>(&[open]).await.unwrap();
+        assert!(matches!(opened[..], [Outcome::Done(_)]), "{opened:?}");
+        let mut second = Client::new(config.clone(), ClientId(33), RequestNumber(1));
+        let deposits = vec![BankCommand::Deposit { id, amount: 1 }; 256];
+        match second.submit::<Bank>(&deposits).await {
+            Err(engine::client::ClientError::Reused(RequestNumber(1))) => {}
+            other => panic!("a reused number must be refused, got {other:?}"),
+        }
+        let get = first
+            .submit::<Bank>(&[BankCommand::Get { id }])
+            .await
+            .unwrap();
+        let [Outcome::Done(BankOutput::Account(account))] = &get[..] else {
+            panic!("{get:?}")
+        };
+        assert_eq!(
+            (account.balance, account.version),
+            (5, 1),
+            "no deposit of the second client ran"
+        );
+    });
+}

@@ -204,6 +204,9 @@ fn round_trip_seeds() -> Vec<Vec<u8>> {
         ClientReply::Stale {
             request: RequestNumber(1),
         },
+        ClientReply::Reused {
+            request: RequestNumber(4),
+        },
         ClientReply::ModeSet(Mode::Performance),
         ClientReply::Refused(Refusal::Unauthenticated),
     ];

@@ -11,7 +11,7 @@ pub use sessions::{SESSIONS_MAX, Session, Sessions};
 
 use crate::codec;
 use crate::entry::EntryHash;
-use crate::entry::{Entry, EntryKind, FragmentHeader, PayloadError, parse_payload};
+use crate::entry::{Entry, EntryKind, FragmentHeader, PayloadError, RequestDigest, parse_payload};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
 use crate::snapshot::{self, ScanProgress, Snapshot, SnapshotMeta};
@@ -90,6 +90,9 @@ pub enum ReplyStatus {
     /// request numbered above 1): this request was not applied now, and whether an earlier
     /// attempt of it was is not known.
     Expired,
+    /// The request's number was the client's latest, but for other commands: this request was
+    /// not applied (see [`crate::entry::RequestDigest`]).
+    Reused,
 }
 
 /// The answer to one client request, produced when its last fragment applies.
@@ -101,6 +104,9 @@ pub struct Reply {
     pub request: RequestNumber,
     /// Commands in the request.
     pub command_count: u32,
+    /// What the request's commands were (a waiter for other commands under the same number
+    /// is not answered with these results).
+    pub digest: RequestDigest,
     /// The results.
     pub status: ReplyStatus,
 }
@@ -112,6 +118,9 @@ pub enum CommittedAnswer {
     Stale,
     /// The client's session was evicted (see [`ReplyStatus::Expired`]).
     Expired,
+    /// The number is the client's latest request's, whose commands were other ones (see
+    /// [`ReplyStatus::Reused`]).
+    Reused,
     /// The request finished: its command count and encoded outcomes.
     Finished(u32, Vec<u8>),
     /// Neither: it is not committed yet (or never arrived).
@@ -257,13 +266,22 @@ impl<H: Handler> StateMachine<H> {
 
     /// What a retry of `client`'s request `request` may be answered with, from the sessions as
     /// committed (a leader's pending simulations left out: their results are not committed
-    /// yet): the request is older than the client's last one, or finished with these results
-    /// (its command count and encoded outcomes), or neither.
-    pub fn committed_answer(&self, client: ClientId, request: RequestNumber) -> CommittedAnswer {
+    /// yet): the request is older than the client's last one, or is that one with other
+    /// commands than `digest` says, or finished with these results (its command count and
+    /// encoded outcomes), or none of these.
+    pub fn committed_answer(
+        &self,
+        client: ClientId,
+        request: RequestNumber,
+        digest: RequestDigest,
+    ) -> CommittedAnswer {
         let pending = self.speculations.iter().map(|s| s.journal());
         match self.sessions.committed_one(client, pending) {
             Some(session) if session.is_expired() => CommittedAnswer::Expired,
             Some(session) if request < session.request => CommittedAnswer::Stale,
+            Some(session) if request == session.request && session.digest != digest => {
+                CommittedAnswer::Reused
+            }
             Some(session) if request == session.request && session.is_complete() => {
                 CommittedAnswer::Finished(session.request_commands, session.results.clone())
             }
@@ -557,15 +575,9 @@ impl<H: Handler> StateMachine<H> {
         let skip = match self.sessions.decide(fragment) {
             Decision::Execute { skip } => skip as usize,
             Decision::Duplicate => return Ok(self.reply_if_complete(fragment)),
-            decision @ (Decision::Stale | Decision::Expired) => {
-                let status = if decision == Decision::Stale {
-                    ReplyStatus::Stale
-                } else {
-                    ReplyStatus::Expired
-                };
-                let answer = (fragment.is_last() && self.replying).then_some(status);
-                return Ok(answer.map(|status| reply(fragment, status)));
-            }
+            Decision::Stale => return Ok(self.skipped(fragment, ReplyStatus::Stale)),
+            Decision::Expired => return Ok(self.skipped(fragment, ReplyStatus::Expired)),
+            Decision::Reused => return Ok(self.skipped(fragment, ReplyStatus::Reused)),
         };
         let commands = commands.start + skip..commands.end;
         let mut results = std::mem::take(&mut self.sessions.open(fragment, index).results);
@@ -626,8 +638,14 @@ impl<H: Handler> StateMachine<H> {
         update.extend_from_slice(&fragment.client.0.to_le_bytes());
         update.extend_from_slice(&fragment.request.0.to_le_bytes());
         update.extend_from_slice(&fragment.request_commands.to_le_bytes());
+        update.extend_from_slice(&fragment.digest.0);
         update.extend_from_slice(&session.results);
         self.state.record_extra(&update);
+    }
+
+    /// The answer to a fragment skipped with `status`: once, at its request's last fragment.
+    fn skipped(&self, fragment: &FragmentHeader, status: ReplyStatus) -> Option<Reply> {
+        (fragment.is_last() && self.replying).then(|| reply(fragment, status))
     }
 
     fn reply_if_complete(&self, fragment: &FragmentHeader) -> Option<Reply> {
@@ -659,6 +677,7 @@ fn reply(fragment: &FragmentHeader, status: ReplyStatus) -> Reply {
         client: fragment.client,
         request: fragment.request,
         command_count: fragment.request_commands,
+        digest: fragment.digest,
         status,
     }
 }

@@ -2,7 +2,7 @@
 //! applied (or last applied) and its results so far.
 
 use crate::codec::{Decode, Encode};
-use crate::entry::FragmentHeader;
+use crate::entry::{FragmentHeader, RequestDigest};
 use crate::ids::{ClientId, EntryIndex, RequestNumber};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +23,8 @@ pub(crate) const SESSION_WRITE_TAG: u8 = u8::MAX;
 pub struct Session {
     pub(crate) request: RequestNumber,
     pub(crate) request_commands: u32,
+    /// What the request's commands are: another request under the same number is refused.
+    pub(crate) digest: RequestDigest,
     pub(crate) applied_commands: u32,
     /// Encoded outcomes of the applied commands of `request`, in order.
     pub(crate) results: Vec<u8>,
@@ -44,6 +46,7 @@ impl Session {
         Session {
             request: self.request,
             request_commands: 0,
+            digest: RequestDigest::default(),
             applied_commands: 0,
             results: Vec::new(),
             last_active: self.last_active,
@@ -68,6 +71,9 @@ pub(crate) enum Decision {
     /// Skip it: the client has no session (it was evicted, or its first request was not
     /// number 1), so whether an earlier attempt of this request was applied is not known.
     Expired,
+    /// Skip it: its request number is the session's, but its commands are not that request's
+    /// (the number was used again for other commands).
+    Reused,
 }
 
 /// The sessions as they were before a speculative entry changed them, in the order it changed
@@ -226,7 +232,8 @@ impl Sessions {
             None => Decision::Expired,
             Some(s) if fragment.request > s.request && first == 0 => Decision::Execute { skip: 0 },
             Some(s) if fragment.request != s.request => Decision::Stale,
-            Some(s) if fragment.request_commands != s.request_commands => Decision::Stale,
+            // The digest covers the command count too.
+            Some(s) if fragment.digest != s.digest => Decision::Reused,
             Some(s) if end <= s.applied_commands => Decision::Duplicate,
             // A retry that overlaps what was applied: run only the commands after it.
             Some(s) if first <= s.applied_commands => Decision::Execute {
@@ -250,6 +257,7 @@ impl Sessions {
             .or_insert_with(|| Session {
                 request: fragment.request,
                 request_commands: fragment.request_commands,
+                digest: fragment.digest,
                 applied_commands: 0,
                 results: Vec::new(),
                 last_active: index,
@@ -257,6 +265,7 @@ impl Sessions {
         if fragment.request != session.request || session.applied_commands == 0 {
             session.request = fragment.request;
             session.request_commands = fragment.request_commands;
+            session.digest = fragment.digest;
             session.applied_commands = 0;
             session.results.clear();
         }

@@ -20,6 +20,8 @@ pub enum Answer<A> {
     Stale,
     /// The cluster keeps no session for this client.
     Expired,
+    /// The number was used for other commands.
+    Reused,
     /// The node closed the connection, saying why.
     Closed(Refusal),
 }
@@ -51,6 +53,8 @@ pub enum Next {
 #[derive(Clone, Debug)]
 struct InFlight {
     request: RequestNumber,
+    /// Commands the request carries: an answer must hold as many outcomes.
+    command_count: u32,
     attempts: u32,
     backoff_ms: u64,
     redirects: u32,
@@ -117,6 +121,7 @@ impl<A: Clone + PartialEq> Requests<A> {
         self.next_request += 1;
         self.current = Some(InFlight {
             request,
+            command_count,
             attempts: 0,
             backoff_ms: RETRY_BACKOFF_MS_MIN,
             redirects: 0,
@@ -241,7 +246,15 @@ impl<A: Clone + PartialEq> Requests<A> {
             }
         };
         match answer {
-            Answer::Results(count, results) => Decision::Done(Ok((count, results))),
+            Answer::Results(count, results) if count == current.command_count => {
+                Decision::Done(Ok((count, results)))
+            }
+            // Not this request's answer (a cluster that broke its promise): never passed on.
+            Answer::Results(count, _) => Decision::Done(Err(ClientError::OutcomeCount {
+                request,
+                sent: current.command_count,
+                answered: count,
+            })),
             // Try again: a full queue or a full disk passes. Neither proves the number unused
             // (an earlier attempt may have been logged), so it is never given back.
             Answer::Refused(reason @ (Rejection::Busy | Rejection::StorageFull)) => {
@@ -266,6 +279,7 @@ impl<A: Clone + PartialEq> Requests<A> {
             }
             Answer::Stale => Decision::Done(Err(ClientError::Stale(request))),
             Answer::Expired => Decision::Done(Err(ClientError::SessionExpired(request))),
+            Answer::Reused => Decision::Done(Err(ClientError::Reused(request))),
             Answer::Redirect(Some(leader)) => {
                 self.move_to(leader);
                 current.redirects += 1;
@@ -330,6 +344,7 @@ pub fn answer_to<A>(
         }
         ClientReply::Stale { request: r } if r == request => Some(Answer::Stale),
         ClientReply::Expired { request: r } if r == request => Some(Answer::Expired),
+        ClientReply::Reused { request: r } if r == request => Some(Answer::Reused),
         ClientReply::NotLeader { leader, address } => {
             Some(Answer::Redirect(locate(leader, address)))
         }
@@ -338,6 +353,7 @@ pub fn answer_to<A>(
         | ClientReply::Rejected { .. }
         | ClientReply::Stale { .. }
         | ClientReply::Expired { .. }
+        | ClientReply::Reused { .. }
         | ClientReply::Status(_)
         | ClientReply::ModeSet(_) => None,
     }
@@ -397,6 +413,36 @@ mod tests {
         let done = requests.on_hedge(1, Attempt::Answered(Answer::Results(1, vec![9])), 300, None);
         assert!(matches!(done, Next::Done(Ok((1, _)))));
         assert_eq!(*requests.target(), 1);
+        assert_eq!(requests.next_request(), RequestNumber(2));
+    }
+
+    #[test]
+    fn an_answer_with_another_outcome_count_is_not_passed_on() {
+        // Proves results for 1 command, answered to a request of 3, end the request with an
+        // error (not this request's answer) and the number stays used.
+        let mut requests = Requests::new(vec![1u8], ClientId(7), RequestNumber(1));
+        requests.begin(3, vec![0, 0, 0]);
+        let done = requests.on_attempt(Attempt::Answered(Answer::Results(1, vec![9])), 5, None);
+        assert!(matches!(
+            done,
+            Next::Done(Err(ClientError::OutcomeCount {
+                request: RequestNumber(1),
+                sent: 3,
+                answered: 1
+            }))
+        ));
+        assert_eq!(requests.next_request(), RequestNumber(2));
+    }
+
+    #[test]
+    fn a_reused_number_ends_the_request() {
+        // Proves "reused" ends the request with its own error, the number kept used.
+        let mut requests = requests();
+        let done = requests.on_attempt(Attempt::Answered(Answer::Reused), 5, None);
+        assert!(matches!(
+            done,
+            Next::Done(Err(ClientError::Reused(RequestNumber(1))))
+        ));
         assert_eq!(requests.next_request(), RequestNumber(2));
     }
 }

@@ -4,6 +4,7 @@
 use super::{Io, Replica};
 use crate::apply::CommittedAnswer;
 use crate::batcher::{Queued, command_ends};
+use crate::entry::RequestDigest;
 use crate::handler::Handler;
 use bytes::Bytes;
 use net::message::{ClientReply, Rejection, Role, Submit};
@@ -32,10 +33,15 @@ impl<H: Handler, T> Replica<H, T> {
             Ok(ends) => ends,
             Err(reason) => return reject(token, reason),
         };
+        let digest = RequestDigest::of(submit.command_count, &submit.commands);
         // From committed state only: a retry is never answered with what a simulation left.
-        let known = match self.machine.committed_answer(submit.client, request) {
+        let known = match self
+            .machine
+            .committed_answer(submit.client, request, digest)
+        {
             CommittedAnswer::Stale => Some(ClientReply::Stale { request }),
             CommittedAnswer::Expired => Some(ClientReply::Expired { request }),
+            CommittedAnswer::Reused => Some(ClientReply::Reused { request }),
             CommittedAnswer::Finished(command_count, results) => Some(ClientReply::Results {
                 client: submit.client,
                 request,
@@ -48,10 +54,14 @@ impl<H: Handler, T> Replica<H, T> {
             return Err((token, reply));
         }
         let key = (submit.client, request);
-        if let Some(waiter) = self.waiters.get_mut(&key) {
+        match self.waiters.get_mut(&key) {
             // A retry of a request in flight: answer on the newest connection.
-            *waiter = token;
-            return Ok(());
+            Some((waiting, waiter)) if *waiting == digest => {
+                *waiter = token;
+                return Ok(());
+            }
+            Some(_) => return Err((token, ClientReply::Reused { request })),
+            None => {}
         }
         // Only a request the sessions and the log do not know of is refused for a full disk:
         // one they know is answered (or waited for) as any retry is.
@@ -63,12 +73,13 @@ impl<H: Handler, T> Replica<H, T> {
             request,
             commands: Bytes::from(submit.commands),
             ends,
+            digest,
         };
         if self.batcher.push(queued).is_err() {
             return reject(token, Rejection::Busy);
         }
         self.timing.request_queued();
-        self.waiters.insert(key, token);
+        self.waiters.insert(key, (digest, token));
         Ok(())
     }
 
@@ -84,7 +95,7 @@ impl<H: Handler, T> Replica<H, T> {
     pub(super) fn abandon_waiters(&mut self, out: &mut Vec<Io<T>>) {
         self.batcher.drain();
         let answer = self.not_leader();
-        for (_, waiter) in std::mem::take(&mut self.waiters) {
+        for (_, (_, waiter)) in std::mem::take(&mut self.waiters) {
             out.push(Io::Answer {
                 to: waiter,
                 reply: answer.clone(),

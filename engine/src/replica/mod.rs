@@ -19,7 +19,7 @@ mod timing;
 use crate::apply::{ApplyError, Reply, ReplyStatus, StateMachine};
 use crate::batcher::Batcher;
 use crate::core::{Action, Core, CoreConfig, Event, HardState, LogBase, Recovered};
-use crate::entry::{Entry, EntryKind};
+use crate::entry::{Entry, EntryKind, RequestDigest};
 use crate::handler::Handler;
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 use crate::snapshot::SnapshotMeta;
@@ -208,8 +208,8 @@ pub struct Replica<H: Handler, T> {
     core: Core,
     machine: StateMachine<H>,
     batcher: Batcher,
-    /// Requests waiting for their entry: who to answer.
-    waiters: BTreeMap<(ClientId, RequestNumber), T>,
+    /// Requests waiting for their entry: what their commands are, and who to answer.
+    waiters: BTreeMap<(ClientId, RequestNumber), (RequestDigest, T)>,
     halted: Option<Halt>,
     /// The WAL found the file system full and retries its append.
     storage_full: bool,
@@ -445,9 +445,17 @@ impl<H: Handler, T> Replica<H, T> {
 
     /// Answers the client waiting for `reply`'s request, if one waits here.
     fn answer(&mut self, reply: Reply, out: &mut Vec<Io<T>>) {
-        let Some(waiter) = self.waiters.remove(&(reply.client, reply.request)) else {
+        let key = (reply.client, reply.request);
+        // A waiter for other commands under the same number is answered by its own
+        // fragment (as reused), not with these results.
+        if self
+            .waiters
+            .get(&key)
+            .is_none_or(|(d, _)| *d != reply.digest)
+        {
             return;
-        };
+        }
+        let (_, waiter) = self.waiters.remove(&key).expect("found");
         let reply = match reply.status {
             ReplyStatus::Results(results) => ClientReply::Results {
                 client: reply.client,
@@ -459,6 +467,9 @@ impl<H: Handler, T> Replica<H, T> {
                 request: reply.request,
             },
             ReplyStatus::Expired => ClientReply::Expired {
+                request: reply.request,
+            },
+            ReplyStatus::Reused => ClientReply::Reused {
                 request: reply.request,
             },
         };
@@ -476,7 +487,7 @@ impl<H: Handler, T> Replica<H, T> {
             leader: None,
             address: None,
         };
-        for (_, waiter) in std::mem::take(&mut self.waiters) {
+        for (_, (_, waiter)) in std::mem::take(&mut self.waiters) {
             out.push(Io::Answer {
                 to: waiter,
                 reply: elsewhere.clone(),

@@ -43,6 +43,8 @@ pub enum Answer<H: Handler> {
     Stale,
     /// The client had no session (see [`ReplyStatus::Expired`]).
     Expired,
+    /// The request's number was used for other commands (see [`ReplyStatus::Reused`]).
+    Reused,
     /// Results that do not decode as the request's outcomes.
     Undecodable,
 }
@@ -630,5 +632,6 @@ fn answer_of<H: Handler>(reply: &Reply) -> Answer<H> {
             .map_or(Answer::Undecodable, Answer::Results),
         ReplyStatus::Stale => Answer::Stale,
         ReplyStatus::Expired => Answer::Expired,
+        ReplyStatus::Reused => Answer::Reused,
     }
 }

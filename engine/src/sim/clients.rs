@@ -233,6 +233,8 @@ impl<W: Workload> Sim<W> {
             ClientError::Stale(_) => "answered stale, but the client never moved past it",
             ClientError::SessionExpired(_) => "answered that its session expired",
             ClientError::Rejected(_) => "refused for its own bytes, which are well formed",
+            ClientError::Reused(_) => "answered that its number was used for other commands",
+            ClientError::OutcomeCount { .. } => "answered with another request's outcome count",
             ClientError::Decode(_)
             | ClientError::GaveUp { .. }
             | ClientError::Unreachable(_)

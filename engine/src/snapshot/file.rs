@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
-const MAGIC: [u8; 8] = *b"SNAPv002";
+/// Version 3: each session keeps its request's digest (version 2: expired marks).
+const MAGIC: [u8; 8] = *b"SNAPv003";
 /// Bytes of the magic that name the format family (the rest name its version).
 const MAGIC_FAMILY_BYTES: usize = 4;
 /// Bytes of the digest that ends a snapshot file.
