@@ -34,10 +34,7 @@ pub struct EmulateArgs {
     /// Where the run directories go (default /dev/shm).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Writes the three configurations' runs as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// The benchmark.
+    /// The benchmark (its `--json` gets the three configurations' runs and the comparison).
     #[command(flatten)]
     bench: BenchOptions,
 }
@@ -114,7 +111,7 @@ pub fn run(args: EmulateArgs) -> anyhow::Result<()> {
         "throughput: expected {expected:.0} commands/s from the 0 us lines' latency plus the round trip, measured {measured_rate:.0} ({:+.1}%)",
         (measured_rate / expected - 1.0) * 100.0
     );
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.bench.json {
         let json: Vec<_> = measured
             .iter()
             .map(|m| serde_json::json!({ "links": m.name, "runs": m.runs }))
@@ -151,7 +148,12 @@ fn one(args: &EmulateArgs, delay: Option<DelayRange>) -> anyhow::Result<Vec<Run>
     let mode: Mode = args.mode.into();
     let runs = runtime.block_on(async {
         wait_for_leader(&config).await?;
-        bench::benchmark(&config, &args.bench, &[Some(mode)]).await
+        // Each configuration's runs go into the one summary, not a file each.
+        let options = BenchOptions {
+            json: None,
+            ..args.bench.clone()
+        };
+        bench::benchmark(&config, &options, &[Some(mode)]).await
     });
     drop(processes);
     runs
