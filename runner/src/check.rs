@@ -1,9 +1,9 @@
 //! `runner check --cluster FILE`: what each node of a cluster file would run with, or every
 //! error the file holds (exit 1), without starting anything.
 
-use crate::cluster_file::ClusterFile;
 use anyhow::bail;
 use clap::Args;
+use engine::node::ClusterFile;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -82,8 +82,8 @@ fn print_nodes(file: &ClusterFile) {
 /// The cluster-wide settings every node runs with, as the file spells them.
 fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
     let mode = match file.mode {
-        crate::commands::ModeArg::Verify => "verify",
-        crate::commands::ModeArg::Performance => "performance",
+        engine::node::ModeSetting::Verify => "verify",
+        engine::node::ModeSetting::Performance => "performance",
     };
     [
         ("cluster_id", json!(file.cluster_id)),

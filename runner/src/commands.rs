@@ -1,11 +1,11 @@
 //! `runner node`, `runner status`, `runner client` and `runner local`.
 
 use crate::bench::{self, BenchOptions};
-use crate::cluster_file::ClusterFile;
 use anyhow::{Context, bail};
 use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
 use clap::{Args, Subcommand};
 use engine::client::{Client, node_status};
+use engine::node::ClusterFile;
 use engine::node::local::LocalCluster;
 use engine::state::STATE_BYTES_DEFAULT;
 use engine::{ClientId, Mode, Outcome, RequestNumber};
@@ -348,8 +348,7 @@ pub struct LocalArgs {
 }
 
 /// `--mode` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModeArg {
     /// Execute again after commit and compare with the simulation.
     Verify,

@@ -9,6 +9,7 @@ use bank::workload::account_id;
 use bank::{Bank, BankCommand, BankOutput};
 use engine::client::{Client, ClientConfig, node_status};
 use engine::node::local::free_loopback_addresses;
+use engine::node::{ClusterFile, NodeEntry};
 use engine::rng::Rng;
 use engine::{ClientId, EntryIndex, Outcome, RequestNumber};
 use net::message::{NodeStatus, Role};
@@ -277,20 +278,19 @@ pub fn write_cluster_files(
 ) -> anyhow::Result<BTreeMap<u8, PathBuf>> {
     let mut files = BTreeMap::new();
     for me in 1..=3u8 {
-        let mut text = format!("cluster_id = {CLUSTER_ID}\nsecret = \"{FAULT_SECRET}\"\n");
-        for id in 1..=3u8 {
-            let peer = match via {
+        let node = |id: u8| NodeEntry {
+            id,
+            peer_address: match via {
                 Some(via) if id != me => via(me, id),
                 _ => addresses.peers[&id],
-            };
-            text += &format!(
-                "[[nodes]]\nid = {id}\npeer_address = \"{peer}\"\nclient_address = \"{}\"\ndata_dir = \"{}\"\n",
-                addresses.clients[&id],
-                dir.join(format!("node{id}")).display()
-            );
-        }
+            },
+            client_address: addresses.clients[&id],
+            data_dir: dir.join(format!("node{id}")),
+        };
+        let mut file = ClusterFile::new(FAULT_SECRET, (1..=3u8).map(node).collect());
+        file.cluster_id = CLUSTER_ID;
         let path = dir.join(format!("cluster.node{me}.toml"));
-        std::fs::write(&path, text)?;
+        file.write(&path)?;
         files.insert(me, path);
     }
     Ok(files)

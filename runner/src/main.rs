@@ -22,7 +22,6 @@
 mod bench;
 mod chaos;
 mod check;
-mod cluster_file;
 mod commands;
 mod delay_line;
 mod emulate;
@@ -42,9 +41,9 @@ mod single;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-/// The replicated Bank engine: local runs, cluster nodes, benchmarks and a client.
+/// The engine with the Bank handler: nodes, a client, benchmarks, and the fault and load tools.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -121,5 +120,18 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Partition(args) => partition::run(args),
         Command::Hostile(args) => hostile::run(args),
         Command::Emulate(args) => emulate::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Proves the command line is well formed for clap (no option declared twice, as `--json`
+    /// once was in `runner emulate`: a debug build panicked on `--help`).
+    #[test]
+    fn the_command_line_passes_clap_debug_assertions() {
+        Cli::command().debug_assert();
     }
 }

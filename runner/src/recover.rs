@@ -2,10 +2,10 @@
 //! without writing a byte (the log is opened read-only and replayed in memory, under a shared
 //! lock that a running node refuses), and timed.
 
-use crate::cluster_file::ClusterFile;
 use anyhow::Context;
 use bank::Bank;
 use clap::Args;
+use engine::node::ClusterFile;
 use engine::node::NodeError;
 use engine::node::data_dir::read_identity;
 use engine::node::recovery::{Inspection, Owner, RecoveryOptions, RecoveryReport, inspect};

@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use engine::client::{Client, ClientError};
+use engine::node::ClusterFile;
 use engine::{ClientId, RequestNumber};
 use net::auth::Key;
 use net::frame::FrameCodec;
@@ -18,12 +19,8 @@ use std::time::Duration;
 
 /// The peer addresses a cluster file lists, in node order.
 fn peer_addresses(cluster_file: &Path) -> Vec<SocketAddr> {
-    std::fs::read_to_string(cluster_file)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.strip_prefix("peer_address = "))
-        .map(|a| a.trim_matches('"').parse().unwrap())
-        .collect()
+    let file = ClusterFile::parse(cluster_file).unwrap();
+    file.nodes.iter().map(|n| n.peer_address).collect()
 }
 
 /// Proves a third node started with the wrong secret, or with another cluster id, is refused
@@ -38,15 +35,14 @@ fn a_node_with_the_wrong_secret_or_cluster_cannot_join_vote_or_append() {
         ("cluster", "cluster 10, this node belongs to cluster 9"),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let (good_file, config) = write_cluster_file(dir.path(), "");
-        let text = std::fs::read_to_string(&good_file).unwrap();
-        let bad = match what {
-            "secret" => text.replace(TEST_SECRET, "a stray process guessing the secret"),
-            _ => text.replace("cluster_id = 9", "cluster_id = 10"),
-        };
-        assert_ne!(bad, text);
+        let (good_file, config) = write_cluster_file(dir.path(), |_| {});
+        let mut bad = ClusterFile::parse(&good_file).unwrap();
+        match what {
+            "secret" => bad.secret = "a stray process guessing the secret".into(),
+            _ => bad.cluster_id = 10,
+        }
         let bad_file = dir.path().join("cluster.bad.toml");
-        std::fs::write(&bad_file, bad).unwrap();
+        bad.write(&bad_file).unwrap();
         let mut good = Nodes::new(dir.path(), good_file);
         let mut stray = Nodes::new(dir.path(), bad_file);
         good.start(1);
@@ -139,7 +135,7 @@ fn read<T: net::codec::Decode<()>>(stream: &mut TcpStream) -> T {
 #[test]
 fn a_replayed_handshake_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (nodes, config) = start_cluster(dir.path(), "");
+    let (nodes, config) = start_cluster(dir.path(), |_| {});
     runtime().block_on(wait_for(&config, "a leader", |all| {
         all.iter().any(|s| s.role == Role::Leader)
     }));
@@ -210,7 +206,9 @@ fn a_replayed_handshake_is_refused() {
 fn clients_must_prove_the_client_secret_when_the_cluster_sets_one() {
     let dir = tempfile::tempdir().unwrap();
     let secret = "the clients of this cluster know this";
-    let (_nodes, config) = start_cluster(dir.path(), &format!("client_secret = \"{secret}\""));
+    let (_nodes, config) = start_cluster(dir.path(), |file| {
+        file.client_secret = Some(secret.to_string())
+    });
     let mut keyed = config.clone();
     keyed.key = Some(Key::client(secret.as_bytes()).unwrap());
     let mut wrong = config.clone();
@@ -259,7 +257,7 @@ fn clients_must_prove_the_client_secret_when_the_cluster_sets_one() {
 #[test]
 fn a_client_of_another_cluster_is_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let (_nodes, config) = start_cluster(dir.path(), "");
+    let (_nodes, config) = start_cluster(dir.path(), |_| {});
     let mut stranger = config.clone();
     stranger.cluster_id = CLUSTER_ID + 1;
     runtime().block_on(async {

@@ -28,8 +28,8 @@ const DEPOSITS: u64 = 6;
 #[test]
 fn no_answer_before_commit() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = format!("fsync_delay_ms = {FSYNC_DELAY_MS}\n");
-    let (_nodes, mut config) = common::start_cluster(dir.path(), &settings);
+    let (_nodes, mut config) =
+        common::start_cluster(dir.path(), |file| file.fsync_delay_ms = FSYNC_DELAY_MS);
     config.request_timeout = Duration::from_millis(ATTEMPT_MS);
     runtime().block_on(async {
         wait_for(&config, "a leader", |all| {
@@ -74,7 +74,7 @@ fn no_answer_before_commit() {
 #[test]
 fn a_client_id_used_twice_is_told_so() {
     let dir = tempfile::tempdir().unwrap();
-    let (_nodes, config) = common::start_cluster(dir.path(), "");
+    let (_nodes, config) = common::start_cluster(dir.path(), |_| {});
     runtime().block_on(async {
         wait_for(&config, "a leader", |all| {
             all.len() == 3 && leader_of(all).is_some()

@@ -12,6 +12,7 @@ use common::{
     Model, SmallDisk, TRANSFERS_PER_REQUEST, converged, leader_of, runtime, transfers, wait_for,
 };
 use engine::client::{Client, ClientError};
+use engine::node::ClusterFile;
 use engine::rng::Rng;
 use engine::{ClientId, RequestNumber};
 use net::message::Rejection;
@@ -20,8 +21,11 @@ use std::cell::Cell;
 /// Bytes of each node's file system: room for the WAL segments and snapshots of the run.
 const DISK_BYTES: u64 = 48 << 20;
 /// Small WAL segments, so that a full disk shows at the next segment as well as mid-segment.
-const SETTINGS: &str =
-    "wal_segment_bytes = 1048576\nsnapshot_every = 16\nsnapshot_retain_ms = 20\n";
+fn settings(file: &mut ClusterFile) {
+    file.wal_segment_bytes = 1 << 20;
+    file.snapshot_every = 16;
+    file.snapshot_retain_ms = 20;
+}
 /// How long the client retries a full leader's `StorageFull` before it gives up.
 const GIVE_UP_WHEN_FULL: std::time::Duration = std::time::Duration::from_secs(2);
 /// Requests a full leader may still acknowledge (those already in its pipeline, committed by
@@ -43,7 +47,7 @@ fn a_full_follower_drops_out_and_a_full_leader_refuses_new_requests() {
         };
         disks.push(disk);
     }
-    let (_nodes, config) = common::start_cluster(dir.path(), SETTINGS);
+    let (_nodes, config) = common::start_cluster(dir.path(), settings);
     runtime().block_on(async {
         let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
         let mut model = Model::open(&mut client).await;

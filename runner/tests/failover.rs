@@ -15,7 +15,7 @@ use std::cell::{Cell, RefCell};
 #[test]
 fn leader_killed_mid_run_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (cluster_file, config) = common::write_cluster_file(dir.path(), "");
+    let (cluster_file, config) = common::write_cluster_file(dir.path(), |_| {});
     let mut nodes = Nodes::new(dir.path(), cluster_file);
     for id in 1..=3 {
         nodes.start(id);

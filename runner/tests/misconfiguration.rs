@@ -15,6 +15,7 @@ use common::{
     write_cluster_file,
 };
 use engine::client::Client;
+use engine::node::ClusterFile;
 use engine::node::{NodeAddress, NodeConfig};
 use engine::{ClientId, Handler, NodeId, Outcome, RequestNumber, Schema, Table, Tx};
 use std::cell::Cell;
@@ -28,7 +29,11 @@ const ACCOUNTS_OPENED: u64 = 30_000;
 /// Their opening balance.
 const OTHER_BALANCE: u64 = 10;
 /// Small segments and frequent snapshots, so that the data holds several of each.
-const SETTINGS: &str = "wal_segment_bytes = 262144\nsnapshot_every = 16\nsnapshot_retain_ms = 20\n";
+fn settings(file: &mut ClusterFile) {
+    file.wal_segment_bytes = 256 << 10;
+    file.snapshot_every = 16;
+    file.snapshot_retain_ms = 20;
+}
 /// The node whose directory the mistakes are made on.
 const SUBJECT: u8 = 2;
 
@@ -141,15 +146,21 @@ fn refused_node(file: &Path, id: u8, expected: &str) -> String {
 }
 
 /// A copy of the cluster file with `from` replaced by `to` (each must occur).
-fn variant(file: &Path, name: &str, edits: &[(&str, &str)]) -> PathBuf {
-    let mut text = std::fs::read_to_string(file).unwrap();
-    for (from, to) in edits {
-        assert!(text.contains(from), "{from} in {text}");
-        text = text.replace(from, to);
-    }
+fn variant(file: &Path, name: &str, edit: impl FnOnce(&mut ClusterFile)) -> PathBuf {
+    let mut changed = ClusterFile::parse(file).unwrap();
+    edit(&mut changed);
     let path = file.with_file_name(format!("{name}.toml"));
-    std::fs::write(&path, text).unwrap();
+    changed.write(&path).unwrap();
     path
+}
+
+/// An edit that moves the data directory `from` to `to`.
+fn moved(from: &Path, to: &Path) -> impl FnOnce(&mut ClusterFile) {
+    let (from, to) = (from.to_path_buf(), to.to_path_buf());
+    move |file| {
+        let node = file.nodes.iter_mut().find(|n| n.data_dir == from);
+        node.expect("a node of that directory").data_dir = to;
+    }
 }
 
 /// A copy of directory `from` at `to`.
@@ -169,7 +180,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// Runs a cluster under load until the subject holds two snapshots; returns it running, with
 /// the model of its accounts.
 fn ran_cluster(dir: &Path) -> (Nodes, engine::client::ClientConfig, Model) {
-    let (nodes, config) = common::start_cluster(dir, SETTINGS);
+    let (nodes, config) = common::start_cluster(dir, settings);
     let model = runtime().block_on(async {
         let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
         let opens: Vec<BankCommand> = (1_000..1_000 + ACCOUNTS_OPENED)
@@ -216,11 +227,7 @@ fn every_mistake_is_refused_and_changes_nothing() {
         table.add(mistake, message, hashes(&data) == before);
     };
 
-    let small = variant(
-        &file,
-        "small",
-        &[("cluster_id = 9", "cluster_id = 9\ncapacity_bytes = 1048576")],
-    );
+    let small = variant(&file, "small", |file| file.capacity_bytes = 1 << 20);
     let message = refused_node(&small, SUBJECT, "raise capacity_bytes to at least");
     same(&mut table, "capacity smaller than the data", &message);
     let (status, text) = runner(&[
@@ -246,15 +253,14 @@ fn every_mistake_is_refused_and_changes_nothing() {
         line,
     );
 
-    let swapped = variant(
-        &file,
-        "swapped",
-        &[
-            ("node1\"", "nodeX\""),
-            ("node2\"", "node1\""),
-            ("nodeX\"", "node2\""),
-        ],
-    );
+    let swapped = variant(&file, "swapped", |file| {
+        let (one, two) = (
+            file.nodes[0].data_dir.clone(),
+            file.nodes[1].data_dir.clone(),
+        );
+        file.nodes[0].data_dir = two;
+        file.nodes[1].data_dir = one;
+    });
     let message = refused_node(&swapped, 1, "belongs to node 2, not to node 1");
     same(
         &mut table,
@@ -262,16 +268,12 @@ fn every_mistake_is_refused_and_changes_nothing() {
         &message,
     );
 
-    let other = variant(&file, "other", &[("cluster_id = 9", "cluster_id = 10")]);
+    let other = variant(&file, "other", |file| file.cluster_id = 10);
     let message = refused_node(&other, SUBJECT, "belongs to cluster 9, not to cluster 10");
     same(&mut table, "wrong cluster id", &message);
 
     let missing = dir.path().join("absent").join("node2");
-    let elsewhere = variant(
-        &file,
-        "missing",
-        &[(data.to_str().unwrap(), missing.to_str().unwrap())],
-    );
+    let elsewhere = variant(&file, "missing", moved(&data, &missing));
     let message = refused_node(
         &elsewhere,
         SUBJECT,
@@ -363,11 +365,7 @@ fn on_a_small_disk(
         .arg(&disk.path)
         .status();
     assert!(status.unwrap().success());
-    let read_only = variant(
-        file,
-        "read-only",
-        &[(data.to_str().unwrap(), copy.to_str().unwrap())],
-    );
+    let read_only = variant(file, "read-only", moved(data, &copy));
     let message = refused_node(
         &read_only,
         SUBJECT,
@@ -386,11 +384,7 @@ fn on_a_small_disk(
     let copy = disk.path.join("node2");
     copy_dir(data, &copy);
     disk.fill();
-    let full = variant(
-        file,
-        "full",
-        &[(data.to_str().unwrap(), copy.to_str().unwrap())],
-    );
+    let full = variant(file, "full", moved(data, &copy));
     let message = refused_node(&full, SUBJECT, "bytes free, under the");
     table.add("a full disk at start", &message, hashes(&copy) == *before);
 }
@@ -401,8 +395,7 @@ fn missing_hard_state(dir: &Path, file: &Path, data: &Path, table: &mut Rows) {
     copy_dir(data, &copy);
     std::fs::remove_file(copy.join("hard_state")).unwrap();
     let before = hashes(&copy);
-    let edit = [(data.to_str().unwrap(), copy.to_str().unwrap())];
-    let missing = variant(file, "no-hard-state", &edit);
+    let missing = variant(file, "no-hard-state", moved(data, &copy));
     let message = refused_node(&missing, SUBJECT, "hard_state is missing");
     table.add(
         "`hard_state` missing beside the log",
@@ -420,11 +413,7 @@ fn damaged_hard_state(dir: &Path, file: &Path, data: &Path, table: &mut Rows) {
     bytes[5] ^= 0x40;
     std::fs::write(&hard_state, bytes).unwrap();
     let before = hashes(&copy);
-    let damaged = variant(
-        file,
-        "damaged",
-        &[(data.to_str().unwrap(), copy.to_str().unwrap())],
-    );
+    let damaged = variant(file, "damaged", moved(data, &copy));
     let message = refused_node(&damaged, SUBJECT, "hard_state is damaged");
     table.add("damaged `hard_state`", &message, hashes(&copy) == before);
 }
@@ -432,26 +421,9 @@ fn damaged_hard_state(dir: &Path, file: &Path, data: &Path, table: &mut Rows) {
 /// Cluster files with a duplicate address and an out-of-range setting: `runner check` and
 /// `runner node` refuse them.
 fn bad_cluster_files(file: &Path, table: &mut Rows, same: &dyn Fn(&mut Rows, &'static str, &str)) {
-    let text = std::fs::read_to_string(file).unwrap();
-    let first_client = text
-        .lines()
-        .find_map(|l| l.strip_prefix("client_address = "))
-        .unwrap()
-        .to_string();
-    let second_client = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("client_address = "))
-        .nth(1)
-        .unwrap()
-        .to_string();
-    let duplicate = variant(
-        file,
-        "duplicate",
-        &[(
-            &format!("client_address = {second_client}"),
-            &format!("client_address = {first_client}"),
-        )],
-    );
+    let duplicate = variant(file, "duplicate", |file| {
+        file.nodes[1].client_address = file.nodes[0].client_address
+    });
     let (status, text) = runner(&["check", "--cluster", duplicate.to_str().unwrap()]);
     assert!(
         !status.success() && text.contains("is used twice"),
@@ -460,11 +432,7 @@ fn bad_cluster_files(file: &Path, table: &mut Rows, same: &dyn Fn(&mut Rows, &'s
     let message = refused_node(&duplicate, SUBJECT, "is used twice");
     same(table, "a cluster file with a duplicate address", &message);
 
-    let range = variant(
-        file,
-        "range",
-        &[("cluster_id = 9", "cluster_id = 9\ntick_ms = 0")],
-    );
+    let range = variant(file, "range", |file| file.tick_ms = 0);
     let (status, text) = runner(&["check", "--cluster", range.to_str().unwrap()]);
     assert!(!status.success(), "{text}");
     assert!(
@@ -617,15 +585,8 @@ impl Handler for BankWithLedger {
 fn handler_missing_a_table(dir: &Path, table: &mut Rows) {
     let dir = dir.join("ledger");
     std::fs::create_dir(&dir).unwrap();
-    let (file, client_config) = write_cluster_file(&dir, "");
-    let one = variant(&file, "one", &[]);
-    let text = std::fs::read_to_string(&one).unwrap();
-    let first_node = text
-        .split("[[nodes]]")
-        .take(2)
-        .collect::<Vec<_>>()
-        .join("[[nodes]]");
-    std::fs::write(&one, first_node).unwrap();
+    let (file, client_config) = write_cluster_file(&dir, |_| {});
+    let one = variant(&file, "one", |file| file.nodes.truncate(1));
     let data = dir.join("node1");
     let address = NodeAddress {
         id: NodeId(1),
@@ -659,14 +620,9 @@ fn handler_missing_a_table(dir: &Path, table: &mut Rows) {
     );
 }
 
-/// The one node's peer address in a cluster file.
+/// The first node's peer address in a cluster file.
 fn peer_address(file: &Path) -> std::net::SocketAddr {
-    let text = std::fs::read_to_string(file).unwrap();
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("peer_address = "))
-        .unwrap();
-    line.trim_matches('"').parse().unwrap()
+    ClusterFile::parse(file).unwrap().nodes[0].peer_address
 }
 
 /// Every snapshot of the subject damaged while its log was compacted behind them: no usable

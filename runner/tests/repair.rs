@@ -10,6 +10,7 @@ mod common;
 use bank::Bank;
 use common::{Model, converged, leader_of, runtime, transfers, wait_for};
 use engine::client::Client;
+use engine::node::ClusterFile;
 use engine::node::recovery::{RecoveryOptions, restore};
 use engine::node::storage::{HARD_STATE_FILE, WAL_DIR, read_hard_state};
 use engine::rng::Rng;
@@ -19,7 +20,10 @@ use std::path::{Path, PathBuf};
 
 /// No snapshots (the damaged entries stay needed), small WAL segments (the damage lands in
 /// an early one, with whole segments after it).
-const SETTINGS: &str = "snapshot_every = 0\nwal_segment_bytes = 16384\n";
+fn settings(file: &mut ClusterFile) {
+    file.snapshot_every = 0;
+    file.wal_segment_bytes = 16 << 10;
+}
 
 /// Where in the follower's WAL the bit flips.
 #[derive(Clone, Copy, Debug)]
@@ -99,7 +103,7 @@ fn assert_cut_with_obligation(data: &Path, scratch: &Path, last: u64, at: Where)
 
 fn repairs(at: Where) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut nodes, config) = common::start_cluster(dir.path(), SETTINGS);
+    let (mut nodes, config) = common::start_cluster(dir.path(), settings);
     runtime().block_on(async {
         let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
         let mut model = Model::open(&mut client).await;
@@ -156,7 +160,7 @@ fn a_damaged_last_entry_is_repaired_from_the_leader() {
 #[test]
 fn every_copy_damaged_halts_with_unrecoverable_corruption() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut nodes, config) = common::start_cluster(dir.path(), SETTINGS);
+    let (mut nodes, config) = common::start_cluster(dir.path(), settings);
     runtime().block_on(async {
         let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
         let mut model = Model::open(&mut client).await;
@@ -194,7 +198,7 @@ fn every_copy_damaged_halts_with_unrecoverable_corruption() {
 #[test]
 fn a_damaged_hard_state_is_rebuilt_with_its_votes_lost() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut nodes, config) = common::start_cluster(dir.path(), SETTINGS);
+    let (mut nodes, config) = common::start_cluster(dir.path(), settings);
     runtime().block_on(async {
         let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
         let mut model = Model::open(&mut client).await;

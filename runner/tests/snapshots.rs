@@ -14,6 +14,7 @@ use common::{
 };
 use engine::client::{Client, ClientConfig};
 use engine::core::PEER_INFLIGHT_ENTRIES_MAX;
+use engine::node::ClusterFile;
 use engine::node::recovery::{RecoveryOptions, restore};
 use engine::rng::Rng;
 use engine::snapshot::list_snapshots;
@@ -24,13 +25,18 @@ use std::path::Path;
 /// Snapshots every 4 entries, kept at least 20 ms, and a leader that keeps only 16 entries
 /// behind its snapshot for a lagging follower: a few hundred requests truncate the log.
 /// Small WAL segments let the log go in small steps.
-const SNAPSHOTS_OFTEN: &str = "snapshot_every = 4\nsnapshot_retain_ms = 20\nlagging_entries_max = 16\nwal_segment_bytes = 16384\n";
+fn snapshots_often(file: &mut ClusterFile) {
+    file.snapshot_every = 4;
+    file.snapshot_retain_ms = 20;
+    file.lagging_entries_max = 16;
+    file.wal_segment_bytes = SEGMENT_BYTES;
+}
 const SEGMENT_BYTES: u64 = 16384;
 
 /// Starts three nodes and waits for a leader; returns them, the client configuration and the
 /// leader.
 fn cluster(dir: &Path) -> (Nodes, ClientConfig) {
-    let (cluster_file, config) = common::write_cluster_file(dir, SNAPSHOTS_OFTEN);
+    let (cluster_file, config) = common::write_cluster_file(dir, snapshots_often);
     let mut nodes = Nodes::new(dir, cluster_file);
     for id in 1..=3 {
         nodes.start(id);

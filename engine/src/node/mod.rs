@@ -2,6 +2,7 @@
 //! consensus core, the state machine, the batcher and the connections, and turns the core's
 //! actions into sends, WAL work (on the WAL's own thread) and applies.
 
+pub mod cluster_file;
 pub mod config;
 mod connections;
 pub mod data_dir;
@@ -13,6 +14,7 @@ pub mod storage;
 
 mod wal_thread;
 
+pub use cluster_file::{ClusterFile, ClusterFileError, ModeSetting, NodeEntry};
 pub use connections::{
     CLIENT_CONNECTIONS_MAX, CLIENT_REPLIES_QUEUED_MAX, HANDSHAKE_TIMEOUT_MS,
     PEER_QUEUE_MESSAGES_MAX, RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN,

@@ -7,6 +7,7 @@ use bank::workload::account_id;
 use bank::{Bank, BankCommand, BankOutput};
 use engine::client::{Client, ClientConfig, node_status};
 use engine::node::local::free_loopback_addresses;
+use engine::node::{ClusterFile, NodeEntry};
 use engine::rng::Rng;
 use engine::{NodeId, Outcome};
 use net::message::{NodeStatus, Role};
@@ -105,22 +106,27 @@ impl Drop for Nodes {
     }
 }
 
-/// Writes a three-node cluster file under `dir` (with `extra` TOML settings on top) and
+/// Writes a three-node cluster file under `dir` (`settings` changes it from the defaults) and
 /// returns its path and a client configuration for it.
-pub fn write_cluster_file(dir: &Path, extra: &str) -> (PathBuf, ClientConfig) {
+pub fn write_cluster_file(
+    dir: &Path,
+    settings: impl FnOnce(&mut ClusterFile),
+) -> (PathBuf, ClientConfig) {
     let addresses = free_loopback_addresses(3).unwrap();
-    let mut text = format!("cluster_id = {CLUSTER_ID}\nsecret = \"{TEST_SECRET}\"\n{extra}\n");
-    for a in &addresses {
-        text += &format!(
-            "[[nodes]]\nid = {}\npeer_address = \"{}\"\nclient_address = \"{}\"\ndata_dir = \"{}\"\n",
-            a.id,
-            a.peer_address,
-            a.client_address,
-            dir.join(format!("node{}", a.id)).display()
-        );
-    }
+    let nodes = addresses
+        .iter()
+        .map(|a| NodeEntry {
+            id: a.id.0,
+            peer_address: a.peer_address,
+            client_address: a.client_address,
+            data_dir: dir.join(format!("node{}", a.id)),
+        })
+        .collect();
+    let mut file = ClusterFile::new(TEST_SECRET, nodes);
+    file.cluster_id = CLUSTER_ID;
+    settings(&mut file);
     let path = dir.join("cluster.toml");
-    std::fs::write(&path, text).unwrap();
+    file.write(&path).unwrap();
     let mut config = ClientConfig::new(
         CLUSTER_ID,
         addresses.iter().map(|a| a.client_address).collect(),
@@ -398,7 +404,7 @@ impl Drop for SmallDisk {
 }
 
 /// Starts three nodes from a cluster file under `dir` with `settings` on top.
-pub fn start_cluster(dir: &Path, settings: &str) -> (Nodes, ClientConfig) {
+pub fn start_cluster(dir: &Path, settings: impl FnOnce(&mut ClusterFile)) -> (Nodes, ClientConfig) {
     let (cluster_file, config) = write_cluster_file(dir, settings);
     let mut nodes = Nodes::new(dir, cluster_file);
     for id in 1..=3 {

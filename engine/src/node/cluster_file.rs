@@ -1,0 +1,573 @@
+//! The cluster file: TOML naming the nodes (one `[[nodes]]` table each) and cluster settings.
+//! Read, checked and written here, by the nodes, the tools and the tests alike: a file is
+//! never written by hand-formatting its text.
+//!
+//! ```toml
+//! cluster_id = 1                # optional; connections from another cluster are refused
+//! secret = "at least 16 bytes of shared secret"   # required; nodes prove it to each other
+//! client_secret = "..."          # optional; when set, clients must prove it to connect
+//! entry_commands_max = 1024     # optional; 16 to 1,024 commands per entry
+//! mode = "verify"               # optional; "verify" (default) or "performance"
+//! snapshot_every = 64            # optional; entries between snapshot captures, 0 for none
+//! snapshot_retain_ms = 1000      # optional; least time a snapshot is kept before replacing
+//! lagging_entries_max = 4096     # optional; log a leader keeps behind its snapshot for followers
+//! wal_segment_bytes = 8388608    # optional; bytes per WAL segment (4 KiB to 64 MiB)
+//! fsync_delay_ms = 0             # optional; added after every WAL fsync (emulates a slow disk)
+//! capacity_bytes = 2147483648    # optional; state capacity of every node (the same on all)
+//! pipeline_entries_max = 8       # optional; entries a leader keeps in flight
+//! tick_ms = 10                   # optional; milliseconds per tick of the consensus clock
+//! election_ticks_min = 15        # optional; least election timeout, in ticks
+//! heartbeat_ticks = 3            # optional; ticks between a leader's heartbeats
+//! seed = 1                       # optional; seed of the election timeouts (mixed with the id)
+//!
+//! Every range is checked (`runner check --cluster FILE` prints them, or every error): the
+//! limits are [`crate::node::config`]'s constants.
+//!
+//! [[nodes]]
+//! id = 1
+//! peer_address = "127.0.0.1:7001"
+//! client_address = "127.0.0.1:8001"
+//! data_dir = "/dev/shm/bank/node1"
+//! ```
+
+use crate::apply::Mode;
+use crate::client::ClientConfig;
+use crate::ids::NodeId;
+use crate::node::config::ConfigError;
+use crate::node::{NodeAddress, NodeConfig};
+use net::auth::{Key, ShortSecret};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Why a cluster file could not be read, written or used.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterFileError {
+    /// The file could not be read.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file could not be written.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not TOML of this shape (a key unknown or missing, a value of the wrong
+    /// type).
+    #[error("parsing {}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with the line.
+        message: String,
+    },
+    /// The file parses, but values are wrong: every error found, one per line.
+    #[error("{} is not valid:\n  {}", path.display(), errors.join("\n  "))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every error, one per entry.
+        errors: Vec<String>,
+    },
+    /// No node of this id is listed.
+    #[error("no node {0} in the cluster file")]
+    NoSuchNode(u8),
+    /// A secret is too short.
+    #[error("{field}: {error}")]
+    Secret {
+        /// `secret` or `client_secret`.
+        field: &'static str,
+        /// Why.
+        error: ShortSecret,
+    },
+}
+
+/// The `mode` key: what a leader does with its simulations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeSetting {
+    /// Execute again after commit and compare with the simulation.
+    #[default]
+    Verify,
+    /// Reuse verified simulations after commit.
+    Performance,
+}
+
+impl From<ModeSetting> for Mode {
+    fn from(mode: ModeSetting) -> Mode {
+        match mode {
+            ModeSetting::Verify => Mode::Verify,
+            ModeSetting::Performance => Mode::Performance,
+        }
+    }
+}
+
+impl From<Mode> for ModeSetting {
+    fn from(mode: Mode) -> ModeSetting {
+        match mode {
+            Mode::Verify => ModeSetting::Verify,
+            Mode::Performance => ModeSetting::Performance,
+        }
+    }
+}
+
+/// One `[[nodes]]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeEntry {
+    /// The node's id (1 to 255).
+    pub id: u8,
+    /// Address for the other nodes.
+    pub peer_address: SocketAddr,
+    /// Address for clients.
+    pub client_address: SocketAddr,
+    /// Where the node keeps its data.
+    pub data_dir: PathBuf,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// The cluster's id.
+    #[serde(default = "default_cluster_id")]
+    pub cluster_id: u64,
+    /// The secret the nodes prove to each other in every handshake (at least
+    /// [`net::auth::SECRET_BYTES_MIN`] bytes).
+    pub secret: String,
+    /// The secret clients must prove, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// Most commands per entry.
+    #[serde(default = "default_entry_commands_max")]
+    pub entry_commands_max: u32,
+    /// What the leader does with its simulations.
+    #[serde(default)]
+    pub mode: ModeSetting,
+    /// Entries between snapshot captures (0: no snapshots).
+    #[serde(default = "default_snapshot_every")]
+    pub snapshot_every: u64,
+    /// Least milliseconds a persisted snapshot is kept.
+    #[serde(default = "default_snapshot_retain_ms")]
+    pub snapshot_retain_ms: u64,
+    /// Entries behind a durable snapshot a leader keeps for a lagging follower.
+    #[serde(default = "default_lagging_entries_max")]
+    pub lagging_entries_max: u64,
+    /// Bytes per WAL segment.
+    #[serde(default = "default_wal_segment_bytes")]
+    pub wal_segment_bytes: u64,
+    /// Milliseconds added after every WAL fsync of the nodes reading this file (a slow disk,
+    /// for fault runs).
+    #[serde(default)]
+    pub fsync_delay_ms: u64,
+    /// State capacity of every node, in bytes.
+    #[serde(default = "default_capacity_bytes")]
+    pub capacity_bytes: u64,
+    /// Entries a leader keeps in flight.
+    #[serde(default = "default_pipeline_entries_max")]
+    pub pipeline_entries_max: u64,
+    /// Milliseconds per tick.
+    #[serde(default = "default_tick_ms")]
+    pub tick_ms: u64,
+    /// Least election timeout, in ticks.
+    #[serde(default = "default_election_ticks_min")]
+    pub election_ticks_min: u32,
+    /// Ticks between heartbeats.
+    #[serde(default = "default_heartbeat_ticks")]
+    pub heartbeat_ticks: u32,
+    /// Seed of the election timeouts.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// The nodes.
+    pub nodes: Vec<NodeEntry>,
+}
+
+fn default_cluster_id() -> u64 {
+    1
+}
+
+fn default_snapshot_every() -> u64 {
+    crate::snapshot::SNAPSHOT_EVERY_DEFAULT
+}
+
+fn default_wal_segment_bytes() -> u64 {
+    crate::wal::WAL_SEGMENT_BYTES_DEFAULT
+}
+
+fn default_lagging_entries_max() -> u64 {
+    crate::core::LAGGING_FOLLOWER_ENTRIES_MAX
+}
+
+fn default_snapshot_retain_ms() -> u64 {
+    crate::snapshot::SNAPSHOT_RETAIN_MS_DEFAULT
+}
+
+fn default_entry_commands_max() -> u32 {
+    crate::entry::ENTRY_COMMANDS_MAX
+}
+
+fn default_capacity_bytes() -> u64 {
+    crate::state::STATE_BYTES_DEFAULT
+}
+
+fn default_pipeline_entries_max() -> u64 {
+    crate::node::PIPELINE_ENTRIES_DEFAULT
+}
+
+fn default_tick_ms() -> u64 {
+    crate::node::TICK_MS_DEFAULT
+}
+
+fn default_election_ticks_min() -> u32 {
+    crate::core::ELECTION_TICKS_MIN_DEFAULT
+}
+
+fn default_heartbeat_ticks() -> u32 {
+    crate::core::HEARTBEAT_TICKS_DEFAULT
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+impl ClusterFile {
+    /// A file for `nodes` sharing `secret`, every setting at its default.
+    pub fn new(secret: impl Into<String>, nodes: Vec<NodeEntry>) -> Self {
+        ClusterFile {
+            cluster_id: default_cluster_id(),
+            secret: secret.into(),
+            client_secret: None,
+            entry_commands_max: default_entry_commands_max(),
+            mode: ModeSetting::default(),
+            snapshot_every: default_snapshot_every(),
+            snapshot_retain_ms: default_snapshot_retain_ms(),
+            lagging_entries_max: default_lagging_entries_max(),
+            wal_segment_bytes: default_wal_segment_bytes(),
+            fsync_delay_ms: 0,
+            capacity_bytes: default_capacity_bytes(),
+            pipeline_entries_max: default_pipeline_entries_max(),
+            tick_ms: default_tick_ms(),
+            election_ticks_min: default_election_ticks_min(),
+            heartbeat_ticks: default_heartbeat_ticks(),
+            seed: default_seed(),
+            nodes,
+        }
+    }
+
+    /// Reads and checks a cluster file: every error found, one per line.
+    pub fn read(path: &Path) -> Result<Self, ClusterFileError> {
+        let file = ClusterFile::parse(path)?;
+        let errors = file.errors();
+        if !errors.is_empty() {
+            return Err(ClusterFileError::Invalid {
+                path: path.to_path_buf(),
+                errors,
+            });
+        }
+        Ok(file)
+    }
+
+    /// Reads a cluster file without checking its values.
+    pub fn parse(path: &Path) -> Result<Self, ClusterFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ClusterFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        ClusterFile::from_toml(&text).map_err(|message| ClusterFileError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses the text of a cluster file without checking its values; the error is the
+    /// parser's message.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|error| error.to_string())
+    }
+
+    /// The file's text: every key, in the order this type declares them.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a cluster file is plain data")
+    }
+
+    /// Writes the file to `path` (replacing what was there).
+    pub fn write(&self, path: &Path) -> Result<(), ClusterFileError> {
+        std::fs::write(path, self.to_toml()).map_err(|source| ClusterFileError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Every error in the file: the secrets, the list of nodes (ids, addresses, data
+    /// directories) and each node's configuration as the engine checks it.
+    pub fn errors(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        if let Err(error) = Key::peer(self.secret.as_bytes()) {
+            errors.push(format!("secret: {error}"));
+        }
+        if let Some(secret) = &self.client_secret
+            && let Err(error) = Key::client(secret.as_bytes())
+        {
+            errors.push(format!("client_secret: {error}"));
+        }
+        let nodes = crate::node::config::check_nodes(&self.addresses());
+        errors.extend(nodes.iter().map(ToString::to_string));
+        errors.extend(self.duplicate_dirs());
+        let Some(first) = self.nodes.first() else {
+            return errors;
+        };
+        // The settings are the file's, the same for every node: one node's check covers them
+        // (the list of nodes was checked above).
+        if let Ok(config) = self.config_of(first) {
+            let settings = config.validate().into_iter().filter(|e| !is_about_nodes(e));
+            errors.extend(settings.map(|e| e.to_string()));
+        }
+        errors
+    }
+
+    /// Data directories named twice on one host (the same path, or one inside another). Nodes
+    /// whose peer addresses differ are taken for different machines, where the same path is
+    /// two directories.
+    fn duplicate_dirs(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        for (n, a) in self.nodes.iter().enumerate() {
+            let host = |n: &NodeEntry| {
+                let ip = n.peer_address.ip();
+                (!ip.is_loopback()).then_some(ip)
+            };
+            // Every loopback address is this machine.
+            let same_host = |b: &&NodeEntry| host(b) == host(a);
+            for b in self.nodes[n + 1..].iter().filter(same_host) {
+                let (da, db) = (normal(&a.data_dir), normal(&b.data_dir));
+                if da.starts_with(&db) || db.starts_with(&da) {
+                    errors.push(format!(
+                        "data_dir {} of node {} and data_dir {} of node {} overlap: each node \
+                         needs a directory of its own",
+                        a.data_dir.display(),
+                        a.id,
+                        b.data_dir.display(),
+                        b.id
+                    ));
+                }
+            }
+        }
+        errors
+    }
+
+    /// Every node's addresses.
+    pub fn addresses(&self) -> Vec<NodeAddress> {
+        self.nodes
+            .iter()
+            .map(|n| NodeAddress {
+                id: NodeId(n.id),
+                peer_address: n.peer_address,
+                client_address: n.client_address,
+            })
+            .collect()
+    }
+
+    /// The configuration of node `id`.
+    pub fn node_config(&self, id: u8) -> Result<NodeConfig, ClusterFileError> {
+        let entry = self
+            .nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or(ClusterFileError::NoSuchNode(id))?;
+        self.config_of(entry)
+    }
+
+    fn config_of(&self, entry: &NodeEntry) -> Result<NodeConfig, ClusterFileError> {
+        let key = Key::peer(self.secret.as_bytes()).map_err(|error| ClusterFileError::Secret {
+            field: "secret",
+            error,
+        })?;
+        let id = NodeId(entry.id);
+        let mut config = NodeConfig::new(id, self.addresses(), entry.data_dir.clone(), key);
+        config.cluster_id = self.cluster_id;
+        config.client_key = self.client_key()?;
+        config.entry_commands_max = self.entry_commands_max;
+        config.mode = self.mode.into();
+        config.snapshot_every = self.snapshot_every;
+        config.snapshot_retain_ms = self.snapshot_retain_ms;
+        config.lagging_entries_max = self.lagging_entries_max;
+        config.wal_segment_bytes = self.wal_segment_bytes;
+        config.fsync_delay_ms = self.fsync_delay_ms;
+        config.capacity_bytes = self.capacity_bytes;
+        config.pipeline_entries_max = self.pipeline_entries_max;
+        config.tick_ms = self.tick_ms;
+        config.election_ticks_min = self.election_ticks_min;
+        config.heartbeat_ticks = self.heartbeat_ticks;
+        config.seed = self.seed;
+        Ok(config)
+    }
+
+    fn client_key(&self) -> Result<Option<Key>, ClusterFileError> {
+        let key = |secret: &String| {
+            Key::client(secret.as_bytes()).map_err(|error| ClusterFileError::Secret {
+                field: "client_secret",
+                error,
+            })
+        };
+        self.client_secret.as_ref().map(key).transpose()
+    }
+
+    /// How clients reach the cluster.
+    pub fn client_config(&self) -> Result<ClientConfig, ClusterFileError> {
+        let mut config = ClientConfig::new(
+            self.cluster_id,
+            self.nodes.iter().map(|n| n.client_address).collect(),
+        );
+        config.key = self.client_key()?;
+        Ok(config)
+    }
+}
+
+/// True for the errors about the list of nodes, which [`ClusterFile::errors`] reports once.
+fn is_about_nodes(error: &ConfigError) -> bool {
+    match error {
+        ConfigError::NoNodes
+        | ConfigError::TooManyNodes { .. }
+        | ConfigError::ZeroId
+        | ConfigError::DuplicateId(_)
+        | ConfigError::DuplicateAddress { .. }
+        | ConfigError::NotListed(_) => true,
+        ConfigError::OutOfRange { .. }
+        | ConfigError::HeartbeatNotBelowElection { .. }
+        | ConfigError::EmptyDataDir => false,
+    }
+}
+
+/// A path with `.` components dropped and `..` applied, for comparing data directories that
+/// may not exist yet.
+fn normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Prefix(_)
+            | std::path::Component::RootDir
+            | std::path::Component::Normal(_) => out.push(part),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves a well-formed file parses and bad ones are refused with a reason.
+    #[test]
+    fn parses_and_checks() {
+        let good = r#"
+            secret = "sixteen bytes at least"
+            [[nodes]]
+            id = 1
+            peer_address = "127.0.0.1:7001"
+            client_address = "127.0.0.1:8001"
+            data_dir = "/tmp/n1"
+            [[nodes]]
+            id = 2
+            peer_address = "127.0.0.1:7002"
+            client_address = "127.0.0.1:8002"
+            data_dir = "/tmp/n2"
+        "#;
+        let file: ClusterFile = toml::from_str(good).unwrap();
+        assert_eq!(file.errors(), Vec::<String>::new());
+        assert_eq!(
+            file.node_config(2).unwrap().data_dir,
+            PathBuf::from("/tmp/n2")
+        );
+        assert!(file.node_config(3).is_err());
+        let duplicate = good.replace("id = 2", "id = 1");
+        let errors = toml::from_str::<ClusterFile>(&duplicate).unwrap().errors();
+        assert_eq!(errors, vec!["node id 1 is listed twice"]);
+        let address = good.replace("127.0.0.1:8002", "127.0.0.1:7001");
+        let errors = toml::from_str::<ClusterFile>(&address).unwrap().errors();
+        assert_eq!(
+            errors,
+            vec![
+                "address 127.0.0.1:7001 is used twice: node 1's peer_address and node 2's client_address"
+            ]
+        );
+        let dirs = good.replace("/tmp/n2", "/tmp/./n1/");
+        let errors = toml::from_str::<ClusterFile>(&dirs).unwrap().errors();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("overlap"), "{errors:?}");
+        let hosts = dirs.replace("127.0.0.1:7002", "10.0.0.2:7002");
+        let errors = toml::from_str::<ClusterFile>(&hosts).unwrap().errors();
+        assert_eq!(errors, Vec::<String>::new(), "one path on two machines");
+        let ranges = format!("tick_ms = 0\ncapacity_bytes = 10\n{good}");
+        let errors = toml::from_str::<ClusterFile>(&ranges).unwrap().errors();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].contains("capacity_bytes = 10 is out of range"),
+            "{errors:?}"
+        );
+        let performance = format!("mode = \"performance\"\n{good}");
+        let file: ClusterFile = toml::from_str(&performance).unwrap();
+        assert_eq!(file.node_config(1).unwrap().mode, Mode::Performance);
+        assert!(toml::from_str::<ClusterFile>(&format!("mode = \"fast\"\n{good}")).is_err());
+        let unknown = format!("colour = 3\n{good}");
+        assert!(toml::from_str::<ClusterFile>(&unknown).is_err());
+        let short = good.replace("sixteen bytes at least", "short");
+        let errors = toml::from_str::<ClusterFile>(&short).unwrap().errors();
+        assert!(errors[0].contains("at least 16 bytes"), "{errors:?}");
+        let without = good.replace("secret = \"sixteen bytes at least\"", "");
+        assert!(toml::from_str::<ClusterFile>(&without).is_err());
+        let clients = format!("client_secret = \"clients prove this one\"\n{good}");
+        let file: ClusterFile = toml::from_str(&clients).unwrap();
+        assert!(file.node_config(1).unwrap().client_key.is_some());
+        assert!(file.client_config().unwrap().key.is_some());
+    }
+
+    /// Proves a file written by [`ClusterFile::write`] reads back equal, and one built with
+    /// [`ClusterFile::new`] has the defaults a file without the keys has.
+    #[test]
+    fn writes_and_reads_back() {
+        let node = |id: u8| NodeEntry {
+            id,
+            peer_address: format!("127.0.0.1:{}", 7000 + u16::from(id))
+                .parse()
+                .unwrap(),
+            client_address: format!("127.0.0.1:{}", 8000 + u16::from(id))
+                .parse()
+                .unwrap(),
+            data_dir: PathBuf::from(format!("/tmp/n{id}")),
+        };
+        let mut file = ClusterFile::new("sixteen bytes at least", (1..=3).map(node).collect());
+        let nodes: String = (1..=3)
+            .map(|id| {
+                format!(
+                    "[[nodes]]\nid = {id}\npeer_address = \"127.0.0.1:700{id}\"\n\
+                     client_address = \"127.0.0.1:800{id}\"\ndata_dir = \"/tmp/n{id}\"\n"
+                )
+            })
+            .collect();
+        let text = format!("secret = \"sixteen bytes at least\"\n{nodes}");
+        let minimal = ClusterFile::from_toml(&text).unwrap();
+        assert_eq!(
+            minimal, file,
+            "the defaults are those of a file without the keys"
+        );
+        file.mode = ModeSetting::Performance;
+        file.client_secret = Some("clients prove this one".into());
+        file.snapshot_every = 4;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        file.write(&path).unwrap();
+        assert_eq!(ClusterFile::read(&path).unwrap(), file);
+        let missing = ClusterFile::read(&dir.path().join("missing.toml"));
+        assert!(matches!(missing, Err(ClusterFileError::Read { .. })));
+    }
+}
