@@ -9,6 +9,8 @@
 
 pub mod apply;
 pub mod batcher;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod client;
 pub mod core;
 pub mod entry;

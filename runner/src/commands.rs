@@ -1,10 +1,11 @@
-//! `runner node`, `runner status`, `runner client` and `runner local`.
+//! `runner client` (the Bank's commands, typed) and `runner local`.
 
 use crate::bench::{self, BenchOptions};
 use anyhow::{Context, bail};
 use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
 use clap::{Args, Subcommand};
-use engine::client::{Client, node_status};
+use engine::cli::SnapshotOptions;
+use engine::client::Client;
 use engine::node::ClusterFile;
 use engine::node::local::LocalCluster;
 use engine::state::STATE_BYTES_DEFAULT;
@@ -17,172 +18,6 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
-}
-
-/// Options of `runner node`.
-#[derive(Args, Debug)]
-pub struct NodeArgs {
-    /// The cluster file.
-    #[arg(long)]
-    pub cluster: PathBuf,
-    /// This node's id in the cluster file.
-    #[arg(long)]
-    pub id: u8,
-    /// Snapshot options (over the cluster file's).
-    #[command(flatten)]
-    pub snapshots: SnapshotOptions,
-    /// Start empty and take the state from the leader: the data directory's log and
-    /// snapshots are moved to its quarantine/ folder (never deleted), and the node rejoins
-    /// without campaigning or voting for a shorter log until it holds the log it had. For a
-    /// node whose data cannot be used (a refused start says when).
-    #[arg(long)]
-    pub rebuild_from_leader: bool,
-}
-
-/// `--snapshot-every` and `--snapshot-retain-ms`.
-#[derive(Args, Debug, Clone, Copy)]
-pub struct SnapshotOptions {
-    /// Entries between captures of the committed state for snapshots (0 turns snapshots off);
-    /// default 64, or the cluster file's.
-    #[arg(long)]
-    pub snapshot_every: Option<u64>,
-    /// Least milliseconds a persisted snapshot is kept before a newer one replaces it;
-    /// default 1,000, or the cluster file's.
-    #[arg(long)]
-    pub snapshot_retain_ms: Option<u64>,
-}
-
-impl SnapshotOptions {
-    /// Sets what was given on `config`.
-    pub fn apply(&self, config: &mut engine::node::NodeConfig) {
-        if let Some(every) = self.snapshot_every {
-            config.snapshot_every = every;
-        }
-        if let Some(retain) = self.snapshot_retain_ms {
-            config.snapshot_retain_ms = retain;
-        }
-    }
-}
-
-/// Runs one node until SIGINT or SIGTERM.
-pub fn node(args: NodeArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
-    let mut config = file.node_config(args.id)?;
-    args.snapshots.apply(&mut config);
-    config.rebuild_from_leader = args.rebuild_from_leader;
-    let me = config
-        .nodes
-        .iter()
-        .find(|n| n.id == config.id)
-        .context("listed")?
-        .clone();
-    let data_dir = config.data_dir.clone();
-    // One line: the refusal itself names the file, the reason and the setting.
-    let mut handle = engine::node::start(config, Bank).map_err(|error| {
-        anyhow::anyhow!("node {} of {}: {error}", args.id, args.cluster.display())
-    })?;
-    eprintln!(
-        "node {}: peers on {}, clients on {}, data in {}",
-        args.id,
-        me.peer_address,
-        me.client_address,
-        data_dir.display()
-    );
-    runtime()?.block_on(async {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => Ok(()),
-            _ = terminate.recv() => Ok(()),
-            reason = handle.failure() => Err(anyhow::anyhow!("node {}: {reason}", args.id)),
-        }
-    })?;
-    handle.stop();
-    Ok(())
-}
-
-/// Options of `runner status`.
-#[derive(Args, Debug)]
-pub struct StatusArgs {
-    /// The cluster file.
-    #[arg(long)]
-    pub cluster: PathBuf,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Prints every node's role, term, indexes and state hash.
-pub fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
-    let client = file.client_config()?;
-    let statuses = runtime()?.block_on(async {
-        let mut statuses = Vec::new();
-        for node in &file.nodes {
-            let status = node_status(&client, node.client_address, Duration::from_secs(2)).await;
-            statuses.push((node.id, status));
-        }
-        statuses
-    });
-    if args.json {
-        let nodes: Vec<Value> = statuses
-            .iter()
-            .map(|(id, status)| match status {
-                Ok(s) => json!({
-                    "id": id,
-                    "reachable": true,
-                    "role": format!("{:?}", s.role).to_lowercase(),
-                    "term": s.term.0,
-                    "leader": s.leader.map(|l| l.0),
-                    "last_index": s.last_index.0,
-                    "commit_index": s.commit_index.0,
-                    "applied_index": s.applied_index.0,
-                    "state_hash": s.state_hash.to_hex(),
-                    "divergence": s.divergence.as_ref().map(|d| json!({
-                        "index": d.index.0,
-                        "nodes": [d.local.0.0, d.remote.0.0],
-                        "hashes": [d.local.1.to_hex(), d.remote.1.to_hex()],
-                    })),
-                    "halted": s.halted,
-                    "mode": crate::bench::mode_name(s.mode),
-                }),
-                Err(error) => json!({ "id": id, "reachable": false, "error": error.to_string() }),
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "nodes": nodes }))?
-        );
-        return Ok(());
-    }
-    println!(
-        "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} notes",
-        "node", "role", "term", "leader", "last", "commit", "applied", "state hash"
-    );
-    for (id, status) in &statuses {
-        match status {
-            Ok(s) => println!(
-                "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} {}",
-                id,
-                format!("{:?}", s.role).to_lowercase(),
-                s.term.0,
-                s.leader.map_or("-".into(), |l| l.to_string()),
-                s.last_index.0,
-                s.commit_index.0,
-                s.applied_index.0,
-                s.state_hash.to_string(),
-                s.halted
-                    .clone()
-                    .or(s
-                        .divergence
-                        .as_ref()
-                        .map(|d| format!("divergence at {}", d.index)))
-                    .unwrap_or_default()
-            ),
-            Err(error) => println!("{id:>4} unreachable: {error}"),
-        }
-    }
-    Ok(())
 }
 
 /// Options of `runner client`.

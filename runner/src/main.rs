@@ -21,7 +21,6 @@
 
 mod bench;
 mod chaos;
-mod check;
 mod commands;
 mod delay_line;
 mod emulate;
@@ -32,12 +31,12 @@ mod linearize;
 mod matrix;
 mod partition;
 mod proxy;
-mod recover;
 mod report;
 mod sim;
 mod sim_oracle;
 mod single;
 
+use bank::Bank;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -54,20 +53,20 @@ enum Command {
     /// Three nodes in this process, prefill, then the transfer benchmark.
     Local(commands::LocalArgs),
     /// One node of a cluster described by a cluster file.
-    Node(commands::NodeArgs),
+    Node(engine::cli::NodeArgs),
     /// The transfer benchmark against a running cluster.
     Bench(commands::BenchArgs),
     /// One Bank command against a running cluster; prints JSON.
     Client(commands::ClientArgs),
     /// Every node's role, term, commit and applied index, and state hash.
-    Status(commands::StatusArgs),
+    Status(engine::cli::StatusArgs),
     /// The Bank on one node without replication, WAL under /dev/shm.
     Single(single::LocalArgs),
     /// What a start of a stopped node's data directory would do (or refuse), timed; writes
     /// nothing.
-    Recover(recover::RecoverArgs),
+    Recover(engine::cli::RecoverArgs),
     /// Checks a cluster file: what each node would run with, or every error (exit 1).
-    Check(check::CheckArgs),
+    Check(engine::cli::CheckArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
     Sim(sim::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
@@ -96,25 +95,19 @@ pub fn run_dir(base: Option<PathBuf>) -> anyhow::Result<tempfile::TempDir> {
 /// Runs the command; an error is printed on one line (its causes joined, no backtrace: the
 /// messages name what went wrong) and the process exits 1.
 fn main() -> std::process::ExitCode {
-    match run(Cli::parse().command) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("Error: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    engine::cli::exit_code(run(Cli::parse().command))
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Local(args) => commands::local(args),
-        Command::Node(args) => commands::node(args),
+        Command::Node(args) => engine::cli::node(args, Bank),
         Command::Bench(args) => commands::bench(args),
         Command::Client(args) => commands::client(args),
-        Command::Status(args) => commands::status(args),
+        Command::Status(args) => engine::cli::status(args),
         Command::Single(args) => single::run(args),
-        Command::Recover(args) => recover::run(args),
-        Command::Check(args) => check::run(args),
+        Command::Recover(args) => engine::cli::recover(args, Bank),
+        Command::Check(args) => engine::cli::check(args),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),

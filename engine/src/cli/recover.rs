@@ -1,19 +1,19 @@
-//! `runner recover`: what a start of a stopped node's data directory would do, worked out
+//! `recover`: what a start of a stopped node's data directory would do, worked out
 //! without writing a byte (the log is opened read-only and replayed in memory, under a shared
 //! lock that a running node refuses), and timed.
 
+use crate::handler::Handler;
+use crate::node::ClusterFile;
+use crate::node::NodeError;
+use crate::node::data_dir::read_identity;
+use crate::node::recovery::{Inspection, Owner, RecoveryOptions, RecoveryReport, inspect};
+use crate::state::STATE_BYTES_DEFAULT;
 use anyhow::Context;
-use bank::Bank;
 use clap::Args;
-use engine::node::ClusterFile;
-use engine::node::NodeError;
-use engine::node::data_dir::read_identity;
-use engine::node::recovery::{Inspection, Owner, RecoveryOptions, RecoveryReport, inspect};
-use engine::state::STATE_BYTES_DEFAULT;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
-/// Options of `runner recover`.
+/// Options of `recover`.
 #[derive(Args, Debug)]
 pub struct RecoverArgs {
     /// The node's data directory (the node must be stopped); with --cluster, the file's.
@@ -38,7 +38,7 @@ pub struct RecoverArgs {
 fn target(args: &RecoverArgs) -> anyhow::Result<(PathBuf, RecoveryOptions)> {
     let mut options = RecoveryOptions {
         capacity_bytes: STATE_BYTES_DEFAULT,
-        wal_segment_bytes: engine::wal::WAL_SEGMENT_BYTES_DEFAULT,
+        wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
         owner: None,
         rebuild_from_leader: false,
     };
@@ -57,7 +57,7 @@ fn target(args: &RecoverArgs) -> anyhow::Result<(PathBuf, RecoveryOptions)> {
 
 /// Reports what a start of the directory would do, or what it would refuse (then exits 1);
 /// writes nothing.
-pub fn run(args: RecoverArgs) -> anyhow::Result<()> {
+pub fn recover<H: Handler>(args: RecoverArgs, handler: H) -> anyhow::Result<()> {
     let (dir, options) = target(&args)?;
     let identity = match read_identity(&dir) {
         Ok(Some(i)) => {
@@ -75,7 +75,7 @@ pub fn run(args: RecoverArgs) -> anyhow::Result<()> {
         Ok(None) => "none stamped".into(),
         Err(error) => error.to_string(),
     };
-    let inspected = inspect(&dir, Bank, &options);
+    let inspected = inspect(&dir, handler, &options);
     if args.json {
         println!(
             "{}",
@@ -99,10 +99,10 @@ fn refusal(error: &NodeError) -> String {
     error.to_string()
 }
 
-fn as_json(
+fn as_json<H: Handler>(
     dir: &std::path::Path,
     identity: &str,
-    inspected: &Result<Inspection<Bank>, NodeError>,
+    inspected: &Result<Inspection<H>, NodeError>,
 ) -> Value {
     let mut value = json!({
         "data_dir": dir.display().to_string(),
@@ -126,7 +126,7 @@ fn as_json(
                 "would_stamp": report.stamped,
                 "applied_index": machine.applied_index().0,
                 "state_hash": machine.state_hash().to_string(),
-                "accounts": machine.state().len(&bank::ACCOUNTS),
+                "state_bytes": machine.state().bytes_used(),
             });
             merge(&mut value, fields);
         }
@@ -141,9 +141,9 @@ fn merge(into: &mut Value, from: Value) {
     }
 }
 
-fn print_table(
+fn print_table<H: Handler>(
     identity: &str,
-    inspected: &Result<Inspection<Bank>, NodeError>,
+    inspected: &Result<Inspection<H>, NodeError>,
     owner: Option<Owner>,
 ) {
     println!("identity: {identity}");
@@ -154,16 +154,16 @@ fn print_table(
         Ok(Inspection { machine, report }) => {
             println!(
                 "{:>12} {:>14} {:>10} {:>10} {:>12} {:>10}  state hash",
-                "recovery ms", "snapshot at", "MiB", "replayed", "applied", "accounts"
+                "recovery ms", "snapshot at", "MiB", "replayed", "applied", "state MiB"
             );
             println!(
-                "{:>12.0} {:>14} {:>10.1} {:>10} {:>12} {:>10}  {}",
+                "{:>12.0} {:>14} {:>10.1} {:>10} {:>12} {:>10.1}  {}",
                 report.took.as_secs_f64() * 1e3,
                 report.snapshot.map_or(0, |(index, _)| index.0),
                 report.snapshot.map_or(0, |(_, bytes)| bytes) as f64 / (1024.0 * 1024.0),
                 report.replayed,
                 machine.applied_index().0,
-                machine.state().len(&bank::ACCOUNTS),
+                machine.state().bytes_used() as f64 / (1024.0 * 1024.0),
                 machine.state_hash()
             );
             for line in would_do(report) {

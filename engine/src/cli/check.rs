@@ -1,13 +1,13 @@
-//! `runner check --cluster FILE`: what each node of a cluster file would run with, or every
+//! `check --cluster FILE`: what each node of a cluster file would run with, or every
 //! error the file holds (exit 1), without starting anything.
 
+use crate::node::ClusterFile;
 use anyhow::bail;
 use clap::Args;
-use engine::node::ClusterFile;
 use serde_json::json;
 use std::path::PathBuf;
 
-/// Options of `runner check`.
+/// Options of `check`.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
     /// The cluster file.
@@ -19,7 +19,7 @@ pub struct CheckArgs {
 }
 
 /// Checks the file; prints the nodes' settings, or every error and exits 1.
-pub fn run(args: CheckArgs) -> anyhow::Result<()> {
+pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let file = ClusterFile::parse(&args.cluster)?;
     let errors = file.errors();
     if args.json {
@@ -82,8 +82,8 @@ fn print_nodes(file: &ClusterFile) {
 /// The cluster-wide settings every node runs with, as the file spells them.
 fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
     let mode = match file.mode {
-        engine::node::ModeSetting::Verify => "verify",
-        engine::node::ModeSetting::Performance => "performance",
+        crate::node::ModeSetting::Verify => "verify",
+        crate::node::ModeSetting::Performance => "performance",
     };
     [
         ("cluster_id", json!(file.cluster_id)),

@@ -1,0 +1,406 @@
+//! A limit order book as an engine handler: price-time priority, partial fills, cancels, best
+//! bid and ask, depth, and each trader's position. Written against `engine`'s public API only.
+//!
+//! Tables: the orders resting in the book, one record per price level (its orders, oldest
+//! first, and their total), the sorted prices of each side, each trader's position, and the
+//! next order id.
+
+use engine::codec::{Decode, Encode};
+use engine::{Handler, Schema, StateError, Table, Tx};
+use serde::{Deserialize, Serialize};
+
+/// Price levels one side of the book holds at most; an order that would open one more is
+/// refused (`BookError::BookFull`).
+pub const PRICE_LEVELS_MAX: usize = 4096;
+/// Orders one price level holds at most; likewise (`BookError::LevelFull`).
+pub const LEVEL_ORDERS_MAX: usize = 1024;
+/// The highest price an order may have, in ticks.
+pub const PRICE_MAX: u64 = 1_000_000_000;
+/// The largest quantity an order may have, in lots.
+pub const QUANTITY_MAX: u64 = 1_000_000_000;
+
+/// Buy or sell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Encode, Decode, Serialize, Deserialize)]
+#[bincode(crate = "engine::codec::bincode")]
+pub enum Side {
+    /// A bid.
+    Buy,
+    /// An ask.
+    Sell,
+}
+
+impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::Buy => Side::Sell,
+            Side::Sell => Side::Buy,
+        }
+    }
+
+    /// True when a price of this side's order crosses a resting price of the other side.
+    fn crosses(self, limit: u64, resting: u64) -> bool {
+        match self {
+            Side::Buy => resting <= limit,
+            Side::Sell => resting >= limit,
+        }
+    }
+}
+
+/// An order resting in the book.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "engine::codec::bincode")]
+pub struct Order {
+    trader: u32,
+    side: Side,
+    price: u64,
+    remaining: u64,
+}
+
+/// One price level: its orders, oldest first, and their remaining quantity.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "engine::codec::bincode")]
+pub struct Level {
+    orders: Vec<u64>,
+    total: u64,
+}
+
+/// A trader's position: quantity bought less sold, and cash received less paid.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
+#[bincode(crate = "engine::codec::bincode")]
+pub struct Position {
+    /// Bought less sold.
+    pub quantity: i64,
+    /// Received less paid (price x quantity summed: wider than either).
+    pub cash: i128,
+}
+
+const ORDERS: Table<u64, Order> = Table::new(1, "orders");
+const LEVELS: Table<(Side, u64), Level> = Table::new(2, "levels");
+/// Per side, the prices with a level: best first (bids descending, asks ascending).
+const PRICES: Table<Side, Vec<u64>> = Table::new(3, "prices");
+const POSITIONS: Table<u32, Position> = Table::new(4, "positions");
+/// The next order id, under key 0.
+const NEXT_ORDER: Table<u8, u64> = Table::new(5, "next_order");
+
+/// An order book command.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
+#[bincode(crate = "engine::codec::bincode")]
+pub enum BookCommand {
+    /// A limit order: it fills against the other side while prices cross, oldest order first
+    /// at each price, and the rest rests in the book.
+    Place {
+        /// Who places it.
+        trader: u32,
+        /// Buy or sell.
+        side: Side,
+        /// The limit price, above zero.
+        price: u64,
+        /// The quantity, above zero.
+        quantity: u64,
+    },
+    /// Takes a resting order of the trader's out of the book.
+    Cancel {
+        /// Who cancels.
+        trader: u32,
+        /// The order.
+        order: u64,
+    },
+    /// The best bid and ask, with the quantity at each.
+    Best,
+    /// The first `levels` price levels of one side, best first.
+    Depth {
+        /// The side.
+        side: Side,
+        /// Levels wanted.
+        levels: u32,
+    },
+    /// A trader's position.
+    Position {
+        /// The trader.
+        trader: u32,
+    },
+}
+
+/// One fill of a placed order against a resting one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
+#[bincode(crate = "engine::codec::bincode")]
+pub struct Fill {
+    /// The resting order.
+    pub maker: u64,
+    /// Its price (the trade's).
+    pub price: u64,
+    /// The quantity traded.
+    pub quantity: u64,
+}
+
+/// What a command returns.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
+#[bincode(crate = "engine::codec::bincode")]
+pub enum BookOutput {
+    /// The order's id, its fills in order, and what of it rests in the book.
+    Placed {
+        /// The new order's id.
+        order: u64,
+        /// Its fills.
+        fills: Vec<Fill>,
+        /// The quantity left resting (0: filled, not in the book).
+        resting: u64,
+    },
+    /// The cancelled order's quantity that was still resting.
+    Cancelled {
+        /// Its remaining quantity.
+        remaining: u64,
+    },
+    /// The best price of each side and the quantity there.
+    Best {
+        /// (price, quantity) of the best bid.
+        bid: Option<(u64, u64)>,
+        /// (price, quantity) of the best ask.
+        ask: Option<(u64, u64)>,
+    },
+    /// (price, quantity) per level, best first.
+    Depth(Vec<(u64, u64)>),
+    /// A trader's position.
+    Position(Position),
+}
+
+/// Why a command was refused (it changed nothing).
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
+#[bincode(crate = "engine::codec::bincode")]
+pub enum BookError {
+    /// A price outside 1..=[`PRICE_MAX`] or a quantity outside 1..=[`QUANTITY_MAX`].
+    OutOfRange,
+    /// No resting order has this id.
+    UnknownOrder(u64),
+    /// The order is another trader's.
+    NotYours(u64),
+    /// The side holds [`PRICE_LEVELS_MAX`] levels already.
+    BookFull,
+    /// The level holds [`LEVEL_ORDERS_MAX`] orders already.
+    LevelFull,
+    /// The state is full.
+    Capacity,
+}
+
+impl From<StateError> for BookError {
+    fn from(_: StateError) -> Self {
+        BookError::Capacity
+    }
+}
+
+/// The order book handler.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OrderBook;
+
+impl Handler for OrderBook {
+    type Command = BookCommand;
+    type Output = BookOutput;
+    type Error = BookError;
+
+    fn schema(&self) -> Schema {
+        Schema::new()
+            .table(&ORDERS)
+            .table(&LEVELS)
+            .table(&PRICES)
+            .table(&POSITIONS)
+            .table(&NEXT_ORDER)
+    }
+
+    fn execute(&self, tx: &mut Tx<'_>, command: &BookCommand) -> Result<BookOutput, BookError> {
+        match *command {
+            BookCommand::Place {
+                trader,
+                side,
+                price,
+                quantity,
+            } => place(tx, trader, side, price, quantity),
+            BookCommand::Cancel { trader, order } => cancel(tx, trader, order),
+            BookCommand::Best => Ok(BookOutput::Best {
+                bid: best(tx, Side::Buy),
+                ask: best(tx, Side::Sell),
+            }),
+            BookCommand::Depth { side, levels } => {
+                let prices = tx.get(&PRICES, &side).unwrap_or_default();
+                let depth = prices.iter().take(levels as usize).map(|&price| {
+                    let level = tx.get(&LEVELS, &(side, price)).unwrap_or_default();
+                    (price, level.total)
+                });
+                Ok(BookOutput::Depth(depth.collect()))
+            }
+            BookCommand::Position { trader } => Ok(BookOutput::Position(
+                tx.get(&POSITIONS, &trader).unwrap_or_default(),
+            )),
+        }
+    }
+}
+
+/// The best price of `side` and the quantity there.
+fn best(tx: &mut Tx<'_>, side: Side) -> Option<(u64, u64)> {
+    let price = *tx.get(&PRICES, &side)?.first()?;
+    let level = tx.get(&LEVELS, &(side, price))?;
+    Some((price, level.total))
+}
+
+fn place(
+    tx: &mut Tx<'_>,
+    trader: u32,
+    side: Side,
+    price: u64,
+    quantity: u64,
+) -> Result<BookOutput, BookError> {
+    if !(1..=PRICE_MAX).contains(&price) || !(1..=QUANTITY_MAX).contains(&quantity) {
+        return Err(BookError::OutOfRange);
+    }
+    let order = tx.get(&NEXT_ORDER, &0).unwrap_or(1);
+    tx.put(&NEXT_ORDER, 0, order + 1)?;
+    let mut left = quantity;
+    let mut fills = Vec::new();
+    while left > 0 {
+        let Some((resting, _)) = best(tx, side.other()) else {
+            break;
+        };
+        if !side.crosses(price, resting) {
+            break;
+        }
+        left = fill_level(
+            tx,
+            (trader, side),
+            (side.other(), resting),
+            left,
+            &mut fills,
+        )?;
+    }
+    if left > 0 {
+        rest(tx, order, trader, side, price, left)?;
+    }
+    Ok(BookOutput::Placed {
+        order,
+        fills,
+        resting: left,
+    })
+}
+
+/// Fills up to `left` against the level at `at`, oldest order first; returns what is left.
+fn fill_level(
+    tx: &mut Tx<'_>,
+    (taker, side): (u32, Side),
+    at: (Side, u64),
+    mut left: u64,
+    fills: &mut Vec<Fill>,
+) -> Result<u64, BookError> {
+    let mut level = tx.get(&LEVELS, &at).expect("a listed price has a level");
+    while left > 0 && !level.orders.is_empty() {
+        let maker = level.orders[0];
+        let mut order = tx.get(&ORDERS, &maker).expect("a level's orders rest");
+        let traded = left.min(order.remaining);
+        left -= traded;
+        order.remaining -= traded;
+        level.total -= traded;
+        settle(tx, (taker, side), order.trader, at.1, traded)?;
+        fills.push(Fill {
+            maker,
+            price: at.1,
+            quantity: traded,
+        });
+        if order.remaining == 0 {
+            level.orders.remove(0);
+            tx.delete(&ORDERS, &maker)?;
+        } else {
+            tx.put(&ORDERS, maker, order)?;
+        }
+    }
+    if level.orders.is_empty() {
+        tx.delete(&LEVELS, &at)?;
+        let mut prices = tx.get(&PRICES, &at.0).unwrap_or_default();
+        prices.retain(|&p| p != at.1);
+        tx.put(&PRICES, at.0, prices)?;
+    } else {
+        tx.put(&LEVELS, at, level)?;
+    }
+    Ok(left)
+}
+
+/// Moves `quantity` at `price` between the taker and the maker's positions.
+fn settle(
+    tx: &mut Tx<'_>,
+    (taker, side): (u32, Side),
+    maker: u32,
+    price: u64,
+    quantity: u64,
+) -> Result<(), BookError> {
+    let (buyer, seller) = match side {
+        Side::Buy => (taker, maker),
+        Side::Sell => (maker, taker),
+    };
+    let (quantity, cash) = (quantity as i64, i128::from(quantity) * i128::from(price));
+    let mut bought = tx.get(&POSITIONS, &buyer).unwrap_or_default();
+    bought.quantity += quantity;
+    bought.cash -= cash;
+    tx.put(&POSITIONS, buyer, bought)?;
+    let mut sold = tx.get(&POSITIONS, &seller).unwrap_or_default();
+    sold.quantity -= quantity;
+    sold.cash += cash;
+    tx.put(&POSITIONS, seller, sold)?;
+    Ok(())
+}
+
+/// Puts what is left of a placed order in the book, behind the orders at its price.
+fn rest(
+    tx: &mut Tx<'_>,
+    id: u64,
+    trader: u32,
+    side: Side,
+    price: u64,
+    remaining: u64,
+) -> Result<(), BookError> {
+    let mut level = match tx.get(&LEVELS, &(side, price)) {
+        Some(level) => level,
+        None => {
+            let mut prices = tx.get(&PRICES, &side).unwrap_or_default();
+            if prices.len() >= PRICE_LEVELS_MAX {
+                return Err(BookError::BookFull);
+            }
+            let at = prices.partition_point(|&p| side.crosses(p, price) && p != price);
+            prices.insert(at, price);
+            tx.put(&PRICES, side, prices)?;
+            Level::default()
+        }
+    };
+    if level.orders.len() >= LEVEL_ORDERS_MAX {
+        return Err(BookError::LevelFull);
+    }
+    level.orders.push(id);
+    level.total += remaining;
+    tx.put(&LEVELS, (side, price), level)?;
+    let order = Order {
+        trader,
+        side,
+        price,
+        remaining,
+    };
+    tx.put(&ORDERS, id, order)?;
+    Ok(())
+}
+
+fn cancel(tx: &mut Tx<'_>, trader: u32, id: u64) -> Result<BookOutput, BookError> {
+    let order = tx.get(&ORDERS, &id).ok_or(BookError::UnknownOrder(id))?;
+    if order.trader != trader {
+        return Err(BookError::NotYours(id));
+    }
+    tx.delete(&ORDERS, &id)?;
+    let at = (order.side, order.price);
+    let mut level = tx.get(&LEVELS, &at).expect("a resting order has a level");
+    level.orders.retain(|&o| o != id);
+    level.total -= order.remaining;
+    if level.orders.is_empty() {
+        tx.delete(&LEVELS, &at)?;
+        let mut prices = tx.get(&PRICES, &order.side).unwrap_or_default();
+        prices.retain(|&p| p != order.price);
+        tx.put(&PRICES, order.side, prices)?;
+    } else {
+        tx.put(&LEVELS, at, level)?;
+    }
+    Ok(BookOutput::Cancelled {
+        remaining: order.remaining,
+    })
+}

@@ -1,0 +1,374 @@
+//! The order book against its reference ([`crate::reference`]), packed into entries two ways,
+//! in both modes on a three-node cluster, and as three processes of this example's binary
+//! driven through its `client` command.
+
+use crate::book::{BookCommand, BookError, BookOutput, OrderBook, Side};
+use crate::reference::Reference;
+use engine::client::Client;
+use engine::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::node::local::LocalCluster;
+use engine::rng::Rng;
+use engine::{
+    ClientId, EntryIndex, Mode, Outcome, ReplyStatus, RequestNumber, Sandbox, StateMachine, Term,
+};
+use std::time::Duration;
+
+/// Traders in the random streams.
+const TRADERS: u64 = 8;
+/// Prices around which the streams place orders (a narrow band, so that orders cross).
+const PRICE_MID: u64 = 100;
+/// Commands per request at most in the streams.
+const REQUEST_COMMANDS_MAX: u64 = 16;
+
+/// A random command: mostly orders, some cancels (of any recent order, the trader's or
+/// not, resting or not), reads of the book and of positions.
+fn command(rng: &mut Rng, placed: u64) -> BookCommand {
+    let trader = 1 + rng.below(TRADERS) as u32;
+    match rng.below(10) {
+        0..=5 => BookCommand::Place {
+            trader,
+            side: if rng.chance(1, 2) {
+                Side::Buy
+            } else {
+                Side::Sell
+            },
+            price: PRICE_MID - 10 + rng.below(21),
+            quantity: 1 + rng.below(50),
+        },
+        6 | 7 => BookCommand::Cancel {
+            trader,
+            order: 1 + rng.below(placed.max(1) + 3),
+        },
+        8 => BookCommand::Depth {
+            side: if rng.chance(1, 2) {
+                Side::Buy
+            } else {
+                Side::Sell
+            },
+            levels: 1 + rng.below(5) as u32,
+        },
+        _ if rng.chance(1, 2) => BookCommand::Best,
+        _ => BookCommand::Position { trader },
+    }
+}
+
+/// `count` random commands from `seed`, cut into requests of 1 to 16.
+fn requests(seed: u64, count: usize) -> Vec<Vec<BookCommand>> {
+    let mut rng = Rng::new(seed);
+    let mut all = Vec::new();
+    let mut made = 0;
+    while made < count {
+        let size = (1 + rng.below(REQUEST_COMMANDS_MAX) as usize).min(count - made);
+        let request = (0..size)
+            .map(|k| command(&mut rng, (made + k) as u64))
+            .collect();
+        all.push(request);
+        made += size;
+    }
+    all
+}
+
+/// The reference's outcome of each command, in order.
+fn expected(requests: &[Vec<BookCommand>]) -> Vec<Outcome<BookOutput, BookError>> {
+    let mut reference = Reference::default();
+    let outcomes = requests.iter().flatten().map(|c| match reference.run(c) {
+        Ok(output) => Outcome::Done(output),
+        Err(error) => Outcome::Failed(error),
+    });
+    outcomes.collect()
+}
+
+/// Proves the handler's outcome of every command of a 12,000-command stream equals the
+/// reference book's, fills, cancels, refusals and reads alike.
+#[test]
+fn outcomes_match_the_reference_book() {
+    let requests = requests(7, 12_000);
+    let mut sandbox = Sandbox::new(OrderBook, 1 << 30);
+    let mut outcomes = Vec::new();
+    for request in &requests {
+        outcomes.extend(sandbox.run(request).unwrap());
+    }
+    let expected = expected(&requests);
+    let first_wrong = outcomes.iter().zip(&expected).position(|(a, b)| a != b);
+    assert_eq!(first_wrong, None, "the handler and the reference differ");
+    assert_eq!(outcomes.len(), expected.len());
+    let fills = expected
+        .iter()
+        .filter(
+            |o| matches!(o, Outcome::Done(BookOutput::Placed { fills, .. }) if !fills.is_empty()),
+        )
+        .count();
+    let refused = expected
+        .iter()
+        .filter(|o| matches!(o, Outcome::Failed(_)))
+        .count();
+    assert!(
+        fills > 1_000 && refused > 100,
+        "the stream trades and refuses: {fills} {refused}"
+    );
+}
+
+/// Applies `requests` with `per_entry` requests in each entry; returns every reply's results
+/// and the final state hash.
+fn packed(requests: &[Vec<BookCommand>], per_entry: usize) -> (Vec<Vec<u8>>, engine::StateHash) {
+    let encoded: Vec<(Vec<u8>, u32)> = requests
+        .iter()
+        .map(|r| (encode_commands(r), r.len() as u32))
+        .collect();
+    let mut machine = StateMachine::new(OrderBook, 1 << 30);
+    let mut prev = EntryHash::default();
+    let mut results = Vec::new();
+    for (n, group) in encoded.chunks(per_entry).enumerate() {
+        let first = n * per_entry;
+        let group: Vec<Request<'_>> = (first..)
+            .zip(group)
+            .map(|(k, (bytes, count))| Request {
+                client: ClientId(1),
+                number: RequestNumber(k as u64 + 1),
+                command_count: *count,
+                commands: bytes,
+            })
+            .collect();
+        let entry = whole_requests_entry(EntryIndex(n as u64 + 1), Term(1), &prev, 7, &group);
+        prev = entry.header.hash;
+        for reply in machine.apply(&entry).unwrap().replies {
+            let ReplyStatus::Results(bytes) = reply.status else {
+                panic!("{:?}", reply.status)
+            };
+            results.push(bytes);
+        }
+    }
+    (results, machine.state_hash())
+}
+
+/// Proves one request per entry (16 commands at most) and 64 per entry (1,024 at most) give
+/// identical results and an identical state hash.
+#[test]
+fn packing_does_not_change_results_or_hash() {
+    let requests = requests(11, 20_000);
+    let (one, hash_one) = packed(&requests, 1);
+    let (many, hash_many) = packed(&requests, 1024 / REQUEST_COMMANDS_MAX as usize);
+    assert!(one == many, "per-request results differ between packings");
+    assert_eq!(hash_one, hash_many);
+    let (_, other) = packed(&self::requests(12, 20_000), 1);
+    assert_ne!(hash_one, other, "another stream gives another state");
+}
+
+/// Sends `requests` through one client; returns every outcome.
+async fn send(
+    client: &mut Client,
+    requests: &[Vec<BookCommand>],
+) -> Vec<Outcome<BookOutput, BookError>> {
+    let mut outcomes = Vec::new();
+    for request in requests {
+        outcomes.extend(client.submit::<OrderBook>(request).await.unwrap());
+    }
+    outcomes
+}
+
+/// Proves a three-node cluster in Verify and in Performance mode answers every command as the
+/// reference book does (so both modes answer alike), and its replicas converge.
+#[test]
+fn both_modes_on_three_nodes_answer_as_the_reference() {
+    let requests = requests(13, 3_000);
+    let expected = expected(&requests);
+    for mode in [Mode::Verify, Mode::Performance] {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = LocalCluster::start(dir.path(), 3, OrderBook, |c| c.mode = mode).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let leader = cluster.wait_for_leader(Duration::from_secs(20)).await;
+            assert!(leader.is_some(), "{mode:?}: no leader");
+            let mut client = Client::new(cluster.client_config(), ClientId(1), RequestNumber(1));
+            let outcomes = send(&mut client, &requests).await;
+            let first_wrong = outcomes.iter().zip(&expected).position(|(a, b)| a != b);
+            assert_eq!(
+                first_wrong, None,
+                "{mode:?}: the cluster and the reference differ"
+            );
+            assert_eq!(outcomes.len(), expected.len());
+            let statuses = cluster.statuses().await;
+            let commit = statuses
+                .iter()
+                .flatten()
+                .map(|s| s.commit_index)
+                .max()
+                .unwrap();
+            let converged = cluster
+                .wait_for_convergence(commit, Duration::from_secs(20))
+                .await;
+            assert!(
+                converged.is_some(),
+                "{mode:?}: the replicas did not converge"
+            );
+        });
+    }
+}
+
+/// This example's node binary, built for the test (a nested `cargo build`, into the target
+/// directory the tests run from).
+fn example_binary() -> std::path::PathBuf {
+    let built = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "-p",
+            "engine",
+            "--features",
+            "cli",
+            "--example",
+            "orderbook",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo runs");
+    assert!(built.success(), "the example builds");
+    let examples = std::env::current_exe().unwrap();
+    examples.parent().unwrap().join("orderbook")
+}
+
+/// Node processes of the example's binary, killed when dropped.
+struct Processes {
+    binary: std::path::PathBuf,
+    cluster: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    children: std::collections::BTreeMap<u8, std::process::Child>,
+}
+
+impl Processes {
+    fn start(&mut self, id: u8) {
+        let log = std::fs::File::create(self.dir.join(format!("node{id}.log"))).unwrap();
+        let child = std::process::Command::new(&self.binary)
+            .args(["node", "--cluster", self.cluster.to_str().unwrap()])
+            .args(["--id", &id.to_string()])
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.insert(id, child);
+    }
+
+    fn kill(&mut self, id: u8) {
+        let mut child = self.children.remove(&id).expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Runs the binary's `client` with one request per line of `requests`; returns each
+    /// request's outcomes as the command prints them.
+    fn client(&self, requests: &[Vec<BookCommand>]) -> Vec<serde_json::Value> {
+        use std::io::Write;
+        let mut child = std::process::Command::new(&self.binary)
+            .args(["client", "--cluster", self.cluster.to_str().unwrap()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        for request in requests {
+            writeln!(stdin, "{}", serde_json::to_string(request).unwrap()).unwrap();
+        }
+        drop(stdin);
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "the client command failed");
+        let lines = String::from_utf8(output.stdout).unwrap();
+        let answers: Vec<serde_json::Value> = lines
+            .lines()
+            .flat_map(|line| {
+                let outcomes: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
+                outcomes
+            })
+            .collect();
+        answers
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in self.children.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Polls every node's status until all three have applied the same entry with the same
+/// state hash.
+fn converged(config: &engine::client::ClientConfig) -> bool {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            let mut statuses = Vec::new();
+            for address in &config.nodes {
+                let timeout = Duration::from_millis(500);
+                if let Ok(s) = engine::client::node_status(config, *address, timeout).await {
+                    statuses.push((s.applied_index, s.state_hash, s.commit_index));
+                }
+            }
+            let same = statuses
+                .windows(2)
+                .all(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1);
+            if statuses.len() == 3 && same && statuses[0].0 == statuses[0].2 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    })
+}
+
+/// Proves the example's own binary runs a cluster: three `node` processes from one cluster
+/// file (written with `engine::node::ClusterFile`), driven by its `client` command (commands as
+/// JSON on standard input, outcomes as JSON), one node killed (SIGKILL) and restarted between
+/// batches; every outcome equals the reference book's, and the replicas converge.
+#[test]
+fn three_node_processes_driven_by_the_client_command() {
+    let binary = example_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let addresses = engine::node::local::free_loopback_addresses(3).unwrap();
+    let nodes = addresses
+        .iter()
+        .map(|a| engine::node::NodeEntry {
+            id: a.id.0,
+            peer_address: a.peer_address,
+            client_address: a.client_address,
+            data_dir: dir.path().join(format!("node{}", a.id)),
+        })
+        .collect();
+    let file = engine::node::ClusterFile::new("the order book's nodes share this", nodes);
+    let cluster = dir.path().join("cluster.toml");
+    file.write(&cluster).unwrap();
+    let mut processes = Processes {
+        binary,
+        cluster,
+        dir: dir.path().to_path_buf(),
+        children: Default::default(),
+    };
+    for id in 1..=3 {
+        processes.start(id);
+    }
+    let requests = requests(17, 1_500);
+    let expected: Vec<serde_json::Value> = expected(&requests)
+        .iter()
+        .map(engine::cli::outcome_json::<OrderBook>)
+        .collect();
+    let (first, rest) = requests.split_at(requests.len() / 3);
+    let (second, third) = rest.split_at(rest.len() / 2);
+    let mut answers = processes.client(first);
+    processes.kill(1);
+    answers.extend(processes.client(second));
+    processes.start(1);
+    answers.extend(processes.client(third));
+    let first_wrong = answers.iter().zip(&expected).position(|(a, b)| a != b);
+    assert_eq!(first_wrong, None, "the cluster and the reference differ");
+    assert_eq!(answers.len(), expected.len());
+    assert!(
+        converged(&file.client_config().unwrap()),
+        "the replicas did not converge"
+    );
+}

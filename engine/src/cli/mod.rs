@@ -1,0 +1,138 @@
+//! The command line of a node binary, for any handler: a handler author's `main` is one call,
+//! [`main`], and their binary has `node`, `status`, `check`, `client` and `recover`.
+//!
+//! ```no_run
+//! # use engine::codec::{Decode, Encode};
+//! # use engine::{Handler, Schema, StateError, Tx};
+//! # #[derive(Debug, Encode, Decode, serde::Serialize)]
+//! # #[bincode(crate = "engine::codec::bincode")]
+//! # struct Refused;
+//! # impl From<StateError> for Refused { fn from(_: StateError) -> Self { Refused } }
+//! # struct Counter;
+//! # impl Handler for Counter {
+//! #     type Command = u64; type Output = u64; type Error = Refused;
+//! #     fn schema(&self) -> Schema { Schema::new() }
+//! #     fn execute(&self, _: &mut Tx<'_>, c: &u64) -> Result<u64, Refused> { Ok(*c) }
+//! # }
+//! fn main() -> std::process::ExitCode {
+//!     engine::cli::main("A counter on three machines", || Counter)
+//! }
+//! ```
+//!
+//! `engine/examples/orderbook` is a whole one: a limit order book, its `main` that call.
+//!
+//! A binary with commands of its own (as `runner` has, for the Bank) puts [`Command`] in its
+//! own clap command line with `#[command(flatten)]` and calls [`Command::run`].
+
+mod check;
+mod client;
+mod node;
+mod recover;
+mod status;
+
+pub use check::{CheckArgs, check};
+pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
+pub use node::{NodeArgs, SnapshotOptions, node};
+pub use recover::{RecoverArgs, recover};
+pub use status::{StatusArgs, status};
+
+use crate::apply::Mode;
+use crate::handler::Handler;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::process::ExitCode;
+
+/// A handler the command line can drive: its commands read from JSON and its outcomes print
+/// as JSON (derive serde's `Deserialize` on the command type, `Serialize` on the output and
+/// error types). Every such handler is one.
+pub trait CliHandler:
+    Handler<Command: DeserializeOwned, Output: Serialize, Error: Serialize>
+{
+}
+
+impl<H> CliHandler for H where
+    H: Handler<Command: DeserializeOwned, Output: Serialize, Error: Serialize>
+{
+}
+
+/// The commands every node binary has.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// One node of a cluster described by a cluster file, until SIGINT or SIGTERM.
+    Node(NodeArgs),
+    /// Every node's role, term, commit and applied index, and state hash.
+    Status(StatusArgs),
+    /// Checks a cluster file: what each node would run with, or every error (exit 1).
+    Check(CheckArgs),
+    /// Commands as JSON, sent to the cluster; outcomes printed as JSON.
+    Client(ClientArgs),
+    /// What a start of a stopped node's data directory would do (or refuse), timed; writes
+    /// nothing.
+    Recover(RecoverArgs),
+}
+
+impl Command {
+    /// Runs the command with the handler `make` builds.
+    pub fn run<H: CliHandler>(self, make: impl Fn() -> H) -> anyhow::Result<()> {
+        match self {
+            Command::Node(args) => node(args, make()),
+            Command::Status(args) => status(args),
+            Command::Check(args) => check(args),
+            Command::Client(args) => client::<H>(args),
+            Command::Recover(args) => recover(args, make()),
+        }
+    }
+}
+
+/// The whole command line: [`Command`] under the binary's name.
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// A node binary's `main`: parses the command line (`about` is its one-line description),
+/// runs the command with the handler `make` builds, and on an error prints it on one line (its
+/// causes joined) and exits 1.
+pub fn main<H: CliHandler>(about: &'static str, make: impl Fn() -> H) -> ExitCode {
+    let name = std::env::args()
+        .next()
+        .and_then(|path| {
+            let name = std::path::Path::new(&path).file_name()?;
+            Some(name.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "node".into());
+    let matches = Cli::command().name(name).about(about).get_matches();
+    let command = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli.command,
+        Err(error) => error.exit(),
+    };
+    exit_code(command.run(make))
+}
+
+/// Exit 0, or print the error on one line and exit 1.
+pub fn exit_code(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A runtime for one command's client work.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// The mode's name, as the cluster file and `status` spell it.
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Verify => "verify",
+        Mode::Performance => "performance",
+    }
+}

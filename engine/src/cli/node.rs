@@ -1,0 +1,90 @@
+//! `node`: one node of a cluster, in its own process, until SIGINT or SIGTERM.
+
+use super::runtime;
+use crate::handler::Handler;
+use crate::node::ClusterFile;
+use anyhow::Context;
+use clap::Args;
+use std::path::PathBuf;
+
+/// Options of `node`.
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// The cluster file.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// This node's id in the cluster file.
+    #[arg(long)]
+    pub id: u8,
+    /// Snapshot options (over the cluster file's).
+    #[command(flatten)]
+    pub snapshots: SnapshotOptions,
+    /// Start empty and take the state from the leader: the data directory's log and
+    /// snapshots are moved to its quarantine/ folder (never deleted), and the node rejoins
+    /// without campaigning or voting for a shorter log until it holds the log it had. For a
+    /// node whose data cannot be used (a refused start says when).
+    #[arg(long)]
+    pub rebuild_from_leader: bool,
+}
+
+/// `--snapshot-every` and `--snapshot-retain-ms`.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct SnapshotOptions {
+    /// Entries between captures of the committed state for snapshots (0 turns snapshots off);
+    /// default 64, or the cluster file's.
+    #[arg(long)]
+    pub snapshot_every: Option<u64>,
+    /// Least milliseconds a persisted snapshot is kept before a newer one replaces it;
+    /// default 1,000, or the cluster file's.
+    #[arg(long)]
+    pub snapshot_retain_ms: Option<u64>,
+}
+
+impl SnapshotOptions {
+    /// Sets what was given on `config`.
+    pub fn apply(&self, config: &mut crate::node::NodeConfig) {
+        if let Some(every) = self.snapshot_every {
+            config.snapshot_every = every;
+        }
+        if let Some(retain) = self.snapshot_retain_ms {
+            config.snapshot_retain_ms = retain;
+        }
+    }
+}
+
+/// Runs one node until SIGINT or SIGTERM.
+pub fn node<H: Handler>(args: NodeArgs, handler: H) -> anyhow::Result<()> {
+    let file = ClusterFile::read(&args.cluster)?;
+    let mut config = file.node_config(args.id)?;
+    args.snapshots.apply(&mut config);
+    config.rebuild_from_leader = args.rebuild_from_leader;
+    let me = config
+        .nodes
+        .iter()
+        .find(|n| n.id == config.id)
+        .context("listed")?
+        .clone();
+    let data_dir = config.data_dir.clone();
+    // One line: the refusal itself names the file, the reason and the setting.
+    let mut handle = crate::node::start(config, handler).map_err(|error| {
+        anyhow::anyhow!("node {} of {}: {error}", args.id, args.cluster.display())
+    })?;
+    eprintln!(
+        "node {}: peers on {}, clients on {}, data in {}",
+        args.id,
+        me.peer_address,
+        me.client_address,
+        data_dir.display()
+    );
+    runtime()?.block_on(async {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = terminate.recv() => Ok(()),
+            reason = handle.failure() => Err(anyhow::anyhow!("node {}: {reason}", args.id)),
+        }
+    })?;
+    handle.stop();
+    Ok(())
+}
