@@ -1,0 +1,34 @@
+//! The README's "Run your handler on three machines" stays true: the `src/main.rs` it shows is
+//! `engine/examples/theatre.rs` (which cargo builds with the tests), and the cluster file it
+//! shows parses and passes every check.
+
+use engine::node::ClusterFile;
+
+const README: &str = include_str!("../../README.md");
+const THEATRE: &str = include_str!("../examples/theatre.rs");
+
+/// The body of the README's first code block of `kind` that contains `needle`.
+fn block<'a>(kind: &str, needle: &str) -> &'a str {
+    let fence = format!("```{kind}\n");
+    README
+        .split(fence.as_str())
+        .skip(1)
+        .map(|rest| &rest[..rest.find("```").expect("a closed block")])
+        .find(|body| body.contains(needle))
+        .unwrap_or_else(|| panic!("no {kind} block with {needle:?} in the README"))
+}
+
+/// Proves the README shows the theatre example's file as it is.
+#[test]
+fn the_readme_main_is_the_theatre_example() {
+    assert_eq!(block("rust,no_run", "engine::cli::main"), THEATRE);
+}
+
+/// Proves the README's cluster file is valid as it stands.
+#[test]
+fn the_readme_cluster_file_is_valid() {
+    let text = block("toml", "/dev/shm/theatre/node1");
+    let file = ClusterFile::from_toml(text).unwrap();
+    assert_eq!(file.errors(), Vec::<String>::new());
+    assert_eq!(file.nodes.len(), 3);
+}
