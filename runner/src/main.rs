@@ -19,22 +19,12 @@
 //!   writing nothing.
 //! - `runner check --cluster FILE`: what each node would run with, or every error in the file.
 
-mod bench;
-mod chaos;
-mod commands;
-mod delay_line;
-mod emulate;
-mod faults;
-mod hostile;
-#[allow(dead_code)] // until `runner chaos` checks its histories with it
-mod linearize;
-mod matrix;
-mod partition;
-mod proxy;
-mod report;
-mod sim;
-mod sim_oracle;
-mod single;
+mod harness;
+mod notes;
+mod product;
+
+use harness::{chaos, emulate, hostile, partition, sim};
+use product::{commands, single};
 
 use bank::Bank;
 use clap::{Parser, Subcommand};

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 /// Seconds of each throughput window in the test suite.
 const CI_WINDOW_SECONDS: &str = "6";
-/// Seconds of garbage in the test suite (`--garbage-seconds 60` is the long run, recorded in
+/// Seconds of garbage in the test suite (`--garbage-duration 60` is the long run, recorded in
 /// notes/reliability.md).
 const CI_GARBAGE_SECONDS: &str = "10";
 
@@ -20,8 +20,8 @@ fn hostile_clients_get_their_errors_and_cost_little() {
     let json = dir.path().join("hostile.json");
     // The child writes to the real stdout, so that its table shows in the CI log.
     let status = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["hostile", "--seed", "7", "--seconds", CI_WINDOW_SECONDS])
-        .args(["--garbage-seconds", CI_GARBAGE_SECONDS, "--json"])
+        .args(["hostile", "--seed", "7", "--duration", CI_WINDOW_SECONDS])
+        .args(["--garbage-duration", CI_GARBAGE_SECONDS, "--json"])
         .arg(&json)
         .arg("--dir")
         .arg(dir.path())

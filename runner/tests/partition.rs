@@ -13,7 +13,7 @@ fn every_partition_scenario_keeps_the_majority_committing() {
     let seconds = CI_PARTITION_SECONDS.to_string();
     let summary = common::run_json(
         dir.path(),
-        &["partition", "--seconds", &seconds, "--seed", "11"],
+        &["partition", "--duration", &seconds, "--seed", "11"],
     );
     assert_eq!(summary["violations"], 0, "{summary}");
     let scenarios = summary["scenarios"].as_array().unwrap();

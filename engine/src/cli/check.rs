@@ -13,39 +13,23 @@ pub struct CheckArgs {
     /// The cluster file.
     #[arg(long)]
     pub cluster: PathBuf,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
+    /// table), as the commands that run for a while do.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
+    pub json: Option<PathBuf>,
 }
 
 /// Checks the file; prints the nodes' settings, or every error and exits 1.
 pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let file = ClusterFile::parse(&args.cluster)?;
     let errors = file.errors();
-    if args.json {
-        let nodes: Vec<_> = file
-            .nodes
-            .iter()
-            .map(|n| {
-                json!({
-                    "id": n.id,
-                    "peer_address": n.peer_address.to_string(),
-                    "client_address": n.client_address.to_string(),
-                    "data_dir": n.data_dir.display().to_string(),
-                })
-            })
-            .collect();
-        let value = json!({
-            "file": args.cluster.display().to_string(),
-            "valid": errors.is_empty(),
-            "errors": errors,
-            "nodes": nodes,
-            "settings": settings(&file).into_iter().collect::<serde_json::Map<_, _>>(),
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-    } else if errors.is_empty() {
+    let printed = match &args.json {
+        Some(target) => super::emit_json(target, &as_json(&args.cluster, &file, &errors))?,
+        None => false,
+    };
+    if !printed && errors.is_empty() {
         print_nodes(&file);
-    } else {
+    } else if !printed {
         for error in &errors {
             println!("error: {error}");
         }
@@ -54,6 +38,29 @@ pub fn check(args: CheckArgs) -> anyhow::Result<()> {
         bail!("{}: {} error(s)", args.cluster.display(), errors.len());
     }
     Ok(())
+}
+
+/// The file's nodes, settings and errors, for programs.
+fn as_json(path: &std::path::Path, file: &ClusterFile, errors: &[String]) -> serde_json::Value {
+    let nodes: Vec<_> = file
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "id": n.id,
+                "peer_address": n.peer_address.to_string(),
+                "client_address": n.client_address.to_string(),
+                "data_dir": n.data_dir.display().to_string(),
+            })
+        })
+        .collect();
+    json!({
+        "file": path.display().to_string(),
+        "valid": errors.is_empty(),
+        "errors": errors,
+        "nodes": nodes,
+        "settings": settings(file).into_iter().collect::<serde_json::Map<_, _>>(),
+    })
 }
 
 fn print_nodes(file: &ClusterFile) {
@@ -105,4 +112,51 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
     .into_iter()
     .map(|(key, value)| (key.to_string(), value))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::NodeEntry;
+
+    /// Proves `check --json FILE` writes the verdict to FILE, and a file with an error is
+    /// refused with the error in the JSON.
+    #[test]
+    fn check_writes_its_json_to_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = |id: u8| NodeEntry {
+            id,
+            peer_address: format!("127.0.0.1:{}", 7100 + u16::from(id))
+                .parse()
+                .unwrap(),
+            client_address: format!("127.0.0.1:{}", 8100 + u16::from(id))
+                .parse()
+                .unwrap(),
+            data_dir: dir.path().join(format!("node{id}")),
+        };
+        let mut file = ClusterFile::new("sixteen bytes at least", (1..=3).map(node).collect());
+        let (cluster, json) = (
+            dir.path().join("cluster.toml"),
+            dir.path().join("check.json"),
+        );
+        file.write(&cluster).unwrap();
+        let args = |json: &std::path::Path| CheckArgs {
+            cluster: cluster.clone(),
+            json: Some(json.to_path_buf()),
+        };
+        check(args(&json)).unwrap();
+        let value: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(value["valid"], true);
+        file.tick_ms = 0;
+        file.write(&cluster).unwrap();
+        assert!(check(args(&json)).is_err());
+        let value: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(value["valid"], false);
+        assert!(
+            value["errors"][0].as_str().unwrap().contains("tick_ms"),
+            "{value}"
+        );
+    }
 }

@@ -122,6 +122,22 @@ pub fn exit_code(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// The `--json` value that means standard output (`--json` given without a file).
+pub const JSON_STDOUT: &str = "-";
+
+/// Writes `value` where `--json` said: to standard output (true: the table is not printed) or
+/// to a file (false).
+fn emit_json(target: &std::path::Path, value: &serde_json::Value) -> anyhow::Result<bool> {
+    let text = serde_json::to_string_pretty(value)?;
+    if target == std::path::Path::new(JSON_STDOUT) {
+        println!("{text}");
+        return Ok(true);
+    }
+    std::fs::write(target, text + "\n")
+        .map_err(|error| anyhow::anyhow!("writing {}: {error}", target.display()))?;
+    Ok(false)
+}
+
 /// A runtime for one command's client work.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()

@@ -29,9 +29,10 @@ pub struct RecoverArgs {
     /// State capacity, in bytes (default: the cluster file's, or 2 GiB).
     #[arg(long)]
     pub capacity_bytes: Option<u64>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
+    /// table), as the commands that run for a while do.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
+    pub json: Option<PathBuf>,
 }
 
 /// Where and how to recover, from the arguments.
@@ -76,12 +77,11 @@ pub fn recover<H: Handler>(args: RecoverArgs, handler: H) -> anyhow::Result<()> 
         Err(error) => error.to_string(),
     };
     let inspected = inspect(&dir, handler, &options);
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&as_json(&dir, &identity, &inspected))?
-        );
-    } else {
+    let json = match &args.json {
+        Some(target) => super::emit_json(target, &as_json(&dir, &identity, &inspected))?,
+        None => false,
+    };
+    if !json {
         print_table(&identity, &inspected, options.owner);
     }
     if inspected.is_err() {

@@ -14,9 +14,10 @@ pub struct StatusArgs {
     /// The cluster file.
     #[arg(long)]
     pub cluster: PathBuf,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
+    /// table), as the commands that run for a while do.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
+    pub json: Option<PathBuf>,
 }
 
 /// Prints every node's role, term, indexes and state hash.
@@ -31,7 +32,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         }
         statuses
     });
-    if args.json {
+    if let Some(target) = &args.json {
         let nodes: Vec<Value> = statuses
             .iter()
             .map(|(id, status)| match status {
@@ -56,11 +57,9 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
                 Err(error) => json!({ "id": id, "reachable": false, "error": error.to_string() }),
             })
             .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "nodes": nodes }))?
-        );
-        return Ok(());
+        if super::emit_json(target, &json!({ "nodes": nodes }))? {
+            return Ok(());
+        }
     }
     println!(
         "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} notes",

@@ -3,13 +3,13 @@
 //!
 //! Both modes x {256, 1,024} commands per request x {1, 8} requests in flight, on tmpfs and on
 //! a disk, 2,000,000 accounts, snapshots on (every 64 entries, kept 1,000 ms), two runs of
-//! `--matrix-seconds` each; then, on tmpfs, a sweep of commands per request (16, 64, 256,
+//! `--matrix-duration` each; then, on tmpfs, a sweep of commands per request (16, 64, 256,
 //! 1,024; Performance mode, one in flight) and a contended mix in the shape of a well-known
 //! ledger benchmark (2,000 accounts, half single-account reads, half transfers).
 
-use crate::bench::{self, BenchOptions};
-use crate::commands::LocalArgs;
-use crate::report::Run;
+use crate::product::bench::{self, BenchOptions};
+use crate::product::commands::LocalArgs;
+use crate::product::report::Run;
 use anyhow::{Context, anyhow};
 use bank::Bank;
 use engine::Mode;
@@ -46,8 +46,8 @@ pub struct MatrixOptions {
     #[arg(long)]
     pub matrix: bool,
     /// Seconds per run in the matrix (the reference ran 60).
-    #[arg(long, default_value_t = 60.0)]
-    pub matrix_seconds: f64,
+    #[arg(long, default_value_t = 60.0, alias = "matrix-seconds")]
+    pub matrix_duration: f64,
     /// A directory on a disk for the disk half of the matrix (default ./target/matrix-data).
     #[arg(long)]
     pub disk_dir: Option<PathBuf>,
@@ -94,7 +94,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
     }
     let machine = machine();
     let date = today();
-    let markdown = markdown(&measured, options.matrix_seconds, &machine, &date);
+    let markdown = markdown(&measured, options.matrix_duration, &machine, &date);
     write_section(&options.notes.join("benchmarks.md"), &markdown)?;
     let plots = options.notes.join("plots");
     std::fs::create_dir_all(&plots)?;
@@ -123,7 +123,7 @@ fn on_storage(
         args.snapshots.apply(config);
     })?;
     let config = cluster.client_config();
-    let seconds = args.matrix.matrix_seconds;
+    let seconds = args.matrix.matrix_duration;
     let options = |batch, inflight, accounts, reads| BenchOptions {
         accounts,
         batch,
@@ -337,7 +337,7 @@ fn markdown(measured: &[Measured], seconds: f64, machine: &str, date: &str) -> S
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "`cargo run --release -p runner -- local --matrix --matrix-seconds {seconds}` on {machine}: three \
+        "`cargo run --release -p runner -- local --matrix --matrix-duration {seconds}` on {machine}: three \
          nodes in one process over loopback TCP, {MATRIX_ACCOUNTS} prefilled accounts, snapshots every 64 \
          entries kept 1,000 ms, {MATRIX_RUNS} runs of {seconds} s per configuration after 1 s of warm-up. \
          CPU seconds are the whole process's (three nodes and the client) per million completed \

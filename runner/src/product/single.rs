@@ -1,6 +1,6 @@
 //! The single-node job: the Bank on one node with its WAL, prefilled, then timed transfers.
 
-use crate::report::{self, LatencyMs, Run};
+use crate::product::report::{self, LatencyMs, Run};
 use anyhow::{Context, bail};
 use bank::workload::{PREFILL_BALANCE, Transfers, open_command};
 use bank::{Bank, BankCommand, BankOutput};
@@ -170,7 +170,7 @@ fn measure(
         "transfers",
     );
     let started = Instant::now();
-    let cpu_before = crate::bench::process_cpu_seconds();
+    let cpu_before = crate::product::bench::process_cpu_seconds();
     let mut completed = 0u64;
     let mut failed = 0u64;
     let mut batch = Vec::with_capacity(args.batch as usize);
@@ -200,7 +200,7 @@ fn measure(
         commands: completed,
         seconds,
         commands_per_s: completed as f64 / seconds,
-        cpu_s_per_million: (crate::bench::process_cpu_seconds() - cpu_before)
+        cpu_s_per_million: (crate::product::bench::process_cpu_seconds() - cpu_before)
             / (completed.max(1) as f64 / 1e6),
         reads_percent: 0,
         latency_ms: LatencyMs::from_us(&latency),

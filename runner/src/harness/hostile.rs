@@ -7,7 +7,7 @@
 //! against the clients' model, the replicas' state hashes and their WALs are checked: nothing
 //! but the valid commands changed anything.
 
-use crate::faults::{
+use crate::harness::faults::{
     Addresses, CLUSTER_ID, FAULT_COMMANDS_PER_REQUEST, FaultArgs, Findings, Processes, Workload,
     check_accounts, compare_wals, converge, seed_or_clock, write_cluster_files,
 };
@@ -55,11 +55,11 @@ const HOSTILE_CLIENT_BASE: u64 = 500_000;
 #[derive(clap::Args, Debug)]
 pub struct HostileArgs {
     /// Seconds of each throughput window (alone, under attack, alone again).
-    #[arg(long, default_value_t = 10)]
-    seconds: u64,
+    #[arg(long, default_value_t = 10, alias = "seconds")]
+    duration: u64,
     /// Seconds node 1 is fed garbage while its memory is watched.
-    #[arg(long, default_value_t = 60)]
-    garbage_seconds: u64,
+    #[arg(long, default_value_t = 60, alias = "garbage-seconds")]
+    garbage_duration: u64,
     /// Connections that trickle one byte every two seconds.
     #[arg(long, default_value_t = 500)]
     trickle: usize,
@@ -83,9 +83,9 @@ pub fn run(args: HostileArgs) -> anyhow::Result<()> {
     let dir = run_dir.path().to_path_buf();
     eprintln!(
         "hostile: windows of {} s, {} trickling connections, {} s of garbage, seed {seed}, in {}",
-        args.seconds,
+        args.duration,
         args.trickle,
-        args.garbage_seconds,
+        args.garbage_duration,
         dir.display()
     );
     let addresses = Addresses::free()?;
@@ -162,7 +162,7 @@ async fn suite(
     findings: &RefCell<Findings>,
 ) -> anyhow::Result<Report> {
     let mut workload = Workload::start(config, args.common.clients, seed).await?;
-    let window = Duration::from_secs(args.seconds);
+    let window = Duration::from_secs(args.duration);
     let alone = throughput(&workload, window).await;
     eprintln!("  alone: {alone:.0} commands/s");
     if let Some(pid) = processes.pid(1) {
@@ -843,7 +843,7 @@ async fn garbage(
     let mut connections = 0u64;
     let interval = Duration::from_micros(1_000_000 / GARBAGE_CONNECTIONS_PER_SECOND);
     let warmup_end = Instant::now() + Duration::from_secs(GARBAGE_WARMUP_SECS);
-    let end = warmup_end + Duration::from_secs(args.garbage_seconds);
+    let end = warmup_end + Duration::from_secs(args.garbage_duration);
     let mut before_kib = None;
     let mut peak_kib = 0;
     let mut last_report = Instant::now();
@@ -904,7 +904,7 @@ async fn garbage(
     let after_kib = resident_kib(pid)?;
     let before_kib = before_kib.unwrap_or(after_kib);
     Ok(Memory {
-        seconds: args.garbage_seconds,
+        seconds: args.garbage_duration,
         before_kib,
         after_kib,
         peak_kib: peak_kib.max(after_kib),

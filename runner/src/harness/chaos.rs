@@ -15,7 +15,7 @@
 //!   in an order consistent with real time (`linearize::check`); the first window that does
 //!   not is reported.
 
-use crate::faults::{
+use crate::harness::faults::{
     Addresses, FaultArgs, Findings, Processes, Rejoin, Workload, check_accounts, compare_wals,
     converge, leader_of, seed_or_clock, statuses, watch, write_cluster_files,
 };

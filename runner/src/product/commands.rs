@@ -1,6 +1,6 @@
 //! `runner client` (the Bank's commands, typed) and `runner local`.
 
-use crate::bench::{self, BenchOptions};
+use crate::product::bench::{self, BenchOptions};
 use anyhow::{Context, bail};
 use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
 use clap::{Args, Subcommand};
@@ -179,7 +179,7 @@ pub struct LocalArgs {
     pub bench: BenchOptions,
     /// The benchmark matrix.
     #[command(flatten)]
-    pub matrix: crate::matrix::MatrixOptions,
+    pub matrix: crate::notes::matrix::MatrixOptions,
 }
 
 /// `--mode` values.
@@ -207,7 +207,7 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
         bail!("--entry-commands must lie in {range:?}");
     }
     if args.matrix.matrix {
-        return crate::matrix::run(&args);
+        return crate::notes::matrix::run(&args);
     }
     let dir = crate::run_dir(args.dir.clone())?;
     let modes: Vec<Option<Mode>> = match args.mode {

@@ -1,7 +1,7 @@
 //! The load client: prefill accounts (or reuse them), then timed runs of random transfers with
 //! N requests in flight, then an audit and a check that every replica has the same state hash.
 
-use crate::report::{self, LatencyMs, Run, StageAverages};
+use crate::product::report::{self, LatencyMs, Run, StageAverages};
 use anyhow::{Context, bail};
 use bank::workload::{PREFILL_BALANCE, Transfers, account_id, open_command};
 use bank::{Bank, BankCommand, BankError, BankOutput};

@@ -8,11 +8,11 @@
 //! delays to each request, and the expected throughput is the 0 us run's scaled by its latency
 //! over that latency plus the two delays.
 
-use crate::bench::{self, BenchOptions};
-use crate::commands::ModeArg;
-use crate::delay_line::{DelayLines, DelayRange};
-use crate::faults::{Addresses, Processes, leader_of, statuses, write_cluster_files};
-use crate::report::Run;
+use crate::harness::delay_line::{DelayLines, DelayRange};
+use crate::harness::faults::{Addresses, Processes, leader_of, statuses, write_cluster_files};
+use crate::product::bench::{self, BenchOptions};
+use crate::product::commands::ModeArg;
+use crate::product::report::Run;
 use anyhow::Context;
 use engine::Mode;
 use engine::client::ClientConfig;

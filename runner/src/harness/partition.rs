@@ -4,11 +4,11 @@
 //! committing and that an isolated leader steps down, heals, and checks I1-I7 as
 //! `runner chaos` does.
 
-use crate::faults::{
+use crate::harness::faults::{
     Addresses, FaultArgs, Findings, Processes, Workload, check_accounts, compare_wals, converge,
     leader_of, seed_or_clock, statuses, watch, write_cluster_files,
 };
-use crate::proxy::{LinkMode, Proxy};
+use crate::harness::proxy::{LinkMode, Proxy};
 use engine::client::ClientConfig;
 use engine::rng::Rng;
 use net::message::Role;
@@ -99,8 +99,8 @@ pub struct PartitionArgs {
     #[arg(long, value_enum)]
     scenario: Option<Scenario>,
     /// Seconds each partition lasts (flapping runs four times as long).
-    #[arg(long, default_value_t = 5)]
-    seconds: u64,
+    #[arg(long, default_value_t = 5, alias = "seconds")]
+    duration: u64,
     /// `--json FILE` gets `{"scenarios": [...], "violations": V}`.
     #[command(flatten)]
     common: FaultArgs,
@@ -130,7 +130,7 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
     eprintln!(
         "partitions: {} scenarios of {} s, seed {seed}",
         scenarios.len(),
-        args.seconds
+        args.duration
     );
     let mut outcomes = Vec::new();
     for scenario in scenarios {
@@ -195,7 +195,7 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
             .collect();
         let json = serde_json::json!({
             "seed": seed,
-            "seconds": args.seconds,
+            "seconds": args.duration,
             "scenarios": scenarios,
             "violations": violations,
         });
@@ -260,7 +260,7 @@ async fn partitioned(
     let followers: Vec<u8> = (1..=3).filter(|&n| n != leader).collect();
     let mut violations = Vec::new();
     let cut_at = Instant::now();
-    let length = Duration::from_secs(args.seconds);
+    let length = Duration::from_secs(args.duration);
     let mut stepped_down_ms = None;
     let mut latency = None;
     let acknowledged_during;
@@ -370,7 +370,7 @@ async fn partitioned(
 /// Waits until node `id` answers and has applied what the cluster had committed when it
 /// restarted (under load a slow follower may stay behind after that: the others commit).
 async fn wait_caught_up(config: &ClientConfig, id: u8) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(crate::faults::SETTLE_SECS);
+    let deadline = Instant::now() + Duration::from_secs(crate::harness::faults::SETTLE_SECS);
     let commit = statuses(config).await.iter().map(|s| s.commit_index).max();
     loop {
         let all = statuses(config).await;
@@ -393,7 +393,7 @@ fn isolate(proxy: &Proxy, node: u8, mode: LinkMode) {
 }
 
 async fn wait_for_leader(config: &ClientConfig) -> anyhow::Result<u8> {
-    let deadline = Instant::now() + Duration::from_secs(crate::faults::SETTLE_SECS);
+    let deadline = Instant::now() + Duration::from_secs(crate::harness::faults::SETTLE_SECS);
     loop {
         if let Some(leader) = leader_of(&statuses(config).await) {
             return Ok(leader);
