@@ -336,8 +336,8 @@ impl State {
 
     /// Undoes every change made since `mark`, and gives back the slots of growths it undid.
     pub(crate) fn rollback(&mut self, mark: TxMark) {
-        self.rollback_keeping_slots(mark);
-        self.give_back_slots();
+        let uncounted = self.undo_since(mark);
+        self.give_back_slots(uncounted);
     }
 
     /// Undoes every change made since `mark`, but keeps the slots of growths it undid (no
@@ -345,24 +345,33 @@ impl State {
     /// execution of the same commands, which grows the tables again (moving every record
     /// twice for nothing would also void a snapshot scan in progress).
     pub(crate) fn rollback_keeping_slots(&mut self, mark: TxMark) {
+        self.oversized_tables |= self.undo_since(mark);
+    }
+
+    /// Undoes every change made since `mark`; returns the tables whose growths it uncounted
+    /// (bit `t` for table `t`).
+    fn undo_since(&mut self, mark: TxMark) -> u64 {
         while self.undo_forgotten + self.undo.len() as u64 > mark.undo {
             let id = self.undo.pop_back().expect("longer than the mark");
             table_slot(&mut self.tables, id).undo_last();
         }
+        let mut uncounted = 0;
         while let Some(&growth) = self.growths.back().filter(|g| g.undo >= mark.undo) {
             self.growths.pop_back();
             table_slot(&mut self.tables, growth.table).uncount_growth(growth.slots_before);
-            self.oversized_tables |= 1 << growth.table.0;
+            uncounted |= 1 << growth.table.0;
         }
         self.hasher.truncate_to(mark.stream);
         self.bytes_used = mark.bytes_used;
+        uncounted
     }
 
-    /// Gives back the slots that rolled back growths left beyond the counted ones.
-    fn give_back_slots(&mut self) {
-        while self.oversized_tables != 0 {
-            let id = self.oversized_tables.trailing_zeros() as u16;
-            self.oversized_tables &= self.oversized_tables - 1;
+    /// Gives back the slots that uncounted growths left in the tables of `tables` (bit `t`
+    /// for table `t`).
+    fn give_back_slots(&mut self, mut tables: u64) {
+        while tables != 0 {
+            let id = tables.trailing_zeros() as u16;
+            tables &= tables - 1;
             table_slot(&mut self.tables, TableId(id)).give_back_slots();
         }
     }
@@ -410,7 +419,8 @@ impl State {
         self.undo_forgotten += self.undo.len() as u64;
         self.undo.clear();
         self.growths.clear();
-        self.give_back_slots();
+        let oversized = std::mem::take(&mut self.oversized_tables);
+        self.give_back_slots(oversized);
         self.hasher.absorb_pending();
         self.hasher.digest()
     }
