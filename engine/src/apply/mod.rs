@@ -447,12 +447,17 @@ impl<H: Handler> StateMachine<H> {
         if let Some(table) = snapshot.tables.iter().find(|t| !schema.declares(t.id)) {
             return Err(InstallError::UnknownTable { table: table.id.0 });
         }
-        // The slot arrays are allocated first, when the tables load: check them now. The whole
-        // account, records' heap bytes included, is checked once they are loaded.
+        // The slot arrays are allocated first, when the tables load: check them now (the whole
+        // account is checked again once they are loaded). A refusal names the whole account,
+        // records' heap bytes included, so that raising the capacity to it is enough.
         let slots = snapshot.tables.iter().map(|t| (t.id, t.slots));
-        let needed_bytes = State::install_array_bytes(&schema, slots);
+        let array_bytes = State::install_array_bytes(&schema, slots);
         let capacity_bytes = self.state.capacity_bytes();
-        if needed_bytes > capacity_bytes {
+        if array_bytes > capacity_bytes {
+            let records = snapshot.tables.iter();
+            let records = records.map(|t| (t.id, t.bytes.as_slice(), t.records));
+            let needed_bytes =
+                array_bytes.saturating_add(State::install_heap_bytes(&schema, records));
             return Err(InstallError::Capacity {
                 needed_bytes,
                 capacity_bytes,

@@ -35,7 +35,8 @@ pub enum StateError {
     /// The write would take the state past its configured capacity.
     #[error("state capacity exhausted: {needed_bytes} bytes needed, capacity {capacity_bytes}")]
     CapacityExhausted {
-        /// Bytes the state would hold after the write.
+        /// Bytes the state would hold for the write: after it, and when it grows a table, with
+        /// the old slot array beside the new one while the records move.
         needed_bytes: u64,
         /// The configured capacity.
         capacity_bytes: u64,
@@ -62,7 +63,8 @@ pub enum InstallError {
     /// The snapshot's state does not fit the configured capacity.
     #[error("it holds {needed_bytes} bytes of state, over the capacity of {capacity_bytes} bytes")]
     Capacity {
-        /// Bytes of state the snapshot holds, as the capacity account counts them.
+        /// Bytes of state the snapshot holds, as the capacity account counts them (slot arrays
+        /// and records' heap bytes).
         needed_bytes: u64,
         /// The configured capacity.
         capacity_bytes: u64,
@@ -258,6 +260,21 @@ impl State {
                 let slots = tables.clone().find(|(id, _)| *id == decl.id);
                 let slots = slots.map_or(slots::SLOTS_INITIAL as u64, |(_, slots)| slots);
                 array_bytes(decl.slot_bytes, slots)
+            })
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Heap bytes, in the capacity account, of the records of these tables (id, encoded
+    /// records, count) in a state of `schema`: decoded one at a time, nothing stored. Records
+    /// that do not decode count nothing (loading them reports why).
+    pub fn install_heap_bytes<'a>(
+        schema: &Schema,
+        tables: impl Iterator<Item = (TableId, &'a [u8], u64)>,
+    ) -> u64 {
+        tables
+            .filter_map(|(id, records, count)| {
+                let decl = schema.tables.iter().find(|decl| decl.id == id)?;
+                (decl.create)().heap_bytes_of(records, count)
             })
             .fold(0, u64::saturating_add)
     }

@@ -150,6 +150,9 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     fn scan_step(&mut self, slots: usize, out: &mut Vec<u8>) -> (ScanStep, u64);
     /// Abandons a scan in progress.
     fn end_scan(&mut self);
+    /// The heap bytes the account charges for `count` encoded `(key, record)` pairs, decoded
+    /// and dropped one at a time (none is stored); `None` when one does not decode.
+    fn heap_bytes_of(&self, records: &[u8], count: u64) -> Option<u64>;
     /// Fills an empty table of `slots` slots from `count` encoded `(key, record)` pairs;
     /// returns the heap bytes the account charges for them (see [`heap_bytes`]).
     fn load(&mut self, records: &[u8], count: u64, slots: u64) -> Result<u64, LoadError>;
@@ -267,6 +270,16 @@ impl<K: Key, R: Record> AnyTable for TypedTable<K, R> {
 
     fn allocated_bytes(&self) -> usize {
         self.map.allocated_bytes()
+    }
+
+    fn heap_bytes_of(&self, mut records: &[u8], count: u64) -> Option<u64> {
+        let mut bytes = 0;
+        for _ in 0..count {
+            let (_, used): ((K, R), usize) = crate::codec::decode_prefix(records).ok()?;
+            records = &records[used..];
+            bytes += heap_bytes(used, Self::INLINE_BYTES);
+        }
+        Some(bytes)
     }
 
     fn slot_bytes(&self) -> u64 {
