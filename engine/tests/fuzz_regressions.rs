@@ -15,8 +15,9 @@ fn snapshot_and_first_count() -> (Vec<u8>, usize) {
         machine.apply(&entry).unwrap();
     }
     let (meta, bytes) = machine.snapshot_file().unwrap();
-    // magic | meta | table count (u16) | table id (u16) | block: record count (u64) ...
-    let at = 8 + codec::encoded_len(&meta).unwrap() + 2 + 2;
+    // magic | meta | table count (u16) | table id (u16) | slot count (u64) | block: record
+    // count (u64) ...
+    let at = 8 + codec::encoded_len(&meta).unwrap() + 2 + 2 + 8;
     (bytes, at)
 }
 

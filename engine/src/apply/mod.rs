@@ -156,6 +156,8 @@ pub struct ApplyCounters {
 struct ScanState {
     meta: SnapshotMeta,
     sessions: Vec<(ClientId, Session)>,
+    /// Each table's committed slot count, in the schema's order.
+    slots: Vec<u64>,
     /// The schema's table being scanned (by order).
     table: usize,
     /// Its start is encoded.
@@ -352,6 +354,7 @@ impl<H: Handler> StateMachine<H> {
         let journals: Vec<&sessions::Journal> =
             self.speculations.iter().map(|s| s.journal()).collect();
         let sessions = self.sessions.committed(&journals);
+        let slots = self.state.committed_slots();
         let hasher = self.state.begin_scan();
         let meta = SnapshotMeta {
             index: self.applied,
@@ -363,6 +366,7 @@ impl<H: Handler> StateMachine<H> {
         self.scan = Some(ScanState {
             meta: meta.clone(),
             sessions,
+            slots,
             table: 0,
             in_table: false,
             head_written: false,
@@ -383,7 +387,7 @@ impl<H: Handler> StateMachine<H> {
         }
         if let Some(&id) = tables.get(scan.table) {
             if !scan.in_table {
-                snapshot::encode_table_start(id, out);
+                snapshot::encode_table_start(id, scan.slots[scan.table], out);
                 scan.in_table = true;
             }
             let state = &mut self.state;
@@ -458,20 +462,20 @@ impl<H: Handler> StateMachine<H> {
     /// it holds is in the handler's schema and its state fits the capacity.
     pub fn check_install(&self, snapshot: &Snapshot) -> Result<(), InstallError> {
         let schema = self.handler.schema();
-        if let Some((id, _, _)) = snapshot
-            .tables
-            .iter()
-            .find(|(id, _, _)| !schema.declares(*id))
-        {
-            return Err(InstallError::UnknownTable { table: id.0 });
+        if let Some(table) = snapshot.tables.iter().find(|t| !schema.declares(t.id)) {
+            return Err(InstallError::UnknownTable { table: table.id.0 });
         }
-        let needed_bytes = snapshot
-            .tables
-            .iter()
-            .map(|(_, count, records)| State::load_cost_bytes(records.len() as u64, *count))
-            .fold(0u64, u64::saturating_add);
+        // The slot arrays are allocated first, when the tables load: check them now (the whole
+        // account is checked again once they are loaded). A refusal names the whole account,
+        // records' heap bytes included, so that raising the capacity to it is enough.
+        let slots = snapshot.tables.iter().map(|t| (t.id, t.slots));
+        let array_bytes = State::install_array_bytes(&schema, slots);
         let capacity_bytes = self.state.capacity_bytes();
-        if needed_bytes > capacity_bytes {
+        if array_bytes > capacity_bytes {
+            let records = snapshot.tables.iter();
+            let records = records.map(|t| (t.id, t.bytes.as_slice(), t.records));
+            let needed_bytes =
+                array_bytes.saturating_add(State::install_heap_bytes(&schema, records));
             return Err(InstallError::Capacity {
                 needed_bytes,
                 capacity_bytes,
@@ -485,9 +489,10 @@ impl<H: Handler> StateMachine<H> {
     pub fn install(&mut self, snapshot: Snapshot) -> Result<(), InstallError> {
         self.check_install(&snapshot)?;
         let mut state = State::new(self.handler.schema(), self.state.capacity_bytes());
-        for (id, count, records) in &snapshot.tables {
-            state.load_table(*id, records, *count)?;
+        for table in &snapshot.tables {
+            state.load_table(table.id, &table.bytes, table.records, table.slots)?;
         }
+        state.check_capacity()?;
         state.restore_hasher(snapshot.meta.hasher.clone());
         let hash = state.hash();
         if hash != snapshot.meta.state_hash {

@@ -1,6 +1,8 @@
 //! The snapshot file: `magic | meta | table count | tables | sessions | blake3 digest of all
-//! before it`, where a table is `id | blocks | an empty block`, and a block is `record count |
-//! byte count | records` (a snapshot is written in blocks as a scan goes through the table).
+//! before it`, where a table is `id | slot count | blocks | an empty block`, and a block is
+//! `record count | byte count | records` (a snapshot is written in blocks as a scan goes
+//! through the table). The slot count is the table's as the capacity account counted it, so
+//! that a restored state's account is the writer's (version 3; version 2 had none).
 //! Written to a temporary name, fsynced, renamed, and the directory fsynced.
 
 use super::SnapshotMeta;
@@ -14,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
-/// Version 3: each session keeps its request's digest (version 2: expired marks).
+/// Version 3: each session keeps its request's digest, and each table its counted slot count
+/// (version 2: expired marks).
 const MAGIC: [u8; 8] = *b"SNAPv003";
 /// Bytes of the magic that name the format family (the rest name its version).
 const MAGIC_FAMILY_BYTES: usize = 4;
@@ -128,6 +131,11 @@ pub enum Part {
         /// Its position.
         position: u16,
     },
+    /// The slot count of this table.
+    SlotCount {
+        /// The table's id.
+        table: u16,
+    },
     /// A block header (record count and byte count) of this table.
     BlockHeader {
         /// The table's id.
@@ -143,6 +151,7 @@ impl std::fmt::Display for Part {
             Part::Meta => write!(f, "the meta"),
             Part::TableCount => write!(f, "the table count"),
             Part::TableId { position } => write!(f, "the id of table number {position}"),
+            Part::SlotCount { table } => write!(f, "the slot count of table {table}"),
             Part::BlockHeader { table } => write!(f, "a block header of table {table}"),
             Part::Sessions => write!(f, "the sessions"),
         }
@@ -166,12 +175,25 @@ impl ParseError {
 pub struct Snapshot {
     /// What it covers.
     pub meta: SnapshotMeta,
-    /// Each table's id, record count and encoded records.
-    pub tables: Vec<(TableId, u64, Vec<u8>)>,
+    /// Each table's slot count and records.
+    pub tables: Vec<SnapshotTable>,
     /// Every client session.
     pub sessions: Vec<(ClientId, Session)>,
     /// Bytes of the file.
     pub file_bytes: u64,
+}
+
+/// One table of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotTable {
+    /// The table's id.
+    pub id: TableId,
+    /// The slot count the capacity account charged the table for.
+    pub slots: u64,
+    /// The number of records.
+    pub records: u64,
+    /// The records, encoded as `(key, record)` pairs back to back.
+    pub bytes: Vec<u8>,
 }
 
 /// The path of the snapshot covering `index` in `dir`.
@@ -209,9 +231,9 @@ pub(crate) fn encode_head(meta: &SnapshotMeta, tables: usize, out: &mut Vec<u8>)
     codec::encode_into(&(tables as u16), out).expect("u16 encodes");
 }
 
-/// Appends the start of a table.
-pub(crate) fn encode_table_start(id: TableId, out: &mut Vec<u8>) {
-    codec::encode_into(&id.0, out).expect("u16 encodes");
+/// Appends the start of a table: its id and slot count.
+pub(crate) fn encode_table_start(id: TableId, slots: u64, out: &mut Vec<u8>) {
+    codec::encode_into(&(id.0, slots), out).expect("a table start encodes");
 }
 
 /// Appends a block of `records` records that `fill` encodes onto `out`; an empty block is left
@@ -321,11 +343,7 @@ fn check_head(bytes: &[u8]) -> Result<(), ParseError> {
 }
 
 /// What a snapshot's content decodes to: its meta, tables and sessions.
-type Content = (
-    SnapshotMeta,
-    Vec<(TableId, u64, Vec<u8>)>,
-    Vec<(ClientId, Session)>,
-);
+type Content = (SnapshotMeta, Vec<SnapshotTable>, Vec<(ClientId, Session)>);
 
 /// Decodes the content between the magic and the digest.
 fn parse_body(body: &[u8]) -> Result<Content, StructureError> {
@@ -335,9 +353,15 @@ fn parse_body(body: &[u8]) -> Result<Content, StructureError> {
     let mut tables = Vec::with_capacity(count as usize);
     for position in 0..count {
         let id: u16 = decode_part(body, &mut at, Part::TableId { position })?;
-        let (records, content, end) = parse_table(body, id, at)?;
+        let slots: u64 = decode_part(body, &mut at, Part::SlotCount { table: id })?;
+        let (records, bytes, end) = parse_table(body, id, at)?;
         at = end;
-        tables.push((TableId(id), records, content));
+        tables.push(SnapshotTable {
+            id: TableId(id),
+            slots,
+            records,
+            bytes,
+        });
     }
     let sessions: Vec<(ClientId, Session)> =
         codec::decode(&body[at..]).map_err(|e| decode_error(Part::Sessions, at, &e))?;
@@ -417,7 +441,7 @@ mod tests {
         };
         let mut out = Vec::new();
         encode_head(&meta, 1, &mut out);
-        encode_table_start(TableId(3), &mut out);
+        encode_table_start(TableId(3), 16, &mut out);
         out
     }
 

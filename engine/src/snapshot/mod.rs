@@ -12,8 +12,8 @@ mod writer;
 pub use priority::WRITER_NICENESS;
 
 pub use file::{
-    DIGEST_BYTES, ParseError, Part, SNAPSHOT_SUFFIX, Snapshot, SnapshotError, StructureError,
-    list_snapshots, parse_snapshot, read_snapshot, snapshot_path, write_snapshot,
+    DIGEST_BYTES, ParseError, Part, SNAPSHOT_SUFFIX, Snapshot, SnapshotError, SnapshotTable,
+    StructureError, list_snapshots, parse_snapshot, read_snapshot, snapshot_path, write_snapshot,
 };
 pub(crate) use file::{
     encode_block, encode_head, encode_sessions, encode_table_end, encode_table_start,

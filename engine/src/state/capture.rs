@@ -2,8 +2,9 @@
 //! is the table as it was when the scan began, minus the writes of speculations still
 //! pending), and loading a table back from a snapshot's records.
 
-use super::table::TypedTable;
-use super::{Key, RECORD_OVERHEAD_BYTES, Record};
+use super::slots::slots_hold;
+use super::table::{TypedTable, heap_bytes};
+use super::{Key, Record};
 use crate::codec;
 use rustc_hash::FxHashMap;
 use std::collections::TryReserveError;
@@ -11,6 +12,20 @@ use std::collections::TryReserveError;
 /// Why a table's records from a snapshot cannot be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
+    /// The table's slot count is not one a table holding its records can have.
+    #[error("{slots} slots cannot hold {records} records")]
+    SlotCount {
+        /// The slot count the snapshot gives.
+        slots: u64,
+        /// Records the snapshot says the table holds.
+        records: u64,
+    },
+    /// The table holds records already (the snapshot names it twice).
+    #[error("the table holds {records} records already")]
+    Loaded {
+        /// Records it holds.
+        records: u64,
+    },
     /// No memory for the records the snapshot says the table holds.
     #[error("no memory for {records} records: {source}")]
     Reserve {
@@ -73,25 +88,37 @@ impl<K: Key, R: Record> TypedTable<K, R> {
         self.map.begin_scan(fixes);
     }
 
-    /// Fills an empty table from `count` encoded `(key, record)` pairs; returns their cost in
-    /// the capacity account.
+    /// Fills an empty table of `slots` slots (what the table that wrote the snapshot had) from
+    /// `count` encoded `(key, record)` pairs; returns the heap bytes the capacity account
+    /// charges for them.
     pub(crate) fn load_records(
         &mut self,
         mut records: &[u8],
         count: u64,
+        slots: u64,
     ) -> Result<u64, LoadError> {
         let mut bytes = 0;
-        // The count is read from the file: reserve no more records than its bytes can hold
-        // (every record takes at least one), so that a wrong count costs an error, not
+        // The counts are read from the file: the slot count must hold the record count (and
+        // was checked against the capacity before), so that a wrong count costs an error, not
         // gigabytes (found by the snapshot_file fuzz target).
-        let reserve = count.min(records.len() as u64) as usize;
-        let total = self.map.len() + reserve;
+        if !slots_hold(slots, count) {
+            return Err(LoadError::SlotCount {
+                slots,
+                records: count,
+            });
+        }
+        if self.map.len() != 0 {
+            return Err(LoadError::Loaded {
+                records: self.map.len() as u64,
+            });
+        }
         self.map
-            .reserve(total)
+            .resize_to(slots as usize)
             .map_err(|source| LoadError::Reserve {
-                records: total as u64,
+                records: count,
                 source,
             })?;
+        self.counted_slots = slots;
         for record in 0..count {
             let ((key, value), used): ((K, R), usize) =
                 codec::decode_prefix(records).map_err(|e| LoadError::Decode {
@@ -100,7 +127,7 @@ impl<K: Key, R: Record> TypedTable<K, R> {
                     reason: e.to_string(),
                 })?;
             records = &records[used..];
-            bytes += used as u64 + RECORD_OVERHEAD_BYTES;
+            bytes += heap_bytes(used, Self::INLINE_BYTES);
             let replaced = self
                 .map
                 .insert(key, value)
@@ -130,6 +157,7 @@ mod tests {
             map: Slots::new(),
             undo: VecDeque::new(),
             removals_final: 0,
+            counted_slots: 16,
         }
     }
 
@@ -141,22 +169,23 @@ mod tests {
         out
     }
 
-    /// Proves records that repeat a key, leave bytes over or stop short are refused, each as
-    /// its own variant with the record's position, and that sound records load.
+    /// Proves records that repeat a key, leave bytes over, stop short or do not fit the slot
+    /// count are refused, each as its own variant, and that sound records load into the slot
+    /// count given.
     #[test]
     fn records_that_do_not_load_say_which_and_why() {
         let twice = records(&[(1, 10), (1, 11)]);
-        let error = table().load_records(&twice, 2).unwrap_err();
+        let error = table().load_records(&twice, 2, 16).unwrap_err();
         assert_eq!(error, LoadError::DuplicateKey { record: 1 });
         assert!(error.to_string().contains("a key appears twice"), "{error}");
 
         let over = records(&[(1, 10), (2, 20)]);
-        let error = table().load_records(&over, 1).unwrap_err();
+        let error = table().load_records(&over, 1, 16).unwrap_err();
         assert_eq!(error, LoadError::TrailingBytes { bytes: 16 });
         assert_eq!(error.to_string(), "16 bytes after the last record");
 
         let short = records(&[(1, 10)]);
-        let error = table().load_records(&short, 2).unwrap_err();
+        let error = table().load_records(&short, 2, 16).unwrap_err();
         assert!(
             matches!(
                 error,
@@ -169,8 +198,18 @@ mod tests {
             "{error:?}"
         );
 
+        let error = table().load_records(&over, 13, 16).unwrap_err();
+        assert_eq!(
+            error,
+            LoadError::SlotCount {
+                slots: 16,
+                records: 13
+            }
+        );
+
         let mut sound = table();
-        let cost = sound.load_records(&over, 2).unwrap();
-        assert_eq!(cost, over.len() as u64 + 2 * RECORD_OVERHEAD_BYTES);
+        let heap = sound.load_records(&over, 2, 32).unwrap();
+        assert_eq!(heap, 0, "integers live in their slots");
+        assert_eq!(sound.map.slot_count(), 32);
     }
 }

@@ -7,6 +7,8 @@ mod memory;
 mod slots;
 pub(crate) use slots::ScanStep;
 mod table;
+#[cfg(test)]
+mod tests;
 mod tx;
 
 pub use capture::LoadError;
@@ -17,11 +19,8 @@ pub use tx::{Prefetch, Tx};
 use crate::codec::{self, Encode};
 use std::any::Any;
 use std::collections::VecDeque;
-use table::{AnyTable, TypedTable};
+use table::{AnyTable, TypedTable, heap_bytes};
 
-/// The bytes every record costs beyond its encoded key and record, in the capacity account
-/// (about what a slot and its share of free slots cost in memory).
-pub const RECORD_OVERHEAD_BYTES: u64 = 32;
 /// The capacity of a node's state when none is configured: 2 GiB, as in the reference setup.
 pub const STATE_BYTES_DEFAULT: u64 = 2 << 30;
 
@@ -36,7 +35,8 @@ pub enum StateError {
     /// The write would take the state past its configured capacity.
     #[error("state capacity exhausted: {needed_bytes} bytes needed, capacity {capacity_bytes}")]
     CapacityExhausted {
-        /// Bytes the state would hold after the write.
+        /// Bytes the state would hold for the write: after it, and when it grows a table, with
+        /// the old slot array beside the new one while the records move.
         needed_bytes: u64,
         /// The configured capacity.
         capacity_bytes: u64,
@@ -63,7 +63,8 @@ pub enum InstallError {
     /// The snapshot's state does not fit the configured capacity.
     #[error("it holds {needed_bytes} bytes of state, over the capacity of {capacity_bytes} bytes")]
     Capacity {
-        /// Bytes of state the snapshot holds, as the capacity account counts them.
+        /// Bytes of state the snapshot holds, as the capacity account counts them (slot arrays
+        /// and records' heap bytes).
         needed_bytes: u64,
         /// The configured capacity.
         capacity_bytes: u64,
@@ -97,7 +98,23 @@ pub(crate) struct TxMark {
     undo: u64,
 }
 
+/// A table's growth not yet final: rolling back past it charges the table for its old slot
+/// count again (and gives the extra slots back).
+#[derive(Clone, Copy, Debug)]
+struct Growth {
+    /// The absolute position of the undo record of the write that grew the table.
+    undo: u64,
+    table: TableId,
+    /// The slot count before the growth.
+    slots_before: u64,
+}
+
 /// The replicated state of one node.
+///
+/// The capacity account (`bytes_used`) counts what the tables hold: every table's slot array
+/// (its counted slot count times its slot size, free slots included) plus the heap bytes of
+/// records whose encoding reaches beyond their slot. Both follow from the records and the
+/// history of growth, never from the allocator, so every replica makes the same decisions.
 pub struct State {
     tables: Vec<Option<Box<dyn AnyTable>>>,
     /// The tables of the schema, in the order declared.
@@ -116,6 +133,11 @@ pub struct State {
     hasher: StreamHasher,
     /// Set when memory ran out below capacity: the node must stop applying.
     memory_fault: bool,
+    /// Growths of tables not yet final, oldest first.
+    growths: VecDeque<Growth>,
+    /// Bit `t` set: table `t`'s array may hold more slots than counted (a growth was rolled
+    /// back with [`State::rollback_keeping_slots`]).
+    oversized_tables: u64,
 }
 
 impl State {
@@ -123,24 +145,29 @@ impl State {
     pub fn new(schema: Schema, capacity_bytes: u64) -> Self {
         let mut tables: Vec<Option<Box<dyn AnyTable>>> = (0..TABLES_MAX).map(|_| None).collect();
         let mut table_ids = Vec::new();
+        let mut bytes_used = 0;
         for decl in schema.tables {
             tables[decl.id.0 as usize] = Some((decl.create)());
             table_ids.push(decl.id);
+            bytes_used += array_bytes(decl.slot_bytes, slots::SLOTS_INITIAL as u64);
         }
         State {
             tables,
             table_ids,
-            bytes_used: 0,
+            bytes_used,
             capacity_bytes,
             undo: VecDeque::new(),
             undo_forgotten: 0,
             undo_tables: 0,
             hasher: StreamHasher::default(),
             memory_fault: false,
+            growths: VecDeque::new(),
+            oversized_tables: 0,
         }
     }
 
-    /// Bytes the state holds, as counted against its capacity.
+    /// Bytes the state holds, as counted against its capacity: the tables' slot arrays and
+    /// the heap bytes of records that reach beyond their slots.
     pub fn bytes_used(&self) -> u64 {
         self.bytes_used
     }
@@ -219,31 +246,89 @@ impl State {
         }
     }
 
-    /// Bytes of state, in the capacity account, that tables of `records` encoded bytes and
-    /// `count` records take (what [`State::load_table`] adds for them).
-    pub fn load_cost_bytes(records: u64, count: u64) -> u64 {
-        records.saturating_add(count.saturating_mul(RECORD_OVERHEAD_BYTES))
+    /// Bytes of slot arrays, in the capacity account, that loading tables of these slot counts
+    /// into an empty state of `schema` allocates (tables not named keep their initial slots).
+    /// A snapshot's arrays are checked against the capacity with it before they are allocated.
+    pub fn install_array_bytes(
+        schema: &Schema,
+        tables: impl Iterator<Item = (TableId, u64)> + Clone,
+    ) -> u64 {
+        schema
+            .tables
+            .iter()
+            .map(|decl| {
+                let slots = tables.clone().find(|(id, _)| *id == decl.id);
+                let slots = slots.map_or(slots::SLOTS_INITIAL as u64, |(_, slots)| slots);
+                array_bytes(decl.slot_bytes, slots)
+            })
+            .fold(0, u64::saturating_add)
     }
 
-    /// Loads table `id` (empty) from a snapshot's encoded records.
+    /// Heap bytes, in the capacity account, of the records of these tables (id, encoded
+    /// records, count) in a state of `schema`: decoded one at a time, nothing stored. Records
+    /// that do not decode count nothing (loading them reports why).
+    pub fn install_heap_bytes<'a>(
+        schema: &Schema,
+        tables: impl Iterator<Item = (TableId, &'a [u8], u64)>,
+    ) -> u64 {
+        tables
+            .filter_map(|(id, records, count)| {
+                let decl = schema.tables.iter().find(|decl| decl.id == id)?;
+                (decl.create)().heap_bytes_of(records, count)
+            })
+            .fold(0, u64::saturating_add)
+    }
+
+    /// The slot count of every table as committed (a pending speculation's growths left
+    /// out), in the schema's order: what a snapshot of the committed state records.
+    pub(crate) fn committed_slots(&self) -> Vec<u64> {
+        self.table_ids
+            .iter()
+            .map(|&id| {
+                let pending = self.growths.iter().find(|g| g.table == id);
+                pending.map_or_else(
+                    || {
+                        self.tables[id.0 as usize]
+                            .as_ref()
+                            .expect("declared")
+                            .counted_slots()
+                    },
+                    |growth| growth.slots_before,
+                )
+            })
+            .collect()
+    }
+
+    /// Loads table `id` (empty) from a snapshot's encoded records, into the slot count the
+    /// snapshot recorded. The capacity is checked by the caller once every table is loaded.
     pub(crate) fn load_table(
         &mut self,
         id: TableId,
         records: &[u8],
         count: u64,
+        slots: u64,
     ) -> Result<(), InstallError> {
         let table = self
             .tables
             .get_mut(id.0 as usize)
             .and_then(Option::as_deref_mut);
         let table = table.ok_or(InstallError::UnknownTable { table: id.0 })?;
-        let bytes = table
-            .load(records, count)
+        let before = array_bytes(table.slot_bytes(), table.counted_slots());
+        let heap = table
+            .load(records, count, slots)
             .map_err(|reason| InstallError::Records {
                 table: id.0,
                 reason,
             })?;
-        self.bytes_used += bytes;
+        let after = array_bytes(table.slot_bytes(), slots);
+        self.bytes_used = (self.bytes_used - before)
+            .saturating_add(after)
+            .saturating_add(heap);
+        Ok(())
+    }
+
+    /// Checks the whole account against the capacity (after a snapshot's tables loaded).
+    pub(crate) fn check_capacity(&self) -> Result<(), InstallError> {
         if self.bytes_used > self.capacity_bytes {
             return Err(InstallError::Capacity {
                 needed_bytes: self.bytes_used,
@@ -266,14 +351,46 @@ impl State {
         }
     }
 
-    /// Undoes every change made since `mark`.
+    /// Undoes every change made since `mark`, and gives back the slots of growths it undid.
     pub(crate) fn rollback(&mut self, mark: TxMark) {
+        let uncounted = self.undo_since(mark);
+        self.give_back_slots(uncounted);
+    }
+
+    /// Undoes every change made since `mark`, but keeps the slots of growths it undid (no
+    /// longer counted) until the entry finishes: for a rollback followed at once by the
+    /// execution of the same commands, which grows the tables again (moving every record
+    /// twice for nothing would also void a snapshot scan in progress).
+    pub(crate) fn rollback_keeping_slots(&mut self, mark: TxMark) {
+        self.oversized_tables |= self.undo_since(mark);
+    }
+
+    /// Undoes every change made since `mark`; returns the tables whose growths it uncounted
+    /// (bit `t` for table `t`).
+    fn undo_since(&mut self, mark: TxMark) -> u64 {
         while self.undo_forgotten + self.undo.len() as u64 > mark.undo {
             let id = self.undo.pop_back().expect("longer than the mark");
             table_slot(&mut self.tables, id).undo_last();
         }
+        let mut uncounted = 0;
+        while let Some(&growth) = self.growths.back().filter(|g| g.undo >= mark.undo) {
+            self.growths.pop_back();
+            table_slot(&mut self.tables, growth.table).uncount_growth(growth.slots_before);
+            uncounted |= 1 << growth.table.0;
+        }
         self.hasher.truncate_to(mark.stream);
         self.bytes_used = mark.bytes_used;
+        uncounted
+    }
+
+    /// Gives back the slots that uncounted growths left in the tables of `tables` (bit `t`
+    /// for table `t`).
+    fn give_back_slots(&mut self, mut tables: u64) {
+        while tables != 0 {
+            let id = tables.trailing_zeros() as u16;
+            tables &= tables - 1;
+            table_slot(&mut self.tables, TableId(id)).give_back_slots();
+        }
     }
 
     /// Makes everything up to `mark` final: its undo records are forgotten and its writes
@@ -286,6 +403,9 @@ impl State {
                 .expect("the mark is within the undo log");
             table_slot(&mut self.tables, id).forget_oldest();
             self.undo_forgotten += 1;
+        }
+        while self.growths.front().is_some_and(|g| g.undo < mark.undo) {
+            self.growths.pop_front();
         }
         self.hasher.absorb_through(mark.stream);
         self.hasher.digest()
@@ -315,6 +435,9 @@ impl State {
         }
         self.undo_forgotten += self.undo.len() as u64;
         self.undo.clear();
+        self.growths.clear();
+        let oversized = std::mem::take(&mut self.oversized_tables);
+        self.give_back_slots(oversized);
         self.hasher.absorb_pending();
         self.hasher.digest()
     }
@@ -346,21 +469,29 @@ impl State {
         };
         let typed = typed_mut(&mut self.tables, table);
         let position = typed.map.position(&key);
-        let old_bytes = position.map_or(0, |at| {
-            record_cost(key_bytes, codec::encoded_len(typed.map.at(at)).unwrap_or(0))
-        });
-        let bytes_used = self.bytes_used - old_bytes + record_cost(key_bytes, record_bytes);
-        if bytes_used > self.capacity_bytes {
+        let cost = put_cost(typed, position, key_bytes, record_bytes);
+        let bytes_used = self.bytes_used - cost.heap_old + cost.heap_new + cost.growth_bytes;
+        let needed_bytes = bytes_used.saturating_add(cost.moving_bytes);
+        if needed_bytes > self.capacity_bytes {
             let capacity_bytes = self.capacity_bytes;
             let error = StateError::CapacityExhausted {
-                needed_bytes: bytes_used,
+                needed_bytes,
                 capacity_bytes,
             };
             return self.abandon_write(start, error);
         }
+        let slots_before = typed.counted_slots;
         if typed.put(key, record, position).is_err() {
             self.memory_fault = true;
             return self.abandon_write(start, StateError::MemoryExhausted);
+        }
+        if let Some(slots) = cost.slots_after {
+            typed.counted_slots = slots;
+            self.growths.push_back(Growth {
+                undo: self.undo_forgotten + self.undo.len() as u64,
+                table: table.id(),
+                slots_before,
+            });
         }
         self.note_undo(table.id());
         self.bytes_used = bytes_used;
@@ -384,7 +515,8 @@ impl State {
             return Ok(None);
         };
         self.note_undo(table.id());
-        self.bytes_used -= record_cost(key_bytes, codec::encoded_len(&old).unwrap_or(0));
+        let encoded = key_bytes + codec::encoded_len(&old).unwrap_or(0);
+        self.bytes_used -= heap_bytes(encoded, TypedTable::<K, R>::INLINE_BYTES);
         Ok(Some(old))
     }
 
@@ -426,9 +558,58 @@ fn mismatch(name: &str) -> ! {
     panic!("table {name} used with other key or record types than its schema declares")
 }
 
-/// What one record costs in the capacity account.
-fn record_cost(key_bytes: usize, record_bytes: usize) -> u64 {
-    (key_bytes + record_bytes) as u64 + RECORD_OVERHEAD_BYTES
+/// Bytes of a slot array of `slots` slots of `slot_bytes` each.
+fn array_bytes(slot_bytes: u64, slots: u64) -> u64 {
+    slot_bytes.saturating_mul(slots)
+}
+
+/// What a put changes in the capacity account.
+struct PutCost {
+    /// Heap bytes of the record replaced (0 for a new key) and of the new one.
+    heap_old: u64,
+    heap_new: u64,
+    /// The table's slot count after the put, when the put grows it.
+    slots_after: Option<u64>,
+    /// Bytes the grown array adds to the account.
+    growth_bytes: u64,
+    /// Bytes held only while a growth moves the records: the old array, alive beside the new.
+    moving_bytes: u64,
+}
+
+/// The capacity cost of putting a record whose key and record encode to these sizes into
+/// `typed`, at `position` when the key is there: decided from the counted slot count, before
+/// the map allocates anything.
+fn put_cost<K: Key, R: Record>(
+    typed: &TypedTable<K, R>,
+    position: Option<usize>,
+    key_bytes: usize,
+    record_bytes: usize,
+) -> PutCost {
+    let inline = TypedTable::<K, R>::INLINE_BYTES;
+    let heap_old = position.map_or(0, |at| {
+        heap_bytes(
+            key_bytes + codec::encoded_len(typed.map.at(at)).unwrap_or(0),
+            inline,
+        )
+    });
+    let counted = typed.counted_slots;
+    let slots_after = match position {
+        Some(_) => counted,
+        None => slots::slots_after_insert(typed.map.len(), counted as usize) as u64,
+    };
+    let slot_bytes = slots::slot_bytes::<K, R>();
+    let grows = slots_after > counted;
+    PutCost {
+        heap_old,
+        heap_new: heap_bytes(key_bytes + record_bytes, inline),
+        slots_after: grows.then_some(slots_after),
+        growth_bytes: array_bytes(slot_bytes, slots_after - counted),
+        moving_bytes: if grows {
+            array_bytes(slot_bytes, counted)
+        } else {
+            0
+        },
+    }
 }
 
 /// Appends one write to the stream: table, operation, key, record. Returns the encoded sizes of

@@ -11,7 +11,7 @@ use std::collections::TryReserveError;
 use std::hash::{Hash, Hasher};
 
 /// Slots a new map starts with; always a power of two.
-const SLOTS_INITIAL: usize = 16;
+pub(crate) const SLOTS_INITIAL: usize = 16;
 /// The map grows when more than this fraction (numerator / denominator) of its slots are full.
 const LOAD_NUMERATOR: usize = 3;
 const LOAD_DENOMINATOR: usize = 4;
@@ -20,6 +20,32 @@ const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
 
 const _: () = assert!(SLOTS_INITIAL.is_power_of_two());
 const _: () = assert!(LOAD_NUMERATOR < LOAD_DENOMINATOR);
+
+/// The slot count a map of `slots` slots holding `records` records has after one more insert:
+/// twice `slots` when the insert takes it past the load limit. The one growth rule, used by the
+/// map and by the capacity account (which decides on it before the map allocates).
+pub(crate) fn slots_after_insert(records: usize, slots: usize) -> usize {
+    if (records + 1) * LOAD_DENOMINATOR > slots * LOAD_NUMERATOR {
+        slots * 2
+    } else {
+        slots
+    }
+}
+
+/// True when `slots` is a slot count a map may have while holding `records` records: a power
+/// of two, at least [`SLOTS_INITIAL`], within the load limit.
+pub(crate) fn slots_hold(slots: u64, records: u64) -> bool {
+    slots.is_power_of_two()
+        && slots >= SLOTS_INITIAL as u64
+        && u128::from(records) * LOAD_DENOMINATOR as u128
+            <= u128::from(slots) * LOAD_NUMERATOR as u128
+}
+
+/// Bytes of one slot of a map with keys `K` and records `V` (a compile-time constant of the
+/// build: every replica running the same handler build agrees on it).
+pub(crate) const fn slot_bytes<K, V>() -> u64 {
+    size_of::<Slot<K, V>>() as u64
+}
 
 /// One slot, aligned to a cache line so that no slot straddles two lines: a lookup costs one
 /// miss, and touching the slot's first byte brings in all of it (for records up to a line).
@@ -162,6 +188,11 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
         self.slots.capacity() * size_of::<Slot<K, V>>()
     }
 
+    /// The number of slots (a power of two).
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
     fn mask(&self) -> usize {
         self.slots.len() - 1
     }
@@ -219,8 +250,9 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     /// Inserts a key known to be absent. Fails only when growing the slot array fails, and then
     /// the map is unchanged.
     pub(crate) fn insert_new(&mut self, key: K, value: V) -> Result<(), TryReserveError> {
-        if (self.len + 1) * LOAD_DENOMINATOR > self.slots.len() * LOAD_NUMERATOR {
-            self.grow()?;
+        let slots = slots_after_insert(self.len, self.slots.len());
+        if slots > self.slots.len() {
+            self.resize_to(slots)?;
         }
         let i = self.find(&key).expect_err("key is absent");
         self.before_write(i);
@@ -277,25 +309,25 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
             .filter_map(|slot| slot.0.as_ref().map(|(k, v)| (k, v)))
     }
 
-    /// Makes room for `records` records in all, so that loading them never grows the array.
-    /// Loading a snapshot needs it: its records come in slot order, which in a smaller array
-    /// fall on the same few neighbourhoods, and linear probing then turns quadratic.
-    pub(crate) fn reserve(&mut self, records: usize) -> Result<(), TryReserveError> {
-        let mut count = self.slots.len();
-        while records * LOAD_DENOMINATOR > count * LOAD_NUMERATOR {
-            count *= 2;
+    /// Moves every record into a new array of `count` slots (a power of two that holds them
+    /// within the load limit): growth, loading a snapshot (which reserves the table's whole
+    /// size first: its records come in slot order, which in a smaller array fall on the same
+    /// few neighbourhoods, and linear probing then turns quadratic), and giving back a growth
+    /// that was rolled back. Fails only when the new array cannot be allocated, and then the
+    /// map is unchanged. A scan in progress is void (positions change).
+    pub(crate) fn resize_to(&mut self, count: usize) -> Result<(), TryReserveError> {
+        assert!(
+            slots_hold(count as u64, self.len as u64),
+            "{count} slots hold {} records",
+            self.len
+        );
+        if count == self.slots.len() {
+            return Ok(());
         }
-        if count > self.slots.len() {
-            self.grow_to(count)?;
-        }
-        Ok(())
+        self.move_to(count)
     }
 
-    fn grow(&mut self) -> Result<(), TryReserveError> {
-        self.grow_to(self.slots.len() * 2)
-    }
-
-    fn grow_to(&mut self, count: usize) -> Result<(), TryReserveError> {
+    fn move_to(&mut self, count: usize) -> Result<(), TryReserveError> {
         let mut slots: Vec<Slot<K, V>> = Vec::new();
         slots.try_reserve_exact(count)?;
         super::memory::advise_huge_pages(&slots);

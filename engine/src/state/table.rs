@@ -2,7 +2,7 @@
 //! engine stores them.
 
 use super::capture::LoadError;
-use super::slots::{ScanStep, Slots};
+use super::slots::{SLOTS_INITIAL, ScanStep, Slots, slot_bytes};
 use crate::codec::{Decode, Encode};
 use std::any::Any;
 use std::collections::{TryReserveError, VecDeque};
@@ -80,6 +80,8 @@ pub(crate) struct TableDecl {
     pub(crate) id: TableId,
     pub(crate) name: &'static str,
     pub(crate) create: fn() -> Box<dyn AnyTable>,
+    /// Bytes of one slot of the table's array.
+    pub(crate) slot_bytes: u64,
 }
 
 impl Schema {
@@ -100,6 +102,7 @@ impl Schema {
             id: table.id,
             name: table.name,
             create: TypedTable::<K, R>::boxed,
+            slot_bytes: slot_bytes::<K, R>(),
         });
         self
     }
@@ -125,6 +128,17 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     fn forget_oldest(&mut self);
     /// Memory held by the table's slots, in bytes.
     fn allocated_bytes(&self) -> usize;
+    /// Bytes of one slot.
+    fn slot_bytes(&self) -> u64;
+    /// The slot count the capacity account charges for: what the array holds unless a rolled
+    /// back growth could not be given back.
+    fn counted_slots(&self) -> u64;
+    /// Charges for `slots` slots again after a growth was rolled back (the array keeps its
+    /// slots until [`AnyTable::give_back_slots`]).
+    fn uncount_growth(&mut self, slots: u64);
+    /// Gives the array's slots beyond the counted ones back, when the allocator has room for
+    /// the smaller array (else it keeps them: more memory than counted, never an abort).
+    fn give_back_slots(&mut self);
     /// True when [`AnyTable::begin_scan`] can see the committed content now (false while a
     /// pending speculation removed records, which moves others between slots).
     fn can_scan(&self) -> bool;
@@ -136,8 +150,12 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     fn scan_step(&mut self, slots: usize, out: &mut Vec<u8>) -> (ScanStep, u64);
     /// Abandons a scan in progress.
     fn end_scan(&mut self);
-    /// Fills an empty table from encoded `(key, record)` pairs; returns their capacity cost.
-    fn load(&mut self, records: &[u8], count: u64) -> Result<u64, LoadError>;
+    /// The heap bytes the account charges for `count` encoded `(key, record)` pairs, decoded
+    /// and dropped one at a time (none is stored); `None` when one does not decode.
+    fn heap_bytes_of(&self, records: &[u8], count: u64) -> Option<u64>;
+    /// Fills an empty table of `slots` slots from `count` encoded `(key, record)` pairs;
+    /// returns the heap bytes the account charges for them (see [`heap_bytes`]).
+    fn load(&mut self, records: &[u8], count: u64, slots: u64) -> Result<u64, LoadError>;
 }
 
 /// A table's records and the undo log of the running command.
@@ -147,6 +165,8 @@ pub(crate) struct TypedTable<K, R> {
     pub(crate) undo: VecDeque<(K, Option<R>)>,
     /// Removals counted the last time no change was pending.
     pub(crate) removals_final: u64,
+    /// The slot count the capacity account charges for (see [`AnyTable::counted_slots`]).
+    pub(crate) counted_slots: u64,
 }
 
 impl<K: Key, R: Record> TypedTable<K, R> {
@@ -155,8 +175,12 @@ impl<K: Key, R: Record> TypedTable<K, R> {
             map: Slots::new(),
             undo: VecDeque::new(),
             removals_final: 0,
+            counted_slots: SLOTS_INITIAL as u64,
         })
     }
+
+    /// Bytes a key and record take inline, in a slot.
+    pub(crate) const INLINE_BYTES: usize = size_of::<(K, R)>();
 
     /// Writes `record` under `key`, at `position` when the key is already there, remembering
     /// the previous value for a rollback.
@@ -240,11 +264,57 @@ impl<K: Key, R: Record> AnyTable for TypedTable<K, R> {
         self.map.end_scan();
     }
 
-    fn load(&mut self, records: &[u8], count: u64) -> Result<u64, LoadError> {
-        self.load_records(records, count)
+    fn load(&mut self, records: &[u8], count: u64, slots: u64) -> Result<u64, LoadError> {
+        self.load_records(records, count, slots)
     }
 
     fn allocated_bytes(&self) -> usize {
         self.map.allocated_bytes()
     }
+
+    fn heap_bytes_of(&self, mut records: &[u8], count: u64) -> Option<u64> {
+        let mut bytes = 0;
+        for _ in 0..count {
+            let (_, used): ((K, R), usize) = crate::codec::decode_prefix(records).ok()?;
+            records = &records[used..];
+            bytes += heap_bytes(used, Self::INLINE_BYTES);
+        }
+        Some(bytes)
+    }
+
+    fn slot_bytes(&self) -> u64 {
+        slot_bytes::<K, R>()
+    }
+
+    fn counted_slots(&self) -> u64 {
+        self.counted_slots
+    }
+
+    fn uncount_growth(&mut self, slots: u64) {
+        self.counted_slots = slots;
+    }
+
+    fn give_back_slots(&mut self) {
+        if self.map.slot_count() as u64 > self.counted_slots {
+            // Failure keeps the larger array (see the trait).
+            let _ = self.map.resize_to(self.counted_slots as usize);
+        }
+    }
 }
+
+/// The heap bytes the capacity account charges for a record whose key and record encode to
+/// `encoded_bytes` and take `inline_bytes` in their slot: what the encoding holds beyond the
+/// slot (string and vector contents live outside it) plus one allocation's overhead; nothing
+/// for records that fit their slot (integers and fixed-size structs). A function of the
+/// record's value and the build's types only, so every replica charges the same.
+pub(crate) fn heap_bytes(encoded_bytes: usize, inline_bytes: usize) -> u64 {
+    match encoded_bytes.checked_sub(inline_bytes) {
+        Some(beyond) if beyond > 0 => beyond as u64 + HEAP_RECORD_OVERHEAD_BYTES,
+        Some(_) | None => 0,
+    }
+}
+
+/// Bytes the account adds for a record with contents outside its slot, beyond those contents:
+/// the allocator's header and rounding, and the inline part of the contents' length that the
+/// encoding's length prefix does not cover.
+pub(crate) const HEAP_RECORD_OVERHEAD_BYTES: u64 = 32;

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod tables;
+
 use engine::codec::{Decode, Encode};
 use engine::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::rng::Rng;

@@ -1,0 +1,146 @@
+//! The capacity account at the state: growth is decided and charged before the slot array
+//! allocates, rolled back growth is uncounted (and its slots given back), and a snapshot of
+//! the committed state records the committed slot counts.
+
+use super::*;
+
+/// ~80-byte records, as an order book keeps them: 128-byte slots.
+const ORDERS: Table<u64, [u64; 10]> = Table::new(0, "orders");
+
+/// Records a table of 16 slots holds before its next insert grows it.
+const RECORDS_BEFORE_GROWTH: u64 = 12;
+
+fn state(capacity_bytes: u64) -> State {
+    State::new(Schema::new().table(&ORDERS), capacity_bytes)
+}
+
+fn fill(state: &mut State, records: std::ops::RangeInclusive<u64>) {
+    for id in records {
+        state.put(&ORDERS, id, [id; 10]).expect("fits");
+    }
+    state.finish_entry();
+}
+
+/// Bytes of one slot of the orders table.
+fn slot_bytes() -> u64 {
+    slots::slot_bytes::<u64, [u64; 10]>()
+}
+
+/// Proves a write whose growth would not fit is refused before the array grows (memory,
+/// account, records and hash as before), that the account charges the old array beside the
+/// new while records move, and that writes that need no growth still succeed.
+#[test]
+fn growth_past_the_capacity_is_refused_before_it_allocates() {
+    let initial_bytes = 16 * slot_bytes();
+    // After the growth: 32 slots; while it moves the records: 16 + 32.
+    let needed_bytes = 48 * slot_bytes();
+    let mut state = state(needed_bytes - 1);
+    assert_eq!(state.bytes_used(), initial_bytes);
+    fill(&mut state, 1..=RECORDS_BEFORE_GROWTH);
+    let (hash, allocated) = (state.hash(), state.allocated_bytes());
+    assert_eq!(
+        state.bytes_used(),
+        initial_bytes,
+        "fixed-size records live in slots"
+    );
+
+    let refused = state.put(&ORDERS, 13, [13; 10]);
+    assert_eq!(
+        refused,
+        Err(StateError::CapacityExhausted {
+            needed_bytes,
+            capacity_bytes: needed_bytes - 1,
+        })
+    );
+    assert_eq!(state.allocated_bytes(), allocated, "nothing was allocated");
+    assert_eq!(state.bytes_used(), initial_bytes);
+    assert_eq!(state.len(&ORDERS), RECORDS_BEFORE_GROWTH as usize);
+    assert_eq!(
+        state.finish_entry(),
+        hash,
+        "the refused write left no trace"
+    );
+
+    state
+        .put(&ORDERS, 1, [7; 10])
+        .expect("a replacement never grows");
+    assert_eq!(state.get(&ORDERS, &1), Some(&[7; 10]));
+
+    let mut roomy = self::state(needed_bytes);
+    fill(&mut roomy, 1..=RECORDS_BEFORE_GROWTH + 1);
+    assert_eq!(roomy.bytes_used(), 32 * slot_bytes());
+    assert_eq!(roomy.bytes_used(), roomy.allocated_bytes() as u64);
+}
+
+/// Proves a rolled back growth is uncounted and its slots given back, so that the account
+/// and the memory are those before the write (what a replica that never ran it has).
+#[test]
+fn rolled_back_growth_is_uncounted_and_given_back() {
+    let mut state = state(1 << 20);
+    fill(&mut state, 1..=RECORDS_BEFORE_GROWTH);
+    let (bytes, allocated, hash) = (state.bytes_used(), state.allocated_bytes(), state.hash());
+    let mark = state.begin();
+    fill_pending(&mut state, 13..=40);
+    assert_eq!(
+        state.bytes_used(),
+        64 * slot_bytes(),
+        "grew twice: 16, 32, 64"
+    );
+    state.rollback(mark);
+    assert_eq!(state.bytes_used(), bytes);
+    assert_eq!(state.allocated_bytes(), allocated);
+    assert_eq!(state.finish_entry(), hash);
+
+    // Kept for a re-execution: uncounted at once, given back when the entry finishes.
+    let mark = state.begin();
+    fill_pending(&mut state, 13..=13);
+    state.rollback_keeping_slots(mark);
+    assert_eq!(state.bytes_used(), bytes);
+    assert_eq!(state.allocated_bytes() as u64, 32 * slot_bytes());
+    state.finish_entry();
+    assert_eq!(state.allocated_bytes(), allocated);
+}
+
+fn fill_pending(state: &mut State, records: std::ops::RangeInclusive<u64>) {
+    for id in records {
+        state.put(&ORDERS, id, [id; 10]).expect("fits");
+    }
+}
+
+/// Proves the slot counts a snapshot records are the committed ones: a pending speculation's
+/// growth is left out until it is confirmed.
+#[test]
+fn committed_slots_leave_pending_growth_out() {
+    let mut state = state(1 << 20);
+    fill(&mut state, 1..=RECORDS_BEFORE_GROWTH);
+    fill_pending(&mut state, 13..=30);
+    let end = state.begin();
+    assert_eq!(state.committed_slots(), vec![16]);
+    state.confirm_through(end);
+    assert_eq!(state.committed_slots(), vec![64]);
+}
+
+/// Proves the heap bytes of records that reach beyond their slots are charged and given back
+/// on delete, and records that fit their slots cost nothing beyond the array.
+#[test]
+fn heap_bytes_follow_the_records() {
+    const NOTES: Table<u64, String> = Table::new(1, "notes");
+    let mut state = State::new(Schema::new().table(&NOTES), 1 << 20);
+    let empty = state.bytes_used();
+    state.put(&NOTES, 1, "short".into()).unwrap();
+    assert_eq!(
+        state.bytes_used(),
+        empty,
+        "key and string header fit the slot"
+    );
+    let long = "x".repeat(100);
+    state.put(&NOTES, 2, long).unwrap();
+    let inline = size_of::<(u64, String)>() as u64;
+    let beyond = 8 + 8 + 100 - inline;
+    assert_eq!(
+        state.bytes_used(),
+        empty + beyond + table::HEAP_RECORD_OVERHEAD_BYTES
+    );
+    state.delete(&NOTES, &2).unwrap();
+    assert_eq!(state.bytes_used(), empty);
+}
