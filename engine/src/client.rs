@@ -74,6 +74,11 @@ impl ClientConfig {
     }
 }
 
+/// Milliseconds [`Client::resume`] tries for an answer when the configuration never gives up.
+pub const RESUME_WAIT_MS_DEFAULT: u64 = 30_000;
+/// Milliseconds [`Client::resume`] waits between two questions.
+pub const RESUME_RETRY_MS: u64 = 20;
+
 /// Why a request has no results.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -144,6 +149,53 @@ impl Client {
             config,
             requests,
             connection: None,
+        }
+    }
+
+    /// The client `id` as the cluster left it, for a client restarted with its id: its next
+    /// request takes the number after its session's last one (1 when the cluster has no
+    /// session of it). Asks the nodes in turn, following the leader's address, until the
+    /// leader answers (it answers once it has applied everything committed before the
+    /// question) or [`ClientConfig::give_up_after`] (else [`RESUME_WAIT_MS_DEFAULT`]) passes.
+    /// An evicted session is [`ClientError::SessionExpired`]: the id cannot go on.
+    pub async fn resume(config: ClientConfig, id: ClientId) -> Result<Client, ClientError> {
+        let started = Instant::now();
+        let limit = (config.give_up_after).unwrap_or(Duration::from_millis(RESUME_WAIT_MS_DEFAULT));
+        let (mut target, mut attempts) = (0, 0);
+        let mut address = config.nodes[0];
+        let question = ClientRequest::Resume(id);
+        loop {
+            attempts += 1;
+            let asked = ask(&config, address, &question, config.request_timeout);
+            let leader = match asked.await {
+                Ok(ClientReply::Session {
+                    next_request,
+                    expired,
+                    ..
+                }) if !expired => return Ok(Client::new(config, id, next_request)),
+                Ok(ClientReply::Session { next_request, .. }) => {
+                    return Err(ClientError::SessionExpired(RequestNumber(
+                        next_request.0 - 1,
+                    )));
+                }
+                Ok(ClientReply::Refused(refusal)) => return Err(ClientError::Refused(refusal)),
+                Ok(ClientReply::NotLeader { address, .. }) => {
+                    address.and_then(|a| a.parse::<SocketAddr>().ok())
+                }
+                Ok(_) | Err(_) => None,
+            };
+            if started.elapsed() > limit {
+                return Err(ClientError::GaveUp {
+                    attempts,
+                    seconds: started.elapsed().as_secs_f64(),
+                    last_rejection: None,
+                });
+            }
+            address = leader.unwrap_or_else(|| {
+                target = (target + 1) % config.nodes.len();
+                config.nodes[target]
+            });
+            tokio::time::sleep(Duration::from_millis(RESUME_RETRY_MS)).await;
         }
     }
 

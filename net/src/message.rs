@@ -6,8 +6,9 @@ use crate::entry::Entry;
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, StateHash, Term};
 
 /// Version of this protocol; a handshake with another version is refused. Version 2: request
-/// fragments carry their request's digest, and a reused request number is answered
-/// [`ClientReply::Reused`].
+/// fragments carry their request's digest, a reused request number is answered
+/// [`ClientReply::Reused`], and a client may ask where its session stands
+/// ([`ClientRequest::Resume`]).
 pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The first frame on every connection: who is calling.
@@ -318,6 +319,9 @@ pub enum ClientRequest {
     Status,
     /// Set the execution mode this node uses whenever it leads (operators set it on every node).
     SetMode(Mode),
+    /// Where a client's session stands (a client restarted with its id asks before its first
+    /// request): answered by the leader once it has applied everything committed before.
+    Resume(ClientId),
 }
 
 /// One client request: 1 to 1,024 commands, encoded back to back.
@@ -404,6 +408,16 @@ pub enum ClientReply {
     Reused {
         /// The request.
         request: RequestNumber,
+    },
+    /// Where the client's session stands, as committed: the number its next request takes
+    /// (1 for a client the cluster has no session of), or that the session expired.
+    Session {
+        /// The client.
+        client: ClientId,
+        /// The number of its next request.
+        next_request: RequestNumber,
+        /// The session was evicted: the id cannot go on (see [`ClientReply::Expired`]).
+        expired: bool,
     },
     /// The node's status.
     Status(Box<NodeStatus>),

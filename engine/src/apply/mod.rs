@@ -291,6 +291,16 @@ impl<H: Handler> StateMachine<H> {
         }
     }
 
+    /// Where `client`'s session stands as committed: the number of its next request (1 when
+    /// there is no session), and whether it expired.
+    pub fn committed_session(&self, client: ClientId) -> (RequestNumber, bool) {
+        let pending = self.speculations.iter().map(|s| s.journal());
+        match self.sessions.committed_one(client, pending) {
+            Some(session) => (RequestNumber(session.request.0 + 1), session.is_expired()),
+            None => (RequestNumber(1), false),
+        }
+    }
+
     /// The last entry applied for good.
     pub fn applied_index(&self) -> EntryIndex {
         self.applied

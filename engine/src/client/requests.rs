@@ -354,6 +354,7 @@ pub fn answer_to<A>(
         | ClientReply::Stale { .. }
         | ClientReply::Expired { .. }
         | ClientReply::Reused { .. }
+        | ClientReply::Session { .. }
         | ClientReply::Status(_)
         | ClientReply::ModeSet(_) => None,
     }

@@ -488,6 +488,7 @@ impl<H: Handler> Driver<H> {
                 let _ = reply.try_send(ClientReply::ModeSet(mode));
             }
             ClientRequest::Submit(submit) => self.replica.admit(submit, reply, out),
+            ClientRequest::Resume(client) => self.replica.resume(client, reply, out),
         }
     }
 }

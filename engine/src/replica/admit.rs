@@ -6,6 +6,7 @@ use crate::apply::CommittedAnswer;
 use crate::batcher::{Queued, command_ends};
 use crate::entry::RequestDigest;
 use crate::handler::Handler;
+use crate::ids::ClientId;
 use bytes::Bytes;
 use net::message::{ClientReply, Rejection, Role, Submit};
 
@@ -83,6 +84,39 @@ impl<H: Handler, T> Replica<H, T> {
         Ok(())
     }
 
+    /// A client asks where its session stands: answered once everything the leader's log
+    /// holds now has applied (so every request committed before is counted), from the
+    /// sessions as committed.
+    pub fn resume(&mut self, client: ClientId, token: T, out: &mut Vec<Io<T>>) {
+        if self.halted.is_some() || self.core.role() != Role::Leader {
+            out.push(Io::Answer {
+                to: token,
+                reply: self.not_leader(),
+            });
+            return;
+        }
+        self.resumes.push((self.core.last_index(), client, token));
+        self.answer_resumes(out);
+    }
+
+    /// Answers the resumes whose entry has applied.
+    pub(super) fn answer_resumes(&mut self, out: &mut Vec<Io<T>>) {
+        let applied = self.machine.applied_index();
+        let (due, waiting) = std::mem::take(&mut self.resumes)
+            .into_iter()
+            .partition(|(index, _, _)| *index <= applied);
+        self.resumes = waiting;
+        for (_, client, token) in due {
+            let (next_request, expired) = self.machine.committed_session(client);
+            let reply = ClientReply::Session {
+                client,
+                next_request,
+                expired,
+            };
+            out.push(Io::Answer { to: token, reply });
+        }
+    }
+
     /// "Not the leader", with the leader and its client address when known.
     pub(super) fn not_leader(&self) -> ClientReply {
         let leader = self.core.leader().filter(|&l| l != self.config.core.id);
@@ -95,7 +129,12 @@ impl<H: Handler, T> Replica<H, T> {
     pub(super) fn abandon_waiters(&mut self, out: &mut Vec<Io<T>>) {
         self.batcher.drain();
         let answer = self.not_leader();
-        for (_, (_, waiter)) in std::mem::take(&mut self.waiters) {
+        let resumes = std::mem::take(&mut self.resumes).into_iter();
+        for waiter in std::mem::take(&mut self.waiters)
+            .into_values()
+            .map(|(_, waiter)| waiter)
+            .chain(resumes.map(|(_, _, waiter)| waiter))
+        {
             out.push(Io::Answer {
                 to: waiter,
                 reply: answer.clone(),

@@ -210,6 +210,9 @@ pub struct Replica<H: Handler, T> {
     batcher: Batcher,
     /// Requests waiting for their entry: what their commands are, and who to answer.
     waiters: BTreeMap<(ClientId, RequestNumber), (RequestDigest, T)>,
+    /// Clients asking where their session stands, answered once the entry named has applied
+    /// (the leader's last entry when they asked: everything committed before is then applied).
+    resumes: Vec<(EntryIndex, ClientId, T)>,
     halted: Option<Halt>,
     /// The WAL found the file system full and retries its append.
     storage_full: bool,
@@ -238,6 +241,7 @@ impl<H: Handler, T> Replica<H, T> {
             core: Core::new(config.core.clone(), recovered),
             batcher: Batcher::new(config.entry_commands_max),
             waiters: BTreeMap::new(),
+            resumes: Vec::new(),
             halted: None,
             storage_full: false,
             unsimulated: Vec::new(),
@@ -436,6 +440,7 @@ impl<H: Handler, T> Replica<H, T> {
             for reply in applied.replies {
                 self.answer(reply, out);
             }
+            self.answer_resumes(out);
             let mut actions = Vec::new();
             self.core.step(Event::Applied(hash), &mut actions);
             queue.extend(actions);
@@ -487,7 +492,11 @@ impl<H: Handler, T> Replica<H, T> {
             leader: None,
             address: None,
         };
-        for (_, (_, waiter)) in std::mem::take(&mut self.waiters) {
+        let resumes = std::mem::take(&mut self.resumes).into_iter();
+        let waiting = std::mem::take(&mut self.waiters)
+            .into_values()
+            .map(|(_, w)| w);
+        for waiter in waiting.chain(resumes.map(|(_, _, w)| w)) {
             out.push(Io::Answer {
                 to: waiter,
                 reply: elsewhere.clone(),

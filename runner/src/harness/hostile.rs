@@ -270,6 +270,7 @@ impl std::fmt::Display for Heard {
                 | ClientReply::Stale { .. }
                 | ClientReply::Expired { .. }
                 | ClientReply::Reused { .. }
+                | ClientReply::Session { .. }
                 | ClientReply::Status(_)
                 | ClientReply::ModeSet(_)) => write!(f, "{other:?}"),
             },
@@ -817,6 +818,7 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
             | ClientReply::Stale { .. }
             | ClientReply::Expired { .. }
             | ClientReply::Reused { .. }
+            | ClientReply::Session { .. }
             | ClientReply::Status(_)
             | ClientReply::ModeSet(_) => None,
         }
