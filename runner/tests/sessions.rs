@@ -29,11 +29,17 @@ fn a_client_restarted_with_its_id_goes_on() {
             flags: 0,
         };
         first.submit::<Bank>(&[open]).await.unwrap();
-        first.submit::<Bank>(&[deposit.clone()]).await.unwrap();
-        first.submit::<Bank>(&[deposit.clone()]).await.unwrap();
+        first
+            .submit::<Bank>(std::slice::from_ref(&deposit))
+            .await
+            .unwrap();
+        first
+            .submit::<Bank>(std::slice::from_ref(&deposit))
+            .await
+            .unwrap();
         drop(first);
         let mut again = Client::new(config.clone(), ClientId(51), RequestNumber(1));
-        let from_one = again.submit::<Bank>(&[deposit.clone()]).await;
+        let from_one = again.submit::<Bank>(std::slice::from_ref(&deposit)).await;
         assert!(
             matches!(from_one, Err(ClientError::Stale(RequestNumber(1)))),
             "{from_one:?}"
