@@ -1,8 +1,9 @@
 //! The engine's `Encode` and `Decode` derives.
 //!
-//! Handler types derive them through `engine::codec`, without naming the codec crate:
+//! Handler types derive them through `engine::codec`, without naming the codec crate (the
+//! example is tested in `engine::codec`'s documentation):
 //!
-//! ```ignore
+//! ```text
 //! use engine::codec::{Decode, Encode};
 //!
 //! #[derive(Encode, Decode)]

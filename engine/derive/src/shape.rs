@@ -89,3 +89,63 @@ pub(crate) fn construct(path: TokenStream, fields: &Fields, field: &TokenStream)
     let members = fields.members();
     quote! { #path { #( #members: #field, )* } }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::ToTokens;
+    use syn::parse_quote;
+
+    fn error(input: DeriveInput) -> String {
+        match Shape::read(&input) {
+            Ok(_) => panic!("accepted {}", input.to_token_stream()),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    /// Proves the codec's path is the engine's unless `#[codec(crate)]` names another, and that
+    /// bincode's `crate` is ignored.
+    #[test]
+    fn codec_path() {
+        let path = |input: DeriveInput| Shape::read(&input).unwrap().codec.to_token_stream();
+        let default = path(parse_quote! {
+            #[bincode(crate = "somewhere::else")]
+            struct A(u8);
+        });
+        assert_eq!(default.to_string(), ":: engine :: codec :: bincode");
+        let named = path(parse_quote! {
+            #[codec(crate = "crate::codec::bincode")]
+            enum B { One }
+        });
+        assert_eq!(named.to_string(), "crate :: codec :: bincode");
+    }
+
+    /// Proves unions, bincode's other options and field or variant attributes are refused, not
+    /// silently ignored.
+    #[test]
+    fn refuses_what_it_does_not_implement() {
+        assert!(error(parse_quote! { union U { a: u8 } }).contains("unions"));
+        let bounds = error(parse_quote! {
+            #[bincode(bounds = "T: Clone")]
+            struct A<T>(T);
+        });
+        assert!(bounds.contains("accepts only `crate`"), "{bounds}");
+        let field = error(parse_quote! { struct A(#[bincode(with_serde)] u8); });
+        assert!(field.contains("no attribute on a field"), "{field}");
+        let variant = error(parse_quote! { enum E { #[codec(skip)] One } });
+        assert!(
+            variant.contains("no attribute on a field or a variant"),
+            "{variant}"
+        );
+        let unknown = error(parse_quote! {
+            #[codec(path = "x")]
+            struct A;
+        });
+        assert!(unknown.contains("expected `crate"), "{unknown}");
+        let twice = error(parse_quote! {
+            #[codec(crate = "a", crate = "b")]
+            struct A;
+        });
+        assert!(twice.contains("twice"), "{twice}");
+    }
+}
