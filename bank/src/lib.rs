@@ -12,12 +12,10 @@ use engine::{Handler, Prefetch, Schema, StateError, Table, Tx};
 
 /// An account's id; zero is not a valid id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub struct AccountId(pub u64);
 
 /// One account.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub struct Account {
     /// The balance, in the smallest unit of the currency.
     pub balance: u64,
@@ -32,7 +30,6 @@ pub const ACCOUNTS: Table<AccountId, Account> = Table::new(0, "accounts");
 
 /// A Bank command.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum BankCommand {
     /// Opens an account; a nonzero `balance` counts as a first deposit.
     Open {
@@ -77,7 +74,6 @@ pub enum BankCommand {
 
 /// What a command that applied returns.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum BankOutput {
     /// The account as it stands after an open, deposit or withdrawal, or as read by a get.
     Account(Account),
@@ -99,7 +95,6 @@ pub enum BankOutput {
 
 /// Why a command was refused. It changed nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum BankError {
     /// Account id zero.
     #[error("account id 0 is not valid")]

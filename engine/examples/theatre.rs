@@ -7,14 +7,12 @@ use engine::{Handler, Schema, StateError, Table, Tx};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Encode, Decode, Serialize, Deserialize)]
-#[bincode(crate = "engine::codec::bincode")]
 struct Seat {
     show: u32,
     number: u16,
 }
 
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 struct Booking {
     customer: String,
     booked_at_ms: u64,
@@ -23,14 +21,12 @@ struct Booking {
 const BOOKINGS: Table<Seat, Booking> = Table::new(0, "bookings");
 
 #[derive(Debug, Encode, Decode, Deserialize)]
-#[bincode(crate = "engine::codec::bincode")]
 enum Command {
     Book { seat: Seat, customer: String },
     Cancel { seat: Seat },
 }
 
 #[derive(Debug, PartialEq, Encode, Decode, Serialize)]
-#[bincode(crate = "engine::codec::bincode")]
 enum Refusal {
     Taken,
     NotBooked,

@@ -41,7 +41,7 @@ pub trait Handler: Send + Sync + 'static {
 
 /// What became of one command, as its client learns it.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec::bincode")]
 pub enum Outcome<O, E> {
     /// The command applied and returned this output.
     Done(O),

@@ -12,6 +12,7 @@ pub mod batcher;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
+pub mod codec;
 pub mod core;
 pub mod entry;
 pub mod handler;
@@ -27,9 +28,6 @@ pub mod snapshot;
 pub mod state;
 pub mod wal;
 
-/// The one encoding module (re-exported from `net`): derive [`codec::Encode`] and
-/// [`codec::Decode`] with `#[bincode(crate = "engine::codec::bincode")]`.
-pub use net::codec;
 pub use net::ids;
 
 pub use apply::{

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 const VALUES: Table<u32, i64> = Table::new(0, "values");
 
 #[derive(Debug, Clone, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 enum Command {
     Set {
         key: u32,
@@ -26,7 +25,6 @@ enum Command {
 }
 
 #[derive(Debug, Clone, PartialEq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 struct Full;
 
 impl From<StateError> for Full {

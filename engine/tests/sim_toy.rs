@@ -27,7 +27,6 @@ const REGISTERS: Table<u64, u64> = Table::new(0, "registers");
 
 /// A toy command.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 enum ToyCommand {
     /// Sets a register; outputs what it held before.
     Put { key: u64, value: u64 },
@@ -43,7 +42,6 @@ enum ToyCommand {
 
 /// What a toy command that applied returns.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 enum ToyOutput {
     /// What the register held before a put or a delete.
     Previous(Option<u64>),
@@ -57,7 +55,6 @@ enum ToyOutput {
 
 /// Why a toy command was refused. It changed nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 enum ToyError {
     /// An add to a register that does not exist.
     Missing(u64),

@@ -14,7 +14,6 @@ use engine::{
 const NOTES: Table<u32, String> = Table::new(3, "notes");
 
 #[derive(Clone, Debug, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 struct Command {
     puts: Vec<(u32, String)>,
     deletes: Vec<u32>,
@@ -25,7 +24,6 @@ struct Command {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 enum KvError {
     Refused,
     Capacity,

@@ -3,10 +3,10 @@
 //!
 //! The encoding is bincode 2 with fixed-width little-endian integers (fixed width decodes several
 //! times faster than varints, and gives every record a size known in advance). Keeping all of
-//! bincode behind this module means a future swap touches one file plus the derive attributes:
-//! types derive [`Encode`] and [`Decode`] through this module's re-export, with
-//! `#[bincode(crate = "net::codec::bincode")]` (or the path of a crate that re-exports this module,
-//! such as `engine::codec::bincode`).
+//! bincode behind this module means a future swap touches one file plus the derives: `net`'s types
+//! derive [`Encode`] and [`Decode`] through this module's re-export, with
+//! `#[bincode(crate = "net::codec::bincode")]`; handler types derive the engine's own derives
+//! (`engine-derive`, through `engine::codec`), which name no codec crate.
 
 use bincode::config::{self, Configuration, Fixint, Limit, LittleEndian};
 use bincode::enc::write::{SizeWriter, Writer};

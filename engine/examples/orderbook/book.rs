@@ -21,7 +21,6 @@ pub const QUANTITY_MAX: u64 = 1_000_000_000;
 
 /// Buy or sell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Encode, Decode, Serialize, Deserialize)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum Side {
     /// A bid.
     Buy,
@@ -48,7 +47,6 @@ impl Side {
 
 /// An order resting in the book.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub struct Order {
     trader: u32,
     side: Side,
@@ -58,7 +56,6 @@ pub struct Order {
 
 /// One price level: its orders, oldest first, and their remaining quantity.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub struct Level {
     orders: Vec<u64>,
     total: u64,
@@ -66,7 +63,6 @@ pub struct Level {
 
 /// A trader's position: quantity bought less sold, and cash received less paid.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
-#[bincode(crate = "engine::codec::bincode")]
 pub struct Position {
     /// Bought less sold.
     pub quantity: i64,
@@ -84,7 +80,6 @@ const NEXT_ORDER: Table<u8, u64> = Table::new(5, "next_order");
 
 /// An order book command.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum BookCommand {
     /// A limit order: it fills against the other side while prices cross, oldest order first
     /// at each price, and the rest rests in the book.
@@ -123,7 +118,6 @@ pub enum BookCommand {
 
 /// One fill of a placed order against a resting one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
-#[bincode(crate = "engine::codec::bincode")]
 pub struct Fill {
     /// The resting order.
     pub maker: u64,
@@ -135,7 +129,6 @@ pub struct Fill {
 
 /// What a command returns.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum BookOutput {
     /// The order's id, its fills in order, and what of it rests in the book.
     Placed {
@@ -166,7 +159,6 @@ pub enum BookOutput {
 
 /// Why a command was refused (it changed nothing).
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum BookError {
     /// A price outside 1..=[`PRICE_MAX`] or a quantity outside 1..=[`QUANTITY_MAX`].
     OutOfRange,

@@ -19,7 +19,7 @@ pub(crate) const SESSION_WRITE_TAG: u8 = u8::MAX;
 
 /// One client's session.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec::bincode")]
 pub struct Session {
     pub(crate) request: RequestNumber,
     pub(crate) request_commands: u32,

@@ -5,7 +5,6 @@
 //! # use engine::codec::{Decode, Encode};
 //! # use engine::{Handler, Schema, StateError, Tx};
 //! # #[derive(Debug, Encode, Decode, serde::Serialize)]
-//! # #[bincode(crate = "engine::codec::bincode")]
 //! # struct Refused;
 //! # impl From<StateError> for Refused { fn from(_: StateError) -> Self { Refused } }
 //! # struct Counter;

@@ -17,7 +17,7 @@ pub const WAL_DIR: &str = "wal";
 pub const SNAPSHOT_DIR: &str = "snapshots";
 
 #[derive(Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec::bincode")]
 struct HardStateRecord {
     term: Term,
     voted_for: Option<NodeId>,
@@ -30,7 +30,7 @@ struct HardStateRecord {
 
 /// The record as written before lost votes were kept (read; written only by tests).
 #[derive(Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec::bincode")]
 struct HardStateRecordV1 {
     term: Term,
     voted_for: Option<NodeId>,

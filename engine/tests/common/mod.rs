@@ -15,7 +15,6 @@ pub const BALANCES: Table<u32, i64> = Table::new(1, "balances");
 pub static NOISE: AtomicI64 = AtomicI64::new(0);
 
 #[derive(Debug, Clone, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum Command {
     Set {
         account: u32,
@@ -32,7 +31,6 @@ pub enum Command {
 }
 
 #[derive(Debug, Clone, PartialEq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum Refused {
     Missing,
     Short,

@@ -18,14 +18,12 @@ pub const NOTES: Table<u64, String> = Table::new(2, "notes");
 
 /// An order of ten u64 fields.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub struct Order {
     pub fields: [u64; 10],
 }
 
 /// An account as the Bank keeps one.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub struct Account {
     pub balance: u64,
     pub version: u64,
@@ -34,7 +32,6 @@ pub struct Account {
 
 /// One command of [`Shelves`].
 #[derive(Clone, Debug, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum Command {
     /// Puts order `id` (its fields derived from the id).
     Order { id: u64 },
@@ -50,7 +47,6 @@ pub enum Command {
 
 /// Why a command of [`Shelves`] was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "engine::codec::bincode")]
 pub enum Refused {
     /// The state's capacity is exhausted.
     Full {

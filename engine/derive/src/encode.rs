@@ -1,0 +1,72 @@
+//! `Encode`: fields in declaration order; an enum's variant index (a `u32`, the variant's
+//! position) before the variant's fields. The bytes of bincode 2's derive.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use syn::punctuated::Punctuated;
+use syn::token::Comma;
+use syn::{Fields, Path, Variant, parse_quote};
+
+use crate::shape::{Body, Shape};
+
+/// The `Encode` impl of `shape`.
+pub(crate) fn expand(shape: &Shape<'_>) -> TokenStream {
+    let codec = &shape.codec;
+    let ident = shape.ident;
+    let generics = shape.bounded(|param| parse_quote!(#param: #codec::enc::Encode));
+    let (impl_generics, _, where_clause) = generics.split_for_impl();
+    let (_, type_generics, _) = shape.generics.split_for_impl();
+    let body = match shape.body {
+        Body::Struct(fields) => struct_body(codec, fields),
+        Body::Enum(variants) => enum_body(codec, variants),
+    };
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics #codec::enc::Encode for #ident #type_generics #where_clause {
+            fn encode<__E: #codec::enc::Encoder>(
+                &self,
+                encoder: &mut __E,
+            ) -> ::core::result::Result<(), #codec::error::EncodeError> {
+                #body
+            }
+        }
+    }
+}
+
+fn struct_body(codec: &Path, fields: &Fields) -> TokenStream {
+    let members = fields.members();
+    quote! {
+        #( #codec::enc::Encode::encode(&self.#members, encoder)?; )*
+        ::core::result::Result::Ok(())
+    }
+}
+
+fn enum_body(codec: &Path, variants: &Punctuated<Variant, Comma>) -> TokenStream {
+    if variants.is_empty() {
+        return quote! { match *self {} };
+    }
+    let arms = variants.iter().enumerate().map(|(position, variant)| {
+        // Shape::read checked that the count fits a u32.
+        let index = u32::try_from(position).expect("variant count checked");
+        let name = &variant.ident;
+        let bindings: Vec<_> = (0..variant.fields.len())
+            .map(|i| format_ident!("__field_{}", i))
+            .collect();
+        let pattern = match &variant.fields {
+            Fields::Named(named) => {
+                let names = named.named.iter().map(|field| &field.ident);
+                quote! { Self::#name { #( #names: #bindings ),* } }
+            }
+            Fields::Unnamed(_) => quote! { Self::#name( #( #bindings ),* ) },
+            Fields::Unit => quote! { Self::#name },
+        };
+        quote! {
+            #pattern => {
+                <u32 as #codec::enc::Encode>::encode(&(#index), encoder)?;
+                #( #codec::enc::Encode::encode(#bindings, encoder)?; )*
+                ::core::result::Result::Ok(())
+            }
+        }
+    });
+    quote! { match self { #( #arms, )* } }
+}

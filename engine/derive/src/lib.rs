@@ -1,0 +1,54 @@
+//! The engine's `Encode` and `Decode` derives.
+//!
+//! Handler types derive them through `engine::codec`, without naming the codec crate (the
+//! example is tested in `engine::codec`'s documentation):
+//!
+//! ```text
+//! use engine::codec::{Decode, Encode};
+//!
+//! #[derive(Encode, Decode)]
+//! struct Account {
+//!     balance: u64,
+//! }
+//! ```
+//!
+//! The impls they generate are those of bincode 2's own derive, reached through
+//! `::engine::codec::bincode` (or the path given by `#[codec(crate = "path")]`): the same traits
+//! (`Encode`, `Decode<__Context>`, `BorrowDecode<'__de, __Context>`), the same bounds (one per
+//! type parameter) and the same bytes (fields in declaration order; an enum's variant index, its
+//! position, as a `u32` before the variant's fields). A codec change rewrites this crate's output;
+//! the types that derive it do not change.
+//!
+//! Supported: structs (named, tuple, unit) and enums (unit, tuple and struct variants, and none),
+//! generic over lifetimes, types and constants. Not supported: unions, and bincode's own options
+//! (`bounds`, `decode_context`, `with_serde`, ...), which are compile errors rather than silently
+//! ignored. `#[bincode(crate = "...")]` is accepted and ignored, so that code written for
+//! bincode's derive compiles unchanged.
+
+use proc_macro::TokenStream;
+use syn::{DeriveInput, parse_macro_input};
+
+mod attr;
+mod decode;
+mod encode;
+mod shape;
+
+/// Derives the codec's `Encode` for a struct or an enum.
+#[proc_macro_derive(Encode, attributes(codec, bincode))]
+pub fn derive_encode(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    shape::Shape::read(&input)
+        .map(|shape| encode::expand(&shape))
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Derives the codec's `Decode` and `BorrowDecode` for a struct or an enum.
+#[proc_macro_derive(Decode, attributes(codec, bincode))]
+pub fn derive_decode(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    shape::Shape::read(&input)
+        .map(|shape| decode::expand(&shape))
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
