@@ -9,6 +9,7 @@ use crate::harness::faults::{
     leader_of, seed_or_clock, statuses, watch, write_cluster_files,
 };
 use crate::harness::proxy::{LinkMode, Proxy};
+use engine::node::ClusterFile;
 use engine::client::ClientConfig;
 use engine::rng::Rng;
 use net::message::Role;
@@ -270,8 +271,9 @@ async fn partitioned(
         let healthy = workload.latency_since(healthy_from);
         let slow = followers[0];
         let file = processes.borrow().cluster_file(slow).to_path_buf();
-        let text = std::fs::read_to_string(&file)?;
-        std::fs::write(&file, format!("fsync_delay_ms = {SLOW_FSYNC_MS}\n{text}"))?;
+        let mut slowed = ClusterFile::parse(&file)?;
+        slowed.fsync_delay_ms = SLOW_FSYNC_MS;
+        slowed.write(&file)?;
         processes.borrow_mut().kill(slow);
         processes.borrow_mut().start(slow)?;
         wait_caught_up(config, slow).await?;
