@@ -9,8 +9,8 @@ use crate::harness::faults::{
     leader_of, seed_or_clock, statuses, watch, write_cluster_files,
 };
 use crate::harness::proxy::{LinkMode, Proxy};
-use engine::node::ClusterFile;
 use engine::client::ClientConfig;
+use engine::node::ClusterFile;
 use engine::rng::Rng;
 use net::message::Role;
 use std::cell::{Cell, RefCell};
