@@ -221,7 +221,10 @@ impl State {
         let typed = self.typed(table);
         let keys = (!table::empty_range(&keys)).then(|| typed.index.range(keys));
         keys.into_iter().flatten().map(|key| {
-            let record = typed.map.get(key).expect("the index holds the table's keys");
+            let record = typed
+                .map
+                .get(key)
+                .expect("the index holds the table's keys");
             (key, record)
         })
     }

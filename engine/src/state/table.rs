@@ -166,9 +166,7 @@ impl<K: Key + Ord> Order<K> for Ordered {
 
     fn index_bytes(key_bytes: usize) -> u64 {
         let inline = size_of::<K>();
-        INDEX_KEY_OVERHEAD_BYTES
-            + INDEX_KEY_COPIES * inline as u64
-            + heap_bytes(key_bytes, inline)
+        INDEX_KEY_OVERHEAD_BYTES + INDEX_KEY_COPIES * inline as u64 + heap_bytes(key_bytes, inline)
     }
 }
 
@@ -410,8 +408,7 @@ impl<K: Key, R: Record, O: Order<K>> AnyTable for TypedTable<K, R, O> {
     fn heap_bytes_of(&self, mut records: &[u8], count: u64) -> Option<u64> {
         let mut bytes = 0;
         for _ in 0..count {
-            let ((key, _), used): ((K, R), usize) =
-                crate::codec::decode_prefix(records).ok()?;
+            let ((key, _), used): ((K, R), usize) = crate::codec::decode_prefix(records).ok()?;
             records = &records[used..];
             bytes += Self::loaded_bytes(&key, used);
         }

@@ -89,13 +89,15 @@ impl<'a> Tx<'a> {
     /// writes included, as in every read).
     pub fn first<K: Key + Ord, R: Record>(&mut self, table: &OrderedTable<K, R>) -> Option<(K, R)> {
         let mut all = self.state.iter_ordered(table, ..);
-        all.next().map(|(key, record)| (key.clone(), record.clone()))
+        all.next()
+            .map(|(key, record)| (key.clone(), record.clone()))
     }
 
     /// The record with the largest key in ordered `table`, if any.
     pub fn last<K: Key + Ord, R: Record>(&mut self, table: &OrderedTable<K, R>) -> Option<(K, R)> {
         let mut all = self.state.iter_ordered(table, ..);
-        all.next_back().map(|(key, record)| (key.clone(), record.clone()))
+        all.next_back()
+            .map(|(key, record)| (key.clone(), record.clone()))
     }
 
     /// Up to `limit` records of ordered `table` whose keys are in `keys`, in ascending key
@@ -107,7 +109,9 @@ impl<'a> Tx<'a> {
         limit: usize,
     ) -> Vec<(K, R)> {
         let found = self.state.iter_ordered(table, keys).take(limit);
-        found.map(|(key, record)| (key.clone(), record.clone())).collect()
+        found
+            .map(|(key, record)| (key.clone(), record.clone()))
+            .collect()
     }
 
     /// Up to `limit` records of ordered `table` whose keys are in `keys`, in descending key
@@ -119,7 +123,9 @@ impl<'a> Tx<'a> {
         limit: usize,
     ) -> Vec<(K, R)> {
         let found = self.state.iter_ordered(table, keys).rev().take(limit);
-        found.map(|(key, record)| (key.clone(), record.clone())).collect()
+        found
+            .map(|(key, record)| (key.clone(), record.clone()))
+            .collect()
     }
 
     /// Calls `f` on every record of `table`, in an order that is unspecified and may differ
