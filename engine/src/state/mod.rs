@@ -229,6 +229,42 @@ impl State {
         })
     }
 
+    /// Up to `limit` records of ordered `table` whose keys are in `keys`, ascending (or
+    /// descending when `descending`), copied out. The keys come from the index first and
+    /// their slots are prefetched together: the records of neighbouring keys lie anywhere in
+    /// the slot array, and one miss at a time would cost a scan one memory latency a record.
+    pub(crate) fn ordered_records<K: Key + Ord, R: Record>(
+        &self,
+        table: &OrderedTable<K, R>,
+        keys: impl RangeBounds<K>,
+        limit: usize,
+        descending: bool,
+    ) -> Vec<(K, R)> {
+        let typed = self.typed(table);
+        let mut found: Vec<&K> = Vec::new();
+        if !table::empty_range(&keys) {
+            let range = typed.index.range(keys);
+            if descending {
+                found.extend(range.rev().take(limit));
+            } else {
+                found.extend(range.take(limit));
+            }
+        }
+        for key in &found {
+            typed.map.touch(key);
+        }
+        let record = |key: &K| {
+            typed
+                .map
+                .get(key)
+                .expect("the index holds the table's keys")
+        };
+        found
+            .into_iter()
+            .map(|key| (key.clone(), record(key).clone()))
+            .collect()
+    }
+
     /// The state hash after the last finished entry.
     pub fn hash(&self) -> StateHash {
         self.hasher.digest()

@@ -108,10 +108,7 @@ impl<'a> Tx<'a> {
         keys: impl RangeBounds<K>,
         limit: usize,
     ) -> Vec<(K, R)> {
-        let found = self.state.iter_ordered(table, keys).take(limit);
-        found
-            .map(|(key, record)| (key.clone(), record.clone()))
-            .collect()
+        self.state.ordered_records(table, keys, limit, false)
     }
 
     /// Up to `limit` records of ordered `table` whose keys are in `keys`, in descending key
@@ -122,10 +119,7 @@ impl<'a> Tx<'a> {
         keys: impl RangeBounds<K>,
         limit: usize,
     ) -> Vec<(K, R)> {
-        let found = self.state.iter_ordered(table, keys).rev().take(limit);
-        found
-            .map(|(key, record)| (key.clone(), record.clone()))
-            .collect()
+        self.state.ordered_records(table, keys, limit, true)
     }
 
     /// Calls `f` on every record of `table`, in an order that is unspecified and may differ
