@@ -464,3 +464,25 @@ pub(crate) fn empty_range<K: Ord>(keys: &impl RangeBounds<K>) -> bool {
         | (Bound::Included(_) | Bound::Excluded(_), Bound::Unbounded) => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::empty_range;
+    use std::ops::Bound;
+
+    /// Proves exactly the ranges that `BTreeSet::range` refuses (start after end, one key
+    /// excluded at both ends) are the ones found empty by their bounds, and that those are
+    /// empty in a model.
+    #[test]
+    fn empty_ranges_are_the_ones_btreeset_refuses() {
+        let set: std::collections::BTreeSet<u32> = (0..10).collect();
+        let bounds = |k: u32| [Bound::Included(k), Bound::Excluded(k), Bound::Unbounded];
+        for start in (2..5).flat_map(bounds) {
+            for end in (2..5).flat_map(bounds) {
+                let range = (start, end);
+                let refused = std::panic::catch_unwind(|| set.range(range).count()).is_err();
+                assert_eq!(empty_range(&range), refused, "{range:?}");
+            }
+        }
+    }
+}
