@@ -38,5 +38,6 @@ pub use handler::{Handler, Outcome, OutcomeOf};
 pub use ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 pub use sandbox::Sandbox;
 pub use state::{
-    InstallError, Key, Prefetch, Record, Schema, State, StateError, StateHash, Table, Tx,
+    Hashed, InstallError, Key, Order, Ordered, OrderedTable, Prefetch, Record, Schema, State,
+    StateError, StateHash, Table, Tx,
 };

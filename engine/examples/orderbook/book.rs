@@ -1,12 +1,13 @@
 //! A limit order book as an engine handler: price-time priority, partial fills, cancels, best
 //! bid and ask, depth, and each trader's position. Written against `engine`'s public API only.
 //!
-//! Tables: the orders resting in the book, one record per price level (its orders, oldest
-//! first, and their total), the sorted prices of each side, each trader's position, and the
-//! next order id.
+//! Tables: the orders resting in the book; per side, an ordered table of price levels (its
+//! orders, oldest first, and their total) keyed by price, so that the best bid is the last buy
+//! level, the best ask the first sell level, and depth a range scan; each trader's position,
+//! and the next order id.
 
 use engine::codec::{Decode, Encode};
-use engine::{Handler, Schema, StateError, Table, Tx};
+use engine::{Handler, OrderedTable, Schema, StateError, Table, Tx};
 use serde::{Deserialize, Serialize};
 
 /// Price levels one side of the book holds at most; an order that would open one more is
@@ -71,9 +72,10 @@ pub struct Position {
 }
 
 const ORDERS: Table<u64, Order> = Table::new(1, "orders");
-const LEVELS: Table<(Side, u64), Level> = Table::new(2, "levels");
-/// Per side, the prices with a level: best first (bids descending, asks ascending).
-const PRICES: Table<Side, Vec<u64>> = Table::new(3, "prices");
+/// The buy levels by price: the best bid is the last.
+const BIDS: OrderedTable<u64, Level> = Table::ordered(2, "bids");
+/// The sell levels by price: the best ask is the first.
+const ASKS: OrderedTable<u64, Level> = Table::ordered(3, "asks");
 const POSITIONS: Table<u32, Position> = Table::new(4, "positions");
 /// The next order id, under key 0.
 const NEXT_ORDER: Table<u8, u64> = Table::new(5, "next_order");
@@ -192,8 +194,8 @@ impl Handler for OrderBook {
     fn schema(&self) -> Schema {
         Schema::new()
             .table(&ORDERS)
-            .table(&LEVELS)
-            .table(&PRICES)
+            .table(&BIDS)
+            .table(&ASKS)
             .table(&POSITIONS)
             .table(&NEXT_ORDER)
     }
@@ -212,11 +214,13 @@ impl Handler for OrderBook {
                 ask: best(tx, Side::Sell),
             }),
             BookCommand::Depth { side, levels } => {
-                let prices = tx.get(&PRICES, &side).unwrap_or_default();
-                let depth = prices.iter().take(levels as usize).map(|&price| {
-                    let level = tx.get(&LEVELS, &(side, price)).unwrap_or_default();
-                    (price, level.total)
-                });
+                let best_first = match side {
+                    Side::Buy => tx.range_rev(&BIDS, .., levels as usize),
+                    Side::Sell => tx.range(&ASKS, .., levels as usize),
+                };
+                let depth = best_first
+                    .into_iter()
+                    .map(|(price, level)| (price, level.total));
                 Ok(BookOutput::Depth(depth.collect()))
             }
             BookCommand::Position { trader } => Ok(BookOutput::Position(
@@ -226,10 +230,20 @@ impl Handler for OrderBook {
     }
 }
 
-/// The best price of `side` and the quantity there.
+/// The price levels of `side`.
+fn levels(side: Side) -> &'static OrderedTable<u64, Level> {
+    match side {
+        Side::Buy => &BIDS,
+        Side::Sell => &ASKS,
+    }
+}
+
+/// The best price of `side` and the quantity there: the highest bid, the lowest ask.
 fn best(tx: &mut Tx<'_>, side: Side) -> Option<(u64, u64)> {
-    let price = *tx.get(&PRICES, &side)?.first()?;
-    let level = tx.get(&LEVELS, &(side, price))?;
+    let (price, level) = match side {
+        Side::Buy => tx.last(&BIDS)?,
+        Side::Sell => tx.first(&ASKS)?,
+    };
     Some((price, level.total))
 }
 
@@ -280,7 +294,9 @@ fn fill_level(
     mut left: u64,
     fills: &mut Vec<Fill>,
 ) -> Result<u64, BookError> {
-    let mut level = tx.get(&LEVELS, &at).expect("a listed price has a level");
+    let mut level = tx
+        .get(levels(at.0), &at.1)
+        .expect("the best price has a level");
     while left > 0 && !level.orders.is_empty() {
         let maker = level.orders[0];
         let mut order = tx.get(&ORDERS, &maker).expect("a level's orders rest");
@@ -302,12 +318,9 @@ fn fill_level(
         }
     }
     if level.orders.is_empty() {
-        tx.delete(&LEVELS, &at)?;
-        let mut prices = tx.get(&PRICES, &at.0).unwrap_or_default();
-        prices.retain(|&p| p != at.1);
-        tx.put(&PRICES, at.0, prices)?;
+        tx.delete(levels(at.0), &at.1)?;
     } else {
-        tx.put(&LEVELS, at, level)?;
+        tx.put(levels(at.0), at.1, level)?;
     }
     Ok(left)
 }
@@ -345,25 +358,17 @@ fn rest(
     price: u64,
     remaining: u64,
 ) -> Result<(), BookError> {
-    let mut level = match tx.get(&LEVELS, &(side, price)) {
+    let mut level = match tx.get(levels(side), &price) {
         Some(level) => level,
-        None => {
-            let mut prices = tx.get(&PRICES, &side).unwrap_or_default();
-            if prices.len() >= PRICE_LEVELS_MAX {
-                return Err(BookError::BookFull);
-            }
-            let at = prices.partition_point(|&p| side.crosses(p, price) && p != price);
-            prices.insert(at, price);
-            tx.put(&PRICES, side, prices)?;
-            Level::default()
-        }
+        None if tx.len(levels(side)) >= PRICE_LEVELS_MAX => return Err(BookError::BookFull),
+        None => Level::default(),
     };
     if level.orders.len() >= LEVEL_ORDERS_MAX {
         return Err(BookError::LevelFull);
     }
     level.orders.push(id);
     level.total += remaining;
-    tx.put(&LEVELS, (side, price), level)?;
+    tx.put(levels(side), price, level)?;
     let order = Order {
         trader,
         side,
@@ -380,17 +385,16 @@ fn cancel(tx: &mut Tx<'_>, trader: u32, id: u64) -> Result<BookOutput, BookError
         return Err(BookError::NotYours(id));
     }
     tx.delete(&ORDERS, &id)?;
-    let at = (order.side, order.price);
-    let mut level = tx.get(&LEVELS, &at).expect("a resting order has a level");
+    let side = levels(order.side);
+    let mut level = tx
+        .get(side, &order.price)
+        .expect("a resting order has a level");
     level.orders.retain(|&o| o != id);
     level.total -= order.remaining;
     if level.orders.is_empty() {
-        tx.delete(&LEVELS, &at)?;
-        let mut prices = tx.get(&PRICES, &order.side).unwrap_or_default();
-        prices.retain(|&p| p != order.price);
-        tx.put(&PRICES, order.side, prices)?;
+        tx.delete(side, &order.price)?;
     } else {
-        tx.put(&LEVELS, at, level)?;
+        tx.put(side, order.price, level)?;
     }
     Ok(BookOutput::Cancelled {
         remaining: order.remaining,

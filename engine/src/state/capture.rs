@@ -3,7 +3,7 @@
 //! pending), and loading a table back from a snapshot's records.
 
 use super::slots::slots_hold;
-use super::table::{TypedTable, heap_bytes};
+use super::table::{Order, TypedTable};
 use super::{Key, Record};
 use crate::codec;
 use rustc_hash::FxHashMap;
@@ -66,7 +66,7 @@ pub enum LoadError {
     },
 }
 
-impl<K: Key, R: Record> TypedTable<K, R> {
+impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
     /// Starts a scan of the committed records: where a pending speculation wrote a key, the
     /// scan sees what the speculation's oldest undo record kept. (No pending speculation
     /// removed a record: `can_scan` holds, so every key written is where it was.)
@@ -127,14 +127,14 @@ impl<K: Key, R: Record> TypedTable<K, R> {
                     reason: e.to_string(),
                 })?;
             records = &records[used..];
-            bytes += heap_bytes(used, Self::INLINE_BYTES);
-            let replaced = self
-                .map
-                .insert(key, value)
-                .map_err(|source| LoadError::Insert { record, source })?;
-            if replaced.is_some() {
+            bytes += Self::loaded_bytes(&key, used);
+            if self.map.get(&key).is_some() {
                 return Err(LoadError::DuplicateKey { record });
             }
+            self.map
+                .insert_new(key.clone(), value)
+                .map_err(|source| LoadError::Insert { record, source })?;
+            O::index_insert(&mut self.index, &key);
         }
         if !records.is_empty() {
             return Err(LoadError::TrailingBytes {
@@ -155,6 +155,7 @@ mod tests {
     fn table() -> TypedTable<u64, u64> {
         TypedTable {
             map: Slots::new(),
+            index: (),
             undo: VecDeque::new(),
             removals_final: 0,
             counted_slots: 16,

@@ -13,12 +13,15 @@ mod tx;
 
 pub use capture::LoadError;
 pub use hash::{HASH_PAGE_BYTES, HasherState, StateHash, StreamHasher};
-pub use table::{Key, Record, Schema, TABLES_MAX, Table, TableId};
+pub use table::{
+    Hashed, Key, Order, Ordered, OrderedTable, Record, Schema, TABLES_MAX, Table, TableId,
+};
 pub use tx::{Prefetch, Tx};
 
 use crate::codec::{self, Encode};
 use std::any::Any;
 use std::collections::VecDeque;
+use std::ops::RangeBounds;
 use table::{AnyTable, TypedTable, heap_bytes};
 
 /// The capacity of a node's state when none is configured: 2 GiB, as in the reference setup.
@@ -187,21 +190,79 @@ impl State {
     }
 
     /// The number of records in `table`.
-    pub fn len<K: Key, R: Record>(&self, table: &Table<K, R>) -> usize {
+    pub fn len<K: Key, R: Record, O: Order<K>>(&self, table: &Table<K, R, O>) -> usize {
         self.typed(table).map.len()
     }
 
     /// The record under `key` in `table` (a read outside any transaction, for inspection).
-    pub fn get<K: Key, R: Record>(&self, table: &Table<K, R>, key: &K) -> Option<&R> {
+    pub fn get<K: Key, R: Record, O: Order<K>>(
+        &self,
+        table: &Table<K, R, O>,
+        key: &K,
+    ) -> Option<&R> {
         self.typed(table).map.get(key)
     }
 
     /// Every record of `table` in an unspecified order that may differ between replicas.
-    pub fn iter_unordered<K: Key, R: Record>(
+    pub fn iter_unordered<K: Key, R: Record, O: Order<K>>(
         &self,
-        table: &Table<K, R>,
+        table: &Table<K, R, O>,
     ) -> impl Iterator<Item = (&K, &R)> {
         self.typed(table).map.iter()
+    }
+
+    /// The records of ordered `table` whose keys are in `keys`, in key order (the same on
+    /// every replica). An empty range (its start after its end) yields nothing.
+    pub fn iter_ordered<K: Key + Ord, R: Record>(
+        &self,
+        table: &OrderedTable<K, R>,
+        keys: impl RangeBounds<K>,
+    ) -> impl DoubleEndedIterator<Item = (&K, &R)> {
+        let typed = self.typed(table);
+        let keys = (!table::empty_range(&keys)).then(|| typed.index.range(keys));
+        keys.into_iter().flatten().map(|key| {
+            let record = typed
+                .map
+                .get(key)
+                .expect("the index holds the table's keys");
+            (key, record)
+        })
+    }
+
+    /// Up to `limit` records of ordered `table` whose keys are in `keys`, ascending (or
+    /// descending when `descending`), copied out. The keys come from the index first and
+    /// their slots are prefetched together: the records of neighbouring keys lie anywhere in
+    /// the slot array, and one miss at a time would cost a scan one memory latency a record.
+    pub(crate) fn ordered_records<K: Key + Ord, R: Record>(
+        &self,
+        table: &OrderedTable<K, R>,
+        keys: impl RangeBounds<K>,
+        limit: usize,
+        descending: bool,
+    ) -> Vec<(K, R)> {
+        let typed = self.typed(table);
+        let mut found: Vec<&K> = Vec::new();
+        if !table::empty_range(&keys) {
+            let range = typed.index.range(keys);
+            if descending {
+                found.extend(range.rev().take(limit));
+            } else {
+                found.extend(range.take(limit));
+            }
+        }
+        for key in &found {
+            typed.map.touch(key);
+        }
+        let record = |key: &K| {
+            typed
+                .map
+                .get(key)
+                .expect("the index holds the table's keys")
+        };
+        found
+            .into_iter()
+            .map(|key| (key.clone(), record(key).clone()))
+            .collect()
     }
 
     /// The state hash after the last finished entry.
@@ -442,16 +503,19 @@ impl State {
         self.hasher.digest()
     }
 
-    fn typed<K: Key, R: Record>(&self, table: &Table<K, R>) -> &TypedTable<K, R> {
+    fn typed<K: Key, R: Record, O: Order<K>>(
+        &self,
+        table: &Table<K, R, O>,
+    ) -> &TypedTable<K, R, O> {
         let any: &dyn Any = self.tables[table.id().0 as usize]
             .as_deref()
             .unwrap_or_else(|| panic!("table {} is not in the schema", table.name()));
         any.downcast_ref().unwrap_or_else(|| mismatch(table.name()))
     }
 
-    pub(crate) fn put<K: Key, R: Record>(
+    pub(crate) fn put<K: Key, R: Record, O: Order<K>>(
         &mut self,
-        table: &Table<K, R>,
+        table: &Table<K, R, O>,
         key: K,
         record: R,
     ) -> Result<(), StateError> {
@@ -498,9 +562,9 @@ impl State {
         Ok(())
     }
 
-    pub(crate) fn delete<K: Key, R: Record>(
+    pub(crate) fn delete<K: Key, R: Record, O: Order<K>>(
         &mut self,
-        table: &Table<K, R>,
+        table: &Table<K, R, O>,
         key: &K,
     ) -> Result<Option<R>, StateError> {
         let start = self.hasher.position();
@@ -516,7 +580,8 @@ impl State {
         };
         self.note_undo(table.id());
         let encoded = key_bytes + codec::encoded_len(&old).unwrap_or(0);
-        self.bytes_used -= heap_bytes(encoded, TypedTable::<K, R>::INLINE_BYTES);
+        self.bytes_used -= heap_bytes(encoded, TypedTable::<K, R, O>::INLINE_BYTES);
+        self.bytes_used -= O::index_bytes(key_bytes);
         Ok(Some(old))
     }
 
@@ -530,11 +595,11 @@ impl State {
         Err(error)
     }
 
-    pub(crate) fn touch<K: Key, R: Record>(&self, table: &Table<K, R>, key: &K) {
+    pub(crate) fn touch<K: Key, R: Record, O: Order<K>>(&self, table: &Table<K, R, O>, key: &K) {
         let any: Option<&dyn Any> = self.tables[table.id().0 as usize]
             .as_deref()
             .map(|t| t as _);
-        if let Some(typed) = any.and_then(|t| t.downcast_ref::<TypedTable<K, R>>()) {
+        if let Some(typed) = any.and_then(|t| t.downcast_ref::<TypedTable<K, R, O>>()) {
             typed.map.touch(key);
         }
     }
@@ -546,10 +611,10 @@ fn table_slot(tables: &mut [Option<Box<dyn AnyTable>>], id: TableId) -> &mut dyn
         .unwrap_or_else(|| panic!("table {} is not in the schema", id.0))
 }
 
-fn typed_mut<'t, K: Key, R: Record>(
+fn typed_mut<'t, K: Key, R: Record, O: Order<K>>(
     tables: &'t mut [Option<Box<dyn AnyTable>>],
-    table: &Table<K, R>,
-) -> &'t mut TypedTable<K, R> {
+    table: &Table<K, R, O>,
+) -> &'t mut TypedTable<K, R, O> {
     let any: &mut dyn Any = table_slot(tables, table.id());
     any.downcast_mut().unwrap_or_else(|| mismatch(table.name()))
 }
@@ -565,7 +630,8 @@ fn array_bytes(slot_bytes: u64, slots: u64) -> u64 {
 
 /// What a put changes in the capacity account.
 struct PutCost {
-    /// Heap bytes of the record replaced (0 for a new key) and of the new one.
+    /// Heap bytes of the record replaced (0 for a new key) and of the new one (with its key's
+    /// bytes in an ordered table's index, for a new key).
     heap_old: u64,
     heap_new: u64,
     /// The table's slot count after the put, when the put grows it.
@@ -579,13 +645,13 @@ struct PutCost {
 /// The capacity cost of putting a record whose key and record encode to these sizes into
 /// `typed`, at `position` when the key is there: decided from the counted slot count, before
 /// the map allocates anything.
-fn put_cost<K: Key, R: Record>(
-    typed: &TypedTable<K, R>,
+fn put_cost<K: Key, R: Record, O: Order<K>>(
+    typed: &TypedTable<K, R, O>,
     position: Option<usize>,
     key_bytes: usize,
     record_bytes: usize,
 ) -> PutCost {
-    let inline = TypedTable::<K, R>::INLINE_BYTES;
+    let inline = TypedTable::<K, R, O>::INLINE_BYTES;
     let heap_old = position.map_or(0, |at| {
         heap_bytes(
             key_bytes + codec::encoded_len(typed.map.at(at)).unwrap_or(0),
@@ -599,9 +665,15 @@ fn put_cost<K: Key, R: Record>(
     };
     let slot_bytes = slots::slot_bytes::<K, R>();
     let grows = slots_after > counted;
+    // A new key of an ordered table adds its key to the index.
+    let index_new = if position.is_none() {
+        O::index_bytes(key_bytes)
+    } else {
+        0
+    };
     PutCost {
         heap_old,
-        heap_new: heap_bytes(key_bytes + record_bytes, inline),
+        heap_new: heap_bytes(key_bytes + record_bytes, inline) + index_new,
         slots_after: grows.then_some(slots_after),
         growth_bytes: array_bytes(slot_bytes, slots_after - counted),
         moving_bytes: if grows {

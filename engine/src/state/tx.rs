@@ -1,7 +1,8 @@
 //! The transaction a handler sees: typed reads and writes of one command. A leader runs the
 //! same transactions speculatively before commit; the handler cannot tell.
 
-use super::{Key, Record, State, StateError, Table, TxMark};
+use super::{Key, Order, OrderedTable, Record, State, StateError, Table, TxMark};
+use std::ops::RangeBounds;
 
 /// One command's transaction. Everything it writes is applied when the handler returns `Ok`, and
 /// rolled back when the handler returns `Err` (or ignored a failed write).
@@ -40,20 +41,28 @@ impl<'a> Tx<'a> {
     }
 
     /// The record under `key`, if any.
-    pub fn get<K: Key, R: Record>(&mut self, table: &Table<K, R>, key: &K) -> Option<R> {
+    pub fn get<K: Key, R: Record, O: Order<K>>(
+        &mut self,
+        table: &Table<K, R, O>,
+        key: &K,
+    ) -> Option<R> {
         self.state.typed(table).map.get(key).cloned()
     }
 
     /// True when `table` holds a record under `key`.
-    pub fn contains<K: Key, R: Record>(&mut self, table: &Table<K, R>, key: &K) -> bool {
+    pub fn contains<K: Key, R: Record, O: Order<K>>(
+        &mut self,
+        table: &Table<K, R, O>,
+        key: &K,
+    ) -> bool {
         self.state.typed(table).map.get(key).is_some()
     }
 
     /// Writes `record` under `key`, replacing any record there. Fails, changing nothing, when the
     /// state would exceed its capacity.
-    pub fn put<K: Key, R: Record>(
+    pub fn put<K: Key, R: Record, O: Order<K>>(
         &mut self,
-        table: &Table<K, R>,
+        table: &Table<K, R, O>,
         key: K,
         record: R,
     ) -> Result<(), StateError> {
@@ -62,9 +71,9 @@ impl<'a> Tx<'a> {
     }
 
     /// Removes the record under `key`; returns it, or `None` when there was none.
-    pub fn delete<K: Key, R: Record>(
+    pub fn delete<K: Key, R: Record, O: Order<K>>(
         &mut self,
-        table: &Table<K, R>,
+        table: &Table<K, R, O>,
         key: &K,
     ) -> Result<Option<R>, StateError> {
         let result = self.state.delete(table, key);
@@ -72,15 +81,52 @@ impl<'a> Tx<'a> {
     }
 
     /// The number of records in `table`.
-    pub fn len<K: Key, R: Record>(&mut self, table: &Table<K, R>) -> usize {
+    pub fn len<K: Key, R: Record, O: Order<K>>(&mut self, table: &Table<K, R, O>) -> usize {
         self.state.len(table)
+    }
+
+    /// The record with the smallest key in ordered `table`, if any (this transaction's own
+    /// writes included, as in every read).
+    pub fn first<K: Key + Ord, R: Record>(&mut self, table: &OrderedTable<K, R>) -> Option<(K, R)> {
+        let mut all = self.state.iter_ordered(table, ..);
+        all.next()
+            .map(|(key, record)| (key.clone(), record.clone()))
+    }
+
+    /// The record with the largest key in ordered `table`, if any.
+    pub fn last<K: Key + Ord, R: Record>(&mut self, table: &OrderedTable<K, R>) -> Option<(K, R)> {
+        let mut all = self.state.iter_ordered(table, ..);
+        all.next_back()
+            .map(|(key, record)| (key.clone(), record.clone()))
+    }
+
+    /// Up to `limit` records of ordered `table` whose keys are in `keys`, in ascending key
+    /// order (the same on every replica). A range whose start is after its end is empty.
+    pub fn range<K: Key + Ord, R: Record>(
+        &mut self,
+        table: &OrderedTable<K, R>,
+        keys: impl RangeBounds<K>,
+        limit: usize,
+    ) -> Vec<(K, R)> {
+        self.state.ordered_records(table, keys, limit, false)
+    }
+
+    /// Up to `limit` records of ordered `table` whose keys are in `keys`, in descending key
+    /// order: [`Tx::range`] from the other end.
+    pub fn range_rev<K: Key + Ord, R: Record>(
+        &mut self,
+        table: &OrderedTable<K, R>,
+        keys: impl RangeBounds<K>,
+        limit: usize,
+    ) -> Vec<(K, R)> {
+        self.state.ordered_records(table, keys, limit, true)
     }
 
     /// Calls `f` on every record of `table`, in an order that is unspecified and may differ
     /// between replicas: use it only for results that do not depend on order (counts, sums).
-    pub fn for_each_unordered<K: Key, R: Record>(
+    pub fn for_each_unordered<K: Key, R: Record, O: Order<K>>(
         &mut self,
-        table: &Table<K, R>,
+        table: &Table<K, R, O>,
         mut f: impl FnMut(&K, &R),
     ) {
         for (key, record) in self.state.iter_unordered(table) {
@@ -109,7 +155,7 @@ impl<'a> Prefetch<'a> {
 
     /// Hints that the command will read or write `key` in `table`.
     #[inline]
-    pub fn key<K: Key, R: Record>(&mut self, table: &Table<K, R>, key: &K) {
+    pub fn key<K: Key, R: Record, O: Order<K>>(&mut self, table: &Table<K, R, O>, key: &K) {
         self.state.touch(table, key);
     }
 }
