@@ -67,7 +67,7 @@ pub const REFUSALS_LOGGED_PER_SECOND_MAX: u64 = 10;
 /// First and last wait between reconnection attempts to a peer.
 pub const RECONNECT_BACKOFF_MS_MIN: u64 = 10;
 /// See [`RECONNECT_BACKOFF_MS_MIN`]. A peer that comes back is not left waiting for it: its
-/// own connection to us wakes our connection to it ([`PeerWakes`]).
+/// own connection to us wakes our connection to it (`PeerWakes`).
 pub const RECONNECT_BACKOFF_MS_MAX: u64 = 1_000;
 
 /// One wake-up per peer: a peer that has connected to us (handshake passed) is up, so our

@@ -33,7 +33,7 @@ pub struct HasherState {
 }
 
 /// The incremental hasher over the write stream. Writers append to its page buffer directly
-/// ([`StreamHasher::pending`]); [`StreamHasher::absorb_pending`] hashes what they appended.
+/// (`StreamHasher::pending`); [`StreamHasher::absorb_pending`] hashes what they appended.
 #[derive(Clone)]
 pub struct StreamHasher {
     accumulator: [u8; 32],
