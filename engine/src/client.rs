@@ -10,9 +10,7 @@ use crate::ids::{ClientId, RequestNumber};
 use futures::{SinkExt, StreamExt};
 use net::auth::Key;
 use net::frame::{FrameCodec, FrameError};
-use net::message::{
-    ClientReply, ClientRequest, Hello, Mode, NodeStatus, PROTOCOL_VERSION, Refusal, Rejection,
-};
+use net::message::{ClientReply, ClientRequest, Hello, Mode, PROTOCOL_VERSION, Refusal, Rejection};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
@@ -73,6 +71,9 @@ impl ClientConfig {
         }
     }
 }
+
+/// A node's status (its role, term, indexes, state hash), as [`node_status`] reports it.
+pub use net::message::{NodeStatus, Role};
 
 /// Milliseconds [`Client::resume`] tries for an answer when the configuration never gives up.
 pub const RESUME_WAIT_MS_DEFAULT: u64 = 30_000;

@@ -7,7 +7,14 @@ use crate::ids::{ClientId, RequestNumber, Term};
 use crate::state::State;
 
 /// Runs commands through the real apply path (entries, per-command transactions, sessions, the
-/// state hash), one request per entry, from one client.
+/// state hash), one request per entry, from one client (`ClientId(1)`, requests numbered from
+/// 1).
+///
+/// The state hash covers the client sessions too (each finished request's client, number,
+/// command count, digest and outcomes), so a cluster's hash equals a sandbox's only for the
+/// same requests from the same client: the same records alone give equal hashes only when
+/// the requests that wrote them were the same. How requests are packed into entries does not
+/// change the hash.
 pub struct Sandbox<H: Handler> {
     machine: StateMachine<H>,
     prev_hash: EntryHash,

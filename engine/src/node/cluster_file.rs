@@ -96,7 +96,7 @@ pub enum ModeSetting {
     /// Execute again after commit and compare with the simulation.
     #[default]
     Verify,
-    /// Reuse verified simulations after commit.
+    /// Reuse the leader's simulations after commit (see [`Mode::Performance`]).
     Performance,
 }
 

@@ -20,6 +20,8 @@ pub use connections::{
     PEER_QUEUE_MESSAGES_MAX, RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN,
     SOCKET_BUFFER_BYTES,
 };
+/// The key a cluster's nodes (or clients) prove in every handshake, for [`NodeConfig`].
+pub use net::auth::Key;
 
 use crate::apply::ApplyError;
 use crate::core::{ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT};
