@@ -58,7 +58,7 @@ enum Command {
     /// Checks a cluster file: what each node would run with, or every error (exit 1).
     Check(engine::cli::CheckArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
-    Sim(sim::SimArgs),
+    Sim(engine::cli::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
     Chaos(chaos::ChaosArgs),
     /// Partition scenarios between three node processes, through our loopback proxy.

@@ -7,7 +7,7 @@
 //! and the next order id.
 
 use engine::codec::{Decode, Encode};
-use engine::{Handler, OrderedTable, Schema, StateError, Table, Tx};
+use engine::{Handler, OrderedTable, Schema, State, StateError, Table, Tx};
 use serde::{Deserialize, Serialize};
 
 /// Price levels one side of the book holds at most; an order that would open one more is
@@ -399,4 +399,52 @@ fn cancel(tx: &mut Tx<'_>, trader: u32, id: u64) -> Result<BookOutput, BookError
     Ok(BookOutput::Cancelled {
         remaining: order.remaining,
     })
+}
+
+/// The book's invariants on a committed state (the simulator's workload checks them after
+/// every entry): the book is never crossed; each level lists resting orders of its side and
+/// price, oldest first, and its total is their remaining quantity; every resting order is
+/// listed once; and positions net to zero, in quantity and in cash.
+pub fn check_invariants(state: &State) -> Result<(), String> {
+    let best_bid = state.iter_ordered(&BIDS, ..).next_back().map(|(p, _)| *p);
+    let best_ask = state.iter_ordered(&ASKS, ..).next().map(|(p, _)| *p);
+    if let (Some(bid), Some(ask)) = (best_bid, best_ask)
+        && bid >= ask
+    {
+        return Err(format!(
+            "the book is crossed: best bid {bid}, best ask {ask}"
+        ));
+    }
+    let mut listed = 0;
+    for (side, table) in [(Side::Buy, &BIDS), (Side::Sell, &ASKS)] {
+        for (&price, level) in state.iter_ordered(table, ..) {
+            let mut total = 0;
+            for id in &level.orders {
+                let order = state.get(&ORDERS, id);
+                let Some(order) = order.filter(|o| o.side == side && o.price == price) else {
+                    return Err(format!(
+                        "level {side:?} {price} lists order {id}: {order:?}"
+                    ));
+                };
+                total += order.remaining;
+            }
+            if level.orders.is_empty() || total != level.total {
+                return Err(format!(
+                    "level {side:?} {price}: {level:?}, remaining {total}"
+                ));
+            }
+            listed += level.orders.len();
+        }
+    }
+    if listed != state.len(&ORDERS) {
+        let resting = state.len(&ORDERS);
+        return Err(format!("{resting} orders rest, the levels list {listed}"));
+    }
+    let net = state
+        .iter_unordered(&POSITIONS)
+        .fold((0i64, 0i128), |(q, c), (_, p)| (q + p.quantity, c + p.cash));
+    if net != (0, 0) {
+        return Err(format!("positions net to {net:?}, not zero"));
+    }
+    Ok(())
 }

@@ -1,9 +1,11 @@
 //! A limit order book on three machines: the whole `main` of a handler author's node binary
-//! is the one call below, and the binary has `node`, `status`, `check`, `client` and
-//! `recover` (see the README's "Run your handler on three machines").
+//! is the one call below, and the binary has `node`, `status`, `check`, `client`, `recover`,
+//! and `sim`, the deterministic simulator with the book's workload (see the README's "Run
+//! your handler on three machines").
 //!
 //! ```sh
-//! cargo build --release --example orderbook
+//! cargo build --release --example orderbook --features sim
+//! target/release/examples/orderbook sim --seeds 1000                       # the simulator
 //! target/release/examples/orderbook node --cluster cluster.toml --id 1     # and 2, 3
 //! target/release/examples/orderbook client --cluster cluster.toml \
 //!     '{"Place": {"trader": 1, "side": "Sell", "price": 101, "quantity": 5}}'
@@ -14,7 +16,9 @@ mod book;
 mod reference;
 #[cfg(test)]
 mod tests;
+mod workload;
 
 fn main() -> std::process::ExitCode {
-    engine::cli::main("A limit order book on three machines", || book::OrderBook)
+    let about = "A limit order book on three machines";
+    engine::cli::main_with_sim(about, || book::OrderBook, || workload::BookWorkload)
 }

@@ -27,12 +27,16 @@ mod check;
 mod client;
 mod node;
 mod recover;
+#[cfg(feature = "sim")]
+mod sim;
 mod status;
 
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
 pub use node::{NodeArgs, SnapshotOptions, node};
 pub use recover::{RecoverArgs, recover};
+#[cfg(feature = "sim")]
+pub use sim::{SimArgs, sim};
 pub use status::{StatusArgs, status};
 
 use crate::apply::Mode;
@@ -95,19 +99,58 @@ struct Cli {
 /// runs the command with the handler `make` builds, and on an error prints it on one line (its
 /// causes joined) and exits 1.
 pub fn main<H: CliHandler>(about: &'static str, make: impl Fn() -> H) -> ExitCode {
-    let name = std::env::args()
+    let cli: Cli = parse(about);
+    exit_code(cli.command.run(make))
+}
+
+/// [`Command`] and `sim`.
+#[cfg(feature = "sim")]
+#[derive(Subcommand, Debug)]
+enum WithSim {
+    #[command(flatten)]
+    Node(Command),
+    /// The deterministic cluster simulator on many seeds, with the binary's workload (faults,
+    /// crashes, invariant checks).
+    Sim(SimArgs),
+}
+
+#[cfg(feature = "sim")]
+#[derive(Parser, Debug)]
+struct CliWithSim {
+    #[command(subcommand)]
+    command: WithSim,
+}
+
+/// [`main`], and a `sim` command that runs the deterministic simulator with the workload
+/// `workload` builds (one per seed; its handler must be the one `make` builds).
+#[cfg(feature = "sim")]
+pub fn main_with_sim<H: CliHandler, W: crate::sim::Workload<H = H>>(
+    about: &'static str,
+    make: impl Fn() -> H,
+    workload: impl Fn() -> W,
+) -> ExitCode {
+    let cli: CliWithSim = parse(about);
+    exit_code(match cli.command {
+        WithSim::Node(command) => command.run(make),
+        WithSim::Sim(args) => sim(args, workload),
+    })
+}
+
+/// The command line parsed under the binary's own name and `about`.
+fn parse<C: CommandFactory + FromArgMatches>(about: &'static str) -> C {
+    let matches = C::command().name(binary_name()).about(about).get_matches();
+    C::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
+}
+
+/// This binary's file name (what its usage lines and replay hints say).
+pub fn binary_name() -> String {
+    std::env::args()
         .next()
         .and_then(|path| {
             let name = std::path::Path::new(&path).file_name()?;
             Some(name.to_string_lossy().into_owned())
         })
-        .unwrap_or_else(|| "node".into());
-    let matches = Cli::command().name(name).about(about).get_matches();
-    let command = match Cli::from_arg_matches(&matches) {
-        Ok(cli) => cli.command,
-        Err(error) => error.exit(),
-    };
-    exit_code(command.run(make))
+        .unwrap_or_else(|| "node".into())
 }
 
 /// Exit 0, or print the error on one line and exit 1.

@@ -84,3 +84,29 @@ pub struct SimReport {
     /// Simulated time the run took.
     pub time: Time,
 }
+
+impl SimReport {
+    /// Adds `other`'s counts to these (for a summary of many seeds; the seed, the swarm, the
+    /// violations and the leaders stay this report's).
+    pub fn absorb(&mut self, other: &SimReport) {
+        self.acknowledged += other.acknowledged;
+        self.committed += other.committed;
+        self.crashes += other.crashes;
+        self.partitions += other.partitions;
+        self.events += other.events;
+        self.snapshots += other.snapshots;
+        self.installs += other.installs;
+        self.damaged += other.damaged;
+        self.disks_full += other.disks_full;
+        self.stalls += other.stalls;
+        self.acks_down += other.acks_down;
+        self.fsync_errors += other.fsync_errors;
+        self.hedges += other.hedges;
+        self.snapshots_damaged += other.snapshots_damaged;
+        self.rebuilds += other.rebuilds;
+        self.hard_states_damaged += other.hard_states_damaged;
+        self.damaged_together += other.damaged_together;
+        self.copies_lost += other.copies_lost;
+        self.rewritten_after_loss += other.rewritten_after_loss;
+    }
+}
