@@ -22,7 +22,7 @@ fn requests(commands: &[BankCommand]) -> Vec<Encoded> {
         .chunks(REQUEST_COMMANDS)
         .enumerate()
         .map(|(n, chunk)| {
-            let client = ClientId(n as u64 % CLIENTS + 1);
+            let client = ClientId(u128::from(n as u64 % CLIENTS + 1));
             let number = RequestNumber(n as u64 / CLIENTS + 1);
             (client, number, encode_commands(chunk), chunk.len() as u32)
         })

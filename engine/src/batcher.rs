@@ -106,17 +106,18 @@ impl Batcher {
         let mut payload = PayloadBuilder::new(now_ms);
         while let Some(head) = self.queue.front() {
             let room = self.entry_commands_max - payload.command_count();
-            if room == 0 {
+            // A registration has no commands; fragments are bounded too, so that an entry of
+            // registrations stays within the payload's size limit.
+            if room == 0 || payload.fragment_count() >= self.entry_commands_max {
                 break;
             }
             let first = self.head_sent;
             let count = room.min(head.command_count() - first);
-            let start = if first == 0 {
-                0
-            } else {
-                head.ends[first as usize - 1]
+            let end_of = |commands: u32| match commands {
+                0 => 0,
+                n => head.ends[n as usize - 1],
             };
-            let end = head.ends[(first + count) as usize - 1];
+            let (start, end) = (end_of(first), end_of(first + count));
             let fragment = FragmentHeader {
                 client: head.client,
                 request: head.request,
@@ -151,8 +152,8 @@ impl Batcher {
 /// Checks a request's commands (count, size, each decodes as a command of `H`) and returns
 /// where each ends, so that the batcher can split the request between entries.
 pub fn command_ends<H: Handler>(commands: &[u8], count: u32) -> Result<Vec<u32>, Rejection> {
-    if count == 0 {
-        return Err(Rejection::Empty);
+    if count == 0 && !commands.is_empty() {
+        return Err(Rejection::Malformed { command: 0 });
     }
     if count > REQUEST_COMMANDS_MAX {
         return Err(Rejection::TooManyCommands { count });
@@ -180,7 +181,7 @@ mod tests {
     use super::*;
     use crate::entry::parse_payload;
 
-    fn request(client: u64, number: u64, commands: u32) -> Queued {
+    fn request(client: u128, number: u64, commands: u32) -> Queued {
         let bytes: Vec<u8> = (0..commands).flat_map(|c| [c as u8; 3]).collect();
         Queued {
             client: ClientId(client),
@@ -193,7 +194,7 @@ mod tests {
 
     /// The fragments of each entry the batcher forms: (client, first command, count, bytes).
     /// (client, first command, count, bytes) of one fragment.
-    type Shape = (u64, u32, u32, Vec<u8>);
+    type Shape = (u128, u32, u32, Vec<u8>);
 
     fn drain_entries(batcher: &mut Batcher) -> Vec<Vec<Shape>> {
         std::iter::from_fn(|| batcher.next_entry(0))
@@ -219,7 +220,7 @@ mod tests {
         batcher.push(request(2, 1, 10)).unwrap();
         batcher.push(request(3, 1, 40)).unwrap();
         let entries = drain_entries(&mut batcher);
-        let shape: Vec<Vec<(u64, u32, u32)>> = entries
+        let shape: Vec<Vec<(u128, u32, u32)>> = entries
             .iter()
             .map(|e| e.iter().map(|(c, f, n, _)| (*c, *f, *n)).collect())
             .collect();

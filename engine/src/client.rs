@@ -75,6 +75,10 @@ impl ClientConfig {
 /// A node's status (its role, term, indexes, state hash), as [`node_status`] reports it.
 pub use net::message::{NodeStatus, Role};
 
+/// Ids [`Client::register`] draws before it gives up (each refused only when the cluster
+/// already knows it, a chance of about 2^-128 for a random id).
+pub const REGISTER_ATTEMPTS_MAX: u32 = 4;
+
 /// Milliseconds [`Client::resume`] tries for an answer when the configuration never gives up.
 pub const RESUME_WAIT_MS_DEFAULT: u64 = 30_000;
 /// Milliseconds [`Client::resume`] waits between two questions.
@@ -89,9 +93,10 @@ pub enum ClientError {
     /// The client had already moved past this request number.
     #[error("request {0} is stale")]
     Stale(RequestNumber),
-    /// The cluster keeps no session for this client (evicted past its most sessions, or the
-    /// client did not start at request 1): the request was not applied now, and whether an
-    /// earlier attempt of it was is not known. Start a new client id.
+    /// The cluster keeps no session for this client (evicted past its session limit, or the
+    /// client started neither with a registration nor at request 1): the request was not
+    /// applied now, and whether an earlier attempt of it was is not known. Register again
+    /// ([`Client::register`]): the id cannot go on.
     #[error("request {0}: the client's session expired (earlier attempts' outcome unknown)")]
     SessionExpired(RequestNumber),
     /// The request's number was this client id's latest request's, whose commands were other
@@ -126,6 +131,9 @@ pub enum ClientError {
         /// The last refusal that asked to try again (`Busy`, `StorageFull`), if any.
         last_rejection: Option<Rejection>,
     },
+    /// The operating system gave no random bytes for a client id.
+    #[error("no random client id: {0}")]
+    NoRandomness(std::io::Error),
     /// A one-off request (status) could not reach the node.
     #[error("unreachable: {0}")]
     Unreachable(String),
@@ -135,7 +143,8 @@ pub enum ClientError {
     Refused(Refusal),
 }
 
-/// A client session: one id, requests numbered from one, one request in flight.
+/// A client session: one id, requests numbered from one (after its registration, number
+/// 0), one request in flight.
 pub struct Client {
     config: ClientConfig,
     requests: Requests<SocketAddr>,
@@ -198,6 +207,30 @@ impl Client {
             });
             tokio::time::sleep(Duration::from_millis(RESUME_RETRY_MS)).await;
         }
+    }
+
+    /// A new client, registered through the log: draws a random 128-bit id and opens its
+    /// session with a registration (request number 0, no commands) that the cluster commits
+    /// before it answers; the first request is then number 1. An id the cluster already knows
+    /// (live or expired) is refused and another is drawn, up to [`REGISTER_ATTEMPTS_MAX`]
+    /// times. A client told [`ClientError::SessionExpired`] registers again this way: its
+    /// old id cannot go on.
+    pub async fn register(config: ClientConfig) -> Result<Client, ClientError> {
+        let mut refused = None;
+        for _ in 0..REGISTER_ATTEMPTS_MAX {
+            let id = ClientId::random().map_err(ClientError::NoRandomness)?;
+            let mut client = Client::new(config.clone(), id, RequestNumber(0));
+            match client.submit_encoded(Vec::new(), 0).await {
+                Ok(_) => return Ok(client),
+                Err(
+                    error @ (ClientError::Stale(_)
+                    | ClientError::SessionExpired(_)
+                    | ClientError::Reused(_)),
+                ) => refused = Some(error),
+                Err(error) => return Err(error),
+            }
+        }
+        Err(refused.expect("at least one attempt"))
     }
 
     /// The client's id.

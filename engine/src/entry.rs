@@ -137,6 +137,11 @@ impl PayloadBuilder {
         self.commands
     }
 
+    /// Fragments so far.
+    pub fn fragment_count(&self) -> u32 {
+        self.fragments
+    }
+
     /// Bytes so far.
     pub fn payload_bytes(&self) -> usize {
         self.buf.len()

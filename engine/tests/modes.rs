@@ -327,7 +327,7 @@ fn a_request_number_reused_for_other_commands_is_refused() {
     assert_eq!(machine.state_hash(), hash, "a retry runs nothing");
 }
 
-/// Proves a client whose session was evicted (past `SESSIONS_MAX` other clients) is told its
+/// Proves a client whose session was evicted (past `SESSIONS_MAX_DEFAULT` other clients) is told its
 /// session expired, for a new request and for a retry of one that was applied: never "stale"
 /// (which says not applied) and never run again (issue 13).
 #[test]
@@ -350,7 +350,8 @@ fn an_evicted_client_is_told_its_session_expired() {
     let first = machine.apply(&former.entry(&[(1, 1, set(5))])).unwrap();
     assert!(matches!(status(first), ReplyStatus::Results(_)));
     // As many other clients as sessions are kept: the oldest (client 1) is evicted.
-    let others: Vec<(u64, u64, Vec<Command>)> = (2..2 + engine::apply::SESSIONS_MAX as u64)
+    let others: Vec<(u128, u64, Vec<Command>)> = (2..2 + engine::apply::SESSIONS_MAX_DEFAULT
+        as u128)
         .map(|client| (client, 1, set(1)))
         .collect();
     for chunk in others.chunks(256) {

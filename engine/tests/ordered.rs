@@ -323,7 +323,7 @@ impl Former {
                 let requests: Vec<Request<'_>> = chunk
                     .iter()
                     .map(|(number, bytes, count)| Request {
-                        client: ClientId(self.term.0),
+                        client: ClientId(self.term.0.into()),
                         number: RequestNumber(*number),
                         command_count: *count,
                         commands: bytes,
@@ -486,9 +486,11 @@ fn capacity_counts_the_index() {
     );
 
     // Exactly full: one more key's index bytes do not fit (no growth: 1,001 records fit 2,048
-    // slots).
-    let mut tight = restored(&mut ordered, true, full + INDEX_KEY_BYTES - 1);
-    let mut loose = restored(&mut hashed, false, full + INDEX_KEY_BYTES - 1);
+    // slots). The sessions count too: the restored ones, and the new client's (term 3).
+    let sessions = ordered.sessions().bytes() + engine::apply::SESSION_BYTES_FIXED;
+    let capacity_bytes = full + sessions + INDEX_KEY_BYTES - 1;
+    let mut tight = restored(&mut ordered, true, capacity_bytes);
+    let mut loose = restored(&mut hashed, false, capacity_bytes);
     assert_eq!(
         tight.state().bytes_used(),
         full,
@@ -497,7 +499,7 @@ fn capacity_counts_the_index() {
     let (mut former, mut other) = (Former::new(3), Former::new(3));
     let new_key = puts(records..records + 1);
     let refused = Refused::Capacity {
-        needed_bytes: full + INDEX_KEY_BYTES,
+        needed_bytes: full + sessions + INDEX_KEY_BYTES,
     };
     assert_eq!(
         run_one(&mut tight, &mut former, &new_key),

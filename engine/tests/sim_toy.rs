@@ -212,7 +212,7 @@ struct ToyWorkload<H> {
     unfit: Option<String>,
     oracle: ToyOracle,
     /// Every logged fragment's client, request and first command.
-    seen: BTreeSet<(u64, u64, u32)>,
+    seen: BTreeSet<(u128, u64, u32)>,
     tally: Rc<Tally>,
     handler: PhantomData<fn() -> H>,
 }
@@ -388,7 +388,7 @@ enum Fate {
 #[derive(Debug, Default)]
 struct ToyOracle {
     registers: BTreeMap<u64, u64>,
-    sessions: BTreeMap<u64, OracleSession>,
+    sessions: BTreeMap<u128, OracleSession>,
 }
 
 impl ToyOracle {

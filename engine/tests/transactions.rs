@@ -236,7 +236,7 @@ fn apply_plan(
         for &(first, count) in fragments {
             let bytes: Vec<u8> = encoded[first as usize..(first + count) as usize].concat();
             let header = FragmentHeader {
-                client: ClientId(client),
+                client: ClientId(u128::from(client)),
                 request: RequestNumber(request),
                 request_commands: encoded.len() as u32,
                 first_command: first,

@@ -14,7 +14,7 @@ fn entry(index: u64, prev: &EntryHash) -> Entry {
         .collect();
     let mut payload = PayloadBuilder::new(index * 1000);
     let fragment = FragmentHeader {
-        client: ClientId(index % 3),
+        client: ClientId(u128::from(index % 3)),
         request: RequestNumber(index),
         request_commands: 1,
         first_command: 0,

@@ -32,13 +32,24 @@ id_type!(
     NodeId(u8)
 );
 id_type!(
-    /// A client, as chosen by the client (exactly-once sessions are keyed by it).
-    ClientId(u64)
+    /// A client: 128 bits drawn at random ([`ClientId::random`]), registered through the log
+    /// or not (exactly-once sessions are keyed by it).
+    ClientId(u128)
 );
 id_type!(
     /// A client's request number, increasing by one per request.
     RequestNumber(u64)
 );
+
+impl ClientId {
+    /// A client id drawn from the operating system's random source: two clients that draw
+    /// theirs independently collide with a chance of about 2^-128 per pair.
+    pub fn random() -> std::io::Result<ClientId> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(std::io::Error::other)?;
+        Ok(ClientId(u128::from_le_bytes(bytes)))
+    }
+}
 
 impl EntryIndex {
     /// The index before the first entry (an empty log).

@@ -8,8 +8,9 @@ use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, StateHash, Term};
 /// Version of this protocol; a handshake with another version is refused. Version 2: request
 /// fragments carry their request's digest, a reused request number is answered
 /// [`ClientReply::Reused`], and a client may ask where its session stands
-/// ([`ClientRequest::Resume`]).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// ([`ClientRequest::Resume`]). Version 3: client ids are 128 bits, and request number 0 with
+/// no commands registers a client id through the log.
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The first frame on every connection: who is calling.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
@@ -327,13 +328,14 @@ pub enum ClientRequest {
     Resume(ClientId),
 }
 
-/// One client request: 1 to 1,024 commands, encoded back to back.
+/// One client request: 1 to 1,024 commands, encoded back to back; or, as request number 0 with
+/// no commands, the registration of the client id (a session opened through the log).
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 #[bincode(crate = "crate::codec::bincode")]
 pub struct Submit {
     /// The client.
     pub client: ClientId,
-    /// The client's request number: one more than its last request.
+    /// The client's request number: one more than its last request (0: the registration).
     pub request: RequestNumber,
     /// Commands in `commands`.
     pub command_count: u32,
@@ -345,7 +347,7 @@ pub struct Submit {
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 #[bincode(crate = "crate::codec::bincode")]
 pub enum Rejection {
-    /// A request with no commands.
+    /// A request with no commands (other than a registration, request number 0).
     Empty,
     /// More commands than a request may carry.
     TooManyCommands {

@@ -10,7 +10,7 @@
 mod common;
 
 use bank::workload::account_id;
-use bank::{Bank, BankCommand, BankOutput};
+use bank::{Bank, BankCommand};
 use common::{leader_of, runtime, wait_for};
 use engine::client::Client;
 use engine::{ClientId, Outcome, RequestNumber};
@@ -55,13 +55,8 @@ fn no_answer_before_commit() {
             );
             assert!(matches!(outcome.unwrap()[0], Outcome::Done(_)));
         }
-        let get = BankCommand::Get { id };
-        let answer = client.submit::<Bank>(&[get]).await.unwrap();
-        let Outcome::Done(BankOutput::Account(account)) = &answer[0] else {
-            panic!("{answer:?}")
-        };
         assert_eq!(
-            (account.balance, account.version),
+            common::balance_and_version(&mut client, id).await,
             (10 * DEPOSITS, 1 + DEPOSITS),
             "each deposit applied once"
         );
@@ -95,15 +90,8 @@ fn a_client_id_used_twice_is_told_so() {
             Err(engine::client::ClientError::Reused(RequestNumber(1))) => {}
             other => panic!("a reused number must be refused, got {other:?}"),
         }
-        let get = first
-            .submit::<Bank>(&[BankCommand::Get { id }])
-            .await
-            .unwrap();
-        let [Outcome::Done(BankOutput::Account(account))] = &get[..] else {
-            panic!("{get:?}")
-        };
         assert_eq!(
-            (account.balance, account.version),
+            common::balance_and_version(&mut first, id).await,
             (5, 1),
             "no deposit of the second client ran"
         );

@@ -86,6 +86,7 @@ fn assert_cut_with_obligation(data: &Path, scratch: &Path, last: u64, at: Where)
     copy_dir(data, scratch);
     let options = RecoveryOptions {
         capacity_bytes: 1 << 30,
+        sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
         wal_segment_bytes: 16384,
         owner: None,
         rebuild_from_leader: false,

@@ -1,13 +1,14 @@
-//! Sessions with real processes: a client restarted with its id asks the cluster where its
-//! session stands and goes on from there, its earlier requests applied once.
+//! Sessions with real processes: registration through the log, expiry past the cluster's
+//! session limit and registration again; a client restarted with its id asks the cluster
+//! where its session stands and goes on from there, its earlier requests applied once.
 
 mod common;
 
 use bank::workload::account_id;
-use bank::{Bank, BankCommand, BankOutput};
-use common::{leader_of, runtime, wait_for};
+use bank::{Bank, BankCommand};
+use common::{balance_and_version, leader_of, runtime, wait_for};
 use engine::client::{Client, ClientError};
-use engine::{ClientId, Outcome, RequestNumber};
+use engine::{ClientId, RequestNumber};
 
 /// Proves a client restarted with its id resumes after its last request (it would be told
 /// "stale" starting again at 1), a fresh id resumes at 1, and every deposit applied once.
@@ -47,19 +48,66 @@ fn a_client_restarted_with_its_id_goes_on() {
         let mut resumed = Client::resume(config.clone(), ClientId(51)).await.unwrap();
         assert_eq!(resumed.next_request(), RequestNumber(4));
         resumed.submit::<Bank>(&[deposit]).await.unwrap();
-        let get = resumed
-            .submit::<Bank>(&[BankCommand::Get { id }])
-            .await
-            .unwrap();
-        let [Outcome::Done(BankOutput::Account(account))] = &get[..] else {
-            panic!("{get:?}")
-        };
         assert_eq!(
-            (account.balance, account.version),
+            balance_and_version(&mut resumed, id).await,
             (30, 4),
             "each deposit once"
         );
         let fresh = Client::resume(config.clone(), ClientId(52)).await.unwrap();
         assert_eq!(fresh.next_request(), RequestNumber(1));
+    });
+}
+
+/// Proves with three processes and `sessions_max = 16` in the cluster file: a registered
+/// client starts at request 1; sixteen newer clients evict it, and it is told its session
+/// expired (not stale, not run again); it registers again under a new id and goes on; every
+/// deposit applied once.
+#[test]
+fn an_expired_client_registers_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, config) = common::start_cluster(dir.path(), |file| file.sessions_max = 16);
+    runtime().block_on(async {
+        wait_for(&config, "a leader", |all| {
+            all.len() == 3 && leader_of(all).is_some()
+        })
+        .await;
+        let id = account_id(31);
+        let deposit = BankCommand::Deposit { id, amount: 10 };
+        let mut client = Client::register(config.clone()).await.unwrap();
+        assert_eq!(client.next_request(), RequestNumber(1));
+        let open = BankCommand::Open {
+            id,
+            balance: 0,
+            flags: 0,
+        };
+        client
+            .submit::<Bank>(&[open, deposit.clone()])
+            .await
+            .unwrap();
+        let first_id = client.id();
+        for _ in 0..16 {
+            let mut other = Client::register(config.clone()).await.unwrap();
+            assert_ne!(other.id(), first_id);
+            balance_and_version(&mut other, id).await;
+        }
+        let expired = client.submit::<Bank>(std::slice::from_ref(&deposit)).await;
+        assert!(
+            matches!(expired, Err(ClientError::SessionExpired(RequestNumber(2)))),
+            "{expired:?}"
+        );
+        let resumed = Client::resume(config.clone(), first_id).await;
+        assert!(
+            matches!(resumed, Err(ClientError::SessionExpired(_))),
+            "{:?}",
+            resumed.map(|c| c.next_request())
+        );
+        let mut again = Client::register(config.clone()).await.unwrap();
+        assert_ne!(again.id(), first_id);
+        again.submit::<Bank>(&[deposit]).await.unwrap();
+        assert_eq!(
+            balance_and_version(&mut again, id).await,
+            (20, 3),
+            "each deposit once"
+        );
     });
 }

@@ -272,6 +272,7 @@ fn interrupted_snapshot_writes_recover() {
     let data = nodes.data_dir(follower.0);
     let options = RecoveryOptions {
         capacity_bytes: 1 << 30,
+        sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
         wal_segment_bytes: SEGMENT_BYTES,
         owner: None,
         rebuild_from_leader: false,

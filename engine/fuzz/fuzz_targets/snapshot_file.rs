@@ -48,6 +48,7 @@ fuzz_target!(|input: &[u8]| {
     fs::write(snapshot_path(&snapshots, EntryIndex(1)), &file).unwrap();
     let options = RecoveryOptions {
         capacity_bytes: CAPACITY_BYTES,
+        sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
         wal_segment_bytes: WAL_SEGMENT_BYTES_MIN,
         owner: None,
         rebuild_from_leader: false,

@@ -72,7 +72,7 @@ fn entries(count: u64) -> Vec<Entry> {
         } else {
             let commands = encode_commands(&mixed_stream(index, 6, 8));
             let request = Request {
-                client: ClientId(index % 3),
+                client: ClientId(u128::from(index % 3)),
                 number: RequestNumber(index),
                 command_count: 6,
                 commands: &commands,

@@ -7,7 +7,10 @@
 mod sessions;
 mod speculate;
 
-pub use sessions::{SESSIONS_MAX, Session, Sessions};
+pub use sessions::{
+    EXPIRED_SESSIONS_PER_SESSION, SESSION_BYTES_FIXED, SESSIONS_MAX_DEFAULT, SESSIONS_MAX_LIMIT,
+    SESSIONS_MAX_MIN, Session, Sessions,
+};
 
 use crate::codec;
 use crate::entry::EntryHash;
@@ -86,8 +89,8 @@ pub enum ReplyStatus {
     Results(Vec<u8>),
     /// The client had moved on to a newer request; this one was not applied.
     Stale,
-    /// The cluster keeps no session for the client (evicted past `SESSIONS_MAX`, or a first
-    /// request numbered above 1): this request was not applied now, and whether an earlier
+    /// The cluster keeps no session for the client (evicted past the session limit, or a
+    /// first request that was neither a registration nor number 1): this request was not applied now, and whether an earlier
     /// attempt of it was is not known.
     Expired,
     /// The request's number was the client's latest, but for other commands: this request was
@@ -220,6 +223,16 @@ impl<H: Handler> StateMachine<H> {
             counters: ApplyCounters::default(),
             replying: true,
         }
+    }
+
+    /// Keeps at most `limit` live client sessions (the cluster's `sessions_max`; every replica
+    /// must have the same, so set it before the first entry applies).
+    pub fn set_sessions_max(&mut self, limit: usize) {
+        assert!(
+            self.sessions.is_empty() && self.applied == EntryIndex::ZERO,
+            "the session limit is set before anything applies"
+        );
+        self.sessions = Sessions::new(limit);
     }
 
     /// Whether applying produces replies (on by default; a follower turns it off to save the
@@ -513,7 +526,7 @@ impl<H: Handler> StateMachine<H> {
         }
         self.scan = None;
         self.state = state;
-        self.sessions = Sessions::from_records(snapshot.sessions);
+        self.sessions = Sessions::from_records(self.sessions.limit(), snapshot.sessions);
         self.speculations.clear();
         self.unsimulated.clear();
         self.pass = Pass::Execute;
@@ -595,7 +608,10 @@ impl<H: Handler> StateMachine<H> {
             Decision::Reused => return Ok(self.skipped(fragment, ReplyStatus::Reused)),
         };
         let commands = commands.start + skip..commands.end;
-        let mut results = std::mem::take(&mut self.sessions.open(fragment, index).results);
+        self.sessions.open(fragment, index);
+        // The sessions count in the capacity, as they stand before this fragment's results.
+        self.state.set_outside_bytes(self.sessions.bytes());
+        let mut results = self.sessions.take_results(fragment.client);
         // The session is put back together below; nothing in between touches sessions.
         for at in commands.clone() {
             self.prefetch(at + PREFETCH_AHEAD_COMMANDS);
@@ -607,13 +623,13 @@ impl<H: Handler> StateMachine<H> {
                 });
             }
         }
-        let session = self
+        let applied = commands.len() as u32;
+        self.sessions.put_results(fragment.client, results, applied);
+        if self
             .sessions
-            .get_mut(fragment.client)
-            .expect("opened above");
-        session.results = results;
-        session.applied_commands += commands.len() as u32;
-        if session.is_complete() {
+            .get(fragment.client)
+            .is_some_and(|s| s.is_complete())
+        {
             self.record_session(fragment);
         }
         Ok(self.reply_if_complete(fragment))

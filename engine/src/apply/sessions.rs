@@ -6,13 +6,22 @@ use crate::entry::{FragmentHeader, RequestDigest};
 use crate::ids::{ClientId, EntryIndex, RequestNumber};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Client sessions the state keeps; a new client beyond this evicts the least recently active
-/// one (ties broken by client id, so every replica evicts the same).
-pub const SESSIONS_MAX: usize = 4096;
-/// Evicted sessions remembered as expired (a client id and its last request, no results), so
-/// that such a client is told its session expired rather than having a retry run again as a
-/// new client's first request; past this the oldest is forgotten.
-pub const EXPIRED_SESSIONS_MAX: usize = 4 * SESSIONS_MAX;
+/// Client sessions the state keeps unless the cluster file says otherwise (`sessions_max`); a
+/// new client beyond the limit evicts the least recently active one (ties broken by client
+/// id, so every replica evicts the same).
+pub const SESSIONS_MAX_DEFAULT: usize = 4096;
+/// Fewest sessions a cluster may be configured to keep.
+pub const SESSIONS_MAX_MIN: usize = 16;
+/// Most sessions a cluster may be configured to keep (eviction scans them all, once per new
+/// client beyond the limit).
+pub const SESSIONS_MAX_LIMIT: usize = 1 << 16;
+/// Evicted sessions remembered as expired (a client id and its last request, no results), per
+/// live session allowed, so that such a client is told its session expired rather than having
+/// a retry run again as a new client's first request; past this the oldest is forgotten.
+pub const EXPIRED_SESSIONS_PER_SESSION: usize = 4;
+/// Bytes a session is counted in the state's capacity besides its results: its map entry, the
+/// session itself and the allocator's share (measured: `capacity_allocation` tests).
+pub const SESSION_BYTES_FIXED: u64 = 160;
 
 /// Tag of a session update in the write stream, in the place of a table id (above them all).
 pub(crate) const SESSION_WRITE_TAG: u8 = u8::MAX;
@@ -29,6 +38,8 @@ pub struct Session {
     /// Encoded outcomes of the applied commands of `request`, in order.
     pub(crate) results: Vec<u8>,
     pub(crate) last_active: EntryIndex,
+    /// Evicted: the client is answered that its session expired.
+    pub(crate) expired: bool,
 }
 
 impl Session {
@@ -36,20 +47,20 @@ impl Session {
         self.applied_commands == self.request_commands
     }
 
-    /// An evicted session, remembered: no request has zero commands, so a session of zero
-    /// commands is the mark.
+    /// An evicted session, remembered.
     pub(crate) fn is_expired(&self) -> bool {
-        self.request_commands == 0
+        self.expired
     }
 
     fn expired(&self) -> Session {
         Session {
             request: self.request,
-            request_commands: 0,
+            request_commands: self.request_commands,
             digest: RequestDigest::default(),
-            applied_commands: 0,
+            applied_commands: self.applied_commands,
             results: Vec::new(),
             last_active: self.last_active,
+            expired: true,
         }
     }
 }
@@ -68,8 +79,8 @@ pub(crate) enum Decision {
     /// Skip it: the client has since moved on to a newer request, or the fragment does not
     /// continue its request where the session stands.
     Stale,
-    /// Skip it: the client has no session (it was evicted, or its first request was not
-    /// number 1), so whether an earlier attempt of this request was applied is not known.
+    /// Skip it: the client has no session (it was evicted, or its first request was neither
+    /// its registration nor number 1), so whether an earlier attempt of this request was applied is not known.
     Expired,
     /// Skip it: its request number is the session's, but its commands are not that request's
     /// (the number was used again for other commands).
@@ -81,14 +92,45 @@ pub(crate) enum Decision {
 pub(crate) type Journal = Vec<(ClientId, Option<Session>)>;
 
 /// All client sessions.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Sessions {
     by_client: BTreeMap<ClientId, Session>,
     /// While an entry runs speculatively: what each change replaced.
     journal: Option<Journal>,
+    /// Live sessions kept at most.
+    limit: usize,
+    /// Bytes of every session's results.
+    results_bytes: u64,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions::new(SESSIONS_MAX_DEFAULT)
+    }
 }
 
 impl Sessions {
+    /// No sessions; at most `limit` live ones.
+    pub fn new(limit: usize) -> Self {
+        Sessions {
+            by_client: BTreeMap::new(),
+            journal: None,
+            limit,
+            results_bytes: 0,
+        }
+    }
+
+    /// Live sessions kept at most.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes the sessions are counted in the state's capacity: [`SESSION_BYTES_FIXED`] each
+    /// (expired ones included) and their results.
+    pub fn bytes(&self) -> u64 {
+        self.by_client.len() as u64 * SESSION_BYTES_FIXED + self.results_bytes
+    }
+
     /// Sessions held.
     pub fn len(&self) -> usize {
         self.by_client.len()
@@ -120,9 +162,20 @@ impl Sessions {
         self.by_client.get(&client)
     }
 
-    pub(crate) fn get_mut(&mut self, client: ClientId) -> Option<&mut Session> {
-        self.note(client);
-        self.by_client.get_mut(&client)
+    /// Takes the results so far out of `client`'s session, which a fragment then extends.
+    pub(crate) fn take_results(&mut self, client: ClientId) -> Vec<u8> {
+        let session = self.by_client.get_mut(&client).expect("an open session");
+        let results = std::mem::take(&mut session.results);
+        self.results_bytes -= results.len() as u64;
+        results
+    }
+
+    /// Puts `client`'s results back after a fragment applied `applied` more commands.
+    pub(crate) fn put_results(&mut self, client: ClientId, results: Vec<u8>, applied: u32) {
+        let session = self.by_client.get_mut(&client).expect("an open session");
+        self.results_bytes += results.len() as u64;
+        session.results = results;
+        session.applied_commands += applied;
     }
 
     /// Starts journaling changes (a speculative entry begins).
@@ -167,26 +220,36 @@ impl Sessions {
     }
 
     /// Every session, for a snapshot loaded from its records.
-    pub(crate) fn from_records(sessions: impl IntoIterator<Item = (ClientId, Session)>) -> Self {
+    pub(crate) fn from_records(
+        limit: usize,
+        sessions: impl IntoIterator<Item = (ClientId, Session)>,
+    ) -> Self {
+        let by_client: BTreeMap<ClientId, Session> = sessions.into_iter().collect();
+        let results_bytes = by_client.values().map(|s| s.results.len() as u64).sum();
         Sessions {
-            by_client: sessions.into_iter().collect(),
+            by_client,
             journal: None,
+            limit,
+            results_bytes,
         }
     }
 
     /// Undoes the changes a journal recorded.
     pub(crate) fn restore(&mut self, journal: Journal) {
         for (client, before) in journal.into_iter().rev() {
-            match before {
+            self.results_bytes += before.as_ref().map_or(0, |s| s.results.len() as u64);
+            let replaced = match before {
                 Some(session) => self.by_client.insert(client, session),
                 None => self.by_client.remove(&client),
             };
+            self.results_bytes -= replaced.map_or(0, |s| s.results.len() as u64);
         }
     }
 
-    /// Makes room for a new client when [`SESSIONS_MAX`] sessions are live: the least recently
-    /// active finished one is marked expired; and when more than [`EXPIRED_SESSIONS_MAX`] are
-    /// expired, the oldest of those is forgotten.
+    /// Makes room for a new client when [`Sessions::limit`] sessions are live: the least
+    /// recently active finished one is marked expired; and when more than
+    /// [`EXPIRED_SESSIONS_PER_SESSION`] times the limit are expired, the oldest of those is
+    /// forgotten.
     fn evict(&mut self) {
         let oldest = |sessions: &BTreeMap<ClientId, Session>, expired: bool| {
             sessions
@@ -196,15 +259,16 @@ impl Sessions {
                 .map(|(c, _)| *c)
         };
         let live = self.by_client.values().filter(|s| !s.is_expired()).count();
-        if live >= SESSIONS_MAX
+        if live >= self.limit
             && let Some(client) = oldest(&self.by_client, false)
         {
             self.note(client);
             let session = self.by_client.get_mut(&client).expect("found");
+            self.results_bytes -= session.results.len() as u64;
             *session = session.expired();
         }
         let expired = self.by_client.values().filter(|s| s.is_expired()).count();
-        if expired > EXPIRED_SESSIONS_MAX
+        if expired > EXPIRED_SESSIONS_PER_SESSION * self.limit
             && let Some(client) = oldest(&self.by_client, true)
         {
             self.note(client);
@@ -224,8 +288,12 @@ impl Sessions {
         let end = first + fragment.command_count;
         match self.by_client.get(&fragment.client) {
             Some(s) if s.is_expired() => Decision::Expired,
-            // A client's first request is number 1: a session that is gone (evicted) is never
-            // silently restarted, so nothing it sent before can be applied twice.
+            // A client's first request is its registration (number 0, no commands) or number
+            // 1: a session that is gone (evicted) is never silently restarted, so nothing it
+            // sent before can be applied twice.
+            None if first == 0 && fragment.request == RequestNumber(0) && end == 0 => {
+                Decision::Execute { skip: 0 }
+            }
             None if first == 0 && fragment.request == RequestNumber(1) => {
                 Decision::Execute { skip: 0 }
             }
@@ -243,11 +311,11 @@ impl Sessions {
         }
     }
 
-    /// The session that a fragment to execute continues or starts; evicts the least recently
-    /// active session whose request finished when a new client would exceed [`SESSIONS_MAX`]
-    /// (a session in the middle of a request is never evicted).
-    pub(crate) fn open(&mut self, fragment: &FragmentHeader, index: EntryIndex) -> &mut Session {
-        if !self.by_client.contains_key(&fragment.client) && self.by_client.len() >= SESSIONS_MAX {
+    /// Opens the session that a fragment to execute continues or starts; evicts the least
+    /// recently active session whose request finished when a new client would exceed
+    /// [`Sessions::limit`] (a session in the middle of a request is never evicted).
+    pub(crate) fn open(&mut self, fragment: &FragmentHeader, index: EntryIndex) {
+        if !self.by_client.contains_key(&fragment.client) && self.by_client.len() >= self.limit {
             self.evict();
         }
         self.note(fragment.client);
@@ -261,15 +329,16 @@ impl Sessions {
                 applied_commands: 0,
                 results: Vec::new(),
                 last_active: index,
+                expired: false,
             });
         if fragment.request != session.request || session.applied_commands == 0 {
             session.request = fragment.request;
             session.request_commands = fragment.request_commands;
             session.digest = fragment.digest;
             session.applied_commands = 0;
+            self.results_bytes -= session.results.len() as u64;
             session.results.clear();
         }
         session.last_active = index;
-        session
     }
 }

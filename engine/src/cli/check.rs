@@ -98,6 +98,7 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
         ("mode", json!(mode)),
         ("entry_commands_max", json!(file.entry_commands_max)),
         ("capacity_bytes", json!(file.capacity_bytes)),
+        ("sessions_max", json!(file.sessions_max)),
         ("pipeline_entries_max", json!(file.pipeline_entries_max)),
         ("tick_ms", json!(file.tick_ms)),
         ("election_ticks_min", json!(file.election_ticks_min)),

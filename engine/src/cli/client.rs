@@ -4,14 +4,13 @@
 use super::{CliHandler, runtime};
 use crate::client::Client;
 use crate::handler::Outcome;
-use crate::ids::{ClientId, RequestNumber};
 use crate::node::ClusterFile;
 use anyhow::Context;
 use clap::Args;
 use serde_json::{Value, json};
 use std::io::BufRead;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Seconds `client` keeps trying a request by default before it gives up.
 pub const CLIENT_GIVE_UP_SECS_DEFAULT: f64 = 30.0;
@@ -36,12 +35,9 @@ pub fn client<H: CliHandler>(args: ClientArgs) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
     let mut config = file.client_config()?;
     config.give_up_after = Some(Duration::from_secs_f64(args.give_up_after));
-    // A fresh id per run: its requests are numbered from 1.
-    let id = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    let mut client = Client::new(config, ClientId(id), RequestNumber(1));
     let runtime = runtime()?;
+    // A fresh id per run, registered through the log: its requests are numbered from 1.
+    let mut client = runtime.block_on(Client::register(config))?;
     let mut send = |commands: Vec<H::Command>| -> anyhow::Result<()> {
         let outcomes = runtime.block_on(client.submit::<H>(&commands))?;
         let json: Vec<Value> = outcomes.iter().map(outcome_json::<H>).collect();

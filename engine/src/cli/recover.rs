@@ -39,6 +39,7 @@ pub struct RecoverArgs {
 fn target(args: &RecoverArgs) -> anyhow::Result<(PathBuf, RecoveryOptions)> {
     let mut options = RecoveryOptions {
         capacity_bytes: STATE_BYTES_DEFAULT,
+        sessions_max: crate::apply::SESSIONS_MAX_DEFAULT,
         wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
         owner: None,
         rebuild_from_leader: false,

@@ -14,6 +14,7 @@
 //! wal_segment_bytes = 8388608    # optional; bytes per WAL segment (4 KiB to 64 MiB)
 //! fsync_delay_ms = 0             # optional; added after every WAL fsync (emulates a slow disk)
 //! capacity_bytes = 2147483648    # optional; state capacity of every node (the same on all)
+//! sessions_max = 4096             # optional; live client sessions kept (the same on all)
 //! pipeline_entries_max = 8       # optional; entries a leader keeps in flight
 //! tick_ms = 10                   # optional; milliseconds per tick of the consensus clock
 //! election_ticks_min = 15        # optional; least election timeout, in ticks
@@ -170,6 +171,9 @@ pub struct ClusterFile {
     /// State capacity of every node, in bytes.
     #[serde(default = "default_capacity_bytes")]
     pub capacity_bytes: u64,
+    /// Live client sessions the state keeps (the same on all; each counts in the capacity).
+    #[serde(default = "default_sessions_max")]
+    pub sessions_max: usize,
     /// Entries a leader keeps in flight.
     #[serde(default = "default_pipeline_entries_max")]
     pub pipeline_entries_max: u64,
@@ -217,6 +221,10 @@ fn default_capacity_bytes() -> u64 {
     crate::state::STATE_BYTES_DEFAULT
 }
 
+fn default_sessions_max() -> usize {
+    crate::apply::SESSIONS_MAX_DEFAULT
+}
+
 fn default_pipeline_entries_max() -> u64 {
     crate::node::PIPELINE_ENTRIES_DEFAULT
 }
@@ -252,6 +260,7 @@ impl ClusterFile {
             wal_segment_bytes: default_wal_segment_bytes(),
             fsync_delay_ms: 0,
             capacity_bytes: default_capacity_bytes(),
+            sessions_max: default_sessions_max(),
             pipeline_entries_max: default_pipeline_entries_max(),
             tick_ms: default_tick_ms(),
             election_ticks_min: default_election_ticks_min(),
@@ -400,6 +409,7 @@ impl ClusterFile {
         config.wal_segment_bytes = self.wal_segment_bytes;
         config.fsync_delay_ms = self.fsync_delay_ms;
         config.capacity_bytes = self.capacity_bytes;
+        config.sessions_max = self.sessions_max;
         config.pipeline_entries_max = self.pipeline_entries_max;
         config.tick_ms = self.tick_ms;
         config.election_ticks_min = self.election_ticks_min;

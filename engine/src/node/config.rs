@@ -3,6 +3,7 @@
 //! here, never an assertion inside the node thread).
 
 use super::{NodeAddress, NodeConfig};
+use crate::apply::{SESSIONS_MAX_LIMIT, SESSIONS_MAX_MIN};
 use crate::core::PEER_INFLIGHT_ENTRIES_MAX;
 use crate::entry::{ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX};
 use crate::ids::NodeId;
@@ -166,6 +167,13 @@ impl NodeConfig {
                 CAPACITY_BYTES_MIN,
                 CAPACITY_BYTES_MAX,
                 "bytes",
+            ),
+            bounds(
+                "sessions_max",
+                self.sessions_max as u64,
+                SESSIONS_MAX_MIN as u64,
+                SESSIONS_MAX_LIMIT as u64,
+                "sessions",
             ),
             bounds(
                 "tick_ms",

@@ -74,6 +74,8 @@ pub struct NodeConfig {
     pub entry_commands_max: u32,
     /// State capacity in bytes.
     pub capacity_bytes: u64,
+    /// Live client sessions the state keeps (the same on every node).
+    pub sessions_max: usize,
     /// Milliseconds per tick.
     pub tick_ms: u64,
     /// Minimum election timeout in ticks.
@@ -121,6 +123,7 @@ impl NodeConfig {
             data_dir,
             entry_commands_max: ENTRY_COMMANDS_MAX,
             capacity_bytes: STATE_BYTES_DEFAULT,
+            sessions_max: crate::apply::SESSIONS_MAX_DEFAULT,
             tick_ms: TICK_MS_DEFAULT,
             election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
             heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
@@ -140,6 +143,7 @@ impl NodeConfig {
     pub fn recovery_options(&self) -> recovery::RecoveryOptions {
         recovery::RecoveryOptions {
             capacity_bytes: self.capacity_bytes,
+            sessions_max: self.sessions_max,
             wal_segment_bytes: self.wal_segment_bytes,
             owner: Some(recovery::Owner {
                 cluster_id: self.cluster_id,

@@ -45,7 +45,7 @@ impl SimClient {
             .map(|i| NodeId(1 + ((first + i) % u32::from(SIM_NODES)) as u8))
             .collect();
         SimClient {
-            requests: Requests::new(nodes, ClientId(u64::from(k) + 1), RequestNumber(1)),
+            requests: Requests::new(nodes, ClientId(u128::from(k) + 1), RequestNumber(1)),
             current: None,
             began: 0,
             sent: 0,
@@ -238,6 +238,7 @@ impl<W: Workload> Sim<W> {
             ClientError::Decode(_)
             | ClientError::GaveUp { .. }
             | ClientError::Unreachable(_)
+            | ClientError::NoRandomness(_)
             | ClientError::Refused(_) => "failed",
         };
         self.checker.violation(

@@ -16,9 +16,10 @@ use std::path::{Path, PathBuf};
 
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
-/// Version 3: each session keeps its request's digest, and each table its counted slot count
-/// (version 2: expired marks).
-const MAGIC: [u8; 8] = *b"SNAPv003";
+/// Version 4: 128-bit client ids, and a session's expiry its own flag (version 3: each session
+/// keeps its request's digest, and each table its counted slot count; version 2: expired
+/// marks).
+const MAGIC: [u8; 8] = *b"SNAPv004";
 /// Bytes of the magic that name the format family (the rest name its version).
 const MAGIC_FAMILY_BYTES: usize = 4;
 /// Bytes of the digest that ends a snapshot file.

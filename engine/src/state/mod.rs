@@ -124,6 +124,8 @@ pub struct State {
     table_ids: Vec<TableId>,
     bytes_used: u64,
     capacity_bytes: u64,
+    /// Bytes held outside the tables that count against the capacity too (client sessions).
+    outside_bytes: u64,
     /// The table of each change in the undo logs, oldest first. Undo records live until their
     /// entry is final (so that a command that commits costs nothing, and a speculatively
     /// applied entry can be rolled back).
@@ -159,6 +161,7 @@ impl State {
             table_ids,
             bytes_used,
             capacity_bytes,
+            outside_bytes: 0,
             undo: VecDeque::new(),
             undo_forgotten: 0,
             undo_tables: 0,
@@ -178,6 +181,18 @@ impl State {
     /// The configured capacity in bytes.
     pub fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
+    }
+
+    /// Bytes held outside the tables that count against the capacity (the client sessions,
+    /// as of the last fragment applied).
+    pub fn outside_bytes(&self) -> u64 {
+        self.outside_bytes
+    }
+
+    /// Sets the bytes held outside the tables; a table's growth is refused once it and they
+    /// would exceed the capacity.
+    pub(crate) fn set_outside_bytes(&mut self, bytes: u64) {
+        self.outside_bytes = bytes;
     }
 
     /// Memory held by all tables' slot arrays, in bytes.
@@ -535,7 +550,7 @@ impl State {
         let position = typed.map.position(&key);
         let cost = put_cost(typed, position, key_bytes, record_bytes);
         let bytes_used = self.bytes_used - cost.heap_old + cost.heap_new + cost.growth_bytes;
-        let needed_bytes = bytes_used.saturating_add(cost.moving_bytes);
+        let needed_bytes = (bytes_used + self.outside_bytes).saturating_add(cost.moving_bytes);
         if needed_bytes > self.capacity_bytes {
             let capacity_bytes = self.capacity_bytes;
             let error = StateError::CapacityExhausted {

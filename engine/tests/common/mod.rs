@@ -96,7 +96,7 @@ impl Former {
         }
     }
 
-    pub fn entry(&mut self, requests: &[(u64, u64, Vec<Command>)]) -> Entry {
+    pub fn entry(&mut self, requests: &[(u128, u64, Vec<Command>)]) -> Entry {
         let encoded: Vec<Vec<u8>> = requests
             .iter()
             .map(|(_, _, c)| encode_commands(c))
@@ -126,7 +126,7 @@ pub fn entries(seed: u64, count: usize) -> Vec<Entry> {
     let mut numbers = [0u64; 3];
     (0..count)
         .map(|n| {
-            let requests: Vec<(u64, u64, Vec<Command>)> = (0..2)
+            let requests: Vec<(u128, u64, Vec<Command>)> = (0..2)
                 .map(|r| {
                     let client = (n * 2 + r) % 3;
                     numbers[client] += 1;
@@ -148,7 +148,7 @@ pub fn entries(seed: u64, count: usize) -> Vec<Entry> {
                             },
                         })
                         .collect();
-                    (client as u64 + 1, numbers[client], commands)
+                    (client as u128 + 1, numbers[client], commands)
                 })
                 .collect();
             former.entry(&requests)

@@ -525,7 +525,11 @@ impl Workload {
         for k in 0..clients {
             let (ledger, acknowledged, stop) = (ledger.clone(), acknowledged.clone(), stop.clone());
             let (latencies, history) = (latencies.clone(), history.clone());
-            let mut client = Client::new(config.clone(), ClientId(10 + k), RequestNumber(1));
+            let mut client = Client::new(
+                config.clone(),
+                ClientId(u128::from(10 + k)),
+                RequestNumber(1),
+            );
             let mut rng = Rng::new(seed ^ (k + 1).wrapping_mul(0x9E37_79B9));
             handles.push(tokio::task::spawn_local(async move {
                 while !stop.get() {

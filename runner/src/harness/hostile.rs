@@ -353,7 +353,7 @@ fn frame_of<T: net::codec::Encode>(cluster: u64, message: &T) -> Vec<u8> {
 
 fn submit(client: u64, commands: &[BankCommand]) -> ClientRequest {
     ClientRequest::Submit(Submit {
-        client: ClientId(client),
+        client: ClientId(u128::from(client)),
         request: RequestNumber(1),
         command_count: commands.len() as u32,
         commands: encode_commands(commands),
@@ -613,7 +613,7 @@ async fn sized_request(config: &ClientConfig, count: usize, client: u64) -> (Str
         .collect();
     let mut client = Client::new(
         config.clone(),
-        ClientId(HOSTILE_CLIENT_BASE + client),
+        ClientId(u128::from(HOSTILE_CLIENT_BASE + client)),
         RequestNumber(1),
     );
     match client.submit::<Bank>(&reads).await {
@@ -654,7 +654,11 @@ async fn half_frame(address: SocketAddr, config: &ClientConfig, reset: bool) -> 
         }
         drop(stream);
         // Request 1 of that client was never applied: a read numbered 1 is answered as a read.
-        let mut reader = Client::new(config.clone(), ClientId(client), RequestNumber(1));
+        let mut reader = Client::new(
+            config.clone(),
+            ClientId(u128::from(client)),
+            RequestNumber(1),
+        );
         let answers = reader
             .submit::<Bank>(&[BankCommand::Get { id: account_id(0) }])
             .await?;
@@ -715,7 +719,7 @@ async fn invalid_transfers(config: &ClientConfig) -> (String, bool) {
     ];
     let mut client = Client::new(
         config.clone(),
-        ClientId(HOSTILE_CLIENT_BASE + 20),
+        ClientId(u128::from(HOSTILE_CLIENT_BASE + 20)),
         RequestNumber(1),
     );
     match client.submit::<Bank>(&transfers).await {

@@ -26,7 +26,7 @@ pub type BankOutcome = Outcome<BankOutput, BankError>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Origin {
     index: u64,
-    client: u64,
+    client: u128,
     request: u64,
     /// The command's position in its request.
     command: u32,
@@ -110,7 +110,7 @@ enum Expected<'a> {
 #[derive(Debug, Default)]
 pub struct BankOracle {
     accounts: BTreeMap<u64, ModelAccount>,
-    sessions: BTreeMap<u64, ModelSession>,
+    sessions: BTreeMap<u128, ModelSession>,
 }
 
 impl BankOracle {
@@ -429,7 +429,7 @@ mod tests {
     const B: AccountId = AccountId(9);
 
     /// Commands `first..first + count` of a request of `total` from `client`.
-    fn fragment(client: u64, request: u64, total: u32, first: u32, count: u32) -> FragmentHeader {
+    fn fragment(client: u128, request: u64, total: u32, first: u32, count: u32) -> FragmentHeader {
         FragmentHeader {
             client: ClientId(client),
             request: RequestNumber(request),

@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use net::message::{NodeStatus, Stages};
 use std::cell::Cell;
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Opens per prefill request.
 const PREFILL_REQUEST_COMMANDS: u64 = 1024;
@@ -73,23 +73,18 @@ fn bar(len: u64, what: &str) -> ProgressBar {
     bar
 }
 
-/// A client id no earlier run used: sessions are per client, so a rerun starts fresh.
-fn fresh_client_id(salt: u64) -> ClientId {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    ClientId(nanos.rotate_left(17) ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-}
-
-fn client(config: &ClientConfig, salt: u64) -> Client {
+/// A client with a random id, so that a rerun starts fresh sessions (the first request opens
+/// its session: no registration round trip before the timed run).
+fn client(config: &ClientConfig) -> Client {
     let mut config = config.clone();
     config.give_up_after = Some(Duration::from_secs(BENCH_GIVE_UP_S));
-    Client::new(config, fresh_client_id(salt), RequestNumber(1))
+    let id = ClientId::random().expect("the operating system gives random bytes");
+    Client::new(config, id, RequestNumber(1))
 }
 
 /// Prefills `accounts` accounts unless the cluster already holds them; returns seconds spent.
 pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Option<f64>> {
-    let mut probe = client(config, 0);
+    let mut probe = client(config);
     let ends = [
         BankCommand::Get { id: account_id(0) },
         BankCommand::Get {
@@ -103,10 +98,10 @@ pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Opt
     let started = Instant::now();
     let bar = bar(accounts, "prefill");
     let next = Cell::new(0u64);
-    let workers = (0..PREFILL_CLIENTS).map(|w| {
+    let workers = (0..PREFILL_CLIENTS).map(|_| {
         let (next, bar) = (&next, &bar);
         async move {
-            let mut client = client(config, w as u64 + 1);
+            let mut client = client(config);
             loop {
                 let start = next.get();
                 if start >= accounts {
@@ -153,7 +148,7 @@ async fn worker(
     measured: &Cell<u64>,
     latency: &std::cell::RefCell<Histogram<u64>>,
 ) -> Tally {
-    let mut client = client(config, salt);
+    let mut client = client(config);
     let mut transfers = Transfers::new(
         options.seed ^ salt.wrapping_mul(0x2545_F491_4F6C_DD1D),
         options.accounts,
@@ -313,7 +308,7 @@ pub async fn converge(config: &ClientConfig) -> (bool, Vec<NodeStatus>) {
 
 /// Counts the accounts and sums the balances, through the log.
 pub async fn audit(config: &ClientConfig) -> anyhow::Result<(u64, u128)> {
-    let mut client = client(config, u64::MAX);
+    let mut client = client(config);
     match client.submit::<Bank>(&[BankCommand::Audit]).await?.pop() {
         Some(Outcome::Done(BankOutput::Audit { accounts, total })) => Ok((accounts, total)),
         other => bail!("audit answered {other:?}"),

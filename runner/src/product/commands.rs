@@ -9,10 +9,10 @@ use engine::client::Client;
 use engine::node::ClusterFile;
 use engine::node::local::LocalCluster;
 use engine::state::STATE_BYTES_DEFAULT;
-use engine::{ClientId, Mode, Outcome, RequestNumber};
+use engine::{Mode, Outcome};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
@@ -137,12 +137,10 @@ pub fn client(args: ClientArgs) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
     let mut config = file.client_config()?;
     config.give_up_after = Some(Duration::from_secs(30));
-    let id = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    let mut client = Client::new(config, ClientId(id), RequestNumber(1));
     let command = args.command.to_bank();
-    let outcome = runtime()?.block_on(client.submit::<Bank>(std::slice::from_ref(&command)))?;
+    let runtime = runtime()?;
+    let mut client = runtime.block_on(Client::register(config))?;
+    let outcome = runtime.block_on(client.submit::<Bank>(std::slice::from_ref(&command)))?;
     let Some(outcome) = outcome.first() else {
         bail!("no outcome")
     };

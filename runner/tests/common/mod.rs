@@ -165,6 +165,15 @@ pub async fn wait_for(
     }
 }
 
+/// The balance and version of account `id`, read through the log by `client`.
+pub async fn balance_and_version(client: &mut Client, id: bank::AccountId) -> (u64, u64) {
+    let get = client.submit::<Bank>(&[BankCommand::Get { id }]).await;
+    match get.as_deref() {
+        Ok([Outcome::Done(BankOutput::Account(account))]) => (account.balance, account.version),
+        other => panic!("account {id:?}: {other:?}"),
+    }
+}
+
 pub fn leader_of(all: &[NodeStatus]) -> Option<NodeId> {
     all.iter().find(|s| s.role == Role::Leader).map(|s| s.node)
 }

@@ -38,6 +38,8 @@ pub struct Owner {
 pub struct RecoveryOptions {
     /// State capacity in bytes.
     pub capacity_bytes: u64,
+    /// Live client sessions the state keeps.
+    pub sessions_max: usize,
     /// Bytes after which the WAL starts a new segment.
     pub wal_segment_bytes: u64,
     /// Whose the directory must be; `None` checks no identity and stamps none.
@@ -46,6 +48,15 @@ pub struct RecoveryOptions {
     /// log and snapshots are moved to quarantine (never deleted), the hard state is kept when
     /// it reads, and a repair obligation covers the log the node had.
     pub rebuild_from_leader: bool,
+}
+
+impl RecoveryOptions {
+    /// An empty state machine for `handler` with these options' capacity and session limit.
+    pub fn machine<H: Handler>(&self, handler: H) -> StateMachine<H> {
+        let mut machine = StateMachine::new(handler, self.capacity_bytes);
+        machine.set_sessions_max(self.sessions_max);
+        machine
+    }
 }
 
 /// Why recovery refuses to start a node. Each message names the file, the reason and what to
@@ -381,7 +392,7 @@ pub fn inspect<H: Handler>(
             stamped: true,
             ..RecoveryReport::default()
         };
-        let machine = StateMachine::new(handler, options.capacity_bytes);
+        let machine = options.machine(handler);
         return Ok(Inspection { machine, report });
     }
     let _lock = DirLock::shared(dir).map_err(Refusal::from)?;

@@ -81,7 +81,7 @@ pub(super) fn plan<H: Handler>(
             hard_state.repair.map_or(damage.index, |r| r.index)
         ));
     }
-    let mut machine = StateMachine::new(handler, options.capacity_bytes);
+    let mut machine = options.machine(handler);
     let chosen = choose_snapshot(dir, &wal, &mut machine, &mut report);
     let (chosen, damaged) = match chosen {
         Ok(chosen) => chosen,

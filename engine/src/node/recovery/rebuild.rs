@@ -4,7 +4,6 @@
 use super::plan::{Plan, damage_repair};
 use super::replay;
 use super::{RecoveryOptions, RecoveryReport, Refusal};
-use crate::apply::StateMachine;
 use crate::core::{HardState, LogBase, LostVotes, Repair};
 use crate::handler::Handler;
 use crate::node::NodeError;
@@ -63,7 +62,7 @@ pub(super) fn rebuild_from_leader<H: Handler>(
     }
     let rebuilt = rebuilt_message(refusal, &kept, &folder, hard_damaged, hard_state.repair);
     Ok(Plan {
-        machine: StateMachine::new(handler, options.capacity_bytes),
+        machine: options.machine(handler),
         wal,
         recovery,
         hard_state,
