@@ -357,7 +357,14 @@ fn bench_command_against_three_node_processes() {
     let status = std::process::Command::new(&processes.binary)
         .args(["bench", "--cluster", processes.cluster.to_str().unwrap()])
         .args(["--duration", "1", "--runs", "1", "--warmup", "0.2"])
-        .args(["--batch", "32", "--inflight", "2", "--json", json.to_str().unwrap()])
+        .args([
+            "--batch",
+            "32",
+            "--inflight",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+        ])
         .status()
         .unwrap();
     let text = std::fs::read_to_string(&json).unwrap_or_default();
@@ -368,19 +375,34 @@ fn bench_command_against_three_node_processes() {
     assert!(run["commands"].as_u64().unwrap() > 0, "{text}");
     assert!(run["commands_per_s"].as_f64().unwrap() > 0.0, "{text}");
     assert!(run["latency_ms"]["p50"].as_f64().unwrap() > 0.0, "{text}");
-    assert_eq!((&run["errors"], &run["unknown"]), (&0.into(), &0.into()), "{text}");
+    assert_eq!(
+        (&run["errors"], &run["unknown"]),
+        (&0.into(), &0.into()),
+        "{text}"
+    );
     assert_eq!(report["check"], "ok", "{text}");
     assert_eq!(report["replicas_converged"], true, "{text}");
     let hashes = report["state_hashes"].as_array().unwrap();
-    assert!(hashes.len() == 3 && hashes.iter().all(|h| h == &hashes[0]), "{text}");
+    assert!(
+        hashes.len() == 3 && hashes.iter().all(|h| h == &hashes[0]),
+        "{text}"
+    );
     let config = file.client_config().unwrap();
     let now = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
-        .block_on(engine::client::node_status(&config, config.nodes[0], Duration::from_secs(2)))
+        .block_on(engine::client::node_status(
+            &config,
+            config.nodes[0],
+            Duration::from_secs(2),
+        ))
         .unwrap();
-    assert_eq!(hashes[0], now.state_hash.to_hex().as_str(), "the hash is the nodes'");
+    assert_eq!(
+        hashes[0],
+        now.state_hash.to_hex().as_str(),
+        "the hash is the nodes'"
+    );
 }
 
 /// Proves the deterministic simulator runs the order book (crashes, partitions, damaged disks,

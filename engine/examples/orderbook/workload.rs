@@ -199,7 +199,9 @@ impl BenchWorkload for BookBench {
             }
         }
         if quantity != 0 || cash != 0 {
-            return Err(format!("positions sum to {quantity} lots and {cash} in cash"));
+            return Err(format!(
+                "positions sum to {quantity} lots and {cash} in cash"
+            ));
         }
         Ok(())
     }

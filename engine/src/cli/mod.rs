@@ -131,14 +131,38 @@ type Extra<'a, A> = Box<dyn FnOnce(A) -> anyhow::Result<()> + 'a>;
 /// A node binary's command line with the commands that need more of the author than a
 /// handler: [`Command`]'s, and `sim` and `bench` when given their workloads.
 ///
-/// ```ignore
+/// ```no_run
+/// # use engine::codec::{Decode, Encode};
+/// # use engine::{Handler, Schema, StateError, Tx};
+/// # use engine::cli::BenchWorkload;
+/// # use engine::rng::Rng;
+/// # #[derive(Debug, Encode, Decode, serde::Serialize)]
+/// # struct Refused;
+/// # impl From<StateError> for Refused { fn from(_: StateError) -> Self { Refused } }
+/// # struct Counter;
+/// # impl Handler for Counter {
+/// #     type Command = u64; type Output = u64; type Error = Refused;
+/// #     fn schema(&self) -> Schema { Schema::new() }
+/// #     fn execute(&self, _: &mut Tx<'_>, c: &u64) -> Result<u64, Refused> { Ok(*c) }
+/// # }
+/// /// Requests of random numbers.
+/// struct Numbers;
+///
+/// impl BenchWorkload for Numbers {
+///     type H = Counter;
+///     fn next_request(&mut self, _client: u32, rng: &mut Rng, commands: u32) -> Vec<u64> {
+///         (0..commands).map(|_| rng.below(1000)).collect()
+///     }
+/// }
+///
 /// fn main() -> std::process::ExitCode {
-///     engine::cli::App::new("A limit order book", || OrderBook)
-///         .sim(|| BookWorkload)
-///         .bench(BookBench::default())
+///     engine::cli::App::new("A counter on three machines", || Counter)
+///         .bench(Numbers)
 ///         .run()
 /// }
 /// ```
+///
+/// `engine/examples/orderbook` adds both (`.sim(|| BookWorkload).bench(BookBench::default())`).
 pub struct App<'a, H, F> {
     about: &'static str,
     make: F,
@@ -198,11 +222,15 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
         match matches.subcommand() {
             #[cfg(feature = "sim")]
             Some(("sim", options)) => {
-                let run = self.sim.expect("sim is on the command line only when given");
+                let run = self
+                    .sim
+                    .expect("sim is on the command line only when given");
                 return run(SimArgs::from_arg_matches(options)?);
             }
             Some(("bench", options)) => {
-                let run = self.bench.expect("bench is on the command line only when given");
+                let run = self
+                    .bench
+                    .expect("bench is on the command line only when given");
                 return run(BenchArgs::from_arg_matches(options)?);
             }
             Some(_) | None => {}
@@ -288,5 +316,45 @@ pub fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Verify => "verify",
         Mode::Performance => "performance",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves the command line with `sim` and `bench` added passes clap's own checks (a
+    /// clash of option names panics only in a debug build, at parse time) and that each is
+    /// added only when asked for.
+    #[test]
+    fn the_command_line_with_sim_and_bench_is_consistent() {
+        let full = command_line("about", true, true);
+        full.clone().debug_assert();
+        let names = |c: &clap::Command| -> Vec<String> {
+            c.get_subcommands()
+                .map(|s| s.get_name().to_string())
+                .collect()
+        };
+        let all = names(&full);
+        assert!(all.iter().any(|n| n == "bench") && all.iter().any(|n| n == "node"));
+        assert_eq!(all.iter().any(|n| n == "sim"), cfg!(feature = "sim"));
+        let plain = names(&command_line("about", false, false));
+        assert!(!plain.iter().any(|n| n == "bench" || n == "sim"));
+        let matches = full.try_get_matches_from(["node", "bench", "--cluster", "c.toml"]);
+        let matches = matches.unwrap();
+        let (name, options) = matches.subcommand().unwrap();
+        assert_eq!(name, "bench");
+        let args = BenchArgs::from_arg_matches(options).unwrap();
+        assert_eq!((args.batch, args.inflight, args.runs), (256, 1, 2));
+        assert_eq!(args.json, None);
+        let bench = |extra: &[&str]| {
+            let line = ["node", "bench", "--cluster", "c.toml"].iter().chain(extra);
+            let matches = command_line("about", true, true).try_get_matches_from(line)?;
+            BenchArgs::from_arg_matches(matches.subcommand().unwrap().1)
+        };
+        let json = bench(&["--json"]).unwrap().json.unwrap();
+        assert_eq!(json, std::path::Path::new(JSON_STDOUT));
+        assert!(bench(&["--batch", "0"]).is_err() && bench(&["--batch", "1025"]).is_err());
+        assert_eq!(bench(&["--batch", "1024"]).unwrap().batch, BENCH_BATCH_MAX);
     }
 }

@@ -134,15 +134,37 @@ impl BenchReport {
         );
         println!(
             "{:>4} {:>6} {:>8} {:>11} {:>8} {:>13} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}",
-            "run", "batch", "inflight", "commands", "seconds", "commands/s", "p50 ms", "p99 ms",
-            "p999 ms", "max ms", "refused", "errors", "unknown"
+            "run",
+            "batch",
+            "inflight",
+            "commands",
+            "seconds",
+            "commands/s",
+            "p50 ms",
+            "p99 ms",
+            "p999 ms",
+            "max ms",
+            "refused",
+            "errors",
+            "unknown"
         );
         for r in &self.runs {
             let l = &r.latency_ms;
             println!(
                 "{:>4} {:>6} {:>8} {:>11} {:>8.2} {:>13.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>7} {:>8}",
-                r.run, r.batch, r.inflight, r.commands, r.seconds, r.commands_per_s, l.p50, l.p99,
-                l.p999, l.max, r.refused, r.errors, r.unknown
+                r.run,
+                r.batch,
+                r.inflight,
+                r.commands,
+                r.seconds,
+                r.commands_per_s,
+                l.p50,
+                l.p99,
+                l.p999,
+                l.max,
+                r.refused,
+                r.errors,
+                r.unknown
             );
         }
         let hash = self.state_hashes.first().map_or("-", String::as_str);
@@ -166,7 +188,9 @@ impl BenchReport {
         }
         if self.errors > 0 || self.unknown > 0 {
             let (errors, unknown) = (self.errors, self.unknown);
-            wrong.push(format!("{errors} commands failed and {unknown} went unanswered"));
+            wrong.push(format!(
+                "{errors} commands failed and {unknown} went unanswered"
+            ));
         }
         if !self.check_passed {
             wrong.push(format!("the workload's check failed: {}", self.check));
