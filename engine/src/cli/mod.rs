@@ -120,10 +120,10 @@ pub fn main_with_sim<H: CliHandler, W: crate::sim::Workload<H = H>>(
 /// What `sim` says of itself in the usage.
 #[cfg(feature = "sim")]
 const SIM_ABOUT: &str = "The deterministic cluster simulator on many seeds, with the binary's \
-                         workload (faults, crashes, invariant checks).";
+                         workload (faults, crashes, invariant checks)";
 /// What `bench` says of itself in the usage.
 const BENCH_ABOUT: &str = "A benchmark of a running cluster with the binary's workload: \
-                           commands/s, latency percentiles, errors, converged replicas.";
+                           commands/s, latency percentiles, errors, converged replicas";
 
 /// A command run with its parsed options.
 type Extra<'a, A> = Box<dyn FnOnce(A) -> anyhow::Result<()> + 'a>;
@@ -246,16 +246,15 @@ fn command_line(about: &'static str, with_sim: bool, with_bench: bool) -> clap::
     let mut command = Cli::command().name(binary_name()).about(about);
     #[cfg(feature = "sim")]
     if with_sim {
-        command = command.subcommand(SimArgs::augment_args(
-            clap::Command::new("sim").about(SIM_ABOUT),
-        ));
+        // After the options: their struct's doc would replace the command's own.
+        let sim = SimArgs::augment_args(clap::Command::new("sim")).about(SIM_ABOUT);
+        command = command.subcommand(sim);
     }
     #[cfg(not(feature = "sim"))]
     let _ = with_sim;
     if with_bench {
-        command = command.subcommand(BenchArgs::augment_args(
-            clap::Command::new("bench").about(BENCH_ABOUT),
-        ));
+        let bench = BenchArgs::augment_args(clap::Command::new("bench")).about(BENCH_ABOUT);
+        command = command.subcommand(bench);
     }
     command
 }
@@ -338,6 +337,15 @@ mod tests {
         let all = names(&full);
         assert!(all.iter().any(|n| n == "bench") && all.iter().any(|n| n == "node"));
         assert_eq!(all.iter().any(|n| n == "sim"), cfg!(feature = "sim"));
+        let about = |name: &str| {
+            let sub = full
+                .find_subcommand(name)
+                .map(|s| s.get_about().map(|a| a.to_string()));
+            sub.flatten().unwrap_or_default()
+        };
+        assert_eq!(about("bench"), BENCH_ABOUT, "the command's own description");
+        #[cfg(feature = "sim")]
+        assert_eq!(about("sim"), SIM_ABOUT);
         let plain = names(&command_line("about", false, false));
         assert!(!plain.iter().any(|n| n == "bench" || n == "sim"));
         let matches = full.try_get_matches_from(["node", "bench", "--cluster", "c.toml"]);
