@@ -18,7 +18,12 @@
 //! }
 //! ```
 //!
-//! `engine/examples/orderbook` is a whole one: a limit order book, its `main` that call.
+//! [`App`] adds the commands that need a workload of the author's as well: `sim` (the
+//! deterministic simulator, with an `engine::sim::Workload`) and `bench` (a benchmark of a
+//! running cluster, with a [`BenchWorkload`]), one builder call each.
+//!
+//! `engine/examples/orderbook` is a whole one: a limit order book, its `main` an [`App`]
+//! with both.
 //!
 //! A binary with commands of its own (as `runner` has, for the Bank) puts [`Command`] in its
 //! own clap command line with `#[command(flatten)]` and calls [`Command::run`].
