@@ -1,6 +1,7 @@
 //! A limit order book on three machines: the whole `main` of a handler author's node binary
-//! is the one call below, and the binary has `node`, `status`, `check`, `client`, `recover`,
-//! and `sim`, the deterministic simulator with the book's workload (see the README's "Run
+//! is the one expression below, and the binary has `node`, `status`, `check`, `client`,
+//! `recover`, `sim`, the deterministic simulator with the book's workload, and `bench`, a
+//! benchmark of a running cluster with the book's benchmark workload (see the README's "Run
 //! your handler on three machines").
 //!
 //! ```sh
@@ -9,6 +10,7 @@
 //! target/release/examples/orderbook node --cluster cluster.toml --id 1     # and 2, 3
 //! target/release/examples/orderbook client --cluster cluster.toml \
 //!     '{"Place": {"trader": 1, "side": "Sell", "price": 101, "quantity": 5}}'
+//! target/release/examples/orderbook bench --cluster cluster.toml --inflight 4 --batch 64
 //! ```
 
 mod book;
@@ -20,5 +22,8 @@ mod workload;
 
 fn main() -> std::process::ExitCode {
     let about = "A limit order book on three machines";
-    engine::cli::main_with_sim(about, || book::OrderBook, || workload::BookWorkload)
+    engine::cli::App::new(about, || book::OrderBook)
+        .sim(|| workload::BookWorkload)
+        .bench(workload::BookBench::default())
+        .run()
 }

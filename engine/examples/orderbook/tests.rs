@@ -287,12 +287,9 @@ fn converged(config: &engine::client::ClientConfig) -> bool {
     })
 }
 
-/// Proves the example's own binary runs a cluster: three `node` processes from one cluster
-/// file (written with `engine::node::ClusterFile`), driven by its `client` command (commands as
-/// JSON on standard input, outcomes as JSON), one node killed (SIGKILL) and restarted between
-/// batches; every outcome equals the reference book's, and the replicas converge.
-#[test]
-fn three_node_processes_driven_by_the_client_command() {
+/// A cluster file in a fresh directory and three `node` processes of the example's binary
+/// started from it (the directory holds their data and logs: keep it while they run).
+fn three_node_processes() -> (tempfile::TempDir, engine::node::ClusterFile, Processes) {
     let binary = example_binary();
     let dir = tempfile::tempdir().unwrap();
     let addresses = engine::node::local::free_loopback_addresses(3).unwrap();
@@ -317,6 +314,16 @@ fn three_node_processes_driven_by_the_client_command() {
     for id in 1..=3 {
         processes.start(id);
     }
+    (dir, file, processes)
+}
+
+/// Proves the example's own binary runs a cluster: three `node` processes from one cluster
+/// file (written with `engine::node::ClusterFile`), driven by its `client` command (commands as
+/// JSON on standard input, outcomes as JSON), one node killed (SIGKILL) and restarted between
+/// batches; every outcome equals the reference book's, and the replicas converge.
+#[test]
+fn three_node_processes_driven_by_the_client_command() {
+    let (_dir, file, mut processes) = three_node_processes();
     let requests = requests(17, 1_500);
     let expected: Vec<serde_json::Value> = expected(&requests)
         .iter()
@@ -335,6 +342,66 @@ fn three_node_processes_driven_by_the_client_command() {
     assert!(
         converged(&file.client_config().unwrap()),
         "the replicas did not converge"
+    );
+}
+
+/// Proves the example's `bench` command (the book's `BookBench` through `engine::cli::App`)
+/// benchmarks three node processes of its binary: from its JSON, the prefill went in, the
+/// run answered commands with no error and no unknown outcome, the book's final check
+/// passed (positions sum to zero, the book is not crossed), and the three replicas
+/// converged on one state hash, the one the nodes report afterwards.
+#[test]
+fn bench_command_against_three_node_processes() {
+    let (dir, file, processes) = three_node_processes();
+    let json = dir.path().join("bench.json");
+    let status = std::process::Command::new(&processes.binary)
+        .args(["bench", "--cluster", processes.cluster.to_str().unwrap()])
+        .args(["--duration", "1", "--runs", "1", "--warmup", "0.2"])
+        .args([
+            "--batch",
+            "32",
+            "--inflight",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    let text = std::fs::read_to_string(&json).unwrap_or_default();
+    assert!(status.success(), "bench failed ({status}): {text}");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(report["prefill"]["commands"], 80, "{text}");
+    let run = &report["runs"][0];
+    assert!(run["commands"].as_u64().unwrap() > 0, "{text}");
+    assert!(run["commands_per_s"].as_f64().unwrap() > 0.0, "{text}");
+    assert!(run["latency_ms"]["p50"].as_f64().unwrap() > 0.0, "{text}");
+    assert_eq!(
+        (&run["errors"], &run["unknown"]),
+        (&0.into(), &0.into()),
+        "{text}"
+    );
+    assert_eq!(report["check"], "ok", "{text}");
+    assert_eq!(report["replicas_converged"], true, "{text}");
+    let hashes = report["state_hashes"].as_array().unwrap();
+    assert!(
+        hashes.len() == 3 && hashes.iter().all(|h| h == &hashes[0]),
+        "{text}"
+    );
+    let config = file.client_config().unwrap();
+    let now = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(engine::client::node_status(
+            &config,
+            config.nodes[0],
+            Duration::from_secs(2),
+        ))
+        .unwrap();
+    assert_eq!(
+        hashes[0],
+        now.state_hash.to_hex().as_str(),
+        "the hash is the nodes'"
     );
 }
 

@@ -18,11 +18,17 @@
 //! }
 //! ```
 //!
-//! `engine/examples/orderbook` is a whole one: a limit order book, its `main` that call.
+//! [`App`] adds the commands that need a workload of the author's as well: `sim` (the
+//! deterministic simulator, with an `engine::sim::Workload`) and `bench` (a benchmark of a
+//! running cluster, with a [`BenchWorkload`]), one builder call each.
+//!
+//! `engine/examples/orderbook` is a whole one: a limit order book, its `main` an [`App`]
+//! with both.
 //!
 //! A binary with commands of its own (as `runner` has, for the Bank) puts [`Command`] in its
 //! own clap command line with `#[command(flatten)]` and calls [`Command::run`].
 
+mod bench;
 mod check;
 mod client;
 mod node;
@@ -31,6 +37,7 @@ mod recover;
 mod sim;
 mod status;
 
+pub use bench::{BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, bench};
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
 pub use node::{NodeArgs, SnapshotOptions, node};
@@ -103,37 +110,158 @@ pub fn main<H: CliHandler>(about: &'static str, make: impl Fn() -> H) -> ExitCod
     exit_code(cli.command.run(make))
 }
 
-/// [`Command`] and `sim`.
-#[cfg(feature = "sim")]
-#[derive(Subcommand, Debug)]
-enum WithSim {
-    #[command(flatten)]
-    Node(Command),
-    /// The deterministic cluster simulator on many seeds, with the binary's workload (faults,
-    /// crashes, invariant checks).
-    Sim(SimArgs),
-}
-
-#[cfg(feature = "sim")]
-#[derive(Parser, Debug)]
-struct CliWithSim {
-    #[command(subcommand)]
-    command: WithSim,
-}
-
 /// [`main`], and a `sim` command that runs the deterministic simulator with the workload
-/// `workload` builds (one per seed; its handler must be the one `make` builds).
+/// `workload` builds (one per seed; its handler must be the one `make` builds). The same as
+/// `App::new(about, make).sim(workload).run()`.
 #[cfg(feature = "sim")]
 pub fn main_with_sim<H: CliHandler, W: crate::sim::Workload<H = H>>(
     about: &'static str,
     make: impl Fn() -> H,
     workload: impl Fn() -> W,
 ) -> ExitCode {
-    let cli: CliWithSim = parse(about);
-    exit_code(match cli.command {
-        WithSim::Node(command) => command.run(make),
-        WithSim::Sim(args) => sim(args, workload),
-    })
+    App::new(about, make).sim(workload).run()
+}
+
+/// What `sim` says of itself in the usage.
+#[cfg(feature = "sim")]
+const SIM_ABOUT: &str = "The deterministic cluster simulator on many seeds, with the binary's \
+                         workload (faults, crashes, invariant checks)";
+/// What `bench` says of itself in the usage.
+const BENCH_ABOUT: &str = "A benchmark of a running cluster with the binary's workload: \
+                           commands/s, latency percentiles, errors, converged replicas";
+
+/// A command run with its parsed options.
+type Extra<'a, A> = Box<dyn FnOnce(A) -> anyhow::Result<()> + 'a>;
+
+/// A node binary's command line with the commands that need more of the author than a
+/// handler: [`Command`]'s, and `sim` and `bench` when given their workloads.
+///
+/// ```no_run
+/// # use engine::codec::{Decode, Encode};
+/// # use engine::{Handler, Schema, StateError, Tx};
+/// # use engine::cli::BenchWorkload;
+/// # use engine::rng::Rng;
+/// # #[derive(Debug, Encode, Decode, serde::Serialize)]
+/// # struct Refused;
+/// # impl From<StateError> for Refused { fn from(_: StateError) -> Self { Refused } }
+/// # struct Counter;
+/// # impl Handler for Counter {
+/// #     type Command = u64; type Output = u64; type Error = Refused;
+/// #     fn schema(&self) -> Schema { Schema::new() }
+/// #     fn execute(&self, _: &mut Tx<'_>, c: &u64) -> Result<u64, Refused> { Ok(*c) }
+/// # }
+/// /// Requests of random numbers.
+/// struct Numbers;
+///
+/// impl BenchWorkload for Numbers {
+///     type H = Counter;
+///     fn next_request(&mut self, _client: u32, rng: &mut Rng, commands: u32) -> Vec<u64> {
+///         (0..commands).map(|_| rng.below(1000)).collect()
+///     }
+/// }
+///
+/// fn main() -> std::process::ExitCode {
+///     engine::cli::App::new("A counter on three machines", || Counter)
+///         .bench(Numbers)
+///         .run()
+/// }
+/// ```
+///
+/// `engine/examples/orderbook` adds both (`.sim(|| BookWorkload).bench(BookBench::default())`).
+pub struct App<'a, H, F> {
+    about: &'static str,
+    make: F,
+    #[cfg(feature = "sim")]
+    sim: Option<Extra<'a, SimArgs>>,
+    bench: Option<Extra<'a, BenchArgs>>,
+    handler: std::marker::PhantomData<fn() -> H>,
+}
+
+impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
+    /// The commands of [`Command`] for the handler `make` builds; `about` is the binary's
+    /// one-line description.
+    pub fn new(about: &'static str, make: F) -> Self {
+        App {
+            about,
+            make,
+            #[cfg(feature = "sim")]
+            sim: None,
+            bench: None,
+            handler: std::marker::PhantomData,
+        }
+    }
+
+    /// Adds `sim`: the deterministic simulator with the workload `workload` builds (one per
+    /// seed; its handler must be the one `make` builds).
+    #[cfg(feature = "sim")]
+    pub fn sim<W: crate::sim::Workload<H = H>>(mut self, workload: impl Fn() -> W + 'a) -> Self {
+        self.sim = Some(Box::new(move |args| sim(args, workload)));
+        self
+    }
+
+    /// Adds `bench`: a benchmark of a running cluster with `workload`.
+    pub fn bench<B: BenchWorkload<H = H> + 'a>(mut self, workload: B) -> Self {
+        self.bench = Some(Box::new(move |args| bench(args, workload)));
+        self
+    }
+
+    /// Parses the command line and runs the command; on an error prints it on one line (its
+    /// causes joined) and exits 1.
+    pub fn run(self) -> ExitCode {
+        let matches = command_line(self.about, self.has_sim(), self.bench.is_some()).get_matches();
+        exit_code(self.dispatch(&matches))
+    }
+
+    #[cfg(feature = "sim")]
+    fn has_sim(&self) -> bool {
+        self.sim.is_some()
+    }
+
+    #[cfg(not(feature = "sim"))]
+    fn has_sim(&self) -> bool {
+        false
+    }
+
+    /// Runs the command `matches` holds.
+    fn dispatch(self, matches: &clap::ArgMatches) -> anyhow::Result<()> {
+        match matches.subcommand() {
+            #[cfg(feature = "sim")]
+            Some(("sim", options)) => {
+                let run = self
+                    .sim
+                    .expect("sim is on the command line only when given");
+                return run(SimArgs::from_arg_matches(options)?);
+            }
+            Some(("bench", options)) => {
+                let run = self
+                    .bench
+                    .expect("bench is on the command line only when given");
+                return run(BenchArgs::from_arg_matches(options)?);
+            }
+            Some(_) | None => {}
+        }
+        let cli = Cli::from_arg_matches(matches).unwrap_or_else(|error| error.exit());
+        cli.command.run(self.make)
+    }
+}
+
+/// The command line: [`Command`]'s commands, and `sim` and `bench` when asked for.
+fn command_line(about: &'static str, with_sim: bool, with_bench: bool) -> clap::Command {
+    use clap::Args;
+    let mut command = Cli::command().name(binary_name()).about(about);
+    #[cfg(feature = "sim")]
+    if with_sim {
+        // After the options: their struct's doc would replace the command's own.
+        let sim = SimArgs::augment_args(clap::Command::new("sim")).about(SIM_ABOUT);
+        command = command.subcommand(sim);
+    }
+    #[cfg(not(feature = "sim"))]
+    let _ = with_sim;
+    if with_bench {
+        let bench = BenchArgs::augment_args(clap::Command::new("bench")).about(BENCH_ABOUT);
+        command = command.subcommand(bench);
+    }
+    command
 }
 
 /// The command line parsed under the binary's own name and `about`.
@@ -192,5 +320,54 @@ pub fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Verify => "verify",
         Mode::Performance => "performance",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves the command line with `sim` and `bench` added passes clap's own checks (a
+    /// clash of option names panics only in a debug build, at parse time) and that each is
+    /// added only when asked for.
+    #[test]
+    fn the_command_line_with_sim_and_bench_is_consistent() {
+        let full = command_line("about", true, true);
+        full.clone().debug_assert();
+        let names = |c: &clap::Command| -> Vec<String> {
+            c.get_subcommands()
+                .map(|s| s.get_name().to_string())
+                .collect()
+        };
+        let all = names(&full);
+        assert!(all.iter().any(|n| n == "bench") && all.iter().any(|n| n == "node"));
+        assert_eq!(all.iter().any(|n| n == "sim"), cfg!(feature = "sim"));
+        let about = |name: &str| {
+            let sub = full
+                .find_subcommand(name)
+                .map(|s| s.get_about().map(|a| a.to_string()));
+            sub.flatten().unwrap_or_default()
+        };
+        assert_eq!(about("bench"), BENCH_ABOUT, "the command's own description");
+        #[cfg(feature = "sim")]
+        assert_eq!(about("sim"), SIM_ABOUT);
+        let plain = names(&command_line("about", false, false));
+        assert!(!plain.iter().any(|n| n == "bench" || n == "sim"));
+        let matches = full.try_get_matches_from(["node", "bench", "--cluster", "c.toml"]);
+        let matches = matches.unwrap();
+        let (name, options) = matches.subcommand().unwrap();
+        assert_eq!(name, "bench");
+        let args = BenchArgs::from_arg_matches(options).unwrap();
+        assert_eq!((args.batch, args.inflight, args.runs), (256, 1, 2));
+        assert_eq!(args.json, None);
+        let bench = |extra: &[&str]| {
+            let line = ["node", "bench", "--cluster", "c.toml"].iter().chain(extra);
+            let matches = command_line("about", true, true).try_get_matches_from(line)?;
+            BenchArgs::from_arg_matches(matches.subcommand().unwrap().1)
+        };
+        let json = bench(&["--json"]).unwrap().json.unwrap();
+        assert_eq!(json, std::path::Path::new(JSON_STDOUT));
+        assert!(bench(&["--batch", "0"]).is_err() && bench(&["--batch", "1025"]).is_err());
+        assert_eq!(bench(&["--batch", "1024"]).unwrap().batch, BENCH_BATCH_MAX);
     }
 }

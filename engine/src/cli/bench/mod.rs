@@ -1,0 +1,233 @@
+//! `bench`: a benchmark of a running cluster with the handler author's workload
+//! ([`BenchWorkload`]): its prefill once, then timed runs of its requests from `--inflight`
+//! client sessions at once, then its check and a check that every replica holds the same
+//! state hash. A table for people, `--json` for programs. The Bank's own benchmark
+//! (`runner bench`) is the model: the same option names, the same measures.
+
+mod load;
+mod report;
+
+use super::{CliHandler, runtime};
+use crate::client::{Client, ClientConfig, node_status};
+use crate::handler::{Handler, Outcome, OutcomeOf};
+use crate::ids::{ClientId, RequestNumber};
+use crate::node::ClusterFile;
+use crate::rng::Rng;
+use anyhow::{Context, bail};
+use clap::Args;
+use report::{BenchReport, Convergence, Prefill};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Commands per request at most (the engine's limit on a request).
+pub const BENCH_BATCH_MAX: u32 = 1024;
+/// Requests in flight at most (each is a client session and a connection).
+pub const BENCH_INFLIGHT_MAX: u32 = 1024;
+/// Seconds a benchmark request may go unanswered before its outcome counts as unknown.
+const BENCH_GIVE_UP_S: u64 = 30;
+/// Seconds to wait for every replica to apply the last committed entry.
+const CONVERGENCE_WAIT_S: u64 = 30;
+
+/// What a handler author implements to have their handler benchmarked by `bench`: the
+/// requests that prepare the state, the requests of the load, and a check at the end. One
+/// value serves every load client (they run on one thread, one request at a time each).
+pub trait BenchWorkload {
+    /// The handler the cluster runs.
+    type H: CliHandler;
+
+    /// Requests sent once, in order, before anything is timed (accounts opened, a book
+    /// seeded); none by default. A business refusal of one is counted, not fatal (a rerun
+    /// against the same cluster may find its records there already).
+    fn prefill(&mut self) -> Vec<Vec<<Self::H as Handler>::Command>> {
+        Vec::new()
+    }
+
+    /// The `commands` commands (1 to [`BENCH_BATCH_MAX`]) of load client `client`'s next
+    /// request, drawn from that client's own generator (seeded from `--seed`, the run and the
+    /// client, so a seed gives every client the same stream again).
+    fn next_request(
+        &mut self,
+        client: u32,
+        rng: &mut Rng,
+        commands: u32,
+    ) -> Vec<<Self::H as Handler>::Command>;
+
+    /// One request sent after the last run, whose outcomes [`BenchWorkload::check`] judges
+    /// (reads of totals, say); none by default.
+    fn final_request(&mut self) -> Vec<<Self::H as Handler>::Command> {
+        Vec::new()
+    }
+
+    /// Judges the outcomes of [`BenchWorkload::final_request`]: an error fails the
+    /// benchmark. Passes by default.
+    fn check(&self, outcomes: &[OutcomeOf<Self::H>]) -> Result<(), String> {
+        let _ = outcomes;
+        Ok(())
+    }
+}
+
+/// Options of `bench` (named as `runner bench`'s).
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The cluster file.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// Commands per request.
+    #[arg(long, default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(BENCH_BATCH_MAX)))]
+    pub batch: u32,
+    /// Requests in flight (each from its own client session).
+    #[arg(long, default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(BENCH_INFLIGHT_MAX)))]
+    pub inflight: u32,
+    /// Seconds measured per run.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Runs.
+    #[arg(long, default_value_t = 2)]
+    pub runs: u32,
+    /// Seconds of warm-up before each run's measurement.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Seed of the load clients' generators.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
+    /// table).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the benchmark with `workload` against the cluster of `args.cluster`: prefill, runs,
+/// the workload's check, convergence; prints the table (or JSON) and fails when a command
+/// failed or went unanswered, a run completed nothing, the check failed or the replicas
+/// differ.
+pub fn bench<W: BenchWorkload>(args: BenchArgs, mut workload: W) -> anyhow::Result<()> {
+    check_args(&args)?;
+    let file = ClusterFile::read(&args.cluster)?;
+    let mut config = file.client_config()?;
+    config.give_up_after = Some(Duration::from_secs(BENCH_GIVE_UP_S));
+    let report = runtime()?.block_on(async {
+        let prefill = prefill(&config, &mut workload).await.context("prefill")?;
+        let mut runs = Vec::new();
+        let workload = std::cell::RefCell::new(workload);
+        for run in 0..args.runs {
+            runs.push(load::measure(&config, &args, &workload, run).await?);
+        }
+        let mut workload = workload.into_inner();
+        let check = final_check(&config, &mut workload).await?;
+        let convergence = converge(&config).await;
+        anyhow::Ok(BenchReport::new(&args, prefill, runs, check, convergence))
+    })?;
+    let json_only = match &args.json {
+        Some(target) => super::emit_json(target, &report.to_json())?,
+        None => false,
+    };
+    if !json_only {
+        report.print();
+    }
+    report.verdict()
+}
+
+/// Refuses options no run could use.
+fn check_args(args: &BenchArgs) -> anyhow::Result<()> {
+    if !(args.duration.is_finite() && args.duration > 0.0) {
+        bail!("--duration must be above 0 seconds, not {}", args.duration);
+    }
+    if !(args.warmup.is_finite() && args.warmup >= 0.0) {
+        bail!("--warmup must be 0 seconds or more, not {}", args.warmup);
+    }
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    Ok(())
+}
+
+/// A client id no earlier run used (sessions are per client id, so every run starts fresh):
+/// the clock's nanoseconds mixed with `salt`, which tells apart the clients of one run. Every
+/// id `bench` uses comes from here.
+fn fresh_client_id(salt: u64) -> ClientId {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    ClientId(nanos.rotate_left(17) ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// A new client session with a fresh id.
+fn new_client(config: &ClientConfig, salt: u64) -> Client {
+    Client::new(config.clone(), fresh_client_id(salt), RequestNumber(1))
+}
+
+/// The salt of the prefill's client and of the final check's (the load clients' salts have
+/// a run number in their upper half, never this one).
+const SALT_PREFILL: u64 = u64::MAX;
+/// See [`SALT_PREFILL`].
+const SALT_CHECK: u64 = u64::MAX - 1;
+
+/// Sends the workload's prefill requests in order from one client; counts their commands
+/// and refusals. An invalid command (one the handler could not decode) is fatal.
+async fn prefill<W: BenchWorkload>(
+    config: &ClientConfig,
+    workload: &mut W,
+) -> anyhow::Result<Prefill> {
+    let requests = workload.prefill();
+    let started = Instant::now();
+    let mut client = new_client(config, SALT_PREFILL);
+    let mut counted = Prefill::default();
+    for request in requests {
+        for outcome in client.submit::<W::H>(&request).await? {
+            match outcome {
+                Outcome::Done(_) => {}
+                Outcome::Failed(_) => counted.refused += 1,
+                Outcome::Invalid => bail!("a prefill command was invalid"),
+            }
+        }
+        counted.requests += 1;
+        counted.commands += request.len() as u64;
+    }
+    counted.seconds = started.elapsed().as_secs_f64();
+    Ok(counted)
+}
+
+/// Sends the workload's final request (if any) and has the workload judge its outcomes.
+async fn final_check<W: BenchWorkload>(
+    config: &ClientConfig,
+    workload: &mut W,
+) -> anyhow::Result<Result<(), String>> {
+    let request = workload.final_request();
+    if request.is_empty() {
+        return Ok(Ok(()));
+    }
+    let outcomes = new_client(config, SALT_CHECK)
+        .submit::<W::H>(&request)
+        .await
+        .context("the final check's request")?;
+    Ok(workload.check(&outcomes))
+}
+
+/// Waits until every node answers with the same applied entry and state hash, having
+/// applied all it knows committed (or [`CONVERGENCE_WAIT_S`] passes).
+async fn converge(config: &ClientConfig) -> Convergence {
+    let started = Instant::now();
+    loop {
+        let mut hashes = Vec::new();
+        let mut same = true;
+        for address in &config.nodes {
+            let status = node_status(config, *address, Duration::from_secs(1)).await;
+            let Ok(status) = status else {
+                same = false;
+                continue;
+            };
+            same &= status.applied_index >= status.commit_index;
+            hashes.push((status.applied_index, status.state_hash));
+        }
+        same &= hashes.len() == config.nodes.len() && hashes.windows(2).all(|w| w[0] == w[1]);
+        if same || started.elapsed() > Duration::from_secs(CONVERGENCE_WAIT_S) {
+            return Convergence {
+                converged: same,
+                state_hashes: hashes.iter().map(|(_, hash)| hash.to_hex()).collect(),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
