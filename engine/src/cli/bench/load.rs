@@ -3,7 +3,7 @@
 
 use super::report::{LatencyMs, Run};
 use super::{BENCH_BATCH_MAX, BenchArgs, BenchWorkload, new_client};
-use crate::client::{ClientConfig, ClientError};
+use crate::client::{Client, ClientConfig, ClientError};
 use crate::handler::Outcome;
 use crate::rng::Rng;
 use hdrhistogram::Histogram;
@@ -64,7 +64,12 @@ pub async fn measure<W: BenchWorkload>(
             bar.set_position(bar.elapsed().as_millis() as u64);
         }
     };
-    let clients = (0..args.inflight).map(|client| load_client(&shared, run, client));
+    let sessions: Vec<Client> = (0..args.inflight)
+        .map(|_| new_client(shared.config))
+        .collect::<anyhow::Result<_>>()?;
+    let clients = (0..args.inflight)
+        .zip(sessions)
+        .map(|(client, session)| load_client(&shared, run, client, session));
     let (tallies, ()) = futures::join!(futures::future::join_all(clients), ticker);
     bar.finish_and_clear();
     let first = tallies.iter().filter_map(|t| t.first_done).min();
@@ -111,9 +116,12 @@ fn client_seed(seed: u64, run: u32, client: u32) -> u64 {
 }
 
 /// One load client: a session of its own, one request in flight, until the run ends.
-async fn load_client<W: BenchWorkload>(shared: &Shared<'_, W>, run: u32, client: u32) -> Tally {
-    let salt = (u64::from(run) << 32) | u64::from(client);
-    let mut session = new_client(shared.config, salt);
+async fn load_client<W: BenchWorkload>(
+    shared: &Shared<'_, W>,
+    run: u32,
+    client: u32,
+    mut session: Client,
+) -> Tally {
     let mut rng = Rng::new(client_seed(shared.args.seed, run, client));
     let batch = shared.args.batch;
     let mut tally = Tally::default();

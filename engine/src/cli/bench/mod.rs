@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use report::{BenchReport, Convergence, Prefill};
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Commands per request at most (the engine's limit on a request).
 pub const BENCH_BATCH_MAX: u32 = 1024;
@@ -143,26 +143,13 @@ fn check_args(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A client id no earlier run used (sessions are per client id, so every run starts fresh):
-/// the clock's nanoseconds mixed with `salt`, which tells apart the clients of one run. Every
-/// id `bench` uses comes from here.
-fn fresh_client_id(salt: u64) -> ClientId {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    ClientId(nanos.rotate_left(17) ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+/// A new client session with a random id (sessions are per client id, so every run starts
+/// fresh; the first request opens the session, with no registration round trip before the
+/// timed run). Every client `bench` uses comes from here.
+fn new_client(config: &ClientConfig) -> anyhow::Result<Client> {
+    let id = ClientId::random().context("drawing a client id")?;
+    Ok(Client::new(config.clone(), id, RequestNumber(1)))
 }
-
-/// A new client session with a fresh id.
-fn new_client(config: &ClientConfig, salt: u64) -> Client {
-    Client::new(config.clone(), fresh_client_id(salt), RequestNumber(1))
-}
-
-/// The salt of the prefill's client and of the final check's (the load clients' salts have
-/// a run number in their upper half, never this one).
-const SALT_PREFILL: u64 = u64::MAX;
-/// See [`SALT_PREFILL`].
-const SALT_CHECK: u64 = u64::MAX - 1;
 
 /// Sends the workload's prefill requests in order from one client; counts their commands
 /// and refusals. An invalid command (one the handler could not decode) is fatal.
@@ -172,7 +159,7 @@ async fn prefill<W: BenchWorkload>(
 ) -> anyhow::Result<Prefill> {
     let requests = workload.prefill();
     let started = Instant::now();
-    let mut client = new_client(config, SALT_PREFILL);
+    let mut client = new_client(config)?;
     let mut counted = Prefill::default();
     for request in requests {
         for outcome in client.submit::<W::H>(&request).await? {
@@ -198,7 +185,7 @@ async fn final_check<W: BenchWorkload>(
     if request.is_empty() {
         return Ok(Ok(()));
     }
-    let outcomes = new_client(config, SALT_CHECK)
+    let outcomes = new_client(config)?
         .submit::<W::H>(&request)
         .await
         .context("the final check's request")?;
