@@ -57,7 +57,10 @@ fn run(commands: &[BankCommand], per_entry: usize) -> (Vec<Vec<u8>>, StateHash) 
         for reply in machine.apply(&entry).unwrap().replies {
             match reply.status {
                 ReplyStatus::Results(bytes) => results.push(bytes),
-                ReplyStatus::Stale | ReplyStatus::Expired | ReplyStatus::Reused => {
+                ReplyStatus::Stale
+                | ReplyStatus::Expired
+                | ReplyStatus::Reused
+                | ReplyStatus::NotYet => {
                     panic!("{:?} reply", reply.status)
                 }
             }

@@ -26,6 +26,8 @@ pub struct Queued {
     pub client: ClientId,
     /// Its request number.
     pub request: RequestNumber,
+    /// The client's oldest pending request (see [`FragmentHeader::oldest_pending`]).
+    pub oldest_pending: RequestNumber,
     /// The encoded commands.
     pub commands: Bytes,
     /// Where each command ends in `commands` (so that the request can be split).
@@ -121,6 +123,7 @@ impl Batcher {
             let fragment = FragmentHeader {
                 client: head.client,
                 request: head.request,
+                oldest_pending: head.oldest_pending,
                 request_commands: head.command_count(),
                 first_command: first,
                 command_count: count,
@@ -186,6 +189,7 @@ mod tests {
         Queued {
             client: ClientId(client),
             request: RequestNumber(number),
+            oldest_pending: RequestNumber(number),
             commands: Bytes::from(bytes),
             ends: (1..=commands).map(|c| c * 3).collect(),
             digest: RequestDigest::default(),

@@ -2,6 +2,7 @@
 //! through timeouts and leader changes until it has the answer. Each request keeps its number
 //! across retries, so the cluster applies it exactly once.
 
+use crate::apply::PIPELINE_REQUESTS_MAX;
 use crate::codec::{self, CodecError};
 use crate::entry::encode_commands;
 use crate::handler::{Handler, OutcomeOf};
@@ -262,7 +263,46 @@ impl Client {
         commands: Vec<u8>,
         count: u32,
     ) -> Result<(u32, Vec<u8>), ClientError> {
-        let submit = self.requests.begin(count, commands);
+        self.submit_after(None, commands, count).await
+    }
+
+    /// Sends `requests` pipelined: up to [`PIPELINE_REQUESTS_MAX`] in flight at once (each on
+    /// its own connection), numbered in order. The cluster applies them in that order (a
+    /// request that arrives before one it follows is answered "not yet" and sent again), and
+    /// the results come back in it, one per request. A request given up on (with
+    /// [`ClientConfig::give_up_after`]) may hold up the ones after it until they give up too.
+    pub async fn submit_pipelined<H: Handler>(
+        &mut self,
+        requests: &[Vec<H::Command>],
+    ) -> Vec<Result<Vec<OutcomeOf<H>>, ClientError>> {
+        let mut results = Vec::with_capacity(requests.len());
+        for window in requests.chunks(PIPELINE_REQUESTS_MAX) {
+            let first = self.next_request();
+            let lanes = window.iter().enumerate().map(|(at, commands)| {
+                let number = RequestNumber(first.0 + at as u64);
+                let mut lane = Client::new(self.config.clone(), self.id(), number);
+                lane.requests.aim_at(*self.requests.target());
+                async move {
+                    let encoded = encode_commands(commands);
+                    let count = commands.len() as u32;
+                    let (count, bytes) = lane.submit_after(Some(first), encoded, count).await?;
+                    Ok(crate::apply::decode_outcomes::<H>(&bytes, count)?)
+                }
+            });
+            results.extend(futures::future::join_all(lanes).await);
+            self.requests
+                .skip_to(RequestNumber(first.0 + window.len() as u64));
+        }
+        results
+    }
+
+    async fn submit_after(
+        &mut self,
+        oldest_pending: Option<RequestNumber>,
+        commands: Vec<u8>,
+        count: u32,
+    ) -> Result<(u32, Vec<u8>), ClientError> {
+        let submit = self.requests.begin_after(oldest_pending, count, commands);
         let request = submit.request;
         let message = ClientRequest::Submit(submit);
         let started = Instant::now();

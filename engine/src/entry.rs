@@ -52,6 +52,9 @@ pub struct FragmentHeader {
     pub client: ClientId,
     /// The client's request number.
     pub request: RequestNumber,
+    /// The client's oldest request still unanswered when it sent this one: this one runs
+    /// only once every request of the client from that number on before it has.
+    pub oldest_pending: RequestNumber,
     /// Commands in the whole request.
     pub request_commands: u32,
     /// Position in the request of this fragment's first command.
@@ -90,6 +93,7 @@ impl Request<'_> {
         FragmentHeader {
             client: self.client,
             request: self.number,
+            oldest_pending: self.number,
             request_commands: self.command_count,
             first_command: 0,
             command_count: self.command_count,
@@ -238,6 +242,7 @@ mod tests {
         let fragment = FragmentHeader {
             client: ClientId(7),
             request: RequestNumber(3),
+            oldest_pending: RequestNumber(3),
             request_commands: 2,
             first_command: 0,
             command_count: 2,

@@ -61,7 +61,10 @@ impl<H: Handler> Sandbox<H> {
                 Ok(decode_outcomes::<H>(&results, reply.command_count)
                     .expect("outcomes the engine encoded decode"))
             }
-            ReplyStatus::Stale | ReplyStatus::Expired | ReplyStatus::Reused => {
+            ReplyStatus::Stale
+            | ReplyStatus::Expired
+            | ReplyStatus::Reused
+            | ReplyStatus::NotYet => {
                 unreachable!("the sandbox numbers its requests in order, from 1")
             }
         }

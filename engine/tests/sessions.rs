@@ -1,11 +1,15 @@
 //! Client sessions on the state machine: registration through the log, the configured session
-//! limit with deterministic eviction, and the sessions' bytes counted in the state's capacity.
+//! limit with deterministic eviction, the sessions' bytes counted in the state's capacity, and
+//! pipelined requests applied in the client's order.
 
 mod common;
 
 use common::{Command, Former, Ledger};
 use engine::apply::{ReplyStatus, SESSION_BYTES_FIXED, StateMachine};
-use engine::{Applied, ClientId, RequestNumber};
+use engine::entry::{
+    Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest, encode_commands,
+};
+use engine::{Applied, ClientId, EntryIndex, RequestNumber, Term};
 
 fn status(applied: Applied) -> ReplyStatus {
     let [reply] = applied.replies.as_slice() else {
@@ -146,4 +150,110 @@ fn sessions_count_in_the_capacity() {
         with < without,
         "{with} records with {SESSIONS} sessions, {without} without"
     );
+}
+
+/// Entries of whole requests that say which of the client's requests it still waits for:
+/// (client, request, oldest pending, commands).
+struct Pipelined {
+    prev: EntryHash,
+    next: u64,
+}
+
+impl Pipelined {
+    fn entry(&mut self, requests: &[(u128, u64, u64, Vec<Command>)]) -> Entry {
+        let mut payload = PayloadBuilder::new(0);
+        for (client, request, oldest, commands) in requests {
+            let bytes = encode_commands(commands);
+            let count = commands.len() as u32;
+            let header = FragmentHeader {
+                client: ClientId(*client),
+                request: RequestNumber(*request),
+                oldest_pending: RequestNumber(*oldest),
+                request_commands: count,
+                first_command: 0,
+                command_count: count,
+                command_bytes: bytes.len() as u32,
+                digest: RequestDigest::of(count, &bytes),
+            };
+            payload.push(&header, &bytes);
+        }
+        let (payload, count) = payload.finish();
+        let (index, kind) = (EntryIndex(self.next), EntryKind::Commands);
+        let entry = Entry::seal(
+            index,
+            Term(1),
+            kind,
+            EntryIndex::ZERO,
+            count,
+            payload,
+            &self.prev,
+        );
+        self.prev = entry.header.hash;
+        self.next += 1;
+        entry
+    }
+}
+
+fn outcome(status: &ReplyStatus) -> engine::Outcome<i64, common::Refused> {
+    let ReplyStatus::Results(results) = status else {
+        panic!("results, not {status:?}")
+    };
+    engine::decode_outcomes::<Ledger>(results, 1)
+        .unwrap()
+        .remove(0)
+}
+
+/// Proves pipelined requests apply in the client's order: one that arrives before a request
+/// the client still waits for is answered "not yet" and does not run (for a new client and
+/// an open session alike), then runs once the earlier one has; a retry of any of the last
+/// `PIPELINE_REQUESTS_MAX` finished requests is answered with its own results (never
+/// "stale", which says not applied), an older one is stale, and a request the client gave up
+/// on holds nothing up.
+#[test]
+fn pipelined_requests_apply_in_order() {
+    let mut log = Pipelined {
+        prev: EntryHash::default(),
+        next: 1,
+    };
+    let mut machine = StateMachine::new(Ledger, 1 << 24);
+    let balance = |n: u64| {
+        vec![Command::Set {
+            account: 1,
+            balance: n as i64,
+        }]
+    };
+    let mut apply = |requests: &[(u128, u64, u64, Vec<Command>)]| -> Vec<ReplyStatus> {
+        let applied = machine.apply(&log.entry(requests)).unwrap();
+        applied.replies.into_iter().map(|r| r.status).collect()
+    };
+    // Request 2 arrives first, with 1 still pending: not yet; 1 then 2 run, in order.
+    assert_eq!(apply(&[(9, 2, 1, balance(2))]), vec![ReplyStatus::NotYet]);
+    let replies = apply(&[
+        (9, 1, 1, balance(1)),
+        (9, 3, 1, balance(3)),
+        (9, 2, 1, balance(2)),
+    ]);
+    assert!(matches!(outcome(&replies[0]), engine::Outcome::Done(1)));
+    assert_eq!(replies[1], ReplyStatus::NotYet, "3 before 2");
+    assert!(matches!(outcome(&replies[2]), engine::Outcome::Done(2)));
+    let replies = apply(&[(9, 3, 2, balance(3))]);
+    assert!(matches!(outcome(&replies[0]), engine::Outcome::Done(3)));
+    // Up to request 10 (the window is 3 to 10): a retry of 2 is stale, of 3 answered with 3's.
+    for n in 4..=10 {
+        apply(&[(9, n, n, balance(n))]);
+    }
+    let replies = apply(&[(9, 3, 3, balance(3)), (9, 2, 2, balance(2))]);
+    assert!(
+        matches!(outcome(&replies[0]), engine::Outcome::Done(3)),
+        "a retry of 3"
+    );
+    assert_eq!(replies[1], ReplyStatus::Stale, "2 is past the window");
+    let total = apply(&[(9, 11, 11, vec![Command::Total])]);
+    assert!(
+        matches!(outcome(&total[0]), engine::Outcome::Done(10)),
+        "no retry ran again"
+    );
+    // Given up on 12 (never logged): 13 says its oldest pending is 13 and runs.
+    let replies = apply(&[(9, 13, 13, balance(13))]);
+    assert!(matches!(outcome(&replies[0]), engine::Outcome::Done(13)));
 }

@@ -366,6 +366,9 @@ struct OracleSession {
     /// What the request's commands were (as its fragments say).
     digest: RequestDigest,
     outcomes: Vec<ToyOutcome>,
+    /// Finished requests before `request`, oldest first, as many as the engine documents it
+    /// keeps (`PIPELINE_REQUESTS_MAX` - 1): number, digest, outcomes.
+    earlier: Vec<(u64, RequestDigest, Vec<ToyOutcome>)>,
 }
 
 /// What the oracle makes of a logged fragment.
@@ -380,6 +383,8 @@ enum Fate {
     Expired,
     /// It has its session's request number but other commands: nothing runs.
     Reused,
+    /// A finished request the session still keeps: nothing runs, answered with its outcomes.
+    Earlier,
 }
 
 /// The toy by hand: registers in a `BTreeMap` and each client's session, written from the
@@ -420,11 +425,21 @@ impl ToyOracle {
         let starts = fragment.first_command == 0
             && session.map_or(request == 1, |session| request > session.request);
         if starts {
+            let mut earlier = Vec::new();
+            if let Some(old) = self.sessions.remove(&client) {
+                earlier = old.earlier;
+                if old.outcomes.len() as u32 == old.commands {
+                    earlier.push((old.request, old.digest, old.outcomes));
+                }
+                let keep = engine::apply::PIPELINE_REQUESTS_MAX - 1;
+                earlier.drain(..earlier.len().saturating_sub(keep));
+            }
             let fresh = OracleSession {
                 request,
                 commands: fragment.request_commands,
                 digest: fragment.digest,
                 outcomes: Vec::new(),
+                earlier,
             };
             self.sessions.insert(client, fresh);
             return Fate::Run;
@@ -432,6 +447,13 @@ impl ToyOracle {
         let Some(session) = session else {
             return Fate::Expired;
         };
+        if let Some((_, digest, _)) = session.earlier.iter().find(|(r, _, _)| *r == request) {
+            return if *digest == fragment.digest {
+                Fate::Earlier
+            } else {
+                Fate::Reused
+            };
+        }
         if session.request == request && session.digest != fragment.digest {
             return Fate::Reused;
         }
@@ -468,8 +490,17 @@ impl ToyOracle {
             (Fate::Stale, Answer::Stale)
             | (Fate::Expired, Answer::Expired)
             | (Fate::Reused, Answer::Reused) => Ok(()),
-            (Fate::Run, Answer::Results(reference)) => {
-                let ours = &self.sessions[&fragment.client.0].outcomes;
+            (fate @ (Fate::Run | Fate::Earlier), Answer::Results(reference)) => {
+                let session = &self.sessions[&fragment.client.0];
+                let earlier = session.earlier.iter();
+                let ours = match fate {
+                    Fate::Earlier => earlier
+                        .filter(|(r, _, _)| *r == fragment.request.0)
+                        .map(|(_, _, outcomes)| outcomes)
+                        .next()
+                        .expect("the earlier request the fate found"),
+                    Fate::Run | Fate::Stale | Fate::Expired | Fate::Reused => &session.outcomes,
+                };
                 if ours.len() != reference.len() {
                     return Err(format!(
                         "{name}: the reference has {} outcomes, the oracle {}",
@@ -486,11 +517,12 @@ impl ToyOracle {
                 }
             }
             (
-                Fate::Run | Fate::Stale | Fate::Expired | Fate::Reused,
+                Fate::Run | Fate::Stale | Fate::Expired | Fate::Reused | Fate::Earlier,
                 Answer::Results(_)
                 | Answer::Stale
                 | Answer::Expired
                 | Answer::Reused
+                | Answer::NotYet
                 | Answer::Undecodable,
             ) => Err(format!(
                 "{name}: the reference answered {answer:?}, the oracle expects {fate:?}"
@@ -659,6 +691,7 @@ fn logged<H: ToyHandler>(index: u64, commands: &[ToyCommand], answer: Answer<H>)
     let fragment = FragmentHeader {
         client: ClientId(1),
         request: RequestNumber(1),
+        oldest_pending: RequestNumber(1),
         request_commands: count,
         first_command: 0,
         command_count: count,

@@ -238,6 +238,7 @@ fn apply_plan(
             let header = FragmentHeader {
                 client: ClientId(u128::from(client)),
                 request: RequestNumber(request),
+                oldest_pending: RequestNumber(request),
                 request_commands: encoded.len() as u32,
                 first_command: first,
                 command_count: count,

@@ -16,6 +16,7 @@ fn entry(index: u64, prev: &EntryHash) -> Entry {
     let fragment = FragmentHeader {
         client: ClientId(u128::from(index % 3)),
         request: RequestNumber(index),
+        oldest_pending: RequestNumber(index),
         request_commands: 1,
         first_command: 0,
         command_count: 1,

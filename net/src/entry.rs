@@ -24,7 +24,7 @@ pub const ENTRY_HEADER_BYTES: usize = 8 + 8 + 4 + 8 + 4 + 4 + 4 + 32;
 /// Bytes of an encoded payload header (the engine's `PayloadHeader`).
 pub const PAYLOAD_HEADER_BYTES: u32 = 8 + 4;
 /// Bytes of an encoded fragment header (the engine's `FragmentHeader`).
-pub const FRAGMENT_HEADER_BYTES: u32 = 16 + 8 + 4 + 4 + 4 + 4 + 16;
+pub const FRAGMENT_HEADER_BYTES: u32 = 16 + 8 + 8 + 4 + 4 + 4 + 4 + 16;
 
 const _: () = assert!(ENTRY_COMMANDS_CONFIG_MIN <= ENTRY_COMMANDS_MAX);
 const _: () = assert!(REQUEST_COMMANDS_MAX <= ENTRY_COMMANDS_MAX);

@@ -8,8 +8,9 @@ use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, StateHash, Term};
 /// Version of this protocol; a handshake with another version is refused. Version 2: request
 /// fragments carry their request's digest, a reused request number is answered
 /// [`ClientReply::Reused`], and a client may ask where its session stands
-/// ([`ClientRequest::Resume`]). Version 3: client ids are 128 bits, and request number 0 with
-/// no commands registers a client id through the log.
+/// ([`ClientRequest::Resume`]). Version 3: client ids are 128 bits, request number 0 with no
+/// commands registers a client id through the log, and a request says the client's oldest
+/// pending one ([`Submit::oldest_pending`], [`ClientReply::NotYet`]).
 pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The first frame on every connection: who is calling.
@@ -337,6 +338,10 @@ pub struct Submit {
     pub client: ClientId,
     /// The client's request number: one more than its last request (0: the registration).
     pub request: RequestNumber,
+    /// The client's oldest request still unanswered when it sent this one (this one's number
+    /// for a client with one request in flight): the request runs only after every request
+    /// of the client from this number on before it, so pipelined requests apply in order.
+    pub oldest_pending: RequestNumber,
     /// Commands in `commands`.
     pub command_count: u32,
     /// The encoded commands.
@@ -411,6 +416,13 @@ pub enum ClientReply {
     /// The request's number is the client's latest, but that request had other commands:
     /// these were not applied (a client id used again, or numbers given out twice).
     Reused {
+        /// The request.
+        request: RequestNumber,
+    },
+    /// An earlier request of the client that it still waits for (from its oldest pending on)
+    /// has not run yet: this one was not applied, so that the client's requests apply in
+    /// order; send it again.
+    NotYet {
         /// The request.
         request: RequestNumber,
     },

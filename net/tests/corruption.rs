@@ -23,6 +23,7 @@ fn frame_of(commands: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
     let request = ClientRequest::Submit(Submit {
         client: ClientId(7),
         request: RequestNumber(3),
+        oldest_pending: RequestNumber(3),
         command_count: 1,
         commands,
     });

@@ -5,13 +5,14 @@
 mod common;
 
 use bank::workload::account_id;
-use bank::{Bank, BankCommand};
+use bank::{Bank, BankCommand, BankOutput};
 use common::{balance_and_version, leader_of, runtime, wait_for};
 use engine::client::{Client, ClientError};
-use engine::{ClientId, RequestNumber};
+use engine::{ClientId, Outcome, RequestNumber};
 
-/// Proves a client restarted with its id resumes after its last request (it would be told
-/// "stale" starting again at 1), a fresh id resumes at 1, and every deposit applied once.
+/// Proves a client restarted with its id resumes after its last request (starting again at
+/// 1 it is told the number was used for other commands: request 1 was the open), a fresh id
+/// resumes at 1, and every deposit applied once.
 #[test]
 fn a_client_restarted_with_its_id_goes_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -42,7 +43,7 @@ fn a_client_restarted_with_its_id_goes_on() {
         let mut again = Client::new(config.clone(), ClientId(51), RequestNumber(1));
         let from_one = again.submit::<Bank>(std::slice::from_ref(&deposit)).await;
         assert!(
-            matches!(from_one, Err(ClientError::Stale(RequestNumber(1)))),
+            matches!(from_one, Err(ClientError::Reused(RequestNumber(1)))),
             "{from_one:?}"
         );
         let mut resumed = Client::resume(config.clone(), ClientId(51)).await.unwrap();
@@ -109,5 +110,51 @@ fn an_expired_client_registers_again() {
             (20, 3),
             "each deposit once"
         );
+    });
+}
+
+/// Proves with three processes that requests pipelined by one client (20, eight in flight at
+/// a time, each on its own connection) apply once each and in the client's order: the
+/// account's version after each deposit is its request's place in the order.
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, config) = common::start_cluster(dir.path(), |_| {});
+    runtime().block_on(async {
+        wait_for(&config, "a leader", |all| {
+            all.len() == 3 && leader_of(all).is_some()
+        })
+        .await;
+        let id = account_id(41);
+        let mut client = Client::register(config.clone()).await.unwrap();
+        let open = BankCommand::Open {
+            id,
+            balance: 0,
+            flags: 0,
+        };
+        client.submit::<Bank>(&[open]).await.unwrap();
+        let deposits: Vec<Vec<BankCommand>> = (1..=20)
+            .map(|amount| vec![BankCommand::Deposit { id, amount }])
+            .collect();
+        let answers = client.submit_pipelined::<Bank>(&deposits).await;
+        let mut balance = 0;
+        for (at, answer) in answers.into_iter().enumerate() {
+            balance += at as u64 + 1;
+            match answer.as_deref() {
+                Ok([Outcome::Done(BankOutput::Account(account))]) => assert_eq!(
+                    (account.balance, account.version),
+                    (balance, at as u64 + 2),
+                    "deposit {at} ran in its place"
+                ),
+                other => panic!("deposit {at}: {other:?}"),
+            }
+        }
+        assert_eq!(client.next_request(), RequestNumber(22));
+        let after = client.submit::<Bank>(&[BankCommand::Get { id }]).await;
+        assert!(
+            after.is_ok(),
+            "the client goes on after the pipeline: {after:?}"
+        );
+        assert_eq!(balance_and_version(&mut client, id).await, (210, 21));
     });
 }

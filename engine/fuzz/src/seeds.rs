@@ -48,6 +48,7 @@ fn submit(request: u64, commands: &[BankCommand]) -> Submit {
     Submit {
         client: ClientId(7),
         request: RequestNumber(request),
+        oldest_pending: RequestNumber(request),
         command_count: commands.len() as u32,
         commands: encode_commands(commands),
     }

@@ -8,8 +8,8 @@ mod sessions;
 mod speculate;
 
 pub use sessions::{
-    EXPIRED_SESSIONS_PER_SESSION, SESSION_BYTES_FIXED, SESSIONS_MAX_DEFAULT, SESSIONS_MAX_LIMIT,
-    SESSIONS_MAX_MIN, Session, Sessions,
+    EXPIRED_SESSIONS_PER_SESSION, Finished, PIPELINE_REQUESTS_MAX, SESSION_BYTES_FIXED,
+    SESSIONS_MAX_DEFAULT, SESSIONS_MAX_LIMIT, SESSIONS_MAX_MIN, Session, Sessions,
 };
 
 use crate::codec;
@@ -93,6 +93,9 @@ pub enum ReplyStatus {
     /// first request that was neither a registration nor number 1): this request was not applied now, and whether an earlier
     /// attempt of it was is not known.
     Expired,
+    /// An earlier request the client still waits for has not run: this one was not applied
+    /// (pipelined requests apply in the client's order).
+    NotYet,
     /// The request's number was the client's latest, but for other commands: this request was
     /// not applied (see [`crate::entry::RequestDigest`]).
     Reused,
@@ -293,7 +296,13 @@ impl<H: Handler> StateMachine<H> {
         let pending = self.speculations.iter().map(|s| s.journal());
         match self.sessions.committed_one(client, pending) {
             Some(session) if session.is_expired() => CommittedAnswer::Expired,
-            Some(session) if request < session.request => CommittedAnswer::Stale,
+            Some(session) if request < session.request => match session.earlier(request) {
+                Some(finished) if finished.digest != digest => CommittedAnswer::Reused,
+                Some(finished) => {
+                    CommittedAnswer::Finished(finished.request_commands, finished.results.clone())
+                }
+                None => CommittedAnswer::Stale,
+            },
             Some(session) if request == session.request && session.digest != digest => {
                 CommittedAnswer::Reused
             }
@@ -606,6 +615,7 @@ impl<H: Handler> StateMachine<H> {
             Decision::Stale => return Ok(self.skipped(fragment, ReplyStatus::Stale)),
             Decision::Expired => return Ok(self.skipped(fragment, ReplyStatus::Expired)),
             Decision::Reused => return Ok(self.skipped(fragment, ReplyStatus::Reused)),
+            Decision::NotYet => return Ok(self.skipped(fragment, ReplyStatus::NotYet)),
         };
         let commands = commands.start + skip..commands.end;
         self.sessions.open(fragment, index);
@@ -683,10 +693,13 @@ impl<H: Handler> StateMachine<H> {
         if !self.replying {
             return None;
         }
-        let session = self.sessions.get(fragment.client)?;
-        let done =
-            fragment.is_last() && session.request == fragment.request && session.is_complete();
-        done.then(|| reply(fragment, ReplyStatus::Results(session.results.clone())))
+        if !fragment.is_last() {
+            return None;
+        }
+        let (_, results) = self
+            .sessions
+            .finished_results(fragment.client, fragment.request)?;
+        Some(reply(fragment, ReplyStatus::Results(results.to_vec())))
     }
 }
 

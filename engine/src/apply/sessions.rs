@@ -23,6 +23,10 @@ pub const EXPIRED_SESSIONS_PER_SESSION: usize = 4;
 /// session itself and the allocator's share (measured: `capacity_allocation` tests).
 pub const SESSION_BYTES_FIXED: u64 = 160;
 
+/// Requests a client may have in flight at once: a session keeps the results of this many of
+/// its latest requests, so that a retry of any of them is answered with its results.
+pub const PIPELINE_REQUESTS_MAX: usize = 8;
+
 /// Tag of a session update in the write stream, in the place of a table id (above them all).
 pub(crate) const SESSION_WRITE_TAG: u8 = u8::MAX;
 
@@ -40,6 +44,19 @@ pub struct Session {
     pub(crate) last_active: EntryIndex,
     /// Evicted: the client is answered that its session expired.
     pub(crate) expired: bool,
+    /// The requests that finished before `request`, oldest first (at most
+    /// [`PIPELINE_REQUESTS_MAX`] - 1).
+    pub(crate) earlier: Vec<Finished>,
+}
+
+/// A finished request a session still answers retries of.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec::bincode")]
+pub struct Finished {
+    pub(crate) request: RequestNumber,
+    pub(crate) request_commands: u32,
+    pub(crate) digest: RequestDigest,
+    pub(crate) results: Vec<u8>,
 }
 
 impl Session {
@@ -52,6 +69,31 @@ impl Session {
         self.expired
     }
 
+    /// Bytes of the results it keeps.
+    fn results_bytes(&self) -> u64 {
+        let earlier: usize = self.earlier.iter().map(|f| f.results.len()).sum();
+        (self.results.len() + earlier) as u64
+    }
+
+    /// The finished request `request` older than the latest, if the session still keeps it.
+    pub(crate) fn earlier(&self, request: RequestNumber) -> Option<&Finished> {
+        self.earlier.iter().find(|f| f.request == request)
+    }
+
+    /// Moves the finished latest request into `earlier` (dropping the oldest kept beyond
+    /// the window); returns the bytes of results dropped.
+    fn retire_latest(&mut self) -> u64 {
+        self.earlier.push(Finished {
+            request: self.request,
+            request_commands: self.request_commands,
+            digest: self.digest,
+            results: std::mem::take(&mut self.results),
+        });
+        let excess = self.earlier.len().saturating_sub(PIPELINE_REQUESTS_MAX - 1);
+        let dropped = self.earlier.drain(..excess);
+        dropped.map(|f| f.results.len() as u64).sum()
+    }
+
     fn expired(&self) -> Session {
         Session {
             request: self.request,
@@ -61,6 +103,7 @@ impl Session {
             results: Vec::new(),
             last_active: self.last_active,
             expired: true,
+            earlier: Vec::new(),
         }
     }
 }
@@ -85,6 +128,9 @@ pub(crate) enum Decision {
     /// Skip it: its request number is the session's, but its commands are not that request's
     /// (the number was used again for other commands).
     Reused,
+    /// Skip it: an earlier request the client still waits for (from the fragment's
+    /// `oldest_pending` on) has not run, and the client's requests run in its order.
+    NotYet,
 }
 
 /// The sessions as they were before a speculative entry changed them, in the order it changed
@@ -154,7 +200,13 @@ impl Sessions {
         request: RequestNumber,
     ) -> Option<(u32, &[u8])> {
         let session = self.by_client.get(&client)?;
-        (session.request == request && session.is_complete() && !session.is_expired())
+        if session.is_expired() {
+            return None;
+        }
+        if let Some(finished) = session.earlier(request) {
+            return Some((finished.request_commands, finished.results.as_slice()));
+        }
+        (session.request == request && session.is_complete())
             .then_some((session.request_commands, session.results.as_slice()))
     }
 
@@ -225,7 +277,7 @@ impl Sessions {
         sessions: impl IntoIterator<Item = (ClientId, Session)>,
     ) -> Self {
         let by_client: BTreeMap<ClientId, Session> = sessions.into_iter().collect();
-        let results_bytes = by_client.values().map(|s| s.results.len() as u64).sum();
+        let results_bytes = by_client.values().map(Session::results_bytes).sum();
         Sessions {
             by_client,
             journal: None,
@@ -237,12 +289,12 @@ impl Sessions {
     /// Undoes the changes a journal recorded.
     pub(crate) fn restore(&mut self, journal: Journal) {
         for (client, before) in journal.into_iter().rev() {
-            self.results_bytes += before.as_ref().map_or(0, |s| s.results.len() as u64);
+            self.results_bytes += before.as_ref().map_or(0, Session::results_bytes);
             let replaced = match before {
                 Some(session) => self.by_client.insert(client, session),
                 None => self.by_client.remove(&client),
             };
-            self.results_bytes -= replaced.map_or(0, |s| s.results.len() as u64);
+            self.results_bytes -= replaced.as_ref().map_or(0, Session::results_bytes);
         }
     }
 
@@ -264,7 +316,7 @@ impl Sessions {
         {
             self.note(client);
             let session = self.by_client.get_mut(&client).expect("found");
-            self.results_bytes -= session.results.len() as u64;
+            self.results_bytes -= session.results_bytes();
             *session = session.expired();
         }
         let expired = self.by_client.values().filter(|s| s.is_expired()).count();
@@ -297,8 +349,15 @@ impl Sessions {
             None if first == 0 && fragment.request == RequestNumber(1) => {
                 Decision::Execute { skip: 0 }
             }
+            // Pipelined: the client's first requests may arrive out of order.
+            None if first == 0 && fragment.oldest_pending < fragment.request => Decision::NotYet,
             None => Decision::Expired,
-            Some(s) if fragment.request > s.request && first == 0 => Decision::Execute { skip: 0 },
+            Some(s) if fragment.request > s.request && first == 0 => in_order(s, fragment),
+            Some(s) if fragment.request < s.request => match s.earlier(fragment.request) {
+                Some(finished) if finished.digest != fragment.digest => Decision::Reused,
+                Some(_) => Decision::Duplicate,
+                None => Decision::Stale,
+            },
             Some(s) if fragment.request != s.request => Decision::Stale,
             // The digest covers the command count too.
             Some(s) if fragment.digest != s.digest => Decision::Reused,
@@ -330,7 +389,13 @@ impl Sessions {
                 results: Vec::new(),
                 last_active: index,
                 expired: false,
+                earlier: Vec::new(),
             });
+        // A registration is not kept: an id in use stays refused to another registration.
+        let registration = session.request == RequestNumber(0);
+        if fragment.request != session.request && session.is_complete() && !registration {
+            self.results_bytes -= session.retire_latest();
+        }
         if fragment.request != session.request || session.applied_commands == 0 {
             session.request = fragment.request;
             session.request_commands = fragment.request_commands;
@@ -340,5 +405,21 @@ impl Sessions {
             session.results.clear();
         }
         session.last_active = index;
+    }
+}
+
+/// Whether a fragment that starts a request newer than the session's may run now: only when
+/// every request the client still waits for before it (from its oldest pending on) has run,
+/// so that pipelined requests apply in the client's order. A request the client no longer
+/// waits for (it gave up on it) holds nothing up; a client with one request in flight is never
+/// held up.
+fn in_order(session: &Session, fragment: &FragmentHeader) -> Decision {
+    let oldest = fragment.oldest_pending.min(fragment.request);
+    let latest_pending = !session.is_complete() && oldest <= session.request;
+    let first_not_run = oldest.max(RequestNumber(session.request.0 + 1));
+    if latest_pending || first_not_run < fragment.request {
+        Decision::NotYet
+    } else {
+        Decision::Execute { skip: 0 }
     }
 }

@@ -22,6 +22,8 @@ pub enum Answer<A> {
     Expired,
     /// The number was used for other commands.
     Reused,
+    /// An earlier pending request of the client has not run yet; this one did not.
+    NotYet,
     /// The node closed the connection, saying why.
     Closed(Refusal),
 }
@@ -110,6 +112,22 @@ impl<A: Clone + PartialEq> Requests<A> {
         &self.target
     }
 
+    /// Asks `node` next (another session's known leader, for a request of the same client).
+    pub fn aim_at(&mut self, node: A) {
+        if let Some(at) = self.nodes.iter().position(|n| *n == node) {
+            self.rotation = at;
+        }
+        self.target = node;
+        self.reconnect = true;
+    }
+
+    /// Numbers the next request `next` (requests before it were sent by other lanes of the
+    /// same client). Never goes back.
+    pub fn skip_to(&mut self, next: RequestNumber) {
+        assert!(next.0 >= self.next_request, "request numbers only go up");
+        self.next_request = next.0;
+    }
+
     /// True once after the target changed or its connection failed: open a new one.
     pub fn take_reconnect(&mut self) -> bool {
         std::mem::take(&mut self.reconnect)
@@ -117,6 +135,17 @@ impl<A: Clone + PartialEq> Requests<A> {
 
     /// Starts a request: it takes the next number, which it keeps across every attempt.
     pub fn begin(&mut self, command_count: u32, commands: Vec<u8>) -> Submit {
+        self.begin_after(None, command_count, commands)
+    }
+
+    /// [`Requests::begin`] for one of several requests in flight: `oldest_pending` is the
+    /// client's oldest request still unanswered (`None`: this one), which must run before it.
+    pub fn begin_after(
+        &mut self,
+        oldest_pending: Option<RequestNumber>,
+        command_count: u32,
+        commands: Vec<u8>,
+    ) -> Submit {
         let request = RequestNumber(self.next_request);
         self.next_request += 1;
         self.current = Some(InFlight {
@@ -132,6 +161,7 @@ impl<A: Clone + PartialEq> Requests<A> {
         Submit {
             client: self.id,
             request,
+            oldest_pending: oldest_pending.unwrap_or(request),
             command_count,
             commands,
         }
@@ -280,6 +310,8 @@ impl<A: Clone + PartialEq> Requests<A> {
             Answer::Stale => Decision::Done(Err(ClientError::Stale(request))),
             Answer::Expired => Decision::Done(Err(ClientError::SessionExpired(request))),
             Answer::Reused => Decision::Done(Err(ClientError::Reused(request))),
+            // Not applied, and it will be once the earlier ones have: send it again.
+            Answer::NotYet => Decision::BackOff,
             Answer::Redirect(Some(leader)) => {
                 self.move_to(leader);
                 current.redirects += 1;
@@ -345,6 +377,7 @@ pub fn answer_to<A>(
         ClientReply::Stale { request: r } if r == request => Some(Answer::Stale),
         ClientReply::Expired { request: r } if r == request => Some(Answer::Expired),
         ClientReply::Reused { request: r } if r == request => Some(Answer::Reused),
+        ClientReply::NotYet { request: r } if r == request => Some(Answer::NotYet),
         ClientReply::NotLeader { leader, address } => {
             Some(Answer::Redirect(locate(leader, address)))
         }
@@ -354,6 +387,7 @@ pub fn answer_to<A>(
         | ClientReply::Stale { .. }
         | ClientReply::Expired { .. }
         | ClientReply::Reused { .. }
+        | ClientReply::NotYet { .. }
         | ClientReply::Session { .. }
         | ClientReply::Status(_)
         | ClientReply::ModeSet(_) => None,

@@ -81,6 +81,7 @@ impl<H: Handler, T> Replica<H, T> {
         let queued = Queued {
             client: submit.client,
             request,
+            oldest_pending: submit.oldest_pending,
             commands: Bytes::from(submit.commands),
             ends,
             digest,

@@ -474,6 +474,9 @@ impl<H: Handler, T> Replica<H, T> {
             ReplyStatus::Expired => ClientReply::Expired {
                 request: reply.request,
             },
+            ReplyStatus::NotYet => ClientReply::NotYet {
+                request: reply.request,
+            },
             ReplyStatus::Reused => ClientReply::Reused {
                 request: reply.request,
             },

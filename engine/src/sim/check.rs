@@ -45,6 +45,8 @@ pub enum Answer<H: Handler> {
     Expired,
     /// The request's number was used for other commands (see [`ReplyStatus::Reused`]).
     Reused,
+    /// An earlier request the client waits for had not run (see [`ReplyStatus::NotYet`]).
+    NotYet,
     /// Results that do not decode as the request's outcomes.
     Undecodable,
 }
@@ -633,5 +635,6 @@ fn answer_of<H: Handler>(reply: &Reply) -> Answer<H> {
         ReplyStatus::Stale => Answer::Stale,
         ReplyStatus::Expired => Answer::Expired,
         ReplyStatus::Reused => Answer::Reused,
+        ReplyStatus::NotYet => Answer::NotYet,
     }
 }

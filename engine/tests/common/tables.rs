@@ -177,7 +177,10 @@ impl Chain {
             ReplyStatus::Results(results) => {
                 decode_outcomes::<Shelves>(&results, reply.command_count).expect("outcomes decode")
             }
-            ReplyStatus::Stale | ReplyStatus::Expired | ReplyStatus::Reused => {
+            ReplyStatus::Stale
+            | ReplyStatus::Expired
+            | ReplyStatus::Reused
+            | ReplyStatus::NotYet => {
                 unreachable!("requests are numbered")
             }
         }

@@ -270,6 +270,7 @@ impl std::fmt::Display for Heard {
                 | ClientReply::Stale { .. }
                 | ClientReply::Expired { .. }
                 | ClientReply::Reused { .. }
+                | ClientReply::NotYet { .. }
                 | ClientReply::Session { .. }
                 | ClientReply::Status(_)
                 | ClientReply::ModeSet(_)) => write!(f, "{other:?}"),
@@ -355,6 +356,7 @@ fn submit(client: u64, commands: &[BankCommand]) -> ClientRequest {
     ClientRequest::Submit(Submit {
         client: ClientId(u128::from(client)),
         request: RequestNumber(1),
+        oldest_pending: RequestNumber(1),
         command_count: commands.len() as u32,
         commands: encode_commands(commands),
     })
@@ -822,6 +824,7 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
             | ClientReply::Stale { .. }
             | ClientReply::Expired { .. }
             | ClientReply::Reused { .. }
+            | ClientReply::NotYet { .. }
             | ClientReply::Session { .. }
             | ClientReply::Status(_)
             | ClientReply::ModeSet(_) => None,

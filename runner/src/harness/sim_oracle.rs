@@ -13,6 +13,7 @@
 
 use bank::{ACCOUNTS, Account, AccountId, BankCommand, BankError, BankOutput};
 use engine::Outcome;
+use engine::apply::PIPELINE_REQUESTS_MAX;
 use engine::entry::{FragmentHeader, RequestDigest};
 use engine::sim::check::{Answer, Logged};
 use engine::state::State;
@@ -74,6 +75,9 @@ struct ModelSession {
     /// What the request's commands were, as its fragments say.
     digest: RequestDigest,
     applied: Vec<(BankCommand, BankOutcome)>,
+    /// The client's finished requests before `request`, oldest first: their number, digest
+    /// and commands with outcomes (at most `PIPELINE_REQUESTS_MAX` - 1, as the engine keeps).
+    earlier: Vec<(u64, RequestDigest, Vec<(BankCommand, BankOutcome)>)>,
 }
 
 /// What the model does with a fragment.
@@ -91,6 +95,9 @@ enum Verdict {
     /// The fragment has its session's request number but other commands (its digest is not
     /// the session's): nothing applies.
     Reused,
+    /// A finished request before the session's latest (one the session still keeps):
+    /// nothing applies, and it is answered with its results.
+    Earlier,
 }
 
 /// What the model says a fragment that ends its request must be answered.
@@ -162,6 +169,13 @@ impl BankOracle {
                 fresh: true,
             };
         }
+        if let Some((_, digest, _)) = session.earlier.iter().find(|(r, _, _)| *r == request) {
+            return if *digest == fragment.digest {
+                Verdict::Earlier
+            } else {
+                Verdict::Reused
+            };
+        }
         if request == session.request && fragment.digest != session.digest {
             return Verdict::Reused;
         }
@@ -183,11 +197,21 @@ impl BankOracle {
     fn apply(&mut self, logged: &Logged<'_, bank::Bank>, from: u32, fresh: bool) {
         let fragment = &logged.fragment;
         if fresh {
+            let mut earlier = Vec::new();
+            if let Some(old) = self.sessions.remove(&fragment.client.0) {
+                earlier = old.earlier;
+                if old.applied.len() as u32 == old.commands {
+                    earlier.push((old.request, old.digest, old.applied));
+                }
+                let excess = earlier.len().saturating_sub(PIPELINE_REQUESTS_MAX - 1);
+                earlier.drain(..excess);
+            }
             let session = ModelSession {
                 request: fragment.request.0,
                 commands: fragment.request_commands,
                 digest: fragment.digest,
                 applied: Vec::new(),
+                earlier,
             };
             self.sessions.insert(fragment.client.0, session);
         }
@@ -218,6 +242,13 @@ impl BankOracle {
             Verdict::Stale => Expected::Stale,
             Verdict::Expired => Expected::Expired,
             Verdict::Reused => Expected::Reused,
+            Verdict::Earlier => self
+                .sessions
+                .get(&fragment.client.0)
+                .and_then(|s| s.earlier.iter().find(|(r, _, _)| *r == fragment.request.0))
+                .map_or(Expected::Results(&[]), |(_, _, applied)| {
+                    Expected::Results(applied)
+                }),
             Verdict::Apply { .. } => self
                 .sessions
                 .get(&fragment.client.0)
@@ -408,6 +439,7 @@ fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> 
             | Answer::Stale
             | Answer::Expired
             | Answer::Reused
+            | Answer::NotYet
             | Answer::Undecodable,
         ) => Err(format!(
             "{name}: the reference answered {answer:?}, the model says {expected:?}"
@@ -433,6 +465,7 @@ mod tests {
         FragmentHeader {
             client: ClientId(client),
             request: RequestNumber(request),
+            oldest_pending: RequestNumber(request),
             request_commands: total,
             first_command: first,
             command_count: count,

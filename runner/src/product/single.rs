@@ -94,6 +94,7 @@ impl Client {
             ReplyStatus::Stale => bail!("request {} reported stale", request.number),
             ReplyStatus::Expired => bail!("request {}: the session expired", request.number),
             ReplyStatus::Reused => bail!("request {}: its number was reused", request.number),
+            ReplyStatus::NotYet => bail!("request {}: an earlier one had not run", request.number),
         }
     }
 }
