@@ -270,6 +270,7 @@ fn a_simulated_request_is_not_committed() {
     };
     assert_eq!(count, 1);
     assert_eq!(applied.replies.len(), 1);
+    // Request 2 said the client had request 1's answer (one in flight): 1 is not kept.
     assert_eq!(
         leader.committed_answer(client, number(1), one),
         CommittedAnswer::Stale

@@ -507,7 +507,10 @@ fn capacity_counts_the_index() {
     );
     let outcome = run_one(&mut loose, &mut other, &new_key);
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
-    let outcome = run_one(&mut tight, &mut former, &puts(5..6));
+    // Each next step on a state restored afresh, its client new: the sessions hold what they
+    // held for the refused put (a client's finished requests stay in its session's window).
+    let mut tight = restored(&mut ordered, true, capacity_bytes);
+    let outcome = run_one(&mut tight, &mut Former::new(3), &puts(5..6));
     assert!(
         matches!(outcome, Outcome::Done(_)),
         "a replacing put: {outcome:?}"
@@ -516,7 +519,8 @@ fn capacity_counts_the_index() {
         ops: vec![Op::Delete(7), Op::Put(records, 1)],
         fail: false,
     };
-    let outcome = run_one(&mut tight, &mut former, &delete_then_put);
+    let mut tight = restored(&mut ordered, true, capacity_bytes);
+    let outcome = run_one(&mut tight, &mut Former::new(3), &delete_then_put);
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
     assert_eq!(tight.state().bytes_used(), full);
     let last = tight.state().iter_ordered(&SORTED, ..).next_back();

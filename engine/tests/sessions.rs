@@ -238,9 +238,10 @@ fn pipelined_requests_apply_in_order() {
     assert!(matches!(outcome(&replies[2]), engine::Outcome::Done(2)));
     let replies = apply(&[(9, 3, 2, balance(3))]);
     assert!(matches!(outcome(&replies[0]), engine::Outcome::Done(3)));
-    // Up to request 10 (the window is 3 to 10): a retry of 2 is stale, of 3 answered with 3's.
+    // Up to request 10, each sent while 3 is pending (the window is 3 to 10): a retry of 2
+    // is stale, of 3 answered with 3's.
     for n in 4..=10 {
-        apply(&[(9, n, n, balance(n))]);
+        apply(&[(9, n, 3, balance(n))]);
     }
     let replies = apply(&[(9, 3, 3, balance(3)), (9, 2, 2, balance(2))]);
     assert!(
@@ -253,7 +254,10 @@ fn pipelined_requests_apply_in_order() {
         matches!(outcome(&total[0]), engine::Outcome::Done(10)),
         "no retry ran again"
     );
-    // Given up on 12 (never logged): 13 says its oldest pending is 13 and runs.
+    // Given up on 12 (never logged): 13 says its oldest pending is 13 and runs; the client
+    // has every earlier answer, so none is kept: a retry of 11 is stale.
     let replies = apply(&[(9, 13, 13, balance(13))]);
     assert!(matches!(outcome(&replies[0]), engine::Outcome::Done(13)));
+    let replies = apply(&[(9, 11, 11, vec![Command::Total])]);
+    assert_eq!(replies[0], ReplyStatus::Stale);
 }

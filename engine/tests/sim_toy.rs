@@ -433,6 +433,8 @@ impl ToyOracle {
                 }
                 let keep = engine::apply::PIPELINE_REQUESTS_MAX - 1;
                 earlier.drain(..earlier.len().saturating_sub(keep));
+                let oldest = fragment.oldest_pending.min(fragment.request).0;
+                earlier.retain(|(request, _, _)| *request >= oldest);
             }
             let fresh = OracleSession {
                 request,

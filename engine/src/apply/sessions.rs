@@ -80,18 +80,33 @@ impl Session {
         self.earlier.iter().find(|f| f.request == request)
     }
 
-    /// Moves the finished latest request into `earlier` (dropping the oldest kept beyond
-    /// the window); returns the bytes of results dropped.
-    fn retire_latest(&mut self) -> u64 {
-        self.earlier.push(Finished {
-            request: self.request,
-            request_commands: self.request_commands,
-            digest: self.digest,
-            results: std::mem::take(&mut self.results),
-        });
+    /// Before request `next` starts: moves the finished latest request into `earlier` (a
+    /// registration excepted), and keeps there only the requests the client may still wait
+    /// for (from `oldest_pending` on), at most the window's; returns the bytes of results
+    /// dropped. A client with one request in flight keeps none: it has every earlier answer.
+    fn retire_latest(&mut self, oldest_pending: RequestNumber) -> u64 {
+        let mut dropped = 0;
+        if self.is_complete() && self.request != RequestNumber(0) {
+            self.earlier.push(Finished {
+                request: self.request,
+                request_commands: self.request_commands,
+                digest: self.digest,
+                results: std::mem::take(&mut self.results),
+            });
+        } else {
+            dropped += self.results.len() as u64;
+            self.results.clear();
+        }
         let excess = self.earlier.len().saturating_sub(PIPELINE_REQUESTS_MAX - 1);
-        let dropped = self.earlier.drain(..excess);
-        dropped.map(|f| f.results.len() as u64).sum()
+        for finished in self.earlier.drain(..excess) {
+            dropped += finished.results.len() as u64;
+        }
+        self.earlier.retain(|finished| {
+            let keep = finished.request >= oldest_pending;
+            dropped += u64::from(!keep) * finished.results.len() as u64;
+            keep
+        });
+        dropped
     }
 
     fn expired(&self) -> Session {
@@ -391,10 +406,9 @@ impl Sessions {
                 expired: false,
                 earlier: Vec::new(),
             });
-        // A registration is not kept: an id in use stays refused to another registration.
-        let registration = session.request == RequestNumber(0);
-        if fragment.request != session.request && session.is_complete() && !registration {
-            self.results_bytes -= session.retire_latest();
+        if fragment.request != session.request {
+            let oldest = fragment.oldest_pending.min(fragment.request);
+            self.results_bytes -= session.retire_latest(oldest);
         }
         if fragment.request != session.request || session.applied_commands == 0 {
             session.request = fragment.request;

@@ -205,6 +205,8 @@ impl BankOracle {
                 }
                 let excess = earlier.len().saturating_sub(PIPELINE_REQUESTS_MAX - 1);
                 earlier.drain(..excess);
+                let oldest = fragment.oldest_pending.min(fragment.request).0;
+                earlier.retain(|(request, _, _)| *request >= oldest);
             }
             let session = ModelSession {
                 request: fragment.request.0,
