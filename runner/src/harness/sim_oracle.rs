@@ -74,11 +74,14 @@ struct ModelSession {
     commands: u32,
     /// What the request's commands were, as its fragments say.
     digest: RequestDigest,
-    applied: Vec<(BankCommand, BankOutcome)>,
+    applied: Applied,
     /// The client's finished requests before `request`, oldest first: their number, digest
     /// and commands with outcomes (at most `PIPELINE_REQUESTS_MAX` - 1, as the engine keeps).
-    earlier: Vec<(u64, RequestDigest, Vec<(BankCommand, BankOutcome)>)>,
+    earlier: Vec<(u64, RequestDigest, Applied)>,
 }
+
+/// A request's commands applied so far, with their outcomes, in order.
+type Applied = Vec<(BankCommand, BankOutcome)>;
 
 /// What the model does with a fragment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
