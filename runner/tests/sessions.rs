@@ -10,9 +10,8 @@ use common::{balance_and_version, leader_of, runtime, wait_for};
 use engine::client::{Client, ClientError};
 use engine::{ClientId, Outcome, RequestNumber};
 
-/// Proves a client restarted with its id resumes after its last request (starting again at
-/// 1 it is told the number was used for other commands: request 1 was the open), a fresh id
-/// resumes at 1, and every deposit applied once.
+/// Proves a client restarted with its id resumes after its last request (it would be told
+/// "stale" starting again at 1), a fresh id resumes at 1, and every deposit applied once.
 #[test]
 fn a_client_restarted_with_its_id_goes_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -43,7 +42,7 @@ fn a_client_restarted_with_its_id_goes_on() {
         let mut again = Client::new(config.clone(), ClientId(51), RequestNumber(1));
         let from_one = again.submit::<Bank>(std::slice::from_ref(&deposit)).await;
         assert!(
-            matches!(from_one, Err(ClientError::Reused(RequestNumber(1)))),
+            matches!(from_one, Err(ClientError::Stale(RequestNumber(1)))),
             "{from_one:?}"
         );
         let mut resumed = Client::resume(config.clone(), ClientId(51)).await.unwrap();
