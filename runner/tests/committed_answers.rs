@@ -11,7 +11,7 @@ mod common;
 
 use bank::workload::account_id;
 use bank::{Bank, BankCommand};
-use common::{leader_of, runtime, wait_for};
+use common::{runtime, three_up_with_a_leader};
 use engine::client::Client;
 use engine::{ClientId, Outcome, RequestNumber};
 use std::time::{Duration, Instant};
@@ -32,10 +32,7 @@ fn no_answer_before_commit() {
         common::start_cluster(dir.path(), |file| file.fsync_delay_ms = FSYNC_DELAY_MS);
     config.request_timeout = Duration::from_millis(ATTEMPT_MS);
     runtime().block_on(async {
-        wait_for(&config, "a leader", |all| {
-            all.len() == 3 && leader_of(all).is_some()
-        })
-        .await;
+        three_up_with_a_leader(&config).await;
         let mut client = Client::new(config.clone(), ClientId(21), RequestNumber(1));
         let id = account_id(7);
         let open = BankCommand::Open {
@@ -71,19 +68,10 @@ fn a_client_id_used_twice_is_told_so() {
     let dir = tempfile::tempdir().unwrap();
     let (_nodes, config) = common::start_cluster(dir.path(), |_| {});
     runtime().block_on(async {
-        wait_for(&config, "a leader", |all| {
-            all.len() == 3 && leader_of(all).is_some()
-        })
-        .await;
+        three_up_with_a_leader(&config).await;
         let id = account_id(11);
         let mut first = Client::new(config.clone(), ClientId(33), RequestNumber(1));
-        let open = BankCommand::Open {
-            id,
-            balance: 5,
-            flags: 0,
-        };
-        let opened = first.submit::<Bank>(&[open]).await.unwrap();
-        assert!(matches!(opened[..], [Outcome::Done(_)]), "{opened:?}");
+        common::open_account(&mut first, id, 5).await;
         let mut second = Client::new(config.clone(), ClientId(33), RequestNumber(1));
         let deposits = vec![BankCommand::Deposit { id, amount: 1 }; 256];
         match second.submit::<Bank>(&deposits).await {

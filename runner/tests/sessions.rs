@@ -6,7 +6,7 @@ mod common;
 
 use bank::workload::account_id;
 use bank::{Bank, BankCommand, BankOutput};
-use common::{balance_and_version, leader_of, runtime, wait_for};
+use common::{balance_and_version, open_account, runtime, three_up_with_a_leader};
 use engine::client::{Client, ClientError};
 use engine::{ClientId, Outcome, RequestNumber};
 
@@ -17,19 +17,11 @@ fn a_client_restarted_with_its_id_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let (_nodes, config) = common::start_cluster(dir.path(), |_| {});
     runtime().block_on(async {
-        wait_for(&config, "a leader", |all| {
-            all.len() == 3 && leader_of(all).is_some()
-        })
-        .await;
+        three_up_with_a_leader(&config).await;
         let id = account_id(21);
         let deposit = BankCommand::Deposit { id, amount: 10 };
         let mut first = Client::new(config.clone(), ClientId(51), RequestNumber(1));
-        let open = BankCommand::Open {
-            id,
-            balance: 0,
-            flags: 0,
-        };
-        first.submit::<Bank>(&[open]).await.unwrap();
+        open_account(&mut first, id, 0).await;
         first
             .submit::<Bank>(std::slice::from_ref(&deposit))
             .await
@@ -67,10 +59,7 @@ fn an_expired_client_registers_again() {
     let dir = tempfile::tempdir().unwrap();
     let (_nodes, config) = common::start_cluster(dir.path(), |file| file.sessions_max = 16);
     runtime().block_on(async {
-        wait_for(&config, "a leader", |all| {
-            all.len() == 3 && leader_of(all).is_some()
-        })
-        .await;
+        three_up_with_a_leader(&config).await;
         let id = account_id(31);
         let deposit = BankCommand::Deposit { id, amount: 10 };
         let mut client = Client::register(config.clone()).await.unwrap();
@@ -120,18 +109,10 @@ fn pipelined_requests_are_answered_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let (_nodes, config) = common::start_cluster(dir.path(), |_| {});
     runtime().block_on(async {
-        wait_for(&config, "a leader", |all| {
-            all.len() == 3 && leader_of(all).is_some()
-        })
-        .await;
+        three_up_with_a_leader(&config).await;
         let id = account_id(41);
         let mut client = Client::register(config.clone()).await.unwrap();
-        let open = BankCommand::Open {
-            id,
-            balance: 0,
-            flags: 0,
-        };
-        client.submit::<Bank>(&[open]).await.unwrap();
+        open_account(&mut client, id, 0).await;
         let deposits: Vec<Vec<BankCommand>> = (1..=20)
             .map(|amount| vec![BankCommand::Deposit { id, amount }])
             .collect();

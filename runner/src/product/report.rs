@@ -1,31 +1,10 @@
 //! Results of benchmark runs: a table for people, JSON for programs.
 
-use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::path::Path;
 
-/// Latency percentiles of one run, in milliseconds.
-#[derive(Debug, Clone, Serialize)]
-pub struct LatencyMs {
-    /// Median.
-    pub p50: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Largest.
-    pub max: f64,
-}
-
-impl LatencyMs {
-    /// Percentiles of a histogram recorded in microseconds.
-    pub fn from_us(histogram: &Histogram<u64>) -> Self {
-        let ms = |us: u64| us as f64 / 1000.0;
-        LatencyMs {
-            p50: ms(histogram.value_at_quantile(0.50)),
-            p99: ms(histogram.value_at_quantile(0.99)),
-            max: ms(histogram.max()),
-        }
-    }
-}
+/// Latency percentiles of one run, in milliseconds (the engine's `bench` reports the same).
+pub use engine::cli::LatencyMs;
 
 /// One measured run.
 #[derive(Debug, Clone, Serialize)]

@@ -165,6 +165,28 @@ pub async fn wait_for(
     }
 }
 
+/// Waits until all three nodes answer and one of them leads.
+pub async fn three_up_with_a_leader(config: &ClientConfig) {
+    wait_for(config, "a leader", |all| {
+        all.len() == 3 && leader_of(all).is_some()
+    })
+    .await;
+}
+
+/// Opens account `id` with `balance` through `client`; panics unless it opened.
+pub async fn open_account(client: &mut Client, id: bank::AccountId, balance: u64) {
+    let open = BankCommand::Open {
+        id,
+        balance,
+        flags: 0,
+    };
+    let opened = client.submit::<Bank>(&[open]).await;
+    assert!(
+        matches!(opened.as_deref(), Ok([Outcome::Done(_)])),
+        "open {id:?}: {opened:?}"
+    );
+}
+
 /// The balance and version of account `id`, read through the log by `client`.
 pub async fn balance_and_version(client: &mut Client, id: bank::AccountId) -> (u64, u64) {
     let get = client.submit::<Bank>(&[BankCommand::Get { id }]).await;

@@ -7,6 +7,8 @@
 mod load;
 mod report;
 
+pub use report::LatencyMs;
+
 use super::{CliHandler, runtime};
 use crate::client::{Client, ClientConfig, node_status};
 use crate::handler::{Handler, Outcome, OutcomeOf};
