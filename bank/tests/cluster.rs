@@ -41,7 +41,7 @@ async fn run(
     let mut client = Client::new(cluster.client_config(), ClientId(77), RequestNumber(1));
     let mut results = Vec::new();
     for request in commands.chunks(REQUEST_COMMANDS) {
-        let bytes = engine::entry::encode_commands(request);
+        let bytes = engine::internals::entry::encode_commands(request);
         let (count, encoded) = client
             .submit_encoded(bytes, request.len() as u32)
             .await
@@ -122,7 +122,7 @@ fn bad_requests_are_refused_and_followers_redirect() {
             refused(client.submit_encoded(Vec::new(), 0).await),
             Rejection::Empty
         );
-        let many = engine::entry::encode_commands(&vec![open.clone(); 1025]);
+        let many = engine::internals::entry::encode_commands(&vec![open.clone(); 1025]);
         assert_eq!(
             refused(client.submit_encoded(many, 1025).await),
             Rejection::TooManyCommands { count: 1025 }
@@ -131,13 +131,13 @@ fn bad_requests_are_refused_and_followers_redirect() {
             refused(client.submit_encoded(vec![0xFF; 40], 1).await),
             Rejection::Malformed { command: 0 }
         );
-        let mut extra = engine::entry::encode_commands(std::slice::from_ref(&open));
+        let mut extra = engine::internals::entry::encode_commands(std::slice::from_ref(&open));
         extra.push(0);
         assert_eq!(
             refused(client.submit_encoded(extra, 1).await),
             Rejection::Malformed { command: 1 }
         );
-        let max = engine::entry::encode_commands(&vec![BankCommand::Audit; 1024]);
+        let max = engine::internals::entry::encode_commands(&vec![BankCommand::Audit; 1024]);
         assert_eq!(
             client.submit_encoded(max, 1024).await.unwrap().0,
             1024,

@@ -3,8 +3,8 @@
 //! state from its WAL.
 
 use bank::{Bank, BankCommand};
-use engine::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
-use engine::single::SingleNode;
+use engine::internals::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::single::SingleNode;
 use engine::{ClientId, EntryIndex, ReplyStatus, RequestNumber, StateHash, StateMachine, Term};
 
 const COMMANDS: usize = 100_000;

@@ -7,7 +7,7 @@ use bank::{Bank, BankCommand};
 use benches::Feeder;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use engine::Handler;
-use engine::entry::{EntryHash, encode_commands, parse_payload};
+use engine::internals::entry::{EntryHash, encode_commands, parse_payload};
 
 fn commands(count: usize) -> Vec<BankCommand> {
     let mut transfers = Transfers::new(3, 2_000_000);

@@ -6,7 +6,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use engine::codec::{Decode, Encode};
-use engine::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::{
     ClientId, EntryIndex, Handler, OrderedTable, RequestNumber, Schema, StateError, StateMachine,
     Table, Term, Tx,

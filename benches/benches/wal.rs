@@ -4,8 +4,8 @@
 use bank::workload::Transfers;
 use benches::Feeder;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use engine::entry::Entry;
-use engine::wal::Wal;
+use engine::internals::entry::Entry;
+use engine::internals::wal::Wal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

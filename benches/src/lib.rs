@@ -3,7 +3,7 @@
 
 use bank::workload::{Transfers, open_command};
 use bank::{Bank, BankCommand};
-use engine::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::{ClientId, EntryIndex, RequestNumber, StateMachine, Term};
 
 /// Opens are packed this many to an entry during prefill.

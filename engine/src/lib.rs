@@ -1,32 +1,40 @@
 //! A deterministic replicated state-machine engine for business commands.
 //!
 //! Business logic is a [`Handler`]: it executes one command at a time against a [`Tx`] on the
-//! engine-owned [`State`]. The engine packs commands into log [`entry`] records, makes them
-//! durable in the write-ahead log ([`wal`]), and applies them in order ([`apply`]), each command
-//! in its own transaction.
+//! engine-owned [`State`] (typed [`Table`]s, hashed or [`Ordered`]). The engine packs commands
+//! into log entries, makes them durable on a quorum of nodes, and applies them in one order,
+//! each command in its own transaction; clients are answered only with committed results.
 //!
-//! Modules follow the data path: `handler`, `state`, `entry`, `wal`, `apply`.
+//! What an author and an operator use:
+//! - [`handler`], [`state`] and [`codec`] (the derives): the handler and its tables;
+//! - [`Sandbox`]: the handler run in one process, for its tests;
+//! - [`cli`]: a node binary's whole command line in one call;
+//! - [`node`]: the cluster file, a node's configuration and start, a local cluster;
+//! - [`client`]: the client library (registration, exactly-once requests, pipelining);
+//! - [`sim`] (feature `sim`): the deterministic simulator with the author's workload;
+//! - [`apply`]: the modes and the state machine's outcomes; [`rng`]: the deterministic
+//!   generator workloads use.
+//!
+//! The inner layers (entries, the WAL, the consensus core, the replica, snapshots) are in a
+//! hidden module for the engine's own tests, benches and tools.
 
 pub mod apply;
-pub mod batcher;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
 pub mod codec;
-pub mod core;
-pub mod entry;
 pub mod handler;
-pub mod handshake;
 pub mod node;
-pub mod replica;
 pub mod rng;
 pub mod sandbox;
 #[cfg(feature = "sim")]
 pub mod sim;
-pub mod single;
-pub mod snapshot;
 pub mod state;
-pub mod wal;
+
+#[doc(hidden)]
+pub mod internals;
+
+pub(crate) use internals::{batcher, core, entry, handshake, replica, snapshot, wal};
 
 pub use net::ids;
 

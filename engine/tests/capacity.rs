@@ -6,7 +6,7 @@
 mod common;
 
 use common::tables::{Chain, Command, ORDERS, Refused, Shelves};
-use engine::snapshot::parse_snapshot;
+use engine::internals::snapshot::parse_snapshot;
 use engine::{InstallError, Mode, Outcome, StateMachine};
 
 /// Records the orders table's first 16 slots hold before the next insert grows it.

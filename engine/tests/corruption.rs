@@ -14,9 +14,9 @@
 mod common;
 
 use common::{Ledger, entries};
-use engine::entry::{ENTRY_HEADER_BYTES, Entry};
-use engine::snapshot::parse_snapshot;
-use engine::wal::{WAL_SEGMENT_BYTES_MIN, Wal, WalError};
+use engine::internals::entry::{ENTRY_HEADER_BYTES, Entry};
+use engine::internals::snapshot::parse_snapshot;
+use engine::internals::wal::{WAL_SEGMENT_BYTES_MIN, Wal, WalError};
 use engine::{EntryIndex, StateMachine};
 use proptest::prelude::*;
 use std::fs;

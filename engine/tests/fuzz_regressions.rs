@@ -5,7 +5,7 @@ mod common;
 use common::{Ledger, entries};
 use engine::StateMachine;
 use engine::codec;
-use engine::snapshot::{DIGEST_BYTES, parse_snapshot};
+use engine::internals::snapshot::{DIGEST_BYTES, parse_snapshot};
 use std::time::{Duration, Instant};
 
 /// A snapshot of a small ledger and the offset of its first block's record count.

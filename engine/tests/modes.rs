@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Command, Former, Ledger, entries};
-use engine::entry::{RequestDigest, encode_commands};
+use engine::internals::entry::{RequestDigest, encode_commands};
 use engine::{ApplyError, CommittedAnswer, EntryIndex, Mode, ReplyStatus, StateMachine};
 
 /// The digest of a request of `commands`, as the leader computes it.

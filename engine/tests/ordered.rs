@@ -3,9 +3,9 @@
 //! table given the same writes, snapshots, discarded simulations, and the capacity account.
 
 use engine::codec::{Decode, Encode};
-use engine::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::snapshot::{read_snapshot, write_snapshot};
 use engine::rng::Rng;
-use engine::snapshot::{read_snapshot, write_snapshot};
 use engine::{
     ClientId, EntryIndex, Handler, Mode, OrderedTable, Outcome, RequestNumber, Sandbox, Schema,
     StateError, StateMachine, Table, Term, Tx,

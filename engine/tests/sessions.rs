@@ -6,7 +6,7 @@ mod common;
 
 use common::{Command, Former, Ledger};
 use engine::apply::{ReplyStatus, SESSION_BYTES_FIXED, StateMachine};
-use engine::entry::{
+use engine::internals::entry::{
     Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest, encode_commands,
 };
 use engine::{Applied, ClientId, EntryIndex, RequestNumber, Term};

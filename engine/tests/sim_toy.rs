@@ -6,7 +6,7 @@
 #![cfg(feature = "sim")]
 
 use engine::codec::{Decode, Encode};
-use engine::entry::{FragmentHeader, RequestDigest};
+use engine::internals::entry::{FragmentHeader, RequestDigest};
 use engine::rng::Rng;
 use engine::sim::check::{Answer, Logged};
 use engine::sim::violation::Invariant;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Ledger, entries};
-use engine::snapshot::{ScanProgress, read_snapshot, write_snapshot};
+use engine::internals::snapshot::{ScanProgress, read_snapshot, write_snapshot};
 use engine::{Mode, StateMachine};
 
 /// Proves a snapshot scanned while entries keep being applied and simulated restores the

@@ -2,7 +2,7 @@
 //! handler with string records (a business unlike the Bank).
 
 use engine::codec::{Decode, Encode};
-use engine::entry::{
+use engine::internals::entry::{
     Entry, EntryHash, FragmentHeader, PayloadBuilder, Request, RequestDigest, encode_commands,
     whole_requests_entry,
 };
@@ -249,7 +249,7 @@ fn apply_plan(
         }
         let (payload, count) = payload.finish();
         let index = EntryIndex(n as u64 + 1);
-        let kind = engine::entry::EntryKind::Commands;
+        let kind = engine::internals::entry::EntryKind::Commands;
         let entry = Entry::seal(
             index,
             Term(1),

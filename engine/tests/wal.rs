@@ -1,8 +1,10 @@
 //! The write-ahead log: durability across reopen, torn tails, corruption reports, truncation.
 
 use bytes::Bytes;
-use engine::entry::{Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest};
-use engine::wal::{Wal, WalError};
+use engine::internals::entry::{
+    Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest,
+};
+use engine::internals::wal::{Wal, WalError};
 use engine::{ClientId, EntryIndex, RequestNumber, Term};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -101,7 +103,7 @@ fn torn_tail_at_every_offset_is_cut_back() {
 }
 
 fn record_len(e: &Entry) -> usize {
-    4 + engine::entry::ENTRY_HEADER_BYTES + 4 + e.payload.len()
+    4 + engine::internals::entry::ENTRY_HEADER_BYTES + 4 + e.payload.len()
 }
 
 /// Proves a flipped bit anywhere in a middle entry is reported as corruption at its index, in

@@ -196,7 +196,11 @@ fn ran_cluster(dir: &Path) -> (Nodes, engine::client::ClientConfig, Model) {
         let mut model = Model::open(&mut client).await;
         let snapshots = dir.join(format!("node{SUBJECT}")).join("snapshots");
         let mut rng = engine::rng::Rng::new(3);
-        while engine::snapshot::list_snapshots(&snapshots).unwrap().len() < 2 {
+        while engine::internals::snapshot::list_snapshots(&snapshots)
+            .unwrap()
+            .len()
+            < 2
+        {
             transfers(&mut client, &mut rng, &mut model, 5, &Cell::new(0)).await;
         }
         converged(&config).await;
@@ -488,7 +492,7 @@ fn newest_snapshot_damaged(
     data: &Path,
     table: &mut Rows,
 ) {
-    let snapshots = engine::snapshot::list_snapshots(&data.join("snapshots")).unwrap();
+    let snapshots = engine::internals::snapshot::list_snapshots(&data.join("snapshots")).unwrap();
     let (newest, path) = snapshots[0].clone();
     let (older, _) = snapshots[1];
     let mut bytes = std::fs::read(&path).unwrap();
@@ -636,7 +640,7 @@ fn no_usable_state_then_rebuild(
     table: &mut Rows,
 ) {
     nodes.kill(SUBJECT);
-    for (_, path) in engine::snapshot::list_snapshots(&data.join("snapshots")).unwrap() {
+    for (_, path) in engine::internals::snapshot::list_snapshots(&data.join("snapshots")).unwrap() {
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;

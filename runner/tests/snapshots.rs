@@ -13,11 +13,11 @@ use common::{
     Model, Nodes, converged, leader_of, reaches, runtime, transfers, transfers_until, wait_for,
 };
 use engine::client::{Client, ClientConfig};
-use engine::core::PEER_INFLIGHT_ENTRIES_MAX;
+use engine::internals::core::PEER_INFLIGHT_ENTRIES_MAX;
+use engine::internals::snapshot::list_snapshots;
 use engine::node::ClusterFile;
 use engine::node::recovery::{RecoveryOptions, restore};
 use engine::rng::Rng;
-use engine::snapshot::list_snapshots;
 use engine::{ClientId, NodeId, RequestNumber};
 use std::cell::{Cell, RefCell};
 use std::path::Path;
@@ -114,7 +114,7 @@ fn lagging_follower_catches_up_through_snapshot_install() {
             reaches(&acknowledged, 100).await;
             nodes.borrow_mut().kill(follower.0);
             let follower_wal = nodes.borrow().data_dir(follower.0).join("wal");
-            let last = engine::wal::Wal::open(&follower_wal)
+            let last = engine::internals::wal::Wal::open(&follower_wal)
                 .unwrap()
                 .0
                 .last_index();
@@ -289,7 +289,7 @@ fn interrupted_snapshot_writes_recover() {
     // A later snapshot's file as each step leaves it (named for an index past the log's end,
     // as a writer a little ahead would).
     let later = engine::EntryIndex(newest.0 + 1_000_000);
-    let final_path = engine::snapshot::snapshot_path(&snapshots, later);
+    let final_path = engine::internals::snapshot::snapshot_path(&snapshots, later);
     let temporary = final_path.with_extension("tmp");
     let steps: [(&str, &dyn Fn()); 3] = [
         ("before fsync", &|| {

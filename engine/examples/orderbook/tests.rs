@@ -6,7 +6,7 @@ use crate::book::{BookCommand, BookError, BookOutput, OrderBook};
 use crate::reference::Reference;
 use crate::workload::{BookWorkload, random_command};
 use engine::client::Client;
-use engine::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::node::local::LocalCluster;
 use engine::rng::Rng;
 use engine::{

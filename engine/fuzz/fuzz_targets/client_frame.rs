@@ -8,8 +8,8 @@
 #![no_main]
 
 use bank::Bank;
-use engine::batcher::command_ends;
-use engine::entry::{EntryHash, Request, whole_requests_entry};
+use engine::internals::batcher::command_ends;
+use engine::internals::entry::{EntryHash, Request, whole_requests_entry};
 use engine::{EntryIndex, ReplyStatus, StateMachine, Term};
 use engine_fuzz::{CLUSTER, decode_stream, fix_frames, mode};
 use libfuzzer_sys::fuzz_target;

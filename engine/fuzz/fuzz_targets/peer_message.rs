@@ -9,7 +9,7 @@
 
 #![no_main]
 
-use engine::entry::{EntryKind, parse_payload};
+use engine::internals::entry::{EntryKind, parse_payload};
 use engine_fuzz::{CLUSTER, decode_stream, fix_frames, mode};
 use libfuzzer_sys::fuzz_target;
 use net::codec;

@@ -12,12 +12,12 @@
 #![no_main]
 
 use bank::{AccountId, Bank, BankCommand};
-use engine::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::node::recovery::{RecoveryOptions, restore};
-use engine::core::HardState;
+use engine::internals::core::HardState;
 use engine::node::storage::{SNAPSHOT_DIR, WAL_DIR, write_hard_state};
-use engine::snapshot::{DIGEST_BYTES, snapshot_path};
-use engine::wal::WAL_SEGMENT_BYTES_MIN;
+use engine::internals::snapshot::{DIGEST_BYTES, snapshot_path};
+use engine::internals::wal::WAL_SEGMENT_BYTES_MIN;
 use engine::{ClientId, EntryIndex, RequestNumber, StateHash, StateMachine, Term};
 use engine_fuzz::{damage, mode, scratch_dir};
 use libfuzzer_sys::fuzz_target;

@@ -12,8 +12,8 @@
 #![no_main]
 
 use bytes::Bytes;
-use engine::entry::{Entry, EntryKind};
-use engine::wal::{WAL_SEGMENT_BYTES_MIN, Wal};
+use engine::internals::entry::{Entry, EntryKind};
+use engine::internals::wal::{WAL_SEGMENT_BYTES_MIN, Wal};
 use engine::{EntryIndex, Term};
 use engine_fuzz::{damage, mode, scratch_dir};
 use libfuzzer_sys::fuzz_target;

@@ -8,8 +8,8 @@ use crate::CLUSTER;
 use bank::workload::{mixed_stream, open_command};
 use bank::{Bank, BankCommand};
 use bytes::{Bytes, BytesMut};
-use engine::entry::{Entry, EntryHash, EntryKind, Request, encode_commands, whole_requests_entry};
-use engine::wal::{WAL_SEGMENT_BYTES_MIN, Wal};
+use engine::internals::entry::{Entry, EntryHash, EntryKind, Request, encode_commands, whole_requests_entry};
+use engine::internals::wal::{WAL_SEGMENT_BYTES_MIN, Wal};
 use engine::{ClientId, EntryIndex, NodeId, RequestNumber, StateMachine, Term};
 use net::codec::Encode;
 use net::frame::FrameCodec;
@@ -246,7 +246,7 @@ fn snapshot_seeds() -> Vec<Vec<u8>> {
     let mut raw = vec![0];
     raw.extend_from_slice(&file);
     let mut digest_added = vec![1];
-    digest_added.extend_from_slice(&file[..file.len() - engine::snapshot::DIGEST_BYTES]);
+    digest_added.extend_from_slice(&file[..file.len() - engine::internals::snapshot::DIGEST_BYTES]);
     vec![
         raw,
         digest_added,

@@ -10,6 +10,9 @@ mod driver;
 mod install;
 pub mod local;
 pub mod recovery;
+/// The data directory's files as the driver keeps them: an inner layer (see `crate::internals`),
+/// public for the fault tools and tests.
+#[doc(hidden)]
 pub mod storage;
 
 mod wal_thread;

@@ -6,7 +6,7 @@
 pub mod tables;
 
 use engine::codec::{Decode, Encode};
-use engine::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::rng::Rng;
 use engine::{ClientId, EntryIndex, Handler, RequestNumber, Schema, StateError, Table, Term, Tx};
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -3,7 +3,7 @@
 //! strings live on the heap.
 
 use engine::codec::{Decode, Encode};
-use engine::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::{
     ClientId, EntryIndex, Handler, OutcomeOf, ReplyStatus, RequestNumber, Schema, StateError,
     StateMachine, Table, Term, Tx, decode_outcomes,

@@ -884,9 +884,12 @@ pub fn compare_wals(dir: &Path, findings: &mut Findings) {
             .join(format!("node{id}"))
             .join(engine::node::storage::WAL_DIR);
         // Read-only: the checker looks at the evidence and changes none of it.
-        let segment_bytes = engine::wal::WAL_SEGMENT_BYTES_DEFAULT;
-        match engine::wal::Wal::scan_repairing(&path, segment_bytes, engine::wal::Access::ReadOnly)
-        {
+        let segment_bytes = engine::internals::wal::WAL_SEGMENT_BYTES_DEFAULT;
+        match engine::internals::wal::Wal::scan_repairing(
+            &path,
+            segment_bytes,
+            engine::internals::wal::Access::ReadOnly,
+        ) {
             Ok((_, recovery)) if recovery.damage.is_some() => findings.violations.push(format!(
                 "node {id}: its WAL is damaged: {:?}",
                 recovery.damage

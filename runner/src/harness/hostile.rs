@@ -15,7 +15,7 @@ use bank::workload::account_id;
 use bank::{AccountId, Bank, BankCommand};
 use bytes::BufMut;
 use engine::client::{Client, ClientConfig, ClientError};
-use engine::entry::{ENTRY_COMMANDS_MAX, encode_commands};
+use engine::internals::entry::{ENTRY_COMMANDS_MAX, encode_commands};
 use engine::rng::Rng;
 use engine::{ClientId, Outcome, RequestNumber};
 use futures::StreamExt;
@@ -291,7 +291,7 @@ async fn raw(address: SocketAddr) -> anyhow::Result<Framed<TcpStream, FrameCodec
 /// A client connection past a good handshake.
 async fn introduced(address: SocketAddr) -> anyhow::Result<Framed<TcpStream, FrameCodec>> {
     let mut frames = raw(address).await?;
-    engine::handshake::introduce(&mut frames, &client_hello(), None, None).await?;
+    engine::internals::handshake::introduce(&mut frames, &client_hello(), None, None).await?;
     Ok(frames)
 }
 

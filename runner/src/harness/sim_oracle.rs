@@ -14,7 +14,7 @@
 use bank::{ACCOUNTS, Account, AccountId, BankCommand, BankError, BankOutput};
 use engine::Outcome;
 use engine::apply::PIPELINE_REQUESTS_MAX;
-use engine::entry::{FragmentHeader, RequestDigest};
+use engine::internals::entry::{FragmentHeader, RequestDigest};
 use engine::sim::check::{Answer, Logged};
 use engine::state::State;
 use std::collections::BTreeMap;

@@ -118,7 +118,7 @@ fn on_storage(
 ) -> anyhow::Result<Vec<Measured>> {
     let dir = crate::run_dir(Some(base.to_path_buf()))?;
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
-        config.entry_commands_max = engine::entry::ENTRY_COMMANDS_MAX;
+        config.entry_commands_max = engine::internals::entry::ENTRY_COMMANDS_MAX;
         config.capacity_bytes = args.capacity_bytes;
         args.snapshots.apply(config);
     })?;

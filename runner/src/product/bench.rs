@@ -7,7 +7,7 @@ use bank::workload::{PREFILL_BALANCE, Transfers, account_id, open_command};
 use bank::{Bank, BankCommand, BankError, BankOutput};
 use clap::Args;
 use engine::client::{Client, ClientConfig, ClientError, node_status, set_node_mode};
-use engine::entry::encode_commands;
+use engine::internals::entry::encode_commands;
 use engine::{ClientId, Mode, Outcome, RequestNumber, decode_outcomes};
 use futures::future::join_all;
 use hdrhistogram::Histogram;

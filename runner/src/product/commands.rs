@@ -158,7 +158,7 @@ pub struct LocalArgs {
     #[arg(long)]
     pub keep: bool,
     /// Most commands per log entry (16 to 1,024).
-    #[arg(long, default_value_t = engine::entry::ENTRY_COMMANDS_MAX)]
+    #[arg(long, default_value_t = engine::internals::entry::ENTRY_COMMANDS_MAX)]
     pub entry_commands: u32,
     /// Most entries the leader keeps in flight (appended, not yet committed).
     #[arg(long, default_value_t = engine::node::PIPELINE_ENTRIES_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
@@ -200,7 +200,8 @@ impl From<ModeArg> for Mode {
 
 /// Three nodes in this process over loopback TCP, then the benchmark against them.
 pub fn local(args: LocalArgs) -> anyhow::Result<()> {
-    let range = engine::entry::ENTRY_COMMANDS_CONFIG_MIN..=engine::entry::ENTRY_COMMANDS_MAX;
+    let range = engine::internals::entry::ENTRY_COMMANDS_CONFIG_MIN
+        ..=engine::internals::entry::ENTRY_COMMANDS_MAX;
     if !range.contains(&args.entry_commands) {
         bail!("--entry-commands must lie in {range:?}");
     }
