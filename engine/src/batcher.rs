@@ -152,11 +152,19 @@ impl Batcher {
     }
 }
 
-/// Checks a request's commands (count, size, each decodes as a command of `H`) and returns
-/// where each ends, so that the batcher can split the request between entries.
-pub fn command_ends<H: Handler>(commands: &[u8], count: u32) -> Result<Vec<u32>, Rejection> {
-    if count == 0 && !commands.is_empty() {
-        return Err(Rejection::Malformed { command: 0 });
+/// Checks a request's commands (count, size, each decodes as a command of `H`; none only for
+/// a registration, request number 0, which has none) and returns where each ends, so that the
+/// batcher can split the request between entries.
+pub fn command_ends<H: Handler>(
+    request: RequestNumber,
+    commands: &[u8],
+    count: u32,
+) -> Result<Vec<u32>, Rejection> {
+    match (request == RequestNumber(0), count) {
+        (true, 0) if commands.is_empty() => return Ok(Vec::new()),
+        (true, _) => return Err(Rejection::Malformed { command: 0 }),
+        (false, 0) => return Err(Rejection::Empty),
+        (false, _) => {}
     }
     if count > REQUEST_COMMANDS_MAX {
         return Err(Rejection::TooManyCommands { count });

@@ -145,7 +145,8 @@ pub enum ClientError {
 }
 
 /// A client session: one id, requests numbered from one (after its registration, number
-/// 0), one request in flight.
+/// 0); one request in flight per [`Client::submit`], up to [`PIPELINE_REQUESTS_MAX`] with
+/// [`Client::submit_pipelined`].
 pub struct Client {
     config: ClientConfig,
     requests: Requests<SocketAddr>,

@@ -65,3 +65,23 @@ fn snapshot_block_counts_that_overflow_are_refused() {
     let error = parse_snapshot(&with_digest(damaged)).expect_err("the counts overflow");
     assert!(error.to_string().contains("overflow"), "{error}");
 }
+
+/// Proves the admission check lets a request without commands through only as a
+/// registration (request number 0, no bytes), and refuses a registration that carries
+/// commands (client_frame found the check, changed for registrations, letting a request of
+/// no commands and no bytes through under any number, with no command ends).
+#[test]
+fn a_request_without_commands_is_only_a_registration() {
+    use engine::RequestNumber;
+    use engine::internals::batcher::command_ends;
+    use engine::internals::entry::encode_commands;
+    use net::message::Rejection;
+    let one = encode_commands(&[common::Command::Total]);
+    let ends =
+        |request, bytes: &[u8], count| command_ends::<Ledger>(RequestNumber(request), bytes, count);
+    assert_eq!(ends(0, &[], 0), Ok(Vec::new()), "a registration");
+    assert_eq!(ends(3, &[], 0), Err(Rejection::Empty));
+    assert_eq!(ends(0, &one, 1), Err(Rejection::Malformed { command: 0 }));
+    assert_eq!(ends(0, &one, 0), Err(Rejection::Malformed { command: 0 }));
+    assert_eq!(ends(1, &one, 1), Ok(vec![one.len() as u32]));
+}

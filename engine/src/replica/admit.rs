@@ -6,7 +6,7 @@ use crate::apply::CommittedAnswer;
 use crate::batcher::{Queued, command_ends};
 use crate::entry::RequestDigest;
 use crate::handler::Handler;
-use crate::ids::{ClientId, RequestNumber};
+use crate::ids::ClientId;
 use bytes::Bytes;
 use net::message::{ClientReply, Rejection, Role, Submit};
 
@@ -30,16 +30,7 @@ impl<H: Handler, T> Replica<H, T> {
         if self.core.role() != Role::Leader {
             return Err((token, self.not_leader()));
         }
-        // Number 0 is a registration and carries no commands; every other request has some.
-        let registration = submit.request == RequestNumber(0);
-        if (submit.command_count == 0) != registration {
-            let reason = match registration {
-                true => Rejection::Malformed { command: 0 },
-                false => Rejection::Empty,
-            };
-            return reject(token, reason);
-        }
-        let ends = match command_ends::<H>(&submit.commands, submit.command_count) {
+        let ends = match command_ends::<H>(request, &submit.commands, submit.command_count) {
             Ok(ends) => ends,
             Err(reason) => return reject(token, reason),
         };
