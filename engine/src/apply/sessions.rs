@@ -86,7 +86,8 @@ impl Session {
     /// dropped. A client with one request in flight keeps none: it has every earlier answer.
     fn retire_latest(&mut self, oldest_pending: RequestNumber) -> u64 {
         let mut dropped = 0;
-        if self.is_complete() && self.request != RequestNumber(0) {
+        let waited_for = oldest_pending <= self.request;
+        if self.is_complete() && self.request != RequestNumber(0) && waited_for {
             self.earlier.push(Finished {
                 request: self.request,
                 request_commands: self.request_commands,
