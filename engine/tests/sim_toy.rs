@@ -385,6 +385,9 @@ enum Fate {
     Reused,
     /// A finished request the session still keeps: nothing runs, answered with its outcomes.
     Earlier,
+    /// A new request sent while others before it were in flight, one of which has not run
+    /// whole: nothing runs, answered "not yet".
+    Waits,
 }
 
 /// The toy by hand: registers in a `BTreeMap` and each client's session, written from the
@@ -422,9 +425,19 @@ impl ToyOracle {
     fn admit(&mut self, fragment: &FragmentHeader) -> Fate {
         let (client, request) = (fragment.client.0, fragment.request.0);
         let session = self.sessions.get(&client);
-        let starts = fragment.first_command == 0
+        let opens = fragment.first_command == 0
             && session.map_or(request == 1, |session| request > session.request);
-        if starts {
+        // Requests before this one its client still waits for: each must have run whole, and
+        // a request that waits runs only from its start.
+        let waits = fragment.oldest_pending.0 < request
+            && (fragment.first_command > 0
+                || session.is_none_or(|s| {
+                    s.request + 1 != request || s.outcomes.len() as u32 != s.commands
+                }));
+        if waits && session.is_none_or(|s| request > s.request) {
+            return Fate::Waits;
+        }
+        if opens {
             let mut earlier = Vec::new();
             if let Some(old) = self.sessions.remove(&client) {
                 earlier = old.earlier;
@@ -491,7 +504,8 @@ impl ToyOracle {
         match (fate, answer) {
             (Fate::Stale, Answer::Stale)
             | (Fate::Expired, Answer::Expired)
-            | (Fate::Reused, Answer::Reused) => Ok(()),
+            | (Fate::Reused, Answer::Reused)
+            | (Fate::Waits, Answer::NotYet) => Ok(()),
             (fate @ (Fate::Run | Fate::Earlier), Answer::Results(reference)) => {
                 let session = &self.sessions[&fragment.client.0];
                 let earlier = session.earlier.iter();
@@ -501,7 +515,9 @@ impl ToyOracle {
                         .map(|(_, _, outcomes)| outcomes)
                         .next()
                         .expect("the earlier request the fate found"),
-                    Fate::Run | Fate::Stale | Fate::Expired | Fate::Reused => &session.outcomes,
+                    Fate::Run | Fate::Stale | Fate::Expired | Fate::Reused | Fate::Waits => {
+                        &session.outcomes
+                    }
                 };
                 if ours.len() != reference.len() {
                     return Err(format!(
@@ -519,7 +535,12 @@ impl ToyOracle {
                 }
             }
             (
-                Fate::Run | Fate::Stale | Fate::Expired | Fate::Reused | Fate::Earlier,
+                Fate::Run
+                | Fate::Stale
+                | Fate::Expired
+                | Fate::Reused
+                | Fate::Earlier
+                | Fate::Waits,
                 Answer::Results(_)
                 | Answer::Stale
                 | Answer::Expired

@@ -366,9 +366,16 @@ impl Sessions {
                 Decision::Execute { skip: 0 }
             }
             // Pipelined: the client's first requests may arrive out of order.
-            None if first == 0 && fragment.oldest_pending < fragment.request => Decision::NotYet,
+            None if fragment.oldest_pending < fragment.request => Decision::NotYet,
             None => Decision::Expired,
             Some(s) if fragment.request > s.request && first == 0 => in_order(s, fragment),
+            // A later fragment of a pipelined request whose start was not run (it came before
+            // a request it follows had run): the client sends the request again, whole.
+            Some(s)
+                if fragment.request > s.request && fragment.oldest_pending < fragment.request =>
+            {
+                Decision::NotYet
+            }
             Some(s) if fragment.request < s.request => match s.earlier(fragment.request) {
                 Some(finished) if finished.digest != fragment.digest => Decision::Reused,
                 Some(_) => Decision::Duplicate,

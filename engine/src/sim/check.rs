@@ -15,6 +15,8 @@
 //! - **I8** an answer with results leaves a node only once the entry that finished the request
 //!   is within that node's commit index;
 //! - **I9** real-time order: a request sent after another was answered is later in the log;
+//! - **I10** client order: a client's requests finish in the log in their numbers' order,
+//!   however many it keeps in flight;
 //! - **the oracle**: the workload's own model of the business ([`Workload::logged`]), sharing
 //!   no code with the engine's apply, sessions or codec, is fed every request fragment of the
 //!   committed log (duplicates included) with the commands its client sent (the log's bytes
@@ -563,7 +565,30 @@ impl<W: Workload> Checker<W> {
         }
         self.check_answers_after_commit();
         self.check_real_time_order();
+        self.check_client_order();
         std::mem::take(&mut self.violations)
+    }
+
+    /// I10: each client's requests finished in entries in the order of their numbers (two
+    /// may finish in one entry, in order within it as the reference applied them).
+    fn check_client_order(&mut self) {
+        let mut out_of_order = Vec::new();
+        let mut previous: Option<((ClientId, RequestNumber), EntryIndex)> = None;
+        for (&key, &index) in &self.finished_in {
+            if let Some((before, at)) = previous
+                && before.0 == key.0
+                && at > index
+            {
+                out_of_order.push(format!(
+                    "client {} request {} finished in entry {}, before its request {} (entry {})",
+                    key.0.0, key.1.0, index.0, before.1.0, at.0
+                ));
+            }
+            previous = Some((key, index));
+        }
+        for message in out_of_order {
+            self.note(Invariant::ClientOrder, message);
+        }
     }
 
     /// I8: every answer with results left after the entry that finished its request was

@@ -1,27 +1,55 @@
 //! The simulated clients: each runs the client library's own numbering and retry logic
-//! ([`Requests`]) over the simulated network, one request in flight, and reports what it is
-//! answered to the checker.
+//! ([`Requests`]) over the simulated network and reports what it is answered to the checker.
+//! A client keeps the seed's [`super::swarm::Swarm::pipeline`] requests in flight, as
+//! [`crate::client::Client::submit_pipelined`] does: one lane a request, each lane its own
+//! [`Requests`] under the client's id, numbered in turn, every one naming the batch's first
+//! as its oldest pending; the next batch starts once every lane was answered.
 
 use super::violation::Invariant;
 use super::{SIM_NODES, Sim, SimEvent, Time, Workload};
-use crate::client::{Attempt, ClientError, Next, Requests, answer_to};
+use crate::client::{Answer, Attempt, ClientError, Next, Requests, answer_to};
 use crate::entry::encode_commands;
 use crate::ids::{ClientId, NodeId, RequestNumber};
 use net::message::{ClientReply, Submit};
+use std::ops::Range;
 
-/// Who waits for an answer at a node: the client and its attempt.
+/// Who waits for an answer at a node: the lane and its attempt.
 pub(super) type Token = (usize, u64);
 
-/// One simulated client.
+/// One client's requests in flight together: which lanes it sends them on, and how far it is.
+pub(super) struct Window {
+    /// The client's lanes (indices of [`Sim::clients`]).
+    lanes: Range<usize>,
+    /// Requests begun.
+    pub(super) sent: u32,
+    /// Lanes of the batch in flight not answered yet.
+    open: u32,
+    /// The number the next batch begins with.
+    next: RequestNumber,
+}
+
+impl Window {
+    /// A client's window of `width` lanes, from lane `first`.
+    pub(super) fn new(first: usize, width: u32) -> Self {
+        Window {
+            lanes: first..first + width as usize,
+            sent: 0,
+            open: 0,
+            next: RequestNumber(1),
+        }
+    }
+}
+
+/// One lane of a simulated client: one request in flight.
 pub(super) struct SimClient {
+    /// Its client's window (an index of [`Sim::windows`]).
+    window: usize,
     /// The library's decisions: numbers, target, retries.
     pub(super) requests: Requests<NodeId>,
     /// The request outstanding, as sent on every attempt.
     pub(super) current: Option<Submit>,
     /// When it began.
     began: Time,
-    /// Requests begun.
-    pub(super) sent: u32,
     /// The attempt in flight (replies and timeouts of earlier ones are ignored).
     pub(super) attempt: u64,
     /// The attempt's latest hedge, if it has one: its own attempt number and the node it went
@@ -38,17 +66,17 @@ pub(super) struct SimClient {
 const HEDGE_ATTEMPT_BIT: u64 = 1 << 63;
 
 impl SimClient {
-    /// Client `k` (of id `k + 1`), asking node `1 + k % 3` first.
+    /// A lane of client `k` (of id `k + 1`, its window `k`), asking node `1 + k % 3` first.
     pub(super) fn new(k: u32) -> Self {
         let first = k % u32::from(SIM_NODES);
         let nodes = (0..u32::from(SIM_NODES))
             .map(|i| NodeId(1 + ((first + i) % u32::from(SIM_NODES)) as u8))
             .collect();
         SimClient {
+            window: k as usize,
             requests: Requests::new(nodes, ClientId(u128::from(k) + 1), RequestNumber(1)),
             current: None,
             began: 0,
-            sent: 0,
             attempt: 0,
             hedge: None,
             attempt_at: 0,
@@ -74,23 +102,42 @@ impl<W: Workload> Sim<W> {
         );
     }
 
-    /// The client begins its next request, if it has one left to send.
-    pub(super) fn next_request(&mut self, client: usize) {
-        if self.clients[client].sent >= self.options.requests {
-            return;
+    /// Client `window` begins its next batch of requests, one a lane, if it has any left to
+    /// send; with more than one lane each names the batch's first as its oldest pending.
+    pub(super) fn next_batch(&mut self, window: usize) {
+        let w = &self.windows[window];
+        let width = (w.lanes.len() as u32).min(self.options.requests - w.sent);
+        let (first, lanes) = (w.next, w.lanes.start);
+        let oldest_pending = (w.lanes.len() > 1).then_some(first);
+        for lane in 0..width {
+            let commands = self.workload.next_request(&mut self.rng);
+            let bytes = encode_commands(&commands);
+            let count = commands.len() as u32;
+            let client = lanes + lane as usize;
+            let c = &mut self.clients[client];
+            c.requests.skip_to(RequestNumber(first.0 + u64::from(lane)));
+            let submit = c.requests.begin_after(oldest_pending, count, bytes);
+            c.began = self.now;
+            let at = self.report.events;
+            self.checker
+                .requested(submit.client, submit.request, commands, at);
+            c.current = Some(submit);
+            self.send_request(client);
         }
-        let commands = self.workload.next_request(&mut self.rng);
-        let bytes = encode_commands(&commands);
-        let count = commands.len() as u32;
-        let c = &mut self.clients[client];
-        let submit = c.requests.begin(count, bytes);
-        c.sent += 1;
-        c.began = self.now;
-        let at = self.report.events;
-        self.checker
-            .requested(submit.client, submit.request, commands, at);
-        c.current = Some(submit);
-        self.send_request(client);
+        let w = &mut self.windows[window];
+        w.sent += width;
+        w.open = width;
+        w.next = RequestNumber(first.0 + u64::from(width));
+    }
+
+    /// A lane's request is over: the client's next batch starts once every lane's is.
+    fn lane_done(&mut self, client: usize) {
+        let window = self.clients[client].window;
+        let w = &mut self.windows[window];
+        w.open -= 1;
+        if w.open == 0 {
+            self.next_batch(window);
+        }
     }
 
     /// An attempt: the request to the client's target (it may be lost), and its timeout.
@@ -180,6 +227,9 @@ impl<W: Workload> Sim<W> {
         let Some(answer) = answer_to(reply, current, |leader, _| leader) else {
             return;
         };
+        if matches!(answer, Answer::NotYet) {
+            self.report.not_yet += 1;
+        }
         let answered = Attempt::Answered(answer);
         match hedge {
             None => self.attempt_ended(client, None, answered),
@@ -220,7 +270,7 @@ impl<W: Workload> Sim<W> {
                     }
                     Err(error) => self.client_failed(&submit, &error),
                 }
-                self.next_request(client);
+                self.lane_done(client);
             }
         }
     }

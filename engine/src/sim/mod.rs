@@ -71,7 +71,7 @@ use crate::rng::Rng;
 use crate::snapshot::{SnapshotMeta, parse_snapshot};
 use crate::state::State;
 use check::Checker;
-use clients::{SimClient, Token};
+use clients::{SimClient, Token, Window};
 use disk::Disk;
 pub use faults::{FAULTS_UNITS_MAX, STALL_UNITS_MAX};
 use net::message::{ClientReply, PeerMessage, Role, SnapshotChunk};
@@ -301,7 +301,10 @@ pub struct Sim<W: Workload> {
     seq: u64,
     queue: BTreeMap<(Time, u64), SimEvent>,
     nodes: Vec<SimNode<W::H>>,
+    /// Every client's lanes, in client order.
     clients: Vec<SimClient>,
+    /// Each client's requests in flight together.
+    windows: Vec<Window>,
     links: Links,
     /// Snapshot transfers under way, (leader, follower), with the incarnations of both and
     /// when the last chunk arrives: a crash of either end before then breaks the connection,
@@ -344,7 +347,13 @@ impl<W: Workload> Sim<W> {
                 wal_failed: false,
             })
             .collect();
-        let clients = (0..options.clients).map(SimClient::new).collect();
+        let width = swarm.pipeline;
+        let clients = (0..options.clients)
+            .flat_map(|k| (0..width).map(move |_| SimClient::new(k)))
+            .collect();
+        let windows = (0..options.clients)
+            .map(|k| Window::new((k * width) as usize, width))
+            .collect();
         let checker = Checker::new(workload.handler());
         let report = SimReport {
             seed: options.seed,
@@ -359,6 +368,7 @@ impl<W: Workload> Sim<W> {
             queue: BTreeMap::new(),
             nodes,
             clients,
+            windows,
             links: Links::default(),
             transfers: BTreeMap::new(),
             swarm,
@@ -380,8 +390,8 @@ impl<W: Workload> Sim<W> {
         for id in 1..=SIM_NODES {
             self.restart(NodeId(id));
         }
-        for client in 0..self.clients.len() {
-            self.next_request(client);
+        for window in 0..self.windows.len() {
+            self.next_batch(window);
         }
         if self.options.faults {
             self.links.loss = self.rng.below(30);
@@ -437,7 +447,7 @@ impl<W: Workload> Sim<W> {
     }
 
     fn all_sent(&self) -> bool {
-        self.clients.iter().all(|c| c.sent >= self.options.requests)
+        self.windows.iter().all(|w| w.sent >= self.options.requests)
     }
 
     fn clients_done(&self) -> bool {
@@ -448,11 +458,13 @@ impl<W: Workload> Sim<W> {
         if !self.healed {
             self.report.time = self.now;
         }
-        let unknown = self
-            .clients
+        let in_flight = self.clients.iter().filter(|c| c.current.is_some()).count();
+        let unsent: u32 = self
+            .windows
             .iter()
-            .filter(|c| c.current.is_some() || c.sent < self.options.requests)
-            .count() as u64;
+            .map(|w| self.options.requests - w.sent)
+            .sum();
+        let unknown = in_flight as u64 + u64::from(unsent);
         self.report.unknown = unknown;
         let behind: Vec<String> = self
             .nodes
@@ -484,7 +496,7 @@ impl<W: Workload> Sim<W> {
             self.report.violations.push(Violation::new(
                 Invariant::NoOutcome,
                 format!(
-                    "{unknown} clients still have a request with no outcome after healing ({})",
+                    "{unknown} requests still have no outcome after healing ({})",
                     nodes.join("; ")
                 ),
             ));

@@ -7,7 +7,7 @@ use super::*;
 pub struct SimOptions {
     /// The seed everything is drawn from.
     pub seed: u64,
-    /// Clients, each with one request outstanding at a time.
+    /// Clients, each with the seed's [`Swarm::pipeline`] requests outstanding at a time.
     pub clients: u32,
     /// Requests each client sends.
     pub requests: u32,
@@ -75,6 +75,9 @@ pub struct SimReport {
     pub rewritten_after_loss: u64,
     /// Attempts that clients also sent to a second node (hedges).
     pub hedges: u64,
+    /// Answers "not yet" that clients got: a pipelined request that reached the cluster
+    /// before one it follows had run (sent again).
+    pub not_yet: u64,
     /// Fsyncs that failed (each stopped its node until a restart).
     pub fsync_errors: u64,
     /// Leaders elected.
@@ -102,6 +105,7 @@ impl SimReport {
         self.acks_down += other.acks_down;
         self.fsync_errors += other.fsync_errors;
         self.hedges += other.hedges;
+        self.not_yet += other.not_yet;
         self.snapshots_damaged += other.snapshots_damaged;
         self.rebuilds += other.rebuilds;
         self.hard_states_damaged += other.hard_states_damaged;

@@ -2,7 +2,7 @@
 //! the settings, and a failing seed prints the corner it was in.
 
 use super::{CLIENT_TIMEOUT_SHORT_UNITS, CLIENT_TIMEOUT_UNITS, Time};
-use crate::apply::Mode;
+use crate::apply::{Mode, PIPELINE_REQUESTS_MAX};
 use crate::core::LAGGING_FOLLOWER_ENTRIES_MAX;
 use crate::rng::Rng;
 use crate::snapshot::SNAPSHOT_LOG_PERCENT;
@@ -31,6 +31,9 @@ pub struct Swarm {
     pub loss_permille: u64,
     /// Per-mille of messages delivered twice (drawn when faults start).
     pub duplication_permille: u64,
+    /// Requests each client keeps in flight (1: one at a time; more: pipelined, the next
+    /// batch of them sent once every one of the batch before was answered).
+    pub pipeline: u32,
 }
 
 impl Swarm {
@@ -71,7 +74,14 @@ impl Swarm {
         let hedge_after = rng
             .chance(1, 2)
             .then(|| 10 + rng.below(client_timeout.saturating_sub(10).max(1)));
+        // Drawn last, so that the draws above are those of a seed before pipelining.
+        let pipeline = if rng.chance(1, 2) {
+            1
+        } else {
+            2 + rng.below(PIPELINE_REQUESTS_MAX as u64 - 1) as u32
+        };
         Swarm {
+            pipeline,
             mode,
             hedge_after,
             fsync_error_permille,
@@ -90,7 +100,7 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰",
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client",
             self.mode,
             self.snapshot_every,
             self.snapshot_retain_ticks,
@@ -103,7 +113,8 @@ impl fmt::Display for Swarm {
             )),
             self.fsync_error_permille,
             self.loss_permille,
-            self.duplication_permille
+            self.duplication_permille,
+            self.pipeline
         )
     }
 }

@@ -24,6 +24,9 @@ pub enum Invariant {
     AnsweredEarly,
     /// I9: a request answered before another was sent is before it in the log.
     RealTimeOrder,
+    /// I10: a client's requests finish in the log in the order of their numbers (pipelined
+    /// requests included).
+    ClientOrder,
     /// The cluster commits again after healing, and a node does not campaign while a leader
     /// it can hear leads.
     Liveness,
@@ -41,7 +44,7 @@ pub enum Invariant {
 }
 
 impl Invariant {
-    /// The short name reports use (`I1` to `I9`, or a word).
+    /// The short name reports use (`I1` to `I10`, or a word).
     pub fn code(self) -> &'static str {
         match self {
             Invariant::Acknowledged => "I1",
@@ -53,6 +56,7 @@ impl Invariant {
             Invariant::Leadership => "I7",
             Invariant::AnsweredEarly => "I8",
             Invariant::RealTimeOrder => "I9",
+            Invariant::ClientOrder => "I10",
             Invariant::Liveness => "liveness",
             Invariant::Oracle => "oracle",
             Invariant::Reference => "reference",

@@ -101,6 +101,9 @@ enum Verdict {
     /// A finished request before the session's latest (one the session still keeps):
     /// nothing applies, and it is answered with its results.
     Earlier,
+    /// A new request of a client with requests in flight before it, one of which has not
+    /// run all its commands yet: nothing applies (the client sends it again).
+    NotYet,
 }
 
 /// What the model says a fragment that ends its request must be answered.
@@ -114,6 +117,8 @@ enum Expected<'a> {
     Expired,
     /// See [`Verdict::Reused`].
     Reused,
+    /// See [`Verdict::NotYet`].
+    NotYet,
 }
 
 /// The Bank by hand: accounts by id, and each client's session.
@@ -156,21 +161,35 @@ impl BankOracle {
     fn verdict(&self, fragment: &FragmentHeader) -> Verdict {
         let first = fragment.first_command;
         let request = fragment.request.0;
+        // The client's requests it still waits for before this one, from the oldest.
+        let waits_for = fragment.oldest_pending.0.min(request)..request;
         let Some(session) = self.sessions.get(&fragment.client.0) else {
-            return if request == 1 && first == 0 {
+            return match (request, first) {
+                (1, 0) => Verdict::Apply {
+                    from: 0,
+                    fresh: true,
+                },
+                _ if !waits_for.is_empty() => Verdict::NotYet,
+                _ => Verdict::Expired,
+            };
+        };
+        if request > session.request && first == 0 {
+            // Each request it waits for must have run whole: the session's latest is the
+            // one just before it, finished, or it waits for none.
+            let finished = session.applied.len() as u32 == session.commands;
+            let ran = waits_for.is_empty() || (session.request + 1 == request && finished);
+            return if ran {
                 Verdict::Apply {
                     from: 0,
                     fresh: true,
                 }
             } else {
-                Verdict::Expired
+                Verdict::NotYet
             };
-        };
-        if request > session.request && first == 0 {
-            return Verdict::Apply {
-                from: 0,
-                fresh: true,
-            };
+        }
+        // A later part of a newer request that waits for others: its start did not run.
+        if request > session.request && !waits_for.is_empty() {
+            return Verdict::NotYet;
         }
         if let Some((_, digest, _)) = session.earlier.iter().find(|(r, _, _)| *r == request) {
             return if *digest == fragment.digest {
@@ -247,6 +266,7 @@ impl BankOracle {
             Verdict::Stale => Expected::Stale,
             Verdict::Expired => Expected::Expired,
             Verdict::Reused => Expected::Reused,
+            Verdict::NotYet => Expected::NotYet,
             Verdict::Earlier => self
                 .sessions
                 .get(&fragment.client.0)
@@ -417,7 +437,8 @@ fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> 
     match (expected, answer) {
         (Expected::Stale, Answer::Stale)
         | (Expected::Expired, Answer::Expired)
-        | (Expected::Reused, Answer::Reused) => Ok(()),
+        | (Expected::Reused, Answer::Reused)
+        | (Expected::NotYet, Answer::NotYet) => Ok(()),
         (Expected::Results(model), Answer::Results(reference)) => {
             if model.len() != reference.len() {
                 return Err(format!(
@@ -439,7 +460,11 @@ fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> 
             }
         }
         (
-            Expected::Results(_) | Expected::Stale | Expected::Expired | Expected::Reused,
+            Expected::Results(_)
+            | Expected::Stale
+            | Expected::Expired
+            | Expected::Reused
+            | Expected::NotYet,
             Answer::Results(_)
             | Answer::Stale
             | Answer::Expired
