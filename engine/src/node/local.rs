@@ -1,5 +1,5 @@
-//! Three (or more) nodes in one process on loopback TCP: what `runner local` and the in-process
-//! cluster tests run.
+//! Three (or more) nodes in one process over TCP, on loopback ports picked free or on the
+//! caller's addresses: what `runner local` and the in-process cluster tests run.
 
 use super::config::ConfigError;
 use super::{NodeAddress, NodeConfig, NodeError, NodeHandle, start};
@@ -62,7 +62,9 @@ pub const LOCAL_START_ATTEMPTS_MAX: u32 = 5;
 /// attempts, so that a retry on fresh ports makes its handlers the same way).
 type MakeHandler<H> = Arc<dyn Fn() -> H + Send + Sync>;
 
-/// A cluster running in this process.
+/// A cluster running in this process. Each node's handler comes from the factory the cluster
+/// was started with, called at every start and restart of a node (a handler need not be
+/// `Clone`; [`LocalCluster::start`] makes clones of one).
 pub struct LocalCluster<H: Handler> {
     configs: Vec<NodeConfig>,
     handles: Vec<Option<NodeHandle>>,
@@ -202,7 +204,7 @@ impl<H: Handler> LocalCluster<H> {
         }
     }
 
-    /// Starts (or restarts) one node from its data.
+    /// Starts (or restarts) one node from its data, with a handler fresh from the factory.
     pub fn restart(&mut self, id: NodeId) -> Result<(), NodeError> {
         self.stop(id);
         let handle = start(self.config(id).clone(), (self.make)())?;
