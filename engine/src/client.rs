@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use tokio::time::error::Elapsed;
 use tokio_util::codec::Framed;
 
+pub mod blocking;
 mod requests;
 
 pub use requests::{Answer, Attempt, Next, Requests, answer_to};
@@ -146,7 +147,7 @@ pub enum ClientError {
 
 /// A client session: one id, requests numbered from one (after its registration, number
 /// 0); one request in flight per [`Client::submit`], up to [`PIPELINE_REQUESTS_MAX`] with
-/// [`Client::submit_pipelined`].
+/// [`Client::submit_pipelined`]. A program without tokio uses [`blocking::Client`].
 pub struct Client {
     config: ClientConfig,
     requests: Requests<SocketAddr>,

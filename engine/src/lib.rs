@@ -10,7 +10,8 @@
 //! - [`Sandbox`]: the handler run in one process, for its tests;
 //! - [`cli`]: a node binary's whole command line in one call;
 //! - [`node`]: the cluster file, a node's configuration and start, a local cluster;
-//! - [`client`]: the client library (registration, exactly-once requests, pipelining);
+//! - [`client`]: the client library (registration, exactly-once requests, pipelining), async
+//!   or blocking ([`client::blocking`], for programs without tokio);
 //! - [`sim`] (feature `sim`): the deterministic simulator with the author's workload;
 //! - [`apply`]: the modes and the state machine's outcomes; [`rng`]: the deterministic
 //!   generator workloads use.

@@ -1,6 +1,7 @@
-//! Three (or more) nodes in one process on loopback TCP: what `runner local` and the in-process
-//! cluster tests run.
+//! Three (or more) nodes in one process over TCP, on loopback ports picked free or on the
+//! caller's addresses: what `runner local` and the in-process cluster tests run.
 
+use super::config::ConfigError;
 use super::{NodeAddress, NodeConfig, NodeError, NodeHandle, start};
 use crate::client::{ClientConfig, node_status};
 use crate::handler::Handler;
@@ -9,6 +10,7 @@ use net::message::{NodeStatus, Role};
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Ports this process has handed out already: a port is given back to the kernel as soon as
@@ -52,30 +54,57 @@ pub fn free_loopback_addresses(count: usize) -> std::io::Result<Vec<NodeAddress>
         .collect())
 }
 
-/// Times [`LocalCluster::start`] tries fresh ports when one it picked was taken meanwhile.
+/// Times [`LocalCluster::start`] and [`LocalCluster::start_with`] try fresh ports when one
+/// they picked was taken meanwhile.
 pub const LOCAL_START_ATTEMPTS_MAX: u32 = 5;
 
-/// A cluster running in this process.
-pub struct LocalCluster<H: Handler + Clone> {
+/// Makes a node's handler, once for each start or restart of a node (shared by the start
+/// attempts, so that a retry on fresh ports makes its handlers the same way).
+type MakeHandler<H> = Arc<dyn Fn() -> H + Send + Sync>;
+
+/// A cluster running in this process. Each node's handler comes from the factory the cluster
+/// was started with, called at every start and restart of a node (a handler need not be
+/// `Clone`; [`LocalCluster::start`] makes clones of one).
+pub struct LocalCluster<H: Handler> {
     configs: Vec<NodeConfig>,
     handles: Vec<Option<NodeHandle>>,
-    handler: H,
+    make: MakeHandler<H>,
 }
 
 impl<H: Handler + Clone> LocalCluster<H> {
-    /// Starts `count` nodes with data under `base` (one directory per node); `tune` adjusts
-    /// each node's configuration before it starts. Ports are picked free; one that another
-    /// process took meanwhile makes it start again on fresh ones (at most
-    /// [`LOCAL_START_ATTEMPTS_MAX`] times).
+    /// Starts `count` nodes with data under `base` (one directory per node), each with a
+    /// clone of `handler`; `tune` adjusts each node's configuration before it starts. Ports
+    /// are picked free, as with [`LocalCluster::start_with`].
     pub fn start(
         base: &Path,
         count: usize,
         handler: H,
         tune: impl Fn(&mut NodeConfig),
     ) -> Result<Self, NodeError> {
+        LocalCluster::start_with(base, count, move || handler.clone(), tune)
+    }
+}
+
+impl<H: Handler> LocalCluster<H> {
+    /// Starts `count` nodes with data under `base` (one directory per node), each with a
+    /// handler from `make` (called again at every restart); `tune` adjusts each node's
+    /// configuration before it starts. Ports are picked free; one that another process took
+    /// meanwhile makes it start again on fresh ones (at most [`LOCAL_START_ATTEMPTS_MAX`]
+    /// times).
+    pub fn start_with(
+        base: &Path,
+        count: usize,
+        make: impl Fn() -> H + Send + Sync + 'static,
+        tune: impl Fn(&mut NodeConfig),
+    ) -> Result<Self, NodeError> {
+        let make: MakeHandler<H> = Arc::new(make);
         let mut attempt = 1;
         loop {
-            match LocalCluster::start_once(base, count, handler.clone(), &tune) {
+            let addresses = free_loopback_addresses(count).map_err(|source| NodeError::Io {
+                path: base.to_path_buf(),
+                source,
+            })?;
+            match LocalCluster::start_nodes(base, addresses, Arc::clone(&make), &tune) {
                 Err(NodeError::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::AddrInUse
                         && attempt < LOCAL_START_ATTEMPTS_MAX =>
@@ -87,16 +116,30 @@ impl<H: Handler + Clone> LocalCluster<H> {
         }
     }
 
-    fn start_once(
+    /// Starts one node for each of `addresses` (the caller's: their ids, peer and client
+    /// addresses) with data under `base` (one directory per node), each with a handler from
+    /// `make` (called again at every restart); `tune` adjusts each node's configuration
+    /// before it starts. An address in use is an error ([`NodeError::Io`]), not tried again
+    /// elsewhere; no addresses is [`ConfigError::NoNodes`].
+    pub fn start_at(
         base: &Path,
-        count: usize,
-        handler: H,
+        addresses: Vec<NodeAddress>,
+        make: impl Fn() -> H + Send + Sync + 'static,
+        tune: impl Fn(&mut NodeConfig),
+    ) -> Result<Self, NodeError> {
+        LocalCluster::start_nodes(base, addresses, Arc::new(make), &tune)
+    }
+
+    /// Starts a node for each of `addresses`, under one fresh key for all.
+    fn start_nodes(
+        base: &Path,
+        addresses: Vec<NodeAddress>,
+        make: MakeHandler<H>,
         tune: &impl Fn(&mut NodeConfig),
     ) -> Result<Self, NodeError> {
-        let addresses = free_loopback_addresses(count).map_err(|source| NodeError::Io {
-            path: base.to_path_buf(),
-            source,
-        })?;
+        if addresses.is_empty() {
+            return Err(NodeError::Config(vec![ConfigError::NoNodes]));
+        }
         let key = net::auth::Key::random().map_err(|source| NodeError::Io {
             path: base.to_path_buf(),
             source,
@@ -113,7 +156,7 @@ impl<H: Handler + Clone> LocalCluster<H> {
         let mut cluster = LocalCluster {
             handles: configs.iter().map(|_| None).collect(),
             configs,
-            handler,
+            make,
         };
         // On an error the nodes started so far stop with `cluster` (and free their directories).
         for id in cluster.ids() {
@@ -129,7 +172,16 @@ impl<H: Handler + Clone> LocalCluster<H> {
 
     /// A node's configuration.
     pub fn config(&self, id: NodeId) -> &NodeConfig {
-        &self.configs[id.0 as usize - 1]
+        &self.configs[self.position(id)]
+    }
+
+    /// Where node `id` is in this cluster's lists (the caller's addresses, for
+    /// [`LocalCluster::start_at`], need not number the nodes from 1 in order).
+    fn position(&self, id: NodeId) -> usize {
+        self.configs
+            .iter()
+            .position(|c| c.id == id)
+            .unwrap_or_else(|| panic!("node {id} is not one of this cluster's"))
     }
 
     /// How clients reach this cluster.
@@ -146,16 +198,18 @@ impl<H: Handler + Clone> LocalCluster<H> {
 
     /// Stops one node (its data stays).
     pub fn stop(&mut self, id: NodeId) {
-        if let Some(handle) = self.handles[id.0 as usize - 1].take() {
+        let at = self.position(id);
+        if let Some(handle) = self.handles[at].take() {
             handle.stop();
         }
     }
 
-    /// Starts (or restarts) one node from its data.
+    /// Starts (or restarts) one node from its data, with a handler fresh from the factory.
     pub fn restart(&mut self, id: NodeId) -> Result<(), NodeError> {
         self.stop(id);
-        let handle = start(self.config(id).clone(), self.handler.clone())?;
-        self.handles[id.0 as usize - 1] = Some(handle);
+        let handle = start(self.config(id).clone(), (self.make)())?;
+        let at = self.position(id);
+        self.handles[at] = Some(handle);
         Ok(())
     }
 
@@ -164,7 +218,7 @@ impl<H: Handler + Clone> LocalCluster<H> {
         let mut statuses = Vec::new();
         let client = self.client_config();
         for (config, handle) in self.configs.iter().zip(&self.handles) {
-            let address = config.nodes[config.id.0 as usize - 1].client_address;
+            let address = config.address(config.id).expect("listed").client_address;
             let status = match handle {
                 Some(_) => node_status(&client, address, Duration::from_secs(1))
                     .await
