@@ -287,11 +287,24 @@ impl Client {
                 async move {
                     let encoded = encode_commands(commands);
                     let count = commands.len() as u32;
-                    let (count, bytes) = lane.submit_after(Some(first), encoded, count).await?;
-                    Ok(crate::apply::decode_outcomes::<H>(&bytes, count)?)
+                    let ended = lane.submit_after(Some(first), encoded, count).await;
+                    let outcomes = ended.and_then(|(count, bytes)| {
+                        Ok(crate::apply::decode_outcomes::<H>(&bytes, count)?)
+                    });
+                    (outcomes, *lane.requests.target())
                 }
             });
-            results.extend(futures::future::join_all(lanes).await);
+            let ended = futures::future::join_all(lanes).await;
+            // The next requests go where the first lane was last answered (the leader, as
+            // far as it learned).
+            if let Some(&(_, target)) = ended.first()
+                && target != *self.requests.target()
+            {
+                self.requests.aim_at(target);
+                self.requests.take_reconnect();
+                self.connection = None;
+            }
+            results.extend(ended.into_iter().map(|(outcomes, _)| outcomes));
             self.requests
                 .skip_to(RequestNumber(first.0 + window.len() as u64));
         }

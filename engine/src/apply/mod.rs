@@ -548,10 +548,12 @@ impl<H: Handler> StateMachine<H> {
 
     /// Runs the entry's commands in the current pass; returns the requests it finished.
     fn run_entry(&mut self, entry: &Entry) -> Result<Vec<Reply>, ApplyError> {
-        match entry.header.kind {
-            EntryKind::Noop => Ok(Vec::new()),
-            EntryKind::Commands => self.apply_commands(entry.index(), &entry.payload),
-        }
+        let replies = match entry.header.kind {
+            EntryKind::Noop => Vec::new(),
+            EntryKind::Commands => self.apply_commands(entry.index(), &entry.payload)?,
+        };
+        self.sessions.debug_assert_bytes();
+        Ok(replies)
     }
 
     fn apply_commands(

@@ -193,6 +193,19 @@ impl Sessions {
         self.by_client.len() as u64 * SESSION_BYTES_FIXED + self.results_bytes
     }
 
+    /// Postcondition of every change (checked in debug builds): the running count of the
+    /// results' bytes is their sum over the sessions.
+    pub(crate) fn debug_assert_bytes(&self) {
+        debug_assert_eq!(
+            self.results_bytes,
+            self.by_client
+                .values()
+                .map(Session::results_bytes)
+                .sum::<u64>(),
+            "the sessions' results bytes are counted as held"
+        );
+    }
+
     /// Sessions held.
     pub fn len(&self) -> usize {
         self.by_client.len()
@@ -312,6 +325,7 @@ impl Sessions {
             };
             self.results_bytes -= replaced.as_ref().map_or(0, Session::results_bytes);
         }
+        self.debug_assert_bytes();
     }
 
     /// Makes room for a new client when [`Sessions::limit`] sessions are live: the least
