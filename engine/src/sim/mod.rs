@@ -4,7 +4,7 @@
 //! what `node::driver` runs) and clients running the client library's own retry logic
 //! ([`crate::client::Requests`]) run in one thread from one seed, over a simulated network and
 //! simulated disks, with crashes and restarts. Checkers look for violations of the invariants
-//! I1-I9 after every event (see [`check`]).
+//! I1-I10 after every event (see [`check`]).
 //!
 //! Everything that varies comes from one [`Rng`]: the same seed replays the same run, event for
 //! event. Time is a counter of [`Time`] units; nothing reads the clock.
@@ -26,7 +26,10 @@
 //! - fsync errors: the replica halts as the driver makes it, the process exits, and the
 //!   operator restarts it;
 //! - stopped processes, failing acknowledgement connections, and clients whose attempts time
-//!   out early or are hedged at other nodes.
+//!   out early or are hedged at other nodes;
+//! - pipelining clients: half of the seeds give each client 2 to `PIPELINE_REQUESTS_MAX`
+//!   requests in flight, one lane each, as `Client::submit_pipelined` sends them, so that
+//!   requests of one client arrive out of order and are answered "not yet".
 //!
 //! - snapshots: taken a slice at a time while entries apply (copy-on-write), durable after a
 //!   simulated write, logs compacted behind them, sent to a lagging follower in chunks and
