@@ -12,7 +12,7 @@
 //! - [`node`]: the cluster file, a node's configuration and start, a local cluster;
 //! - [`client`]: the client library (registration, exactly-once requests, pipelining), async
 //!   or blocking ([`client::blocking`], for programs without tokio);
-//! - [`sim`] (feature `sim`): the deterministic simulator with the author's workload;
+//! - `sim` (feature `sim`): the deterministic simulator with the author's workload;
 //! - [`apply`]: the modes and the state machine's outcomes; [`rng`]: the deterministic
 //!   generator workloads use.
 //!
