@@ -157,7 +157,9 @@ impl BankOracle {
     }
 
     /// The exactly-once rule: a client's first request is number 1; a request starts from its
-    /// first command; each command of the client's latest request applies once, in order.
+    /// first command; each command of the client's latest request applies once, in order; and
+    /// the order rule: a request sent while earlier ones were in flight waits ("not yet")
+    /// until each of them has run whole.
     fn verdict(&self, fragment: &FragmentHeader) -> Verdict {
         let first = fragment.first_command;
         let request = fragment.request.0;
