@@ -220,6 +220,24 @@ impl Processes {
         child.wait().unwrap();
     }
 
+    /// Runs the binary's `status --json` with `extra` options; returns whether it exited 0
+    /// (a healthy cluster) and its JSON.
+    fn status(&self, extra: &[&str]) -> (bool, serde_json::Value) {
+        let output = std::process::Command::new(&self.binary)
+            .args([
+                "status",
+                "--cluster",
+                self.cluster.to_str().unwrap(),
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        let json = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("status printed no JSON ({error}): {:?}", output));
+        (output.status.success(), json)
+    }
+
     /// Runs the binary's `client` with one request per line of `requests`; returns each
     /// request's outcomes as the command prints them.
     fn client(&self, requests: &[Vec<BookCommand>]) -> Vec<serde_json::Value> {
@@ -343,6 +361,30 @@ fn three_node_processes_driven_by_the_client_command() {
         converged(&file.client_config().unwrap()),
         "the replicas did not converge"
     );
+}
+
+/// Proves `status` tells a script whether the cluster is healthy: `--wait` returns 0 once
+/// three fresh node processes have a leader that all follow; with one node killed (SIGKILL)
+/// it exits 1 and its JSON names the unreachable node (the other two still lead and follow);
+/// after a restart `--wait` returns 0 again.
+#[test]
+fn status_says_whether_the_cluster_is_healthy() {
+    let (_dir, _file, mut processes) = three_node_processes();
+    let (healthy, json) = processes.status(&["--wait", "60"]);
+    assert!(healthy && json["healthy"] == true, "{json}");
+    assert_eq!(json["problems"], serde_json::json!([]), "{json}");
+    processes.kill(2);
+    let (healthy, json) = processes.status(&[]);
+    assert!(!healthy && json["healthy"] == false, "{json}");
+    let problems = json["problems"].as_array().unwrap();
+    assert!(
+        problems.iter().any(|p| p == "node 2 is unreachable"),
+        "{json}"
+    );
+    assert_eq!(json["nodes"][1]["reachable"], false, "{json}");
+    processes.start(2);
+    let (healthy, json) = processes.status(&["--wait", "60"]);
+    assert!(healthy, "{json}");
 }
 
 /// Proves the example's `bench` command (the book's `BookBench` through `engine::cli::App`)

@@ -1,12 +1,24 @@
-//! `status`: every node's role, term, indexes and state hash.
+//! `status`: every node's role, term, indexes and state hash, and whether the cluster is
+//! healthy (exit 1 when it is not); `--wait SECS` waits until it is, for scripts.
 
 use super::{mode_name, runtime};
-use crate::client::node_status;
+use crate::client::{ClientConfig, ClientError, node_status};
+use crate::ids::{EntryIndex, NodeId};
 use crate::node::ClusterFile;
 use clap::Args;
+use net::message::{NodeStatus, Role};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long one node has to answer `status`, in milliseconds.
+pub const STATUS_TIMEOUT_MS: u64 = 2_000;
+
+/// Time between two looks at the cluster while `--wait` lasts, in milliseconds.
+pub const STATUS_POLL_MS: u64 = 200;
+
+/// The longest `--wait`, in seconds (a day).
+pub const STATUS_WAIT_S_MAX: f64 = 86_400.0;
 
 /// Options of `status`.
 #[derive(Args, Debug)]
@@ -18,54 +30,194 @@ pub struct StatusArgs {
     /// table), as the commands that run for a while do.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
     pub json: Option<PathBuf>,
+    /// Wait up to SECS for the cluster to be healthy (every node reachable, none halted,
+    /// diverged or out of disk, a leader a majority follows), then report; without it,
+    /// report at once. Either way the exit code is 1 when the cluster is not healthy.
+    #[arg(long, value_name = "SECS", value_parser = wait_seconds)]
+    pub wait: Option<f64>,
 }
 
-/// Prints every node's role, term, indexes and state hash.
+/// What makes a cluster unhealthy.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// The node did not answer within [`STATUS_TIMEOUT_MS`].
+    #[error("node {0} is unreachable")]
+    Unreachable(NodeId),
+    /// The node stopped applying.
+    #[error("node {node} halted: {reason}")]
+    Halted {
+        /// The node.
+        node: NodeId,
+        /// Why, as it says.
+        reason: String,
+    },
+    /// The node found another replica's state hash different from its own.
+    #[error("node {node} found a divergence after entry {index}")]
+    Diverged {
+        /// The node.
+        node: NodeId,
+        /// The entry after which the hashes differ.
+        index: EntryIndex,
+    },
+    /// The node's disk is full: it takes no new requests.
+    #[error("node {0} is out of disk")]
+    StorageFull(NodeId),
+    /// No node leads with a majority of the cluster following it.
+    #[error("no leader that a majority of the nodes follow")]
+    NoLeader,
+}
+
+/// `status` found the cluster not healthy.
+#[derive(Debug, thiserror::Error)]
+#[error("the cluster is not healthy: {}", list(.0))]
+pub struct Unhealthy(pub Vec<Problem>);
+
+fn list(problems: &[Problem]) -> String {
+    let words: Vec<String> = problems.iter().map(Problem::to_string).collect();
+    words.join("; ")
+}
+
+/// Each node of the cluster file with its answer.
+type Statuses = Vec<(NodeId, Result<NodeStatus, ClientError>)>;
+
+/// Prints every node's role, term, indexes and state hash (after waiting, with `--wait`, for
+/// the cluster to be healthy); an unhealthy cluster is an [`Unhealthy`] error.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
     let client = file.client_config()?;
-    let statuses = runtime()?.block_on(async {
-        let mut statuses = Vec::new();
-        for node in &file.nodes {
-            let status = node_status(&client, node.client_address, Duration::from_secs(2)).await;
-            statuses.push((node.id, status));
+    let wait = Duration::from_secs_f64(args.wait.unwrap_or(0.0));
+    let statuses = runtime()?.block_on(look_until_healthy(&file, &client, wait));
+    let found = problems(&answered(&statuses));
+    let printed_json = match &args.json {
+        Some(target) => super::emit_json(target, &status_json(&statuses, &found))?,
+        None => false,
+    };
+    if !printed_json {
+        print_table(&statuses);
+    }
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(Unhealthy(found).into())
+    }
+}
+
+/// Looks at every node until the cluster is healthy or `wait` has passed; says on standard
+/// error, once a second, what it still waits for.
+async fn look_until_healthy(file: &ClusterFile, client: &ClientConfig, wait: Duration) -> Statuses {
+    let started = Instant::now();
+    let mut said = Instant::now();
+    loop {
+        let statuses = look(file, client).await;
+        let found = problems(&answered(&statuses));
+        if found.is_empty() || started.elapsed() >= wait {
+            return statuses;
         }
-        statuses
-    });
-    if let Some(target) = &args.json {
-        let nodes: Vec<Value> = statuses
-            .iter()
-            .map(|(id, status)| match status {
-                Ok(s) => json!({
-                    "id": id,
-                    "reachable": true,
-                    "role": format!("{:?}", s.role).to_lowercase(),
-                    "term": s.term.0,
-                    "leader": s.leader.map(|l| l.0),
-                    "last_index": s.last_index.0,
-                    "commit_index": s.commit_index.0,
-                    "applied_index": s.applied_index.0,
-                    "state_hash": s.state_hash.to_hex(),
-                    "divergence": s.divergence.as_ref().map(|d| json!({
-                        "index": d.index.0,
-                        "nodes": [d.local.0.0, d.remote.0.0],
-                        "hashes": [d.local.1.to_hex(), d.remote.1.to_hex()],
-                    })),
-                    "halted": s.halted,
-                    "mode": mode_name(s.mode),
-                }),
-                Err(error) => json!({ "id": id, "reachable": false, "error": error.to_string() }),
-            })
-            .collect();
-        if super::emit_json(target, &json!({ "nodes": nodes }))? {
-            return Ok(());
+        if said.elapsed() >= Duration::from_secs(1) {
+            let waited = started.elapsed().as_secs_f64();
+            eprintln!("status: {waited:.0} s, waiting: {}", list(&found));
+            said = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+    }
+}
+
+/// Every node's answer, asked in turn.
+async fn look(file: &ClusterFile, client: &ClientConfig) -> Statuses {
+    let timeout = Duration::from_millis(STATUS_TIMEOUT_MS);
+    let mut statuses = Vec::new();
+    for node in &file.nodes {
+        let status = node_status(client, node.client_address, timeout).await;
+        statuses.push((NodeId(node.id), status));
+    }
+    statuses
+}
+
+fn answered(statuses: &Statuses) -> Vec<(NodeId, Option<&NodeStatus>)> {
+    statuses
+        .iter()
+        .map(|(id, status)| (*id, status.as_ref().ok()))
+        .collect()
+}
+
+/// What keeps the cluster of these nodes (each with its answer, `None` for none) from being
+/// healthy: every node reachable, none halted, diverged or out of disk, and a leader (the
+/// highest term's) that a majority of all the nodes name as theirs.
+pub fn problems(nodes: &[(NodeId, Option<&NodeStatus>)]) -> Vec<Problem> {
+    let mut found = Vec::new();
+    for &(id, status) in nodes {
+        let Some(s) = status else {
+            found.push(Problem::Unreachable(id));
+            continue;
+        };
+        if let Some(reason) = &s.halted {
+            let reason = reason.clone();
+            found.push(Problem::Halted { node: id, reason });
+        }
+        if let Some(divergence) = &s.divergence {
+            let index = divergence.index;
+            found.push(Problem::Diverged { node: id, index });
+        }
+        if s.storage_full {
+            found.push(Problem::StorageFull(id));
         }
     }
+    let leader = nodes
+        .iter()
+        .filter_map(|(_, s)| *s)
+        .filter(|s| s.role == Role::Leader)
+        .max_by_key(|s| s.term)
+        .map(|s| s.node);
+    let following = nodes
+        .iter()
+        .filter(|(_, s)| s.is_some_and(|s| leader.is_some() && s.leader == leader))
+        .count();
+    if following * 2 <= nodes.len() {
+        found.push(Problem::NoLeader);
+    }
+    found
+}
+
+fn status_json(statuses: &Statuses, found: &[Problem]) -> Value {
+    let nodes: Vec<Value> = statuses
+        .iter()
+        .map(|(id, status)| match status {
+            Ok(s) => node_json(*id, s),
+            Err(error) => json!({ "id": id.0, "reachable": false, "error": error.to_string() }),
+        })
+        .collect();
+    let problems: Vec<String> = found.iter().map(Problem::to_string).collect();
+    json!({ "healthy": found.is_empty(), "problems": problems, "nodes": nodes })
+}
+
+fn node_json(id: NodeId, s: &NodeStatus) -> Value {
+    json!({
+        "id": id.0,
+        "reachable": true,
+        "role": format!("{:?}", s.role).to_lowercase(),
+        "term": s.term.0,
+        "leader": s.leader.map(|l| l.0),
+        "last_index": s.last_index.0,
+        "commit_index": s.commit_index.0,
+        "applied_index": s.applied_index.0,
+        "state_hash": s.state_hash.to_hex(),
+        "divergence": s.divergence.as_ref().map(|d| json!({
+            "index": d.index.0,
+            "nodes": [d.local.0.0, d.remote.0.0],
+            "hashes": [d.local.1.to_hex(), d.remote.1.to_hex()],
+        })),
+        "halted": s.halted,
+        "storage_full": s.storage_full,
+        "mode": mode_name(s.mode),
+    })
+}
+
+fn print_table(statuses: &Statuses) {
     println!(
         "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} notes",
         "node", "role", "term", "leader", "last", "commit", "applied", "state hash"
     );
-    for (id, status) in &statuses {
+    for (id, status) in statuses {
         match status {
             Ok(s) => println!(
                 "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} {}",
@@ -77,16 +229,125 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
                 s.commit_index.0,
                 s.applied_index.0,
                 s.state_hash.to_string(),
-                s.halted
-                    .clone()
-                    .or(s
-                        .divergence
-                        .as_ref()
-                        .map(|d| format!("divergence at {}", d.index)))
-                    .unwrap_or_default()
+                notes(s)
             ),
             Err(error) => println!("{id:>4} unreachable: {error}"),
         }
     }
-    Ok(())
+}
+
+/// What the table's last column says of a node: halted, diverged, out of disk.
+fn notes(s: &NodeStatus) -> String {
+    let mut notes = Vec::new();
+    if let Some(reason) = &s.halted {
+        notes.push(format!("halted: {reason}"));
+    }
+    if let Some(d) = &s.divergence {
+        notes.push(format!("divergence at {}", d.index));
+    }
+    if s.storage_full {
+        notes.push("out of disk".to_string());
+    }
+    notes.join("; ")
+}
+
+/// `--wait`'s value: seconds, 0 to [`STATUS_WAIT_S_MAX`].
+fn wait_seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=STATUS_WAIT_S_MAX).contains(&seconds) {
+        Ok(seconds)
+    } else {
+        Err(format!("between 0 and {STATUS_WAIT_S_MAX} seconds"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Term;
+    use net::message::Divergence;
+
+    fn node(id: u8, role: Role, term: u64, leader: Option<u8>) -> NodeStatus {
+        NodeStatus {
+            node: NodeId(id),
+            role,
+            term: Term(term),
+            leader: leader.map(NodeId),
+            last_index: EntryIndex(10),
+            commit_index: EntryIndex(10),
+            applied_index: EntryIndex(10),
+            state_hash: Default::default(),
+            divergence: None,
+            halted: None,
+            storage_full: false,
+            mode: Default::default(),
+            stages: Default::default(),
+        }
+    }
+
+    fn check(nodes: &[Option<NodeStatus>]) -> Vec<Problem> {
+        let answered: Vec<(NodeId, Option<&NodeStatus>)> = nodes
+            .iter()
+            .enumerate()
+            .map(|(at, s)| (NodeId(at as u8 + 1), s.as_ref()))
+            .collect();
+        problems(&answered)
+    }
+
+    /// Proves the health rule: a leader that a majority follows with every node well is
+    /// healthy; each kind of trouble is named with its node; no leader, or a leader only a
+    /// minority follows (a stale one of a lower term included), is `NoLeader`.
+    #[test]
+    fn health_names_what_is_wrong() {
+        let leader = node(1, Role::Leader, 3, Some(1));
+        let follower = |id| node(id, Role::Follower, 3, Some(1));
+        let well = [Some(leader.clone()), Some(follower(2)), Some(follower(3))];
+        assert_eq!(check(&well), vec![]);
+        let one_down = [Some(leader.clone()), Some(follower(2)), None];
+        assert_eq!(check(&one_down), vec![Problem::Unreachable(NodeId(3))]);
+        let mut halted = follower(2);
+        halted.halted = Some("fsync failed".into());
+        let mut full = follower(3);
+        full.storage_full = true;
+        full.divergence = Some(Divergence {
+            index: EntryIndex(7),
+            local: (NodeId(3), Default::default()),
+            remote: (NodeId(1), Default::default()),
+        });
+        let troubled = check(&[Some(leader.clone()), Some(halted), Some(full)]);
+        assert_eq!(
+            troubled,
+            vec![
+                Problem::Halted {
+                    node: NodeId(2),
+                    reason: "fsync failed".into()
+                },
+                Problem::Diverged {
+                    node: NodeId(3),
+                    index: EntryIndex(7)
+                },
+                Problem::StorageFull(NodeId(3)),
+            ]
+        );
+        let candidates = [2, 3].map(|id| Some(node(id, Role::Candidate, 4, None)));
+        let no_leader = [
+            Some(leader.clone()),
+            candidates[0].clone(),
+            candidates[1].clone(),
+        ];
+        assert_eq!(check(&no_leader), vec![Problem::NoLeader]);
+        let newer = node(2, Role::Leader, 5, Some(2));
+        let split = [Some(leader), Some(newer), None];
+        assert_eq!(
+            check(&split),
+            vec![Problem::Unreachable(NodeId(3)), Problem::NoLeader]
+        );
+    }
+
+    #[test]
+    fn wait_is_bounded() {
+        assert_eq!(wait_seconds("2.5"), Ok(2.5));
+        assert!(wait_seconds("-1").is_err() && wait_seconds("100000").is_err());
+        assert!(wait_seconds("soon").is_err());
+    }
 }
