@@ -57,6 +57,8 @@ enum Command {
     Recover(engine::cli::RecoverArgs),
     /// Checks a cluster file: what each node would run with, or every error (exit 1).
     Check(engine::cli::CheckArgs),
+    /// Switches every node to Verify or Performance; each keeps it across restarts.
+    Mode(engine::cli::ModeArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
     Sim(engine::cli::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
@@ -98,6 +100,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Single(args) => single::run(args),
         Command::Recover(args) => engine::cli::recover(args, Bank),
         Command::Check(args) => engine::cli::check(args),
+        Command::Mode(args) => engine::cli::mode(args),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),

@@ -238,6 +238,15 @@ impl Processes {
         (output.status.success(), json)
     }
 
+    /// Runs the binary's `mode MODE`; returns whether it exited 0.
+    fn mode(&self, mode: &str) -> bool {
+        std::process::Command::new(&self.binary)
+            .args(["mode", "--cluster", self.cluster.to_str().unwrap(), mode])
+            .status()
+            .unwrap()
+            .success()
+    }
+
     /// Runs the binary's `client` with one request per line of `requests`; returns each
     /// request's outcomes as the command prints them.
     fn client(&self, requests: &[Vec<BookCommand>]) -> Vec<serde_json::Value> {
@@ -385,6 +394,29 @@ fn status_says_whether_the_cluster_is_healthy() {
     processes.start(2);
     let (healthy, json) = processes.status(&["--wait", "60"]);
     assert!(healthy, "{json}");
+}
+
+/// Proves `mode` switches every node and that the choice outlasts a restart: three node
+/// processes of a cluster file that says Verify are set to Performance; each reports it in
+/// `status`; node 1, killed (SIGKILL) and started again from the same file, still runs
+/// Performance; setting Verify then switches them back.
+#[test]
+fn mode_switches_every_node_and_outlasts_a_restart() {
+    let (_dir, _file, mut processes) = three_node_processes();
+    let modes = |processes: &Processes| -> Vec<serde_json::Value> {
+        let (healthy, json) = processes.status(&["--wait", "60"]);
+        assert!(healthy, "{json}");
+        let nodes = json["nodes"].as_array().unwrap();
+        nodes.iter().map(|n| n["mode"].clone()).collect()
+    };
+    assert_eq!(modes(&processes), vec!["verify"; 3]);
+    assert!(processes.mode("performance"), "mode performance");
+    assert_eq!(modes(&processes), vec!["performance"; 3]);
+    processes.kill(1);
+    processes.start(1);
+    assert_eq!(modes(&processes), vec!["performance"; 3], "after a restart");
+    assert!(processes.mode("verify"), "mode verify");
+    assert_eq!(modes(&processes), vec!["verify"; 3]);
 }
 
 /// Proves the example's `bench` command (the book's `BookBench` through `engine::cli::App`)

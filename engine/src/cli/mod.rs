@@ -31,6 +31,7 @@
 mod bench;
 mod check;
 mod client;
+mod mode;
 mod node;
 mod recover;
 #[cfg(feature = "sim")]
@@ -40,6 +41,7 @@ mod status;
 pub use bench::{BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, LatencyMs, bench};
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
+pub use mode::{ModeArgs, ModeChoice, mode};
 pub use node::{NodeArgs, SnapshotOptions, node};
 pub use recover::{RecoverArgs, recover};
 #[cfg(feature = "sim")]
@@ -80,6 +82,8 @@ pub enum Command {
     /// What a start of a stopped node's data directory would do (or refuse), timed; writes
     /// nothing.
     Recover(RecoverArgs),
+    /// Switches every node to Verify or Performance; each keeps it across restarts.
+    Mode(ModeArgs),
 }
 
 impl Command {
@@ -91,6 +95,7 @@ impl Command {
             Command::Check(args) => check(args),
             Command::Client(args) => client::<H>(args),
             Command::Recover(args) => recover(args, make()),
+            Command::Mode(args) => mode(args),
         }
     }
 }

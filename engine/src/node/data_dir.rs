@@ -1,9 +1,10 @@
 //! A node's data directory as a whole: the exclusive lock a running node holds on it, the
 //! identity stamped in it at first start (cluster, node and the handler's tables), the checks
 //! made before anything in it is read (it exists or can be created, it is writable, it has
-//! room), and the quarantine folder, where files the node cannot use are moved aside, never
-//! deleted.
+//! room), the mode an operator set, and the quarantine folder, where files the node cannot use
+//! are moved aside, never deleted.
 
+use crate::apply::Mode;
 use crate::codec::{self, Decode, Encode};
 use crate::entry::ENTRY_PAYLOAD_BYTES_MAX;
 use crate::ids::NodeId;
@@ -16,6 +17,10 @@ use std::path::{Path, PathBuf};
 
 /// The file holding the directory's identity, inside the data directory.
 pub const IDENTITY_FILE: &str = "identity";
+
+/// The file that keeps the execution mode an operator set with `mode` (`verify` or
+/// `performance`): it outlasts restarts and wins over the cluster file's `mode` key.
+pub const MODE_FILE: &str = "mode";
 /// The folder inside the data directory that files the node cannot use are moved to.
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Bytes the data directory's file system must have free for a node to start: room for two
@@ -100,6 +105,17 @@ pub enum DataDirError {
         path: PathBuf,
         /// What is wrong.
         reason: String,
+    },
+    /// The mode file holds neither `verify` nor `performance`.
+    #[error(
+        "{path} holds {text:?}, not `verify` or `performance`: write one of them there, or \
+         remove the file to run the cluster file's mode"
+    )]
+    ModeDamaged {
+        /// The mode file.
+        path: PathBuf,
+        /// What it holds.
+        text: String,
     },
     /// The directory belongs to another cluster.
     #[error(
@@ -494,12 +510,42 @@ pub fn write_identity(dir: &Path, identity: &Identity) -> Result<(), DataDirErro
     let mut bytes = IDENTITY_MAGIC.to_vec();
     bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     bytes.extend_from_slice(&body);
-    let temporary = dir.join(format!("{IDENTITY_FILE}.tmp"));
+    write_durably(dir, IDENTITY_FILE, &bytes)
+}
+
+/// Writes `bytes` as the file `name` in `dir` durably: a temporary file, fsynced, renamed over
+/// the old one, and the directory fsynced.
+fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), DataDirError> {
+    let temporary = dir.join(format!("{name}.tmp"));
     let mut file = File::create(&temporary).map_err(|e| writable_error(dir, e))?;
-    file.write_all(&bytes).map_err(io(&temporary))?;
+    file.write_all(bytes).map_err(io(&temporary))?;
     file.sync_all().map_err(io(&temporary))?;
-    fs::rename(&temporary, dir.join(IDENTITY_FILE)).map_err(io(&temporary))?;
+    fs::rename(&temporary, dir.join(name)).map_err(io(&temporary))?;
     sync_dir(dir)
+}
+
+/// The mode an operator set for the node of `dir` ([`MODE_FILE`]); `None` when none was set.
+pub fn read_mode(dir: &Path) -> Result<Option<Mode>, DataDirError> {
+    let path = dir.join(MODE_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(io(&path)(source)),
+    };
+    match text.trim() {
+        "verify" => Ok(Some(Mode::Verify)),
+        "performance" => Ok(Some(Mode::Performance)),
+        _ => Err(DataDirError::ModeDamaged { path, text }),
+    }
+}
+
+/// Keeps `mode` as the one an operator set for the node of `dir`, durably.
+pub fn write_mode(dir: &Path, mode: Mode) -> Result<(), DataDirError> {
+    let text = match mode {
+        Mode::Verify => "verify\n",
+        Mode::Performance => "performance\n",
+    };
+    write_durably(dir, MODE_FILE, text.as_bytes())
 }
 
 /// Moves `paths` (inside `dir`) into the folder `quarantine/<name>` of `dir`, keeping their
@@ -643,5 +689,21 @@ mod tests {
             Err(DataDirError::NotADirectory(_))
         ));
         check_writable(&node).unwrap();
+    }
+
+    /// Proves the mode an operator set is kept and read back, that none set is `None`, and
+    /// that a mode file with anything else in it is refused with its path, not guessed.
+    #[test]
+    fn the_mode_set_is_kept_and_a_damaged_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_mode(dir.path()).unwrap(), None);
+        write_mode(dir.path(), Mode::Performance).unwrap();
+        assert_eq!(read_mode(dir.path()).unwrap(), Some(Mode::Performance));
+        write_mode(dir.path(), Mode::Verify).unwrap();
+        assert_eq!(read_mode(dir.path()).unwrap(), Some(Mode::Verify));
+        fs::write(dir.path().join(MODE_FILE), "fast\n").unwrap();
+        let error = read_mode(dir.path()).unwrap_err();
+        assert!(matches!(error, DataDirError::ModeDamaged { .. }), "{error}");
+        assert!(error.to_string().contains(MODE_FILE), "{error}");
     }
 }

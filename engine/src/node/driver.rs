@@ -1,7 +1,7 @@
 //! The node's event loop: inputs in, core steps, actions carried out.
 
 use super::connections::{PeerWakes, accept_clients, accept_peers, connect_peer};
-use super::data_dir::DirLock;
+use super::data_dir::{self, DirLock};
 use super::install::{Incoming, SnapshotSend, stream_snapshot};
 use super::recovery::Restored;
 use super::storage::{self, SNAPSHOT_DIR};
@@ -478,14 +478,33 @@ impl<H: Handler> Driver<H> {
         }
     }
 
+    /// Switches to `mode` once it is kept in the data directory, so that it outlasts a
+    /// restart; returns the mode in force (the old one when it could not be kept).
+    fn set_mode(&mut self, mode: crate::apply::Mode) -> crate::apply::Mode {
+        let id = self.config.id;
+        match data_dir::write_mode(&self.config.data_dir, mode) {
+            Ok(()) => {
+                self.replica.set_mode(mode);
+                eprintln!(
+                    "node {id}: mode set to {}",
+                    format!("{mode:?}").to_lowercase()
+                );
+                mode
+            }
+            Err(error) => {
+                eprintln!("node {id}: mode not changed: {error}");
+                self.replica.machine().mode()
+            }
+        }
+    }
+
     fn on_client(&mut self, request: ClientRequest, reply: Waiter, out: &mut Vec<Io<Waiter>>) {
         match request {
             ClientRequest::Status => {
                 let _ = reply.try_send(ClientReply::Status(Box::new(self.replica.status())));
             }
             ClientRequest::SetMode(mode) => {
-                self.replica.set_mode(mode);
-                let _ = reply.try_send(ClientReply::ModeSet(mode));
+                let _ = reply.try_send(ClientReply::ModeSet(self.set_mode(mode)));
             }
             ClientRequest::Submit(submit) => self.replica.admit(submit, reply, out),
             ClientRequest::Resume(client) => self.replica.resume(client, reply, out),

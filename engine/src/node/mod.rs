@@ -300,6 +300,17 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
     let me = config.address(config.id).expect("validated: listed");
     let (peer_address, client_address) = (me.peer_address, me.client_address);
     let mut restored = recovery::restore(&config.data_dir, handler, &config.recovery_options())?;
+    let mut config = config;
+    let set = data_dir::read_mode(&config.data_dir).map_err(recovery::Refusal::from)?;
+    if let Some(mode) = set.filter(|&mode| mode != config.mode) {
+        eprintln!(
+            "node {}: mode {} as set by `mode` (kept in {}), not the cluster file's",
+            config.id,
+            format!("{mode:?}").to_lowercase(),
+            config.data_dir.join(data_dir::MODE_FILE).display()
+        );
+        config.mode = mode;
+    }
     let released = restored.lock.on_release();
     let report = &restored.report;
     if report.is_notable() || report.first_start {
