@@ -25,6 +25,7 @@ pub mod cli;
 pub mod client;
 pub mod codec;
 pub mod handler;
+pub mod members;
 pub mod node;
 pub mod rng;
 pub mod sandbox;

@@ -52,6 +52,8 @@ pub enum EntryKind {
     Commands = 1,
     /// Nothing: a new leader's first entry, which commits the entries of earlier terms.
     Noop = 2,
+    /// The cluster's members from here on (the engine's `members::Members`, encoded).
+    Members = 3,
 }
 
 /// The fixed-size header of an entry.
@@ -179,6 +181,11 @@ impl Entry {
     /// The entry's term.
     pub fn term(&self) -> Term {
         self.header.term
+    }
+
+    /// What the entry carries.
+    pub fn kind(&self) -> EntryKind {
+        self.header.kind
     }
 }
 

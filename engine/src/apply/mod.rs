@@ -17,6 +17,7 @@ use crate::entry::EntryHash;
 use crate::entry::{Entry, EntryKind, FragmentHeader, PayloadError, RequestDigest, parse_payload};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
+use crate::members::Members;
 use crate::snapshot::{self, ScanProgress, Snapshot, SnapshotMeta};
 use crate::state::ScanStep;
 use crate::state::{InstallError, Prefetch, State, StateHash, Tx};
@@ -71,6 +72,13 @@ pub enum ApplyError {
         executed: String,
         /// Whether the writes were the same or differed.
         writes: &'static str,
+    },
+    /// A committed members entry whose list does not decode (its checksums held, so the leader
+    /// that formed it has a bug).
+    #[error("entry {index}: its members do not decode")]
+    Members {
+        /// The entry.
+        index: EntryIndex,
     },
     /// Memory ran out below the configured capacity, while executing this command.
     #[error("memory exhausted at entry {index}, command {command}")]
@@ -202,6 +210,8 @@ pub struct StateMachine<H: Handler> {
     counters: ApplyCounters,
     /// Whether applying produces replies (a follower has nobody to answer).
     replying: bool,
+    /// The newest members entry applied: its index and list.
+    members: Option<(EntryIndex, Members)>,
 }
 
 impl<H: Handler> StateMachine<H> {
@@ -225,6 +235,7 @@ impl<H: Handler> StateMachine<H> {
             pass: Pass::Execute,
             counters: ApplyCounters::default(),
             replying: true,
+            members: None,
         }
     }
 
@@ -335,6 +346,22 @@ impl<H: Handler> StateMachine<H> {
 
     /// Applies the next committed entry.
     pub fn apply(&mut self, entry: &Entry) -> Result<Applied, ApplyError> {
+        let applied = self.apply_any(entry)?;
+        if entry.kind() == EntryKind::Members {
+            let members = Members::decode(&entry.payload).map_err(|_| ApplyError::Members {
+                index: entry.index(),
+            })?;
+            self.members = Some((entry.index(), members));
+        }
+        Ok(applied)
+    }
+
+    /// The newest members entry applied, if any: its index and list.
+    pub fn members(&self) -> Option<&(EntryIndex, Members)> {
+        self.members.as_ref()
+    }
+
+    fn apply_any(&mut self, entry: &Entry) -> Result<Applied, ApplyError> {
         let index = entry.index();
         if index != self.applied.next() {
             return Err(ApplyError::OutOfOrder {
@@ -394,6 +421,7 @@ impl<H: Handler> StateMachine<H> {
             entry_hash: self.applied_entry,
             state_hash: self.hash,
             hasher,
+            members: self.members.as_ref().map(|(_, m)| m.clone()),
         };
         self.scan = Some(ScanState {
             meta: meta.clone(),
@@ -543,13 +571,14 @@ impl<H: Handler> StateMachine<H> {
         self.applied_term = snapshot.meta.term;
         self.applied_entry = snapshot.meta.entry_hash;
         self.hash = hash;
+        self.members = (snapshot.meta.members.clone()).map(|m| (snapshot.meta.index, m));
         Ok(())
     }
 
     /// Runs the entry's commands in the current pass; returns the requests it finished.
     fn run_entry(&mut self, entry: &Entry) -> Result<Vec<Reply>, ApplyError> {
         let replies = match entry.header.kind {
-            EntryKind::Noop => Vec::new(),
+            EntryKind::Noop | EntryKind::Members => Vec::new(),
             EntryKind::Commands => self.apply_commands(entry.index(), &entry.payload)?,
         };
         self.sessions.debug_assert_bytes();

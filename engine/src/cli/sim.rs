@@ -119,7 +119,7 @@ pub fn sim<W: Workload>(args: SimArgs, make: impl Fn() -> W) -> anyhow::Result<(
 /// The summary table: the seeds' counts summed.
 fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
@@ -134,6 +134,7 @@ fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
         "acks_down",
         "hedges",
         "not_yet",
+        "member_changes",
         "fsync_errors",
         "snapshots_damaged",
         "rebuilds",
@@ -145,7 +146,7 @@ fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8.1}",
         seeds,
         failing,
         totals.acknowledged,
@@ -160,6 +161,7 @@ fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
         totals.acks_down,
         totals.hedges,
         totals.not_yet,
+        totals.member_changes,
         totals.fsync_errors,
         totals.snapshots_damaged,
         totals.rebuilds,

@@ -5,7 +5,7 @@
 //! starts a real campaign, so a replica cut off from the others keeps its term while it is
 //! away, and on its return its messages do not depose a leader the others follow.
 
-use super::{Action, Core, majority};
+use super::{Action, Core};
 use net::message::{Vote, VoteReply};
 
 impl Core {
@@ -13,7 +13,7 @@ impl Core {
     pub(super) fn ask_pre_votes(&mut self, out: &mut Vec<Action>) {
         self.reset_election_timer();
         self.pre_votes = Some(vec![self.config.id]);
-        if majority(self.config.nodes.len()) <= 1 {
+        if self.quorum() <= 1 {
             self.campaign(out);
             return;
         }
@@ -46,7 +46,8 @@ impl Core {
         if !granted.contains(&reply.from) {
             granted.push(reply.from);
         }
-        if granted.len() >= majority(self.config.nodes.len()) {
+        let granted = granted.clone();
+        if self.members_among(&granted) >= self.quorum() {
             self.campaign(out);
         }
     }

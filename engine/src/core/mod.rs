@@ -15,16 +15,20 @@
 
 mod election;
 mod log;
+mod membership;
 mod quorum;
 
 pub use log::{LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN, LogBase};
+pub use membership::ChangeRefused;
 pub use quorum::{majority, quorum_index};
 
 use crate::entry::{Entry, EntryHash, EntryKind};
 use crate::ids::{EntryIndex, NodeId, Term};
+use crate::members::Members;
 use crate::rng::Rng;
 use bytes::Bytes;
 use log::Log;
+use membership::Configs;
 use net::message::{
     Append, AppendOutcome, AppendReply, AppliedHash, Divergence, PeerMessage, Role, SnapshotChunk,
     Vote, VoteReply,
@@ -63,7 +67,8 @@ const _: () = assert!(HEARTBEAT_TICKS_DEFAULT < ELECTION_TICKS_MIN_DEFAULT);
 pub struct CoreConfig {
     /// This replica.
     pub id: NodeId,
-    /// Every replica of the cluster, this one included.
+    /// The cluster's first members (its cluster file's nodes), in force until the log holds a
+    /// members entry; none for a node started to join a running cluster.
     pub nodes: Vec<NodeId>,
     /// Minimum election timeout in ticks.
     pub election_ticks_min: u32,
@@ -148,6 +153,8 @@ pub struct Recovered {
     pub window: Vec<Entry>,
     /// Entries already applied from the WAL (known committed).
     pub applied: Option<AppliedHash>,
+    /// The newest members entry applied (its index and list), if any.
+    pub members: Option<(EntryIndex, Members)>,
 }
 
 /// Something that happened to the replica.
@@ -192,6 +199,9 @@ pub enum Event {
         base: LogBase,
         /// The state hash it recorded, verified.
         applied: AppliedHash,
+        /// The members in force at its entry, as it recorded them (none when no members entry
+        /// preceded it).
+        members: Option<Members>,
     },
 }
 
@@ -254,6 +264,9 @@ pub enum Action {
     /// Keep this piece of a snapshot from the leader; once every piece is in and the digest
     /// verifies, make it durable, install it and report [`Event::Installed`].
     StoreSnapshotChunk(SnapshotChunk),
+    /// The members in force changed (a members entry was appended, or left the log with a
+    /// conflicting suffix, or a snapshot was installed): connect to these.
+    MembersChanged(Members),
 }
 
 /// A proposal made to a replica that is not the leader.
@@ -313,23 +326,32 @@ pub struct Core {
     confirmed: EntryIndex,
     /// Follower: the highest index acknowledged to the current leader.
     acknowledged: EntryIndex,
+    /// The member lists of the log.
+    configs: Configs,
 }
 
 impl Core {
     /// A replica starting from what it recovered, as a follower of no known leader.
     pub fn new(config: CoreConfig, recovered: Recovered) -> Self {
-        assert!(
-            config.nodes.contains(&config.id),
-            "the replica is one of the nodes"
-        );
         assert!(config.heartbeat_ticks > 0 && config.heartbeat_ticks < config.election_ticks_min);
+        let applied_index = recovered.applied.map_or(EntryIndex::ZERO, |a| a.index);
+        let settled = recovered.members.clone().unwrap_or_else(|| {
+            (
+                EntryIndex::ZERO,
+                Members::of_ids(config.nodes.iter().copied()),
+            )
+        });
+        assert!(
+            settled.0 <= applied_index,
+            "the members recovered were applied"
+        );
+        let configs = Configs::recover(settled, &recovered.window);
         let log = Log::new(
             recovered.base,
             recovered.terms,
             recovered.hashes,
             recovered.window,
         );
-        let applied_index = recovered.applied.map_or(EntryIndex::ZERO, |a| a.index);
         assert!(
             applied_index <= log.last_index(),
             "applied entries are in the log"
@@ -361,6 +383,7 @@ impl Core {
             peers: BTreeMap::new(),
             confirmed: EntryIndex::ZERO,
             acknowledged: EntryIndex::ZERO,
+            configs,
             config,
         }
     }
@@ -440,7 +463,11 @@ impl Core {
                     progress.snapshot = None;
                 }
             }
-            Event::Installed { base, applied } => self.on_installed(base, applied, out),
+            Event::Installed {
+                base,
+                applied,
+                members,
+            } => self.on_installed(base, applied, members, out),
         }
     }
 
@@ -502,6 +529,11 @@ impl Core {
             &self.log.last_hash(),
         );
         self.log.append(entry.clone());
+        if kind == EntryKind::Members {
+            let before = self.members().clone();
+            self.configs.appended(&entry);
+            self.members_maybe_changed(&before, out);
+        }
         out.push(Action::Persist(vec![entry]));
         let caught_up: Vec<NodeId> = self
             .peers
@@ -531,6 +563,10 @@ impl Core {
                     self.become_follower(term, None, out);
                 }
             }
+            Role::Follower | Role::Candidate if !self.is_member() => {
+                // Not a member (yet, or any longer): it follows, and never campaigns.
+                self.election_elapsed = 0;
+            }
             Role::Follower | Role::Candidate => {
                 self.election_elapsed += 1;
                 if self.election_elapsed >= self.election_timeout {
@@ -548,7 +584,9 @@ impl Core {
     }
 
     fn on_message(&mut self, from: NodeId, message: PeerMessage, out: &mut Vec<Action>) {
-        if !self.config.nodes.contains(&from) || from == self.config.id {
+        // Members and nodes that are none (yet, or any longer) are heard alike: a node joins
+        // by following a leader, and a vote or acknowledgement counts only from members.
+        if from == self.config.id {
             return;
         }
         // The connection says who sent the message; a message claiming someone else, or an
@@ -624,19 +662,32 @@ impl Core {
         }
     }
 
-    fn on_installed(&mut self, base: LogBase, applied: AppliedHash, out: &mut Vec<Action>) {
+    fn on_installed(
+        &mut self,
+        base: LogBase,
+        applied: AppliedHash,
+        members: Option<Members>,
+        out: &mut Vec<Action>,
+    ) {
         assert_eq!(base.index, applied.index, "the snapshot's entry and state");
         if base.index <= self.commit {
             return;
         }
+        let before = self.members().clone();
         if self.holds(base) {
             // The log continues the snapshot (the hashes chain): keep what follows it.
             self.log.compact(base.index);
             self.durable = self.durable.max(base.index);
+            self.configs.committed(base.index);
         } else {
             self.log.reset(base);
             self.durable = base.index;
+            // No members entry preceded the snapshot: the cluster's first members were in force.
+            let first = || Members::of_ids(self.config.nodes.iter().copied());
+            let members = members.unwrap_or_else(first);
+            self.configs.reset(base.index, members);
         }
+        self.members_maybe_changed(&before, out);
         self.commit = base.index;
         self.confirmed = self.confirmed.max(base.index);
         self.applied = Some(applied);
@@ -670,15 +721,15 @@ impl Core {
     /// held only in memory do not count: a crash before their fsync would leave the log
     /// without them and without the repair.
     fn release_unheld_repair(&mut self, out: &mut Vec<Action>) {
-        if self.hard.repair.is_none() {
+        // A replica that is no member in its own log does not know who else may hold what it
+        // lost: it waits for a leader.
+        if self.hard.repair.is_none() || !self.is_member() {
             return;
         }
         let end = self.durable.min(self.log.last_index());
         let unheld = self
-            .config
-            .nodes
+            .others()
             .iter()
-            .filter(|&&n| n != self.config.id)
             .all(|n| self.log_ends.get(n).is_some_and(|&(_, last)| last <= end));
         let Some(repair) = self.hard.repair.filter(|_| unheld) else {
             return;
@@ -714,7 +765,7 @@ impl Core {
             .values()
             .filter(|p| self.ticks - p.last_heard < window)
             .count();
-        heard + 1 >= majority(self.config.nodes.len())
+        heard + usize::from(self.is_member()) >= self.quorum()
     }
 
     fn reset_election_timer(&mut self) {
@@ -755,7 +806,7 @@ impl Core {
     }
 
     fn campaign(&mut self, out: &mut Vec<Action>) {
-        if self.hard.votes_lost == Some(LostVotes::Unknown) && self.config.nodes.len() > 1 {
+        if self.hard.votes_lost == Some(LostVotes::Unknown) && self.members().len() > 1 {
             // It may have voted in any term the others hold. Pre-votes bind nobody, and their
             // answers tell it the others' terms; one round per election timeout.
             self.reset_election_timer();
@@ -781,7 +832,7 @@ impl Core {
         self.acknowledged = EntryIndex::ZERO;
         self.reset_election_timer();
         self.set_role(Role::Candidate, None, out);
-        if self.votes.len() >= majority(self.config.nodes.len()) && self.hard.repair.is_none() {
+        if self.members_among(&self.votes) >= self.quorum() && self.hard.repair.is_none() {
             self.become_leader(out);
             return;
         }
@@ -797,7 +848,7 @@ impl Core {
             last_index: self.log.last_index(),
             last_term: self.log.last_term(),
         };
-        for &to in self.config.nodes.iter().filter(|&&n| n != self.config.id) {
+        for to in self.others() {
             out.push(Action::Send {
                 to,
                 message: PeerMessage::Vote(vote.clone()),
@@ -806,25 +857,8 @@ impl Core {
     }
 
     fn become_leader(&mut self, out: &mut Vec<Action>) {
-        let next = self.log.last_index().next();
-        self.peers = self
-            .config
-            .nodes
-            .iter()
-            .filter(|&&n| n != self.config.id)
-            .map(|&n| {
-                (
-                    n,
-                    Progress {
-                        next,
-                        matched: EntryIndex::ZERO,
-                        last_heard: self.ticks,
-                        loading: false,
-                        snapshot: None,
-                    },
-                )
-            })
-            .collect();
+        self.peers.clear();
+        self.follow_members();
         self.heartbeat_elapsed = 0;
         self.set_role(Role::Leader, Some(self.config.id), out);
         // A no-op of the new term commits the entries of earlier terms (Raft section 5.4.2).
@@ -874,7 +908,8 @@ impl Core {
     /// it on that connection is newer. Append replies do not count: acknowledgements travel
     /// on connections of their own and may have been built before the loss.
     fn hear_term(&mut self, from: NodeId, message: &PeerMessage, out: &mut Vec<Action>) {
-        if self.hard.votes_lost != Some(LostVotes::Unknown) {
+        // A replica that is no member in its own log does not know whom to hear from.
+        if self.hard.votes_lost != Some(LostVotes::Unknown) || !self.is_member() {
             return;
         }
         let term = match message {
@@ -888,9 +923,11 @@ impl Core {
         };
         let heard = self.heard_terms.entry(from).or_insert(term);
         *heard = (*heard).max(term);
-        let id = self.config.id;
-        let others = self.config.nodes.iter().filter(|&&n| n != id);
-        if !others.clone().all(|n| self.heard_terms.contains_key(n)) {
+        if !self
+            .others()
+            .iter()
+            .all(|n| self.heard_terms.contains_key(n))
+        {
             return;
         }
         let highest = self.heard_terms.values().copied().max().unwrap_or_default();
@@ -928,12 +965,14 @@ impl Core {
             let as_before = theirs >= (repair.term, repair.index);
             // (Never a candidate that lacks an entry the damage showed committed: when the
             // others lack it too, every copy is lost, which `release_unheld_repair` reports.)
+            // (Only a member knows the others: a node that is none, or whose log lost its
+            // members with the damage, never concludes from them.)
             let as_the_others = vote.last_index >= repair.committed
+                && self.is_member()
                 && self
-                    .config
-                    .nodes
+                    .others()
                     .iter()
-                    .filter(|&&n| n != self.config.id && n != vote.candidate)
+                    .filter(|&&n| n != vote.candidate)
                     .all(|n| self.log_ends.get(n).is_some_and(|&end| theirs >= end));
             up_to_date = up_to_date && (as_before || as_the_others);
         }
@@ -951,7 +990,7 @@ impl Core {
         if !self.votes.contains(&reply.from) {
             self.votes.push(reply.from);
         }
-        if self.votes.len() >= majority(self.config.nodes.len()) && self.hard.repair.is_none() {
+        if self.members_among(&self.votes) >= self.quorum() && self.hard.repair.is_none() {
             self.become_leader(out);
         }
     }
@@ -1057,6 +1096,7 @@ impl Core {
         if commit > self.commit {
             self.commit = commit;
             out.push(Action::Commit(commit));
+            self.settle_members(out);
         }
         // Every append that brings nothing new to persist is answered at once, with what is
         // durable so far: a heartbeat, and a resend of entries still on their way to disk (the
@@ -1087,8 +1127,25 @@ impl Core {
     }
 
     /// Appends the entries the log lacks, truncating a conflicting suffix first; true when it
-    /// persists any. Fails with a hint when an entry does not chain to the one before it.
+    /// persists any. Fails with a hint when an entry does not chain to the one before it. The
+    /// members in force follow the log.
     fn take_entries(
+        &mut self,
+        entries: Vec<Entry>,
+        out: &mut Vec<Action>,
+    ) -> Result<bool, EntryIndex> {
+        let members_touched =
+            self.configs.has_pending() || entries.iter().any(|e| e.kind() == EntryKind::Members);
+        if !members_touched {
+            return self.take_entries_unchecked(entries, out);
+        }
+        let before = self.members().clone();
+        let taken = self.take_entries_unchecked(entries, out);
+        self.members_maybe_changed(&before, out);
+        taken
+    }
+
+    fn take_entries_unchecked(
         &mut self,
         entries: Vec<Entry>,
         out: &mut Vec<Action>,
@@ -1106,6 +1163,7 @@ impl Core {
                     return Err(self.commit);
                 }
                 self.log.truncate_from(index);
+                self.configs.truncated(index);
                 self.durable = self.durable.min(index.prev());
                 out.push(Action::Truncate(index));
             }
@@ -1115,6 +1173,7 @@ impl Core {
                 return Err(self.log.last_index().min(index.prev()));
             }
             self.log.append(entry.clone());
+            self.configs.appended(&entry);
             fresh.push(entry);
         }
         let persisting = !fresh.is_empty();
@@ -1188,11 +1247,14 @@ impl Core {
 
     fn advance_commit(&mut self, out: &mut Vec<Action>) {
         let mut matched: Vec<EntryIndex> = self.peers.values().map(|p| p.matched).collect();
-        matched.push(self.durable);
+        if self.is_member() {
+            matched.push(self.durable);
+        }
         let quorum = quorum_index(&mut matched);
         if quorum > self.commit && self.log.term_at(quorum) == Some(self.hard.term) {
             self.commit = quorum;
             out.push(Action::Commit(quorum));
+            self.settle_members(out);
         }
     }
 

@@ -397,7 +397,14 @@ fn follower_installs_a_snapshot_then_follows_the_log() {
         index: EntryIndex(4),
         hash: StateHash([4; 32]),
     };
-    let actions = step(&mut n2, Event::Installed { base, applied });
+    let actions = step(
+        &mut n2,
+        Event::Installed {
+            base,
+            applied,
+            members: None,
+        },
+    );
     assert_eq!(
         actions,
         vec![Action::Send {
@@ -1106,7 +1113,9 @@ impl Cluster {
                         .collect();
                     self.queue.push_back((id, Event::Loaded { peer, entries }));
                 }
-                Action::PersistHardState(_) | Action::RoleChanged { .. } => {}
+                Action::PersistHardState(_)
+                | Action::RoleChanged { .. }
+                | Action::MembersChanged(_) => {}
                 Action::Diverged(d) => panic!("divergence in a correct cluster: {d:?}"),
                 Action::Unrecoverable(i) => panic!("nothing is damaged in these tests: {i}"),
                 Action::SendSnapshot { .. } | Action::StoreSnapshotChunk(_) => {
@@ -1410,6 +1419,7 @@ fn a_follower_whose_entries_are_read_back_still_hears_heartbeats() {
             index: EntryIndex(3),
             hash: StateHash([3; 32]),
         }),
+        members: None,
     };
     let mut n1 = Core::new(config(N1), recovered);
     tick_until_active(&mut n1);

@@ -10,6 +10,7 @@ use super::{Input, NodeConfig, NodeError};
 use crate::core::CoreConfig;
 use crate::handler::Handler;
 use crate::ids::NodeId;
+use crate::members::Members;
 use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite};
 use crate::snapshot::{
     SNAPSHOT_LOG_PERCENT, SNAPSHOT_SLICE_INTERVAL_MS, SNAPSHOT_SLICE_SLOTS, SNAPSHOT_WRITE_BYTES,
@@ -175,6 +176,8 @@ struct Driver<H: Handler> {
     incoming: Option<Incoming>,
     /// The data directory's lock (the WAL thread and the snapshot writer hold it too).
     lock: Arc<DirLock>,
+    /// Wake-ups of the connections to peers.
+    wakes: PeerWakes,
 }
 
 impl<H: Handler> Driver<H> {
@@ -232,6 +235,7 @@ impl<H: Handler> Driver<H> {
             last_slice: Instant::now(),
             incoming: None,
             lock,
+            wakes,
             config,
         };
         driver.snapshots = driver.spawn_snapshot_writer(Arc::clone(&driver.lock));
@@ -379,9 +383,41 @@ impl<H: Handler> Driver<H> {
             Io::SendSnapshot { peer, index, term } => self.send_snapshot(peer, index, term, more),
             Io::Snapshot(write) => self.write_snapshot(write),
             Io::StoreSnapshotChunk(chunk) => self.store_snapshot_chunk(chunk, more),
+            Io::Note(Note::Members(members)) => {
+                self.connect_members(&members);
+                self.log(Note::Members(members));
+            }
             Io::Note(note) => self.log(note),
         }
         Ok(())
+    }
+
+    /// Opens a connection to every member this node has none to. A node its cluster file
+    /// lists is reached at the file's address; another at the address its members entry gives.
+    /// Connections to nodes that left stay: the core sends them nothing.
+    fn connect_members(&mut self, members: &Members) {
+        for member in members.list() {
+            if member.id == self.config.id || self.peers.contains_key(&member.id) {
+                continue;
+            }
+            let listed = self.config.nodes.iter().find(|n| n.id == member.id);
+            let address = match listed {
+                Some(node) => node.peer_address,
+                None => match member.peer_address.parse::<SocketAddr>() {
+                    Ok(address) => address,
+                    Err(_) => {
+                        eprintln!(
+                            "node {}: member {} has no usable peer address ({:?})",
+                            self.config.id, member.id, member.peer_address
+                        );
+                        continue;
+                    }
+                },
+            };
+            let (wakes, inbox) = (self.wakes.clone(), self.inbox.clone());
+            let queue = connect_peer(self.config.access(), member.id, address, wakes, inbox);
+            self.peers.insert(member.id, queue);
+        }
     }
 
     fn log(&self, note: Note) {
@@ -401,6 +437,10 @@ impl<H: Handler> Driver<H> {
                 divergence.remote.1
             ),
             Note::Halted(reason) => eprintln!("node {id}: halted: {reason}"),
+            Note::Members(members) => eprintln!(
+                "node {id}: members now {:?}",
+                members.ids().map(|n| n.0).collect::<Vec<_>>()
+            ),
         }
     }
 

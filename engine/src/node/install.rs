@@ -318,6 +318,7 @@ mod tests {
             entry_hash: EntryHash::default(),
             state_hash: StateHash::default(),
             hasher: StreamHasher::default().save(),
+            members: None,
         };
         let mut out = Vec::new();
         encode_head(&meta, 0, &mut out);

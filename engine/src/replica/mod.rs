@@ -18,10 +18,13 @@ mod timing;
 
 use crate::apply::{ApplyError, Reply, ReplyStatus, StateMachine};
 use crate::batcher::Batcher;
-use crate::core::{Action, Core, CoreConfig, Event, HardState, LogBase, Recovered};
+use crate::core::{
+    Action, ChangeRefused, Core, CoreConfig, Event, HardState, LogBase, NotLeader, Recovered,
+};
 use crate::entry::{Entry, EntryKind, RequestDigest};
 use crate::handler::Handler;
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
+use crate::members::MemberChange;
 use crate::snapshot::SnapshotMeta;
 use crate::state::InstallError;
 use net::message::{AppliedHash, ClientReply, Divergence, NodeStatus, PeerMessage, Role};
@@ -126,6 +129,8 @@ pub enum Note {
     Diverged(Divergence),
     /// The replica halted for good.
     Halted(Halt),
+    /// The members in force changed: the driver connects to these.
+    Members(crate::members::Members),
 }
 
 /// What a replica asks of its driver, in order.
@@ -395,6 +400,21 @@ impl<H: Handler, T> Replica<H, T> {
             Action::StoreSnapshotChunk(chunk) => out.push(Io::StoreSnapshotChunk(chunk)),
             Action::Unrecoverable(index) => self.halt(Halt::Unrecoverable(index), out),
             Action::Diverged(divergence) => out.push(Io::Note(Note::Diverged(divergence))),
+            Action::MembersChanged(members) => {
+                // Clients are pointed at a leader by its address: learn the new members'.
+                for member in members
+                    .list()
+                    .iter()
+                    .filter(|m| !m.client_address.is_empty())
+                {
+                    let address = member.client_address.clone();
+                    self.config
+                        .client_addresses
+                        .entry(member.id)
+                        .or_insert(address);
+                }
+                out.push(Io::Note(Note::Members(members)));
+            }
         }
     }
 
@@ -527,6 +547,23 @@ impl<H: Handler, T> Replica<H, T> {
             self.unsimulated.push(index);
             self.take_actions(actions, out);
         }
+    }
+
+    /// As leader, proposes the members after `change` (one node added or removed); the new
+    /// list is in force from its entry on, and the change is done once that entry commits.
+    pub fn propose_members(
+        &mut self,
+        change: &MemberChange,
+        out: &mut Vec<Io<T>>,
+    ) -> Result<EntryIndex, ChangeRefused> {
+        if self.halted.is_some() {
+            return Err(NotLeader { leader: None }.into());
+        }
+        let mut actions = Vec::new();
+        let index = self.core.propose_members(change, &mut actions)?;
+        self.take_actions(actions, out);
+        self.check_step();
+        Ok(index)
     }
 
     /// A follower applies committed entries when its WAL has nothing in flight: its

@@ -185,6 +185,14 @@ impl<H: Handler, T> Replica<H, T> {
             index: meta.index,
             bytes,
         }));
-        self.step(Event::Installed { base, applied }, out);
+        let members = meta.members;
+        self.step(
+            Event::Installed {
+                base,
+                applied,
+                members,
+            },
+            out,
+        );
     }
 }

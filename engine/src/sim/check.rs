@@ -31,6 +31,7 @@ use crate::apply::{Reply, ReplyStatus, StateMachine, decode_outcomes};
 use crate::entry::{Entry, EntryKind, FragmentHeader, encode_commands, parse_payload};
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
+use crate::members::Members;
 use crate::state::StateHash;
 use std::collections::BTreeMap;
 
@@ -103,6 +104,8 @@ pub struct Checker<W: Workload> {
     stopped: bool,
     /// Since then: a committed entry came back different (the cluster went on without it).
     pub(super) rewritten: bool,
+    /// The members of the newest committed members entry.
+    members: Option<Members>,
 }
 
 /// Violations a run keeps, at most.
@@ -130,6 +133,7 @@ impl<W: Workload> Checker<W> {
             violations: Vec::new(),
             stopped: false,
             rewritten: false,
+            members: None,
         }
     }
 
@@ -144,6 +148,44 @@ impl<W: Workload> Checker<W> {
         if !self.stopped && self.violations.len() < VIOLATIONS_KEPT_MAX {
             self.violations.push(Violation::new(invariant, detail));
         }
+    }
+
+    /// Adds the next committed entry to the reference log. I11: the members of a committed
+    /// members entry differ from the committed list before by one node at most.
+    fn push_committed(&mut self, entry: Entry) {
+        if entry.kind() == EntryKind::Members {
+            let index = entry.index();
+            match Members::decode(&entry.payload) {
+                Ok(members) => self.committed_list(index, members),
+                Err(error) => self.note(
+                    Invariant::MembersChange,
+                    format!("committed members entry {index}: {error}"),
+                ),
+            }
+        }
+        self.log.push(entry);
+    }
+
+    fn committed_list(&mut self, index: EntryIndex, members: Members) {
+        let before: Vec<NodeId> = match &self.members {
+            Some(list) => list.ids().collect(),
+            None => (1..=super::SIM_NODES).map(NodeId).collect(),
+        };
+        let after: Vec<NodeId> = members.ids().collect();
+        let changed = before.iter().filter(|n| !after.contains(n)).count()
+            + after.iter().filter(|n| !before.contains(n)).count();
+        if changed > 1 {
+            self.note(
+                Invariant::MembersChange,
+                format!("committed members entry {index} changes {changed} nodes: {before:?} to {after:?}"),
+            );
+        }
+        self.members = Some(members);
+    }
+
+    /// The members of the newest committed members entry (none: the first members).
+    pub(super) fn committed_members(&self) -> Option<&Members> {
+        self.members.as_ref()
     }
 
     /// Entries committed in the reference log.
@@ -236,7 +278,7 @@ impl<W: Workload> Checker<W> {
             let Some(entry) = core.entry(EntryIndex(index)) else {
                 return;
             };
-            self.log.push(entry.clone());
+            self.push_committed(entry.clone());
             index += 1;
         }
     }
@@ -444,7 +486,7 @@ impl<W: Workload> Checker<W> {
         let entry = &self.log[position];
         let index = entry.index();
         match entry.header.kind {
-            EntryKind::Noop => return,
+            EntryKind::Noop | EntryKind::Members => return,
             EntryKind::Commands => {}
         }
         let fragments = match parse_payload(&entry.payload) {

@@ -66,11 +66,13 @@ pub(super) struct SimClient {
 const HEDGE_ATTEMPT_BIT: u64 = 1 << 63;
 
 impl SimClient {
-    /// A lane of client `k` (of id `k + 1`, its window `k`), asking node `1 + k % 3` first.
-    pub(super) fn new(k: u32) -> Self {
+    /// A lane of client `k` (of id `k + 1`, its window `k`) of a cluster of `count` nodes,
+    /// asking node `1 + k % 3` first (one of the first members).
+    pub(super) fn new(k: u32, count: u8) -> Self {
         let first = k % u32::from(SIM_NODES);
-        let nodes = (0..u32::from(SIM_NODES))
-            .map(|i| NodeId(1 + ((first + i) % u32::from(SIM_NODES)) as u8))
+        let count = u32::from(count);
+        let nodes = (0..count)
+            .map(|i| NodeId(1 + ((first + i) % count) as u8))
             .collect();
         SimClient {
             window: k as usize,

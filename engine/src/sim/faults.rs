@@ -3,6 +3,7 @@
 //! restarts that recover a node as `node::storage` does, and the healing at the end.
 
 use super::*;
+use crate::members::{Member, MemberChange};
 
 /// Time after which faults end even if clients have not sent everything (60 s; a healthy
 /// run takes a few seconds).
@@ -18,12 +19,12 @@ impl<W: Workload> Sim<W> {
         self.report.time = self.now;
         self.links = Links::default();
         self.links_changed = self.now;
-        for id in 1..=SIM_NODES {
-            self.space_back(NodeId(id));
+        for id in self.node_ids() {
+            self.space_back(id);
             // A stopped process resumes when its stall ends (at most `STALL_UNITS_MAX` on).
-            self.node(NodeId(id)).acks_down_until = 0;
-            if self.nodes[usize::from(id - 1)].live.is_none() {
-                self.restart(NodeId(id));
+            self.node(id).acks_down_until = 0;
+            if self.node(id).live.is_none() {
+                self.restart(id);
             }
         }
     }
@@ -38,7 +39,11 @@ impl<W: Workload> Sim<W> {
                 .filter(|l| l.replica.core().role() == Role::Leader)
                 .map(|_| n.id)
         });
-        let random_node = NodeId(1 + self.rng.below(u64::from(SIM_NODES)) as u8);
+        let count = self.nodes.len() as u8;
+        if self.swarm.spares > 0 && self.rng.chance(1, 4) {
+            return self.change_members(leader);
+        }
+        let random_node = NodeId(1 + self.rng.below(u64::from(count)) as u8);
         match self.rng.below(12) {
             0..=1 => {
                 let victim = leader.unwrap_or(random_node);
@@ -53,10 +58,10 @@ impl<W: Workload> Sim<W> {
             }
             3 => {
                 // Everything crashes at once (a power cut).
-                for id in 1..=SIM_NODES {
-                    self.crash(NodeId(id));
+                for id in self.node_ids() {
+                    self.crash(id);
                     let down = 10 + self.rng.below(1_000);
-                    self.schedule(down, SimEvent::Restart(NodeId(id)));
+                    self.schedule(down, SimEvent::Restart(id));
                 }
             }
             4..=5 => {
@@ -65,7 +70,7 @@ impl<W: Workload> Sim<W> {
                     .filter(|_| self.rng.chance(2, 3))
                     .unwrap_or(random_node);
                 let one_way = self.rng.below(3);
-                for other in (1..=SIM_NODES).map(NodeId).filter(|&n| n != isolated) {
+                for other in self.node_ids().into_iter().filter(|&n| n != isolated) {
                     if one_way != 1 {
                         self.links.cut.insert((isolated, other));
                     }
@@ -81,7 +86,7 @@ impl<W: Workload> Sim<W> {
             6 => {
                 // A node that reaches only one peer.
                 let a = random_node;
-                let b = NodeId(1 + a.0 % SIM_NODES);
+                let b = NodeId(1 + a.0 % count);
                 self.links.cut.insert((a, b));
                 self.links.cut.insert((b, a));
                 self.report.partitions += 1;
@@ -91,7 +96,7 @@ impl<W: Workload> Sim<W> {
             }
             7 => {
                 let a = random_node;
-                let b = NodeId(1 + (a.0 + self.rng.below(2) as u8) % SIM_NODES);
+                let b = NodeId(1 + (a.0 + self.rng.below(2) as u8) % count);
                 self.links.clogged.insert((a, b));
                 self.report.partitions += 1;
                 self.links_changed = self.now;
@@ -99,10 +104,10 @@ impl<W: Workload> Sim<W> {
                 self.schedule(lasting, SimEvent::Heal);
             }
             8 => {
-                // A full disk on one, two or all three nodes.
-                let count = 1 + self.rng.below(u64::from(SIM_NODES)) as u8;
-                for k in 0..count {
-                    let id = NodeId(1 + (random_node.0 - 1 + k) % SIM_NODES);
+                // A full disk on one, two or all nodes.
+                let full = 1 + self.rng.below(u64::from(count)) as u8;
+                for k in 0..full {
+                    let id = NodeId(1 + (random_node.0 - 1 + k) % count);
                     self.node(id).disk.full = true;
                     let lasting = 50 + self.rng.below(3_000);
                     self.schedule(lasting, SimEvent::SpaceBack(id));
@@ -132,12 +137,59 @@ impl<W: Workload> Sim<W> {
                 self.report.acks_down += 1;
             }
             _ => {
-                for id in 1..=SIM_NODES {
-                    if self.node(NodeId(id)).live.is_none() {
-                        self.restart(NodeId(id));
+                for id in self.node_ids() {
+                    if self.node(id).live.is_none() {
+                        self.restart(id);
                     }
                 }
             }
+        }
+    }
+
+    /// A change of members through the leader, if there is one: a node that is none joins
+    /// (while fewer than the most), or a member leaves (while more than the fewest; the leader
+    /// itself as likely as any). The leader refuses while a change is not committed, or before
+    /// it has committed an entry of its term.
+    fn change_members(&mut self, leader: Option<NodeId>) {
+        let Some(leader) = leader.filter(|&l| !self.node(l).stopped) else {
+            return;
+        };
+        let members = self
+            .live(leader)
+            .expect("a leader runs")
+            .replica
+            .core()
+            .members()
+            .clone();
+        let others: Vec<NodeId> = self
+            .node_ids()
+            .into_iter()
+            .filter(|&n| !members.contains(n))
+            .collect();
+        let (fewest, most) = SIM_MEMBERS_RANGE;
+        let add = !others.is_empty()
+            && (members.len() <= fewest || (members.len() < most && self.rng.chance(1, 2)));
+        let change = if add {
+            let id = others[self.rng.below(others.len() as u64) as usize];
+            let address = format!("sim-node-{}", id.0);
+            MemberChange::Add(Member {
+                id,
+                peer_address: address.clone(),
+                client_address: address,
+            })
+        } else if members.len() > fewest {
+            let ids: Vec<NodeId> = members.ids().collect();
+            MemberChange::Remove(ids[self.rng.below(ids.len() as u64) as usize])
+        } else {
+            return;
+        };
+        let mut proposed = None;
+        self.drive(leader, |r, out| {
+            proposed = Some(r.propose_members(&change, out))
+        });
+        match proposed {
+            Some(Ok(_)) => self.report.member_changes += 1,
+            Some(Err(_)) | None => self.report.member_changes_refused += 1,
         }
     }
 
@@ -292,7 +344,12 @@ impl<W: Workload> Sim<W> {
         let config = ReplicaConfig {
             core: CoreConfig {
                 id,
-                nodes: (1..=SIM_NODES).map(NodeId).collect(),
+                // The first members start from the cluster file's list; the others join.
+                nodes: if id.0 <= SIM_NODES {
+                    (1..=SIM_NODES).map(NodeId).collect()
+                } else {
+                    Vec::new()
+                },
                 election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
                 heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
                 seed,
@@ -312,6 +369,7 @@ impl<W: Workload> Sim<W> {
             replica: Replica::new(config, recovered, machine, latest),
             up_since: now,
             leading_since: None,
+            members_since: now,
             commit_before: committed,
             writing: None,
             incoming: None,

@@ -87,8 +87,13 @@ use violation::{Invariant, Violation};
 /// Simulated time, in units of 100 microseconds.
 pub type Time = u64;
 
-/// Nodes in a simulated cluster.
+/// Members a simulated cluster starts with (nodes 1 to 3).
 pub const SIM_NODES: u8 = 3;
+/// Nodes a seed with membership changes runs beside them, not members at first (started to
+/// join), which changes add and remove (nodes 4 and 5).
+pub const SIM_SPARES: u8 = 2;
+/// Fewest and most members membership changes leave.
+pub const SIM_MEMBERS_RANGE: (usize, usize) = (3, 5);
 /// Time between two ticks of a node (1 ms).
 pub const TICK_UNITS: Time = 10;
 /// Time a client waits for an answer before it retries at another node (50 ms).
@@ -247,6 +252,8 @@ struct Live<H: Handler> {
     up_since: Time,
     /// When it became leader, while it leads.
     leading_since: Option<Time>,
+    /// When its members in force last changed.
+    members_since: Time,
     /// The commit index before the event being handled (what a truncation must stay above).
     commit_before: EntryIndex,
     /// The snapshot being written: its bytes so far.
@@ -337,7 +344,7 @@ impl<W: Workload> Sim<W> {
     fn new(workload: W, options: SimOptions) -> Self {
         let mut rng = Rng::new(options.seed);
         let swarm = Swarm::draw(&mut rng);
-        let nodes = (1..=SIM_NODES)
+        let nodes = (1..=SIM_NODES + swarm.spares)
             .map(|id| SimNode {
                 id: NodeId(id),
                 disk: Disk::default(),
@@ -352,7 +359,7 @@ impl<W: Workload> Sim<W> {
             .collect();
         let width = swarm.pipeline;
         let clients = (0..options.clients)
-            .flat_map(|k| (0..width).map(move |_| SimClient::new(k)))
+            .flat_map(|k| (0..width).map(move |_| SimClient::new(k, SIM_NODES + swarm.spares)))
             .collect();
         let windows = (0..options.clients)
             .map(|k| Window::new((k * width) as usize, width))
@@ -390,8 +397,8 @@ impl<W: Workload> Sim<W> {
     }
 
     fn run(&mut self) {
-        for id in 1..=SIM_NODES {
-            self.restart(NodeId(id));
+        for id in self.node_ids() {
+            self.restart(id);
         }
         for window in 0..self.windows.len() {
             self.next_batch(window);
@@ -434,15 +441,32 @@ impl<W: Workload> Sim<W> {
         self.finish();
     }
 
-    /// True when every node is up and has applied everything committed, with no snapshot
+    /// Every node's id, members or not.
+    fn node_ids(&self) -> Vec<NodeId> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
+    /// True when `id` is a member of the newest committed list (a node that is none gets no
+    /// entries, and is not waited for).
+    fn committed_member(&self, id: NodeId) -> bool {
+        match self.checker.committed_members() {
+            Some(members) => members.contains(id),
+            None => id.0 <= SIM_NODES,
+        }
+    }
+
+    /// True when every member is up and has applied everything committed, with no snapshot
     /// or fsync pending that could change it.
     fn converged(&self) -> bool {
         let committed = self.checker.committed();
-        self.nodes.iter().all(|n| {
-            n.live
-                .as_ref()
-                .is_some_and(|l| l.replica.machine().applied_index().0 == committed)
-        })
+        self.nodes
+            .iter()
+            .filter(|n| self.committed_member(n.id))
+            .all(|n| {
+                n.live
+                    .as_ref()
+                    .is_some_and(|l| l.replica.machine().applied_index().0 == committed)
+            })
     }
 
     fn heal_deadline(&self) -> Time {
@@ -472,6 +496,7 @@ impl<W: Workload> Sim<W> {
         let behind: Vec<String> = self
             .nodes
             .iter()
+            .filter(|n| self.committed_member(n.id))
             .filter_map(|n| {
                 let applied = n
                     .live
@@ -718,6 +743,13 @@ impl<W: Workload> Sim<W> {
             // A failed fsync halts its node by design (the process then exits), and so does
             // damage that took every copy of a committed entry; nothing else here makes a node
             // halt.
+            // The network carries messages by node id: nothing to connect.
+            Note::Members(_) => {
+                let now = self.now;
+                if let Some(live) = self.live(id) {
+                    live.members_since = now;
+                }
+            }
             Note::Halted(Halt::WalFailed(_)) if self.node(id).wal_failed => {}
             Note::Halted(Halt::Unrecoverable(index)) if self.lost_for_real(index) => {}
             Note::Halted(reason) => self
@@ -749,8 +781,10 @@ impl<W: Workload> Sim<W> {
     }
 
     /// A node asks for votes (or pre-votes) for `term` only when it does not hear from a
-    /// leader: never while a leader of its term or later has led for [`QUIET_UNITS`], over a
-    /// link to it that has been whole as long, with both up and running (not stopped) as long.
+    /// leader: never while a leader of its term or later, whose members include it, has led
+    /// for [`QUIET_UNITS`] with the same members, over a link to it that has been whole as
+    /// long, with both up and running (not stopped) as long. (A leader sends nothing to a node
+    /// it removed; one that missed its removal asks for pre-votes, which change nothing.)
     fn check_quiet(&mut self, id: NodeId, term: crate::ids::Term) {
         let now = self.now;
         let links_whole = now - self.links_changed >= QUIET_UNITS;
@@ -769,6 +803,8 @@ impl<W: Workload> Sim<W> {
                 && n.live.as_ref().is_some_and(|l| {
                     l.replica.halted().is_none()
                         && l.replica.core().role() == Role::Leader
+                        && l.replica.core().members().contains(id)
+                        && now - l.members_since >= QUIET_UNITS
                         && l.replica.core().term().0 + 1 >= term.0
                         && l.leading_since.is_some_and(|at| now - at >= QUIET_UNITS)
                 })

@@ -80,6 +80,10 @@ pub struct SimReport {
     pub not_yet: u64,
     /// Fsyncs that failed (each stopped its node until a restart).
     pub fsync_errors: u64,
+    /// Changes of members proposed (a node added or removed).
+    pub member_changes: u64,
+    /// Changes of members the leader refused (one not committed yet, or its term not settled).
+    pub member_changes_refused: u64,
     /// Leaders elected.
     pub leaders: u64,
     /// Events processed.
@@ -106,6 +110,8 @@ impl SimReport {
         self.fsync_errors += other.fsync_errors;
         self.hedges += other.hedges;
         self.not_yet += other.not_yet;
+        self.member_changes += other.member_changes;
+        self.member_changes_refused += other.member_changes_refused;
         self.snapshots_damaged += other.snapshots_damaged;
         self.rebuilds += other.rebuilds;
         self.hard_states_damaged += other.hard_states_damaged;

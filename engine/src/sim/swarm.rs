@@ -34,6 +34,9 @@ pub struct Swarm {
     /// Requests each client keeps in flight (1: one at a time; more: pipelined, the next
     /// batch of them sent once every one of the batch before was answered).
     pub pipeline: u32,
+    /// Nodes beside the first members, added and removed by membership changes among the
+    /// faults (0: the members never change).
+    pub spares: u8,
 }
 
 impl Swarm {
@@ -80,7 +83,14 @@ impl Swarm {
         } else {
             2 + rng.below(PIPELINE_REQUESTS_MAX as u64 - 1) as u32
         };
+        // Drawn after the pipeline, for the same reason.
+        let spares = if rng.chance(1, 2) {
+            0
+        } else {
+            super::SIM_SPARES
+        };
         Swarm {
+            spares,
             pipeline,
             mode,
             hedge_after,
@@ -100,7 +110,7 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client",
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes",
             self.mode,
             self.snapshot_every,
             self.snapshot_retain_ticks,
@@ -114,7 +124,8 @@ impl fmt::Display for Swarm {
             self.fsync_error_permille,
             self.loss_permille,
             self.duplication_permille,
-            self.pipeline
+            self.pipeline,
+            self.spares
         )
     }
 }

@@ -27,6 +27,8 @@ pub enum Invariant {
     /// I10: a client's requests finish in the log in the order of their numbers (pipelined
     /// requests included).
     ClientOrder,
+    /// I11: a committed members entry changes one node at most from the committed list before.
+    MembersChange,
     /// The cluster commits again after healing, and a node does not campaign while a leader
     /// it can hear leads.
     Liveness,
@@ -57,6 +59,7 @@ impl Invariant {
             Invariant::AnsweredEarly => "I8",
             Invariant::RealTimeOrder => "I9",
             Invariant::ClientOrder => "I10",
+            Invariant::MembersChange => "I11",
             Invariant::Liveness => "liveness",
             Invariant::Oracle => "oracle",
             Invariant::Reference => "reference",

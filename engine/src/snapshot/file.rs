@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
-/// Version 4: 128-bit client ids, and a session's expiry its own flag (version 3: each session
+/// Version 5: the members in force in the meta (version 4: 128-bit client ids, and a session's expiry its own flag (version 3: each session
 /// keeps its request's digest, and each table its counted slot count; version 2: expired
-/// marks).
-const MAGIC: [u8; 8] = *b"SNAPv004";
+/// marks)).
+const MAGIC: [u8; 8] = *b"SNAPv005";
 /// Bytes of the magic that name the format family (the rest name its version).
 const MAGIC_FAMILY_BYTES: usize = 4;
 /// Bytes of the digest that ends a snapshot file.
@@ -439,6 +439,7 @@ mod tests {
             entry_hash: EntryHash::default(),
             state_hash: StateHash::default(),
             hasher: StreamHasher::default().save(),
+            members: None,
         };
         let mut out = Vec::new();
         encode_head(&meta, 1, &mut out);

@@ -69,6 +69,8 @@ pub struct SnapshotMeta {
     pub state_hash: StateHash,
     /// The hasher's state after it, to continue the same stream.
     pub hasher: HasherState,
+    /// The members in force after it (none when no members entry preceded it).
+    pub members: Option<crate::members::Members>,
 }
 
 /// Where a snapshot scan stands after a step.

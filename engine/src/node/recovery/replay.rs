@@ -197,6 +197,7 @@ pub fn replay<H: Handler, L: RecoveryLog>(
         hashes: after_base().map(|i| log.hash_at(i).expect(held)).collect(),
         window,
         applied: latest,
+        members: machine.members().cloned(),
     };
     assert_eq!(machine.applied_index(), committed, "replayed to the commit");
     Ok(recovered)
@@ -246,6 +247,7 @@ pub(crate) mod conformance {
             entry_hash,
             state_hash: Default::default(),
             hasher: StreamHasher::default().save(),
+            members: None,
         }
     }
 

@@ -1,0 +1,200 @@
+//! Membership in the core: the member lists a replica's log holds, the one in force (the
+//! newest appended, committed or not), and the leader's rules for changing it one node at a
+//! time (Raft thesis, section 4.1, with the fix of its section 4.1 errata: a leader changes
+//! membership only once an entry of its own term is committed).
+
+use super::{Action, Core, NotLeader, Progress};
+use crate::entry::{Entry, EntryKind};
+use crate::ids::{EntryIndex, NodeId};
+use crate::members::{MemberChange, Members, MembersError};
+use bytes::Bytes;
+use net::message::Role;
+
+/// Why a leader did not propose a change of members.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ChangeRefused {
+    /// This replica does not lead.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// An earlier change is not committed yet: one change at a time.
+    #[error("an earlier change of members is not committed yet")]
+    Pending,
+    /// This leader has not committed an entry of its own term yet.
+    #[error("the leader has not committed an entry of its term yet")]
+    NotSettled,
+    /// The change itself is wrong.
+    #[error(transparent)]
+    Invalid(#[from] MembersError),
+}
+
+/// The member lists of a replica's log.
+#[derive(Clone, Debug)]
+pub(super) struct Configs {
+    /// The newest list committed, with its entry's index (zero: the cluster file's list, in no
+    /// entry).
+    settled: (EntryIndex, Members),
+    /// Lists of members entries after it, in log order, none committed yet.
+    pending: Vec<(EntryIndex, Members)>,
+}
+
+impl Configs {
+    /// The lists recovered: the newest committed one, then those of `window`'s entries after it.
+    pub(super) fn recover(settled: (EntryIndex, Members), window: &[Entry]) -> Self {
+        let mut configs = Configs {
+            settled,
+            pending: Vec::new(),
+        };
+        let after = configs.settled.0;
+        for entry in window.iter().filter(|e| e.index() > after) {
+            configs.appended(entry);
+        }
+        configs
+    }
+
+    /// The list in force.
+    pub(super) fn current(&self) -> &Members {
+        self.pending.last().map_or(&self.settled.1, |(_, m)| m)
+    }
+
+    /// Notes a members entry just appended to the log (other entries change nothing).
+    pub(super) fn appended(&mut self, entry: &Entry) {
+        if entry.kind() != EntryKind::Members {
+            return;
+        }
+        assert!(
+            entry.index() > self.pending.last().map_or(self.settled.0, |(i, _)| *i),
+            "members entries are noted in log order"
+        );
+        // The leader that wrote it encoded a valid list, and its hash chain is verified: a
+        // list that does not decode is the wrong build, which must not go on.
+        let members = Members::decode(&entry.payload).expect("a members entry decodes");
+        self.pending.push((entry.index(), members));
+    }
+
+    /// Forgets the lists of entries from `from` on, which left the log.
+    pub(super) fn truncated(&mut self, from: EntryIndex) {
+        assert!(
+            from > self.settled.0,
+            "committed entries never leave the log"
+        );
+        self.pending.retain(|(index, _)| *index < from);
+    }
+
+    /// Entries up to `commit` are committed: their lists settle.
+    pub(super) fn committed(&mut self, commit: EntryIndex) {
+        let settled = self
+            .pending
+            .iter()
+            .take_while(|(i, _)| *i <= commit)
+            .count();
+        if let Some(newest) = self.pending.drain(..settled).last() {
+            self.settled = newest;
+        }
+    }
+
+    /// A snapshot through `index` replaced the log: `members` were in force there.
+    pub(super) fn reset(&mut self, index: EntryIndex, members: Members) {
+        self.settled = (index, members);
+        self.pending.clear();
+    }
+
+    /// True while a change is appended but not committed.
+    pub(super) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+}
+
+impl Core {
+    /// The members in force.
+    pub fn members(&self) -> &Members {
+        self.configs.current()
+    }
+
+    /// True when this replica is one of the members in force.
+    pub fn is_member(&self) -> bool {
+        self.members().contains(self.config.id)
+    }
+
+    /// The members other than this replica.
+    pub(super) fn others(&self) -> Vec<NodeId> {
+        let id = self.config.id;
+        self.members().ids().filter(|&n| n != id).collect()
+    }
+
+    /// Votes or acknowledgements a decision needs among the members in force.
+    pub(super) fn quorum(&self) -> usize {
+        super::majority(self.members().len())
+    }
+
+    /// How many of `nodes` are members in force.
+    pub(super) fn members_among(&self, nodes: &[NodeId]) -> usize {
+        nodes
+            .iter()
+            .filter(|&&n| self.members().contains(n))
+            .count()
+    }
+
+    /// As leader, proposes the members after `change`, one node added or removed.
+    pub fn propose_members(
+        &mut self,
+        change: &MemberChange,
+        out: &mut Vec<Action>,
+    ) -> Result<EntryIndex, ChangeRefused> {
+        if self.role != Role::Leader {
+            return Err(NotLeader {
+                leader: self.leader,
+            }
+            .into());
+        }
+        if self.configs.has_pending() {
+            return Err(ChangeRefused::Pending);
+        }
+        if self.log.term_at(self.commit) != Some(self.hard.term) {
+            return Err(ChangeRefused::NotSettled);
+        }
+        let members = self.members().changed(change)?;
+        let payload = Bytes::from(members.encode());
+        Ok(self
+            .propose(EntryKind::Members, 0, payload, out)
+            .expect("proposed by the leader"))
+    }
+
+    /// After the log changed: tells the driver when the members in force changed, and a leader
+    /// follows them with its peers.
+    pub(super) fn members_maybe_changed(&mut self, before: &Members, out: &mut Vec<Action>) {
+        if self.members() == before {
+            return;
+        }
+        out.push(Action::MembersChanged(self.members().clone()));
+        if self.role == Role::Leader {
+            self.follow_members();
+        }
+    }
+
+    /// A leader's peers become the members in force other than itself; one new to it starts at
+    /// the log's end, like every peer of a new leader.
+    pub(super) fn follow_members(&mut self) {
+        let others = self.others();
+        self.peers.retain(|id, _| others.contains(id));
+        let next = self.log.last_index().next();
+        for id in others {
+            self.peers.entry(id).or_insert(Progress {
+                next,
+                matched: EntryIndex::ZERO,
+                last_heard: self.ticks,
+                loading: false,
+                snapshot: None,
+            });
+        }
+    }
+
+    /// Commits settle the lists up to `commit`; a leader that is no member of the settled list
+    /// steps down (its removal is committed without it).
+    pub(super) fn settle_members(&mut self, out: &mut Vec<Action>) {
+        self.configs.committed(self.commit);
+        if self.role == Role::Leader && !self.is_member() && !self.configs.has_pending() {
+            let term = self.hard.term;
+            self.become_follower(term, None, out);
+        }
+    }
+}
