@@ -5,39 +5,17 @@
 
 use crate::codec::{self, Decode, Encode};
 use crate::ids::NodeId;
+pub use net::message::{Member, MemberChange};
 
 /// Most nodes a cluster has at once.
 pub const MEMBERS_MAX: usize = 9;
 /// Most bytes of one address as written (`host:port`).
 pub const MEMBER_ADDRESS_BYTES_MAX: usize = 255;
 
-/// One member: its id and where the others and clients reach it (as written in its cluster
-/// file: `host:port` or a numeric address).
-#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
-pub struct Member {
-    /// The node.
-    pub id: NodeId,
-    /// Where the other nodes connect to it.
-    pub peer_address: String,
-    /// Where clients connect to it.
-    pub client_address: String,
-}
-
 /// The members, ordered by id, no id twice.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
 #[codec(crate = "crate::codec::bincode")]
 pub struct Members(Vec<Member>);
-
-/// A change of one node.
-#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
-pub enum MemberChange {
-    /// A node joins (it runs already, started with `--join`).
-    Add(Member),
-    /// A node leaves.
-    Remove(NodeId),
-}
 
 /// Why a list of members or a change of it is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Encode, Decode)]

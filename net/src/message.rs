@@ -327,6 +327,31 @@ pub enum ClientRequest {
     /// Where a client's session stands (a client restarted with its id asks before its first
     /// request): answered by the leader once it has applied everything committed before.
     Resume(ClientId),
+    /// Change the cluster's members by one node (an operator's command, to the leader).
+    ChangeMembers(MemberChange),
+}
+
+/// One member of a cluster: its id and where the others and clients reach it, as written in
+/// its cluster file (`host:port` or a numeric address).
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct Member {
+    /// The node.
+    pub id: NodeId,
+    /// Where the other nodes connect to it (empty: as the cluster file says).
+    pub peer_address: String,
+    /// Where clients connect to it (empty: as the cluster file says).
+    pub client_address: String,
+}
+
+/// A change of one node of a cluster's members.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum MemberChange {
+    /// A node joins (it runs already, started to join).
+    Add(Member),
+    /// A node leaves.
+    Remove(NodeId),
 }
 
 /// One client request: 1 to 1,024 commands, encoded back to back; or, as request number 0 with
@@ -440,6 +465,15 @@ pub enum ClientReply {
     Status(Box<NodeStatus>),
     /// The mode is set.
     ModeSet(Mode),
+    /// The change of members is in the log at this index: in force now, done once committed
+    /// (the status's `members_pending` turns false).
+    MembersChanging {
+        /// Its entry.
+        index: EntryIndex,
+    },
+    /// The change of members was refused, and why (another not committed yet, the leader's
+    /// term not settled, a node already a member or not one).
+    MembersRefused(String),
     /// The connection broke the protocol and closes; nothing of what it sent after its last
     /// answered request was applied.
     Refused(Refusal),
@@ -487,6 +521,10 @@ pub struct NodeStatus {
     pub mode: Mode,
     /// Where its entries' time went, since it started.
     pub stages: Stages,
+    /// The members in force in its log.
+    pub members: Vec<NodeId>,
+    /// A change of members is in its log, not committed yet.
+    pub members_pending: bool,
 }
 
 /// Cumulative time a node's entries spent in each stage of the data path, in microseconds,

@@ -25,6 +25,11 @@ pub struct NodeArgs {
     /// node whose data cannot be used (a refused start says when).
     #[arg(long)]
     pub rebuild_from_leader: bool,
+    /// Join a running cluster (a new node): it takes the state from the leader and becomes a
+    /// member once `member add` names it. Needed on its first start only (its data directory
+    /// keeps it); refused for a data directory that holds a first member's data.
+    #[arg(long)]
+    pub join: bool,
 }
 
 /// `--snapshot-every` and `--snapshot-retain-ms`.
@@ -58,6 +63,7 @@ pub fn node<H: Handler>(args: NodeArgs, handler: H) -> anyhow::Result<()> {
     let mut config = file.node_config(args.id)?;
     args.snapshots.apply(&mut config);
     config.rebuild_from_leader = args.rebuild_from_leader;
+    config.join = args.join;
     let me = config
         .nodes
         .iter()

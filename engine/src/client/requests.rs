@@ -390,7 +390,9 @@ pub fn answer_to<A>(
         | ClientReply::NotYet { .. }
         | ClientReply::Session { .. }
         | ClientReply::Status(_)
-        | ClientReply::ModeSet(_) => None,
+        | ClientReply::ModeSet(_)
+        | ClientReply::MembersChanging { .. }
+        | ClientReply::MembersRefused(_) => None,
     }
 }
 

@@ -27,6 +27,31 @@ pub enum ChangeRefused {
     Invalid(#[from] MembersError),
 }
 
+/// A set of node ids, fixed in size (a bit per id).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemberSet([u64; 4]);
+
+impl MemberSet {
+    /// The set of `ids`.
+    pub fn of(ids: impl IntoIterator<Item = NodeId>) -> Self {
+        let mut set = MemberSet::default();
+        for id in ids {
+            set.0[usize::from(id.0 / 64)] |= 1 << (id.0 % 64);
+        }
+        set
+    }
+
+    /// True when `id` is in the set.
+    pub fn contains(&self, id: NodeId) -> bool {
+        self.0[usize::from(id.0 / 64)] & (1 << (id.0 % 64)) != 0
+    }
+
+    /// The ids, ascending.
+    pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        (0..=u8::MAX).map(NodeId).filter(|&id| self.contains(id))
+    }
+}
+
 /// The member lists of a replica's log.
 #[derive(Clone, Debug)]
 pub(super) struct Configs {
@@ -110,9 +135,37 @@ impl Core {
         self.configs.current()
     }
 
+    /// True while a change of members is in the log, not committed yet.
+    pub fn members_pending(&self) -> bool {
+        self.configs.has_pending()
+    }
+
     /// True when this replica is one of the members in force.
     pub fn is_member(&self) -> bool {
         self.members().contains(self.config.id)
+    }
+
+    /// The other replicas whose logs or terms a replica that lost data must hear before it
+    /// concludes anything from them: the members in force and those its hard state kept
+    /// (its log may have lost the entry that changed them); none when it is a member of
+    /// neither (it does not know who the others are).
+    pub(super) fn judges(&self) -> Option<Vec<NodeId>> {
+        let id = self.config.id;
+        let kept = self
+            .hard
+            .members
+            .unwrap_or_else(|| MemberSet::of(self.members().ids()));
+        if !self.is_member() && !kept.contains(id) {
+            return None;
+        }
+        let mut judges: Vec<NodeId> = kept
+            .ids()
+            .chain(self.members().ids())
+            .filter(|&n| n != id)
+            .collect();
+        judges.sort_unstable();
+        judges.dedup();
+        Some(judges)
     }
 
     /// The members other than this replica.
@@ -165,6 +218,9 @@ impl Core {
         if self.members() == before {
             return;
         }
+        // Durable before anything later: before the entry that changed them is acknowledged.
+        self.hard.members = Some(MemberSet::of(self.members().ids()));
+        out.push(Action::PersistHardState(self.hard));
         out.push(Action::MembersChanged(self.members().clone()));
         if self.role == Role::Leader {
             self.follow_members();

@@ -19,7 +19,7 @@ mod membership;
 mod quorum;
 
 pub use log::{LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN, LogBase};
-pub use membership::ChangeRefused;
+pub use membership::{ChangeRefused, MemberSet};
 pub use quorum::{majority, quorum_index};
 
 use crate::entry::{Entry, EntryHash, EntryKind};
@@ -98,6 +98,10 @@ pub struct HardState {
     /// rebuild): it votes and campaigns only in terms above every term the others held once it
     /// had heard from all of them (see [`LostVotes`]).
     pub votes_lost: Option<LostVotes>,
+    /// The members last in force in its log, kept here as well (before any entry that
+    /// changed them is acknowledged): what a replica whose log was cut by damage, or rebuilt
+    /// empty, knows of who else may hold what it lost. None before the first change.
+    pub members: Option<MemberSet>,
 }
 
 /// What a replica whose hard state was lost knows of the votes it may have cast. A vote it
@@ -721,14 +725,13 @@ impl Core {
     /// held only in memory do not count: a crash before their fsync would leave the log
     /// without them and without the repair.
     fn release_unheld_repair(&mut self, out: &mut Vec<Action>) {
-        // A replica that is no member in its own log does not know who else may hold what it
-        // lost: it waits for a leader.
-        if self.hard.repair.is_none() || !self.is_member() {
+        // A replica that knows no members it is one of does not know who else may hold what
+        // it lost: it waits for a leader.
+        let Some(judges) = self.judges().filter(|_| self.hard.repair.is_some()) else {
             return;
-        }
+        };
         let end = self.durable.min(self.log.last_index());
-        let unheld = self
-            .others()
+        let unheld = judges
             .iter()
             .all(|n| self.log_ends.get(n).is_some_and(|&(_, last)| last <= end));
         let Some(repair) = self.hard.repair.filter(|_| unheld) else {
@@ -793,6 +796,7 @@ impl Core {
                 voted_for: None,
                 repair: self.hard.repair,
                 votes_lost: self.lost_votes_at(term),
+                members: self.hard.members,
             };
             out.push(Action::PersistHardState(self.hard));
             self.confirmed = EntryIndex::ZERO;
@@ -824,6 +828,7 @@ impl Core {
             voted_for: Some(self.config.id),
             repair: self.hard.repair,
             votes_lost: None,
+            members: self.hard.members,
         };
         out.push(Action::PersistHardState(self.hard));
         self.votes = vec![self.config.id];
@@ -908,10 +913,13 @@ impl Core {
     /// it on that connection is newer. Append replies do not count: acknowledgements travel
     /// on connections of their own and may have been built before the loss.
     fn hear_term(&mut self, from: NodeId, message: &PeerMessage, out: &mut Vec<Action>) {
-        // A replica that is no member in its own log does not know whom to hear from.
-        if self.hard.votes_lost != Some(LostVotes::Unknown) || !self.is_member() {
+        if self.hard.votes_lost != Some(LostVotes::Unknown) {
             return;
         }
+        // A replica that knows no members it is one of does not know whom to hear from.
+        let Some(judges) = self.judges() else {
+            return;
+        };
         let term = match message {
             PeerMessage::AppendReply(_) => return,
             // A pre-vote request names the term after the candidate's own.
@@ -923,11 +931,7 @@ impl Core {
         };
         let heard = self.heard_terms.entry(from).or_insert(term);
         *heard = (*heard).max(term);
-        if !self
-            .others()
-            .iter()
-            .all(|n| self.heard_terms.contains_key(n))
-        {
+        if !judges.iter().all(|n| self.heard_terms.contains_key(n)) {
             return;
         }
         let highest = self.heard_terms.values().copied().max().unwrap_or_default();
@@ -965,15 +969,15 @@ impl Core {
             let as_before = theirs >= (repair.term, repair.index);
             // (Never a candidate that lacks an entry the damage showed committed: when the
             // others lack it too, every copy is lost, which `release_unheld_repair` reports.)
-            // (Only a member knows the others: a node that is none, or whose log lost its
-            // members with the damage, never concludes from them.)
+            // (The others are the members in force and those the hard state kept: the log may
+            // have lost the entry that changed them.)
             let as_the_others = vote.last_index >= repair.committed
-                && self.is_member()
-                && self
-                    .others()
-                    .iter()
-                    .filter(|&&n| n != vote.candidate)
-                    .all(|n| self.log_ends.get(n).is_some_and(|&end| theirs >= end));
+                && self.judges().is_some_and(|judges| {
+                    judges
+                        .iter()
+                        .filter(|&&n| n != vote.candidate)
+                        .all(|n| self.log_ends.get(n).is_some_and(|&end| theirs >= end))
+                });
             up_to_date = up_to_date && (as_before || as_the_others);
         }
         // A replica with an empty log votes only while the whole cluster is new: once entries
@@ -1217,6 +1221,11 @@ impl Core {
         progress.last_heard = self.ticks;
         match reply.outcome {
             AppendOutcome::Matched { index } => {
+                // An answer below what it acknowledged before (entries it holds but lost the
+                // durability of, behind a full disk after a rebuild) is no reason to send at
+                // once: answered at once again, the two would trade messages without end. The
+                // next heartbeat sends what it lacks.
+                let lagging = index < progress.matched;
                 progress.matched = progress.matched.max(index.min(last));
                 if progress
                     .snapshot
@@ -1225,7 +1234,7 @@ impl Core {
                     progress.snapshot = None;
                 }
                 progress.next = progress.next.max(progress.matched.next());
-                let behind = progress.next <= last && !progress.loading;
+                let behind = progress.next <= last && !progress.loading && !lagging;
                 self.advance_commit(out);
                 if behind {
                     self.send_append(reply.from, out);

@@ -21,6 +21,9 @@ pub const IDENTITY_FILE: &str = "identity";
 /// The file that keeps the execution mode an operator set with `mode` (`verify` or
 /// `performance`): it outlasts restarts and wins over the cluster file's `mode` key.
 pub const MODE_FILE: &str = "mode";
+/// The file that marks a node started to join a running cluster (`node --join`): it is no
+/// member until a members entry names it, whatever its cluster file lists.
+pub const JOIN_FILE: &str = "join";
 /// The folder inside the data directory that files the node cannot use are moved to.
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Bytes the data directory's file system must have free for a node to start: room for two
@@ -537,6 +540,20 @@ pub fn read_mode(dir: &Path) -> Result<Option<Mode>, DataDirError> {
         "performance" => Ok(Some(Mode::Performance)),
         _ => Err(DataDirError::ModeDamaged { path, text }),
     }
+}
+
+/// True when the node of `dir` was started to join a running cluster ([`JOIN_FILE`]).
+pub fn joined(dir: &Path) -> bool {
+    dir.join(JOIN_FILE).exists()
+}
+
+/// Marks the node of `dir` as one that joined a running cluster, durably.
+pub fn write_joined(dir: &Path) -> Result<(), DataDirError> {
+    write_durably(
+        dir,
+        JOIN_FILE,
+        b"started with --join: a member once a members entry names it\n",
+    )
 }
 
 /// Keeps `mode` as the one an operator set for the node of `dir`, durably.

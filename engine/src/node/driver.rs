@@ -133,7 +133,11 @@ fn replica_config(config: &NodeConfig) -> ReplicaConfig {
     ReplicaConfig {
         core: CoreConfig {
             id: config.id,
-            nodes: config.nodes.iter().map(|n| n.id).collect(),
+            // A node that joins is no member until a members entry names it.
+            nodes: match config.join {
+                true => Vec::new(),
+                false => config.nodes.iter().map(|n| n.id).collect(),
+            },
             election_ticks_min: config.election_ticks_min,
             heartbeat_ticks: config.heartbeat_ticks,
             seed: config.seed,
@@ -548,6 +552,10 @@ impl<H: Handler> Driver<H> {
             }
             ClientRequest::Submit(submit) => self.replica.admit(submit, reply, out),
             ClientRequest::Resume(client) => self.replica.resume(client, reply, out),
+            ClientRequest::ChangeMembers(change) => {
+                let answer = self.replica.change_members(&change, out);
+                let _ = reply.try_send(answer);
+            }
         }
     }
 }

@@ -106,6 +106,11 @@ pub struct NodeConfig {
     /// The operator's explicit order to start empty and take the state from the leader (the
     /// data is moved to quarantine, never deleted; see `node::recovery`). Off by default.
     pub rebuild_from_leader: bool,
+    /// Join a running cluster: no member until a members entry names it (`runner member
+    /// add`), whatever the cluster file lists. Kept in the data directory at the first start
+    /// ([`data_dir::JOIN_FILE`]). Off by default: the cluster file's nodes are the first
+    /// members.
+    pub join: bool,
 }
 
 impl NodeConfig {
@@ -139,6 +144,7 @@ impl NodeConfig {
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
             fsync_delay_ms: 0,
             rebuild_from_leader: false,
+            join: false,
         }
     }
 
@@ -161,10 +167,9 @@ impl NodeConfig {
         connections::Access {
             me: self.id,
             cluster: self.cluster_id,
-            nodes: self
-                .nodes
-                .iter()
-                .map(|n| n.id)
+            // Any node of the cluster (it proves the peer key): members change through the log.
+            nodes: (1..=u8::MAX)
+                .map(NodeId)
                 .filter(|&n| n != self.id)
                 .collect(),
             peer_key: self.peer_key.clone(),
@@ -208,6 +213,12 @@ pub enum NodeError {
     /// Recovery refused to start the node: nothing on disk was changed.
     #[error("refused: {0}")]
     Refused(#[from] recovery::Refusal),
+    /// `--join` for a data directory that holds a first member's data.
+    #[error(
+        "{}: holds the data of one of the cluster's first members; start it without --join",
+        .0.display()
+    )]
+    JoinHoldsData(PathBuf),
     /// The node thread ended before it listened.
     #[error("the node thread ended before it listened")]
     Thread,
@@ -290,6 +301,24 @@ impl Drop for NodeHandle {
     }
 }
 
+/// Whether the node of `config` joins a running cluster: it was started with `--join` before
+/// (its data directory says so), or is now, on its first start (then its data directory
+/// keeps it). A first member's data directory is refused `--join`.
+fn joins(config: &NodeConfig, first_start: bool) -> Result<bool, NodeError> {
+    let dir = &config.data_dir;
+    if data_dir::joined(dir) {
+        return Ok(true);
+    }
+    if !config.join {
+        return Ok(false);
+    }
+    if !first_start {
+        return Err(NodeError::JoinHoldsData(dir.clone()));
+    }
+    data_dir::write_joined(dir).map_err(recovery::Refusal::from)?;
+    Ok(true)
+}
+
 /// Recovers the node from its data directory and starts it on a thread of its own (a
 /// single-threaded tokio runtime; the WAL has another thread). Returns once it listens.
 pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, NodeError> {
@@ -311,6 +340,7 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
         );
         config.mode = mode;
     }
+    config.join = joins(&config, restored.report.first_start)?;
     let released = restored.lock.on_release();
     let report = &restored.report;
     if report.is_notable() || report.first_start {

@@ -3,7 +3,7 @@
 
 use super::NodeError;
 use crate::codec::{self, Decode, Encode};
-use crate::core::{HardState, LostVotes};
+use crate::core::{HardState, LostVotes, MemberSet};
 use crate::ids::{EntryIndex, NodeId, Term};
 use std::fs;
 use std::io::Write;
@@ -26,6 +26,18 @@ struct HardStateRecord {
     /// Votes lost with an earlier hard state: `Some(None)` while their terms are unknown,
     /// `Some(Some(term))` once bounded by `term`.
     votes_lost: Option<Option<Term>>,
+    /// The members last in force in the log (none before the first change of them).
+    members: Option<Vec<NodeId>>,
+}
+
+/// The record as written before the members were kept (read; written only by tests).
+#[derive(Encode, Decode)]
+#[codec(crate = "crate::codec::bincode")]
+struct HardStateRecordV2 {
+    term: Term,
+    voted_for: Option<NodeId>,
+    repair: Option<(EntryIndex, Term, EntryIndex)>,
+    votes_lost: Option<Option<Term>>,
 }
 
 /// The record as written before lost votes were kept (read; written only by tests).
@@ -45,12 +57,22 @@ impl HardStateRecord {
         if current.is_ok() {
             return current;
         }
+        if let Ok(old) = codec::decode::<HardStateRecordV2>(body) {
+            return Ok(HardStateRecord {
+                term: old.term,
+                voted_for: old.voted_for,
+                repair: old.repair,
+                votes_lost: old.votes_lost,
+                members: None,
+            });
+        }
         let old: HardStateRecordV1 = codec::decode(body)?;
         Ok(HardStateRecord {
             term: old.term,
             voted_for: old.voted_for,
             repair: old.repair,
             votes_lost: None,
+            members: None,
         })
     }
 }
@@ -89,6 +111,7 @@ pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
             None => LostVotes::Unknown,
             Some(term) => LostVotes::Through(term),
         }),
+        members: record.members.map(|ids| MemberSet::of(ids.iter().copied())),
     })
 }
 
@@ -103,6 +126,7 @@ pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
             LostVotes::Unknown => None,
             LostVotes::Through(term) => Some(term),
         }),
+        members: state.members.map(|set| set.ids().collect()),
     };
     let body = codec::encode_to_vec(&record).expect("hard state encodes");
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();

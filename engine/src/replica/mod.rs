@@ -566,6 +566,16 @@ impl<H: Handler, T> Replica<H, T> {
         Ok(index)
     }
 
+    /// An operator's change of members, answered at once: in the log at an index (done once
+    /// committed), refused with the reason, or "not the leader".
+    pub fn change_members(&mut self, change: &MemberChange, out: &mut Vec<Io<T>>) -> ClientReply {
+        match self.propose_members(change, out) {
+            Ok(index) => ClientReply::MembersChanging { index },
+            Err(ChangeRefused::NotLeader(_)) => self.not_leader(),
+            Err(refused) => ClientReply::MembersRefused(refused.to_string()),
+        }
+    }
+
     /// A follower applies committed entries when its WAL has nothing in flight: its
     /// acknowledgement (on the leader's critical path) goes out first, the apply (not on it)
     /// after. A follower whose WAL is never idle (a slow disk under steady load) applies
@@ -626,6 +636,8 @@ impl<H: Handler, T> Replica<H, T> {
             storage_full: self.storage_full,
             mode: self.machine.mode(),
             stages,
+            members: self.core.members().ids().collect(),
+            members_pending: self.core.members_pending(),
         }
     }
 }

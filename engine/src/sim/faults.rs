@@ -341,12 +341,17 @@ impl<W: Workload> Sim<W> {
         } = restored;
         machine.set_mode(swarm.mode);
         let committed = machine.applied_index();
+        let first_members: Vec<NodeId> = match self.checker.committed_members() {
+            Some(members) => members.ids().collect(),
+            None => (1..=SIM_NODES).map(NodeId).collect(),
+        };
         let config = ReplicaConfig {
             core: CoreConfig {
                 id,
-                // The first members start from the cluster file's list; the others join.
+                // The first members start from the cluster file's list, which the operator keeps
+                // up to date with the committed members; the others join.
                 nodes: if id.0 <= SIM_NODES {
-                    (1..=SIM_NODES).map(NodeId).collect()
+                    first_members
                 } else {
                     Vec::new()
                 },
