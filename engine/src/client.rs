@@ -519,6 +519,18 @@ pub async fn set_node_mode(
     Err(unexpected(address, &reply))
 }
 
+/// Asks one node to change the cluster's members by one node; the node's answer as it gave
+/// it (a leader's `MembersChanging` or `MembersRefused`, another's `NotLeader`).
+pub async fn change_members(
+    config: &ClientConfig,
+    address: SocketAddr,
+    change: &net::message::MemberChange,
+    timeout: Duration,
+) -> Result<ClientReply, ClientError> {
+    let request = ClientRequest::ChangeMembers(change.clone());
+    ask(config, address, &request, timeout).await
+}
+
 /// Asks one node for its status.
 pub async fn node_status(
     config: &ClientConfig,

@@ -344,6 +344,22 @@ pub struct Member {
     pub client_address: String,
 }
 
+/// Why a leader refused a change of members.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum MembersRefusal {
+    /// An earlier change is not committed yet (ask again shortly).
+    #[error("an earlier change of members is not committed yet")]
+    Pending,
+    /// The leader has not committed an entry of its own term yet (ask again shortly).
+    #[error("the leader has not committed an entry of its term yet")]
+    NotSettled,
+    /// The change itself is wrong (a node already a member, or not one, the last member, too
+    /// many members, an empty address): the reason.
+    #[error("{0}")]
+    Invalid(String),
+}
+
 /// A change of one node of a cluster's members.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 #[bincode(crate = "crate::codec::bincode")]
@@ -471,9 +487,8 @@ pub enum ClientReply {
         /// Its entry.
         index: EntryIndex,
     },
-    /// The change of members was refused, and why (another not committed yet, the leader's
-    /// term not settled, a node already a member or not one).
-    MembersRefused(String),
+    /// The change of members was refused, and why.
+    MembersRefused(MembersRefusal),
     /// The connection broke the protocol and closes; nothing of what it sent after its last
     /// answered request was applied.
     Refused(Refusal),

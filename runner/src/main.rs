@@ -59,6 +59,8 @@ enum Command {
     Check(engine::cli::CheckArgs),
     /// Switches every node to Verify or Performance; each keeps it across restarts.
     Mode(engine::cli::ModeArgs),
+    /// Changes the members of a running cluster one node at a time: add, remove, replace.
+    Member(engine::cli::MemberArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
     Sim(engine::cli::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
@@ -101,6 +103,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Recover(args) => engine::cli::recover(args, Bank),
         Command::Check(args) => engine::cli::check(args),
         Command::Mode(args) => engine::cli::mode(args),
+        Command::Member(args) => engine::cli::member(args),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),

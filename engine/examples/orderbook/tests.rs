@@ -493,3 +493,238 @@ fn the_simulator_finds_no_violation() {
 
 /// Seeds [`the_simulator_finds_no_violation`] runs.
 const SIM_SEEDS: u64 = 20;
+
+/// Runs the binary's `client` for `requests` (one line each) against the cluster file
+/// `cluster`; every request's outcomes as printed, or `None` when the command failed.
+fn run_client(
+    binary: &std::path::Path,
+    cluster: &std::path::Path,
+    requests: &[Vec<BookCommand>],
+) -> Option<Vec<serde_json::Value>> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(binary)
+        .args(["client", "--cluster", cluster.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for request in requests {
+        writeln!(stdin, "{}", serde_json::to_string(request).unwrap()).unwrap();
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    if !output.status.success() {
+        return None;
+    }
+    let lines = String::from_utf8(output.stdout).unwrap();
+    let mut answers = Vec::new();
+    for line in lines.lines() {
+        let outcomes: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
+        answers.extend(outcomes);
+    }
+    Some(answers)
+}
+
+/// Load for a membership test: the `client` command over consecutive slices of `requests`
+/// until `stop` is set (or the requests run out); every outcome, in order, and whether every
+/// `client` run succeeded.
+fn load_until(
+    binary: std::path::PathBuf,
+    cluster: std::path::PathBuf,
+    requests: Vec<Vec<BookCommand>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(Vec<serde_json::Value>, usize, bool)> {
+    std::thread::spawn(move || {
+        let mut answers = Vec::new();
+        let mut sent = 0;
+        for slice in requests.chunks(50) {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            match run_client(&binary, &cluster, slice) {
+                Some(more) => answers.extend(more),
+                None => return (answers, sent, false),
+            }
+            sent += slice.len();
+        }
+        (answers, sent, true)
+    })
+}
+
+/// A cluster of three node processes of the example's binary in a fresh directory, started
+/// from a cluster file of three nodes (the first members), which is then rewritten to list
+/// `count` nodes, as an operator does before adding nodes (not started).
+fn cluster_of(count: usize) -> (tempfile::TempDir, engine::node::ClusterFile, Processes) {
+    let binary = example_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let addresses = engine::node::local::free_loopback_addresses(count).unwrap();
+    let nodes = addresses
+        .iter()
+        .map(|a| engine::node::NodeEntry {
+            id: a.id.0,
+            peer_address: a.peer_address,
+            client_address: a.client_address,
+            data_dir: dir.path().join(format!("node{}", a.id)),
+        })
+        .collect();
+    let file = engine::node::ClusterFile::new("the order book's nodes share this", nodes);
+    let mut first = file.clone();
+    first.nodes.truncate(3);
+    let cluster = dir.path().join("cluster.toml");
+    first.write(&cluster).unwrap();
+    let mut processes = Processes {
+        binary,
+        cluster,
+        dir: dir.path().to_path_buf(),
+        children: Default::default(),
+    };
+    for id in 1..=3 {
+        processes.start(id);
+    }
+    let (healthy, json) = processes.status(&["--wait", "60"]);
+    assert!(healthy, "{json}");
+    file.write(&processes.cluster).unwrap();
+    (dir, file, processes)
+}
+
+impl Processes {
+    /// Starts node `id` to join the running cluster (`node --join`).
+    fn join(&mut self, id: u8) {
+        let log = std::fs::File::create(self.dir.join(format!("node{id}.log"))).unwrap();
+        let child = std::process::Command::new(&self.binary)
+            .args(["node", "--cluster", self.cluster.to_str().unwrap()])
+            .args(["--id", &id.to_string(), "--join"])
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.insert(id, child);
+    }
+
+    /// Runs the binary's `member ARGS...`; the members it reports after the change.
+    fn member(&self, args: &[&str]) -> Vec<u64> {
+        let output = std::process::Command::new(&self.binary)
+            .arg("member")
+            .arg(args[0])
+            .args(["--cluster", self.cluster.to_str().unwrap()])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "member {args:?}: {output:?}");
+        let last = text.lines().last().unwrap_or_default();
+        let list = last.rsplit_once("members now ").expect("the members").1;
+        serde_json::from_str(list).unwrap()
+    }
+}
+
+/// Polls the nodes at `addresses` until all have applied the same committed entry with the
+/// same state hash.
+fn converged_on(config: &engine::client::ClientConfig, ids: &[u8]) -> bool {
+    let mut config = config.clone();
+    config.nodes = ids
+        .iter()
+        .map(|&id| config.nodes[usize::from(id - 1)])
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            let mut statuses = Vec::new();
+            for address in &config.nodes {
+                let timeout = Duration::from_millis(500);
+                if let Ok(s) = engine::client::node_status(&config, *address, timeout).await {
+                    statuses.push((s.applied_index, s.state_hash, s.commit_index));
+                }
+            }
+            let same = statuses
+                .windows(2)
+                .all(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1);
+            if statuses.len() == ids.len() && same && statuses[0].0 == statuses[0].2 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    })
+}
+
+/// Checks a membership test's load: every `client` run succeeded, at least one request went
+/// through, and every outcome equals the reference book's for the requests sent.
+fn load_was_right(
+    load: std::thread::JoinHandle<(Vec<serde_json::Value>, usize, bool)>,
+    requests: &[Vec<BookCommand>],
+) {
+    let (answers, sent, ok) = load.join().unwrap();
+    assert!(ok, "a client run failed during the membership changes");
+    assert!(sent > 0, "no load ran");
+    let expected: Vec<serde_json::Value> = expected(&requests[..sent])
+        .iter()
+        .map(engine::cli::outcome_json::<OrderBook>)
+        .collect();
+    assert_eq!(answers.len(), expected.len(), "an outcome is missing");
+    let first_wrong = answers.iter().zip(&expected).position(|(a, b)| a != b);
+    assert_eq!(first_wrong, None, "the cluster and the reference differ");
+}
+
+/// Proves a three-node cluster of processes grows to five and shrinks back to three under
+/// load, through `member add` and `member remove`: nodes 4 and 5 start with `--join`, each
+/// change is committed (and a new node caught up) before the next, and the load's every
+/// outcome equals the reference book's (nothing acknowledged lost, no client error); the
+/// three members left converge on one state hash.
+#[test]
+fn a_cluster_grows_to_five_and_shrinks_back_to_three_under_load() {
+    let (_dir, file, mut processes) = cluster_of(5);
+    let requests = requests(29, 400_000);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = load_until(
+        processes.binary.clone(),
+        processes.cluster.clone(),
+        requests.clone(),
+        stop.clone(),
+    );
+    processes.join(4);
+    processes.join(5);
+    assert_eq!(processes.member(&["add", "--id", "4"]), [1, 2, 3, 4]);
+    assert_eq!(processes.member(&["add", "--id", "5"]), [1, 2, 3, 4, 5]);
+    assert_eq!(processes.member(&["remove", "--id", "4"]), [1, 2, 3, 5]);
+    assert_eq!(processes.member(&["remove", "--id", "5"]), [1, 2, 3]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load_was_right(load, &requests);
+    let config = file.client_config().unwrap();
+    assert!(
+        converged_on(&config, &[1, 2, 3]),
+        "the members did not converge"
+    );
+}
+
+/// Proves a dead machine is replaced by a fresh one with a new id and a new address under
+/// load: node 2 is killed (SIGKILL) for good, node 4 starts empty with `--join`, and `member
+/// replace --old 2 --new 4` adds it, waits until it caught up and removes node 2; the load's
+/// every outcome equals the reference book's, and nodes 1, 3 and 4 converge.
+#[test]
+fn a_dead_machine_is_replaced_by_a_fresh_one_under_load() {
+    let (_dir, file, mut processes) = cluster_of(4);
+    let requests = requests(31, 400_000);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = load_until(
+        processes.binary.clone(),
+        processes.cluster.clone(),
+        requests.clone(),
+        stop.clone(),
+    );
+    processes.kill(2);
+    processes.join(4);
+    let members = processes.member(&["replace", "--old", "2", "--new", "4"]);
+    assert_eq!(members, [1, 3, 4]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load_was_right(load, &requests);
+    let config = file.client_config().unwrap();
+    assert!(
+        converged_on(&config, &[1, 3, 4]),
+        "the members did not converge"
+    );
+}

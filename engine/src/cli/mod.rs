@@ -31,6 +31,7 @@
 mod bench;
 mod check;
 mod client;
+mod member;
 mod mode;
 mod node;
 mod recover;
@@ -41,6 +42,7 @@ mod status;
 pub use bench::{BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, LatencyMs, bench};
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
+pub use member::{MemberAction, MemberArgs, MemberError, member};
 pub use mode::{ModeArgs, ModeChoice, mode};
 pub use node::{NodeArgs, SnapshotOptions, node};
 pub use recover::{RecoverArgs, recover};
@@ -84,6 +86,8 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Switches every node to Verify or Performance; each keeps it across restarts.
     Mode(ModeArgs),
+    /// Changes the members of a running cluster one node at a time: add, remove, replace.
+    Member(MemberArgs),
 }
 
 impl Command {
@@ -96,6 +100,7 @@ impl Command {
             Command::Client(args) => client::<H>(args),
             Command::Recover(args) => recover(args, make()),
             Command::Mode(args) => mode(args),
+            Command::Member(args) => member(args),
         }
     }
 }

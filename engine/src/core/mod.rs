@@ -339,12 +339,19 @@ impl Core {
     pub fn new(config: CoreConfig, recovered: Recovered) -> Self {
         assert!(config.heartbeat_ticks > 0 && config.heartbeat_ticks < config.election_ticks_min);
         let applied_index = recovered.applied.map_or(EntryIndex::ZERO, |a| a.index);
-        let settled = recovered.members.clone().unwrap_or_else(|| {
-            (
-                EntryIndex::ZERO,
-                Members::of_ids(config.nodes.iter().copied()),
-            )
-        });
+        // The first members: those its hard state kept, or (first start) the cluster file's,
+        // which the hard state keeps from its first write on: a file edited later to list the
+        // nodes that will join does not change them.
+        let mut recovered = recovered;
+        let first = recovered
+            .hard_state
+            .members
+            .unwrap_or_else(|| MemberSet::of(config.nodes.iter().copied()));
+        recovered.hard_state.members = Some(first);
+        let settled = recovered
+            .members
+            .clone()
+            .unwrap_or_else(|| (EntryIndex::ZERO, Members::of_ids(first.ids())));
         assert!(
             settled.0 <= applied_index,
             "the members recovered were applied"
@@ -889,8 +896,13 @@ impl Core {
         self.answer_vote(vote.candidate, false, granted, out);
     }
 
-    /// False for a term in which this replica may have cast a vote it lost.
+    /// False for a term in which this replica may have cast a vote it lost, and for a replica
+    /// that is no member in its own log (a node that joins votes once its log names it: so a
+    /// candidate whose members wrongly include it cannot win with its vote).
     fn may_vote_in(&self, term: Term) -> bool {
+        if !self.is_member() {
+            return false;
+        }
         match self.hard.votes_lost {
             None => true,
             Some(LostVotes::Unknown) => false,

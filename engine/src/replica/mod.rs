@@ -27,7 +27,9 @@ use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 use crate::members::MemberChange;
 use crate::snapshot::SnapshotMeta;
 use crate::state::InstallError;
-use net::message::{AppliedHash, ClientReply, Divergence, NodeStatus, PeerMessage, Role};
+use net::message::{
+    AppliedHash, ClientReply, Divergence, MembersRefusal, NodeStatus, PeerMessage, Role,
+};
 use snapshots::Snapshots;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -572,7 +574,13 @@ impl<H: Handler, T> Replica<H, T> {
         match self.propose_members(change, out) {
             Ok(index) => ClientReply::MembersChanging { index },
             Err(ChangeRefused::NotLeader(_)) => self.not_leader(),
-            Err(refused) => ClientReply::MembersRefused(refused.to_string()),
+            Err(ChangeRefused::Pending) => ClientReply::MembersRefused(MembersRefusal::Pending),
+            Err(ChangeRefused::NotSettled) => {
+                ClientReply::MembersRefused(MembersRefusal::NotSettled)
+            }
+            Err(ChangeRefused::Invalid(error)) => {
+                ClientReply::MembersRefused(MembersRefusal::Invalid(error.to_string()))
+            }
         }
     }
 

@@ -1,0 +1,275 @@
+//! `member`: changes a running cluster's members one node at a time, through the leader's log
+//! (`add`, `remove`, `replace`), and waits until the change is committed (and a new node has
+//! caught up). See `notes/decisions/membership.md` and the runbook in `notes/operations.md`.
+
+use super::runtime;
+use crate::client::{ClientConfig, change_members, node_status};
+use crate::ids::{EntryIndex, NodeId};
+use crate::members::{Member, MemberChange};
+use crate::node::{ClusterFile, NodeEntry};
+use clap::{Args, Subcommand};
+use net::message::{ClientReply, MembersRefusal, NodeStatus, Role};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How long one node has to answer, in milliseconds.
+pub const MEMBER_TIMEOUT_MS: u64 = 2_000;
+/// Time between two looks at the cluster while a change settles, in milliseconds.
+pub const MEMBER_POLL_MS: u64 = 100;
+/// How long a change may take by default (commit, and a new node's catching up), in seconds.
+pub const MEMBER_WAIT_S_DEFAULT: u64 = 120;
+
+/// Options of `member`.
+#[derive(Args, Debug)]
+pub struct MemberArgs {
+    /// What to change.
+    #[command(subcommand)]
+    pub action: MemberAction,
+}
+
+/// The changes `member` makes.
+#[derive(Subcommand, Debug)]
+pub enum MemberAction {
+    /// Adds node ID, listed in the cluster file and started with `node --join`: waits until
+    /// the change is committed and the node has caught up with the log.
+    Add(OneNode),
+    /// Removes node ID: waits until the change is committed (the node may then be stopped).
+    Remove(OneNode),
+    /// Replaces node OLD with node NEW (listed in the cluster file, started with `node
+    /// --join`): adds NEW, waits until it has caught up, then removes OLD. OLD may be dead.
+    Replace(Replace),
+}
+
+/// One node and the cluster.
+#[derive(Args, Debug)]
+pub struct OneNode {
+    /// The cluster file (it lists the node to add, with its addresses).
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// The node.
+    #[arg(long)]
+    pub id: u8,
+    /// Give up after SECS.
+    #[arg(long, value_name = "SECS", default_value_t = MEMBER_WAIT_S_DEFAULT)]
+    pub wait: u64,
+}
+
+/// `replace`'s options.
+#[derive(Args, Debug)]
+pub struct Replace {
+    /// The cluster file (it lists the new node, with its addresses).
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// The node leaving.
+    #[arg(long)]
+    pub old: u8,
+    /// The node joining.
+    #[arg(long)]
+    pub new: u8,
+    /// Give up after SECS (for the whole replacement).
+    #[arg(long, value_name = "SECS", default_value_t = MEMBER_WAIT_S_DEFAULT)]
+    pub wait: u64,
+}
+
+/// Why a change of members did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    /// The node to add is not in the cluster file (its addresses are needed).
+    #[error("node {0} is not in the cluster file: add its [[nodes]] table first")]
+    NotListed(u8),
+    /// The leader refused the change.
+    #[error("refused: {0}")]
+    Refused(MembersRefusal),
+    /// No leader answered, or the change did not settle, in time.
+    #[error("gave up after {seconds} s: {doing}")]
+    TimedOut {
+        /// The wait.
+        seconds: u64,
+        /// What it waited for.
+        doing: String,
+    },
+}
+
+/// Runs `member`.
+pub fn member(args: MemberArgs) -> anyhow::Result<()> {
+    match args.action {
+        MemberAction::Add(one) => {
+            let file = ClusterFile::read(&one.cluster)?;
+            let deadline = Instant::now() + Duration::from_secs(one.wait);
+            let change = MemberChange::Add(listed(&file, one.id)?);
+            runtime()?.block_on(apply(&file, change, deadline, one.wait))
+        }
+        MemberAction::Remove(one) => {
+            let file = ClusterFile::read(&one.cluster)?;
+            let deadline = Instant::now() + Duration::from_secs(one.wait);
+            let change = MemberChange::Remove(NodeId(one.id));
+            runtime()?.block_on(apply(&file, change, deadline, one.wait))
+        }
+        MemberAction::Replace(replace) => {
+            let file = ClusterFile::read(&replace.cluster)?;
+            let deadline = Instant::now() + Duration::from_secs(replace.wait);
+            let add = MemberChange::Add(listed(&file, replace.new)?);
+            let remove = MemberChange::Remove(NodeId(replace.old));
+            runtime()?.block_on(async {
+                apply(&file, add, deadline, replace.wait).await?;
+                apply(&file, remove, deadline, replace.wait).await
+            })
+        }
+    }
+}
+
+/// Node `id` as the cluster file lists it.
+fn listed(file: &ClusterFile, id: u8) -> Result<Member, MemberError> {
+    let entry: &NodeEntry = file
+        .nodes
+        .iter()
+        .find(|n| n.id == id)
+        .ok_or(MemberError::NotListed(id))?;
+    Ok(Member {
+        id: NodeId(id),
+        peer_address: entry.peer_address.to_string(),
+        client_address: entry.client_address.to_string(),
+    })
+}
+
+/// Proposes `change` to the leader (asking again while it refuses for now), then waits until
+/// it is committed, and for an added node until it has applied the change's entry.
+async fn apply(
+    file: &ClusterFile,
+    change: MemberChange,
+    deadline: Instant,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let client = file.client_config()?;
+    let addresses: Vec<SocketAddr> = file.nodes.iter().map(|n| n.client_address).collect();
+    let timed_out = |doing: &str| MemberError::TimedOut {
+        seconds,
+        doing: doing.to_string(),
+    };
+    let (leader, index) = propose(&client, &addresses, &change, deadline)
+        .await?
+        .ok_or_else(|| timed_out("no leader took the change"))?;
+    eprintln!(
+        "{}: in the log at entry {index}, through {leader}",
+        describe(&change)
+    );
+    let joining = match &change {
+        MemberChange::Add(member) => file
+            .nodes
+            .iter()
+            .find(|n| n.id == member.id.0)
+            .map(|n| n.client_address),
+        MemberChange::Remove(_) => None,
+    };
+    let members = settled(&client, &addresses, index, joining, deadline)
+        .await
+        .ok_or_else(|| timed_out("the change to be committed and the new node to catch up"))?;
+    let ids: Vec<u8> = members.iter().map(|n| n.0).collect();
+    println!(
+        "{}: committed at entry {index}; members now {ids:?}",
+        describe(&change)
+    );
+    Ok(())
+}
+
+fn describe(change: &MemberChange) -> String {
+    match change {
+        MemberChange::Add(member) => format!("add node {}", member.id),
+        MemberChange::Remove(id) => format!("remove node {id}"),
+    }
+}
+
+/// Asks every node in turn until the leader takes `change`: its address and the entry.
+/// `None` when none did by `deadline`; an error when the leader refused it for good.
+async fn propose(
+    client: &ClientConfig,
+    addresses: &[SocketAddr],
+    change: &MemberChange,
+    deadline: Instant,
+) -> anyhow::Result<Option<(SocketAddr, EntryIndex)>> {
+    let timeout = Duration::from_millis(MEMBER_TIMEOUT_MS);
+    while Instant::now() < deadline {
+        for &address in addresses {
+            match change_members(client, address, change, timeout).await {
+                Ok(ClientReply::MembersChanging { index }) => return Ok(Some((address, index))),
+                Ok(ClientReply::MembersRefused(MembersRefusal::Invalid(reason))) => {
+                    // An earlier attempt whose answer was lost may have made the change: then
+                    // it is in the leader's members, and only its commit is left to wait for.
+                    let status = node_status(client, address, timeout).await?;
+                    if reflected(change, &status.members) {
+                        return Ok(Some((address, status.last_index)));
+                    }
+                    return Err(MemberError::Refused(MembersRefusal::Invalid(reason)).into());
+                }
+                // Not the leader, a leader not ready yet, a node down: the next one, or again.
+                Ok(_) | Err(_) => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(MEMBER_POLL_MS)).await;
+    }
+    Ok(None)
+}
+
+/// True when `members` are what `change` makes them (as to its node).
+fn reflected(change: &MemberChange, members: &[NodeId]) -> bool {
+    match change {
+        MemberChange::Add(member) => members.contains(&member.id),
+        MemberChange::Remove(id) => !members.contains(id),
+    }
+}
+
+/// Waits until a leader's members have no change pending after `index` committed, and (for an
+/// added node at `joining`) until that node has applied `index`: the members then.
+async fn settled(
+    client: &ClientConfig,
+    addresses: &[SocketAddr],
+    index: EntryIndex,
+    joining: Option<SocketAddr>,
+    deadline: Instant,
+) -> Option<Vec<NodeId>> {
+    let timeout = Duration::from_millis(MEMBER_TIMEOUT_MS);
+    let mut last_progress = Instant::now();
+    while Instant::now() < deadline {
+        let leader = leader_status(client, addresses, timeout).await;
+        let committed = leader
+            .as_ref()
+            .filter(|s| s.commit_index >= index && !s.members_pending);
+        if let Some(leader) = committed {
+            let caught_up = match joining {
+                None => true,
+                Some(address) => node_status(client, address, timeout)
+                    .await
+                    .is_ok_and(|s| s.applied_index >= index),
+            };
+            if caught_up {
+                return Some(leader.members.clone());
+            }
+        }
+        if last_progress.elapsed() >= Duration::from_secs(1) {
+            last_progress = Instant::now();
+            let commit = leader.map_or(EntryIndex::ZERO, |s| s.commit_index);
+            eprintln!("  waiting: leader's commit {commit}, change at {index}");
+        }
+        tokio::time::sleep(Duration::from_millis(MEMBER_POLL_MS)).await;
+    }
+    None
+}
+
+/// The status of the node that leads in the highest term, if one answers.
+async fn leader_status(
+    client: &ClientConfig,
+    addresses: &[SocketAddr],
+    timeout: Duration,
+) -> Option<NodeStatus> {
+    let mut best: Option<NodeStatus> = None;
+    for &address in addresses {
+        let Ok(status) = node_status(client, address, timeout).await else {
+            continue;
+        };
+        if status.role == Role::Leader && best.as_ref().is_none_or(|b| status.term > b.term) {
+            best = Some(status);
+        }
+    }
+    best
+}
