@@ -209,6 +209,8 @@ fn node_json(id: NodeId, s: &NodeStatus) -> Value {
         "halted": s.halted,
         "storage_full": s.storage_full,
         "mode": mode_name(s.mode),
+        "members": s.members.iter().map(|m| m.0).collect::<Vec<_>>(),
+        "members_pending": s.members_pending,
     })
 }
 
@@ -282,6 +284,8 @@ mod tests {
             storage_full: false,
             mode: Default::default(),
             stages: Default::default(),
+            members: vec![NodeId(1), NodeId(2), NodeId(3)],
+            members_pending: false,
         }
     }
 

@@ -9,6 +9,11 @@ const N1: NodeId = NodeId(1);
 const N2: NodeId = NodeId(2);
 const N3: NodeId = NodeId(3);
 
+/// What every replica of these tests keeps as its first members: the three of [`config`].
+fn first_members() -> Option<super::MemberSet> {
+    Some(super::MemberSet::of([N1, N2, N3]))
+}
+
 fn config(id: NodeId) -> CoreConfig {
     CoreConfig {
         id,
@@ -88,6 +93,7 @@ fn election_timeout_starts_a_campaign() {
                 voted_for: Some(N1),
                 repair: None,
                 votes_lost: None,
+                members: first_members(),
             }),
             Action::RoleChanged {
                 role: Role::Candidate,
@@ -129,12 +135,14 @@ fn a_vote_is_persisted_before_it_is_sent() {
                 voted_for: None,
                 repair: None,
                 votes_lost: None,
+                members: first_members(),
             }),
             Action::PersistHardState(HardState {
                 term: Term(1),
                 voted_for: Some(N1),
                 repair: None,
                 votes_lost: None,
+                members: first_members(),
             }),
             Action::Send {
                 to: N1,
@@ -516,6 +524,7 @@ fn follower_acknowledges_after_its_fsync() {
                 voted_for: None,
                 repair: None,
                 votes_lost: None,
+                members: first_members(),
             }),
             Action::RoleChanged {
                 role: Role::Follower,
@@ -713,6 +722,7 @@ fn repairing_known_committed(id: NodeId, committed: EntryIndex) -> Core {
                 committed,
             }),
             votes_lost: None,
+            members: first_members(),
         },
         ..Recovered::default()
     };
@@ -790,6 +800,7 @@ fn an_unknown_repair_term_votes_once_the_others_log_ends_are_heard() {
                 committed: EntryIndex(0),
             }),
             votes_lost: None,
+            members: first_members(),
         },
         ..Recovered::default()
     };
@@ -931,6 +942,7 @@ fn a_repair_ends_once_the_log_is_durable_through_it() {
             voted_for: None,
             repair: None,
             votes_lost: None,
+            members: first_members(),
         })),
         "{actions:?}"
     );
@@ -1410,6 +1422,7 @@ fn a_follower_whose_entries_are_read_back_still_hears_heartbeats() {
             voted_for: None,
             repair: None,
             votes_lost: None,
+            members: first_members(),
         },
         base: LogBase::default(),
         terms: vec![Term(1); 3],
@@ -1505,6 +1518,7 @@ fn lost_votes(id: NodeId, pre_vote: bool) -> Core {
                 committed: EntryIndex(0),
             }),
             votes_lost: Some(LostVotes::Unknown),
+            members: first_members(),
         },
         ..Recovered::default()
     };
@@ -1606,4 +1620,57 @@ fn a_repairing_replica_never_votes_for_a_log_without_what_it_knows_committed() {
         "N1's log ends after N3's, but before entry 4"
     );
     assert!(granted(&step(&mut n2, vote_from(N1, 4, 4))));
+}
+
+/// Proves the leader's rules for changing members: only the leader takes one, one at a time, and a leader that removes itself leads until the change commits,
+/// then steps down and never campaigns again, while the two members left elect one of them
+/// and commit without it.
+#[test]
+fn members_change_one_at_a_time_and_a_removed_leader_steps_down() {
+    use crate::members::{MemberChange, Members};
+    let mut cluster = Cluster::new();
+    let leader = cluster.elect();
+    let mut out = Vec::new();
+    let follower = if leader == N1 { N2 } else { N1 };
+    let other = &mut cluster.cores[Cluster::at(follower)];
+    assert!(matches!(
+        other.propose_members(&MemberChange::Remove(leader), &mut out),
+        Err(super::ChangeRefused::NotLeader(_))
+    ));
+    let core = &mut cluster.cores[Cluster::at(leader)];
+    let index = core
+        .propose_members(&MemberChange::Remove(leader), &mut out)
+        .expect("settled");
+    assert_eq!(
+        core.propose_members(&MemberChange::Remove(leader), &mut out),
+        Err(super::ChangeRefused::Pending)
+    );
+    assert!(
+        !core.is_member() && core.role() == Role::Leader,
+        "leads until committed"
+    );
+    cluster.carry_out(leader, out);
+    cluster.deliver_all();
+    cluster.tick();
+    let removed = &cluster.cores[Cluster::at(leader)];
+    assert!(removed.commit_index() >= index);
+    assert_eq!(
+        removed.role(),
+        Role::Follower,
+        "stepped down once committed"
+    );
+    let left: Vec<NodeId> = [N1, N2, N3].into_iter().filter(|&n| n != leader).collect();
+    assert_eq!(removed.members(), &Members::of_ids(left.iter().copied()));
+    let next = cluster.elect();
+    assert!(left.contains(&next), "one of the members left leads");
+    let proposed = cluster.propose(next, b"after the change");
+    for _ in 0..100 {
+        cluster.tick();
+    }
+    assert!(cluster.cores[Cluster::at(next)].commit_index() >= proposed);
+    assert_eq!(
+        cluster.cores[Cluster::at(leader)].role(),
+        Role::Follower,
+        "the removed node never campaigns"
+    );
 }

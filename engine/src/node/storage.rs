@@ -164,6 +164,7 @@ mod tests {
                 committed: EntryIndex(38),
             }),
             votes_lost: None,
+            members: Some(MemberSet::of([NodeId(1), NodeId(4)])),
         };
         write_hard_state(dir.path(), state).unwrap();
         write_hard_state(dir.path(), state).unwrap();
@@ -189,6 +190,7 @@ mod tests {
                 voted_for: None,
                 repair: None,
                 votes_lost,
+                members: None,
             };
             write_hard_state(dir.path(), state).unwrap();
             assert_eq!(read_hard_state(dir.path()).unwrap(), state);
@@ -206,5 +208,19 @@ mod tests {
         assert_eq!((read.term, read.voted_for), (Term(4), Some(NodeId(1))));
         assert_eq!(read.repair.map(|r| r.index), Some(EntryIndex(8)));
         assert_eq!(read.votes_lost, None);
+        // The layout before the members were kept.
+        let v2 = HardStateRecordV2 {
+            term: Term(5),
+            voted_for: None,
+            repair: None,
+            votes_lost: Some(Some(Term(4))),
+        };
+        let body = codec::encode_to_vec(&v2).unwrap();
+        let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&body);
+        fs::write(dir.path().join(HARD_STATE_FILE), bytes).unwrap();
+        let read = read_hard_state(dir.path()).unwrap();
+        assert_eq!(read.votes_lost, Some(LostVotes::Through(Term(4))));
+        assert_eq!(read.members, None);
     }
 }
