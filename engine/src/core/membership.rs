@@ -112,7 +112,7 @@ impl Configs {
             .iter()
             .take_while(|(i, _)| *i <= commit)
             .count();
-        if let Some(newest) = self.pending.drain(..settled).last() {
+        if let Some(newest) = self.pending.drain(..settled).next_back() {
             self.settled = newest;
         }
     }
