@@ -327,6 +327,38 @@ pub enum ClientRequest {
     /// Where a client's session stands (a client restarted with its id asks before its first
     /// request): answered by the leader once it has applied everything committed before.
     Resume(ClientId),
+    /// A piece of the node's newest durable snapshot, for a backup (added after the
+    /// protocol's third version; every earlier message keeps its bytes).
+    Backup(BackupRequest),
+}
+
+/// Which piece of a snapshot file a backup asks for: the first piece of the newest durable
+/// snapshot (`index` `None`, `offset` 0), then the next pieces of the same one, one at a time.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct BackupRequest {
+    /// The snapshot (the entry it covers), or `None` for the newest durable one.
+    pub index: Option<EntryIndex>,
+    /// Where in its file the piece starts.
+    pub offset: u64,
+}
+
+/// A piece of a durable snapshot file, the answer to a [`BackupRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct BackupChunk {
+    /// The node that answered.
+    pub node: NodeId,
+    /// The last entry the snapshot covers.
+    pub index: EntryIndex,
+    /// The execution mode the node runs (it comes along with the state).
+    pub mode: Mode,
+    /// Where in the file this piece starts.
+    pub offset: u64,
+    /// The file's size.
+    pub total: u64,
+    /// The bytes.
+    pub data: Vec<u8>,
 }
 
 /// One client request: 1 to 1,024 commands, encoded back to back; or, as request number 0 with
@@ -443,6 +475,14 @@ pub enum ClientReply {
     /// The connection broke the protocol and closes; nothing of what it sent after its last
     /// answered request was applied.
     Refused(Refusal),
+    /// A piece of a durable snapshot, for a backup.
+    BackupChunk(BackupChunk),
+    /// The node has no such snapshot (none durable yet, or the one asked for was replaced):
+    /// a backup starts again from the newest.
+    NoBackup {
+        /// Why, as the node says.
+        reason: String,
+    },
 }
 
 /// Two replicas whose state hashes differ after the same entry.

@@ -17,6 +17,8 @@
 //! - `runner recover --data-dir DIR` (or `--cluster FILE --id N`): what a start of a stopped
 //!   node's data directory would do (snapshot, log replay, what it would refuse), timed,
 //!   writing nothing.
+//! - `runner backup --cluster FILE --out BACKUP`: a running cluster's newest durable snapshot
+//!   to a backup file; `runner restore --from BACKUP --cluster NEW` seeds a new cluster.
 //! - `runner check --cluster FILE`: what each node would run with, or every error in the file.
 
 mod harness;
@@ -59,6 +61,10 @@ enum Command {
     Check(engine::cli::CheckArgs),
     /// Switches every node to Verify or Performance; each keeps it across restarts.
     Mode(engine::cli::ModeArgs),
+    /// Writes a running cluster's newest durable snapshot to a backup file.
+    Backup(engine::cli::BackupArgs),
+    /// Seeds the data directories of a new cluster from a backup file.
+    Restore(engine::cli::RestoreArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
     Sim(engine::cli::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
@@ -101,6 +107,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Recover(args) => engine::cli::recover(args, Bank),
         Command::Check(args) => engine::cli::check(args),
         Command::Mode(args) => engine::cli::mode(args),
+        Command::Backup(args) => engine::cli::backup(args),
+        Command::Restore(args) => engine::cli::restore(args, Bank),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),

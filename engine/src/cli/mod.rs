@@ -28,6 +28,7 @@
 //! A binary with commands of its own (as `runner` has, for the Bank) puts [`Command`] in its
 //! own clap command line with `#[command(flatten)]` and calls [`Command::run`].
 
+mod backup;
 mod bench;
 mod check;
 mod client;
@@ -38,6 +39,10 @@ mod recover;
 mod sim;
 mod status;
 
+pub use backup::{
+    BACKUP_PIECE_TIMEOUT_MS, BACKUP_RESTARTS_MAX, BackupArgs, BackupFailed, RestoreArgs, backup,
+    restore,
+};
 pub use bench::{BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, LatencyMs, bench};
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
@@ -84,6 +89,11 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Switches every node to Verify or Performance; each keeps it across restarts.
     Mode(ModeArgs),
+    /// Writes a running cluster's newest durable snapshot (state at a committed index, with
+    /// its state hash and digest) to a backup file.
+    Backup(BackupArgs),
+    /// Seeds the data directories of a new cluster from a backup file.
+    Restore(RestoreArgs),
 }
 
 impl Command {
@@ -96,6 +106,8 @@ impl Command {
             Command::Client(args) => client::<H>(args),
             Command::Recover(args) => recover(args, make()),
             Command::Mode(args) => mode(args),
+            Command::Backup(args) => backup(args),
+            Command::Restore(args) => restore(args, make()),
         }
     }
 }

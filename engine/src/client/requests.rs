@@ -390,7 +390,9 @@ pub fn answer_to<A>(
         | ClientReply::NotYet { .. }
         | ClientReply::Session { .. }
         | ClientReply::Status(_)
-        | ClientReply::ModeSet(_) => None,
+        | ClientReply::ModeSet(_)
+        | ClientReply::BackupChunk(_)
+        | ClientReply::NoBackup { .. } => None,
     }
 }
 

@@ -508,6 +508,12 @@ impl<H: Handler> Driver<H> {
             }
             ClientRequest::Submit(submit) => self.replica.admit(submit, reply, out),
             ClientRequest::Resume(client) => self.replica.resume(client, reply, out),
+            ClientRequest::Backup(request) => {
+                // Read off the event loop; the connection gets one piece per request.
+                let who = (self.config.id, self.replica.machine().mode());
+                let serve = super::backup::serve(self.snapshot_dir(), who, request, reply);
+                tokio::spawn(serve);
+            }
         }
     }
 }

@@ -273,7 +273,9 @@ impl std::fmt::Display for Heard {
                 | ClientReply::NotYet { .. }
                 | ClientReply::Session { .. }
                 | ClientReply::Status(_)
-                | ClientReply::ModeSet(_)) => write!(f, "{other:?}"),
+                | ClientReply::ModeSet(_)
+                | ClientReply::BackupChunk(_)
+                | ClientReply::NoBackup { .. }) => write!(f, "{other:?}"),
             },
             Heard::Closed => f.write_str("closed"),
             Heard::Silence => f.write_str("no answer"),
@@ -827,7 +829,9 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
             | ClientReply::NotYet { .. }
             | ClientReply::Session { .. }
             | ClientReply::Status(_)
-            | ClientReply::ModeSet(_) => None,
+            | ClientReply::ModeSet(_)
+            | ClientReply::BackupChunk(_)
+            | ClientReply::NoBackup { .. } => None,
         }
     } else {
         match net::codec::decode::<Admission>(&frame).ok()? {
