@@ -420,3 +420,149 @@ fn read_piece(
         data,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::EntryHash;
+    use crate::snapshot::{SnapshotMeta, encode_head, encode_sessions};
+    use crate::state::StreamHasher;
+
+    /// A sound snapshot file of no tables covering entry `index`.
+    fn snapshot_bytes(index: u64) -> Vec<u8> {
+        let meta = SnapshotMeta {
+            index: EntryIndex(index),
+            term: Term(3),
+            entry_hash: EntryHash::default(),
+            state_hash: StateHash([9; 32]),
+            hasher: StreamHasher::default().save(),
+        };
+        let mut out = Vec::new();
+        encode_head(&meta, 0, &mut out);
+        encode_sessions(&[], &mut out);
+        let digest = blake3::hash(&out);
+        out.extend_from_slice(digest.as_bytes());
+        out
+    }
+
+    fn backup() -> Backup {
+        Backup::new(7, NodeId(2), Mode::Performance, snapshot_bytes(128)).unwrap()
+    }
+
+    /// Proves a backup file written durably reads back with the same header and snapshot
+    /// bytes, and that the header names the snapshot's index, term and state hash.
+    #[test]
+    fn a_backup_file_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.backup");
+        let written = backup();
+        write_file(&path, &written.encode(), false).unwrap();
+        let read = Backup::read(&path).unwrap();
+        assert_eq!(read.header, written.header);
+        assert_eq!(read.snapshot, snapshot_bytes(128));
+        let header = &read.header;
+        assert_eq!((header.index, header.term), (EntryIndex(128), Term(3)));
+        assert_eq!((header.cluster_id, header.node), (7, NodeId(2)));
+        assert_eq!(header.state_hash, StateHash([9; 32]));
+        assert_eq!(header.mode, Mode::Performance);
+        assert!(!dir.path().join("b.backup.tmp").exists());
+    }
+
+    /// Proves a damaged byte anywhere, a cut-short file, another magic and another version are
+    /// each refused with their own error.
+    #[test]
+    fn a_damaged_backup_file_is_refused() {
+        let path = Path::new("x.backup");
+        let bytes = backup().encode();
+        for at in [0, 9, 20, bytes.len() / 2, bytes.len() - 1] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x40;
+            let error = Backup::decode(path, &damaged).unwrap_err();
+            let expected = if at == 0 {
+                matches!(error, BackupError::Magic(_))
+            } else {
+                matches!(error, BackupError::Digest(_))
+            };
+            assert!(expected, "byte {at}: {error}");
+        }
+        let cut = Backup::decode(path, &bytes[..bytes.len() - 10]).unwrap_err();
+        assert!(matches!(cut, BackupError::Digest(_)), "{cut}");
+        let mut other = backup();
+        other.header.version = BACKUP_FORMAT_VERSION + 1;
+        let error = Backup::decode(path, &other.encode()).unwrap_err();
+        assert!(
+            matches!(error, BackupError::Version { found, .. } if found == 2),
+            "{error}"
+        );
+        let mut lying = backup();
+        lying.header.index = EntryIndex(64);
+        let error = Backup::decode(path, &lying.encode()).unwrap_err();
+        assert!(matches!(error, BackupError::Snapshot { .. }), "{error}");
+    }
+
+    /// Proves an existing output is refused without `force` (and left as it was), and
+    /// replaced with it.
+    #[test]
+    fn an_existing_output_is_refused_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.backup");
+        fs::write(&path, b"precious").unwrap();
+        let error = write_file(&path, &backup().encode(), false).unwrap_err();
+        assert!(matches!(error, BackupError::Exists(_)), "{error}");
+        assert_eq!(fs::read(&path).unwrap(), b"precious");
+        write_file(&path, &backup().encode(), true).unwrap();
+        assert_eq!(Backup::read(&path).unwrap().header, backup().header);
+    }
+
+    /// Proves a restore into directories of which one holds data is refused naming it, and
+    /// writes nothing to any; into absent and empty ones it seeds each with the snapshot, an
+    /// empty log, the hard state of the snapshot's term, the new cluster's identity and the
+    /// mode.
+    #[test]
+    fn a_data_dir_that_holds_data_is_refused_and_new_ones_are_seeded() {
+        let root = tempfile::tempdir().unwrap();
+        let seeds: Vec<Seed> = (1..=3)
+            .map(|node| Seed {
+                node,
+                dir: root.path().join(format!("node{node}")),
+            })
+            .collect();
+        fs::create_dir(&seeds[1].dir).unwrap();
+        fs::create_dir(&seeds[2].dir).unwrap();
+        fs::write(seeds[2].dir.join("hard_state"), b"old").unwrap();
+        let schema = Schema::new();
+        let error = seed_data_dirs(&backup(), 11, &schema, &seeds).unwrap_err();
+        assert!(
+            matches!(&error, BackupError::NotEmpty { node: 3, dir } if *dir == seeds[2].dir),
+            "{error}"
+        );
+        assert!(error.to_string().contains("node3"), "{error}");
+        assert!(!seeds[0].dir.exists(), "nothing written to node 1");
+        assert_eq!(fs::read_dir(&seeds[1].dir).unwrap().count(), 0);
+        assert_eq!(fs::read(seeds[2].dir.join("hard_state")).unwrap(), b"old");
+
+        fs::remove_dir_all(&seeds[2].dir).unwrap();
+        seed_data_dirs(&backup(), 11, &schema, &seeds).unwrap();
+        for seed in &seeds {
+            let snapshot = snapshot_path(&seed.dir.join(SNAPSHOT_DIR), EntryIndex(128));
+            assert_eq!(fs::read(snapshot).unwrap(), snapshot_bytes(128));
+            assert_eq!(fs::read_dir(seed.dir.join(WAL_DIR)).unwrap().count(), 0);
+            let hard_state = storage::read_hard_state(&seed.dir).unwrap();
+            assert_eq!((hard_state.term, hard_state.voted_for), (Term(3), None));
+            let identity = data_dir::read_identity(&seed.dir).unwrap().unwrap();
+            assert_eq!(
+                (identity.cluster_id, identity.node),
+                (11, NodeId(seed.node))
+            );
+            assert_eq!(
+                data_dir::read_mode(&seed.dir).unwrap(),
+                Some(Mode::Performance)
+            );
+        }
+        let again = seed_data_dirs(&backup(), 11, &schema, &seeds).unwrap_err();
+        assert!(
+            matches!(again, BackupError::NotEmpty { node: 1, .. }),
+            "{again}"
+        );
+    }
+}
