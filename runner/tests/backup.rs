@@ -1,0 +1,230 @@
+//! Backup and restore with real processes: three `runner node` processes under a load of
+//! transfers and deposits; `runner backup` taken while the load runs; `runner restore` seeds a
+//! second cluster (another cluster id, fresh directories), which starts from the backup's
+//! snapshot with the state hash the backup recorded, audits to a total the source had at that
+//! index, and runs new commands on top. Every wait is on an event (a process exit, a status).
+
+mod common;
+
+use bank::workload::account_id;
+use bank::{Bank, BankCommand, BankOutput};
+use common::{
+    ACCOUNTS, Model, Nodes, OPENING_BALANCE, converged, random_transfer, runtime, wait_for,
+};
+use engine::Outcome;
+use engine::client::Client;
+use engine::internals::snapshot::{list_snapshots, read_snapshot};
+use engine::node::ClusterFile;
+use engine::rng::Rng;
+use std::cell::Cell;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// Snapshots every 4 entries, each kept at least 20 ms: the newest durable snapshot changes
+/// many times a second under the load, so the backup races real replacement.
+fn snapshots_often(file: &mut ClusterFile) {
+    file.snapshot_every = 4;
+    file.snapshot_retain_ms = 20;
+}
+
+fn runner(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+    command.args(args);
+    command
+}
+
+/// Runs `runner backup` in the background while requests of 15 transfers and one deposit of 1
+/// run; returns its output and the number of deposit-carrying requests acknowledged.
+async fn backup_under_load(client: &mut Client, cluster: &Path, out: &Path) -> (Output, u64) {
+    let deposits = Cell::new(0u64);
+    let mut rng = Rng::new(5);
+    // A few hundred requests first: the nodes have durable snapshots by then.
+    for _ in 0..200 {
+        one_request(client, &mut rng, &deposits).await;
+    }
+    let mut child = runner(&["backup", "--json", "--cluster"])
+        .arg(cluster)
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < common::WAIT, "backup did not finish");
+        one_request(client, &mut rng, &deposits).await;
+    }
+    let during = deposits.get();
+    for _ in 0..50 {
+        one_request(client, &mut rng, &deposits).await;
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(during > 200, "the load ran while the backup did");
+    (output, deposits.get())
+}
+
+async fn one_request(client: &mut Client, rng: &mut Rng, deposits: &Cell<u64>) {
+    let mut batch: Vec<BankCommand> = (0..15).map(|_| random_transfer(rng)).collect();
+    batch.push(BankCommand::Deposit {
+        id: account_id(rng.below(ACCOUNTS)),
+        amount: 1,
+    });
+    let outcomes = client.submit::<Bank>(&batch).await.unwrap();
+    assert!(matches!(outcomes.last(), Some(Outcome::Done(_))));
+    deposits.set(deposits.get() + 1);
+}
+
+async fn audit(client: &mut Client) -> (u64, u128) {
+    let outcomes = client.submit::<Bank>(&[BankCommand::Audit]).await.unwrap();
+    match &outcomes[..] {
+        [Outcome::Done(BankOutput::Audit { accounts, total })] => (*accounts, *total),
+        other => panic!("an audit: {other:?}"),
+    }
+}
+
+fn json_of(output: &Output) -> serde_json::Value {
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {output:?}"))
+}
+
+/// Proves a backup taken from a cluster under load restores into a new cluster that starts
+/// from exactly that state (state hash at the backup's index, audit total a total the source
+/// had) and goes on; that `backup` refuses an existing `--out`, and `restore` a cluster whose
+/// data directories hold data.
+#[test]
+fn a_backup_under_load_restores_into_a_new_cluster() {
+    let root = tempfile::tempdir().unwrap();
+    let source_dir = root.path().join("source");
+    std::fs::create_dir(&source_dir).unwrap();
+    let (mut source, config) = common::start_cluster(&source_dir, snapshots_often);
+    let out = root.path().join("cluster.backup");
+    let rt = runtime();
+    let (output, acknowledged) = rt.block_on(async {
+        let mut client = Client::register(config.clone()).await.unwrap();
+        Model::open(&mut client).await;
+        backup_under_load(&mut client, &source.cluster_file, &out).await
+    });
+    let backup = json_of(&output);
+    eprintln!("backup: {backup}, {acknowledged} deposit requests acknowledged");
+    let index = backup["index"].as_u64().unwrap();
+    let hash = backup["state_hash"].as_str().unwrap().to_string();
+    assert_eq!(backup["cluster_id"], common::CLUSTER_ID);
+    assert!(
+        index > 0 && backup["bytes"].as_u64().unwrap() > 0,
+        "{backup}"
+    );
+    let source_final = rt.block_on(converged(&config));
+    assert!(
+        source_final[0].applied_index.0 > index,
+        "the load went on past the backup"
+    );
+    // Any source node's own durable snapshot of that entry has the same state hash.
+    for id in 1..=3 {
+        let snapshots = list_snapshots(&source.data_dir(id).join("snapshots")).unwrap();
+        for (at, path) in snapshots.into_iter().filter(|(at, _)| at.0 == index) {
+            if let Ok(snapshot) = read_snapshot(&path) {
+                assert_eq!(
+                    snapshot.meta.state_hash.to_string(),
+                    hash,
+                    "node {id} at {at}"
+                );
+            }
+        }
+    }
+    let again = runner(&["backup", "--cluster"])
+        .arg(&source.cluster_file)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!again.status.success(), "an existing --out is refused");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    let restore_into_source = runner(&["restore", "--from"])
+        .arg(&out)
+        .arg("--cluster")
+        .arg(&source.cluster_file)
+        .output()
+        .unwrap();
+    assert!(!restore_into_source.status.success());
+    assert!(String::from_utf8_lossy(&restore_into_source.stderr).contains("already holds data"));
+    source.children.values_mut().for_each(|c| {
+        let _ = c.kill();
+    });
+
+    let new_dir = root.path().join("restored");
+    std::fs::create_dir(&new_dir).unwrap();
+    let (new_cluster, mut new_config) = common::write_cluster_file(&new_dir, |file| {
+        snapshots_often(file);
+        file.cluster_id = 77;
+    });
+    new_config.cluster_id = 77;
+    let restored = runner(&["restore", "--json", "--from"])
+        .arg(&out)
+        .arg("--cluster")
+        .arg(&new_cluster)
+        .output()
+        .unwrap();
+    let restored = json_of(&restored);
+    assert_eq!(
+        (
+            restored["index"].as_u64(),
+            restored["restored_cluster_id"].as_u64()
+        ),
+        (Some(index), Some(77))
+    );
+    for id in 1..=3 {
+        let recover = runner(&["recover", "--json", "--cluster"])
+            .arg(&new_cluster)
+            .args(["--id", &id.to_string()])
+            .output()
+            .unwrap();
+        let recover = json_of(&recover);
+        assert_eq!(recover["applied_index"].as_u64(), Some(index), "{recover}");
+        assert_eq!(
+            recover["state_hash"].as_str(),
+            Some(hash.as_str()),
+            "{recover}"
+        );
+    }
+    let mut nodes = Nodes::new(&new_dir, new_cluster);
+    for id in 1..=3 {
+        nodes.start(id);
+    }
+    rt.block_on(async {
+        let all = converged(&new_config).await;
+        assert!(all.iter().all(|s| s.applied_index.0 >= index), "{all:?}");
+        for id in 1..=3 {
+            assert!(
+                nodes
+                    .log(id)
+                    .contains(&format!("snapshot at entry {index}")),
+                "{}",
+                nodes.log(id)
+            );
+        }
+        let mut client = Client::register(new_config.clone()).await.unwrap();
+        let (accounts, total) = audit(&mut client).await;
+        assert_eq!(accounts, ACCOUNTS);
+        let opening = u128::from(ACCOUNTS * OPENING_BALANCE);
+        let deposited = total - opening;
+        assert!(
+            deposited > 0 && deposited <= u128::from(acknowledged),
+            "{deposited}"
+        );
+        let more = client
+            .submit::<Bank>(&[BankCommand::Deposit {
+                id: account_id(0),
+                amount: 5,
+            }])
+            .await
+            .unwrap();
+        assert!(matches!(more[..], [Outcome::Done(_)]));
+        assert_eq!(audit(&mut client).await, (ACCOUNTS, total + 5));
+        wait_for(&new_config, "three equal hashes again", |all| {
+            all.len() == 3
+        })
+        .await;
+        converged(&new_config).await;
+    });
+}
