@@ -119,6 +119,7 @@ fn header_json(header: &BackupHeader, digest: &str, bytes: u64) -> Value {
         "index": header.index.0,
         "term": header.term.0,
         "state_hash": header.state_hash.to_string(),
+        "state_hash_full": header.state_hash.0.iter().map(|b| format!("{b:02x}")).collect::<String>(),
         "digest": digest,
         "bytes": bytes,
         "snapshot_bytes": header.snapshot_bytes,
@@ -240,7 +241,17 @@ async fn piece(
     match reply {
         ClientReply::BackupChunk(chunk) => Ok(chunk),
         ClientReply::NoBackup { reason } => Err(FetchError::NoBackup(reason)),
-        other => Err(FetchError::Unexpected(format!("{other:?}"))),
+        other @ (ClientReply::Results { .. }
+        | ClientReply::NotLeader { .. }
+        | ClientReply::Rejected { .. }
+        | ClientReply::Stale { .. }
+        | ClientReply::Expired { .. }
+        | ClientReply::Reused { .. }
+        | ClientReply::NotYet { .. }
+        | ClientReply::Session { .. }
+        | ClientReply::Status(_)
+        | ClientReply::ModeSet(_)
+        | ClientReply::Refused(_)) => Err(FetchError::Unexpected(format!("{other:?}"))),
     }
 }
 
