@@ -1,5 +1,6 @@
 //! The command line of a node binary, for any handler: a handler author's `main` is one call,
-//! [`main`], and their binary has `node`, `status`, `check`, `client` and `recover`.
+//! [`main`], and their binary has `node`, `status`, `check`, `client`, `recover`, `mode`,
+//! `backup` and `restore`.
 //!
 //! ```no_run
 //! # use engine::codec::{Decode, Encode};
