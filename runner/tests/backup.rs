@@ -16,7 +16,7 @@ use engine::client::Client;
 use engine::internals::snapshot::{list_snapshots, read_snapshot};
 use engine::node::ClusterFile;
 use engine::rng::Rng;
-use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -33,14 +33,27 @@ fn runner(args: &[&str]) -> Command {
     command
 }
 
+/// Every account's balance and version, by account id.
+type Accounts = BTreeMap<u64, (u64, u64)>;
+
 /// Runs `runner backup` in the background while requests of 15 transfers and one deposit of 1
-/// run; returns its output and the number of deposit-carrying requests acknowledged.
-async fn backup_under_load(client: &mut Client, cluster: &Path, out: &Path) -> (Output, u64) {
-    let deposits = Cell::new(0u64);
+/// run; returns its output and the accounts after each acknowledged request (the first entry:
+/// after the opening, before any request; the client's one request at a time makes that the
+/// log's order).
+async fn backup_under_load(
+    client: &mut Client,
+    cluster: &Path,
+    out: &Path,
+) -> (Output, Vec<Accounts>) {
+    let opened: Accounts = (0..ACCOUNTS)
+        .map(|n| (account_id(n).0, (OPENING_BALANCE, 1)))
+        .collect();
+    let mut deposits = vec![opened];
+    let deposits = &mut deposits;
     let mut rng = Rng::new(5);
     // A few hundred requests first: the nodes have durable snapshots by then.
     for _ in 0..200 {
-        one_request(client, &mut rng, &deposits).await;
+        one_request(client, &mut rng, deposits).await;
     }
     let mut child = runner(&["backup", "--json", "--cluster"])
         .arg(cluster)
@@ -53,18 +66,19 @@ async fn backup_under_load(client: &mut Client, cluster: &Path, out: &Path) -> (
     let started = std::time::Instant::now();
     while child.try_wait().unwrap().is_none() {
         assert!(started.elapsed() < common::WAIT, "backup did not finish");
-        one_request(client, &mut rng, &deposits).await;
+        one_request(client, &mut rng, deposits).await;
     }
-    let during = deposits.get();
+    let during = deposits.len();
     for _ in 0..50 {
-        one_request(client, &mut rng, &deposits).await;
+        one_request(client, &mut rng, deposits).await;
     }
     let output = child.wait_with_output().unwrap();
     assert!(during > 200, "the load ran while the backup did");
-    (output, deposits.get())
+    (output, std::mem::take(deposits))
 }
 
-async fn one_request(client: &mut Client, rng: &mut Rng, deposits: &Cell<u64>) {
+/// Sends one request and records its outcomes in a copy of the latest accounts.
+async fn one_request(client: &mut Client, rng: &mut Rng, history: &mut Vec<Accounts>) {
     let mut batch: Vec<BankCommand> = (0..15).map(|_| random_transfer(rng)).collect();
     batch.push(BankCommand::Deposit {
         id: account_id(rng.below(ACCOUNTS)),
@@ -72,7 +86,39 @@ async fn one_request(client: &mut Client, rng: &mut Rng, deposits: &Cell<u64>) {
     });
     let outcomes = client.submit::<Bank>(&batch).await.unwrap();
     assert!(matches!(outcomes.last(), Some(Outcome::Done(_))));
-    deposits.set(deposits.get() + 1);
+    let mut accounts = history.last().expect("the opening").clone();
+    for (command, outcome) in batch.iter().zip(&outcomes) {
+        let changes = if !matches!(outcome, Outcome::Done(_)) {
+            Vec::new()
+        } else if let BankCommand::Transfer { from, to, amount } = command {
+            vec![(from.0, 0u64.wrapping_sub(*amount)), (to.0, *amount)]
+        } else if let BankCommand::Deposit { id, amount } = command {
+            vec![(id.0, *amount)]
+        } else {
+            Vec::new()
+        };
+        for (id, delta) in changes {
+            let account = accounts.get_mut(&id).expect("an opened account");
+            account.0 = account.0.wrapping_add(delta);
+            account.1 += 1;
+        }
+    }
+    history.push(accounts);
+}
+
+/// Every account as the cluster has it, read through the log.
+async fn accounts(client: &mut Client) -> Accounts {
+    let gets: Vec<BankCommand> = (0..ACCOUNTS)
+        .map(|n| BankCommand::Get { id: account_id(n) })
+        .collect();
+    let outcomes = client.submit::<Bank>(&gets).await.unwrap();
+    (0..ACCOUNTS)
+        .zip(outcomes)
+        .map(|(n, outcome)| match outcome {
+            Outcome::Done(BankOutput::Account(a)) => (account_id(n).0, (a.balance, a.version)),
+            other => panic!("account {n}: {other:?}"),
+        })
+        .collect()
 }
 
 async fn audit(client: &mut Client) -> (u64, u128) {
@@ -100,13 +146,16 @@ fn a_backup_under_load_restores_into_a_new_cluster() {
     let (mut source, config) = common::start_cluster(&source_dir, snapshots_often);
     let out = root.path().join("cluster.backup");
     let rt = runtime();
-    let (output, acknowledged) = rt.block_on(async {
+    let (output, history) = rt.block_on(async {
         let mut client = Client::register(config.clone()).await.unwrap();
         Model::open(&mut client).await;
         backup_under_load(&mut client, &source.cluster_file, &out).await
     });
     let backup = json_of(&output);
-    eprintln!("backup: {backup}, {acknowledged} deposit requests acknowledged");
+    eprintln!(
+        "backup: {backup}, {} requests acknowledged",
+        history.len() - 1
+    );
     let index = backup["index"].as_u64().unwrap();
     let hash = backup["state_hash"].as_str().unwrap().to_string();
     assert_eq!(backup["cluster_id"], common::CLUSTER_ID);
@@ -204,14 +253,19 @@ fn a_backup_under_load_restores_into_a_new_cluster() {
             );
         }
         let mut client = Client::register(new_config.clone()).await.unwrap();
-        let (accounts, total) = audit(&mut client).await;
-        assert_eq!(accounts, ACCOUNTS);
+        let (count, total) = audit(&mut client).await;
+        assert_eq!(count, ACCOUNTS);
         let opening = u128::from(ACCOUNTS * OPENING_BALANCE);
-        let deposited = total - opening;
+        // One deposit of 1 per request: the total says how many of the source's requests the
+        // backup's index holds, and every account must be as the source had it then.
+        let applied = usize::try_from(total - opening).unwrap();
         assert!(
-            deposited > 0 && deposited <= u128::from(acknowledged),
-            "{deposited}"
+            applied > 0 && applied < history.len(),
+            "{applied} of {}",
+            history.len()
         );
+        let restored = accounts(&mut client).await;
+        assert_eq!(restored, history[applied], "as after request {applied}");
         let more = client
             .submit::<Bank>(&[BankCommand::Deposit {
                 id: account_id(0),
