@@ -114,9 +114,11 @@ async fn accounts(client: &mut Client) -> Accounts {
     let outcomes = client.submit::<Bank>(&gets).await.unwrap();
     (0..ACCOUNTS)
         .zip(outcomes)
-        .map(|(n, outcome)| match outcome {
-            Outcome::Done(BankOutput::Account(a)) => (account_id(n).0, (a.balance, a.version)),
-            other => panic!("account {n}: {other:?}"),
+        .map(|(n, outcome)| {
+            let Outcome::Done(BankOutput::Account(a)) = outcome else {
+                panic!("account {n}: {outcome:?}")
+            };
+            (account_id(n).0, (a.balance, a.version))
         })
         .collect()
 }
