@@ -612,4 +612,45 @@ mod tests {
             Ok(())
         );
     }
+
+    /// Proves the backup messages came after every earlier variant: the earlier ones keep
+    /// their tags (their bytes), the new ones take the next tags, and they round-trip.
+    #[test]
+    fn backup_messages_keep_the_earlier_tags() {
+        // Tags are fixed-width u32s, little-endian.
+        let tag = |bytes: Vec<u8>| u32::from_le_bytes(bytes[..4].try_into().unwrap());
+        assert_eq!(
+            tag(codec::encode_to_vec(&ClientRequest::Status).unwrap()),
+            1
+        );
+        let mode = ClientRequest::SetMode(Mode::Performance);
+        assert_eq!(
+            codec::encode_to_vec(&mode).unwrap(),
+            [2, 0, 0, 0, 1, 0, 0, 0]
+        );
+        let request = ClientRequest::Backup(BackupRequest {
+            index: Some(EntryIndex(64)),
+            offset: 1 << 20,
+        });
+        let bytes = codec::encode_to_vec(&request).unwrap();
+        assert_eq!(tag(bytes.clone()), 4);
+        assert_eq!(codec::decode::<ClientRequest>(&bytes).unwrap(), request);
+        let refused = ClientReply::Refused(Refusal::BadCrc);
+        assert_eq!(tag(codec::encode_to_vec(&refused).unwrap()), 10);
+        let chunk = ClientReply::BackupChunk(BackupChunk {
+            node: NodeId(2),
+            index: EntryIndex(64),
+            mode: Mode::Verify,
+            offset: 0,
+            total: 3,
+            data: vec![1, 2, 3],
+        });
+        let bytes = codec::encode_to_vec(&chunk).unwrap();
+        assert_eq!(tag(bytes.clone()), 11);
+        assert_eq!(codec::decode::<ClientReply>(&bytes).unwrap(), chunk);
+        let none = ClientReply::NoBackup {
+            reason: "none".into(),
+        };
+        assert_eq!(tag(codec::encode_to_vec(&none).unwrap()), 12);
+    }
 }
