@@ -12,7 +12,7 @@ use common::{
     ACCOUNTS, Model, Nodes, OPENING_BALANCE, converged, random_transfer, runtime, wait_for,
 };
 use engine::Outcome;
-use engine::client::Client;
+use engine::client::{Client, ClientConfig};
 use engine::internals::snapshot::{list_snapshots, read_snapshot};
 use engine::node::ClusterFile;
 use engine::rng::Rng;
@@ -170,6 +170,34 @@ fn a_backup_under_load_restores_into_a_new_cluster() {
         source_final[0].applied_index.0 > index,
         "the load went on past the backup"
     );
+    source_snapshots_agree(&source, index, &hash);
+    refusals(&source.cluster_file, &out);
+    source.children.values_mut().for_each(|c| {
+        let _ = c.kill();
+    });
+
+    let new_dir = root.path().join("restored");
+    std::fs::create_dir(&new_dir).unwrap();
+    let (new_cluster, mut new_config) = common::write_cluster_file(&new_dir, |file| {
+        snapshots_often(file);
+        file.cluster_id = 77;
+    });
+    new_config.cluster_id = 77;
+    restore_and_recover(&out, &new_cluster, index, &hash);
+    let mut nodes = Nodes::new(&new_dir, new_cluster);
+    for id in 1..=3 {
+        nodes.start(id);
+    }
+    rt.block_on(restored_cluster_serves(
+        &nodes,
+        &new_config,
+        index,
+        &history,
+    ));
+}
+
+/// Any source node's own durable snapshot of entry `index` has the state hash `hash`.
+fn source_snapshots_agree(source: &Nodes, index: u64, hash: &str) {
     // Any source node's own durable snapshot of that entry has the same state hash.
     for id in 1..=3 {
         let snapshots = list_snapshots(&source.data_dir(id).join("snapshots")).unwrap();
@@ -183,37 +211,36 @@ fn a_backup_under_load_restores_into_a_new_cluster() {
             }
         }
     }
+}
+
+/// A second backup onto `out` is refused (no `--force`), and so is a restore into the
+/// source's own data directories, which hold data.
+fn refusals(cluster_file: &Path, out: &Path) {
     let again = runner(&["backup", "--cluster"])
-        .arg(&source.cluster_file)
+        .arg(cluster_file)
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .output()
         .unwrap();
     assert!(!again.status.success(), "an existing --out is refused");
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
     let restore_into_source = runner(&["restore", "--from"])
-        .arg(&out)
+        .arg(out)
         .arg("--cluster")
-        .arg(&source.cluster_file)
+        .arg(cluster_file)
         .output()
         .unwrap();
     assert!(!restore_into_source.status.success());
     assert!(String::from_utf8_lossy(&restore_into_source.stderr).contains("already holds data"));
-    source.children.values_mut().for_each(|c| {
-        let _ = c.kill();
-    });
+}
 
-    let new_dir = root.path().join("restored");
-    std::fs::create_dir(&new_dir).unwrap();
-    let (new_cluster, mut new_config) = common::write_cluster_file(&new_dir, |file| {
-        snapshots_often(file);
-        file.cluster_id = 77;
-    });
-    new_config.cluster_id = 77;
+/// Restores `out` into the cluster of `new_cluster` and checks that each seeded directory
+/// would start at entry `index` with state hash `hash`.
+fn restore_and_recover(out: &Path, new_cluster: &Path, index: u64, hash: &str) {
     let restored = runner(&["restore", "--json", "--from"])
-        .arg(&out)
+        .arg(out)
         .arg("--cluster")
-        .arg(&new_cluster)
+        .arg(new_cluster)
         .output()
         .unwrap();
     let restored = json_of(&restored);
@@ -226,61 +253,58 @@ fn a_backup_under_load_restores_into_a_new_cluster() {
     );
     for id in 1..=3 {
         let recover = runner(&["recover", "--json", "--cluster"])
-            .arg(&new_cluster)
+            .arg(new_cluster)
             .args(["--id", &id.to_string()])
             .output()
             .unwrap();
         let recover = json_of(&recover);
         assert_eq!(recover["applied_index"].as_u64(), Some(index), "{recover}");
-        assert_eq!(
-            recover["state_hash"].as_str(),
-            Some(hash.as_str()),
-            "{recover}"
-        );
+        assert_eq!(recover["state_hash"].as_str(), Some(hash), "{recover}");
     }
-    let mut nodes = Nodes::new(&new_dir, new_cluster);
+}
+
+/// The restored cluster started from entry `index`, holds every account as the source had
+/// it after the request that entry holds (one of `history`), and runs new commands.
+async fn restored_cluster_serves(
+    nodes: &Nodes,
+    new_config: &ClientConfig,
+    index: u64,
+    history: &[Accounts],
+) {
+    let all = converged(new_config).await;
+    assert!(all.iter().all(|s| s.applied_index.0 >= index), "{all:?}");
     for id in 1..=3 {
-        nodes.start(id);
-    }
-    rt.block_on(async {
-        let all = converged(&new_config).await;
-        assert!(all.iter().all(|s| s.applied_index.0 >= index), "{all:?}");
-        for id in 1..=3 {
-            assert!(
-                nodes
-                    .log(id)
-                    .contains(&format!("snapshot at entry {index}")),
-                "{}",
-                nodes.log(id)
-            );
-        }
-        let mut client = Client::register(new_config.clone()).await.unwrap();
-        let (count, total) = audit(&mut client).await;
-        assert_eq!(count, ACCOUNTS);
-        let opening = u128::from(ACCOUNTS * OPENING_BALANCE);
-        // One deposit of 1 per request: the total says how many of the source's requests the
-        // backup's index holds, and every account must be as the source had it then.
-        let applied = usize::try_from(total - opening).unwrap();
         assert!(
-            applied > 0 && applied < history.len(),
-            "{applied} of {}",
-            history.len()
+            nodes
+                .log(id)
+                .contains(&format!("snapshot at entry {index}")),
+            "{}",
+            nodes.log(id)
         );
-        let restored = accounts(&mut client).await;
-        assert_eq!(restored, history[applied], "as after request {applied}");
-        let more = client
-            .submit::<Bank>(&[BankCommand::Deposit {
-                id: account_id(0),
-                amount: 5,
-            }])
-            .await
-            .unwrap();
-        assert!(matches!(more[..], [Outcome::Done(_)]));
-        assert_eq!(audit(&mut client).await, (ACCOUNTS, total + 5));
-        wait_for(&new_config, "three equal hashes again", |all| {
-            all.len() == 3
-        })
-        .await;
-        converged(&new_config).await;
-    });
+    }
+    let mut client = Client::register(new_config.clone()).await.unwrap();
+    let (count, total) = audit(&mut client).await;
+    assert_eq!(count, ACCOUNTS);
+    let opening = u128::from(ACCOUNTS * OPENING_BALANCE);
+    // One deposit of 1 per request: the total says how many of the source's requests the
+    // backup's index holds, and every account must be as the source had it then.
+    let applied = usize::try_from(total - opening).unwrap();
+    assert!(
+        applied > 0 && applied < history.len(),
+        "{applied} of {}",
+        history.len()
+    );
+    let restored = accounts(&mut client).await;
+    assert_eq!(restored, history[applied], "as after request {applied}");
+    let more = client
+        .submit::<Bank>(&[BankCommand::Deposit {
+            id: account_id(0),
+            amount: 5,
+        }])
+        .await
+        .unwrap();
+    assert!(matches!(more[..], [Outcome::Done(_)]));
+    assert_eq!(audit(&mut client).await, (ACCOUNTS, total + 5));
+    wait_for(new_config, "three equal hashes again", |all| all.len() == 3).await;
+    converged(new_config).await;
 }
