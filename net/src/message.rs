@@ -327,8 +327,40 @@ pub enum ClientRequest {
     /// Where a client's session stands (a client restarted with its id asks before its first
     /// request): answered by the leader once it has applied everything committed before.
     Resume(ClientId),
+    /// A piece of the node's newest durable snapshot, for a backup (added after the
+    /// protocol's third version; every earlier message keeps its bytes).
+    Backup(BackupRequest),
     /// Change the cluster's members by one node (an operator's command, to the leader).
     ChangeMembers(MemberChange),
+}
+
+/// Which piece of a snapshot file a backup asks for: the first piece of the newest durable
+/// snapshot (`index` `None`, `offset` 0), then the next pieces of the same one, one at a time.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct BackupRequest {
+    /// The snapshot (the entry it covers), or `None` for the newest durable one.
+    pub index: Option<EntryIndex>,
+    /// Where in its file the piece starts.
+    pub offset: u64,
+}
+
+/// A piece of a durable snapshot file, the answer to a [`BackupRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct BackupChunk {
+    /// The node that answered.
+    pub node: NodeId,
+    /// The last entry the snapshot covers.
+    pub index: EntryIndex,
+    /// The execution mode the node runs (it comes along with the state).
+    pub mode: Mode,
+    /// Where in the file this piece starts.
+    pub offset: u64,
+    /// The file's size.
+    pub total: u64,
+    /// The bytes.
+    pub data: Vec<u8>,
 }
 
 /// One member of a cluster: its id and where the others and clients reach it, as written in
@@ -481,6 +513,17 @@ pub enum ClientReply {
     Status(Box<NodeStatus>),
     /// The mode is set.
     ModeSet(Mode),
+    /// The connection broke the protocol and closes; nothing of what it sent after its last
+    /// answered request was applied.
+    Refused(Refusal),
+    /// A piece of a durable snapshot, for a backup.
+    BackupChunk(BackupChunk),
+    /// The node has no such snapshot (none durable yet, or the one asked for was replaced):
+    /// a backup starts again from the newest.
+    NoBackup {
+        /// Why, as the node says.
+        reason: String,
+    },
     /// The change of members is in the log at this index: in force now, done once committed
     /// (the status's `members_pending` turns false).
     MembersChanging {
@@ -489,9 +532,6 @@ pub enum ClientReply {
     },
     /// The change of members was refused, and why.
     MembersRefused(MembersRefusal),
-    /// The connection broke the protocol and closes; nothing of what it sent after its last
-    /// answered request was applied.
-    Refused(Refusal),
 }
 
 /// Two replicas whose state hashes differ after the same entry.
@@ -624,5 +664,54 @@ mod tests {
             append.entries[1].verify(&append.entries[0].header.hash),
             Ok(())
         );
+    }
+
+    /// Proves the backup messages came after every earlier variant: the earlier ones keep
+    /// their tags (their bytes), the new ones take the next tags, and they round-trip.
+    #[test]
+    fn backup_messages_keep_the_earlier_tags() {
+        // Tags are fixed-width u32s, little-endian.
+        let tag = |bytes: Vec<u8>| u32::from_le_bytes(bytes[..4].try_into().unwrap());
+        assert_eq!(
+            tag(codec::encode_to_vec(&ClientRequest::Status).unwrap()),
+            1
+        );
+        let mode = ClientRequest::SetMode(Mode::Performance);
+        assert_eq!(
+            codec::encode_to_vec(&mode).unwrap(),
+            [2, 0, 0, 0, 1, 0, 0, 0]
+        );
+        let request = ClientRequest::Backup(BackupRequest {
+            index: Some(EntryIndex(64)),
+            offset: 1 << 20,
+        });
+        let bytes = codec::encode_to_vec(&request).unwrap();
+        assert_eq!(tag(bytes.clone()), 4);
+        assert_eq!(codec::decode::<ClientRequest>(&bytes).unwrap(), request);
+        let refused = ClientReply::Refused(Refusal::BadCrc);
+        assert_eq!(tag(codec::encode_to_vec(&refused).unwrap()), 10);
+        let chunk = ClientReply::BackupChunk(BackupChunk {
+            node: NodeId(2),
+            index: EntryIndex(64),
+            mode: Mode::Verify,
+            offset: 0,
+            total: 3,
+            data: vec![1, 2, 3],
+        });
+        let bytes = codec::encode_to_vec(&chunk).unwrap();
+        assert_eq!(tag(bytes.clone()), 11);
+        assert_eq!(codec::decode::<ClientReply>(&bytes).unwrap(), chunk);
+        let none = ClientReply::NoBackup {
+            reason: "none".into(),
+        };
+        assert_eq!(tag(codec::encode_to_vec(&none).unwrap()), 12);
+        let change = ClientRequest::ChangeMembers(MemberChange::Remove(NodeId(2)));
+        assert_eq!(tag(codec::encode_to_vec(&change).unwrap()), 5);
+        let changing = ClientReply::MembersChanging {
+            index: EntryIndex(9),
+        };
+        assert_eq!(tag(codec::encode_to_vec(&changing).unwrap()), 13);
+        let refused = ClientReply::MembersRefused(MembersRefusal::Pending);
+        assert_eq!(tag(codec::encode_to_vec(&refused).unwrap()), 14);
     }
 }

@@ -17,6 +17,8 @@
 //! - `runner recover --data-dir DIR` (or `--cluster FILE --id N`): what a start of a stopped
 //!   node's data directory would do (snapshot, log replay, what it would refuse), timed,
 //!   writing nothing.
+//! - `runner backup --cluster FILE --out BACKUP`: a running cluster's newest durable snapshot
+//!   to a backup file; `runner restore --from BACKUP --cluster NEW` seeds a new cluster.
 //! - `runner check --cluster FILE`: what each node would run with, or every error in the file.
 
 mod harness;
@@ -61,6 +63,10 @@ enum Command {
     Mode(engine::cli::ModeArgs),
     /// Changes the members of a running cluster one node at a time: add, remove, replace.
     Member(engine::cli::MemberArgs),
+    /// Writes a running cluster's newest durable snapshot to a backup file.
+    Backup(engine::cli::BackupArgs),
+    /// Seeds the data directories of a new cluster from a backup file.
+    Restore(engine::cli::RestoreArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
     Sim(engine::cli::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
@@ -104,6 +110,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Check(args) => engine::cli::check(args),
         Command::Mode(args) => engine::cli::mode(args),
         Command::Member(args) => engine::cli::member(args),
+        Command::Backup(args) => engine::cli::backup(args),
+        Command::Restore(args) => engine::cli::restore(args, Bank),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),

@@ -1,5 +1,6 @@
 //! The command line of a node binary, for any handler: a handler author's `main` is one call,
-//! [`main`], and their binary has `node`, `status`, `check`, `client` and `recover`.
+//! [`main`], and their binary has `node`, `status`, `check`, `client`, `recover`, `mode`,
+//! `backup` and `restore`.
 //!
 //! ```no_run
 //! # use engine::codec::{Decode, Encode};
@@ -28,6 +29,7 @@
 //! A binary with commands of its own (as `runner` has, for the Bank) puts [`Command`] in its
 //! own clap command line with `#[command(flatten)]` and calls [`Command::run`].
 
+mod backup;
 mod bench;
 mod check;
 mod client;
@@ -39,6 +41,10 @@ mod recover;
 mod sim;
 mod status;
 
+pub use backup::{
+    BACKUP_PIECE_TIMEOUT_MS, BACKUP_RESTARTS_MAX, BackupArgs, BackupFailed, RestoreArgs, backup,
+    restore,
+};
 pub use bench::{BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, LatencyMs, bench};
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
@@ -88,6 +94,11 @@ pub enum Command {
     Mode(ModeArgs),
     /// Changes the members of a running cluster one node at a time: add, remove, replace.
     Member(MemberArgs),
+    /// Writes a running cluster's newest durable snapshot (state at a committed index, with
+    /// its state hash and digest) to a backup file.
+    Backup(BackupArgs),
+    /// Seeds the data directories of a new cluster from a backup file.
+    Restore(RestoreArgs),
 }
 
 impl Command {
@@ -101,6 +112,8 @@ impl Command {
             Command::Recover(args) => recover(args, make()),
             Command::Mode(args) => mode(args),
             Command::Member(args) => member(args),
+            Command::Backup(args) => backup(args),
+            Command::Restore(args) => restore(args, make()),
         }
     }
 }

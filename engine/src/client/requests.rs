@@ -393,6 +393,7 @@ pub fn answer_to<A>(
         | ClientReply::ModeSet(_)
         | ClientReply::MembersChanging { .. }
         | ClientReply::MembersRefused(_) => None,
+        ClientReply::BackupChunk(_) | ClientReply::NoBackup { .. } => None,
     }
 }
 

@@ -556,6 +556,12 @@ impl<H: Handler> Driver<H> {
                 let answer = self.replica.change_members(&change, out);
                 let _ = reply.try_send(answer);
             }
+            ClientRequest::Backup(request) => {
+                // Read off the event loop; the connection gets one piece per request.
+                let who = (self.config.id, self.replica.machine().mode());
+                let serve = super::backup::serve(self.snapshot_dir(), who, request, reply);
+                tokio::spawn(serve);
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! consensus core, the state machine, the batcher and the connections, and turns the core's
 //! actions into sends, WAL work (on the WAL's own thread) and applies.
 
+pub mod backup;
 pub mod cluster_file;
 pub mod config;
 mod connections;

@@ -275,7 +275,9 @@ impl std::fmt::Display for Heard {
                 | ClientReply::Status(_)
                 | ClientReply::ModeSet(_)
                 | ClientReply::MembersChanging { .. }
-                | ClientReply::MembersRefused(_)) => write!(f, "{other:?}"),
+                | ClientReply::MembersRefused(_)
+                | ClientReply::BackupChunk(_)
+                | ClientReply::NoBackup { .. }) => write!(f, "{other:?}"),
             },
             Heard::Closed => f.write_str("closed"),
             Heard::Silence => f.write_str("no answer"),
@@ -832,6 +834,8 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
             | ClientReply::ModeSet(_)
             | ClientReply::MembersChanging { .. }
             | ClientReply::MembersRefused(_) => None,
+            | ClientReply::BackupChunk(_)
+            | ClientReply::NoBackup { .. } => None,
         }
     } else {
         match net::codec::decode::<Admission>(&frame).ok()? {

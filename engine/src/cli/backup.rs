@@ -1,0 +1,299 @@
+//! `backup`: fetches a node's newest durable snapshot (committed, applied state at an index,
+//! with its state hash and digest) over the client protocol and writes it durably as a backup
+//! file; `restore`: checks a backup file and seeds the data directories of a new cluster
+//! from it.
+
+use super::{mode_name, runtime};
+use crate::client::ClientConfig;
+use crate::codec;
+use crate::handler::Handler;
+use crate::handshake::{HandshakeError, introduce};
+use crate::node::ClusterFile;
+use crate::node::backup::{Backup, BackupHeader, Seed, seed_data_dirs, write_file};
+use crate::snapshot::SNAPSHOT_BYTES_MAX;
+use clap::Args;
+use futures::{SinkExt, StreamExt};
+use net::frame::{FrameCodec, FrameError};
+use net::message::{
+    BackupChunk, BackupRequest, ClientReply, ClientRequest, Hello, PROTOCOL_VERSION,
+};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
+
+/// How long one node has to answer one piece of a backup, in milliseconds.
+pub const BACKUP_PIECE_TIMEOUT_MS: u64 = 10_000;
+/// Times a backup starts again from a node's newest snapshot when the one it was fetching was
+/// replaced meanwhile (a node keeps two; each at least a second).
+pub const BACKUP_RESTARTS_MAX: u32 = 3;
+
+/// Options of `backup`.
+#[derive(Args, Debug)]
+pub struct BackupArgs {
+    /// The cluster file of the running cluster.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// The backup file to write.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Replace `--out` if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Print JSON instead of a line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `restore`.
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// The backup file.
+    #[arg(long)]
+    pub from: PathBuf,
+    /// The cluster file of the new cluster, whose nodes' data directories are seeded.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// Print JSON instead of a line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why `backup` wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupFailed {
+    /// No node gave a whole snapshot.
+    #[error("no node gave a backup: {}", .0.join("; "))]
+    NoNode(Vec<String>),
+}
+
+/// Fetches a node's newest durable snapshot (the first node of the cluster file that gives
+/// one), verifies it, writes it durably to `--out`, and prints what it holds.
+pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
+    let file = ClusterFile::read(&args.cluster)?;
+    let client = file.client_config()?;
+    if !args.force && args.out.symlink_metadata().is_ok() {
+        return Err(crate::node::backup::BackupError::Exists(args.out.clone()).into());
+    }
+    let mut failures = Vec::new();
+    let fetched = runtime()?.block_on(async {
+        for node in &file.nodes {
+            match fetch(&client, node.client_address).await {
+                Ok(fetched) => return Some(fetched),
+                Err(error) => failures.push(format!("node {}: {error}", node.id)),
+            }
+        }
+        None
+    });
+    let Some((chunk, snapshot)) = fetched else {
+        return Err(BackupFailed::NoNode(failures).into());
+    };
+    let backup = Backup::new(file.cluster_id, chunk.node, chunk.mode, snapshot)
+        .map_err(|e| anyhow::anyhow!("node {}'s snapshot does not verify: {e}", chunk.node))?;
+    let bytes = backup.encode();
+    // Read back what the encoding holds before anything is written: the digest checks.
+    Backup::decode(&args.out, &bytes)?;
+    write_file(&args.out, &bytes, args.force)?;
+    let on_disk = Backup::read(&args.out)?;
+    assert_eq!(
+        on_disk.header, backup.header,
+        "the file reads back as written"
+    );
+    let digest = Backup::digest_hex(&bytes);
+    report(
+        &backup.header,
+        &digest,
+        bytes.len() as u64,
+        &args.out,
+        args.json,
+    );
+    Ok(())
+}
+
+fn header_json(header: &BackupHeader, digest: &str, bytes: u64) -> Value {
+    json!({
+        "cluster_id": header.cluster_id,
+        "node": header.node.0,
+        "index": header.index.0,
+        "term": header.term.0,
+        "state_hash": header.state_hash.to_string(),
+        "state_hash_full": header.state_hash.0.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        "digest": digest,
+        "bytes": bytes,
+        "snapshot_bytes": header.snapshot_bytes,
+        "mode": mode_name(header.mode),
+    })
+}
+
+fn report(header: &BackupHeader, digest: &str, bytes: u64, out: &std::path::Path, json: bool) {
+    if json {
+        let mut value = header_json(header, digest, bytes);
+        value["file"] = json!(out.display().to_string());
+        println!("{value}");
+        return;
+    }
+    println!(
+        "backup {}: cluster {}, node {}, entry {} (term {}), state hash {}, digest {}, {} bytes",
+        out.display(),
+        header.cluster_id,
+        header.node,
+        header.index,
+        header.term,
+        header.state_hash,
+        &digest[..16],
+        bytes
+    );
+}
+
+/// Connects to `address` as a client, introduced with the cluster's key if it has one.
+async fn connect(
+    config: &ClientConfig,
+    address: SocketAddr,
+) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
+    let stream = TcpStream::connect(address).await.map_err(FrameError::Io)?;
+    stream.set_nodelay(true).map_err(FrameError::Io)?;
+    let mut frames = Framed::new(stream, FrameCodec::new(config.cluster_id));
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        cluster: config.cluster_id,
+        node: None,
+    };
+    introduce(&mut frames, &hello, None, config.key.as_ref()).await?;
+    Ok(frames)
+}
+
+/// Why one node gave no backup.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    #[error(transparent)]
+    Connection(#[from] HandshakeError),
+    #[error("no answer within {BACKUP_PIECE_TIMEOUT_MS} ms")]
+    Timeout,
+    #[error("{0}")]
+    NoBackup(String),
+    #[error("unexpected answer {0}")]
+    Unexpected(String),
+    #[error("a snapshot of {0} bytes is over the limit")]
+    TooLarge(u64),
+}
+
+/// The whole newest durable snapshot of the node at `address`, with its first piece's facts.
+async fn fetch(
+    config: &ClientConfig,
+    address: SocketAddr,
+) -> Result<(BackupChunk, Vec<u8>), FetchError> {
+    let mut frames = connect(config, address).await?;
+    let mut last = FetchError::NoBackup("not tried".into());
+    for _ in 0..=BACKUP_RESTARTS_MAX {
+        match fetch_once(&mut frames).await {
+            Ok(fetched) => return Ok(fetched),
+            // The snapshot was replaced meanwhile: start again from the newest.
+            Err(FetchError::NoBackup(reason)) => last = FetchError::NoBackup(reason),
+            Err(other) => return Err(other),
+        }
+    }
+    Err(last)
+}
+
+async fn fetch_once(
+    frames: &mut Framed<TcpStream, FrameCodec>,
+) -> Result<(BackupChunk, Vec<u8>), FetchError> {
+    let first = piece(frames, None, 0).await?;
+    if first.total > SNAPSHOT_BYTES_MAX {
+        return Err(FetchError::TooLarge(first.total));
+    }
+    let mut bytes = Vec::with_capacity(first.total as usize);
+    bytes.extend_from_slice(&first.data);
+    while (bytes.len() as u64) < first.total {
+        let next = piece(frames, Some(first.index), bytes.len() as u64).await?;
+        let follows = next.index == first.index
+            && next.total == first.total
+            && next.offset == bytes.len() as u64
+            && !next.data.is_empty();
+        if !follows {
+            return Err(FetchError::NoBackup("the snapshot changed".into()));
+        }
+        bytes.extend_from_slice(&next.data);
+    }
+    if bytes.len() as u64 != first.total {
+        return Err(FetchError::NoBackup("more bytes than announced".into()));
+    }
+    Ok((first, bytes))
+}
+
+async fn piece(
+    frames: &mut Framed<TcpStream, FrameCodec>,
+    index: Option<crate::ids::EntryIndex>,
+    offset: u64,
+) -> Result<BackupChunk, FetchError> {
+    let request = ClientRequest::Backup(BackupRequest { index, offset });
+    let exchange = async {
+        frames.send(&request).await.map_err(HandshakeError::Frame)?;
+        let frame = frames.next().await.ok_or(HandshakeError::Closed)??;
+        Ok::<_, HandshakeError>(codec::decode::<ClientReply>(&frame)?)
+    };
+    let timeout = Duration::from_millis(BACKUP_PIECE_TIMEOUT_MS);
+    let reply = tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| FetchError::Timeout)??;
+    match reply {
+        ClientReply::BackupChunk(chunk) => Ok(chunk),
+        ClientReply::NoBackup { reason } => Err(FetchError::NoBackup(reason)),
+        other @ (ClientReply::Results { .. }
+        | ClientReply::NotLeader { .. }
+        | ClientReply::Rejected { .. }
+        | ClientReply::Stale { .. }
+        | ClientReply::Expired { .. }
+        | ClientReply::Reused { .. }
+        | ClientReply::NotYet { .. }
+        | ClientReply::Session { .. }
+        | ClientReply::Status(_)
+        | ClientReply::ModeSet(_)
+        | ClientReply::MembersChanging { .. }
+        | ClientReply::MembersRefused(_)
+        | ClientReply::Refused(_)) => Err(FetchError::Unexpected(format!("{other:?}"))),
+    }
+}
+
+/// Checks the backup file and seeds every node's data directory of the new cluster from it
+/// (refusing, before writing anything, if any already holds data); prints what it restored.
+pub fn restore<H: Handler>(args: RestoreArgs, handler: H) -> anyhow::Result<()> {
+    let file = ClusterFile::read(&args.cluster)?;
+    let backup = Backup::read(&args.from)?;
+    let bytes = std::fs::metadata(&args.from)?.len();
+    let seeds: Vec<Seed> = file
+        .nodes
+        .iter()
+        .map(|n| Seed {
+            node: n.id,
+            dir: n.data_dir.clone(),
+        })
+        .collect();
+    seed_data_dirs(&backup, file.cluster_id, &handler.schema(), &seeds)?;
+    let digest = {
+        let raw = std::fs::read(&args.from)?;
+        Backup::digest_hex(&raw)
+    };
+    let header = &backup.header;
+    if args.json {
+        let mut value = header_json(header, &digest, bytes);
+        value["restored_cluster_id"] = json!(file.cluster_id);
+        let dirs: Vec<String> = seeds.iter().map(|s| s.dir.display().to_string()).collect();
+        value["data_dirs"] = json!(dirs);
+        println!("{value}");
+        return Ok(());
+    }
+    println!(
+        "restored entry {} (term {}, state hash {}, cluster {}) into cluster {}: {} data \
+         directories seeded; start the nodes",
+        header.index,
+        header.term,
+        header.state_hash,
+        header.cluster_id,
+        file.cluster_id,
+        seeds.len()
+    );
+    Ok(())
+}
