@@ -38,6 +38,8 @@ use std::path::PathBuf;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: engine::cli::logging::LogArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -95,7 +97,9 @@ pub fn run_dir(base: Option<PathBuf>) -> anyhow::Result<tempfile::TempDir> {
 /// Runs the command; an error is printed on one line (its causes joined, no backtrace: the
 /// messages name what went wrong) and the process exits 1.
 fn main() -> std::process::ExitCode {
-    engine::cli::exit_code(run(Cli::parse().command))
+    let cli = Cli::parse();
+    engine::cli::logging::init(cli.log.log_format);
+    engine::cli::exit_code(run(cli.command))
 }
 
 fn run(command: Command) -> anyhow::Result<()> {

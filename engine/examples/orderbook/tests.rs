@@ -327,6 +327,7 @@ fn three_node_processes() -> (tempfile::TempDir, engine::node::ClusterFile, Proc
             peer_address: a.peer_address,
             client_address: a.client_address,
             data_dir: dir.path().join(format!("node{}", a.id)),
+            metrics_address: None,
         })
         .collect();
     let file = engine::node::ClusterFile::new("the order book's nodes share this", nodes);
@@ -566,6 +567,7 @@ fn cluster_of(count: usize) -> (tempfile::TempDir, engine::node::ClusterFile, Pr
             peer_address: a.peer_address,
             client_address: a.client_address,
             data_dir: dir.path().join(format!("node{}", a.id)),
+            metrics_address: None,
         })
         .collect();
     let file = engine::node::ClusterFile::new("the order book's nodes share this", nodes);
@@ -727,4 +729,73 @@ fn a_dead_machine_is_replaced_by_a_fresh_one_under_load() {
         converged_on(&config, &[1, 3, 4]),
         "the members did not converge"
     );
+}
+
+/// `GET /metrics` of the node at `address`: the Prometheus text, or `None` if it did not
+/// answer 200.
+fn scrape(address: std::net::SocketAddr) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// The value of the metric line `name` (no labels) in a scrape's text.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Proves a real node process serves Prometheus text at its `metrics_address` (the
+/// cluster-file key): scraped before and after a load of requests through the `client`
+/// command, its commit index and committed-entry count have risen, and it names its role.
+#[test]
+fn a_node_serves_metrics_and_its_commit_index_rises_under_load() {
+    let binary = example_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let addresses = engine::node::local::free_loopback_addresses(4).unwrap();
+    let metrics_address = addresses[3].peer_address;
+    let nodes = addresses[..3]
+        .iter()
+        .map(|a| engine::node::NodeEntry {
+            id: a.id.0,
+            peer_address: a.peer_address,
+            client_address: a.client_address,
+            data_dir: dir.path().join(format!("node{}", a.id)),
+            metrics_address: (a.id.0 == 1).then_some(metrics_address),
+        })
+        .collect();
+    let file = engine::node::ClusterFile::new("the order book's nodes share this", nodes);
+    let cluster = dir.path().join("cluster.toml");
+    file.write(&cluster).unwrap();
+    let mut processes = Processes {
+        binary,
+        cluster,
+        dir: dir.path().to_path_buf(),
+        children: Default::default(),
+    };
+    for id in 1..=3 {
+        processes.start(id);
+    }
+    let (healthy, json) = processes.status(&["--wait", "60"]);
+    assert!(healthy, "{json}");
+    let before = scrape(metrics_address).expect("node 1 serves its metrics");
+    let commit_before = metric(&before, "engine_commit_index").expect("commit index");
+    assert!(metric(&before, "engine_role").is_some(), "{before}");
+    processes.client(&requests(41, 2_000));
+    let after = scrape(metrics_address).expect("node 1 serves its metrics");
+    let commit_after = metric(&after, "engine_commit_index").unwrap();
+    assert!(
+        commit_after > commit_before,
+        "{commit_before} then {commit_after}"
+    );
+    let committed = metric(&after, "engine_entries_committed_total").unwrap();
+    assert!(committed >= commit_after, "{after}");
+    assert!(after.ends_with("# EOF\n"), "{after}");
 }

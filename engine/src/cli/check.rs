@@ -134,6 +134,7 @@ mod tests {
                 .parse()
                 .unwrap(),
             data_dir: dir.path().join(format!("node{id}")),
+            metrics_address: None,
         };
         let mut file = ClusterFile::new("sixteen bytes at least", (1..=3).map(node).collect());
         let (cluster, json) = (

@@ -33,6 +33,7 @@ mod backup;
 mod bench;
 mod check;
 mod client;
+pub mod logging;
 mod member;
 mod mode;
 mod node;
@@ -123,6 +124,8 @@ impl Command {
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: logging::LogArgs,
 }
 
 /// A node binary's `main`: parses the command line (`about` is its one-line description),
@@ -130,6 +133,7 @@ struct Cli {
 /// causes joined) and exits 1.
 pub fn main<H: CliHandler>(about: &'static str, make: impl Fn() -> H) -> ExitCode {
     let cli: Cli = parse(about);
+    logging::init(cli.log.log_format);
     exit_code(cli.command.run(make))
 }
 
@@ -232,6 +236,8 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
     /// causes joined) and exits 1.
     pub fn run(self) -> ExitCode {
         let matches = command_line(self.about, self.has_sim(), self.bench.is_some()).get_matches();
+        let log = logging::LogArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        logging::init(log.log_format);
         exit_code(self.dispatch(&matches))
     }
 

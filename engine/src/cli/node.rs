@@ -30,6 +30,10 @@ pub struct NodeArgs {
     /// keeps it); refused for a data directory that holds a first member's data.
     #[arg(long)]
     pub join: bool,
+    /// Serve Prometheus metrics (`GET /metrics`) at ADDR, over the cluster file's
+    /// `metrics_address`.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// `--snapshot-every` and `--snapshot-retain-ms`.
@@ -64,6 +68,9 @@ pub fn node<H: Handler>(args: NodeArgs, handler: H) -> anyhow::Result<()> {
     args.snapshots.apply(&mut config);
     config.rebuild_from_leader = args.rebuild_from_leader;
     config.join = args.join;
+    if let Some(address) = args.metrics_address {
+        config.metrics_address = Some(address);
+    }
     let me = config
         .nodes
         .iter()

@@ -29,6 +29,7 @@
 //! peer_address = "127.0.0.1:7001"
 //! client_address = "127.0.0.1:8001"
 //! data_dir = "/dev/shm/bank/node1"
+//! metrics_address = "127.0.0.1:9001"   # optional; Prometheus text at GET /metrics
 //! ```
 
 use crate::apply::Mode;
@@ -131,6 +132,9 @@ pub struct NodeEntry {
     pub client_address: SocketAddr,
     /// Where the node keeps its data.
     pub data_dir: PathBuf,
+    /// Where the node serves Prometheus metrics (`GET /metrics`), if anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_address: Option<SocketAddr>,
 }
 
 /// The whole file.
@@ -415,6 +419,7 @@ impl ClusterFile {
         config.election_ticks_min = self.election_ticks_min;
         config.heartbeat_ticks = self.heartbeat_ticks;
         config.seed = self.seed;
+        config.metrics_address = entry.metrics_address;
         Ok(config)
     }
 
@@ -554,6 +559,7 @@ mod tests {
                 .parse()
                 .unwrap(),
             data_dir: PathBuf::from(format!("/tmp/n{id}")),
+            metrics_address: None,
         };
         let mut file = ClusterFile::new("sixteen bytes at least", (1..=3).map(node).collect());
         let nodes: String = (1..=3)

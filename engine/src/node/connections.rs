@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -62,8 +62,6 @@ pub const FRAME_READ_TIMEOUT_MS: u64 = 5_000;
 pub const CLIENT_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// Time a refusal has to be written before the connection closes anyway, in milliseconds.
 pub const REFUSAL_WRITE_TIMEOUT_MS: u64 = 100;
-/// Refused connections logged per second at most; the rest are counted in the next line.
-pub const REFUSALS_LOGGED_PER_SECOND_MAX: u64 = 10;
 /// First and last wait between reconnection attempts to a peer.
 pub const RECONNECT_BACKOFF_MS_MIN: u64 = 10;
 /// See [`RECONNECT_BACKOFF_MS_MIN`]. A peer that comes back is not left waiting for it: its
@@ -668,31 +666,13 @@ fn log_closed(kind: &str, address: SocketAddr, error: &ConnectionError) {
 }
 
 fn log_refused(kind: &str, address: SocketAddr, refusal: &Refusal) {
-    log_line(format_args!(
-        "{kind} connection {address} refused: {refusal}"
-    ));
+    tracing::warn!(kind, %address, %refusal, "connection refused");
 }
 
-/// One line on stderr, at most [`REFUSALS_LOGGED_PER_SECOND_MAX`] a second: a flood of bad
-/// connections costs a counter, not a flood of lines.
+/// One warning; a flood of them is rate-limited by the log layer (`cli::logging::RateLimit`),
+/// not here.
 fn log_line(line: std::fmt::Arguments<'_>) {
-    static SECOND: AtomicU64 = AtomicU64::new(0);
-    static IN_SECOND: AtomicU64 = AtomicU64::new(0);
-    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if SECOND.swap(now, Ordering::Relaxed) != now {
-        IN_SECOND.store(0, Ordering::Relaxed);
-    }
-    if IN_SECOND.fetch_add(1, Ordering::Relaxed) < REFUSALS_LOGGED_PER_SECOND_MAX {
-        match SUPPRESSED.swap(0, Ordering::Relaxed) {
-            0 => eprintln!("{line}"),
-            n => eprintln!("{line} ({n} more not logged)"),
-        }
-    } else {
-        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
-    }
+    tracing::warn!("{line}");
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use crate::snapshot::{
     SNAPSHOT_LOG_PERCENT, SNAPSHOT_SLICE_INTERVAL_MS, SNAPSHOT_SLICE_SLOTS, SNAPSHOT_WRITE_BYTES,
     SnapshotWriter, snapshot_path,
 };
-use net::message::{ClientReply, ClientRequest, PeerMessage, SnapshotChunk};
+use net::message::{ClientReply, ClientRequest, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,9 +30,15 @@ use tokio::sync::mpsc;
 pub(super) struct Listeners {
     peer: TcpListener,
     client: TcpListener,
+    /// Where Prometheus scrapes, when the node serves metrics.
+    metrics: Option<TcpListener>,
 }
 
-pub(super) async fn bind(peer: SocketAddr, client: SocketAddr) -> Result<Listeners, NodeError> {
+pub(super) async fn bind(
+    peer: SocketAddr,
+    client: SocketAddr,
+    metrics: Option<SocketAddr>,
+) -> Result<Listeners, NodeError> {
     let listen = |address: SocketAddr| async move {
         TcpListener::bind(address)
             .await
@@ -41,9 +47,14 @@ pub(super) async fn bind(peer: SocketAddr, client: SocketAddr) -> Result<Listene
                 source,
             })
     };
+    let metrics = match metrics {
+        Some(address) => Some(listen(address).await?),
+        None => None,
+    };
     Ok(Listeners {
         peer: listen(peer).await?,
         client: listen(client).await?,
+        metrics,
     })
 }
 
@@ -80,7 +91,15 @@ pub(super) async fn run<H: Handler>(
         config.access(),
         inbox.clone(),
     ));
-    let mut driver = Driver::new(config, restored, inbox, wakes)?;
+    let metrics = super::metrics::NodeMetrics::new();
+    if let Some(listener) = listeners.metrics {
+        tokio::spawn(super::metrics::serve(
+            listener,
+            metrics.clone(),
+            inbox.clone(),
+        ));
+    }
+    let mut driver = Driver::new(config, restored, inbox, wakes, metrics)?;
     let mut ticker = tokio::time::interval(Duration::from_millis(driver.config.tick_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -182,6 +201,8 @@ struct Driver<H: Handler> {
     lock: Arc<DirLock>,
     /// Wake-ups of the connections to peers.
     wakes: PeerWakes,
+    /// What `GET /metrics` serves (the rare events are counted here).
+    metrics: super::metrics::NodeMetrics,
 }
 
 impl<H: Handler> Driver<H> {
@@ -190,6 +211,7 @@ impl<H: Handler> Driver<H> {
         restored: Restored<H>,
         inbox: mpsc::Sender<Input>,
         wakes: PeerWakes,
+        metrics: super::metrics::NodeMetrics,
     ) -> Option<Self> {
         // The data directory stays locked until the last thread that writes in it ends: the
         // WAL's and the snapshot writer's hold it beside this one.
@@ -240,6 +262,7 @@ impl<H: Handler> Driver<H> {
             incoming: None,
             lock,
             wakes,
+            metrics,
             config,
         };
         driver.snapshots = driver.spawn_snapshot_writer(Arc::clone(&driver.lock));
@@ -424,27 +447,36 @@ impl<H: Handler> Driver<H> {
         }
     }
 
+    /// Logs what the replica noted (once each, with its fields), and counts it.
     fn log(&self, note: Note) {
-        let id = self.config.id;
         match note {
-            Note::RoleChanged { .. } | Note::Applied(_) => {}
-            Note::Installed { index, bytes } => eprintln!(
-                "node {id}: installed the leader's snapshot of entry {index} ({:.1} MiB)",
-                bytes as f64 / (1024.0 * 1024.0),
+            Note::Applied(_) => {}
+            Note::RoleChanged { role, term, leader } => {
+                self.metrics.role_changed(role);
+                let leader = leader.map(|l| l.0);
+                match role {
+                    Role::Candidate => tracing::info!(term = term.0, "election: campaigning"),
+                    Role::Leader => tracing::info!(term = term.0, "leading"),
+                    Role::Follower => tracing::info!(term = term.0, ?leader, "following"),
+                }
+            }
+            Note::Installed { index, bytes } => {
+                self.metrics.installed(bytes);
+                tracing::info!(index = index.0, bytes, "installed the leader's snapshot");
+            }
+            Note::Diverged(divergence) => tracing::error!(
+                index = divergence.index.0,
+                local_node = divergence.local.0.0,
+                local_hash = %divergence.local.1,
+                remote_node = divergence.remote.0.0,
+                remote_hash = %divergence.remote.1,
+                "DIVERGENCE: state hashes differ after the same entry"
             ),
-            Note::Diverged(divergence) => eprintln!(
-                "node {id}: DIVERGENCE after entry {}: node {} has state hash {}, node {} has {}",
-                divergence.index,
-                divergence.local.0,
-                divergence.local.1,
-                divergence.remote.0,
-                divergence.remote.1
-            ),
-            Note::Halted(reason) => eprintln!("node {id}: halted: {reason}"),
-            Note::Members(members) => eprintln!(
-                "node {id}: members now {:?}",
-                members.ids().map(|n| n.0).collect::<Vec<_>>()
-            ),
+            Note::Halted(reason) => tracing::error!(%reason, "halted"),
+            Note::Members(members) => {
+                let members: Vec<u8> = members.ids().map(|n| n.0).collect();
+                tracing::info!(?members, "members changed");
+            }
         }
     }
 

@@ -10,6 +10,7 @@ pub mod data_dir;
 mod driver;
 mod install;
 pub mod local;
+pub mod metrics;
 pub mod recovery;
 /// The data directory's files as the driver keeps them: an inner layer (see `crate::internals`),
 /// public for the fault tools and tests.
@@ -112,6 +113,8 @@ pub struct NodeConfig {
     /// ([`data_dir::JOIN_FILE`]). Off by default: the cluster file's nodes are the first
     /// members.
     pub join: bool,
+    /// Where the node serves its Prometheus metrics (`GET /metrics`), if anywhere.
+    pub metrics_address: Option<SocketAddr>,
 }
 
 impl NodeConfig {
@@ -146,6 +149,7 @@ impl NodeConfig {
             fsync_delay_ms: 0,
             rebuild_from_leader: false,
             join: false,
+            metrics_address: None,
         }
     }
 
@@ -327,17 +331,19 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
     if !errors.is_empty() {
         return Err(NodeError::Config(errors));
     }
+    // Every line the node logs, on any of its threads, is inside this span.
+    let span = tracing::info_span!("node", id = config.id.0);
+    let _entered = span.enter();
     let me = config.address(config.id).expect("validated: listed");
     let (peer_address, client_address) = (me.peer_address, me.client_address);
     let mut restored = recovery::restore(&config.data_dir, handler, &config.recovery_options())?;
     let mut config = config;
     let set = data_dir::read_mode(&config.data_dir).map_err(recovery::Refusal::from)?;
     if let Some(mode) = set.filter(|&mode| mode != config.mode) {
-        eprintln!(
-            "node {}: mode {} as set by `mode` (kept in {}), not the cluster file's",
-            config.id,
-            format!("{mode:?}").to_lowercase(),
-            config.data_dir.join(data_dir::MODE_FILE).display()
+        tracing::info!(
+            mode = format!("{mode:?}").to_lowercase(),
+            file = %config.data_dir.join(data_dir::MODE_FILE).display(),
+            "mode as set by `mode`, not the cluster file's"
         );
         config.mode = mode;
     }
@@ -345,19 +351,20 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
     let released = restored.lock.on_release();
     let report = &restored.report;
     if report.is_notable() || report.first_start {
-        eprintln!(
-            "node {}: recovered: {report} (data in {})",
-            config.id,
-            config.data_dir.display()
-        );
+        tracing::info!(data_dir = %config.data_dir.display(), "recovered: {report}");
+    }
+    if let Some(damage) = &report.damage {
+        tracing::warn!(%damage, "repair: damaged WAL entries wait for the leader");
     }
     let (inbox, inputs) = mpsc::channel(INBOX_INPUTS_MAX);
     let (ready, started) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let (fail, failed) = tokio::sync::oneshot::channel();
+    let node_span = span.clone();
     let thread = std::thread::Builder::new()
         .name(format!("node-{}", config.id))
         .spawn(move || {
+            let _entered = node_span.entered();
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -372,7 +379,8 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
                 }
             };
             runtime.block_on(async move {
-                let listeners = driver::bind(peer_address, client_address).await;
+                let metrics_address = config.metrics_address;
+                let listeners = driver::bind(peer_address, client_address, metrics_address).await;
                 let listeners = match listeners {
                     Ok(listeners) => {
                         let _ = ready.send(Ok(()));
@@ -383,11 +391,10 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
                         return;
                     }
                 };
-                let id = config.id;
                 if let Some(reason) =
                     driver::run(config, restored, listeners, inbox, inputs, stopped).await
                 {
-                    eprintln!("node {id}: stopped for good: {reason}");
+                    tracing::error!(%reason, "stopped for good");
                     let _ = fail.send(reason);
                 }
             });

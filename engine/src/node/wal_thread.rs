@@ -61,9 +61,11 @@ impl WalThread {
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
         let slow = SlowDisk(fsync_delay);
-        thread::Builder::new()
-            .name(name)
-            .spawn(move || run(wal, acker, queue, (slow, lock), report))?;
+        let span = tracing::Span::current();
+        thread::Builder::new().name(name).spawn(move || {
+            let _entered = span.entered();
+            run(wal, acker, queue, (slow, lock), report)
+        })?;
         Ok(WalThread { ops })
     }
 
@@ -207,10 +209,12 @@ fn carry_out(
                     let dir = wal.dir().to_path_buf();
                     let lock = Arc::clone(lock);
                     // Off this thread: appends and their fsyncs do not wait for the deletion.
+                    let span = tracing::Span::current();
                     thread::spawn(move || {
+                        let _entered = span.entered();
                         let _held = lock;
                         if let Err(error) = crate::wal::remove_segments(&dir, &segments) {
-                            eprintln!("cannot remove WAL segments behind a snapshot: {error}");
+                            tracing::warn!(%error, "cannot remove WAL segments behind a snapshot");
                         }
                     });
                 }
@@ -342,10 +346,7 @@ impl Acker {
                     self.streams.insert(to, stream);
                 }
                 Err(error) => {
-                    eprintln!(
-                        "node {}: acknowledgements to node {to}: {error}",
-                        self.access.me
-                    );
+                    tracing::warn!(peer = to.0, %error, "acknowledgements cannot reach the peer");
                     let later =
                         std::time::Instant::now() + std::time::Duration::from_millis(ACK_RETRY_MS);
                     self.retry_after.insert(to, later);

@@ -49,9 +49,14 @@ impl SnapshotWriter {
         report: impl Fn(Result<Durable, SnapshotError>) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
+        // The node's span (`node{id=N}`) follows the writer onto its thread.
+        let span = tracing::Span::current();
         std::thread::Builder::new()
             .name("snapshots".into())
-            .spawn(move || run(&dir, &queue, report))?;
+            .spawn(move || {
+                let _entered = span.entered();
+                run(&dir, &queue, report)
+            })?;
         Ok(SnapshotWriter { ops })
     }
 

@@ -286,6 +286,7 @@ pub fn write_cluster_files(
             },
             client_address: addresses.clients[&id],
             data_dir: dir.join(format!("node{id}")),
+            metrics_address: None,
         };
         let mut file = ClusterFile::new(FAULT_SECRET, (1..=3u8).map(node).collect());
         file.cluster_id = CLUSTER_ID;

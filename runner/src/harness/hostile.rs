@@ -833,7 +833,7 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
             | ClientReply::Status(_)
             | ClientReply::ModeSet(_)
             | ClientReply::MembersChanging { .. }
-            | ClientReply::MembersRefused(_) => None,
+            | ClientReply::MembersRefused(_)
             | ClientReply::BackupChunk(_)
             | ClientReply::NoBackup { .. } => None,
         }

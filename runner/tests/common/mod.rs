@@ -120,6 +120,7 @@ pub fn write_cluster_file(
             peer_address: a.peer_address,
             client_address: a.client_address,
             data_dir: dir.join(format!("node{}", a.id)),
+            metrics_address: None,
         })
         .collect();
     let mut file = ClusterFile::new(TEST_SECRET, nodes);

@@ -299,7 +299,11 @@ pub(super) fn replay<H: Handler>(plan: &mut Plan<H>) -> Result<Recovered, NodeEr
         report.replayed += 1;
         if last_progress.elapsed() >= Duration::from_millis(RECOVERY_PROGRESS_MS) {
             last_progress = Instant::now();
-            eprintln!("recovery: replayed {} of {total} entries", report.replayed);
+            tracing::info!(
+                replayed = report.replayed,
+                total,
+                "recovery: replaying the log"
+            );
         }
     };
     replay::replay(&plan.wal, &mut plan.machine, from, progress).map_err(|error| match error {
