@@ -56,7 +56,11 @@ pub fn init(format: LogFormat) {
     let writer = std::io::stderr;
     let result = match format {
         LogFormat::Human => {
-            let layer = tracing_subscriber::fmt::layer().with_writer(writer);
+            // Colours only for a person at a terminal, not in a file or a pipe.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let layer = tracing_subscriber::fmt::layer()
+                .with_ansi(ansi)
+                .with_writer(writer);
             registry.with(RateLimit::new(layer)).try_init()
         }
         LogFormat::Json => {
