@@ -250,29 +250,7 @@ impl Processes {
     /// Runs the binary's `client` with one request per line of `requests`; returns each
     /// request's outcomes as the command prints them.
     fn client(&self, requests: &[Vec<BookCommand>]) -> Vec<serde_json::Value> {
-        use std::io::Write;
-        let mut child = std::process::Command::new(&self.binary)
-            .args(["client", "--cluster", self.cluster.to_str().unwrap()])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        for request in requests {
-            writeln!(stdin, "{}", serde_json::to_string(request).unwrap()).unwrap();
-        }
-        drop(stdin);
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "the client command failed");
-        let lines = String::from_utf8(output.stdout).unwrap();
-        let answers: Vec<serde_json::Value> = lines
-            .lines()
-            .flat_map(|line| {
-                let outcomes: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
-                outcomes
-            })
-            .collect();
-        answers
+        run_client(&self.binary, &self.cluster, requests).expect("the client command failed")
     }
 }
 
@@ -288,30 +266,7 @@ impl Drop for Processes {
 /// Polls every node's status until all three have applied the same entry with the same
 /// state hash.
 fn converged(config: &engine::client::ClientConfig) -> bool {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let started = std::time::Instant::now();
-        while started.elapsed() < Duration::from_secs(60) {
-            let mut statuses = Vec::new();
-            for address in &config.nodes {
-                let timeout = Duration::from_millis(500);
-                if let Ok(s) = engine::client::node_status(config, *address, timeout).await {
-                    statuses.push((s.applied_index, s.state_hash, s.commit_index));
-                }
-            }
-            let same = statuses
-                .windows(2)
-                .all(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1);
-            if statuses.len() == 3 && same && statuses[0].0 == statuses[0].2 {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
-    })
+    converged_on(config, &[1, 2, 3])
 }
 
 /// A cluster file in a fresh directory and three `node` processes of the example's binary
