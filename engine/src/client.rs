@@ -487,7 +487,7 @@ async fn answer_on(
 }
 
 /// Connects to `address` and introduces the client (with its key, if it has one).
-async fn connect(
+pub(crate) async fn connect(
     config: &ClientConfig,
     address: SocketAddr,
 ) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {

@@ -7,16 +7,14 @@ use super::{mode_name, runtime};
 use crate::client::ClientConfig;
 use crate::codec;
 use crate::handler::Handler;
-use crate::handshake::{HandshakeError, introduce};
+use crate::handshake::HandshakeError;
 use crate::node::ClusterFile;
 use crate::node::backup::{Backup, BackupHeader, Seed, seed_data_dirs, write_file};
 use crate::snapshot::SNAPSHOT_BYTES_MAX;
 use clap::Args;
 use futures::{SinkExt, StreamExt};
-use net::frame::{FrameCodec, FrameError};
-use net::message::{
-    BackupChunk, BackupRequest, ClientReply, ClientRequest, Hello, PROTOCOL_VERSION,
-};
+use net::frame::FrameCodec;
+use net::message::{BackupChunk, BackupRequest, ClientReply, ClientRequest};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -147,23 +145,6 @@ fn report(header: &BackupHeader, digest: &str, bytes: u64, out: &std::path::Path
     );
 }
 
-/// Connects to `address` as a client, introduced with the cluster's key if it has one.
-async fn connect(
-    config: &ClientConfig,
-    address: SocketAddr,
-) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
-    let stream = TcpStream::connect(address).await.map_err(FrameError::Io)?;
-    stream.set_nodelay(true).map_err(FrameError::Io)?;
-    let mut frames = Framed::new(stream, FrameCodec::new(config.cluster_id));
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        cluster: config.cluster_id,
-        node: None,
-    };
-    introduce(&mut frames, &hello, None, config.key.as_ref()).await?;
-    Ok(frames)
-}
-
 /// Why one node gave no backup.
 #[derive(Debug, thiserror::Error)]
 enum FetchError {
@@ -184,7 +165,7 @@ async fn fetch(
     config: &ClientConfig,
     address: SocketAddr,
 ) -> Result<(BackupChunk, Vec<u8>), FetchError> {
-    let mut frames = connect(config, address).await?;
+    let mut frames = crate::client::connect(config, address).await?;
     let mut last = FetchError::NoBackup("not tried".into());
     for _ in 0..=BACKUP_RESTARTS_MAX {
         match fetch_once(&mut frames).await {
