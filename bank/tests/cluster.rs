@@ -145,8 +145,9 @@ fn bad_requests_are_refused_and_followers_redirect() {
         );
 
         let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
-        let follower_address =
-            cluster.config(follower).nodes[follower.0 as usize - 1].client_address;
+        let follower_address = cluster.config(follower).nodes[follower.0 as usize - 1]
+            .client_address
+            .clone();
         let mut config = cluster.client_config();
         config.nodes = vec![follower_address];
         let mut redirected = Client::new(config, ClientId(4), RequestNumber(1));

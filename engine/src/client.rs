@@ -2,6 +2,7 @@
 //! through timeouts and leader changes until it has the answer. Each request keeps its number
 //! across retries, so the cluster applies it exactly once.
 
+use crate::address::Address;
 use crate::apply::PIPELINE_REQUESTS_MAX;
 use crate::codec::{self, CodecError};
 use crate::entry::encode_commands;
@@ -12,7 +13,6 @@ use futures::{SinkExt, StreamExt};
 use net::auth::Key;
 use net::frame::{FrameCodec, FrameError};
 use net::message::{ClientReply, ClientRequest, Hello, Mode, PROTOCOL_VERSION, Refusal, Rejection};
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -47,8 +47,8 @@ pub const RETRY_BACKOFF_MS_MAX: u64 = 100;
 pub struct ClientConfig {
     /// The cluster's id.
     pub cluster_id: u64,
-    /// Every node's client address.
-    pub nodes: Vec<SocketAddr>,
+    /// Every node's client address (a name is resolved at every connection).
+    pub nodes: Vec<Address>,
     /// Time to wait for one answer.
     pub request_timeout: Duration,
     /// Time after which an attempt is also sent to a second node (`None`: never).
@@ -62,10 +62,11 @@ pub struct ClientConfig {
 impl ClientConfig {
     /// Defaults: [`REQUEST_TIMEOUT_MS_DEFAULT`] per attempt, hedged after
     /// [`HEDGE_AFTER_MS_DEFAULT`], never give up.
-    pub fn new(cluster_id: u64, nodes: Vec<SocketAddr>) -> Self {
+    /// `nodes` are the client addresses: [`std::net::SocketAddr`]s or [`Address`]es.
+    pub fn new<A: Into<Address>>(cluster_id: u64, nodes: impl IntoIterator<Item = A>) -> Self {
         ClientConfig {
             cluster_id,
-            nodes,
+            nodes: nodes.into_iter().map(Into::into).collect(),
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
             hedge_after: Some(Duration::from_millis(HEDGE_AFTER_MS_DEFAULT)),
             give_up_after: None,
@@ -150,7 +151,7 @@ pub enum ClientError {
 /// [`Client::submit_pipelined`]. A program without tokio uses [`blocking::Client`].
 pub struct Client {
     config: ClientConfig,
-    requests: Requests<SocketAddr>,
+    requests: Requests<Address>,
     connection: Option<Framed<TcpStream, FrameCodec>>,
 }
 
@@ -175,11 +176,11 @@ impl Client {
         let started = Instant::now();
         let limit = (config.give_up_after).unwrap_or(Duration::from_millis(RESUME_WAIT_MS_DEFAULT));
         let (mut target, mut attempts) = (0, 0);
-        let mut address = config.nodes[0];
+        let mut address = config.nodes[0].clone();
         let question = ClientRequest::Resume(id);
         loop {
             attempts += 1;
-            let asked = ask(&config, address, &question, config.request_timeout);
+            let asked = ask(&config, &address, &question, config.request_timeout);
             let leader = match asked.await {
                 Ok(ClientReply::Session {
                     next_request,
@@ -193,7 +194,7 @@ impl Client {
                 }
                 Ok(ClientReply::Refused(refusal)) => return Err(ClientError::Refused(refusal)),
                 Ok(ClientReply::NotLeader { address, .. }) => {
-                    address.and_then(|a| a.parse::<SocketAddr>().ok())
+                    address.and_then(|a| a.parse::<Address>().ok())
                 }
                 Ok(_) | Err(_) => None,
             };
@@ -206,7 +207,7 @@ impl Client {
             }
             address = leader.unwrap_or_else(|| {
                 target = (target + 1) % config.nodes.len();
-                config.nodes[target]
+                config.nodes[target].clone()
             });
             tokio::time::sleep(Duration::from_millis(RESUME_RETRY_MS)).await;
         }
@@ -283,7 +284,7 @@ impl Client {
             let lanes = window.iter().enumerate().map(|(at, commands)| {
                 let number = RequestNumber(first.0 + at as u64);
                 let mut lane = Client::new(self.config.clone(), self.id(), number);
-                lane.requests.aim_at(*self.requests.target());
+                lane.requests.aim_at(self.requests.target().clone());
                 async move {
                     let encoded = encode_commands(commands);
                     let count = commands.len() as u32;
@@ -291,16 +292,16 @@ impl Client {
                     let outcomes = ended.and_then(|(count, bytes)| {
                         Ok(crate::apply::decode_outcomes::<H>(&bytes, count)?)
                     });
-                    (outcomes, *lane.requests.target())
+                    (outcomes, lane.requests.target().clone())
                 }
             });
             let ended = futures::future::join_all(lanes).await;
             // The next requests go where the first lane was last answered (the leader, as
             // far as it learned).
-            if let Some(&(_, target)) = ended.first()
-                && target != *self.requests.target()
+            if let Some((_, target)) = ended.first()
+                && target != self.requests.target()
             {
-                self.requests.aim_at(target);
+                self.requests.aim_at(target.clone());
                 self.requests.take_reconnect();
                 self.connection = None;
             }
@@ -351,25 +352,25 @@ impl Client {
         &mut self,
         message: &ClientRequest,
         request: RequestNumber,
-    ) -> (Option<SocketAddr>, Attempt<SocketAddr>) {
+    ) -> (Option<Address>, Attempt<Address>) {
         let now = tokio::time::Instant::now();
         let deadline = now + self.config.request_timeout;
         let hedge_after = self.config.hedge_after;
         let hedge_at = hedge_after.map(|after| now + after);
-        let target = *self.requests.target();
+        let target = self.requests.target().clone();
         let (config, requests) = (&self.config, &mut self.requests);
         let primary = exchange(config, self.connection.take(), target, message, request);
         let primary = tokio::time::timeout_at(deadline, primary);
         tokio::pin!(primary);
         let mut next_hedge = hedge_at;
-        let mut hedge: Option<(SocketAddr, Pin<Box<HedgeExchange<'_>>>)> = None;
+        let mut hedge: Option<(Address, Pin<Box<HedgeExchange<'_>>>)> = None;
         let won = loop {
             let hedging = hedge.is_some();
             tokio::select! {
                 ended = &mut primary => break Won::Primary(ended),
                 () = sleep_until_some(next_hedge), if next_hedge.is_some_and(|at| at < deadline) => {
                     if let Some(other) = requests.hedge() {
-                        let exchange = exchange(config, None, other, message, request);
+                        let exchange = exchange(config, None, other.clone(), message, request);
                         hedge = Some((other, Box::pin(tokio::time::timeout_at(deadline, exchange))));
                     }
                     next_hedge = next_hedge.zip(hedge_after).map(|(at, after)| at + after);
@@ -413,24 +414,18 @@ type Connection = Framed<TcpStream, FrameCodec>;
 
 /// How one exchange ended: within the attempt's time or not; with the connection (kept only
 /// after an answer) and the answer or why there was none.
-type Ended = Result<
-    (
-        Option<Connection>,
-        Result<Answer<SocketAddr>, HandshakeError>,
-    ),
-    Elapsed,
->;
+type Ended = Result<(Option<Connection>, Result<Answer<Address>, HandshakeError>), Elapsed>;
 
 /// Which exchange of a hedged attempt decided it.
 enum Won {
     /// The target's (whatever it was).
     Primary(Ended),
     /// The hedge's, at that node, with its connection and what it means.
-    Hedge(SocketAddr, Option<Connection>, Attempt<SocketAddr>),
+    Hedge(Address, Option<Connection>, Attempt<Address>),
 }
 
 /// What an exchange's end means for [`Requests`], and the connection to keep.
-fn attempt_of(ended: Ended) -> (Option<Connection>, Attempt<SocketAddr>) {
+fn attempt_of(ended: Ended) -> (Option<Connection>, Attempt<Address>) {
     match ended {
         Ok((connection, Ok(answer))) => (connection, Attempt::Answered(answer)),
         Ok((_, Err(HandshakeError::Refused(refusal)))) if refusal.is_permanent() => {
@@ -446,16 +441,13 @@ fn attempt_of(ended: Ended) -> (Option<Connection>, Attempt<SocketAddr>) {
 async fn exchange(
     config: &ClientConfig,
     connection: Option<Connection>,
-    target: SocketAddr,
+    target: Address,
     message: &ClientRequest,
     request: RequestNumber,
-) -> (
-    Option<Connection>,
-    Result<Answer<SocketAddr>, HandshakeError>,
-) {
+) -> (Option<Connection>, Result<Answer<Address>, HandshakeError>) {
     let mut frames = match connection {
         Some(frames) => frames,
-        None => match connect(config, target).await {
+        None => match connect(config, &target).await {
             Ok(frames) => frames,
             Err(error) => return (None, Err(error)),
         },
@@ -471,7 +463,7 @@ async fn answer_on(
     frames: &mut Connection,
     message: &ClientRequest,
     request: RequestNumber,
-) -> Result<Answer<SocketAddr>, HandshakeError> {
+) -> Result<Answer<Address>, HandshakeError> {
     frames.send(message).await?;
     loop {
         let frame = frames
@@ -489,9 +481,11 @@ async fn answer_on(
 /// Connects to `address` and introduces the client (with its key, if it has one).
 pub(crate) async fn connect(
     config: &ClientConfig,
-    address: SocketAddr,
+    address: &Address,
 ) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
-    let stream = TcpStream::connect(address).await.map_err(FrameError::Io)?;
+    let stream = crate::address::connect(address)
+        .await
+        .map_err(FrameError::Io)?;
     stream.set_nodelay(true).map_err(FrameError::Io)?;
     let mut frames = Framed::new(stream, FrameCodec::new(config.cluster_id));
     let hello = Hello {
@@ -506,7 +500,7 @@ pub(crate) async fn connect(
 /// Sets the execution mode of one node (a cluster's operator sets it on every node).
 pub async fn set_node_mode(
     config: &ClientConfig,
-    address: SocketAddr,
+    address: &Address,
     mode: Mode,
     timeout: Duration,
 ) -> Result<(), ClientError> {
@@ -523,7 +517,7 @@ pub async fn set_node_mode(
 /// it (a leader's `MembersChanging` or `MembersRefused`, another's `NotLeader`).
 pub async fn change_members(
     config: &ClientConfig,
-    address: SocketAddr,
+    address: &Address,
     change: &net::message::MemberChange,
     timeout: Duration,
 ) -> Result<ClientReply, ClientError> {
@@ -534,7 +528,7 @@ pub async fn change_members(
 /// Asks one node for its status.
 pub async fn node_status(
     config: &ClientConfig,
-    address: SocketAddr,
+    address: &Address,
     timeout: Duration,
 ) -> Result<NodeStatus, ClientError> {
     let reply = ask(config, address, &ClientRequest::Status, timeout).await?;
@@ -547,7 +541,7 @@ pub async fn node_status(
 /// One request to one node on a connection of its own, and its reply.
 async fn ask(
     config: &ClientConfig,
-    address: SocketAddr,
+    address: &Address,
     request: &ClientRequest,
     timeout: Duration,
 ) -> Result<ClientReply, ClientError> {
@@ -568,6 +562,6 @@ async fn ask(
     }
 }
 
-fn unexpected(address: SocketAddr, reply: &ClientReply) -> ClientError {
+fn unexpected(address: &Address, reply: &ClientReply) -> ClientError {
     ClientError::Unreachable(format!("{address}: unexpected answer {reply:?}"))
 }

@@ -19,6 +19,7 @@
 //! The inner layers (entries, the WAL, the consensus core, the replica, snapshots) are in a
 //! hidden module for the engine's own tests, benches and tools.
 
+pub mod address;
 pub mod apply;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -40,6 +41,7 @@ pub(crate) use internals::{batcher, core, entry, handshake, replica, snapshot, w
 
 pub use net::ids;
 
+pub use address::Address;
 pub use apply::{
     Applied, ApplyCounters, ApplyError, CommittedAnswer, Mode, Reply, ReplyStatus, StateMachine,
     decode_outcomes,

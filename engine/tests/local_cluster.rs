@@ -115,7 +115,7 @@ fn start_at_uses_the_given_addresses() {
     let cluster =
         LocalCluster::start_at(dir.path(), addresses.clone(), Registers::new, |_| {}).unwrap();
     wait_for_leader(&cluster);
-    let clients: Vec<_> = addresses.iter().map(|a| a.client_address).collect();
+    let clients: Vec<_> = addresses.iter().map(|a| a.client_address.clone()).collect();
     assert_eq!(cluster.client_config().nodes, clients);
     for address in &addresses {
         assert_eq!(cluster.config(address.id).nodes, addresses);
@@ -128,7 +128,7 @@ fn start_at_uses_the_given_addresses() {
 fn start_at_reports_a_taken_address_and_no_addresses() {
     let dir = tempfile::tempdir().unwrap();
     let addresses = free_loopback_addresses(3).unwrap();
-    let _taken = std::net::TcpListener::bind(addresses[1].client_address).unwrap();
+    let _taken = std::net::TcpListener::bind(addresses[1].client_address.as_str()).unwrap();
     let started = LocalCluster::start_at(dir.path(), addresses, Registers::new, |_| {});
     match started {
         Err(NodeError::Io { source, .. }) => {

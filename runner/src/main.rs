@@ -5,7 +5,10 @@
 //!   and writes it into the notes.
 //! - `runner node --cluster FILE --id N`: one node of a cluster, in its own process.
 //! - `runner bench --cluster FILE`: the benchmark against a running cluster.
-//! - `runner client --cluster FILE <command>`: one Bank command, JSON out.
+//! - `runner client --cluster FILE <command>`: one Bank command, JSON out (FILE a cluster
+//!   file or a client file).
+//! - `runner client-file --cluster FILE --out CLIENT`: what a client host needs, no peer
+//!   secret.
 //! - `runner status --cluster FILE [--json]`: every node's role, term, indexes, state hash.
 //! - `runner single`: the Bank on one node without replication (a ceiling to compare with).
 //! - `runner sim --seeds N [--seed S] --json FILE`: the deterministic cluster simulator.
@@ -52,6 +55,8 @@ enum Command {
     Bench(commands::BenchArgs),
     /// One Bank command against a running cluster; prints JSON.
     Client(commands::ClientArgs),
+    /// Writes the client file of a cluster file: what a client host needs, no peer secret.
+    ClientFile(engine::cli::ClientFileArgs),
     /// Every node's role, term, commit and applied index, and state hash.
     Status(engine::cli::StatusArgs),
     /// The Bank on one node without replication, WAL under /dev/shm.
@@ -108,6 +113,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Node(args) => engine::cli::node(args, Bank),
         Command::Bench(args) => commands::bench(args),
         Command::Client(args) => commands::client(args),
+        Command::ClientFile(args) => engine::cli::client_file(args),
         Command::Status(args) => engine::cli::status(args),
         Command::Single(args) => single::run(args),
         Command::Recover(args) => engine::cli::recover(args, Bank),

@@ -20,7 +20,8 @@ use std::time::Duration;
 /// The peer addresses a cluster file lists, in node order.
 fn peer_addresses(cluster_file: &Path) -> Vec<SocketAddr> {
     let file = ClusterFile::parse(cluster_file).unwrap();
-    file.nodes.iter().map(|n| n.peer_address).collect()
+    let numeric = |n: &engine::node::NodeEntry| n.peer_address.socket_addr().expect("numeric");
+    file.nodes.iter().map(numeric).collect()
 }
 
 /// Proves a third node started with the wrong secret, or with another cluster id, is refused
@@ -72,7 +73,7 @@ fn a_node_with_the_wrong_secret_or_cluster_cannot_join_vote_or_append() {
             .await;
             // It asks for (pre-)votes, in vain: it leads nothing, holds nothing.
             let mut stray_config = config.clone();
-            stray_config.nodes = vec![config.nodes[2]];
+            stray_config.nodes = vec![config.nodes[2].clone()];
             if what == "cluster" {
                 stray_config.cluster_id = 10;
             }

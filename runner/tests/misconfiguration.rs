@@ -426,7 +426,7 @@ fn damaged_hard_state(dir: &Path, file: &Path, data: &Path, table: &mut Rows) {
 /// `runner node` refuse them.
 fn bad_cluster_files(file: &Path, table: &mut Rows, same: &dyn Fn(&mut Rows, &'static str, &str)) {
     let duplicate = variant(file, "duplicate", |file| {
-        file.nodes[1].client_address = file.nodes[0].client_address
+        file.nodes[1].client_address = file.nodes[0].client_address.clone()
     });
     let (status, text) = runner(&["check", "--cluster", duplicate.to_str().unwrap()]);
     assert!(
@@ -595,7 +595,7 @@ fn handler_missing_a_table(dir: &Path, table: &mut Rows) {
     let address = NodeAddress {
         id: NodeId(1),
         peer_address: peer_address(&one),
-        client_address: client_config.nodes[0],
+        client_address: client_config.nodes[0].clone(),
     };
     let key = net::auth::Key::peer(TEST_SECRET.as_bytes()).unwrap();
     let mut node_config = NodeConfig::new(NodeId(1), vec![address], data.clone(), key);
@@ -625,8 +625,12 @@ fn handler_missing_a_table(dir: &Path, table: &mut Rows) {
 }
 
 /// The first node's peer address in a cluster file.
-fn peer_address(file: &Path) -> std::net::SocketAddr {
-    ClusterFile::parse(file).unwrap().nodes[0].peer_address
+fn peer_address(file: &Path) -> engine::Address {
+    ClusterFile::parse(file)
+        .unwrap()
+        .nodes
+        .swap_remove(0)
+        .peer_address
 }
 
 /// Every snapshot of the subject damaged while its log was compacted behind them: no usable

@@ -271,19 +271,24 @@ fn converged(config: &engine::client::ClientConfig) -> bool {
 
 /// A cluster file in a fresh directory and three `node` processes of the example's binary
 /// started from it (the directory holds their data and logs: keep it while they run).
+/// The cluster file's table of the node at `a`, its data under `dir`.
+fn node_entry(a: &engine::node::NodeAddress, dir: &std::path::Path) -> engine::node::NodeEntry {
+    let data_dir = dir.join(format!("node{}", a.id));
+    engine::node::NodeEntry::new(
+        a.id.0,
+        a.peer_address.clone(),
+        a.client_address.clone(),
+        data_dir,
+    )
+}
+
 fn three_node_processes() -> (tempfile::TempDir, engine::node::ClusterFile, Processes) {
     let binary = example_binary();
     let dir = tempfile::tempdir().unwrap();
     let addresses = engine::node::local::free_loopback_addresses(3).unwrap();
     let nodes = addresses
         .iter()
-        .map(|a| engine::node::NodeEntry {
-            id: a.id.0,
-            peer_address: a.peer_address,
-            client_address: a.client_address,
-            data_dir: dir.path().join(format!("node{}", a.id)),
-            metrics_address: None,
-        })
+        .map(|a| node_entry(a, dir.path()))
         .collect();
     let file = engine::node::ClusterFile::new("the order book's nodes share this", nodes);
     let cluster = dir.path().join("cluster.toml");
@@ -424,7 +429,7 @@ fn bench_command_against_three_node_processes() {
         .unwrap()
         .block_on(engine::client::node_status(
             &config,
-            config.nodes[0],
+            &config.nodes[0],
             Duration::from_secs(2),
         ))
         .unwrap();
@@ -517,13 +522,7 @@ fn cluster_of(count: usize) -> (tempfile::TempDir, engine::node::ClusterFile, Pr
     let addresses = engine::node::local::free_loopback_addresses(count).unwrap();
     let nodes = addresses
         .iter()
-        .map(|a| engine::node::NodeEntry {
-            id: a.id.0,
-            peer_address: a.peer_address,
-            client_address: a.client_address,
-            data_dir: dir.path().join(format!("node{}", a.id)),
-            metrics_address: None,
-        })
+        .map(|a| node_entry(a, dir.path()))
         .collect();
     let file = engine::node::ClusterFile::new("the order book's nodes share this", nodes);
     let mut first = file.clone();
@@ -581,7 +580,7 @@ fn converged_on(config: &engine::client::ClientConfig, ids: &[u8]) -> bool {
     let mut config = config.clone();
     config.nodes = ids
         .iter()
-        .map(|&id| config.nodes[usize::from(id - 1)])
+        .map(|&id| config.nodes[usize::from(id - 1)].clone())
         .collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -593,7 +592,7 @@ fn converged_on(config: &engine::client::ClientConfig, ids: &[u8]) -> bool {
             let mut statuses = Vec::new();
             for address in &config.nodes {
                 let timeout = Duration::from_millis(500);
-                if let Ok(s) = engine::client::node_status(&config, *address, timeout).await {
+                if let Ok(s) = engine::client::node_status(&config, address, timeout).await {
                     statuses.push((s.applied_index, s.state_hash, s.commit_index));
                 }
             }
@@ -715,15 +714,12 @@ fn a_node_serves_metrics_and_its_commit_index_rises_under_load() {
     let binary = example_binary();
     let dir = tempfile::tempdir().unwrap();
     let addresses = engine::node::local::free_loopback_addresses(4).unwrap();
-    let metrics_address = addresses[3].peer_address;
+    let metrics_address = addresses[3].peer_address.socket_addr().expect("numeric");
     let nodes = addresses[..3]
         .iter()
         .map(|a| engine::node::NodeEntry {
-            id: a.id.0,
-            peer_address: a.peer_address,
-            client_address: a.client_address,
-            data_dir: dir.path().join(format!("node{}", a.id)),
             metrics_address: (a.id.0 == 1).then_some(metrics_address),
+            ..node_entry(a, dir.path())
         })
         .collect();
     let file = engine::node::ClusterFile::new("the order book's nodes share this", nodes);

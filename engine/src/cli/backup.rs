@@ -4,6 +4,7 @@
 //! from it.
 
 use super::{mode_name, runtime};
+use crate::address::Address;
 use crate::client::ClientConfig;
 use crate::codec;
 use crate::handler::Handler;
@@ -16,7 +17,6 @@ use futures::{SinkExt, StreamExt};
 use net::frame::FrameCodec;
 use net::message::{BackupChunk, BackupRequest, ClientReply, ClientRequest};
 use serde_json::{Value, json};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -78,7 +78,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
     let mut failures = Vec::new();
     let fetched = runtime()?.block_on(async {
         for node in &file.nodes {
-            match fetch(&client, node.client_address).await {
+            match fetch(&client, &node.client_address).await {
                 Ok(fetched) => return Some(fetched),
                 Err(error) => failures.push(format!("node {}: {error}", node.id)),
             }
@@ -163,7 +163,7 @@ enum FetchError {
 /// The whole newest durable snapshot of the node at `address`, with its first piece's facts.
 async fn fetch(
     config: &ClientConfig,
-    address: SocketAddr,
+    address: &Address,
 ) -> Result<(BackupChunk, Vec<u8>), FetchError> {
     let mut frames = crate::client::connect(config, address).await?;
     let mut last = FetchError::NoBackup("not tried".into());

@@ -51,6 +51,9 @@ fn as_json(path: &std::path::Path, file: &ClusterFile, errors: &[String]) -> ser
                 "peer_address": n.peer_address.to_string(),
                 "client_address": n.client_address.to_string(),
                 "data_dir": n.data_dir.display().to_string(),
+                "peer_bind_address": n.peer_bind_address.map(|a| a.to_string()),
+                "client_bind_address": n.client_bind_address.map(|a| a.to_string()),
+                "metrics_address": n.metrics_address.map(|a| a.to_string()),
             })
         })
         .collect();
@@ -76,6 +79,16 @@ fn print_nodes(file: &ClusterFile) {
             node.client_address.to_string(),
             node.data_dir.display()
         );
+        let listens = [
+            ("peer_bind_address", node.peer_bind_address),
+            ("client_bind_address", node.client_bind_address),
+            ("metrics_address", node.metrics_address),
+        ];
+        for (key, address) in listens {
+            if let Some(address) = address {
+                println!("{:>4}  {key} {address}", "");
+            }
+        }
     }
     println!("every node runs with:");
     for (key, value) in settings(file) {
@@ -118,24 +131,14 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::NodeEntry;
+    use crate::node::cluster_file::loopback_node;
 
     /// Proves `check --json FILE` writes the verdict to FILE, and a file with an error is
     /// refused with the error in the JSON.
     #[test]
     fn check_writes_its_json_to_a_file() {
         let dir = tempfile::tempdir().unwrap();
-        let node = |id: u8| NodeEntry {
-            id,
-            peer_address: format!("127.0.0.1:{}", 7100 + u16::from(id))
-                .parse()
-                .unwrap(),
-            client_address: format!("127.0.0.1:{}", 8100 + u16::from(id))
-                .parse()
-                .unwrap(),
-            data_dir: dir.path().join(format!("node{id}")),
-            metrics_address: None,
-        };
+        let node = |id: u8| loopback_node(id, 7100, dir.path().join(format!("node{id}")));
         let mut file = ClusterFile::new("sixteen bytes at least", (1..=3).map(node).collect());
         let (cluster, json) = (
             dir.path().join("cluster.toml"),

@@ -3,13 +3,13 @@
 //! caught up). See `notes/decisions/membership.md` and the runbook in `notes/operations.md`.
 
 use super::runtime;
+use crate::address::Address;
 use crate::client::{ClientConfig, change_members, node_status};
 use crate::ids::{EntryIndex, NodeId};
 use crate::members::{Member, MemberChange};
 use crate::node::{ClusterFile, NodeEntry};
 use clap::{Args, Subcommand};
 use net::message::{ClientReply, MembersRefusal, NodeStatus, Role};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -142,7 +142,11 @@ async fn apply(
     seconds: u64,
 ) -> anyhow::Result<()> {
     let client = file.client_config()?;
-    let addresses: Vec<SocketAddr> = file.nodes.iter().map(|n| n.client_address).collect();
+    let addresses: Vec<Address> = file
+        .nodes
+        .iter()
+        .map(|n| n.client_address.clone())
+        .collect();
     let timed_out = |doing: &str| MemberError::TimedOut {
         seconds,
         doing: doing.to_string(),
@@ -159,10 +163,10 @@ async fn apply(
             .nodes
             .iter()
             .find(|n| n.id == member.id.0)
-            .map(|n| n.client_address),
+            .map(|n| n.client_address.clone()),
         MemberChange::Remove(_) => None,
     };
-    let members = settled(&client, &addresses, index, joining, deadline)
+    let members = settled(&client, &addresses, index, joining.as_ref(), deadline)
         .await
         .ok_or_else(|| timed_out("the change to be committed and the new node to catch up"))?;
     let ids: Vec<u8> = members.iter().map(|n| n.0).collect();
@@ -184,21 +188,23 @@ fn describe(change: &MemberChange) -> String {
 /// `None` when none did by `deadline`; an error when the leader refused it for good.
 async fn propose(
     client: &ClientConfig,
-    addresses: &[SocketAddr],
+    addresses: &[Address],
     change: &MemberChange,
     deadline: Instant,
-) -> anyhow::Result<Option<(SocketAddr, EntryIndex)>> {
+) -> anyhow::Result<Option<(Address, EntryIndex)>> {
     let timeout = Duration::from_millis(MEMBER_TIMEOUT_MS);
     while Instant::now() < deadline {
-        for &address in addresses {
+        for address in addresses {
             match change_members(client, address, change, timeout).await {
-                Ok(ClientReply::MembersChanging { index }) => return Ok(Some((address, index))),
+                Ok(ClientReply::MembersChanging { index }) => {
+                    return Ok(Some((address.clone(), index)));
+                }
                 Ok(ClientReply::MembersRefused(MembersRefusal::Invalid(reason))) => {
                     // An earlier attempt whose answer was lost may have made the change: then
                     // it is in the leader's members, and only its commit is left to wait for.
                     let status = node_status(client, address, timeout).await?;
                     if reflected(change, &status.members) {
-                        return Ok(Some((address, status.last_index)));
+                        return Ok(Some((address.clone(), status.last_index)));
                     }
                     return Err(MemberError::Refused(MembersRefusal::Invalid(reason)).into());
                 }
@@ -223,9 +229,9 @@ fn reflected(change: &MemberChange, members: &[NodeId]) -> bool {
 /// added node at `joining`) until that node has applied `index`: the members then.
 async fn settled(
     client: &ClientConfig,
-    addresses: &[SocketAddr],
+    addresses: &[Address],
     index: EntryIndex,
-    joining: Option<SocketAddr>,
+    joining: Option<&Address>,
     deadline: Instant,
 ) -> Option<Vec<NodeId>> {
     let timeout = Duration::from_millis(MEMBER_TIMEOUT_MS);
@@ -259,11 +265,11 @@ async fn settled(
 /// The status of the node that leads in the highest term, if one answers.
 async fn leader_status(
     client: &ClientConfig,
-    addresses: &[SocketAddr],
+    addresses: &[Address],
     timeout: Duration,
 ) -> Option<NodeStatus> {
     let mut best: Option<NodeStatus> = None;
-    for &address in addresses {
+    for address in addresses {
         let Ok(status) = node_status(client, address, timeout).await else {
             continue;
         };

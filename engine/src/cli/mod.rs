@@ -1,6 +1,6 @@
 //! The command line of a node binary, for any handler: a handler author's `main` is one call,
-//! [`main`], and their binary has `node`, `status`, `check`, `client`, `recover`, `mode`,
-//! `backup` and `restore`.
+//! [`main`], and their binary has `node`, `status`, `check`, `client`, `client-file`,
+//! `recover`, `mode`, `member`, `backup` and `restore`.
 //!
 //! ```no_run
 //! # use engine::codec::{Decode, Encode};
@@ -33,6 +33,7 @@ mod backup;
 mod bench;
 mod check;
 mod client;
+mod client_file;
 pub mod logging;
 mod member;
 mod mode;
@@ -49,6 +50,7 @@ pub use backup::{
 pub use bench::{BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, LatencyMs, bench};
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
+pub use client_file::{ClientFileArgs, client_file};
 pub use member::{MemberAction, MemberArgs, MemberError, member};
 pub use mode::{ModeArgs, ModeChoice, mode};
 pub use node::{NodeArgs, SnapshotOptions, node};
@@ -88,6 +90,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Commands as JSON, sent to the cluster; outcomes printed as JSON.
     Client(ClientArgs),
+    /// Writes the client file of a cluster file: what a client host needs, no peer secret.
+    ClientFile(ClientFileArgs),
     /// What a start of a stopped node's data directory would do (or refuse), timed; writes
     /// nothing.
     Recover(RecoverArgs),
@@ -110,6 +114,7 @@ impl Command {
             Command::Status(args) => status(args),
             Command::Check(args) => check(args),
             Command::Client(args) => client::<H>(args),
+            Command::ClientFile(args) => client_file(args),
             Command::Recover(args) => recover(args, make()),
             Command::Mode(args) => mode(args),
             Command::Member(args) => member(args),

@@ -56,7 +56,7 @@ pub fn mode(args: ModeArgs) -> anyhow::Result<()> {
     let answers = runtime()?.block_on(async {
         let mut answers = Vec::new();
         for node in &file.nodes {
-            let set = set_node_mode(&client, node.client_address, mode, timeout).await;
+            let set = set_node_mode(&client, &node.client_address, mode, timeout).await;
             answers.push((node.id, set));
         }
         answers

@@ -4,7 +4,7 @@
 use super::{mode_name, runtime};
 use crate::client::{ClientConfig, ClientError, node_status};
 use crate::ids::{EntryIndex, NodeId};
-use crate::node::ClusterFile;
+use crate::node::ClientFile;
 use clap::Args;
 use net::message::{NodeStatus, Role};
 use serde_json::{Value, json};
@@ -23,8 +23,8 @@ pub const STATUS_WAIT_S_MAX: f64 = 86_400.0;
 /// Options of `status`.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// The cluster file.
-    #[arg(long)]
+    /// The cluster file, or a client file (`client-file` writes one).
+    #[arg(long, visible_alias = "client-file")]
     pub cluster: PathBuf,
     /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
     /// table), as the commands that run for a while do.
@@ -83,7 +83,7 @@ type Statuses = Vec<(NodeId, Result<NodeStatus, ClientError>)>;
 /// Prints every node's role, term, indexes and state hash (after waiting, with `--wait`, for
 /// the cluster to be healthy); an unhealthy cluster is an [`Unhealthy`] error.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
+    let file = ClientFile::read(&args.cluster)?;
     let client = file.client_config()?;
     let wait = Duration::from_secs_f64(args.wait.unwrap_or(0.0));
     let statuses = runtime()?.block_on(look_until_healthy(&file, &client, wait));
@@ -104,7 +104,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
 
 /// Looks at every node until the cluster is healthy or `wait` has passed; says on standard
 /// error, once a second, what it still waits for.
-async fn look_until_healthy(file: &ClusterFile, client: &ClientConfig, wait: Duration) -> Statuses {
+async fn look_until_healthy(file: &ClientFile, client: &ClientConfig, wait: Duration) -> Statuses {
     let started = Instant::now();
     let mut said = Instant::now();
     loop {
@@ -123,11 +123,11 @@ async fn look_until_healthy(file: &ClusterFile, client: &ClientConfig, wait: Dur
 }
 
 /// Every node's answer, asked in turn.
-async fn look(file: &ClusterFile, client: &ClientConfig) -> Statuses {
+async fn look(file: &ClientFile, client: &ClientConfig) -> Statuses {
     let timeout = Duration::from_millis(STATUS_TIMEOUT_MS);
     let mut statuses = Vec::new();
     for node in &file.nodes {
-        let status = node_status(client, node.client_address, timeout).await;
+        let status = node_status(client, &node.client_address, timeout).await;
         statuses.push((NodeId(node.id), status));
     }
     statuses

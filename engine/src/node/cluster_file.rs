@@ -26,15 +26,24 @@
 //!
 //! [[nodes]]
 //! id = 1
-//! peer_address = "127.0.0.1:7001"
-//! client_address = "127.0.0.1:8001"
+//! peer_address = "node1.example:7001"     # host:port; a name, IPv4, or [IPv6]
+//! client_address = "node1.example:8001"   # a name is looked up at every (re)connection
 //! data_dir = "/dev/shm/bank/node1"
-//! metrics_address = "127.0.0.1:9001"   # optional; Prometheus text at GET /metrics
+//! metrics_address = "127.0.0.1:9001"      # optional; Prometheus text at GET /metrics
+//! peer_bind_address = "0.0.0.0:7001"      # optional; where to listen, when not peer_address
+//! client_bind_address = "0.0.0.0:8001"    # optional; where to listen, when not client_address
 //! ```
+//!
+//! A node listens at its bind addresses, or else at its own addresses looked up once at start
+//! (the first address a name gives). Others reach it at `peer_address` and `client_address`,
+//! looked up again at every connection, so a machine replaced behind the same name is found.
+//! Client hosts need only the client file (`client-file`), which holds no peer secret.
 
+use crate::address::Address;
 use crate::apply::Mode;
 use crate::client::ClientConfig;
 use crate::ids::NodeId;
+use crate::node::client_file::{ClientFile, ClientNode};
 use crate::node::config::ConfigError;
 use crate::node::{NodeAddress, NodeConfig};
 use net::auth::{Key, ShortSecret};
@@ -126,15 +135,42 @@ impl From<Mode> for ModeSetting {
 pub struct NodeEntry {
     /// The node's id (1 to 255).
     pub id: u8,
-    /// Address for the other nodes.
-    pub peer_address: SocketAddr,
-    /// Address for clients.
-    pub client_address: SocketAddr,
+    /// Where the other nodes reach it: `host:port`, a name resolved at every connection.
+    pub peer_address: Address,
+    /// Where clients reach it.
+    pub client_address: Address,
     /// Where the node keeps its data.
     pub data_dir: PathBuf,
     /// Where the node serves Prometheus metrics (`GET /metrics`), if anywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_address: Option<SocketAddr>,
+    /// Where the node listens for peers, when not at `peer_address` (e.g. `0.0.0.0:7001`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_bind_address: Option<SocketAddr>,
+    /// Where the node listens for clients, when not at `client_address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_bind_address: Option<SocketAddr>,
+}
+
+impl NodeEntry {
+    /// Node `id` reached at `peer_address` and `client_address` (listening there too), with
+    /// its data in `data_dir` and no metrics.
+    pub fn new(
+        id: u8,
+        peer_address: impl Into<Address>,
+        client_address: impl Into<Address>,
+        data_dir: impl Into<PathBuf>,
+    ) -> Self {
+        NodeEntry {
+            id,
+            peer_address: peer_address.into(),
+            client_address: client_address.into(),
+            data_dir: data_dir.into(),
+            metrics_address: None,
+            peer_bind_address: None,
+            client_bind_address: None,
+        }
+    }
 }
 
 /// The whole file.
@@ -342,6 +378,12 @@ impl ClusterFile {
             let settings = config.validate().into_iter().filter(|e| !is_about_nodes(e));
             errors.extend(settings.map(|e| e.to_string()));
         }
+        for node in &self.nodes {
+            if let Ok(config) = self.config_of(node) {
+                let collisions = crate::node::config::bind_collisions(&config);
+                errors.extend(collisions.iter().map(ToString::to_string));
+            }
+        }
         errors
     }
 
@@ -352,8 +394,8 @@ impl ClusterFile {
         let mut errors = Vec::new();
         for (n, a) in self.nodes.iter().enumerate() {
             let host = |n: &NodeEntry| {
-                let ip = n.peer_address.ip();
-                (!ip.is_loopback()).then_some(ip)
+                let address = &n.peer_address;
+                (!address.is_loopback()).then(|| address.host().to_ascii_lowercase())
             };
             // Every loopback address is this machine.
             let same_host = |b: &&NodeEntry| host(b) == host(a);
@@ -380,8 +422,8 @@ impl ClusterFile {
             .iter()
             .map(|n| NodeAddress {
                 id: NodeId(n.id),
-                peer_address: n.peer_address,
-                client_address: n.client_address,
+                peer_address: n.peer_address.clone(),
+                client_address: n.client_address.clone(),
             })
             .collect()
     }
@@ -420,6 +462,8 @@ impl ClusterFile {
         config.heartbeat_ticks = self.heartbeat_ticks;
         config.seed = self.seed;
         config.metrics_address = entry.metrics_address;
+        config.peer_bind_address = entry.peer_bind_address;
+        config.client_bind_address = entry.client_bind_address;
         Ok(config)
     }
 
@@ -435,12 +479,24 @@ impl ClusterFile {
 
     /// How clients reach the cluster.
     pub fn client_config(&self) -> Result<ClientConfig, ClusterFileError> {
-        let mut config = ClientConfig::new(
-            self.cluster_id,
-            self.nodes.iter().map(|n| n.client_address).collect(),
-        );
-        config.key = self.client_key()?;
-        Ok(config)
+        self.client_file().client_config()
+    }
+
+    /// What a client host needs, and nothing more: the cluster's id, the client addresses
+    /// and the client secret (never the peer secret).
+    pub fn client_file(&self) -> ClientFile {
+        ClientFile {
+            cluster_id: self.cluster_id,
+            client_secret: self.client_secret.clone(),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| ClientNode {
+                    id: n.id,
+                    client_address: n.client_address.clone(),
+                })
+                .collect(),
+        }
     }
 }
 
@@ -475,6 +531,13 @@ fn normal(path: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// Node `id` at 127.0.0.1, its peer port `peer_base + id` and its client port 1,000 above.
+#[cfg(test)]
+pub(crate) fn loopback_node(id: u8, peer_base: u16, data_dir: PathBuf) -> NodeEntry {
+    let address = |port: u16| SocketAddr::from(([127, 0, 0, 1], port + u16::from(id)));
+    NodeEntry::new(id, address(peer_base), address(peer_base + 1_000), data_dir)
 }
 
 #[cfg(test)]
@@ -550,17 +613,7 @@ mod tests {
     /// [`ClusterFile::new`] has the defaults a file without the keys has.
     #[test]
     fn writes_and_reads_back() {
-        let node = |id: u8| NodeEntry {
-            id,
-            peer_address: format!("127.0.0.1:{}", 7000 + u16::from(id))
-                .parse()
-                .unwrap(),
-            client_address: format!("127.0.0.1:{}", 8000 + u16::from(id))
-                .parse()
-                .unwrap(),
-            data_dir: PathBuf::from(format!("/tmp/n{id}")),
-            metrics_address: None,
-        };
+        let node = |id: u8| loopback_node(id, 7000, PathBuf::from(format!("/tmp/n{id}")));
         let mut file = ClusterFile::new("sixteen bytes at least", (1..=3).map(node).collect());
         let nodes: String = (1..=3)
             .map(|id| {

@@ -3,6 +3,7 @@
 //! here, never an assertion inside the node thread).
 
 use super::{NodeAddress, NodeConfig};
+use crate::address::Address;
 use crate::apply::{SESSIONS_MAX_LIMIT, SESSIONS_MAX_MIN};
 use crate::core::PEER_INFLIGHT_ENTRIES_MAX;
 use crate::entry::{ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX};
@@ -87,7 +88,7 @@ pub enum ConfigError {
     #[error("address {address} is used twice: {first} and {second}")]
     DuplicateAddress {
         /// The address.
-        address: SocketAddr,
+        address: Address,
         /// The first use.
         first: String,
         /// The second use.
@@ -136,6 +137,7 @@ impl NodeConfig {
             });
         }
         errors.extend(check_nodes(&self.nodes));
+        errors.extend(bind_collisions(self));
         if !self.nodes.iter().any(|n| n.id == self.id) {
             errors.push(ConfigError::NotListed(self.id));
         }
@@ -256,7 +258,7 @@ pub fn check_nodes(nodes: &[NodeAddress]) -> Vec<ConfigError> {
         errors.push(ConfigError::ZeroId);
     }
     let mut seen: Vec<NodeId> = Vec::new();
-    let mut listeners: Vec<(SocketAddr, String)> = Vec::new();
+    let mut listeners: Vec<(Address, String)> = Vec::new();
     for node in nodes {
         if seen.contains(&node.id) && !errors.contains(&ConfigError::DuplicateId(node.id)) {
             errors.push(ConfigError::DuplicateId(node.id));
@@ -264,18 +266,18 @@ pub fn check_nodes(nodes: &[NodeAddress]) -> Vec<ConfigError> {
         seen.push(node.id);
         let uses = [
             (
-                node.peer_address,
+                node.peer_address.clone(),
                 format!("node {}'s peer_address", node.id),
             ),
             (
-                node.client_address,
+                node.client_address.clone(),
                 format!("node {}'s client_address", node.id),
             ),
         ];
         for (address, role) in uses {
-            if let Some((_, first)) = listeners.iter().find(|(a, _)| same_listener(*a, address)) {
+            if let Some((_, first)) = listeners.iter().find(|(a, _)| same_address(a, &address)) {
                 errors.push(ConfigError::DuplicateAddress {
-                    address,
+                    address: address.clone(),
                     first: first.clone(),
                     second: role.clone(),
                 });
@@ -286,10 +288,47 @@ pub fn check_nodes(nodes: &[NodeAddress]) -> Vec<ConfigError> {
     errors
 }
 
+/// True when two addresses are one listener for certain: numeric ones as [`same_listener`]
+/// says, names when they are written alike (case aside) with the same port. A name and a
+/// number, or two names, that resolve alike are not caught here: the second node to bind
+/// finds the address taken.
+fn same_address(a: &Address, b: &Address) -> bool {
+    match (a.socket_addr(), b.socket_addr()) {
+        (Some(a), Some(b)) => same_listener(a, b),
+        _ => a.port() == b.port() && a.host().eq_ignore_ascii_case(b.host()),
+    }
+}
+
 /// True when two listening addresses would collide: the same port on the same address, or on
 /// any address and a wildcard.
 fn same_listener(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// The listeners this node is given bind addresses for, where two of them collide.
+pub(crate) fn bind_collisions(config: &NodeConfig) -> Vec<ConfigError> {
+    let given = [
+        (config.peer_bind_address, "peer_bind_address"),
+        (config.client_bind_address, "client_bind_address"),
+        (config.metrics_address, "metrics_address"),
+    ];
+    let given: Vec<(SocketAddr, &str)> = given
+        .into_iter()
+        .filter_map(|(address, key)| address.map(|a| (a, key)))
+        .collect();
+    let mut errors = Vec::new();
+    for (n, (a, first)) in given.iter().enumerate() {
+        for (b, second) in &given[n + 1..] {
+            if same_listener(*a, *b) {
+                errors.push(ConfigError::DuplicateAddress {
+                    address: Address::from(*b),
+                    first: format!("node {}'s {first}", config.id),
+                    second: format!("node {}'s {second}", config.id),
+                });
+            }
+        }
+    }
+    errors
 }
 
 #[cfg(test)]
@@ -346,7 +385,7 @@ mod tests {
     fn duplicates_are_found() {
         let mut list = nodes();
         list[2].id = NodeId(2);
-        list[1].client_address = list[0].peer_address;
+        list[1].client_address = list[0].peer_address.clone();
         list[2].peer_address = "0.0.0.0:8001".parse().unwrap();
         let text: Vec<String> = check_nodes(&list).iter().map(ToString::to_string).collect();
         assert_eq!(text.len(), 3, "{text:#?}");
@@ -356,5 +395,37 @@ mod tests {
         );
         assert_eq!(text[1], "node id 2 is listed twice");
         assert!(text[2].contains("0.0.0.0:8001 is used twice: node 1's client_address"));
+        let mut names = nodes();
+        names[0].peer_address = "Node1.example:7001".parse().unwrap();
+        names[1].peer_address = "node1.EXAMPLE:7001".parse().unwrap();
+        names[2].peer_address = "node1.example:7003".parse().unwrap();
+        let text: Vec<String> = check_nodes(&names)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "address node1.EXAMPLE:7001 is used twice: node 1's peer_address and node 2's peer_address"
+            ]
+        );
+    }
+
+    /// Proves a node's own bind and metrics addresses may not collide, and apart they pass.
+    #[test]
+    fn bind_addresses_are_checked() {
+        let mut config = config();
+        config.peer_bind_address = Some("0.0.0.0:7001".parse().unwrap());
+        config.client_bind_address = Some("0.0.0.0:8001".parse().unwrap());
+        config.metrics_address = Some("127.0.0.1:9001".parse().unwrap());
+        assert_eq!(config.validate(), Vec::new());
+        config.metrics_address = Some("127.0.0.1:8001".parse().unwrap());
+        let text: Vec<String> = config.validate().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "address 127.0.0.1:8001 is used twice: node 1's client_bind_address and node 1's metrics_address"
+            ]
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! where it can still hear it, and closed; the refusal is logged with its address.
 
 use super::Input;
+use crate::address::Address;
 use crate::codec;
 use crate::handshake::{HandshakeError, admit, introduce, welcome};
 use crate::ids::NodeId;
@@ -290,7 +291,7 @@ fn within_limit(
     let refusal = Refusal::TooManyConnections {
         limit: limit as u32,
     };
-    log_refused(kind, address, &refusal);
+    log_refused(kind, &address, &refusal);
     refuse_at_once(stream, cluster, refusal);
     None
 }
@@ -323,7 +324,7 @@ pub(crate) async fn accept_peers(
         tokio::spawn(async move {
             let read = read_peer(stream, &access, inbox, &handshaking, &slots, &wakes).await;
             if let Err(error) = read {
-                log_closed("peer", address, &error);
+                log_closed("peer", &address, &error);
             }
         });
     }
@@ -366,7 +367,31 @@ async fn read_peer(
     Err(ConnectionError::Closed)
 }
 
-/// Starts the task that keeps a connection to node `peer` at `address` and writes what the
+/// The socket address each peer was last reached at, by its connection's task: the WAL
+/// thread's acknowledgements go there, so that the WAL thread never waits on a name lookup.
+#[derive(Clone, Default)]
+pub(crate) struct PeerAddresses(Arc<Mutex<BTreeMap<NodeId, SocketAddr>>>);
+
+impl PeerAddresses {
+    fn reached(&self, peer: NodeId, address: SocketAddr) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(peer, address);
+    }
+
+    /// Where `peer` was last reached, if it ever was.
+    pub(crate) fn get(&self, peer: NodeId) -> Option<SocketAddr> {
+        let found = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        found.get(&peer).copied()
+    }
+}
+
+/// Starts the task that keeps a connection to node `peer` at `address` (its name resolved
+/// again at every attempt, the socket address reached kept in `found`) and writes what the
 /// node queues for it; `wakes` cuts a back-off short when the peer connects to us. A snapshot
 /// transfer that loses a chunk (the connection broke before its last chunk was written, or
 /// chunks were dropped while the peer was unreachable) is reported to `inbox` as
@@ -375,8 +400,8 @@ async fn read_peer(
 pub(crate) fn connect_peer(
     access: Access,
     peer: NodeId,
-    address: SocketAddr,
-    wakes: PeerWakes,
+    address: Address,
+    (wakes, found): (PeerWakes, PeerAddresses),
     inbox: mpsc::Sender<Input>,
 ) -> mpsc::Sender<PeerMessage> {
     let (queue, mut queued) = mpsc::channel::<PeerMessage>(PEER_QUEUE_MESSAGES_MAX);
@@ -384,8 +409,11 @@ pub(crate) fn connect_peer(
         let mut backoff = RECONNECT_BACKOFF_MS_MIN;
         let mut transfer = Transfer::default();
         loop {
-            match TcpStream::connect(address).await {
+            match crate::address::connect(&address).await {
                 Ok(stream) => {
+                    if let Ok(reached) = stream.peer_addr() {
+                        found.reached(peer, reached);
+                    }
                     tune(&stream);
                     let written = write_peer(stream, &access, peer, &mut queued, &mut transfer);
                     match written.await {
@@ -394,11 +422,14 @@ pub(crate) fn connect_peer(
                             if !matches!(error, ConnectionError::Handshake(_)) {
                                 backoff = RECONNECT_BACKOFF_MS_MIN;
                             }
-                            log_closed("peer", address, &error);
+                            log_closed("peer", &address, &error);
                         }
                     }
                 }
-                Err(_) => {
+                Err(error) => {
+                    if error.kind() == std::io::ErrorKind::NotFound {
+                        tracing::warn!(peer = peer.0, %error, "peer address does not resolve");
+                    }
                     // Unreachable for now: whatever was queued is stale by the time it is back.
                     while let Ok(message) = queued.try_recv() {
                         transfer.dropped(&message);
@@ -522,7 +553,7 @@ pub(crate) async fn accept_clients(
         let (open, inbox, access) = (open.clone(), inbox.clone(), access.clone());
         tokio::spawn(async move {
             if let Err(error) = serve_client(stream, &access, inbox).await {
-                log_closed("client", address, &error);
+                log_closed("client", &address, &error);
             }
             open.fetch_sub(1, Ordering::Relaxed);
         });
@@ -649,7 +680,7 @@ async fn next_client_frame<R: tokio::io::AsyncRead + Unpin>(
     }
 }
 
-fn log_closed(kind: &str, address: SocketAddr, error: &ConnectionError) {
+fn log_closed(kind: &str, address: &dyn std::fmt::Display, error: &ConnectionError) {
     match error {
         ConnectionError::Closed
         | ConnectionError::Handshake(HandshakeError::Closed)
@@ -665,7 +696,7 @@ fn log_closed(kind: &str, address: SocketAddr, error: &ConnectionError) {
     }
 }
 
-fn log_refused(kind: &str, address: SocketAddr, refusal: &Refusal) {
+fn log_refused(kind: &str, address: &dyn std::fmt::Display, refusal: &Refusal) {
     tracing::warn!(kind, %address, %refusal, "connection refused");
 }
 
@@ -715,8 +746,8 @@ mod tests {
             .local_addr()
             .unwrap();
         let (inbox, mut inputs) = mpsc::channel(8);
-        let wakes = PeerWakes::new([NodeId(2)]);
-        let queue = connect_peer(access(), NodeId(2), address, wakes, inbox);
+        let links = (PeerWakes::new([NodeId(2)]), PeerAddresses::default());
+        let queue = connect_peer(access(), NodeId(2), address.into(), links, inbox);
         queue.send(chunk(0, 32)).await.unwrap();
         let wait = Duration::from_millis(REPORT_WAIT_MS);
         let input = tokio::time::timeout(wait, inputs.recv()).await;
@@ -724,6 +755,31 @@ mod tests {
             matches!(input, Ok(Some(Input::SnapshotAborted(NodeId(2))))),
             "no report of the lost transfer"
         );
+    }
+
+    /// Proves a peer given by name is looked up when its connection is made, and the socket
+    /// address reached is kept for the WAL thread's acknowledgements.
+    #[tokio::test]
+    async fn a_peer_named_is_reached_and_its_address_kept() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (inbox, _inputs) = mpsc::channel(8);
+        let found = PeerAddresses::default();
+        let links = (PeerWakes::new([NodeId(2)]), found.clone());
+        let named: Address = format!("localhost:{port}").parse().unwrap();
+        let _queue = connect_peer(access(), NodeId(2), named, links, inbox);
+        let wait = Duration::from_millis(REPORT_WAIT_MS);
+        let (_stream, from) = tokio::time::timeout(wait, listener.accept())
+            .await
+            .expect("the named peer is connected to")
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + wait;
+        while found.get(NodeId(2)).is_none() && tokio::time::Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
+        let kept = found.get(NodeId(2)).expect("the address reached is kept");
+        assert_eq!(kept, listener.local_addr().unwrap());
+        assert!(from.ip().is_loopback());
     }
 
     /// Proves the bookkeeping: a transfer is open from its first chunk taken until its last

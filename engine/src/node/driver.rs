@@ -1,12 +1,13 @@
 //! The node's event loop: inputs in, core steps, actions carried out.
 
-use super::connections::{PeerWakes, accept_clients, accept_peers, connect_peer};
+use super::connections::{PeerAddresses, PeerWakes, accept_clients, accept_peers, connect_peer};
 use super::data_dir::{self, DirLock};
 use super::install::{Incoming, SnapshotSend, stream_snapshot};
 use super::recovery::Restored;
 use super::storage::{self, SNAPSHOT_DIR};
 use super::wal_thread::{Acker, WalEvent, WalThread};
 use super::{Input, NodeConfig, NodeError};
+use crate::address::Address;
 use crate::core::CoreConfig;
 use crate::handler::Handler;
 use crate::ids::NodeId;
@@ -201,6 +202,8 @@ struct Driver<H: Handler> {
     lock: Arc<DirLock>,
     /// Wake-ups of the connections to peers.
     wakes: PeerWakes,
+    /// Where each peer was last reached (for the WAL thread's acknowledgements).
+    found: PeerAddresses,
     /// What `GET /metrics` serves (the rare events are counted here).
     metrics: super::metrics::NodeMetrics,
 }
@@ -218,13 +221,8 @@ impl<H: Handler> Driver<H> {
         let lock = Arc::new(restored.lock);
         let wal_inbox = inbox.clone();
         let report = move |event| wal_inbox.blocking_send(Input::Wal(event)).is_ok();
-        let peers = config
-            .nodes
-            .iter()
-            .filter(|n| n.id != config.id)
-            .map(|n| (n.id, n.peer_address))
-            .collect();
-        let acker = Acker::new(config.access(), peers);
+        let found = PeerAddresses::default();
+        let acker = Acker::new(config.access(), found.clone());
         let fsync_delay = Duration::from_millis(config.fsync_delay_ms);
         let name = format!("wal-{}", config.id);
         let wal_lock = Arc::clone(&lock);
@@ -241,8 +239,9 @@ impl<H: Handler> Driver<H> {
             .iter()
             .filter(|n| n.id != config.id)
             .map(|n| {
-                let (wakes, inbox) = (wakes.clone(), inbox.clone());
-                let queue = connect_peer(config.access(), n.id, n.peer_address, wakes, inbox);
+                let links = (wakes.clone(), found.clone());
+                let address = n.peer_address.clone();
+                let queue = connect_peer(config.access(), n.id, address, links, inbox.clone());
                 (n.id, queue)
             })
             .collect();
@@ -262,6 +261,7 @@ impl<H: Handler> Driver<H> {
             incoming: None,
             lock,
             wakes,
+            found,
             metrics,
             config,
         };
@@ -429,8 +429,8 @@ impl<H: Handler> Driver<H> {
             }
             let listed = self.config.nodes.iter().find(|n| n.id == member.id);
             let address = match listed {
-                Some(node) => node.peer_address,
-                None => match member.peer_address.parse::<SocketAddr>() {
+                Some(node) => node.peer_address.clone(),
+                None => match member.peer_address.parse::<Address>() {
                     Ok(address) => address,
                     Err(_) => {
                         eprintln!(
@@ -441,8 +441,9 @@ impl<H: Handler> Driver<H> {
                     }
                 },
             };
-            let (wakes, inbox) = (self.wakes.clone(), self.inbox.clone());
-            let queue = connect_peer(self.config.access(), member.id, address, wakes, inbox);
+            let links = (self.wakes.clone(), self.found.clone());
+            let (access, inbox) = (self.config.access(), self.inbox.clone());
+            let queue = connect_peer(access, member.id, address, links, inbox);
             self.peers.insert(member.id, queue);
         }
     }

@@ -48,8 +48,8 @@ pub fn free_loopback_addresses(count: usize) -> std::io::Result<Vec<NodeAddress>
     Ok((0..count)
         .map(|i| NodeAddress {
             id: NodeId(i as u8 + 1),
-            peer_address: addresses[2 * i],
-            client_address: addresses[2 * i + 1],
+            peer_address: addresses[2 * i].into(),
+            client_address: addresses[2 * i + 1].into(),
         })
         .collect())
 }
@@ -189,8 +189,7 @@ impl<H: Handler> LocalCluster<H> {
         let nodes = self.configs[0]
             .nodes
             .iter()
-            .map(|n| n.client_address)
-            .collect();
+            .map(|n| n.client_address.clone());
         let mut config = ClientConfig::new(self.configs[0].cluster_id, nodes);
         config.key.clone_from(&self.configs[0].client_key);
         config
@@ -218,7 +217,7 @@ impl<H: Handler> LocalCluster<H> {
         let mut statuses = Vec::new();
         let client = self.client_config();
         for (config, handle) in self.configs.iter().zip(&self.handles) {
-            let address = config.address(config.id).expect("listed").client_address;
+            let address = &config.address(config.id).expect("listed").client_address;
             let status = match handle {
                 Some(_) => node_status(&client, address, Duration::from_secs(1))
                     .await

@@ -3,6 +3,7 @@
 //! actions into sends, WAL work (on the WAL's own thread) and applies.
 
 pub mod backup;
+pub mod client_file;
 pub mod cluster_file;
 pub mod config;
 mod connections;
@@ -19,6 +20,7 @@ pub mod storage;
 
 mod wal_thread;
 
+pub use client_file::{ClientFile, ClientNode};
 pub use cluster_file::{ClusterFile, ClusterFileError, ModeSetting, NodeEntry};
 pub use connections::{
     CLIENT_CONNECTIONS_MAX, CLIENT_REPLIES_QUEUED_MAX, HANDSHAKE_TIMEOUT_MS,
@@ -28,6 +30,7 @@ pub use connections::{
 /// The key a cluster's nodes (or clients) prove in every handshake, for [`NodeConfig`].
 pub use net::auth::Key;
 
+use crate::address::Address;
 use crate::apply::ApplyError;
 use crate::core::{ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT};
 use crate::entry::ENTRY_COMMANDS_MAX;
@@ -54,10 +57,10 @@ pub const PIPELINE_ENTRIES_DEFAULT: u64 = 8;
 pub struct NodeAddress {
     /// The node.
     pub id: NodeId,
-    /// Address for the other nodes.
-    pub peer_address: SocketAddr,
-    /// Address for clients.
-    pub client_address: SocketAddr,
+    /// Address the other nodes reach it at (a name is resolved at every connection).
+    pub peer_address: Address,
+    /// Address clients reach it at.
+    pub client_address: Address,
 }
 
 /// A node's configuration.
@@ -115,6 +118,11 @@ pub struct NodeConfig {
     pub join: bool,
     /// Where the node serves its Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics_address: Option<SocketAddr>,
+    /// Where the node listens for peers, when not where it is reached (`peer_address`
+    /// resolved): a wildcard, or the machine's own address behind a NAT or a name.
+    pub peer_bind_address: Option<SocketAddr>,
+    /// Where the node listens for clients, when not at `client_address` resolved.
+    pub client_bind_address: Option<SocketAddr>,
 }
 
 impl NodeConfig {
@@ -150,6 +158,8 @@ impl NodeConfig {
             rebuild_from_leader: false,
             join: false,
             metrics_address: None,
+            peer_bind_address: None,
+            client_bind_address: None,
         }
     }
 
@@ -224,6 +234,14 @@ pub enum NodeError {
         .0.display()
     )]
     JoinHoldsData(PathBuf),
+    /// The node's own address gives nothing to listen on.
+    #[error("{key}: {source}; set {key}_bind_address (the address to listen on) or fix the name")]
+    Bind {
+        /// `peer` or `client`.
+        key: &'static str,
+        /// Why.
+        source: crate::address::ResolveError,
+    },
     /// The node thread ended before it listened.
     #[error("the node thread ended before it listened")]
     Thread,
@@ -324,6 +342,23 @@ fn joins(config: &NodeConfig, first_start: bool) -> Result<bool, NodeError> {
     Ok(true)
 }
 
+/// Where the node listens: the bind addresses it is given, or else where it is reached (a name
+/// resolved now, its first address).
+fn bind_addresses(config: &NodeConfig) -> Result<(SocketAddr, SocketAddr), NodeError> {
+    let me = config.address(config.id).expect("validated: listed");
+    let bind = |given: Option<SocketAddr>, reached: &Address, key| match given {
+        Some(address) => Ok(address),
+        None => reached
+            .resolve_blocking()
+            .map(|found| found[0])
+            .map_err(|source| NodeError::Bind { key, source }),
+    };
+    Ok((
+        bind(config.peer_bind_address, &me.peer_address, "peer")?,
+        bind(config.client_bind_address, &me.client_address, "client")?,
+    ))
+}
+
 /// Recovers the node from its data directory and starts it on a thread of its own (a
 /// single-threaded tokio runtime; the WAL has another thread). Returns once it listens.
 pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, NodeError> {
@@ -334,8 +369,7 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
     // Every line the node logs, on any of its threads, is inside this span.
     let span = tracing::info_span!("node", id = config.id.0);
     let _entered = span.enter();
-    let me = config.address(config.id).expect("validated: listed");
-    let (peer_address, client_address) = (me.peer_address, me.client_address);
+    let (peer_address, client_address) = bind_addresses(&config)?;
     let mut restored = recovery::restore(&config.data_dir, handler, &config.recovery_options())?;
     let mut config = config;
     let set = data_dir::read_mode(&config.data_dir).map_err(recovery::Refusal::from)?;

@@ -265,7 +265,8 @@ fn sync(
 /// Blocking connections from the WAL thread to the other nodes, for acknowledgements only.
 pub(crate) struct Acker {
     access: super::connections::Access,
-    peers: std::collections::BTreeMap<NodeId, std::net::SocketAddr>,
+    /// Where the node's connections last reached each peer (no name is looked up here).
+    peers: super::connections::PeerAddresses,
     streams: std::collections::BTreeMap<NodeId, std::net::TcpStream>,
     /// A node that could not be reached is not tried again before this.
     retry_after: std::collections::BTreeMap<NodeId, std::time::Instant>,
@@ -286,7 +287,7 @@ const ACK_WRITE_TIMEOUT_MS: u64 = 50;
 impl Acker {
     pub(crate) fn new(
         access: super::connections::Access,
-        peers: std::collections::BTreeMap<NodeId, std::net::SocketAddr>,
+        peers: super::connections::PeerAddresses,
     ) -> Self {
         Acker {
             access,
@@ -321,9 +322,9 @@ impl Acker {
             {
                 return None;
             }
-            let address = self.peers.get(&to)?;
+            let address = self.peers.get(to)?;
             let timeout = std::time::Duration::from_millis(ACK_CONNECT_TIMEOUT_MS);
-            let connected = std::net::TcpStream::connect_timeout(address, timeout)
+            let connected = std::net::TcpStream::connect_timeout(&address, timeout)
                 .map_err(|e| e.to_string())
                 .and_then(|mut stream| {
                     configure(&stream).map_err(|e| e.to_string())?;
@@ -385,7 +386,7 @@ mod tests {
             peer_key: net::auth::Key::peer(b"sixteen bytes at least").unwrap(),
             client_key: None,
         };
-        let mut acker = Acker::new(access, [(NodeId(1), address)].into());
+        let mut acker = Acker::new(access, Default::default());
         acker.streams.insert(NodeId(1), stream);
         let ack = PeerMessage::AppendReply(AppendReply {
             term: Term(1),

@@ -241,8 +241,14 @@ impl Addresses {
     pub fn free() -> anyhow::Result<Self> {
         let all = free_loopback_addresses(3)?;
         Ok(Addresses {
-            peers: all.iter().map(|a| (a.id.0, a.peer_address)).collect(),
-            clients: all.iter().map(|a| (a.id.0, a.client_address)).collect(),
+            peers: all
+                .iter()
+                .map(|a| (a.id.0, numeric(&a.peer_address)))
+                .collect(),
+            clients: all
+                .iter()
+                .map(|a| (a.id.0, numeric(&a.client_address)))
+                .collect(),
         })
     }
 
@@ -263,7 +269,7 @@ impl Addresses {
 
     /// A client configuration that never gives up.
     pub fn client_config(&self) -> ClientConfig {
-        let mut config = ClientConfig::new(CLUSTER_ID, self.clients.values().copied().collect());
+        let mut config = ClientConfig::new(CLUSTER_ID, self.clients.values().copied());
         config.give_up_after = None;
         config
     }
@@ -278,15 +284,17 @@ pub fn write_cluster_files(
 ) -> anyhow::Result<BTreeMap<u8, PathBuf>> {
     let mut files = BTreeMap::new();
     for me in 1..=3u8 {
-        let node = |id: u8| NodeEntry {
-            id,
-            peer_address: match via {
+        let node = |id: u8| {
+            let peer = match via {
                 Some(via) if id != me => via(me, id),
                 _ => addresses.peers[&id],
-            },
-            client_address: addresses.clients[&id],
-            data_dir: dir.join(format!("node{id}")),
-            metrics_address: None,
+            };
+            NodeEntry::new(
+                id,
+                peer,
+                addresses.clients[&id],
+                dir.join(format!("node{id}")),
+            )
         };
         let mut file = ClusterFile::new(FAULT_SECRET, (1..=3u8).map(node).collect());
         file.cluster_id = CLUSTER_ID;
@@ -304,7 +312,7 @@ pub async fn statuses(config: &ClientConfig) -> Vec<NodeStatus> {
     let polls = config
         .nodes
         .iter()
-        .map(|address| node_status(config, *address, timeout));
+        .map(|address| node_status(config, address, timeout));
     futures::future::join_all(polls)
         .await
         .into_iter()
@@ -919,4 +927,12 @@ pub fn compare_wals(dir: &Path, findings: &mut Findings) {
             return;
         }
     }
+}
+
+/// A loopback address handed out by `free_loopback_addresses`, as the socket address the
+/// proxies and fault tools use.
+fn numeric(address: &engine::Address) -> SocketAddr {
+    address
+        .socket_addr()
+        .expect("free loopback addresses are numeric")
 }

@@ -277,7 +277,7 @@ pub fn process_cpu_seconds() -> f64 {
 async fn stages(config: &ClientConfig) -> Vec<Stages> {
     let mut all = Vec::new();
     for address in &config.nodes {
-        let status = node_status(config, *address, Duration::from_secs(1)).await;
+        let status = node_status(config, address, Duration::from_secs(1)).await;
         all.push(status.map(|s| s.stages).unwrap_or_default());
     }
     all
@@ -289,7 +289,7 @@ pub async fn converge(config: &ClientConfig) -> (bool, Vec<NodeStatus>) {
     loop {
         let mut statuses = Vec::new();
         for address in &config.nodes {
-            if let Ok(status) = node_status(config, *address, Duration::from_secs(1)).await {
+            if let Ok(status) = node_status(config, address, Duration::from_secs(1)).await {
                 statuses.push(status);
             }
         }
@@ -384,10 +384,10 @@ async fn set_mode(config: &ClientConfig, mode: Option<Mode>) -> anyhow::Result<S
     let timeout = Duration::from_secs(2);
     if let Some(mode) = mode {
         for address in &config.nodes {
-            set_node_mode(config, *address, mode, timeout).await?;
+            set_node_mode(config, address, mode, timeout).await?;
         }
     }
-    let status = node_status(config, config.nodes[0], timeout).await?;
+    let status = node_status(config, &config.nodes[0], timeout).await?;
     Ok(mode_name(status.mode).to_string())
 }
 

@@ -6,7 +6,7 @@ use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
 use clap::{Args, Subcommand};
 use engine::cli::SnapshotOptions;
 use engine::client::Client;
-use engine::node::ClusterFile;
+use engine::node::ClientFile;
 use engine::node::local::LocalCluster;
 use engine::state::STATE_BYTES_DEFAULT;
 use engine::{Mode, Outcome};
@@ -23,8 +23,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// Options of `runner client`.
 #[derive(Args, Debug)]
 pub struct ClientArgs {
-    /// The cluster file.
-    #[arg(long)]
+    /// The cluster file, or a client file (`runner client-file` writes one).
+    #[arg(long, visible_alias = "client-file")]
     pub cluster: PathBuf,
     /// The command.
     #[command(subcommand)]
@@ -134,8 +134,7 @@ pub fn outcome_json(outcome: &Outcome<BankOutput, BankError>) -> Value {
 
 /// Sends one command and prints its outcome as JSON.
 pub fn client(args: ClientArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
-    let mut config = file.client_config()?;
+    let mut config = ClientFile::read(&args.cluster)?.client_config()?;
     config.give_up_after = Some(Duration::from_secs(30));
     let command = args.command.to_bank();
     let runtime = runtime()?;
@@ -248,8 +247,8 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
 /// Options of `runner bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// The cluster file.
-    #[arg(long)]
+    /// The cluster file, or a client file (`runner client-file` writes one).
+    #[arg(long, visible_alias = "client-file")]
     pub cluster: PathBuf,
     /// Sets every node's execution mode before the runs (default: leave it as it is).
     #[arg(long, value_enum)]
@@ -261,7 +260,7 @@ pub struct BenchArgs {
 
 /// The benchmark against a running cluster.
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
+    let file = ClientFile::read(&args.cluster)?;
     runtime()?
         .block_on(bench::benchmark(
             &file.client_config()?,

@@ -115,12 +115,14 @@ pub fn write_cluster_file(
     let addresses = free_loopback_addresses(3).unwrap();
     let nodes = addresses
         .iter()
-        .map(|a| NodeEntry {
-            id: a.id.0,
-            peer_address: a.peer_address,
-            client_address: a.client_address,
-            data_dir: dir.join(format!("node{}", a.id)),
-            metrics_address: None,
+        .map(|a| {
+            let data_dir = dir.join(format!("node{}", a.id));
+            NodeEntry::new(
+                a.id.0,
+                a.peer_address.clone(),
+                a.client_address.clone(),
+                data_dir,
+            )
         })
         .collect();
     let mut file = ClusterFile::new(TEST_SECRET, nodes);
@@ -130,7 +132,7 @@ pub fn write_cluster_file(
     file.write(&path).unwrap();
     let mut config = ClientConfig::new(
         CLUSTER_ID,
-        addresses.iter().map(|a| a.client_address).collect(),
+        addresses.iter().map(|a| a.client_address.clone()),
     );
     config.give_up_after = Some(WAIT);
     (path, config)
@@ -139,7 +141,7 @@ pub fn write_cluster_file(
 pub async fn statuses(config: &ClientConfig) -> Vec<NodeStatus> {
     let mut all = Vec::new();
     for address in &config.nodes {
-        if let Ok(status) = node_status(config, *address, Duration::from_millis(500)).await {
+        if let Ok(status) = node_status(config, address, Duration::from_millis(500)).await {
             all.push(status);
         }
     }

@@ -13,7 +13,7 @@ use super::{CliHandler, runtime};
 use crate::client::{Client, ClientConfig, node_status};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber};
-use crate::node::ClusterFile;
+use crate::node::ClientFile;
 use crate::rng::Rng;
 use anyhow::{Context, bail};
 use clap::Args;
@@ -71,8 +71,8 @@ pub trait BenchWorkload {
 /// Options of `bench` (named as `runner bench`'s).
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// The cluster file.
-    #[arg(long)]
+    /// The cluster file, or a client file (`client-file` writes one).
+    #[arg(long, visible_alias = "client-file")]
     pub cluster: PathBuf,
     /// Commands per request.
     #[arg(long, default_value_t = 256,
@@ -106,8 +106,7 @@ pub struct BenchArgs {
 /// differ.
 pub fn bench<W: BenchWorkload>(args: BenchArgs, mut workload: W) -> anyhow::Result<()> {
     check_args(&args)?;
-    let file = ClusterFile::read(&args.cluster)?;
-    let mut config = file.client_config()?;
+    let mut config = ClientFile::read(&args.cluster)?.client_config()?;
     config.give_up_after = Some(Duration::from_secs(BENCH_GIVE_UP_S));
     let report = runtime()?.block_on(async {
         let prefill = prefill(&config, &mut workload).await.context("prefill")?;
@@ -202,7 +201,7 @@ async fn converge(config: &ClientConfig) -> Convergence {
         let mut hashes = Vec::new();
         let mut same = true;
         for address in &config.nodes {
-            let status = node_status(config, *address, Duration::from_secs(1)).await;
+            let status = node_status(config, address, Duration::from_secs(1)).await;
             let Ok(status) = status else {
                 same = false;
                 continue;

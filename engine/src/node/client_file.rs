@@ -1,0 +1,213 @@
+//! The client file: what a client host needs to reach a cluster, and nothing more. The
+//! cluster's id, each node's client address and the client secret when the cluster sets one;
+//! never the peer secret, which lets its holder pose as a node. `client-file --cluster F
+//! --out FILE` writes it from a cluster file; `client`, `bench` and `status` read either kind.
+//!
+//! ```toml
+//! cluster_id = 1
+//! client_secret = "..."          # only when the cluster file sets one
+//! [[nodes]]
+//! id = 1
+//! client_address = "node1.example:8001"
+//! ```
+
+use super::cluster_file::{ClusterFile, ClusterFileError};
+use crate::address::Address;
+use crate::client::ClientConfig;
+use net::auth::Key;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One node as a client reaches it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientNode {
+    /// The node's id.
+    pub id: u8,
+    /// Where clients reach it.
+    pub client_address: Address,
+}
+
+/// The whole client file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFile {
+    /// The cluster's id.
+    #[serde(default = "default_cluster_id")]
+    pub cluster_id: u64,
+    /// The secret clients prove, when the cluster sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// The nodes.
+    pub nodes: Vec<ClientNode>,
+}
+
+fn default_cluster_id() -> u64 {
+    1
+}
+
+impl ClientFile {
+    /// Reads a client file, or a cluster file (taking what a client needs from it): checked
+    /// either way, every error found.
+    pub fn read(path: &Path) -> Result<Self, ClusterFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ClusterFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let file = match toml::from_str::<ClientFile>(&text) {
+            Ok(file) => file,
+            Err(as_client) => match ClusterFile::from_toml(&text) {
+                Ok(_) => return Ok(ClusterFile::read(path)?.client_file()),
+                Err(as_cluster) => {
+                    return Err(ClusterFileError::Parse {
+                        path: path.to_path_buf(),
+                        message: format!(
+                            "neither a cluster file ({}) nor a client file ({})",
+                            as_cluster.trim(),
+                            as_client.to_string().trim()
+                        ),
+                    });
+                }
+            },
+        };
+        let errors = file.errors();
+        if !errors.is_empty() {
+            return Err(ClusterFileError::Invalid {
+                path: path.to_path_buf(),
+                errors,
+            });
+        }
+        Ok(file)
+    }
+
+    /// Every error: no nodes, an id or an address twice, a short client secret.
+    pub fn errors(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        if self.nodes.is_empty() {
+            errors.push("no nodes are listed".to_string());
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            let earlier = &self.nodes[..n];
+            if earlier.iter().any(|e| e.id == node.id) {
+                errors.push(format!("node id {} is listed twice", node.id));
+            }
+            if earlier
+                .iter()
+                .any(|e| e.client_address == node.client_address)
+            {
+                errors.push(format!("address {} is listed twice", node.client_address));
+            }
+        }
+        if let Some(secret) = &self.client_secret
+            && let Err(error) = Key::client(secret.as_bytes())
+        {
+            errors.push(format!("client_secret: {error}"));
+        }
+        errors
+    }
+
+    /// How a client reaches the cluster.
+    pub fn client_config(&self) -> Result<ClientConfig, ClusterFileError> {
+        let addresses = self.nodes.iter().map(|n| n.client_address.clone());
+        let mut config = ClientConfig::new(self.cluster_id, addresses);
+        config.key = self
+            .client_secret
+            .as_ref()
+            .map(|secret| Key::client(secret.as_bytes()))
+            .transpose()
+            .map_err(|error| ClusterFileError::Secret {
+                field: "client_secret",
+                error,
+            })?;
+        Ok(config)
+    }
+
+    /// The file's text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a client file is plain data")
+    }
+
+    /// Writes the file to `path` durably, refusing to replace a file unless `force`.
+    pub fn write(&self, path: &Path, force: bool) -> Result<(), ClusterFileError> {
+        let write_error = |source| ClusterFileError::Write {
+            path: PathBuf::from(path),
+            source,
+        };
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true);
+        if force {
+            options.create(true).truncate(true);
+        } else {
+            options.create_new(true);
+        }
+        let mut file = options.open(path).map_err(write_error)?;
+        std::io::Write::write_all(&mut file, self.to_toml().as_bytes()).map_err(write_error)?;
+        file.sync_all().map_err(write_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::NodeEntry;
+
+    fn cluster() -> ClusterFile {
+        let node = |id: u8| {
+            NodeEntry::new(
+                id,
+                format!("node{id}.example:7001").parse::<Address>().unwrap(),
+                format!("node{id}.example:8001").parse::<Address>().unwrap(),
+                format!("/tmp/n{id}"),
+            )
+        };
+        let mut file = ClusterFile::new("the peers' secret, 16+", (1..=3).map(node).collect());
+        file.cluster_id = 9;
+        file.client_secret = Some("the clients' secret".into());
+        file
+    }
+
+    /// Proves the client file of a cluster file holds the id, the client addresses and the
+    /// client secret, not the peer secret, and reads back the same client configuration.
+    #[test]
+    fn holds_no_peer_secret() {
+        let file = cluster();
+        let client = file.client_file();
+        let text = client.to_toml();
+        assert!(!text.contains("peers"), "{text}");
+        assert!(text.contains("the clients' secret"), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("client.toml");
+        client.write(&path, false).unwrap();
+        let read = ClientFile::read(&path).unwrap();
+        assert_eq!(read, client);
+        let config = read.client_config().unwrap();
+        assert_eq!(config.cluster_id, 9);
+        assert_eq!(config.nodes[2].as_str(), "node3.example:8001");
+        assert!(config.key.is_some());
+        let again = client.write(&path, false).unwrap_err();
+        assert!(matches!(again, ClusterFileError::Write { .. }), "{again}");
+        client.write(&path, true).unwrap();
+    }
+
+    /// Proves a cluster file is read as its client file, and a file of neither kind, or with
+    /// a repeated node, is refused with its reason.
+    #[test]
+    fn reads_either_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        cluster().write(&path).unwrap();
+        assert_eq!(ClientFile::read(&path).unwrap(), cluster().client_file());
+        std::fs::write(&path, "cluster_id = 1\ncolour = 3\n").unwrap();
+        let error = ClientFile::read(&path).unwrap_err().to_string();
+        assert!(error.contains("neither a cluster file"), "{error}");
+        let mut twice = cluster().client_file();
+        twice.nodes[1] = twice.nodes[0].clone();
+        std::fs::write(&path, twice.to_toml()).unwrap();
+        let error = ClientFile::read(&path).unwrap_err().to_string();
+        assert!(error.contains("node id 1 is listed twice"), "{error}");
+        assert!(
+            error.contains("node1.example:8001 is listed twice"),
+            "{error}"
+        );
+    }
+}
