@@ -708,7 +708,8 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 
 /// Proves a real node process serves Prometheus text at its `metrics_address` (the
 /// cluster-file key): scraped before and after a load of requests through the `client`
-/// command, its commit index and committed-entry count have risen, and it names its role.
+/// command, its commit index, committed-entry count, WAL fsyncs and bytes and its apply
+/// stage's histogram have risen, and it names its role.
 #[test]
 fn a_node_serves_metrics_and_its_commit_index_rises_under_load() {
     let binary = example_binary();
@@ -749,4 +750,17 @@ fn a_node_serves_metrics_and_its_commit_index_rises_under_load() {
     let committed = metric(&after, "engine_entries_committed_total").unwrap();
     assert!(committed >= commit_after, "{after}");
     assert!(after.ends_with("# EOF\n"), "{after}");
+    // Node 1 wrote and fsynced entries and applied them, whatever its role: the WAL counters
+    // and the apply stage's histogram rose with the load.
+    for rising in [
+        "engine_wal_fsync_seconds_count",
+        "engine_wal_written_bytes_total",
+        "engine_stage_latency_seconds_count{stage=\"apply\"}",
+    ] {
+        let (was, is) = (metric(&before, rising), metric(&after, rising));
+        assert!(
+            is.unwrap_or(0.0) > was.unwrap_or(0.0),
+            "{rising}: {was:?} then {is:?}"
+        );
+    }
 }

@@ -6,6 +6,7 @@
 //! where it can still hear it, and closed; the refusal is logged with its address.
 
 use super::Input;
+use super::metrics::NodeMetrics;
 use crate::address::Address;
 use crate::codec;
 use crate::handshake::{HandshakeError, admit, introduce, welcome};
@@ -281,16 +282,18 @@ fn within_limit(
     open: &AtomicUsize,
     limit: usize,
     (stream, address): (TcpStream, SocketAddr),
-    kind: &str,
+    (kind, metrics): (&'static str, &NodeMetrics),
     cluster: u64,
 ) -> Option<(TcpStream, SocketAddr)> {
     if open.fetch_add(1, Ordering::Relaxed) < limit {
+        metrics.connected(kind);
         return Some((stream, address));
     }
     open.fetch_sub(1, Ordering::Relaxed);
     let refusal = Refusal::TooManyConnections {
         limit: limit as u32,
     };
+    metrics.connection_refused(&refusal);
     log_refused(kind, &address, &refusal);
     refuse_at_once(stream, cluster, refusal);
     None
@@ -300,7 +303,7 @@ fn within_limit(
 pub(crate) async fn accept_peers(
     listener: TcpListener,
     access: Access,
-    inbox: mpsc::Sender<Input>,
+    (inbox, metrics): (mpsc::Sender<Input>, NodeMetrics),
     wakes: PeerWakes,
 ) {
     let handshaking = Arc::new(AtomicUsize::new(0));
@@ -311,7 +314,7 @@ pub(crate) async fn accept_peers(
             &handshaking,
             PEER_HANDSHAKES_MAX,
             accepted,
-            "peer",
+            ("peer", &metrics),
             access.cluster,
         );
         let Some((stream, address)) = counted else {
@@ -320,10 +323,11 @@ pub(crate) async fn accept_peers(
         tune(&stream);
         let (access, inbox) = (access.clone(), inbox.clone());
         let (handshaking, slots) = (handshaking.clone(), slots.clone());
-        let wakes = wakes.clone();
+        let (wakes, metrics) = (wakes.clone(), metrics.clone());
         tokio::spawn(async move {
             let read = read_peer(stream, &access, inbox, &handshaking, &slots, &wakes).await;
             if let Err(error) = read {
+                count_refusal(&metrics, &error);
                 log_closed("peer", &address, &error);
             }
         });
@@ -534,7 +538,7 @@ async fn write_peer(
 pub(crate) async fn accept_clients(
     listener: TcpListener,
     access: Access,
-    inbox: mpsc::Sender<Input>,
+    (inbox, metrics): (mpsc::Sender<Input>, NodeMetrics),
 ) {
     let open = Arc::new(AtomicUsize::new(0));
     loop {
@@ -543,7 +547,7 @@ pub(crate) async fn accept_clients(
             &open,
             CLIENT_CONNECTIONS_MAX,
             accepted,
-            "client",
+            ("client", &metrics),
             access.cluster,
         );
         let Some((stream, address)) = counted else {
@@ -551,8 +555,10 @@ pub(crate) async fn accept_clients(
         };
         tune(&stream);
         let (open, inbox, access) = (open.clone(), inbox.clone(), access.clone());
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             if let Err(error) = serve_client(stream, &access, inbox).await {
+                count_refusal(&metrics, &error);
                 log_closed("client", &address, &error);
             }
             open.fetch_sub(1, Ordering::Relaxed);
@@ -677,6 +683,13 @@ async fn next_client_frame<R: tokio::io::AsyncRead + Unpin>(
                 }
             }
         }
+    }
+}
+
+/// Counts the refusal an incoming connection's end was, if it was one.
+fn count_refusal(metrics: &NodeMetrics, error: &ConnectionError) {
+    if let Some(refusal) = error.refusal() {
+        metrics.connection_refused(&refusal);
     }
 }
 

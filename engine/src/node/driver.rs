@@ -81,18 +81,18 @@ pub(super) async fn run<H: Handler>(
             .map(|n| n.id)
             .filter(|&id| id != config.id),
     );
+    let metrics = super::metrics::NodeMetrics::new();
     tokio::spawn(accept_peers(
         listeners.peer,
         config.access(),
-        inbox.clone(),
+        (inbox.clone(), metrics.clone()),
         wakes.clone(),
     ));
     tokio::spawn(accept_clients(
         listeners.client,
         config.access(),
-        inbox.clone(),
+        (inbox.clone(), metrics.clone()),
     ));
-    let metrics = super::metrics::NodeMetrics::new();
     if let Some(listener) = listeners.metrics {
         tokio::spawn(super::metrics::serve(
             listener,
@@ -204,6 +204,8 @@ struct Driver<H: Handler> {
     wakes: PeerWakes,
     /// Where each peer was last reached (for the WAL thread's acknowledgements).
     found: PeerAddresses,
+    /// The hard state holds a repair (damaged entries wait for a leader's copies).
+    repairing: bool,
     /// What `GET /metrics` serves (the rare events are counted here).
     metrics: super::metrics::NodeMetrics,
 }
@@ -226,11 +228,12 @@ impl<H: Handler> Driver<H> {
         let fsync_delay = Duration::from_millis(config.fsync_delay_ms);
         let name = format!("wal-{}", config.id);
         let wal_lock = Arc::clone(&lock);
-        let spawned = WalThread::spawn(restored.wal, acker, name, fsync_delay, wal_lock, report);
+        let disk = (fsync_delay, wal_lock, metrics.wal());
+        let spawned = WalThread::spawn(restored.wal, acker, name, disk, report);
         let wal = match spawned {
             Ok(wal) => wal,
             Err(error) => {
-                eprintln!("node {}: cannot start the WAL thread: {error}", config.id);
+                tracing::error!(%error, "cannot start the WAL thread");
                 return None;
             }
         };
@@ -245,6 +248,7 @@ impl<H: Handler> Driver<H> {
                 (n.id, queue)
             })
             .collect();
+        let repairing = restored.core.hard_state.repair.is_some();
         let mut machine = restored.machine;
         machine.set_mode(config.mode);
         let latest = restored.snapshot.map(|s| (s.meta.index, s.bytes));
@@ -262,6 +266,7 @@ impl<H: Handler> Driver<H> {
             lock,
             wakes,
             found,
+            repairing,
             metrics,
             config,
         };
@@ -289,10 +294,7 @@ impl<H: Handler> Driver<H> {
         match spawned {
             Ok(writer) => Some(writer),
             Err(error) => {
-                eprintln!(
-                    "node {}: no snapshots: cannot start the writer: {error}",
-                    self.config.id
-                );
+                tracing::error!(%error, "no snapshots: cannot start the writer");
                 None
             }
         }
@@ -333,23 +335,25 @@ impl<H: Handler> Driver<H> {
                 replica.halt(halt, &mut out);
             }
             Input::Wal(WalEvent::Full(reason)) => {
-                eprintln!(
-                    "node {}: storage full, refusing new requests and retrying the append: {reason}",
-                    self.config.id
-                );
+                tracing::error!(%reason, "storage full: refusing new requests, retrying the append");
                 replica.set_storage_full(true);
             }
             Input::Wal(WalEvent::SpaceBack) => {
-                eprintln!("node {}: storage has room again", self.config.id);
+                tracing::info!("storage has room again");
                 replica.set_storage_full(false);
             }
             Input::Snapshot(Ok(durable)) => {
-                replica.snapshot_durable(durable.meta.index, durable.bytes, &mut out)
+                let (index, bytes, took) = (durable.meta.index, durable.bytes, durable.took);
+                let ms = took.as_secs_f64() * 1e3;
+                tracing::info!(index = index.0, bytes, ms, "snapshot written");
+                self.metrics.snapshot_written(bytes, took);
+                replica.snapshot_durable(index, bytes, &mut out)
             }
-            Input::Snapshot(Err(error)) => {
-                eprintln!("node {}: a snapshot failed: {error}", self.config.id)
-            }
+            Input::Snapshot(Err(error)) => tracing::warn!(%error, "a snapshot failed"),
             Input::SnapshotAborted(peer) => replica.snapshot_send_aborted(peer, &mut out),
+            Input::Scrape(reply) => {
+                let _ = reply.send(self.scrape());
+            }
         }
         self.carry_out(out);
     }
@@ -397,14 +401,21 @@ impl<H: Handler> Driver<H> {
                     let _ = queue.try_send(message);
                 }
             }
-            Io::PersistHardState(state) => storage::write_hard_state(&self.config.data_dir, state)
-                .map_err(|error| Halt::HardState(error.to_string()))?,
+            Io::PersistHardState(state) => {
+                storage::write_hard_state(&self.config.data_dir, state)
+                    .map_err(|error| Halt::HardState(error.to_string()))?;
+                self.repair_noted(state.repair.is_some());
+            }
             Io::Wal(op) => {
                 if !self.wal.send(op) {
                     return Err(Halt::WalStopped);
                 }
             }
             Io::Answer { to, reply } => {
+                if let ClientReply::Rejected { request, reason } = &reply {
+                    tracing::warn!(request = request.0, ?reason, "request refused");
+                    self.metrics.refused(reason);
+                }
                 let _ = to.try_send(reply);
             }
             Io::SendSnapshot { peer, index, term } => self.send_snapshot(peer, index, term, more),
@@ -432,11 +443,8 @@ impl<H: Handler> Driver<H> {
                 Some(node) => node.peer_address.clone(),
                 None => match member.peer_address.parse::<Address>() {
                     Ok(address) => address,
-                    Err(_) => {
-                        eprintln!(
-                            "node {}: member {} has no usable peer address ({:?})",
-                            self.config.id, member.id, member.peer_address
-                        );
+                    Err(error) => {
+                        tracing::error!(member = member.id.0, %error, "member has no usable peer address");
                         continue;
                     }
                 },
@@ -494,7 +502,7 @@ impl<H: Handler> Driver<H> {
             SnapshotWrite::Abort => writer.abort(),
         };
         if !sent {
-            eprintln!("node {}: the snapshot writer stopped", self.config.id);
+            tracing::error!("the snapshot writer stopped: no more snapshots");
             self.snapshots = None;
             self.replica.snapshots_off();
         }
@@ -517,10 +525,9 @@ impl<H: Handler> Driver<H> {
         let about = (index, term, self.config.id);
         let stream = stream_snapshot(path, about, queue.clone(), send);
         let inbox = self.inbox.clone();
-        let me = self.config.id;
         tokio::spawn(async move {
             if let Err(error) = stream.await {
-                eprintln!("node {me}: sending a snapshot to node {peer} failed: {error}");
+                tracing::warn!(peer = peer.0, %error, "sending a snapshot failed");
                 let _ = inbox.send(Input::SnapshotAborted(peer)).await;
             }
         });
@@ -530,10 +537,9 @@ impl<H: Handler> Driver<H> {
     /// durable, hands it to the replica to install.
     fn store_snapshot_chunk(&mut self, chunk: SnapshotChunk, more: &mut Vec<Io<Waiter>>) {
         let dir = self.snapshot_dir();
-        let id = self.config.id;
         if chunk.offset == 0 {
             self.incoming = Incoming::start(&dir, &chunk)
-                .map_err(|e| eprintln!("node {id}: snapshot refused: {e}"))
+                .map_err(|error| tracing::warn!(%error, "leader's snapshot refused"))
                 .ok();
         }
         let Some(incoming) = self.incoming.as_mut() else {
@@ -543,7 +549,7 @@ impl<H: Handler> Driver<H> {
             Ok(false) => return,
             Ok(true) => {}
             Err(error) => {
-                eprintln!("node {id}: snapshot dropped: {error}");
+                tracing::warn!(%error, "leader's snapshot dropped");
                 self.incoming = None;
                 return;
             }
@@ -551,28 +557,44 @@ impl<H: Handler> Driver<H> {
         let incoming = self.incoming.take().expect("just used");
         match incoming.finish(&dir) {
             Ok((snapshot, _, bytes)) => self.replica.snapshot_received(snapshot, bytes, more),
-            Err(error) => eprintln!("node {id}: snapshot refused: {error}"),
+            Err(error) => tracing::warn!(%error, "leader's snapshot refused"),
         }
     }
 
     /// Switches to `mode` once it is kept in the data directory, so that it outlasts a
     /// restart; returns the mode in force (the old one when it could not be kept).
     fn set_mode(&mut self, mode: crate::apply::Mode) -> crate::apply::Mode {
-        let id = self.config.id;
+        let name = format!("{mode:?}").to_lowercase();
         match data_dir::write_mode(&self.config.data_dir, mode) {
             Ok(()) => {
                 self.replica.set_mode(mode);
-                eprintln!(
-                    "node {id}: mode set to {}",
-                    format!("{mode:?}").to_lowercase()
-                );
+                tracing::info!(mode = name, "mode set");
                 mode
             }
             Err(error) => {
-                eprintln!("node {id}: mode not changed: {error}");
+                tracing::error!(mode = name, %error, "mode not changed: it could not be kept");
                 self.replica.machine().mode()
             }
         }
+    }
+
+    /// What a metrics scrape copies.
+    fn scrape(&self) -> super::metrics::Scrape {
+        let sessions = self.replica.machine().sessions();
+        super::metrics::Scrape {
+            status: self.replica.status(),
+            latencies: self.replica.latencies().clone(),
+            sessions: (sessions.len() as u64, sessions.bytes()),
+        }
+    }
+
+    /// Logs and counts a repair's end: the hard state no longer holds one.
+    fn repair_noted(&mut self, repairing: bool) {
+        if self.repairing && !repairing {
+            tracing::info!("repair finished: the damaged entries are whole again");
+            self.metrics.repaired(1);
+        }
+        self.repairing = repairing;
     }
 
     fn on_client(&mut self, request: ClientRequest, reply: Waiter, out: &mut Vec<Io<Waiter>>) {

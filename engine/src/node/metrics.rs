@@ -1,18 +1,23 @@
 //! A node's Prometheus metrics: one `prometheus-client` registry per node, served as text at
 //! `GET /metrics` on the node's `metrics_address` by a minimal HTTP/1.1 responder.
 //!
-//! The hot path pays nothing new: what the node status already keeps (role, term, indexes,
-//! the cumulative [`Stages`], commands executed or reused) is read once per scrape, through
-//! the driver's inbox like a status request, and copied into the registry then. Only rare
-//! events (a refusal, a snapshot installed or written, a role change, a connection) bump an
-//! atomic counter where they happen.
+//! The hot path pays next to nothing new: what the node keeps anyway (its status: role, term,
+//! indexes, the cumulative [`Stages`], commands executed or reused; each stage's per-entry
+//! [`Latencies`]; its sessions) is read once per scrape, through the driver's inbox
+//! ([`Input::Scrape`]), and copied into the registry then. Per entry the replica adds one
+//! bucket count per stage to the sums it kept already; per fsync the WAL thread one
+//! uncontended lock ([`WalCounters`]). Rare events (a refusal, a snapshot installed or
+//! written, a role change, a connection, a repair) bump a counter where they happen.
 
 use super::Input;
-use net::message::{ClientReply, ClientRequest, NodeStatus, Rejection, Role, Stages};
+use crate::replica::{Latencies, StageLatencies};
+use net::message::{NodeStatus, Refusal, Rejection, Role, Stages};
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -46,6 +51,78 @@ struct Stage {
     stage: &'static str,
 }
 
+/// A histogram whose buckets are a [`Latencies`]' (powers of two of microseconds), exported
+/// in seconds. Set whole from a copy at scrape time, or added to where it is kept.
+#[derive(Clone, Debug, Default)]
+pub struct LatencyHistogram(Arc<std::sync::Mutex<Latencies>>);
+
+impl LatencyHistogram {
+    /// Replaces what it holds with `latencies`.
+    fn set(&self, latencies: &Latencies) {
+        latencies.clone_into(&mut self.lock());
+    }
+
+    /// Counts one time of `us` microseconds.
+    pub fn record(&self, us: u64) {
+        self.lock().record(us);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Latencies> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl TypedMetric for LatencyHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for LatencyHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let latencies = self.lock().clone();
+        let buckets: Vec<(f64, u64)> = (latencies.buckets.iter().enumerate())
+            .map(|(i, &count)| {
+                let upper = Latencies::upper_us(i).map_or(f64::INFINITY, |us| us as f64 / 1e6);
+                (upper, count)
+            })
+            .collect();
+        let sum = latencies.sum_us as f64 / 1e6;
+        encoder.encode_histogram::<NoLabelSet>(sum, latencies.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// What the WAL thread counts as it goes: bytes written and each fsync's time.
+#[derive(Clone, Debug, Default)]
+pub struct WalCounters {
+    bytes: Counter,
+    fsyncs: LatencyHistogram,
+}
+
+impl WalCounters {
+    /// The log has had `total` bytes written to it since the node started.
+    pub fn written(&self, total: u64) {
+        set(&self.bytes, total);
+    }
+
+    /// An fsync took `us` microseconds.
+    pub fn synced(&self, us: u64) {
+        self.fsyncs.record(us);
+    }
+}
+
+/// What a scrape copies from the driver.
+pub(crate) struct Scrape {
+    pub(crate) status: NodeStatus,
+    pub(crate) latencies: StageLatencies,
+    /// Live client sessions, and the bytes they count in the state's capacity.
+    pub(crate) sessions: (u64, u64),
+}
+
 /// Every metric of one node. Cloning shares the counters.
 #[derive(Clone)]
 pub struct NodeMetrics {
@@ -62,6 +139,11 @@ pub struct NodeMetrics {
     commands: Family<Kind, Counter>,
     stage_seconds: Family<Stage, Counter<f64>>,
     stage_entries: Family<Stage, Counter>,
+    stage_latency: Family<Stage, LatencyHistogram>,
+    wal: WalCounters,
+    sessions: Gauge,
+    session_bytes: Gauge,
+    snapshot_duration: LatencyHistogram,
     refusals: Family<Reason, Counter>,
     connections: Family<Kind, Counter>,
     role_changes: Family<Kind, Counter>,
@@ -95,6 +177,11 @@ impl NodeMetrics {
             commands: Family::default(),
             stage_seconds: Family::default(),
             stage_entries: Family::default(),
+            stage_latency: Family::default(),
+            wal: WalCounters::default(),
+            sessions: Gauge::default(),
+            session_bytes: Gauge::default(),
+            snapshot_duration: LatencyHistogram::default(),
             refusals: Family::default(),
             connections: Family::default(),
             role_changes: Family::default(),
@@ -126,6 +213,7 @@ impl NodeMetrics {
                 &self.storage_full,
             ),
             ("halted", "1 once the node stopped applying", &self.halted),
+            ("sessions", "live client sessions", &self.sessions),
         ];
         for (name, help, gauge) in gauges {
             r.register(name, help, gauge.clone());
@@ -155,6 +243,36 @@ impl NodeMetrics {
             "stage_entries",
             "entries each stage's sum covers",
             self.stage_entries.clone(),
+        );
+        r.register_with_unit(
+            "stage_latency",
+            "per-entry time of each stage of the data path",
+            Unit::Seconds,
+            self.stage_latency.clone(),
+        );
+        r.register_with_unit(
+            "session",
+            "bytes the live sessions count in the state's capacity",
+            Unit::Bytes,
+            self.session_bytes.clone(),
+        );
+        r.register_with_unit(
+            "wal_written",
+            "bytes written to the WAL since start",
+            Unit::Bytes,
+            self.wal.bytes.clone(),
+        );
+        r.register_with_unit(
+            "wal_fsync",
+            "time of each WAL fsync (the count is the fsyncs)",
+            Unit::Seconds,
+            self.wal.fsyncs.clone(),
+        );
+        r.register_with_unit(
+            "snapshot_write",
+            "time to write each snapshot, from its scan's start to its rename",
+            Unit::Seconds,
+            self.snapshot_duration.clone(),
         );
         r.register(
             "refusals",
@@ -195,7 +313,7 @@ impl NodeMetrics {
         );
         r.register(
             "repairs",
-            "damaged WAL entries repaired from the leader at start",
+            "repairs of damaged WAL entries finished (the leader's copies durable)",
             self.repairs.clone(),
         );
     }
@@ -213,10 +331,15 @@ impl NodeMetrics {
         self.refused_for(reason);
     }
 
-    /// Counts a refusal for `reason` (a client [`Rejection`], or a refused connection's
-    /// `handshake`).
+    /// Counts a refusal for `reason` (a client [`Rejection`]'s or a refused connection's,
+    /// [`refusal_reason`]).
     pub fn refused_for(&self, reason: &'static str) {
         self.refusals.get_or_create(&Reason { reason }).inc();
+    }
+
+    /// Counts a connection refused with `refusal`.
+    pub fn connection_refused(&self, refusal: &Refusal) {
+        self.refused_for(refusal_reason(refusal));
     }
 
     /// Counts a connection of `kind` (`peer` or `client`) accepted.
@@ -239,10 +362,38 @@ impl NodeMetrics {
         self.snapshot_installed_bytes.inc_by(bytes);
     }
 
-    /// Counts a snapshot of `bytes` made durable.
-    pub fn snapshot_written(&self, bytes: u64) {
+    /// Counts a snapshot of `bytes` made durable, written in `took`.
+    pub fn snapshot_written(&self, bytes: u64, took: Duration) {
         self.snapshots_written.inc();
         self.snapshot_written_bytes.inc_by(bytes);
+        self.snapshot_duration.record(took.as_micros() as u64);
+    }
+
+    /// The counters the WAL thread adds to.
+    pub fn wal(&self) -> WalCounters {
+        self.wal.clone()
+    }
+
+    /// Copies what a scrape took from the driver into the registry.
+    pub(crate) fn observe_scrape(&self, scrape: &Scrape) {
+        self.observe(&scrape.status);
+        let l = &scrape.latencies;
+        let stages = [
+            ("batch_wait", &l.batch_wait),
+            ("wal", &l.wal),
+            ("quorum", &l.quorum),
+            ("simulate", &l.simulate),
+            ("apply", &l.apply),
+            ("follower_wal", &l.follower_wal),
+        ];
+        for (stage, latencies) in stages {
+            self.stage_latency
+                .get_or_create(&Stage { stage })
+                .set(latencies);
+        }
+        let (sessions, bytes) = scrape.sessions;
+        self.sessions.set(sessions as i64);
+        self.session_bytes.set(bytes as i64);
     }
 
     /// Counts `count` damaged entries repaired.
@@ -312,6 +463,25 @@ fn set(counter: &Counter, value: u64) {
     counter.inner().store(value, Ordering::Relaxed);
 }
 
+/// A refused connection's label value.
+pub fn refusal_reason(refusal: &Refusal) -> &'static str {
+    match refusal {
+        Refusal::Version { .. } => "version",
+        Refusal::WrongCluster { .. } => "wrong_cluster",
+        Refusal::NotAPeer { .. } => "not_a_peer",
+        Refusal::NodeOnClientPort => "node_on_client_port",
+        Refusal::Unauthenticated => "unauthenticated",
+        Refusal::TooManyConnections { .. } => "too_many_connections",
+        Refusal::HandshakeTimeout => "handshake_timeout",
+        Refusal::ReadTimeout => "read_timeout",
+        Refusal::IdleTimeout => "idle_timeout",
+        Refusal::EmptyFrame => "empty_frame",
+        Refusal::FrameTooLarge { .. } => "frame_too_large",
+        Refusal::BadCrc => "bad_crc",
+        Refusal::Undecodable => "undecodable",
+    }
+}
+
 /// A role's label value.
 pub fn role_name(role: Role) -> &'static str {
     match role {
@@ -348,8 +518,8 @@ async fn answer(
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     let response = if head.starts_with(b"GET /metrics ") || head.starts_with(b"GET /metrics?") {
-        match status(inbox).await {
-            Some(status) => metrics.observe(&status),
+        match scrape(inbox).await {
+            Some(scrape) => metrics.observe_scrape(&scrape),
             None => tracing::debug!("metrics: no status from the driver; serving the last"),
         }
         let body = metrics.text();
@@ -387,20 +557,12 @@ fn response(status: &str, kind: &str, body: &str) -> String {
     )
 }
 
-/// The driver's status, asked through its inbox like a client's status request.
-async fn status(inbox: &mpsc::Sender<Input>) -> Option<NodeStatus> {
-    let (reply, mut answer) = mpsc::channel(1);
-    let request = Input::Client {
-        request: ClientRequest::Status,
-        reply,
-    };
-    inbox.send(request).await.ok()?;
+/// What the driver keeps, asked through its inbox.
+async fn scrape(inbox: &mpsc::Sender<Input>) -> Option<Scrape> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    inbox.send(Input::Scrape(reply)).await.ok()?;
     let timeout = Duration::from_millis(METRICS_STATUS_TIMEOUT_MS);
-    let reply = tokio::time::timeout(timeout, answer.recv()).await.ok()??;
-    if let ClientReply::Status(status) = reply {
-        return Some(*status);
-    }
-    None
+    tokio::time::timeout(timeout, answer).await.ok()?.ok()
 }
 
 #[cfg(test)]
@@ -455,5 +617,61 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// Proves the histograms (a stage's per-entry times, the WAL's fsyncs, snapshot writes)
+    /// come out in seconds with cumulative buckets, and the WAL bytes, sessions and connection
+    /// refusals with them.
+    #[test]
+    fn histograms_and_wal_counters_are_exported() {
+        let metrics = NodeMetrics::new();
+        let mut latencies = StageLatencies::default();
+        for us in [3, 3, 700] {
+            latencies.quorum.record(us);
+        }
+        let status = NodeStatus {
+            node: NodeId(1),
+            role: Role::Follower,
+            term: Term(1),
+            leader: None,
+            last_index: EntryIndex(0),
+            commit_index: EntryIndex(0),
+            applied_index: EntryIndex(0),
+            state_hash: Default::default(),
+            divergence: None,
+            halted: None,
+            storage_full: false,
+            mode: Default::default(),
+            stages: Stages::default(),
+            members: vec![],
+            members_pending: false,
+        };
+        let scrape = Scrape {
+            status,
+            latencies,
+            sessions: (5, 640),
+        };
+        metrics.observe_scrape(&scrape);
+        let wal = metrics.wal();
+        wal.synced(40);
+        wal.written(16_384);
+        metrics.snapshot_written(1 << 20, Duration::from_millis(3));
+        metrics.connection_refused(&Refusal::Unauthenticated);
+        let text = metrics.text();
+        for line in [
+            "engine_stage_latency_seconds_bucket{le=\"0.000002\",stage=\"quorum\"} 0",
+            "engine_stage_latency_seconds_bucket{le=\"0.000004\",stage=\"quorum\"} 2",
+            "engine_stage_latency_seconds_bucket{le=\"0.001024\",stage=\"quorum\"} 3",
+            "engine_stage_latency_seconds_count{stage=\"quorum\"} 3",
+            "engine_stage_latency_seconds_sum{stage=\"quorum\"} 0.000706",
+            "engine_wal_fsync_seconds_count 1",
+            "engine_wal_written_bytes_total 16384",
+            "engine_snapshot_write_seconds_count 1",
+            "engine_sessions 5",
+            "engine_session_bytes 640",
+            "engine_refusals_total{reason=\"unauthenticated\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
     }
 }

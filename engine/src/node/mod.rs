@@ -270,6 +270,8 @@ pub(crate) enum Input {
     Snapshot(Result<crate::snapshot::Durable, crate::snapshot::SnapshotError>),
     /// Sending a snapshot to a follower failed.
     SnapshotAborted(NodeId),
+    /// A metrics scrape asks for what the driver keeps.
+    Scrape(tokio::sync::oneshot::Sender<metrics::Scrape>),
 }
 
 /// Longest a stop waits, after the node's thread ended, for its WAL thread and snapshot writer

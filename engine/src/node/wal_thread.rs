@@ -2,6 +2,7 @@
 //! while the previous fsync ran into one fsync (group commit).
 
 use super::data_dir::DirLock;
+use super::metrics::WalCounters;
 use crate::entry::Entry;
 use crate::ids::{EntryIndex, NodeId, Term};
 pub(crate) use crate::replica::WalOp;
@@ -50,21 +51,25 @@ pub(crate) struct WalThread {
 
 impl WalThread {
     /// Starts the thread; `report` delivers its events to the node. The thread (and any it
-    /// starts to remove segments) holds `lock`, the data directory's, until it ends.
+    /// starts to remove segments) holds `lock`, the data directory's, until it ends; it adds
+    /// the bytes it writes and its fsyncs' times to `counters`.
     pub(crate) fn spawn(
         wal: Wal,
         acker: Acker,
         name: String,
-        fsync_delay: Duration,
-        lock: Arc<DirLock>,
+        (fsync_delay, lock, counters): (Duration, Arc<DirLock>, WalCounters),
         report: impl Fn(WalEvent) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
-        let slow = SlowDisk(fsync_delay);
+        let disk = Disk {
+            slow: fsync_delay,
+            lock,
+            counters,
+        };
         let span = tracing::Span::current();
         thread::Builder::new().name(name).spawn(move || {
             let _entered = span.entered();
-            run(wal, acker, queue, (slow, lock), report)
+            run(wal, acker, queue, disk, report)
         })?;
         Ok(WalThread { ops })
     }
@@ -75,11 +80,19 @@ impl WalThread {
     }
 }
 
+/// What the WAL thread works with beside the log: the delay added after every fsync
+/// (`NodeConfig::fsync_delay_ms`; zero adds nothing), the data directory's lock, its counters.
+struct Disk {
+    slow: Duration,
+    lock: Arc<DirLock>,
+    counters: WalCounters,
+}
+
 fn run(
     mut wal: Wal,
     mut acker: Acker,
     queue: mpsc::Receiver<WalOp>,
-    (slow, lock): (SlowDisk, Arc<DirLock>),
+    disk: Disk,
     report: impl Fn(WalEvent) -> bool,
 ) {
     let mut pending = VecDeque::new();
@@ -101,7 +114,7 @@ fn run(
             &mut pending,
             &mut unsynced,
             &mut events,
-            (slow, &lock),
+            &disk,
         ) {
             Ok(()) if full => {
                 full = false;
@@ -156,7 +169,7 @@ fn carry_out(
     pending: &mut VecDeque<WalOp>,
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
-    (slow, lock): (SlowDisk, &Arc<DirLock>),
+    disk: &Disk,
 ) -> Result<(), WalError> {
     // Of several acknowledgements in a batch only the last matters: it covers the others.
     let mut acks_left = pending
@@ -175,7 +188,7 @@ fn carry_out(
                         if error.is_storage_full() {
                             pending.push_front(WalOp::Append(entries));
                             // What came before the append is durable and acknowledged.
-                            sync(wal, unsynced, events, slow)?;
+                            sync(wal, unsynced, events, disk)?;
                             if let Some((to, message)) = passed_over
                                 && !acker.send(to, &message)
                             {
@@ -190,7 +203,7 @@ fn carry_out(
             WalOp::Ack { to, message } => {
                 acks_left -= 1;
                 if acks_left == 0 {
-                    sync(wal, unsynced, events, slow)?;
+                    sync(wal, unsynced, events, disk)?;
                     if !acker.send(to, &message) {
                         events.push(WalEvent::AckFailed);
                     }
@@ -199,15 +212,15 @@ fn carry_out(
                 }
             }
             WalOp::Truncate(from) => {
-                sync(wal, unsynced, events, slow)?;
+                sync(wal, unsynced, events, disk)?;
                 wal.truncate_from(from)?;
             }
             WalOp::Compact(through) => {
-                sync(wal, unsynced, events, slow)?;
+                sync(wal, unsynced, events, disk)?;
                 let (_, segments) = wal.release_through(through);
                 if !segments.is_empty() {
                     let dir = wal.dir().to_path_buf();
-                    let lock = Arc::clone(lock);
+                    let lock = Arc::clone(&disk.lock);
                     // Off this thread: appends and their fsyncs do not wait for the deletion.
                     let span = tracing::Span::current();
                     thread::spawn(move || {
@@ -239,23 +252,22 @@ fn carry_out(
             }
         }
     }
-    sync(wal, unsynced, events, slow)
+    sync(wal, unsynced, events, disk)
 }
-
-/// The delay added after every fsync (`NodeConfig::fsync_delay_ms`; zero adds nothing).
-#[derive(Clone, Copy)]
-struct SlowDisk(Duration);
 
 fn sync(
     wal: &mut Wal,
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
-    slow: SlowDisk,
+    disk: &Disk,
 ) -> Result<(), WalError> {
     if let Some((index, term)) = unsynced.take() {
+        let started = std::time::Instant::now();
         wal.sync()?;
-        if !slow.0.is_zero() {
-            thread::sleep(slow.0);
+        disk.counters.synced(started.elapsed().as_micros() as u64);
+        disk.counters.written(wal.written_bytes());
+        if !disk.slow.is_zero() {
+            thread::sleep(disk.slow);
         }
         events.push(WalEvent::Persisted { index, term });
     }

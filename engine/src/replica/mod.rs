@@ -34,6 +34,7 @@ use snapshots::Snapshots;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 use timing::Timing;
+pub use timing::{LATENCY_BUCKETS, Latencies, StageLatencies};
 
 /// Committed entries a follower leaves unapplied at most while its WAL is busy.
 pub const FOLLOWER_APPLY_LAG_ENTRIES_MAX: u64 = 64;
@@ -620,6 +621,11 @@ impl<H: Handler, T> Replica<H, T> {
                 self.timing.simulated(started);
             }
         }
+    }
+
+    /// Each stage's distribution of per-entry times (the metrics' histograms).
+    pub fn latencies(&self) -> &StageLatencies {
+        &self.timing.latencies
     }
 
     /// What `runner status` shows.

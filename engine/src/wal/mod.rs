@@ -151,6 +151,8 @@ pub struct Wal {
     access: Access,
     /// The highest commit index any entry declared (entries up to it are committed).
     max_commit: EntryIndex,
+    /// Bytes of records written since the log was opened.
+    written_bytes: u64,
 }
 
 impl Wal {
@@ -342,6 +344,7 @@ impl Wal {
             record_bytes: record_bytes as u32,
         });
         segment.bytes += record_bytes;
+        self.written_bytes += record_bytes;
         self.max_commit = self.max_commit.max(entry.header.commit);
         Ok(())
     }
@@ -470,6 +473,12 @@ impl Wal {
         self.first_index = base.next();
         self.base_hash = base_hash;
         Ok(())
+    }
+
+    /// Bytes of records written since the log was opened (through every segment, removed
+    /// ones included).
+    pub fn written_bytes(&self) -> u64 {
+        self.written_bytes
     }
 
     /// Bytes the log's segments hold.

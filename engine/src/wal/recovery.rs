@@ -117,6 +117,7 @@ pub(super) fn scan(
         torn_tail_bytes: 0,
         access,
         max_commit: EntryIndex::ZERO,
+        written_bytes: 0,
     };
     let mut damage = None;
     for (n, (first, path)) in files.iter().enumerate() {
