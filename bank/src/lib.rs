@@ -28,6 +28,17 @@ pub struct Account {
 /// The Bank's only table.
 pub const ACCOUNTS: Table<AccountId, Account> = Table::new(0, "accounts");
 
+/// The Bank's first handler version: transfers are free.
+pub const VERSION_FREE_TRANSFERS: u32 = 1;
+/// From this handler version on, a transfer also moves [`TRANSFER_FEE`] from the debited
+/// account to [`FEE_ACCOUNT`] (`runner upgrade --handler-version 2` puts it in force).
+pub const VERSION_TRANSFER_FEE: u32 = 2;
+/// The fee on a transfer from [`VERSION_TRANSFER_FEE`] on, in the smallest unit.
+pub const TRANSFER_FEE: u64 = 1;
+/// Where fees go: opened by the first fee; clients cannot open it from
+/// [`VERSION_TRANSFER_FEE`] on.
+pub const FEE_ACCOUNT: AccountId = AccountId(u64::MAX);
+
 /// A Bank command.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub enum BankCommand {
@@ -142,6 +153,8 @@ impl Handler for Bank {
     type Output = BankOutput;
     type Error = BankError;
 
+    const VERSIONS: std::ops::RangeInclusive<u32> = VERSION_FREE_TRANSFERS..=VERSION_TRANSFER_FEE;
+
     fn schema(&self) -> Schema {
         Schema::new().table(&ACCOUNTS)
     }
@@ -180,7 +193,8 @@ fn account(tx: &mut Tx<'_>, id: AccountId) -> Result<Account, BankError> {
 }
 
 fn open(tx: &mut Tx<'_>, id: AccountId, balance: u64, flags: u32) -> Result<BankOutput, BankError> {
-    if id.0 == 0 {
+    let reserved = id == FEE_ACCOUNT && tx.handler_version() >= VERSION_TRANSFER_FEE;
+    if id.0 == 0 || reserved {
         return Err(BankError::InvalidId);
     }
     if tx.contains(&ACCOUNTS, &id) {
@@ -234,7 +248,13 @@ fn transfer(
     if amount == 0 {
         return Err(BankError::ZeroAmount);
     }
-    debited.balance = debit(debited.balance, amount)?;
+    let fee = if tx.handler_version() >= VERSION_TRANSFER_FEE {
+        TRANSFER_FEE
+    } else {
+        0
+    };
+    let charged = amount.checked_add(fee).ok_or(BankError::Overflow)?;
+    debited.balance = debit(debited.balance, charged)?;
     credited.balance = credited
         .balance
         .checked_add(amount)
@@ -243,10 +263,26 @@ fn transfer(
     credited.version += 1;
     tx.put(&ACCOUNTS, from, debited)?;
     tx.put(&ACCOUNTS, to, credited)?;
+    if fee > 0 {
+        collect_fee(tx, fee)?;
+    }
     Ok(BankOutput::Transferred {
         from_balance: debited.balance,
         to_balance: credited.balance,
     })
+}
+
+/// Credits `fee` to [`FEE_ACCOUNT`], opening it with the first fee.
+fn collect_fee(tx: &mut Tx<'_>, fee: u64) -> Result<(), BankError> {
+    let mut fees = tx.get(&ACCOUNTS, &FEE_ACCOUNT).unwrap_or(Account {
+        balance: 0,
+        version: 0,
+        flags: 0,
+    });
+    fees.balance = fees.balance.checked_add(fee).ok_or(BankError::Overflow)?;
+    fees.version += 1;
+    tx.put(&ACCOUNTS, FEE_ACCOUNT, fees)?;
+    Ok(())
 }
 
 fn debit(balance: u64, amount: u64) -> Result<u64, BankError> {

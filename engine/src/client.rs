@@ -525,6 +525,30 @@ pub async fn change_members(
     ask(config, address, &request, timeout).await
 }
 
+/// Asks one node to put handler `version` in force through the log; the node's answer as it
+/// gave it (a leader's `Upgrading` or `UpgradeRefused`, another's `NotLeader`).
+pub async fn upgrade_handler(
+    config: &ClientConfig,
+    address: &Address,
+    version: u32,
+    timeout: Duration,
+) -> Result<ClientReply, ClientError> {
+    ask(config, address, &ClientRequest::Upgrade(version), timeout).await
+}
+
+/// Asks one node which handler versions its build runs and which is in force on it.
+pub async fn node_versions(
+    config: &ClientConfig,
+    address: &Address,
+    timeout: Duration,
+) -> Result<net::message::HandlerVersions, ClientError> {
+    let reply = ask(config, address, &ClientRequest::Versions, timeout).await?;
+    if let ClientReply::Versions(versions) = reply {
+        return Ok(versions);
+    }
+    Err(unexpected(address, &reply))
+}
+
 /// Asks one node for its status.
 pub async fn node_status(
     config: &ClientConfig,

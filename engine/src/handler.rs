@@ -3,6 +3,10 @@
 use crate::codec::{Decode, Encode};
 use crate::state::{Prefetch, Schema, StateError, Tx};
 use std::fmt::Debug;
+use std::ops::RangeInclusive;
+
+/// The handler version a cluster starts at; later ones are put in force through the log.
+pub const HANDLER_VERSION_FIRST: u32 = 1;
 
 /// Business logic for one kind of state machine (a bank, an order book, a booking system).
 ///
@@ -21,6 +25,14 @@ pub trait Handler: Send + Sync + 'static {
     /// A business error: the command is refused and changes nothing. It converts from
     /// [`StateError`] so that `tx.put(..)?` works (capacity exhausted is a business result).
     type Error: Encode + Decode<()> + From<StateError> + Debug + Send + 'static;
+
+    /// The handler versions this build can run, oldest to newest. A cluster starts at
+    /// [`HANDLER_VERSION_FIRST`]; an operator's `upgrade` commits a newer one at an entry, and
+    /// every replica switches there ([`Tx::handler_version`] tells `execute` which rules are
+    /// in force). A replica whose build cannot run the version in force stops applying and
+    /// says so rather than diverge. Keep the old versions' rules for as long as a log or
+    /// snapshot from before the switch may be replayed.
+    const VERSIONS: RangeInclusive<u32> = HANDLER_VERSION_FIRST..=HANDLER_VERSION_FIRST;
 
     /// The tables the handler reads and writes.
     fn schema(&self) -> Schema;

@@ -54,6 +54,9 @@ pub enum EntryKind {
     Noop = 2,
     /// The cluster's members from here on (the engine's `members::Members`, encoded).
     Members = 3,
+    /// The handler version in force from here on (a `u32`, encoded): every replica switches
+    /// at this entry.
+    Upgrade = 4,
 }
 
 /// The fixed-size header of an entry.

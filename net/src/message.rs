@@ -332,6 +332,11 @@ pub enum ClientRequest {
     Backup(BackupRequest),
     /// Change the cluster's members by one node (an operator's command, to the leader).
     ChangeMembers(MemberChange),
+    /// Put this handler version in force from an entry of the log (an operator's command, to
+    /// the leader).
+    Upgrade(u32),
+    /// Which handler versions the node runs, and which is in force on it.
+    Versions,
 }
 
 /// Which piece of a snapshot file a backup asks for: the first piece of the newest durable
@@ -532,6 +537,60 @@ pub enum ClientReply {
     },
     /// The change of members was refused, and why.
     MembersRefused(MembersRefusal),
+    /// The handler version is in the log at this index: every replica switches there once it
+    /// is committed.
+    Upgrading {
+        /// Its entry.
+        index: EntryIndex,
+    },
+    /// The upgrade was refused, and why (nothing entered the log).
+    UpgradeRefused(UpgradeRefusal),
+    /// The node's handler versions.
+    Versions(HandlerVersions),
+}
+
+/// Why a leader refused to put a handler version in force.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
+#[bincode(crate = "crate::codec::bincode")]
+pub enum UpgradeRefusal {
+    /// The leader's build does not run this version.
+    #[error("the leader runs handler versions {oldest} to {newest}, not {version}")]
+    Unsupported {
+        /// The version asked for.
+        version: u32,
+        /// The oldest the leader runs.
+        oldest: u32,
+        /// The newest the leader runs.
+        newest: u32,
+    },
+    /// The version is not newer than the one in force or already on its way (a downgrade
+    /// would run later entries under rules older than earlier ones').
+    #[error("handler version {in_force} is in force or on its way; {version} is not newer")]
+    NotNewer {
+        /// The version asked for.
+        version: u32,
+        /// The newest version in force or proposed.
+        in_force: u32,
+    },
+    /// The node stopped applying.
+    #[error("the leader has halted")]
+    Halted,
+}
+
+/// A node's handler versions: those its build runs, and the one in force on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+#[bincode(crate = "crate::codec::bincode")]
+pub struct HandlerVersions {
+    /// The node.
+    pub node: NodeId,
+    /// The version in force after the last entry it applied.
+    pub in_force: u32,
+    /// The last entry it applied.
+    pub applied_index: EntryIndex,
+    /// The oldest version its build runs.
+    pub oldest: u32,
+    /// The newest version its build runs.
+    pub newest: u32,
 }
 
 /// Two replicas whose state hashes differ after the same entry.
@@ -713,5 +772,29 @@ mod tests {
         assert_eq!(tag(codec::encode_to_vec(&changing).unwrap()), 13);
         let refused = ClientReply::MembersRefused(MembersRefusal::Pending);
         assert_eq!(tag(codec::encode_to_vec(&refused).unwrap()), 14);
+        assert_eq!(
+            tag(codec::encode_to_vec(&ClientRequest::Upgrade(2)).unwrap()),
+            6
+        );
+        assert_eq!(
+            tag(codec::encode_to_vec(&ClientRequest::Versions).unwrap()),
+            7
+        );
+        let upgrading = ClientReply::Upgrading {
+            index: EntryIndex(9),
+        };
+        assert_eq!(tag(codec::encode_to_vec(&upgrading).unwrap()), 15);
+        let refused = ClientReply::UpgradeRefused(UpgradeRefusal::Halted);
+        assert_eq!(tag(codec::encode_to_vec(&refused).unwrap()), 16);
+        let versions = ClientReply::Versions(HandlerVersions {
+            node: NodeId(1),
+            in_force: 2,
+            applied_index: EntryIndex(40),
+            oldest: 1,
+            newest: 2,
+        });
+        let bytes = codec::encode_to_vec(&versions).unwrap();
+        assert_eq!(tag(bytes.clone()), 17);
+        assert_eq!(codec::decode::<ClientReply>(&bytes).unwrap(), versions);
     }
 }

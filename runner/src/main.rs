@@ -74,6 +74,9 @@ enum Command {
     Backup(engine::cli::BackupArgs),
     /// Seeds the data directories of a new cluster from a backup file.
     Restore(engine::cli::RestoreArgs),
+    /// Puts a newer Bank version in force through the log (version 2: a fee on transfers);
+    /// every node switches at the same entry.
+    Upgrade(engine::cli::UpgradeArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
     Sim(engine::cli::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
@@ -122,6 +125,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Member(args) => engine::cli::member(args),
         Command::Backup(args) => engine::cli::backup(args),
         Command::Restore(args) => engine::cli::restore(args, Bank),
+        Command::Upgrade(args) => engine::cli::upgrade(args),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),

@@ -2,7 +2,9 @@
 //! this build must still read as they were meant. One file per format and version:
 //!
 //! - `wal-v1.wal`: a WAL segment of Bank entries (records `WAL1`);
-//! - `snapshot-v5.snap`: a snapshot of the Bank state after those entries (`SNAPv005`);
+//! - `snapshot-v5.snap`: a snapshot of the Bank state after those entries (`SNAPv005`, still
+//!   written for a state at the first handler version);
+//! - `snapshot-v6.snap`: the same after an upgrade entry to the Bank's version 2 (`SNAPv006`);
 //! - `protocol-v3.frames`: frames of protocol version 3, peer and client messages back to back.
 //!
 //! The content is regenerated here from fixed seeds, so each test checks both ways: the file
@@ -13,7 +15,7 @@
 use bank::{AccountId, Bank, BankCommand};
 use bytes::BytesMut;
 use engine::codec::encode_to_vec;
-use engine::internals::entry::{Entry, EntryHash, Request, whole_requests_entry};
+use engine::internals::entry::{Entry, EntryHash, EntryKind, Request, whole_requests_entry};
 use engine::internals::snapshot::{ScanProgress, read_snapshot};
 use engine::internals::wal::Wal;
 use engine::{ClientId, EntryIndex, RequestNumber, StateMachine, Term};
@@ -144,10 +146,10 @@ fn wal_v1_reads_back() {
     }
 }
 
-/// The Bank's state after the golden entries, and a snapshot of it (digest included).
-fn golden_snapshot() -> (StateMachine<Bank>, Vec<u8>) {
+/// The Bank's state after `entries`, and a snapshot of it (digest included).
+fn golden_snapshot(entries: &[Entry]) -> (StateMachine<Bank>, Vec<u8>) {
     let mut machine = StateMachine::new(Bank, CAPACITY_BYTES);
-    for entry in &golden_entries() {
+    for entry in entries {
         machine.apply(entry).unwrap();
     }
     machine.begin_snapshot().expect("nothing in flight");
@@ -168,7 +170,7 @@ fn golden_snapshot() -> (StateMachine<Bank>, Vec<u8>) {
 /// (the same state hash, the same outcomes for the next entry).
 #[test]
 fn snapshot_v5_restores() {
-    let (mut machine, fresh) = golden_snapshot();
+    let (mut machine, fresh) = golden_snapshot(&golden_entries());
     let bytes = golden_bytes("snapshot-v5.snap", Version::Current, || fresh.clone());
     assert_eq!(&bytes[..8], b"SNAPv005");
     let dir = tempfile::tempdir().unwrap();
@@ -179,6 +181,40 @@ fn snapshot_v5_restores() {
     let mut restored = StateMachine::restore(Bank, CAPACITY_BYTES, snapshot).unwrap();
     assert_eq!(restored.state_hash(), machine.state_hash());
     let next = golden_entry(ENTRIES + 1, &golden_entries().last().unwrap().header.hash);
+    assert_eq!(
+        restored.apply(&next).unwrap(),
+        machine.apply(&next).unwrap()
+    );
+}
+
+/// Proves this build restores a snapshot of format version 6 (the handler version in force in
+/// its meta) with the Bank's version 2 in force: the next transfer pays the fee.
+#[test]
+fn snapshot_v6_restores_with_its_handler_version() {
+    let mut entries = golden_entries();
+    let prev = entries.last().unwrap().header.hash;
+    let version = encode_to_vec(&bank::VERSION_TRANSFER_FEE).unwrap();
+    let (index, commit) = (EntryIndex(ENTRIES + 1), EntryIndex(ENTRIES));
+    entries.push(Entry::seal(
+        index,
+        Term(1),
+        EntryKind::Upgrade,
+        commit,
+        0,
+        version.into(),
+        &prev,
+    ));
+    let (mut machine, fresh) = golden_snapshot(&entries);
+    let bytes = golden_bytes("snapshot-v6.snap", Version::Current, || fresh.clone());
+    assert_eq!(&bytes[..8], b"SNAPv006");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("00000000000000000013.snap");
+    std::fs::write(&path, &bytes).unwrap();
+    let mut restored =
+        StateMachine::restore(Bank, CAPACITY_BYTES, read_snapshot(&path).unwrap()).unwrap();
+    assert_eq!(restored.handler_version(), bank::VERSION_TRANSFER_FEE);
+    assert_eq!(restored.state_hash(), machine.state_hash());
+    let next = golden_entry(ENTRIES + 2, &entries.last().unwrap().header.hash);
     assert_eq!(
         restored.apply(&next).unwrap(),
         machine.apply(&next).unwrap()

@@ -22,6 +22,10 @@ use crate::snapshot::{self, ScanProgress, Snapshot, SnapshotMeta};
 use crate::state::ScanStep;
 use crate::state::{InstallError, Prefetch, State, StateHash, Tx};
 use sessions::{Decision, SESSION_WRITE_TAG};
+
+/// Tag of a handler version's switch in the write stream, in the place of a table id (above
+/// them all, below [`SESSION_WRITE_TAG`]).
+const UPGRADE_WRITE_TAG: u8 = u8::MAX - 1;
 use speculate::{Pass, Speculation};
 use std::collections::VecDeque;
 
@@ -77,6 +81,28 @@ pub enum ApplyError {
     /// that formed it has a bug).
     #[error("entry {index}: its members do not decode")]
     Members {
+        /// The entry.
+        index: EntryIndex,
+    },
+    /// The handler version committed at this entry is one this build cannot run: the replica
+    /// stops here rather than apply under other rules (run a build whose handler supports it).
+    #[error(
+        "entry {index} puts handler version {version} in force; this build runs versions \
+         {oldest} to {newest}: run a build that supports it"
+    )]
+    UnsupportedHandlerVersion {
+        /// The upgrade's entry.
+        index: EntryIndex,
+        /// The version it puts in force.
+        version: u32,
+        /// The oldest version this build runs.
+        oldest: u32,
+        /// The newest version this build runs.
+        newest: u32,
+    },
+    /// A committed upgrade entry whose version does not decode.
+    #[error("entry {index}: its handler version does not decode")]
+    Upgrade {
         /// The entry.
         index: EntryIndex,
     },
@@ -212,6 +238,9 @@ pub struct StateMachine<H: Handler> {
     replying: bool,
     /// The newest members entry applied: its index and list.
     members: Option<(EntryIndex, Members)>,
+    /// The handler version in force (an upgrade entry changes it; never speculatively: upgrade
+    /// entries are not simulated, so no speculation runs across one).
+    handler_version: u32,
 }
 
 impl<H: Handler> StateMachine<H> {
@@ -236,6 +265,7 @@ impl<H: Handler> StateMachine<H> {
             counters: ApplyCounters::default(),
             replying: true,
             members: None,
+            handler_version: crate::handler::HANDLER_VERSION_FIRST,
         }
     }
 
@@ -361,6 +391,30 @@ impl<H: Handler> StateMachine<H> {
         self.members.as_ref()
     }
 
+    /// The handler version in force after the last entry applied.
+    pub fn handler_version(&self) -> u32 {
+        self.handler_version
+    }
+
+    /// Puts the version of upgrade entry `index` in force, if this build runs it; the switch
+    /// goes into the write stream, so that the state hash covers the version in force.
+    fn upgrade(&mut self, index: EntryIndex, payload: &[u8]) -> Result<(), ApplyError> {
+        let version: u32 = codec::decode(payload).map_err(|_| ApplyError::Upgrade { index })?;
+        if !H::VERSIONS.contains(&version) {
+            return Err(ApplyError::UnsupportedHandlerVersion {
+                index,
+                version,
+                oldest: *H::VERSIONS.start(),
+                newest: *H::VERSIONS.end(),
+            });
+        }
+        self.handler_version = version;
+        let mut write = vec![UPGRADE_WRITE_TAG];
+        write.extend_from_slice(&version.to_le_bytes());
+        self.state.record_extra(&write);
+        Ok(())
+    }
+
     fn apply_any(&mut self, entry: &Entry) -> Result<Applied, ApplyError> {
         let index = entry.index();
         if index != self.applied.next() {
@@ -422,6 +476,7 @@ impl<H: Handler> StateMachine<H> {
             state_hash: self.hash,
             hasher,
             members: self.members.as_ref().map(|(_, m)| m.clone()),
+            handler_version: self.handler_version,
         };
         self.scan = Some(ScanState {
             meta: meta.clone(),
@@ -525,6 +580,14 @@ impl<H: Handler> StateMachine<H> {
         if let Some(table) = snapshot.tables.iter().find(|t| !schema.declares(t.id)) {
             return Err(InstallError::UnknownTable { table: table.id.0 });
         }
+        let version = snapshot.meta.handler_version;
+        if !H::VERSIONS.contains(&version) {
+            return Err(InstallError::HandlerVersion {
+                version,
+                oldest: *H::VERSIONS.start(),
+                newest: *H::VERSIONS.end(),
+            });
+        }
         // The slot arrays are allocated first, when the tables load: check them now (the whole
         // account is checked again once they are loaded). A refusal names the whole account,
         // records' heap bytes included, so that raising the capacity to it is enough.
@@ -572,6 +635,7 @@ impl<H: Handler> StateMachine<H> {
         self.applied_entry = snapshot.meta.entry_hash;
         self.hash = hash;
         self.members = (snapshot.meta.members.clone()).map(|m| (snapshot.meta.index, m));
+        self.handler_version = snapshot.meta.handler_version;
         Ok(())
     }
 
@@ -579,6 +643,10 @@ impl<H: Handler> StateMachine<H> {
     fn run_entry(&mut self, entry: &Entry) -> Result<Vec<Reply>, ApplyError> {
         let replies = match entry.header.kind {
             EntryKind::Noop | EntryKind::Members => Vec::new(),
+            EntryKind::Upgrade => {
+                self.upgrade(entry.index(), &entry.payload)?;
+                Vec::new()
+            }
             EntryKind::Commands => self.apply_commands(entry.index(), &entry.payload)?,
         };
         self.sessions.debug_assert_bytes();
@@ -688,7 +756,7 @@ impl<H: Handler> StateMachine<H> {
     fn execute(&mut self, now_ms: u64, at: usize, results: &mut Vec<u8>) {
         let outcome = match &self.commands[at] {
             Some(command) => {
-                let mut tx = Tx::begin(&mut self.state, now_ms);
+                let mut tx = Tx::begin(&mut self.state, (now_ms, self.handler_version));
                 let result = self.handler.execute(&mut tx, command);
                 let ok = result.is_ok();
                 outcome_of::<H>(result, tx.finish(ok))

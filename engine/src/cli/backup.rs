@@ -234,6 +234,9 @@ async fn piece(
         | ClientReply::ModeSet(_)
         | ClientReply::MembersChanging { .. }
         | ClientReply::MembersRefused(_)
+        | ClientReply::Upgrading { .. }
+        | ClientReply::UpgradeRefused(_)
+        | ClientReply::Versions(_)
         | ClientReply::Refused(_)) => Err(FetchError::Unexpected(format!("{other:?}"))),
     }
 }

@@ -1,6 +1,6 @@
 //! The command line of a node binary, for any handler: a handler author's `main` is one call,
 //! [`main`], and their binary has `node`, `status`, `check`, `client`, `client-file`,
-//! `recover`, `mode`, `member`, `backup` and `restore`.
+//! `recover`, `mode`, `member`, `backup`, `restore` and `upgrade`.
 //!
 //! ```no_run
 //! # use engine::codec::{Decode, Encode};
@@ -42,6 +42,7 @@ mod recover;
 #[cfg(feature = "sim")]
 mod sim;
 mod status;
+mod upgrade;
 
 pub use backup::{
     BACKUP_PIECE_TIMEOUT_MS, BACKUP_RESTARTS_MAX, BackupArgs, BackupFailed, RestoreArgs, backup,
@@ -58,6 +59,7 @@ pub use recover::{RecoverArgs, recover};
 #[cfg(feature = "sim")]
 pub use sim::{SimArgs, sim};
 pub use status::{StatusArgs, status};
+pub use upgrade::{UpgradeArgs, UpgradeError, upgrade};
 
 use crate::apply::Mode;
 use crate::handler::Handler;
@@ -104,6 +106,9 @@ pub enum Command {
     Backup(BackupArgs),
     /// Seeds the data directories of a new cluster from a backup file.
     Restore(RestoreArgs),
+    /// Puts a newer handler version in force through the log (every node's build must run
+    /// it); every node switches at the same entry.
+    Upgrade(UpgradeArgs),
 }
 
 impl Command {
@@ -120,6 +125,7 @@ impl Command {
             Command::Member(args) => member(args),
             Command::Backup(args) => backup(args),
             Command::Restore(args) => restore(args, make()),
+            Command::Upgrade(args) => upgrade(args),
         }
     }
 }

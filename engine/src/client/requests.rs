@@ -394,6 +394,9 @@ pub fn answer_to<A>(
         | ClientReply::MembersChanging { .. }
         | ClientReply::MembersRefused(_) => None,
         ClientReply::BackupChunk(_) | ClientReply::NoBackup { .. } => None,
+        ClientReply::Upgrading { .. }
+        | ClientReply::UpgradeRefused(_)
+        | ClientReply::Versions(_) => None,
     }
 }
 

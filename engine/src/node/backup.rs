@@ -437,6 +437,7 @@ mod tests {
             state_hash: StateHash([9; 32]),
             hasher: StreamHasher::default().save(),
             members: None,
+            handler_version: crate::handler::HANDLER_VERSION_FIRST,
         };
         let mut out = Vec::new();
         encode_head(&meta, 0, &mut out);

@@ -611,6 +611,16 @@ impl<H: Handler> Driver<H> {
                 let answer = self.replica.change_members(&change, out);
                 let _ = reply.try_send(answer);
             }
+            ClientRequest::Upgrade(version) => {
+                let answer = self.replica.upgrade(version, out);
+                if let ClientReply::Upgrading { index } = &answer {
+                    tracing::info!(version, index = index.0, "handler upgrade proposed");
+                }
+                let _ = reply.try_send(answer);
+            }
+            ClientRequest::Versions => {
+                let _ = reply.try_send(ClientReply::Versions(self.replica.versions()));
+            }
             ClientRequest::Backup(request) => {
                 // Read off the event loop; the connection gets one piece per request.
                 let who = (self.config.id, self.replica.machine().mode());

@@ -319,6 +319,7 @@ mod tests {
             state_hash: StateHash::default(),
             hasher: StreamHasher::default().save(),
             members: None,
+            handler_version: crate::handler::HANDLER_VERSION_FIRST,
         };
         let mut out = Vec::new();
         encode_head(&meta, 0, &mut out);

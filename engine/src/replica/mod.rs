@@ -27,8 +27,10 @@ use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 use crate::members::MemberChange;
 use crate::snapshot::SnapshotMeta;
 use crate::state::InstallError;
+use bytes::Bytes;
 use net::message::{
-    AppliedHash, ClientReply, Divergence, MembersRefusal, NodeStatus, PeerMessage, Role,
+    AppliedHash, ClientReply, Divergence, HandlerVersions, MembersRefusal, NodeStatus, PeerMessage,
+    Role, UpgradeRefusal,
 };
 use snapshots::Snapshots;
 use std::collections::{BTreeMap, VecDeque};
@@ -582,6 +584,63 @@ impl<H: Handler, T> Replica<H, T> {
             Err(ChangeRefused::Invalid(error)) => {
                 ClientReply::MembersRefused(MembersRefusal::Invalid(error.to_string()))
             }
+        }
+    }
+
+    /// An operator's handler upgrade, answered at once: in the log at an index (every replica
+    /// switches there once it is committed), refused with the reason, or "not the leader".
+    /// The leader's build must run the version, and it must be newer than the version in
+    /// force or already in the log on its way.
+    pub fn upgrade(&mut self, version: u32, out: &mut Vec<Io<T>>) -> ClientReply {
+        if self.halted.is_some() {
+            return ClientReply::UpgradeRefused(UpgradeRefusal::Halted);
+        }
+        if self.core.role() != Role::Leader {
+            return self.not_leader();
+        }
+        let (oldest, newest) = (*H::VERSIONS.start(), *H::VERSIONS.end());
+        if !H::VERSIONS.contains(&version) {
+            let refusal = UpgradeRefusal::Unsupported {
+                version,
+                oldest,
+                newest,
+            };
+            return ClientReply::UpgradeRefused(refusal);
+        }
+        let in_force = self.newest_handler_version();
+        if version <= in_force {
+            return ClientReply::UpgradeRefused(UpgradeRefusal::NotNewer { version, in_force });
+        }
+        let payload = Bytes::from(crate::codec::encode_to_vec(&version).expect("a u32 encodes"));
+        let mut actions = Vec::new();
+        let proposed = self
+            .core
+            .propose(EntryKind::Upgrade, 0, payload, &mut actions);
+        self.take_actions(actions, out);
+        match proposed {
+            Ok(index) => ClientReply::Upgrading { index },
+            Err(_) => self.not_leader(),
+        }
+    }
+
+    /// The newest handler version in force or in the log beyond the last entry applied.
+    fn newest_handler_version(&self) -> u32 {
+        let applied = self.machine.applied_index().0;
+        let pending = (applied + 1..=self.core.last_index().0)
+            .filter_map(|i| self.core.entry(EntryIndex(i)))
+            .filter(|e| e.kind() == EntryKind::Upgrade)
+            .filter_map(|e| crate::codec::decode::<u32>(&e.payload).ok());
+        pending.fold(self.machine.handler_version(), u32::max)
+    }
+
+    /// The handler versions this replica's build runs, and the one in force on it.
+    pub fn versions(&self) -> HandlerVersions {
+        HandlerVersions {
+            node: self.core.id(),
+            in_force: self.machine.handler_version(),
+            applied_index: self.machine.applied_index(),
+            oldest: *H::VERSIONS.start(),
+            newest: *H::VERSIONS.end(),
         }
     }
 

@@ -486,7 +486,7 @@ impl<W: Workload> Checker<W> {
         let entry = &self.log[position];
         let index = entry.index();
         match entry.header.kind {
-            EntryKind::Noop | EntryKind::Members => return,
+            EntryKind::Noop | EntryKind::Members | EntryKind::Upgrade => return,
             EntryKind::Commands => {}
         }
         let fragments = match parse_payload(&entry.payload) {

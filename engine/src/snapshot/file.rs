@@ -7,7 +7,7 @@
 
 use super::SnapshotMeta;
 use crate::apply::Session;
-use crate::codec;
+use crate::codec::{self, Decode, Encode};
 use crate::ids::{ClientId, EntryIndex};
 use crate::state::TableId;
 use std::fs;
@@ -16,10 +16,29 @@ use std::path::{Path, PathBuf};
 
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
-/// Version 5: the members in force in the meta (version 4: 128-bit client ids, and a session's expiry its own flag (version 3: each session
-/// keeps its request's digest, and each table its counted slot count; version 2: expired
-/// marks)).
-const MAGIC: [u8; 8] = *b"SNAPv005";
+/// Version 6: the handler version in force in the meta. Written only for a state whose handler
+/// version is not the first: a state at the first version is written as version 5, which
+/// builds from before handler versions read, so that a cluster upgraded one node at a time
+/// exchanges snapshots both ways until an operator commits a newer handler version (which
+/// only builds that read version 6 accept).
+const MAGIC: [u8; 8] = *b"SNAPv006";
+/// Version 5: the members in force in the meta (version 4: 128-bit client ids, and a session's
+/// expiry its own flag (version 3: each session keeps its request's digest, and each table its
+/// counted slot count; version 2: expired marks)). Read, and written for the first handler
+/// version.
+const MAGIC_V5: [u8; 8] = *b"SNAPv005";
+
+/// The meta of format 5: format 6's without the handler version.
+#[derive(Encode, Decode)]
+#[codec(crate = "crate::codec::bincode")]
+struct MetaV5 {
+    index: EntryIndex,
+    term: crate::ids::Term,
+    entry_hash: crate::entry::EntryHash,
+    state_hash: crate::state::StateHash,
+    hasher: crate::state::HasherState,
+    members: Option<crate::members::Members>,
+}
 /// Bytes of the magic that name the format family (the rest name its version).
 const MAGIC_FAMILY_BYTES: usize = 4;
 /// Bytes of the digest that ends a snapshot file.
@@ -227,8 +246,21 @@ pub fn list_snapshots(dir: &Path) -> std::io::Result<Vec<(EntryIndex, PathBuf)>>
 
 /// Appends the start of a snapshot file: magic, meta and the number of tables.
 pub(crate) fn encode_head(meta: &SnapshotMeta, tables: usize, out: &mut Vec<u8>) {
-    out.extend_from_slice(&MAGIC);
-    codec::encode_into(meta, out).expect("meta encodes");
+    if meta.handler_version == crate::handler::HANDLER_VERSION_FIRST {
+        out.extend_from_slice(&MAGIC_V5);
+        let v5 = MetaV5 {
+            index: meta.index,
+            term: meta.term,
+            entry_hash: meta.entry_hash,
+            state_hash: meta.state_hash,
+            hasher: meta.hasher.clone(),
+            members: meta.members.clone(),
+        };
+        codec::encode_into(&v5, out).expect("meta encodes");
+    } else {
+        out.extend_from_slice(&MAGIC);
+        codec::encode_into(meta, out).expect("meta encodes");
+    }
     codec::encode_into(&(tables as u16), out).expect("u16 encodes");
 }
 
@@ -307,9 +339,9 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
 /// Verifies and decodes a snapshot file's bytes (the digest and the magic first, then the
 /// structure).
 pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ParseError> {
-    check_head(bytes)?;
+    let v5 = check_head(bytes)?;
     let body = &bytes[..bytes.len() - DIGEST_BYTES];
-    parse_body(body)
+    parse_body(body, v5)
         .map(|(meta, tables, sessions)| Snapshot {
             meta,
             tables,
@@ -320,8 +352,8 @@ pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ParseError> {
 }
 
 /// Checks the length, the digest and the magic (the digest first: a damaged file is damaged
-/// whichever byte was hit, the magic's included).
-fn check_head(bytes: &[u8]) -> Result<(), ParseError> {
+/// whichever byte was hit, the magic's included); true for a file of format 5.
+fn check_head(bytes: &[u8]) -> Result<bool, ParseError> {
     if bytes.len() < MAGIC.len() + DIGEST_BYTES {
         return Err(ParseError::TooShort { bytes: bytes.len() });
     }
@@ -330,8 +362,8 @@ fn check_head(bytes: &[u8]) -> Result<(), ParseError> {
         return Err(ParseError::Digest);
     }
     let magic = &bytes[..MAGIC.len()];
-    if magic == MAGIC {
-        return Ok(());
+    if magic == MAGIC || magic == MAGIC_V5 {
+        return Ok(magic == MAGIC_V5);
     }
     // Same family, another version: an intact file of another format.
     if magic[..MAGIC_FAMILY_BYTES] == MAGIC[..MAGIC_FAMILY_BYTES] {
@@ -346,10 +378,23 @@ fn check_head(bytes: &[u8]) -> Result<(), ParseError> {
 /// What a snapshot's content decodes to: its meta, tables and sessions.
 type Content = (SnapshotMeta, Vec<SnapshotTable>, Vec<(ClientId, Session)>);
 
-/// Decodes the content between the magic and the digest.
-fn parse_body(body: &[u8]) -> Result<Content, StructureError> {
+/// Decodes the content between the magic and the digest (of format 5 when `v5`).
+fn parse_body(body: &[u8], v5: bool) -> Result<Content, StructureError> {
     let mut at = MAGIC.len();
-    let meta: SnapshotMeta = decode_part(body, &mut at, Part::Meta)?;
+    let meta: SnapshotMeta = if v5 {
+        let meta: MetaV5 = decode_part(body, &mut at, Part::Meta)?;
+        SnapshotMeta {
+            index: meta.index,
+            term: meta.term,
+            entry_hash: meta.entry_hash,
+            state_hash: meta.state_hash,
+            hasher: meta.hasher,
+            members: meta.members,
+            handler_version: crate::handler::HANDLER_VERSION_FIRST,
+        }
+    } else {
+        decode_part(body, &mut at, Part::Meta)?
+    };
     let count: u16 = decode_part(body, &mut at, Part::TableCount)?;
     let mut tables = Vec::with_capacity(count as usize);
     for position in 0..count {
@@ -440,6 +485,7 @@ mod tests {
             state_hash: StateHash::default(),
             hasher: StreamHasher::default().save(),
             members: None,
+            handler_version: crate::handler::HANDLER_VERSION_FIRST,
         };
         let mut out = Vec::new();
         encode_head(&meta, 1, &mut out);

@@ -71,6 +71,8 @@ pub struct SnapshotMeta {
     pub hasher: HasherState,
     /// The members in force after it (none when no members entry preceded it).
     pub members: Option<crate::members::Members>,
+    /// The handler version in force after it (format 6 on; earlier formats: the first).
+    pub handler_version: u32,
 }
 
 /// Where a snapshot scan stands after a step.

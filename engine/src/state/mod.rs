@@ -57,6 +57,18 @@ pub enum StateError {
 /// handler, its schema or the configuration differs from the one that wrote it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InstallError {
+    /// The snapshot's state is under a handler version this build cannot run.
+    #[error(
+        "its handler version {version} is in force; this build runs versions {oldest} to {newest}"
+    )]
+    HandlerVersion {
+        /// The version in force at the snapshot.
+        version: u32,
+        /// The oldest version this build runs.
+        oldest: u32,
+        /// The newest version this build runs.
+        newest: u32,
+    },
     /// The snapshot holds a table the handler's schema does not declare.
     #[error("it holds table {table}, which the handler's schema does not declare")]
     UnknownTable {

@@ -9,17 +9,19 @@ use std::ops::RangeBounds;
 pub struct Tx<'a> {
     state: &'a mut State,
     now_ms: u64,
+    handler_version: u32,
     mark: TxMark,
     /// The first write that failed: the command cannot commit, whatever the handler returns.
     failed: Option<StateError>,
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn begin(state: &'a mut State, now_ms: u64) -> Self {
+    pub(crate) fn begin(state: &'a mut State, (now_ms, handler_version): (u64, u32)) -> Self {
         let mark = state.begin();
         Tx {
             state,
             now_ms,
+            handler_version,
             mark,
             failed: None,
         }
@@ -38,6 +40,12 @@ impl<'a> Tx<'a> {
     /// clock a handler may read (the same value on every replica).
     pub fn now_ms(&self) -> u64 {
         self.now_ms
+    }
+
+    /// The handler version in force at this command's entry (see
+    /// [`crate::Handler::VERSIONS`]): the same on every replica, and in a replay.
+    pub fn handler_version(&self) -> u32 {
+        self.handler_version
     }
 
     /// The record under `key`, if any.

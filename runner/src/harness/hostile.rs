@@ -277,7 +277,10 @@ impl std::fmt::Display for Heard {
                 | ClientReply::MembersChanging { .. }
                 | ClientReply::MembersRefused(_)
                 | ClientReply::BackupChunk(_)
-                | ClientReply::NoBackup { .. }) => write!(f, "{other:?}"),
+                | ClientReply::NoBackup { .. }
+                | ClientReply::Upgrading { .. }
+                | ClientReply::UpgradeRefused(_)
+                | ClientReply::Versions(_)) => write!(f, "{other:?}"),
             },
             Heard::Closed => f.write_str("closed"),
             Heard::Silence => f.write_str("no answer"),
@@ -835,7 +838,10 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
             | ClientReply::MembersChanging { .. }
             | ClientReply::MembersRefused(_)
             | ClientReply::BackupChunk(_)
-            | ClientReply::NoBackup { .. } => None,
+            | ClientReply::NoBackup { .. }
+            | ClientReply::Upgrading { .. }
+            | ClientReply::UpgradeRefused(_)
+            | ClientReply::Versions(_) => None,
         }
     } else {
         match net::codec::decode::<Admission>(&frame).ok()? {

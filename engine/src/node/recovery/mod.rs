@@ -190,6 +190,9 @@ fn install_advice(problem: &InstallError) -> String {
         InstallError::UnknownTable { table } => {
             format!("run a handler build whose schema declares table {table}")
         }
+        InstallError::HandlerVersion { version, .. } => {
+            format!("run a handler build that supports handler version {version}")
+        }
         InstallError::Records { .. } | InstallError::StateHash { .. } => {
             "run the handler build that wrote it".into()
         }

@@ -248,6 +248,7 @@ pub(crate) mod conformance {
             state_hash: Default::default(),
             hasher: StreamHasher::default().save(),
             members: None,
+            handler_version: crate::handler::HANDLER_VERSION_FIRST,
         }
     }
 
