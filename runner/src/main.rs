@@ -77,6 +77,9 @@ enum Command {
     /// Puts a newer Bank version in force through the log (version 2: a fee on transfers);
     /// every node switches at the same entry.
     Upgrade(engine::cli::UpgradeArgs),
+    /// Re-executes a stopped node's committed log with this build's Bank and reports the first
+    /// entry and command that differ from what the node recorded; writes nothing.
+    Replay(engine::cli::ReplayArgs),
     /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
     Sim(engine::cli::SimArgs),
     /// Three node processes killed, restarted and paused at random under a Bank workload.
@@ -126,6 +129,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Backup(args) => engine::cli::backup(args),
         Command::Restore(args) => engine::cli::restore(args, Bank),
         Command::Upgrade(args) => engine::cli::upgrade(args),
+        Command::Replay(args) => engine::cli::replay(args, Bank),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Partition(args) => partition::run(args),

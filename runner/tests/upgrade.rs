@@ -120,4 +120,25 @@ fn an_upgrade_under_load_switches_every_node_at_one_entry() {
         stderr.contains("runs handler versions 1 to 2, not 3"),
         "{stderr}"
     );
+    replays_without_difference(nodes);
+}
+
+/// Stops the nodes and replays each one's history, across the upgrade, with `runner replay`:
+/// no difference from its journal and snapshots.
+fn replays_without_difference(mut nodes: common::Nodes) {
+    (1..=3).for_each(|id| nodes.kill(id));
+    for id in 1..=3 {
+        let output = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["replay", "--json", "--data-dir"])
+            .arg(nodes.data_dir(id))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "node {id}: {output:?}");
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(json["difference"], serde_json::Value::Null, "{json}");
+        assert!(
+            json["journal_records_compared"].as_u64() > Some(0),
+            "{json}"
+        );
+    }
 }

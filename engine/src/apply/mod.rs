@@ -176,6 +176,20 @@ pub struct Applied {
     pub state_hash: StateHash,
     /// Requests that finished in this entry.
     pub replies: Vec<Reply>,
+    /// When journaling ([`StateMachine::set_journaling`]): each command's outcome fingerprint
+    /// by its position in the entry ([`outcome_fingerprint`]; 0 for a command not run, a
+    /// duplicate's say). Empty otherwise, and for entries without commands.
+    pub outcomes: Vec<u32>,
+}
+
+/// A command's outcome as the journal keeps it: 32 bits of a hash of its encoded bytes, never 0
+/// (0 marks a command not run). A replay compares it to tell which command first answered
+/// otherwise.
+pub fn outcome_fingerprint(outcome: &[u8]) -> u32 {
+    use std::hash::Hasher;
+    let mut hasher = rustc_hash::FxHasher::default();
+    hasher.write(outcome);
+    (hasher.finish() >> 32) as u32 | 1
 }
 
 /// How commands were run, since the state machine started.
@@ -241,6 +255,10 @@ pub struct StateMachine<H: Handler> {
     /// The handler version in force (an upgrade entry changes it; never speculatively: upgrade
     /// entries are not simulated, so no speculation runs across one).
     handler_version: u32,
+    /// Whether each command's outcome fingerprint is kept for the journal.
+    journaling: bool,
+    /// The entry being run: each command's outcome fingerprint, by position.
+    fingerprints: Vec<u32>,
 }
 
 impl<H: Handler> StateMachine<H> {
@@ -266,7 +284,20 @@ impl<H: Handler> StateMachine<H> {
             replying: true,
             members: None,
             handler_version: crate::handler::HANDLER_VERSION_FIRST,
+            journaling: false,
+            fingerprints: Vec::new(),
         }
+    }
+
+    /// Keeps each command's outcome fingerprint in [`Applied::outcomes`] (off by default; a
+    /// node turns it on for its journal, a replay to compare with one).
+    pub fn set_journaling(&mut self, journaling: bool) {
+        self.journaling = journaling;
+    }
+
+    /// Whether outcome fingerprints are kept.
+    pub fn journaling(&self) -> bool {
+        self.journaling
     }
 
     /// Keeps at most `limit` live client sessions (the cluster's `sessions_max`; every replica
@@ -445,6 +476,7 @@ impl<H: Handler> StateMachine<H> {
             index,
             state_hash: self.hash,
             replies,
+            outcomes: std::mem::take(&mut self.fingerprints),
         })
     }
 
@@ -641,6 +673,7 @@ impl<H: Handler> StateMachine<H> {
 
     /// Runs the entry's commands in the current pass; returns the requests it finished.
     fn run_entry(&mut self, entry: &Entry) -> Result<Vec<Reply>, ApplyError> {
+        self.fingerprints.clear();
         let replies = match entry.header.kind {
             EntryKind::Noop | EntryKind::Members => Vec::new(),
             EntryKind::Upgrade => {
@@ -661,6 +694,9 @@ impl<H: Handler> StateMachine<H> {
         let (header, fragments) =
             parse_payload(payload).map_err(|error| ApplyError::Payload { index, error })?;
         self.decode_commands(&fragments);
+        if self.journaling {
+            self.fingerprints.resize(self.commands.len(), 0);
+        }
         for at in 0..PREFETCH_AHEAD_COMMANDS {
             self.prefetch(at);
         }

@@ -68,6 +68,8 @@ pub(super) struct Speculation {
     replies: Vec<Reply>,
     commands: u64,
     recording: Recording,
+    /// Each command's outcome fingerprint, when journaling.
+    fingerprints: Vec<u32>,
 }
 
 impl Speculation {
@@ -150,6 +152,7 @@ impl<H: Handler> StateMachine<H> {
                 replies,
                 commands: self.counters.simulated - simulated_before,
                 recording,
+                fingerprints: std::mem::take(&mut self.fingerprints),
             }),
             Err(_) => {
                 self.sessions.restore(sessions);
@@ -174,6 +177,7 @@ impl<H: Handler> StateMachine<H> {
             index: speculation.index,
             state_hash: self.hash,
             replies: speculation.replies,
+            outcomes: speculation.fingerprints,
         }
     }
 
@@ -215,6 +219,7 @@ impl<H: Handler> StateMachine<H> {
             index: entry.index(),
             state_hash: self.hash,
             replies,
+            outcomes: std::mem::take(&mut self.fingerprints),
         })
     }
 
@@ -241,6 +246,9 @@ impl<H: Handler> StateMachine<H> {
         let mark = self.state.begin();
         self.execute(now_ms, at, results);
         let outcome = &results[outcome_start..];
+        if self.journaling {
+            self.fingerprints[at] = super::outcome_fingerprint(outcome);
+        }
         match &mut self.pass {
             Pass::Execute => self.counters.executed += 1,
             Pass::Speculate(recording) => {

@@ -1,6 +1,6 @@
 //! The command line of a node binary, for any handler: a handler author's `main` is one call,
 //! [`main`], and their binary has `node`, `status`, `check`, `client`, `client-file`,
-//! `recover`, `mode`, `member`, `backup`, `restore` and `upgrade`.
+//! `recover`, `mode`, `member`, `backup`, `restore`, `upgrade` and `replay`.
 //!
 //! ```no_run
 //! # use engine::codec::{Decode, Encode};
@@ -39,6 +39,7 @@ mod member;
 mod mode;
 mod node;
 mod recover;
+mod replay;
 #[cfg(feature = "sim")]
 mod sim;
 mod status;
@@ -56,6 +57,7 @@ pub use member::{MemberAction, MemberArgs, MemberError, member};
 pub use mode::{ModeArgs, ModeChoice, mode};
 pub use node::{NodeArgs, SnapshotOptions, node};
 pub use recover::{RecoverArgs, recover};
+pub use replay::{Differs, ReplayArgs, replay};
 #[cfg(feature = "sim")]
 pub use sim::{SimArgs, sim};
 pub use status::{StatusArgs, status};
@@ -109,6 +111,9 @@ pub enum Command {
     /// Puts a newer handler version in force through the log (every node's build must run
     /// it); every node switches at the same entry.
     Upgrade(UpgradeArgs),
+    /// Re-executes a stopped node's committed log with this build's handler and reports the
+    /// first entry and command that differ from what the node recorded; writes nothing.
+    Replay(ReplayArgs),
 }
 
 impl Command {
@@ -126,6 +131,7 @@ impl Command {
             Command::Backup(args) => backup(args),
             Command::Restore(args) => restore(args, make()),
             Command::Upgrade(args) => upgrade(args),
+            Command::Replay(args) => replay(args, make()),
         }
     }
 }

@@ -251,6 +251,9 @@ impl<H: Handler> Driver<H> {
         let repairing = restored.core.hard_state.repair.is_some();
         let mut machine = restored.machine;
         machine.set_mode(config.mode);
+        // Each applied entry's state hash and outcome fingerprints go to the apply journal,
+        // which `replay` compares a build with.
+        machine.set_journaling(true);
         let latest = restored.snapshot.map(|s| (s.meta.index, s.bytes));
         let replica = Replica::new(replica_config(&config), restored.core, machine, latest);
         let mut driver = Driver {
@@ -345,7 +348,7 @@ impl<H: Handler> Driver<H> {
             Input::Snapshot(Ok(durable)) => {
                 let (index, bytes, took) = (durable.meta.index, durable.bytes, durable.took);
                 let ms = took.as_secs_f64() * 1e3;
-                tracing::info!(index = index.0, bytes, ms, "snapshot written");
+                tracing::debug!(index = index.0, bytes, ms, "snapshot written");
                 self.metrics.snapshot_written(bytes, took);
                 replica.snapshot_durable(index, bytes, &mut out)
             }

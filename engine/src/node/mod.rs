@@ -10,9 +10,11 @@ mod connections;
 pub mod data_dir;
 mod driver;
 mod install;
+pub mod journal;
 pub mod local;
 pub mod metrics;
 pub mod recovery;
+pub mod rehearsal;
 /// The data directory's files as the driver keeps them: an inner layer (see `crate::internals`),
 /// public for the fault tools and tests.
 #[doc(hidden)]

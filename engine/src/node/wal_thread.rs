@@ -2,6 +2,7 @@
 //! while the previous fsync ran into one fsync (group commit).
 
 use super::data_dir::DirLock;
+use super::journal::{JournalError, JournalRecord, JournalWriter};
 use super::metrics::WalCounters;
 use crate::entry::Entry;
 use crate::ids::{EntryIndex, NodeId, Term};
@@ -61,10 +62,15 @@ impl WalThread {
         report: impl Fn(WalEvent) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
+        let data_dir = wal.dir().parent().unwrap_or(wal.dir()).to_path_buf();
+        let journal = JournalWriter::open(&data_dir)
+            .map_err(|error| tracing::warn!(%error, "no apply journal"))
+            .ok();
         let disk = Disk {
             slow: fsync_delay,
             lock,
             counters,
+            journal,
         };
         let span = tracing::Span::current();
         thread::Builder::new().name(name).spawn(move || {
@@ -86,13 +92,28 @@ struct Disk {
     slow: Duration,
     lock: Arc<DirLock>,
     counters: WalCounters,
+    /// The apply journal, while it can be written (a failure turns it off: it is a record
+    /// for diagnosis, and the node goes on without it).
+    journal: Option<JournalWriter>,
+}
+
+impl Disk {
+    /// Runs `work` on the journal; on an error, says so and turns the journal off.
+    fn journal(&mut self, work: impl FnOnce(&mut JournalWriter) -> Result<(), JournalError>) {
+        if let Some(journal) = self.journal.as_mut()
+            && let Err(error) = work(journal)
+        {
+            tracing::warn!(%error, "apply journal off: replay will compare less");
+            self.journal = None;
+        }
+    }
 }
 
 fn run(
     mut wal: Wal,
     mut acker: Acker,
     queue: mpsc::Receiver<WalOp>,
-    disk: Disk,
+    mut disk: Disk,
     report: impl Fn(WalEvent) -> bool,
 ) {
     let mut pending = VecDeque::new();
@@ -114,7 +135,7 @@ fn run(
             &mut pending,
             &mut unsynced,
             &mut events,
-            &disk,
+            &mut disk,
         ) {
             Ok(()) if full => {
                 full = false;
@@ -169,7 +190,7 @@ fn carry_out(
     pending: &mut VecDeque<WalOp>,
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
-    disk: &Disk,
+    disk: &mut Disk,
 ) -> Result<(), WalError> {
     // Of several acknowledgements in a batch only the last matters: it covers the others.
     let mut acks_left = pending
@@ -217,6 +238,7 @@ fn carry_out(
             }
             WalOp::Compact(through) => {
                 sync(wal, unsynced, events, disk)?;
+                disk.journal(|journal| journal.release_through(through));
                 let (_, segments) = wal.release_through(through);
                 if !segments.is_empty() {
                     let dir = wal.dir().to_path_buf();
@@ -237,6 +259,21 @@ fn carry_out(
                 *unsynced = None;
                 wal.reset_to(base.index, base.hash)?;
             }
+            WalOp::Journal {
+                index,
+                state_hash,
+                outcomes,
+            } => {
+                let record = JournalRecord {
+                    index,
+                    state_hash,
+                    outcomes,
+                };
+                disk.journal(|journal| {
+                    journal.append(&record);
+                    Ok(())
+                });
+            }
             WalOp::Load { peer, from, to } => {
                 let mut entries = Vec::new();
                 let mut bytes = 0;
@@ -252,7 +289,9 @@ fn carry_out(
             }
         }
     }
-    sync(wal, unsynced, events, disk)
+    sync(wal, unsynced, events, disk)?;
+    disk.journal(JournalWriter::flush);
+    Ok(())
 }
 
 fn sync(

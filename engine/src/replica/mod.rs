@@ -93,6 +93,16 @@ pub enum WalOp {
         /// The last.
         to: EntryIndex,
     },
+    /// Keep in the apply journal (not durably) that this entry applied with this state hash
+    /// and these outcome fingerprints (`StateMachine::set_journaling`).
+    Journal {
+        /// The entry.
+        index: EntryIndex,
+        /// The state hash after it.
+        state_hash: crate::state::StateHash,
+        /// Each command's outcome fingerprint, by position.
+        outcomes: Vec<u32>,
+    },
 }
 
 /// Work for the snapshot writer, in order: a begin, its bytes, then a finish or an abort.
@@ -462,6 +472,13 @@ impl<H: Handler, T> Replica<H, T> {
                 hash: applied.state_hash,
             };
             out.push(Io::Note(Note::Applied(hash)));
+            if self.machine.journaling() {
+                out.push(Io::Wal(WalOp::Journal {
+                    index: applied.index,
+                    state_hash: applied.state_hash,
+                    outcomes: applied.outcomes,
+                }));
+            }
             for reply in applied.replies {
                 self.answer(reply, out);
             }

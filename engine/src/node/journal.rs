@@ -1,0 +1,283 @@
+//! The apply journal: for every entry a node applied, the state hash after it and each
+//! command's outcome fingerprint. `replay` re-executes a stopped node's log with the current
+//! build and compares with it, entry by entry and command by command.
+//!
+//! Files `journal/<first index, 20 digits>.jrn`, each a run of records
+//! `magic "JRN1" | index u64 | state hash [32] | count u32 | fingerprints u32 x count | crc32`
+//! (little-endian, the crc over all before it). Written by the WAL thread after the entry's
+//! apply, once per batch of its work, and never fsynced: the journal is a record for
+//! diagnosis, not for recovery, and a torn tail or a lost last record only shortens what a
+//! replay can compare with. Entries applied during a node's recovery are not journaled again.
+//! A file is started past [`JOURNAL_FILE_BYTES_MAX`]; files wholly behind what the WAL let go
+//! are removed with the WAL's segments.
+
+use crate::ids::EntryIndex;
+use crate::state::StateHash;
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The journal's directory under a data directory.
+pub const JOURNAL_DIR: &str = "journal";
+/// Bytes after which the journal starts a new file (so that old ones can be removed).
+pub const JOURNAL_FILE_BYTES_MAX: u64 = 8 << 20;
+/// Suffix of journal files.
+const JOURNAL_SUFFIX: &str = ".jrn";
+/// Starts every record ("JRN1").
+const RECORD_MAGIC: u32 = 0x4A52_4E31;
+/// Bytes of a record around its fingerprints: magic, index, state hash, count, crc.
+const RECORD_FIXED_BYTES: usize = 4 + 8 + 32 + 4 + 4;
+/// Most fingerprints one record holds (an entry's most commands).
+const RECORD_OUTCOMES_MAX: usize = crate::entry::ENTRY_COMMANDS_MAX as usize;
+
+/// One applied entry as the journal keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalRecord {
+    /// The entry.
+    pub index: EntryIndex,
+    /// The state hash after it.
+    pub state_hash: StateHash,
+    /// Each command's outcome fingerprint by position (0: not run); empty for an entry
+    /// without commands.
+    pub outcomes: Vec<u32>,
+}
+
+impl JournalRecord {
+    fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        out.extend_from_slice(&self.index.0.to_le_bytes());
+        out.extend_from_slice(&self.state_hash.0);
+        out.extend_from_slice(&(self.outcomes.len() as u32).to_le_bytes());
+        for outcome in &self.outcomes {
+            out.extend_from_slice(&outcome.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&out[start..]);
+        out.extend_from_slice(&crc.to_le_bytes());
+    }
+
+    /// The record at the front of `bytes` and its length; `None` at a torn or damaged one.
+    fn decode(bytes: &[u8]) -> Option<(JournalRecord, usize)> {
+        let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+        if u32_at(0)? != RECORD_MAGIC {
+            return None;
+        }
+        let count = u32_at(44)? as usize;
+        if count > RECORD_OUTCOMES_MAX {
+            return None;
+        }
+        let end = RECORD_FIXED_BYTES + 4 * count;
+        let body = bytes.get(..end - 4)?;
+        if crc32fast::hash(body) != u32_at(end - 4)? {
+            return None;
+        }
+        let index = EntryIndex(u64::from_le_bytes(body[4..12].try_into().ok()?));
+        let state_hash = StateHash(body[12..44].try_into().ok()?);
+        let outcomes = (0..count)
+            .map(|i| u32_at(48 + 4 * i))
+            .collect::<Option<_>>()?;
+        let record = JournalRecord {
+            index,
+            state_hash,
+            outcomes,
+        };
+        Some((record, end))
+    }
+}
+
+/// Why the journal could not be written or read.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct JournalError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
+    move |source| JournalError {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Appends records to the journal of one data directory.
+pub struct JournalWriter {
+    dir: PathBuf,
+    /// The file being appended to, and its size.
+    file: Option<(File, u64)>,
+    /// Records not yet written.
+    buffer: Vec<u8>,
+    /// The first record to go into a new file (its name).
+    next_first: Option<EntryIndex>,
+}
+
+impl JournalWriter {
+    /// A writer into `data_dir`'s journal (created if missing).
+    pub fn open(data_dir: &Path) -> Result<Self, JournalError> {
+        let dir = data_dir.join(JOURNAL_DIR);
+        std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+        Ok(JournalWriter {
+            dir,
+            file: None,
+            buffer: Vec::new(),
+            next_first: None,
+        })
+    }
+
+    /// Queues `record`; [`JournalWriter::flush`] writes it.
+    pub fn append(&mut self, record: &JournalRecord) {
+        self.next_first.get_or_insert(record.index);
+        record.encode(&mut self.buffer);
+    }
+
+    /// Writes the queued records (starting a new file first when the current one is full).
+    pub fn flush(&mut self) -> Result<(), JournalError> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let full = self
+            .file
+            .as_ref()
+            .is_none_or(|(_, bytes)| *bytes >= JOURNAL_FILE_BYTES_MAX);
+        if full {
+            let first = self.next_first.expect("a record is queued");
+            let path = journal_path(&self.dir, first);
+            let file = OpenOptions::new().create(true).append(true).open(&path);
+            let file = file.map_err(io_error(&path))?;
+            let bytes = file.metadata().map_err(io_error(&path))?.len();
+            self.file = Some((file, bytes));
+        }
+        let (file, bytes) = self.file.as_mut().expect("opened above");
+        file.write_all(&self.buffer).map_err(io_error(&self.dir))?;
+        *bytes += self.buffer.len() as u64;
+        self.buffer.clear();
+        self.next_first = None;
+        Ok(())
+    }
+
+    /// Removes the files whose records all lie at or before `through` (the next file starts
+    /// after it); the file being written stays.
+    pub fn release_through(&mut self, through: EntryIndex) -> Result<(), JournalError> {
+        let files = journal_files(&self.dir)?;
+        for pair in files.windows(2) {
+            if pair[1].0 <= through.next() {
+                std::fs::remove_file(&pair[0].1).map_err(io_error(&pair[0].1))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn journal_path(dir: &Path, first: EntryIndex) -> PathBuf {
+    dir.join(format!("{:020}{JOURNAL_SUFFIX}", first.0))
+}
+
+/// The journal's files by first index.
+fn journal_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, JournalError> {
+    let mut files = Vec::new();
+    let listing = match std::fs::read_dir(dir) {
+        Ok(listing) => listing,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(files),
+        Err(source) => return Err(io_error(dir)(source)),
+    };
+    for item in listing {
+        let path = item.map_err(io_error(dir))?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if let Some(first) = name
+            .strip_suffix(JOURNAL_SUFFIX)
+            .and_then(|n| n.parse().ok())
+        {
+            files.push((EntryIndex(first), path));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// What a data directory's journal holds: every record by index (the first one kept when an
+/// index was journaled twice), and the indexes journaled twice with different contents.
+#[derive(Debug, Default)]
+pub struct Journal {
+    /// The records.
+    pub records: BTreeMap<EntryIndex, JournalRecord>,
+    /// Indexes whose records disagree (a node that applied an entry twice and answered
+    /// otherwise the second time).
+    pub conflicts: Vec<EntryIndex>,
+}
+
+/// Reads `data_dir`'s journal; each file is read up to its first torn or damaged record.
+pub fn read_journal(data_dir: &Path) -> Result<Journal, JournalError> {
+    let mut journal = Journal::default();
+    for (_, path) in journal_files(&data_dir.join(JOURNAL_DIR))? {
+        let bytes = std::fs::read(&path).map_err(io_error(&path))?;
+        let mut at = 0;
+        while let Some((record, used)) = JournalRecord::decode(&bytes[at..]) {
+            at += used;
+            match journal.records.get(&record.index) {
+                Some(kept) if *kept != record => journal.conflicts.push(record.index),
+                Some(_) => {}
+                None => {
+                    journal.records.insert(record.index, record);
+                }
+            }
+        }
+    }
+    Ok(journal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(index: u64, commands: u32) -> JournalRecord {
+        JournalRecord {
+            index: EntryIndex(index),
+            state_hash: StateHash([index as u8; 32]),
+            outcomes: (0..commands).map(|c| c * 7 + 1).collect(),
+        }
+    }
+
+    /// Proves records read back as written, across files, a torn tail ends a file's records,
+    /// an index journaled twice alike is kept once and differently is a conflict, and files
+    /// wholly behind a point are removed.
+    #[test]
+    fn records_round_trip_and_old_files_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = JournalWriter::open(dir.path()).unwrap();
+        (1..=3).for_each(|i| writer.append(&record(i, i as u32)));
+        writer.flush().unwrap();
+        // A restart: a new writer appends to a new file.
+        let mut writer = JournalWriter::open(dir.path()).unwrap();
+        writer.append(&record(3, 3));
+        writer.append(&record(4, 0));
+        let mut other = record(4, 0);
+        other.state_hash = StateHash([0; 32]);
+        writer.append(&other);
+        writer.flush().unwrap();
+        let read = read_journal(dir.path()).unwrap();
+        assert_eq!(read.records.len(), 4);
+        assert_eq!(read.records[&EntryIndex(2)], record(2, 2));
+        assert_eq!(read.conflicts, [EntryIndex(4)]);
+        let second = journal_path(&dir.path().join(JOURNAL_DIR), EntryIndex(3));
+        let bytes = std::fs::read(&second).unwrap();
+        std::fs::write(&second, &bytes[..bytes.len() - 3]).unwrap();
+        let torn = read_journal(dir.path()).unwrap();
+        assert_eq!((torn.records.len(), torn.conflicts.len()), (4, 0));
+        writer.release_through(EntryIndex(1)).unwrap();
+        assert_eq!(
+            read_journal(dir.path()).unwrap().records.len(),
+            4,
+            "entry 2 still needed"
+        );
+        writer.release_through(EntryIndex(2)).unwrap();
+        let left = read_journal(dir.path()).unwrap();
+        let kept: Vec<u64> = left.records.keys().map(|i| i.0).collect();
+        assert_eq!(kept, [3, 4], "the file being written stays");
+    }
+}
