@@ -1,8 +1,9 @@
 //! The codec comparison (issue 16, item 4): the commands of an entry (256 and 1,024 Bank-like
-//! commands, mostly transfers) encoded into one buffer and decoded back, with today's codec
-//! (bincode 2.0.1 behind `net::codec`, fixed-width integers) and the candidates: wincode
-//! (bincode's layout), borsh, postcard (varints) and rkyv (zero-copy archive, validated). The
-//! engine's own path (each command appended and decoded one at a time) is measured beside.
+//! commands, mostly transfers) encoded into one buffer and decoded back, with the project's
+//! codec (`net::codec`: bincode 2.0.1 until issue 16, now code of its own writing the same
+//! bytes) and the candidates: wincode (bincode's layout), borsh, postcard (varints) and rkyv
+//! (zero-copy archive, validated). The engine's own path (each command appended and decoded
+//! one at a time) is measured beside.
 
 use bank::workload::Transfers;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
@@ -25,7 +26,7 @@ use std::hint::black_box;
     rkyv::Serialize,
     rkyv::Deserialize,
 )]
-#[bincode(crate = "net::codec::bincode")]
+
 enum Command {
     Open { id: u64, balance: u64, flags: u32 },
     Deposit { id: u64, amount: u64 },
@@ -45,10 +46,18 @@ fn commands(count: usize) -> (Vec<bank::BankCommand>, Vec<Command>) {
 fn mirror(command: &bank::BankCommand) -> Command {
     use bank::BankCommand as B;
     match *command {
-        B::Open { id, balance, flags } => Command::Open { id: id.0, balance, flags },
+        B::Open { id, balance, flags } => Command::Open {
+            id: id.0,
+            balance,
+            flags,
+        },
         B::Deposit { id, amount } => Command::Deposit { id: id.0, amount },
         B::Withdraw { id, amount } => Command::Withdraw { id: id.0, amount },
-        B::Transfer { from, to, amount } => Command::Transfer { from: from.0, to: to.0, amount },
+        B::Transfer { from, to, amount } => Command::Transfer {
+            from: from.0,
+            to: to.0,
+            amount,
+        },
         B::Get { id } => Command::Get { id: id.0 },
         B::Audit => Command::Audit,
     }
@@ -60,7 +69,7 @@ type Decoder = fn(&[u8]) -> Vec<Command>;
 fn candidates() -> Vec<(&'static str, Encoder, Decoder)> {
     vec![
         (
-            "bincode_2_fixint",
+            "owned_net_codec",
             |c| net::codec::encode_to_vec(c).unwrap(),
             |b| net::codec::decode(b).unwrap(),
         ),
@@ -69,7 +78,11 @@ fn candidates() -> Vec<(&'static str, Encoder, Decoder)> {
             |c| wincode::serialize(c).unwrap(),
             |b| wincode::deserialize(b).unwrap(),
         ),
-        ("borsh", |c| borsh::to_vec(c).unwrap(), |b| borsh::from_slice(b).unwrap()),
+        (
+            "borsh",
+            |c| borsh::to_vec(c).unwrap(),
+            |b| borsh::from_slice(b).unwrap(),
+        ),
         (
             "postcard",
             |c| postcard::to_allocvec(c).unwrap(),
@@ -96,8 +109,12 @@ fn compare(c: &mut Criterion) {
             let bytes = encode(&mirrored);
             assert_eq!(decode(&bytes), mirrored, "{name} round-trips");
             eprintln!("{name}: {count} commands in {} bytes", bytes.len());
-            group.bench_function(format!("{name}/encode"), |b| b.iter(|| encode(black_box(&mirrored))));
-            group.bench_function(format!("{name}/decode"), |b| b.iter(|| decode(black_box(&bytes))));
+            group.bench_function(format!("{name}/encode"), |b| {
+                b.iter(|| encode(black_box(&mirrored)))
+            });
+            group.bench_function(format!("{name}/decode"), |b| {
+                b.iter(|| decode(black_box(&bytes)))
+            });
         }
         group.bench_function("engine_per_command/encode", |b| {
             b.iter(|| engine::internals::entry::encode_commands(black_box(&bank)))

@@ -1,6 +1,6 @@
-//! The one encoding module, as handler types see it: everything in [`net::codec`] (the encode and
-//! decode functions, [`CodecError`], the limits), with [`Encode`] and [`Decode`] naming the traits
-//! *and* the engine's own derives (`engine-derive`), not bincode's.
+//! The one encoding module, as handler types see it: everything in [`net::codec`] (the
+//! [`Encode`] and [`Decode`] traits *and* the project's own derives of them, the encode and
+//! decode functions, [`CodecError`], the limits).
 //!
 //! ```
 //! use engine::codec::{Decode, Encode};
@@ -14,16 +14,9 @@
 //! assert_eq!(engine::codec::decode::<Account>(&bytes).unwrap(), Account { balance: 7 });
 //! ```
 //!
-//! A handler type names neither bincode nor a `#[bincode(...)]` attribute, so replacing the codec
-//! touches `net::codec` and `engine-derive`, not the handlers. The derives write bincode 2's bytes
-//! (the engine's internal types use them too, with `#[codec(crate = "crate::codec::bincode")]`).
+//! A handler type names no codec crate, so a change of the format touches `net::codec` and
+//! `engine-derive`, not the handlers (the engine's internal types derive the same, with
+//! `#[codec(crate = "crate::codec")]`). The format is the project's own, specified in
+//! `notes/decisions/encoding.md`.
 
-// Everything else `net::codec` has; the names below shadow the glob's `Encode` and `Decode`
-// (which are bincode's traits and bincode's derives).
 pub use net::codec::*;
-
-pub use engine_derive::{Decode, Encode};
-/// The trait only (not bincode's derive, which has the same name at bincode's root).
-pub use net::codec::bincode::de::Decode;
-/// The trait only (not bincode's derive, which has the same name at bincode's root).
-pub use net::codec::bincode::enc::Encode;

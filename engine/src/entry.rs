@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 /// The start of a command entry's payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct PayloadHeader {
     /// The leader's clock when it formed the entry, in ms since the Unix epoch: the time
     /// handlers see.
@@ -28,7 +28,7 @@ pub const REQUEST_DIGEST_BYTES: usize = 16;
 /// reused, a client that forgot its numbers) is told so, and never answered with the results
 /// of the commands that first had that number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct RequestDigest(pub [u8; REQUEST_DIGEST_BYTES]);
 
 impl RequestDigest {
@@ -46,7 +46,7 @@ impl RequestDigest {
 /// A run of consecutive commands of one client request. A request that does not fit in the
 /// space left in an entry is split across entries; each piece is a fragment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct FragmentHeader {
     /// The client.
     pub client: ClientId,

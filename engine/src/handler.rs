@@ -53,7 +53,7 @@ pub trait Handler: Send + Sync + 'static {
 
 /// What became of one command, as its client learns it.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum Outcome<O, E> {
     /// The command applied and returned this output.
     Done(O),

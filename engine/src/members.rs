@@ -14,12 +14,12 @@ pub const MEMBER_ADDRESS_BYTES_MAX: usize = 255;
 
 /// The members, ordered by id, no id twice.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Members(Vec<Member>);
 
 /// Why a list of members or a change of it is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum MembersError {
     /// The node to add is a member already.
     #[error("node {0} is a member already")]

@@ -32,7 +32,7 @@ const _: () = assert!((ENTRY_PAYLOAD_BYTES_MAX as usize) < codec::DECODE_BYTES_M
 
 /// A blake3 hash that chains an entry to all entries before it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct EntryHash(pub [u8; 32]);
 
 impl fmt::Debug for EntryHash {
@@ -45,7 +45,7 @@ impl fmt::Debug for EntryHash {
 
 /// What an entry carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 #[repr(u8)]
 pub enum EntryKind {
     /// Client commands.
@@ -61,7 +61,7 @@ pub enum EntryKind {
 
 /// The fixed-size header of an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct EntryHeader {
     /// The entry's position in the log.
     pub index: EntryIndex,

@@ -8,7 +8,7 @@ macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident($inner:ty)) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
-        #[bincode(crate = "crate::codec::bincode")]
+        #[codec(crate = "crate::codec")]
         pub struct $name(pub $inner);
 
         impl fmt::Display for $name {
@@ -68,7 +68,7 @@ impl EntryIndex {
 
 /// A 32-byte state hash (blake3): equal on replicas that applied the same writes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct StateHash(pub [u8; 32]);
 
 impl fmt::Debug for StateHash {

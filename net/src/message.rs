@@ -1,5 +1,5 @@
 //! Messages on the wire: the handshake, the consensus messages between peers, and the client
-//! protocol. Each travels as one frame whose body is the bincode encoding of the enum.
+//! protocol. Each travels as one frame whose body is the enum in `crate::codec`'s format.
 
 use crate::codec::{Decode, Encode};
 use crate::entry::Entry;
@@ -15,7 +15,7 @@ pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The first frame on every connection: who is calling.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Hello {
     /// [`PROTOCOL_VERSION`] of the caller.
     pub version: u16,
@@ -27,7 +27,7 @@ pub struct Hello {
 
 /// The listener's answer to a [`Hello`]: prove you hold the key, for this nonce.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Challenge {
     /// Fresh random bytes, never used for another connection.
     pub nonce: [u8; crate::auth::NONCE_BYTES],
@@ -35,7 +35,7 @@ pub struct Challenge {
 
 /// The caller's answer to a [`Challenge`]: a blake3 keyed MAC (see [`crate::auth`]).
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Proof {
     /// The MAC, or zeros from a client of a cluster that asks none.
     pub mac: [u8; crate::auth::MAC_BYTES],
@@ -43,7 +43,7 @@ pub struct Proof {
 
 /// The listener's last word in a handshake.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum Admission {
     /// The connection may carry messages.
     Accepted,
@@ -54,7 +54,7 @@ pub enum Admission {
 /// Why a node closes a connection. It says so in one frame (its own cluster's) where it can,
 /// then closes; nothing the connection sent reached the log.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum Refusal {
     /// Another protocol version.
     #[error("protocol version {theirs}, this node speaks {ours}")]
@@ -161,7 +161,7 @@ impl Refusal {
 /// What a leader does with its simulation of an entry once the entry commits. Followers
 /// always execute; both modes simulate on the leader.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum Mode {
     /// Execute every command again and compare its result and writes with the simulation; a
     /// difference stops the node.
@@ -176,7 +176,7 @@ pub enum Mode {
 
 /// A replica's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum Role {
     /// Follows a leader (or waits for one).
     Follower,
@@ -188,7 +188,7 @@ pub enum Role {
 
 /// A replica's state hash after applying an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct AppliedHash {
     /// The entry.
     pub index: EntryIndex,
@@ -198,7 +198,7 @@ pub struct AppliedHash {
 
 /// Messages between replicas.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum PeerMessage {
     /// Leader to follower: entries to append (none for a heartbeat).
     Append(Append),
@@ -216,7 +216,7 @@ pub enum PeerMessage {
 /// A piece of a snapshot file, sent in order; the follower installs the snapshot once it has
 /// every byte and the digest verifies, then acknowledges its index with an `AppendReply`.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct SnapshotChunk {
     /// The leader's term.
     pub term: Term,
@@ -234,7 +234,7 @@ pub struct SnapshotChunk {
 
 /// Entries to append after `prev_index`, with the leader's commit index.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Append {
     /// The leader's term.
     pub term: Term,
@@ -254,7 +254,7 @@ pub struct Append {
 
 /// What a follower did with an [`Append`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum AppendOutcome {
     /// The follower's log matches the leader's up to `index`, durably.
     Matched {
@@ -270,7 +270,7 @@ pub enum AppendOutcome {
 
 /// A follower's answer to an [`Append`].
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct AppendReply {
     /// The follower's term.
     pub term: Term,
@@ -284,7 +284,7 @@ pub struct AppendReply {
 
 /// A candidate's vote request.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Vote {
     /// The candidate's term (for a pre-vote, the term it would campaign in).
     pub term: Term,
@@ -302,7 +302,7 @@ pub struct Vote {
 
 /// A vote.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct VoteReply {
     /// The voter's term.
     pub term: Term,
@@ -316,7 +316,7 @@ pub struct VoteReply {
 
 /// What a client asks of a node.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum ClientRequest {
     /// Apply a request of commands, exactly once.
     Submit(Submit),
@@ -342,7 +342,7 @@ pub enum ClientRequest {
 /// Which piece of a snapshot file a backup asks for: the first piece of the newest durable
 /// snapshot (`index` `None`, `offset` 0), then the next pieces of the same one, one at a time.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct BackupRequest {
     /// The snapshot (the entry it covers), or `None` for the newest durable one.
     pub index: Option<EntryIndex>,
@@ -352,7 +352,7 @@ pub struct BackupRequest {
 
 /// A piece of a durable snapshot file, the answer to a [`BackupRequest`].
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct BackupChunk {
     /// The node that answered.
     pub node: NodeId,
@@ -371,7 +371,7 @@ pub struct BackupChunk {
 /// One member of a cluster: its id and where the others and clients reach it, as written in
 /// its cluster file (`host:port` or a numeric address).
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Member {
     /// The node.
     pub id: NodeId,
@@ -383,7 +383,7 @@ pub struct Member {
 
 /// Why a leader refused a change of members.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum MembersRefusal {
     /// An earlier change is not committed yet (ask again shortly).
     #[error("an earlier change of members is not committed yet")]
@@ -399,7 +399,7 @@ pub enum MembersRefusal {
 
 /// A change of one node of a cluster's members.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum MemberChange {
     /// A node joins (it runs already, started to join).
     Add(Member),
@@ -410,7 +410,7 @@ pub enum MemberChange {
 /// One client request: 1 to 1,024 commands, encoded back to back; or, as request number 0 with
 /// no commands, the registration of the client id (a session opened through the log).
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Submit {
     /// The client.
     pub client: ClientId,
@@ -428,7 +428,7 @@ pub struct Submit {
 
 /// Why a node refused a request without applying it. Nothing of it entered the log.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum Rejection {
     /// A request with no commands (other than a registration, request number 0).
     Empty,
@@ -453,7 +453,7 @@ pub enum Rejection {
 
 /// What a node answers.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum ClientReply {
     /// The request applied (now or before): each command's outcome, encoded back to back.
     Results {
@@ -551,7 +551,7 @@ pub enum ClientReply {
 
 /// Why a leader refused to put a handler version in force.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub enum UpgradeRefusal {
     /// The leader's build does not run this version.
     #[error("the leader runs handler versions {oldest} to {newest}, not {version}")]
@@ -579,7 +579,7 @@ pub enum UpgradeRefusal {
 
 /// A node's handler versions: those its build runs, and the one in force on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct HandlerVersions {
     /// The node.
     pub node: NodeId,
@@ -595,7 +595,7 @@ pub struct HandlerVersions {
 
 /// Two replicas whose state hashes differ after the same entry.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Divergence {
     /// The entry after which the hashes differ.
     pub index: EntryIndex,
@@ -607,7 +607,7 @@ pub struct Divergence {
 
 /// A node's view of itself.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct NodeStatus {
     /// The node.
     pub node: NodeId,
@@ -644,7 +644,7 @@ pub struct NodeStatus {
 /// Cumulative time a node's entries spent in each stage of the data path, in microseconds,
 /// with the number of entries each sum covers. Two snapshots subtracted give a run's averages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Encode, Decode)]
-#[bincode(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Stages {
     /// Entries this node proposed as leader.
     pub proposed: u64,

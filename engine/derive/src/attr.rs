@@ -3,7 +3,7 @@
 
 use syn::{Attribute, LitStr, Path, parse_quote};
 
-/// The path of the codec (bincode 2) from `attrs`; `::engine::codec::bincode` unless a
+/// The path of the codec module from `attrs`; `::engine::codec` unless a
 /// `#[codec(crate = "path")]` names another.
 pub(crate) fn codec_path(attrs: &[Attribute]) -> syn::Result<Path> {
     let mut path: Option<Path> = None;
@@ -21,7 +21,8 @@ pub(crate) fn codec_path(attrs: &[Attribute]) -> syn::Result<Path> {
                 Ok(())
             })?;
         } else if attr.path().is_ident("bincode") {
-            // Written for bincode's derive: its path is the engine's anyway, or given by `codec`.
+            // Written for bincode's derive (before the project owned its format): its path is
+            // the engine's anyway, or given by `codec`.
             attr.parse_nested_meta(|meta| {
                 if !meta.path.is_ident("crate") {
                     return Err(meta.error(
@@ -34,7 +35,7 @@ pub(crate) fn codec_path(attrs: &[Attribute]) -> syn::Result<Path> {
             })?;
         }
     }
-    Ok(path.unwrap_or_else(|| parse_quote!(::engine::codec::bincode)))
+    Ok(path.unwrap_or_else(|| parse_quote!(::engine::codec)))
 }
 
 /// Refuses `codec` and `bincode` attributes on a field or a variant, where bincode's derive has

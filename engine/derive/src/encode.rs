@@ -1,5 +1,5 @@
 //! `Encode`: fields in declaration order; an enum's variant index (a `u32`, the variant's
-//! position) before the variant's fields. The bytes of bincode 2's derive.
+//! position) before the variant's fields.
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -13,7 +13,7 @@ use crate::shape::{Body, Shape};
 pub(crate) fn expand(shape: &Shape<'_>) -> TokenStream {
     let codec = &shape.codec;
     let ident = shape.ident;
-    let generics = shape.bounded(|param| parse_quote!(#param: #codec::enc::Encode));
+    let generics = shape.bounded(|param| parse_quote!(#param: #codec::Encode));
     let (impl_generics, _, where_clause) = generics.split_for_impl();
     let (_, type_generics, _) = shape.generics.split_for_impl();
     let body = match shape.body {
@@ -22,11 +22,9 @@ pub(crate) fn expand(shape: &Shape<'_>) -> TokenStream {
     };
     quote! {
         #[automatically_derived]
-        impl #impl_generics #codec::enc::Encode for #ident #type_generics #where_clause {
-            fn encode<__E: #codec::enc::Encoder>(
-                &self,
-                encoder: &mut __E,
-            ) -> ::core::result::Result<(), #codec::error::EncodeError> {
+        impl #impl_generics #codec::Encode for #ident #type_generics #where_clause {
+            #[inline]
+            fn encode<__W: #codec::Writer + ?::core::marker::Sized>(&self, out: &mut __W) {
                 #body
             }
         }
@@ -36,8 +34,7 @@ pub(crate) fn expand(shape: &Shape<'_>) -> TokenStream {
 fn struct_body(codec: &Path, fields: &Fields) -> TokenStream {
     let members = fields.members();
     quote! {
-        #( #codec::enc::Encode::encode(&self.#members, encoder)?; )*
-        ::core::result::Result::Ok(())
+        #( #codec::Encode::encode(&self.#members, out); )*
     }
 }
 
@@ -62,9 +59,8 @@ fn enum_body(codec: &Path, variants: &Punctuated<Variant, Comma>) -> TokenStream
         };
         quote! {
             #pattern => {
-                <u32 as #codec::enc::Encode>::encode(&(#index), encoder)?;
-                #( #codec::enc::Encode::encode(#bindings, encoder)?; )*
-                ::core::result::Result::Ok(())
+                <u32 as #codec::Encode>::encode(&(#index), out);
+                #( #codec::Encode::encode(#bindings, out); )*
             }
         }
     });

@@ -12,18 +12,17 @@
 //! }
 //! ```
 //!
-//! The impls they generate are those of bincode 2's own derive, reached through
-//! `::engine::codec::bincode` (or the path given by `#[codec(crate = "path")]`): the same traits
-//! (`Encode`, `Decode<__Context>`, `BorrowDecode<'__de, __Context>`), the same bounds (one per
-//! type parameter) and the same bytes (fields in declaration order; an enum's variant index, its
-//! position, as a `u32` before the variant's fields). A codec change rewrites this crate's output;
-//! the types that derive it do not change.
+//! The impls they generate are `net::codec`'s `Encode` and `Decode<__Context>` (the project's
+//! own format, `notes/decisions/encoding.md`), reached through `::engine::codec` (or the path
+//! given by `#[codec(crate = "path")]`), with one bound per type parameter: fields in
+//! declaration order; an enum's variant index, its position, as a `u32` before the variant's
+//! fields. A codec change rewrites this crate's output; the types that derive it do not change.
 //!
 //! Supported: structs (named, tuple, unit) and enums (unit, tuple and struct variants, and none),
 //! generic over lifetimes, types and constants. Not supported: unions, and bincode's own options
 //! (`bounds`, `decode_context`, `with_serde`, ...), which are compile errors rather than silently
 //! ignored. `#[bincode(crate = "...")]` is accepted and ignored, so that code written for
-//! bincode's derive compiles unchanged.
+//! bincode's derive (the project's codec until issue 16) compiles unchanged.
 
 use proc_macro::TokenStream;
 use syn::{DeriveInput, parse_macro_input};
@@ -43,7 +42,7 @@ pub fn derive_encode(input: TokenStream) -> TokenStream {
         .into()
 }
 
-/// Derives the codec's `Decode` and `BorrowDecode` for a struct or an enum.
+/// Derives the codec's `Decode` for a struct or an enum.
 #[proc_macro_derive(Decode, attributes(codec, bincode))]
 pub fn derive_decode(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

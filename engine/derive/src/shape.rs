@@ -18,7 +18,8 @@ pub(crate) enum Body<'a> {
 pub(crate) struct Shape<'a> {
     pub ident: &'a Ident,
     pub generics: &'a Generics,
-    /// The path of bincode 2, through which the impls are written.
+    /// The path of the codec module (`net::codec` as re-exported), through which the impls are
+    /// written.
     pub codec: Path,
     pub body: Body<'a>,
 }
@@ -112,12 +113,12 @@ mod tests {
             #[bincode(crate = "somewhere::else")]
             struct A(u8);
         });
-        assert_eq!(default.to_string(), ":: engine :: codec :: bincode");
+        assert_eq!(default.to_string(), ":: engine :: codec");
         let named = path(parse_quote! {
-            #[codec(crate = "crate::codec::bincode")]
+            #[codec(crate = "crate::codec")]
             enum B { One }
         });
-        assert_eq!(named.to_string(), "crate :: codec :: bincode");
+        assert_eq!(named.to_string(), "crate :: codec");
     }
 
     /// Proves unions, bincode's other options and field or variant attributes are refused, not

@@ -32,7 +32,7 @@ pub(crate) const SESSION_WRITE_TAG: u8 = u8::MAX;
 
 /// One client's session.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Session {
     pub(crate) request: RequestNumber,
     pub(crate) request_commands: u32,
@@ -51,7 +51,7 @@ pub struct Session {
 
 /// A finished request a session still answers retries of.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Finished {
     pub(crate) request: RequestNumber,
     pub(crate) request_commands: u32,

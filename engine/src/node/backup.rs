@@ -36,7 +36,7 @@ const _: () = assert!(
 
 /// What a backup file holds besides the snapshot's bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct BackupHeader {
     /// [`BACKUP_FORMAT_VERSION`] of the writer.
     pub version: u16,

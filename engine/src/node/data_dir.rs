@@ -399,7 +399,7 @@ fn writable_error(dir: &Path, source: std::io::Error) -> DataDirError {
 
 /// Whose a data directory is: stamped at its first start, checked at every start.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct Identity {
     /// The cluster.
     pub cluster_id: u64,

@@ -17,7 +17,7 @@ pub const WAL_DIR: &str = "wal";
 pub const SNAPSHOT_DIR: &str = "snapshots";
 
 #[derive(Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 struct HardStateRecord {
     term: Term,
     voted_for: Option<NodeId>,
@@ -32,7 +32,7 @@ struct HardStateRecord {
 
 /// The record as written before the members were kept (read; written only by tests).
 #[derive(Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 struct HardStateRecordV2 {
     term: Term,
     voted_for: Option<NodeId>,
@@ -42,7 +42,7 @@ struct HardStateRecordV2 {
 
 /// The record as written before lost votes were kept (read; written only by tests).
 #[derive(Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 struct HardStateRecordV1 {
     term: Term,
     voted_for: Option<NodeId>,

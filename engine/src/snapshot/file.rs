@@ -30,7 +30,7 @@ const MAGIC_V5: [u8; 8] = *b"SNAPv005";
 
 /// The meta of format 5: format 6's without the handler version.
 #[derive(Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 struct MetaV5 {
     index: EntryIndex,
     term: crate::ids::Term,

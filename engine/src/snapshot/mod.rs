@@ -57,7 +57,7 @@ const _: () = assert!(
 
 /// What a snapshot covers: the last entry it includes and the state after it.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct SnapshotMeta {
     /// The last entry included.
     pub index: EntryIndex,

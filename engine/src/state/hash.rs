@@ -24,7 +24,7 @@ pub const HASH_PAGE_BYTES: usize = 256 * 1024;
 
 /// What a snapshot keeps of the hasher: enough to continue the same stream after a restore.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-#[codec(crate = "crate::codec::bincode")]
+#[codec(crate = "crate::codec")]
 pub struct HasherState {
     accumulator: [u8; 32],
     /// The absorbed part of the current page.
