@@ -334,3 +334,36 @@ fn a_repairing_open_tells_a_damaged_last_record_from_a_torn_one() {
     assert_eq!(wal.last_index(), EntryIndex(11));
     assert!(recovery.torn_tail_bytes > 0);
 }
+
+/// Proves an intact record whose header this build cannot read (an entry kind a newer build
+/// wrote: the kind field holds 99, the header checksum matches) refuses the open as written by
+/// a newer build, naming the entry, in the middle of the log and at its end alike, and leaves
+/// every byte as it was (it is not damage: nothing is cut, nothing is repaired).
+#[test]
+fn an_entry_of_a_newer_build_is_refused_not_cut() {
+    let header_bytes = engine::internals::entry::ENTRY_HEADER_BYTES;
+    for target in [4usize, 5] {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = fill(dir.path(), 6, 1 << 20);
+        let path = segments(dir.path()).remove(0);
+        let mut bytes = fs::read(&path).unwrap();
+        let start: usize = entries[..target].iter().map(record_len).sum();
+        // The header: index (8 bytes), term (8), kind (a u32).
+        let kind = start + 4 + 16;
+        bytes[kind..kind + 4].copy_from_slice(&99u32.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[start + 4..start + 4 + header_bytes]);
+        let crc_at = start + 4 + header_bytes;
+        bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+        fs::write(&path, &bytes).unwrap();
+        match Wal::open(dir.path()) {
+            Err(WalError::Newer { index, .. }) => {
+                assert_eq!(index, entries[target].index())
+            }
+            Err(other) => panic!("entry {target}: unexpected error {other}"),
+            Ok(_) => panic!("entry {target}: an unreadable entry was accepted"),
+        }
+        let error = Wal::open(dir.path()).err().unwrap().to_string();
+        assert!(error.contains("written by a newer build"), "{error}");
+        assert_eq!(fs::read(&path).unwrap(), bytes, "the log was changed");
+    }
+}

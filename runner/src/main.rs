@@ -23,12 +23,14 @@
 //! - `runner backup --cluster FILE --out BACKUP`: a running cluster's newest durable snapshot
 //!   to a backup file; `runner restore --from BACKUP --cluster NEW` seeds a new cluster.
 //! - `runner check --cluster FILE`: what each node would run with, or every error in the file.
+//! - `runner rolling --from OLD_RUNNER`: a rolling upgrade from an earlier build to this one,
+//!   under load, then a handler upgrade through the log.
 
 mod harness;
 mod notes;
 mod product;
 
-use harness::{chaos, emulate, hostile, partition, sim};
+use harness::{chaos, emulate, hostile, partition, rolling, sim};
 use product::{commands, single};
 
 use bank::Bank;
@@ -91,6 +93,9 @@ enum Command {
     /// Three node processes whose peer links add a one-way delay (three machines, emulated),
     /// with the benchmark, beside the same without the delay.
     Emulate(emulate::EmulateArgs),
+    /// A rolling upgrade: three node processes of an earlier build (--from) restarted one at a
+    /// time on this one under load, checked, then a handler upgrade through the log.
+    Rolling(rolling::RollingArgs),
 }
 
 /// Where data goes when `--dir` is not given: tmpfs, as the reference runs do.
@@ -135,6 +140,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Partition(args) => partition::run(args),
         Command::Hostile(args) => hostile::run(args),
         Command::Emulate(args) => emulate::run(args),
+        Command::Rolling(args) => rolling::run(args),
     }
 }
 

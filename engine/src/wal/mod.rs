@@ -62,6 +62,20 @@ pub enum WalError {
     /// A read of an entry the log does not hold.
     #[error("entry {0} is not in the log")]
     Missing(EntryIndex),
+    /// An intact entry this build cannot read, written by a newer build: the log is left as
+    /// it is (it is not damage), and the node must run a build that reads it.
+    #[error(
+        "entry {index} ({path}, offset {offset}) is intact but of a format this build does not \
+         read: it was written by a newer build; run that build (nothing was changed)"
+    )]
+    Newer {
+        /// The entry.
+        index: EntryIndex,
+        /// The segment holding it.
+        path: PathBuf,
+        /// Its offset in the segment.
+        offset: u64,
+    },
     /// A write found the file system full (ENOSPC) or over a quota (EDQUOT): the same write
     /// can succeed once space returns.
     #[error("{path}: {source}")]
@@ -84,7 +98,8 @@ impl WalError {
             WalError::Io { .. }
             | WalError::Corruption { .. }
             | WalError::Unchained { .. }
-            | WalError::Missing(_) => false,
+            | WalError::Missing(_)
+            | WalError::Newer { .. } => false,
         }
     }
 }
@@ -388,6 +403,11 @@ impl Wal {
             record::Parsed::Record { .. } => Err(corruption("record holds another index")),
             record::Parsed::Incomplete => Err(corruption("record cut short")),
             record::Parsed::Damaged(reason) => Err(corruption(reason)),
+            record::Parsed::Newer => Err(WalError::Newer {
+                index,
+                path: segment.path.clone(),
+                offset: at.offset,
+            }),
         }
     }
 

@@ -32,6 +32,9 @@ pub(crate) enum Parsed {
     Incomplete,
     /// The bytes are not a valid record (bad magic, checksum or length).
     Damaged(&'static str),
+    /// An intact record (magic and header checksum hold) whose header this build cannot read:
+    /// written by a newer build (a new entry kind, say). Not damage: nothing may be cut.
+    Newer,
 }
 
 /// Parses the record starting at `at` in `data`.
@@ -57,7 +60,7 @@ pub(crate) fn parse(data: &[u8], at: usize) -> Parsed {
         return Parsed::Damaged("header crc32 mismatch");
     }
     let Ok(header) = codec::decode::<EntryHeader>(header_bytes) else {
-        return Parsed::Damaged("header does not decode");
+        return Parsed::Newer;
     };
     if header.payload_bytes > ENTRY_PAYLOAD_BYTES_MAX {
         return Parsed::Damaged("payload length over the limit");

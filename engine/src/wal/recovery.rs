@@ -251,6 +251,13 @@ fn scan_segment(
                 });
                 at = end;
             }
+            Parsed::Newer => {
+                return Err(WalError::Newer {
+                    index,
+                    path: path.to_path_buf(),
+                    offset: at as u64,
+                });
+            }
             Parsed::Damaged(reason)
                 if repairing && is_last && data[at..].iter().any(|&b| b != 0) =>
             {

@@ -88,6 +88,8 @@ pub fn seed_or_clock(seed: Option<u64>) -> u64 {
 /// The three node processes.
 pub struct Processes {
     exe: PathBuf,
+    /// Nodes that run another binary than this one (a rolling upgrade's builds).
+    binaries: BTreeMap<u8, PathBuf>,
     /// Each node's cluster file (they differ only in the peer addresses a node dials).
     cluster_files: BTreeMap<u8, PathBuf>,
     dir: PathBuf,
@@ -99,8 +101,22 @@ pub struct Processes {
 impl Processes {
     /// Starts the three nodes.
     pub fn start_all(dir: &Path, cluster_files: BTreeMap<u8, PathBuf>) -> anyhow::Result<Self> {
+        Processes::start_all_from(dir, cluster_files, None)
+    }
+
+    /// Starts the three nodes from `binary` (this one when `None`).
+    pub fn start_all_from(
+        dir: &Path,
+        cluster_files: BTreeMap<u8, PathBuf>,
+        binary: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let binaries = match binary {
+            Some(binary) => (1..=3).map(|id| (id, binary.to_path_buf())).collect(),
+            None => BTreeMap::new(),
+        };
         let mut processes = Processes {
             exe: std::env::current_exe()?,
+            binaries,
             cluster_files,
             dir: dir.to_path_buf(),
             children: BTreeMap::new(),
@@ -117,7 +133,8 @@ impl Processes {
         let start = self.starts.entry(id).or_default();
         *start += 1;
         let log = std::fs::File::create(self.dir.join(format!("node{id}.{start}.log")))?;
-        let child = Command::new(&self.exe)
+        let exe = self.binaries.get(&id).unwrap_or(&self.exe);
+        let child = Command::new(exe)
             .args(["node", "--cluster"])
             .arg(&self.cluster_files[&id])
             .args(["--id", &id.to_string()])
@@ -148,6 +165,19 @@ impl Processes {
             unsafe {
                 libc::kill(pid, signal);
             }
+        }
+    }
+
+    /// Runs node `id` from `binary` at its next start.
+    pub fn use_binary(&mut self, id: u8, binary: &Path) {
+        self.binaries.insert(id, binary.to_path_buf());
+    }
+
+    /// Stops node `id` as an operator would (SIGTERM) and waits for its process to end.
+    pub fn stop(&mut self, id: u8) {
+        self.signal(id, libc::SIGTERM);
+        if let Some(mut child) = self.children.remove(&id) {
+            let _ = child.wait();
         }
     }
 

@@ -11,5 +11,6 @@ pub mod hostile;
 pub mod linearize;
 pub mod partition;
 pub mod proxy;
+pub mod rolling;
 pub mod sim;
 pub mod sim_oracle;
