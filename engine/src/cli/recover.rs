@@ -13,13 +13,15 @@ use clap::Args;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
-/// Options of `recover`.
+/// Which stopped node's data directory a command reads, and as which node: `--data-dir`, or
+/// `--cluster F --id N` (its directory and settings from the cluster file). `recover` and
+/// `replay` take these.
 #[derive(Args, Debug)]
-pub struct RecoverArgs {
+pub struct StoppedNode {
     /// The node's data directory (the node must be stopped); with --cluster, the file's.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// The cluster file: recover as node --id is configured there (its directory, capacity,
+    /// The cluster file: as node --id is configured there (its directory, capacity, sessions,
     /// segment size, and the cluster and node its directory must belong to).
     #[arg(long, requires = "id")]
     pub cluster: Option<PathBuf>,
@@ -29,6 +31,28 @@ pub struct RecoverArgs {
     /// State capacity, in bytes (default: the cluster file's, or 2 GiB).
     #[arg(long)]
     pub capacity_bytes: Option<u64>,
+}
+
+impl StoppedNode {
+    /// The directory, and the node's configuration when a cluster file names it.
+    pub fn resolve(&self) -> anyhow::Result<(PathBuf, Option<crate::node::NodeConfig>)> {
+        let config = match (&self.cluster, self.id) {
+            (Some(path), Some(id)) => Some(ClusterFile::read(path)?.node_config(id)?),
+            _ => None,
+        };
+        let dir = self.data_dir.clone();
+        let dir = dir.or_else(|| config.as_ref().map(|c| c.data_dir.clone()));
+        let dir = dir.context("give --data-dir, or --cluster and --id")?;
+        Ok((dir, config))
+    }
+}
+
+/// Options of `recover`.
+#[derive(Args, Debug)]
+pub struct RecoverArgs {
+    /// The node.
+    #[command(flatten)]
+    pub node: StoppedNode,
     /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
     /// table), as the commands that run for a while do.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
@@ -37,23 +61,20 @@ pub struct RecoverArgs {
 
 /// Where and how to recover, from the arguments.
 fn target(args: &RecoverArgs) -> anyhow::Result<(PathBuf, RecoveryOptions)> {
-    let mut options = RecoveryOptions {
-        capacity_bytes: STATE_BYTES_DEFAULT,
-        sessions_max: crate::apply::SESSIONS_MAX_DEFAULT,
-        wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
-        owner: None,
-        rebuild_from_leader: false,
+    let (dir, config) = args.node.resolve()?;
+    let mut options = match config {
+        Some(config) => config.recovery_options(),
+        None => RecoveryOptions {
+            capacity_bytes: STATE_BYTES_DEFAULT,
+            sessions_max: crate::apply::SESSIONS_MAX_DEFAULT,
+            wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
+            owner: None,
+            rebuild_from_leader: false,
+        },
     };
-    let mut dir = args.data_dir.clone();
-    if let (Some(path), Some(id)) = (&args.cluster, args.id) {
-        let config = ClusterFile::read(path)?.node_config(id)?;
-        options = config.recovery_options();
-        dir = dir.or(Some(config.data_dir));
-    }
-    if let Some(capacity) = args.capacity_bytes {
+    if let Some(capacity) = args.node.capacity_bytes {
         options.capacity_bytes = capacity;
     }
-    let dir = dir.context("give --data-dir, or --cluster and --id")?;
     Ok((dir, options))
 }
 

@@ -4,8 +4,8 @@
 //! exits 1 on a difference.
 
 use super::JSON_STDOUT;
+use super::recover::StoppedNode;
 use crate::handler::Handler;
-use crate::node::ClusterFile;
 use crate::node::rehearsal::{Difference, Rehearsal, RehearsalOptions, rehearse};
 use crate::state::STATE_BYTES_DEFAULT;
 use anyhow::Context;
@@ -17,19 +17,9 @@ use std::time::{Duration, Instant};
 /// Options of `replay`.
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// The node's data directory (the node must be stopped); with --cluster, the file's.
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// The cluster file: replay as node --id is configured there (directory, capacity,
-    /// sessions, segment size).
-    #[arg(long, requires = "id")]
-    pub cluster: Option<PathBuf>,
-    /// The node's id in the cluster file.
-    #[arg(long, requires = "cluster")]
-    pub id: Option<u8>,
-    /// State capacity, in bytes (default: the cluster file's, or 2 GiB).
-    #[arg(long)]
-    pub capacity_bytes: Option<u64>,
+    /// The node.
+    #[command(flatten)]
+    pub node: StoppedNode,
     /// Start from the log's first entry, not from the oldest usable snapshot (the log must
     /// start at entry 1).
     #[arg(long)]
@@ -70,24 +60,21 @@ pub fn replay<H: Handler>(args: ReplayArgs, handler: H) -> anyhow::Result<()> {
 }
 
 fn target(args: &ReplayArgs) -> anyhow::Result<(PathBuf, RehearsalOptions)> {
+    let (dir, config) = args.node.resolve()?;
     let mut options = RehearsalOptions {
         capacity_bytes: STATE_BYTES_DEFAULT,
         sessions_max: crate::apply::SESSIONS_MAX_DEFAULT,
         wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
         from_start: args.from_start,
     };
-    let mut dir = args.data_dir.clone();
-    if let (Some(path), Some(id)) = (&args.cluster, args.id) {
-        let config = ClusterFile::read(path)?.node_config(id)?;
+    if let Some(config) = config {
         options.capacity_bytes = config.capacity_bytes;
         options.sessions_max = config.sessions_max;
         options.wal_segment_bytes = config.wal_segment_bytes;
-        dir = dir.or(Some(config.data_dir));
     }
-    if let Some(capacity) = args.capacity_bytes {
+    if let Some(capacity) = args.node.capacity_bytes {
         options.capacity_bytes = capacity;
     }
-    let dir = dir.context("give --data-dir, or --cluster and --id")?;
     Ok((dir, options))
 }
 
