@@ -95,7 +95,11 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
     let machine = machine();
     let date = today();
     let markdown = markdown(&measured, options.matrix_duration, &machine, &date);
-    write_section(&options.notes.join("benchmarks.md"), &markdown)?;
+    write_section(
+        &options.notes.join("benchmarks.md"),
+        &markdown,
+        (BEGIN_MARKER, END_MARKER),
+    )?;
     let plots = options.notes.join("plots");
     std::fs::create_dir_all(&plots)?;
     plot_configurations(&plots.join("matrix-throughput.svg"), &measured)?;
@@ -135,6 +139,7 @@ fn on_storage(
         seed: args.bench.seed,
         json: None,
         reads,
+        rate: None,
     };
     let both = [Some(Mode::Verify), Some(Mode::Performance)];
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -183,7 +188,7 @@ fn on_storage(
 }
 
 /// The file system type `path` lives on, from /proc/mounts.
-fn filesystem(path: &Path) -> String {
+pub(crate) fn filesystem(path: &Path) -> String {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     mounts
@@ -199,7 +204,7 @@ fn filesystem(path: &Path) -> String {
 }
 
 /// CPU model, cores and memory, from /proc.
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
@@ -220,13 +225,13 @@ fn machine() -> String {
 }
 
 /// Today's date (UTC), from the clock.
-fn today() -> String {
+pub(crate) fn today() -> String {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     now.split('T').next().unwrap_or(&now).to_string()
 }
 
 /// Median, least and largest of some values.
-fn spread(values: impl Iterator<Item = f64>) -> (f64, f64, f64) {
+pub(crate) fn spread(values: impl Iterator<Item = f64>) -> (f64, f64, f64) {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
     if values.is_empty() {
@@ -376,12 +381,17 @@ fn markdown(measured: &[Measured], seconds: f64, machine: &str, date: &str) -> S
     out
 }
 
-/// Replaces the matrix section of `path` (or appends one).
-fn write_section(path: &Path, section: &str) -> anyhow::Result<()> {
+/// Replaces the section of `path` between `markers` (or appends `section`, which begins and
+/// ends with them).
+pub(crate) fn write_section(
+    path: &Path,
+    section: &str,
+    (begin_marker, end_marker): (&str, &str),
+) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let updated = match (text.find(BEGIN_MARKER), text.find(END_MARKER)) {
+    let updated = match (text.find(begin_marker), text.find(end_marker)) {
         (Some(begin), Some(end)) if end > begin => {
-            let after = end + END_MARKER.len();
+            let after = end + end_marker.len();
             format!("{}{}{}", &text[..begin], section.trim_end(), &text[after..])
         }
         _ => format!("{}\n{section}", text.trim_end()),
@@ -389,7 +399,7 @@ fn write_section(path: &Path, section: &str) -> anyhow::Result<()> {
     std::fs::write(path, updated).with_context(|| format!("writing {}", path.display()))
 }
 
-fn plot_error<E: std::fmt::Display>(error: E) -> anyhow::Error {
+pub(crate) fn plot_error<E: std::fmt::Display>(error: E) -> anyhow::Error {
     anyhow!("plotting: {error}")
 }
 
@@ -549,8 +559,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("benchmarks.md");
         std::fs::write(&path, "# Benchmarks\n\nolder text\n").unwrap();
-        write_section(&path, &format!("{BEGIN_MARKER}\none\n{END_MARKER}\n")).unwrap();
-        write_section(&path, &format!("{BEGIN_MARKER}\ntwo\n{END_MARKER}\n")).unwrap();
+        write_section(
+            &path,
+            &format!("{BEGIN_MARKER}\none\n{END_MARKER}\n"),
+            (BEGIN_MARKER, END_MARKER),
+        )
+        .unwrap();
+        write_section(
+            &path,
+            &format!("{BEGIN_MARKER}\ntwo\n{END_MARKER}\n"),
+            (BEGIN_MARKER, END_MARKER),
+        )
+        .unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("# Benchmarks\n\nolder text\n"), "{text}");
         assert!(text.contains("two") && !text.contains("one"), "{text}");

@@ -58,9 +58,24 @@ pub struct BenchOptions {
     /// Percent of the commands that are single-account reads instead of transfers.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100))]
     pub reads: u64,
+    /// Open loop: requests per second, sent at fixed times whether or not earlier ones were
+    /// answered, with latency counted from each request's due time (--inflight is then
+    /// ignored: as many sessions as the queue needs, up to 1,024).
+    #[arg(long, value_parser = positive_rate)]
+    pub rate: Option<f64>,
     /// Write the runs as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// `--rate`: a finite number of requests per second above zero.
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate > 0.0 && rate.is_finite() => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a positive number of requests per second"
+        )),
+    }
 }
 
 fn bar(len: u64, what: &str) -> ProgressBar {
@@ -165,29 +180,98 @@ async fn worker(
             .submit_encoded(encode_commands(&batch), options.batch)
             .await;
         let done = Instant::now();
-        if done < warm_until {
-            continue;
+        if done >= warm_until {
+            tally.record(answer, options.batch, done - sent, measured, latency);
+            tally.first_done.get_or_insert(sent.max(warm_until));
+            tally.last_done = Some(done);
         }
+    }
+    tally
+}
+
+impl Tally {
+    /// Counts one request's answer, and its latency when it has one.
+    fn record(
+        &mut self,
+        answer: Result<(u32, Vec<u8>), ClientError>,
+        batch: u32,
+        latency: Duration,
+        measured: &Cell<u64>,
+        histogram: &std::cell::RefCell<Histogram<u64>>,
+    ) {
         match answer {
             Ok((count, results)) => {
                 let outcomes = decode_outcomes::<Bank>(&results, count).unwrap_or_default();
-                tally.failed += outcomes
+                self.failed += outcomes
                     .iter()
                     .filter(|o| matches!(o, Outcome::Invalid))
                     .count() as u64;
-                tally.commands += u64::from(count);
+                self.commands += u64::from(count);
                 measured.set(measured.get() + u64::from(count));
-                latency
+                histogram
                     .borrow_mut()
-                    .saturating_record((done - sent).as_micros() as u64);
+                    .saturating_record(latency.as_micros() as u64);
             }
-            Err(ClientError::GaveUp { .. }) => tally.unknown += u64::from(options.batch),
-            Err(_) => tally.failed += u64::from(options.batch),
+            Err(ClientError::GaveUp { .. }) => self.unknown += u64::from(batch),
+            Err(_) => self.failed += u64::from(batch),
         }
-        tally.first_done.get_or_insert(sent.max(warm_until));
-        tally.last_done = Some(done);
     }
-    tally
+}
+
+/// The open loop (`--rate`): requests due at fixed times from the start of the warm-up; those
+/// due after it are measured, with latency from their due time.
+async fn open_loop(
+    config: &ClientConfig,
+    options: &BenchOptions,
+    rate: f64,
+    salt: u64,
+    (warm_until, stop_at): (Instant, Instant),
+    measured: &Cell<u64>,
+    latency: &std::cell::RefCell<Histogram<u64>>,
+) -> Tally {
+    let transfers = std::cell::RefCell::new(
+        Transfers::new(
+            options.seed ^ salt.wrapping_mul(0x2545_F491_4F6C_DD1D),
+            options.accounts,
+        )
+        .with_reads(options.reads),
+    );
+    let tally = std::cell::RefCell::new(Tally::default());
+    let start = Instant::now();
+    let to_tokio = tokio::time::Instant::from_std;
+    let batch = options.batch;
+    let send = |mut session: Client, due: tokio::time::Instant| {
+        let commands: Vec<BankCommand> = {
+            let mut transfers = transfers.borrow_mut();
+            (0..batch).map(|_| transfers.next_command()).collect()
+        };
+        async move {
+            let answer = session
+                .submit_encoded(encode_commands(&commands), batch)
+                .await;
+            (session, due, answer)
+        }
+    };
+    let answered = |due: tokio::time::Instant, answer| {
+        if due.into_std() < warm_until {
+            return;
+        }
+        let done = Instant::now();
+        let mut tally = tally.borrow_mut();
+        tally.record(answer, batch, done - due.into_std(), measured, latency);
+        tally.first_done.get_or_insert(warm_until);
+        tally.last_done = Some(done);
+    };
+    engine::cli::open_loop(
+        rate,
+        to_tokio(start),
+        to_tokio(stop_at),
+        || client(config),
+        send,
+        answered,
+    )
+    .await;
+    tally.into_inner()
 }
 
 /// One timed run.
@@ -224,8 +308,18 @@ pub async fn measure(
             config, options, salt, warm_until, stop_at, &measured, &latency,
         )
     });
+    let load = async {
+        match options.rate {
+            Some(rate) => {
+                let window = (warm_until, stop_at);
+                let salt = u64::from(run) << 32;
+                vec![open_loop(config, options, rate, salt, window, &measured, &latency).await]
+            }
+            None => join_all(workers).await,
+        }
+    };
     let cpu_before = process_cpu_seconds();
-    let (tallies, ()) = futures::join!(join_all(workers), ticker);
+    let (tallies, ()) = futures::join!(load, ticker);
     let cpu_seconds = process_cpu_seconds() - cpu_before;
     bar.finish_and_clear();
     let commands: u64 = tallies.iter().map(|t| t.commands).sum();
@@ -250,6 +344,7 @@ pub async fn measure(
             / (seconds + options.warmup).max(f64::MIN_POSITIVE)
             / (commands.max(1) as f64 / 1e6),
         reads_percent: options.reads,
+        offered_requests_per_s: options.rate,
         latency_ms,
         failed: tallies.iter().map(|t| t.failed).sum(),
         unknown: tallies.iter().map(|t| t.unknown).sum(),
@@ -323,6 +418,9 @@ pub async fn benchmark(
 ) -> anyhow::Result<Vec<Run>> {
     if options.accounts < 2 {
         bail!("--accounts must be at least 2");
+    }
+    if options.rate.is_some() && options.commands.is_some() {
+        bail!("--rate runs for --duration; it does not take --commands");
     }
     let (before_accounts, before_total) =
         match prefill(config, options.accounts).await.context("prefill")? {

@@ -177,6 +177,12 @@ pub struct LocalArgs {
     /// The benchmark matrix.
     #[command(flatten)]
     pub matrix: crate::notes::matrix::MatrixOptions,
+    /// The floor report.
+    #[command(flatten)]
+    pub floor: crate::notes::floor::FloorOptions,
+    /// The open-loop rate sweep.
+    #[command(flatten)]
+    pub rates: crate::notes::rates::RateOptions,
 }
 
 /// `--mode` values.
@@ -206,6 +212,12 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
     }
     if args.matrix.matrix {
         return crate::notes::matrix::run(&args);
+    }
+    if args.floor.floor {
+        return crate::notes::floor::run(&args);
+    }
+    if !args.rates.rate_sweep.is_empty() {
+        return crate::notes::rates::run(&args);
     }
     let dir = crate::run_dir(args.dir.clone())?;
     let modes: Vec<Option<Mode>> = match args.mode {

@@ -28,6 +28,9 @@ pub struct Run {
     pub cpu_s_per_million: f64,
     /// Percent of the commands that were reads.
     pub reads_percent: u64,
+    /// Requests per second offered in an open-loop run (`--rate`), latency then counted from
+    /// each request's due time; `None` for a closed loop of `inflight` clients.
+    pub offered_requests_per_s: Option<f64>,
     /// Completion latency per request.
     pub latency_ms: LatencyMs,
     /// Commands the system could not complete.
@@ -143,7 +146,7 @@ pub fn print_table(runs: &[Run]) {
             "{:<12} {:>6} {:>8} {:>11} {:>8.2} {:>13.0} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>7} {:>8}",
             run.mode,
             run.batch,
-            run.inflight,
+            load(run),
             run.commands,
             run.seconds,
             run.commands_per_s,
@@ -154,6 +157,14 @@ pub fn print_table(runs: &[Run]) {
             run.failed,
             run.unknown
         );
+    }
+}
+
+/// A run's load: requests in flight, or the open loop's offered rate (`@N/s`).
+fn load(run: &Run) -> String {
+    match run.offered_requests_per_s {
+        Some(rate) => format!("@{rate:.0}/s"),
+        None => run.inflight.to_string(),
     }
 }
 
@@ -208,9 +219,9 @@ pub fn print_stages(runs: &[Run]) {
 /// Prints, per mode and commands per request, the median and range over runs, side by side
 /// like the reference table.
 pub fn print_summary(runs: &[Run]) {
-    let mut shapes: Vec<(String, u32, u32)> = Vec::new();
+    let mut shapes: Vec<(String, u32, String)> = Vec::new();
     for run in runs {
-        let shape = (run.mode.clone(), run.batch, run.inflight);
+        let shape = (run.mode.clone(), run.batch, load(run));
         if !shapes.contains(&shape) {
             shapes.push(shape);
         }
@@ -228,7 +239,7 @@ pub fn print_summary(runs: &[Run]) {
     for (mode, batch, inflight) in shapes {
         let same: Vec<&Run> = runs
             .iter()
-            .filter(|r| r.mode == mode && r.batch == batch && r.inflight == inflight)
+            .filter(|r| r.mode == mode && r.batch == batch && load(r) == inflight)
             .collect();
         let mut rates: Vec<f64> = same.iter().map(|r| r.commands_per_s).collect();
         let mut p99: Vec<f64> = same.iter().map(|r| r.latency_ms.p99).collect();

@@ -204,6 +204,7 @@ fn measure(
         cpu_s_per_million: (crate::product::bench::process_cpu_seconds() - cpu_before)
             / (completed.max(1) as f64 / 1e6),
         reads_percent: 0,
+        offered_requests_per_s: None,
         latency_ms: LatencyMs::from_us(&latency),
         failed,
         unknown: 0,

@@ -64,13 +64,14 @@ pub async fn measure<W: BenchWorkload>(
             bar.set_position(bar.elapsed().as_millis() as u64);
         }
     };
-    let sessions: Vec<Client> = (0..args.inflight)
-        .map(|_| new_client(shared.config))
-        .collect::<anyhow::Result<_>>()?;
-    let clients = (0..args.inflight)
-        .zip(sessions)
-        .map(|(client, session)| load_client(&shared, run, client, session));
-    let (tallies, ()) = futures::join!(futures::future::join_all(clients), ticker);
+    let load = async {
+        match args.rate {
+            Some(rate) => Ok(vec![open_loop(&shared, run, rate).await]),
+            None => closed_loop(&shared, run).await,
+        }
+    };
+    let (tallies, ()) = futures::join!(load, ticker);
+    let tallies = tallies?;
     bar.finish_and_clear();
     let first = tallies.iter().filter_map(|t| t.first_done).min();
     let last = tallies.iter().filter_map(|t| t.last_done).max();
@@ -83,6 +84,7 @@ pub async fn measure<W: BenchWorkload>(
         run: run + 1,
         batch: args.batch,
         inflight: args.inflight,
+        offered_requests_per_s: args.rate,
         commands,
         seconds,
         commands_per_s: if seconds > 0.0 {
@@ -115,6 +117,54 @@ fn client_seed(seed: u64, run: u32, client: u32) -> u64 {
     seed ^ salt.wrapping_add(1).wrapping_mul(0x2545_F491_4F6C_DD1D)
 }
 
+/// `--inflight` load clients, each with a session of its own.
+async fn closed_loop<W: BenchWorkload>(
+    shared: &Shared<'_, W>,
+    run: u32,
+) -> anyhow::Result<Vec<Tally>> {
+    let sessions: Vec<Client> = (0..shared.args.inflight)
+        .map(|_| new_client(shared.config))
+        .collect::<anyhow::Result<_>>()?;
+    let clients = (0..shared.args.inflight)
+        .zip(sessions)
+        .map(|(client, session)| load_client(shared, run, client, session));
+    Ok(futures::future::join_all(clients).await)
+}
+
+/// The open loop (`--rate`): requests due at fixed times from the warm-up's start, drawn as
+/// load client 0's; those due after the warm-up are measured, latency from their due time.
+async fn open_loop<W: BenchWorkload>(shared: &Shared<'_, W>, run: u32, rate: f64) -> Tally {
+    let rng = RefCell::new(Rng::new(client_seed(shared.args.seed, run, 0)));
+    let tally = RefCell::new(Tally::default());
+    let batch = shared.args.batch;
+    let send = |mut session: Client, due: tokio::time::Instant| {
+        let commands = shared
+            .workload
+            .borrow_mut()
+            .next_request(0, &mut rng.borrow_mut(), batch);
+        async move {
+            let answer = session.submit::<W::H>(&commands).await;
+            (session, due, (commands.len() as u64, answer))
+        }
+    };
+    let answered = |due: tokio::time::Instant, (count, answer)| {
+        let (due, done) = (due.into_std(), Instant::now());
+        if due >= shared.warm_until {
+            let mut tally = tally.borrow_mut();
+            tally.record(shared, count, answer, done - due);
+            tally.first_done.get_or_insert(shared.warm_until);
+            tally.last_done = Some(done);
+        }
+    };
+    // A session's id is drawn from the operating system's random bytes, as every client's.
+    let new_session =
+        || new_client(shared.config).expect("the operating system gives random bytes");
+    let to_tokio = tokio::time::Instant::from_std;
+    let (start, stop_at) = (to_tokio(Instant::now()), to_tokio(shared.stop_at));
+    crate::cli::open_loop(rate, start, stop_at, new_session, send, answered).await;
+    tally.into_inner()
+}
+
 /// One load client: a session of its own, one request in flight, until the run ends.
 async fn load_client<W: BenchWorkload>(
     shared: &Shared<'_, W>,
@@ -138,22 +188,34 @@ async fn load_client<W: BenchWorkload>(
         let sent = Instant::now();
         let answer = session.submit::<W::H>(&commands).await;
         let done = Instant::now();
-        if done < shared.warm_until {
-            continue;
+        if done >= shared.warm_until {
+            tally.record(shared, count, answer, done - sent);
+            tally.first_done.get_or_insert(sent.max(shared.warm_until));
+            tally.last_done = Some(done);
         }
-        match answer {
-            Ok(outcomes) => {
-                count_outcomes(&mut tally, &outcomes);
-                let latency_us = (done - sent).as_micros() as u64;
-                shared.latency_us.borrow_mut().saturating_record(latency_us);
-            }
-            Err(ClientError::GaveUp { .. }) => tally.unknown += count,
-            Err(_) => tally.errors += count,
-        }
-        tally.first_done.get_or_insert(sent.max(shared.warm_until));
-        tally.last_done = Some(done);
     }
     tally
+}
+
+impl Tally {
+    /// Counts one request's answer of `count` commands, and its latency when it has one.
+    fn record<W: BenchWorkload>(
+        &mut self,
+        shared: &Shared<'_, W>,
+        count: u64,
+        answer: Result<Vec<crate::handler::OutcomeOf<W::H>>, ClientError>,
+        latency: Duration,
+    ) {
+        match answer {
+            Ok(outcomes) => {
+                count_outcomes(self, &outcomes);
+                let latency_us = latency.as_micros() as u64;
+                shared.latency_us.borrow_mut().saturating_record(latency_us);
+            }
+            Err(ClientError::GaveUp { .. }) => self.unknown += count,
+            Err(_) => self.errors += count,
+        }
+    }
 }
 
 /// Adds one answered request's outcomes to the tally.

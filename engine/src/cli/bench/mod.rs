@@ -5,6 +5,7 @@
 //! (`runner bench`) is the model: the same option names, the same measures.
 
 mod load;
+pub mod open_loop;
 mod report;
 
 pub use report::LatencyMs;
@@ -94,6 +95,11 @@ pub struct BenchArgs {
     /// Seed of the load clients' generators.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Open loop: requests per second, sent at fixed times whether or not earlier ones were
+    /// answered, with latency counted from each request's due time (--inflight is then
+    /// ignored: as many sessions as the queue needs, up to 1,024).
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
     /// table).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
@@ -140,6 +146,11 @@ fn check_args(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if args.runs == 0 {
         bail!("--runs must be at least 1");
+    }
+    if let Some(rate) = args.rate
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        bail!("--rate must be above 0 requests per second, not {rate}");
     }
     Ok(())
 }

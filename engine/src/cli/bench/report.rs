@@ -37,8 +37,11 @@ pub struct Run {
     pub run: u32,
     /// Commands per request.
     pub batch: u32,
-    /// Requests in flight.
+    /// Requests in flight (closed loop).
     pub inflight: u32,
+    /// Requests per second offered (open loop, `--rate`): latency then counts from each
+    /// request's due time.
+    pub offered_requests_per_s: Option<f64>,
     /// Commands answered in the measured window (done or refused by the business).
     pub commands: u64,
     /// Measured seconds: the first measured request's start to the last one's answer.
@@ -154,7 +157,8 @@ impl BenchReport {
                 "{:>4} {:>6} {:>8} {:>11} {:>8.2} {:>13.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>7} {:>8}",
                 r.run,
                 r.batch,
-                r.inflight,
+                r.offered_requests_per_s
+                    .map_or_else(|| r.inflight.to_string(), |rate| format!("@{rate:.0}/s")),
                 r.commands,
                 r.seconds,
                 r.commands_per_s,

@@ -1,0 +1,428 @@
+//! `runner local --floor`: the floor report. The bare data path probe (`../shared/tools/floor`,
+//! built into `target/floor`) and the main job run in one sitting, alternated, and the engine's
+//! throughput is printed as a ratio to the floor's best layout for each shape of issue 17's
+//! table: absolute numbers on a shared machine move from hour to hour, ratios much less.
+
+use crate::notes::matrix::{filesystem, machine, spread};
+use crate::product::bench::{self, BenchOptions};
+use crate::product::commands::LocalArgs;
+use crate::product::report::Run;
+use anyhow::{Context, anyhow, bail};
+use bank::Bank;
+use engine::Mode;
+use engine::node::local::LocalCluster;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Accounts prefilled, as in issue 17's table.
+const FLOOR_ACCOUNTS: u64 = 2_000_000;
+/// Filler bytes per command in the probe, so that a transfer is ~64 bytes as the Bank's are.
+const FLOOR_PAD_BYTES: u32 = 40;
+/// Batches the probe sends per layout at 256 and 1,024 commands per batch (its README's).
+const FLOOR_BATCHES_256: u32 = 20_000;
+/// See [`FLOOR_BATCHES_256`].
+const FLOOR_BATCHES_1024: u32 = 5_000;
+/// Batches of the disk layout (fdatasync on every append is slower).
+const FLOOR_BATCHES_DISK: u32 = 2_000;
+/// Where the probe is built, under the project's target directory.
+const FLOOR_TARGET_DIR: &str = "target/floor";
+
+/// Options of the floor report (on `runner local`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct FloorOptions {
+    /// Runs the floor report instead of one benchmark: the bare path probe and the main job,
+    /// alternated in one sitting, and the engine's throughput as a ratio to the probe's.
+    #[arg(long)]
+    pub floor: bool,
+    /// The probe's source directory (its Cargo.toml is built into target/floor).
+    #[arg(long, default_value = "../shared/tools/floor")]
+    pub floor_dir: PathBuf,
+    /// Leaves out the disk shape (ext4 or whatever --disk-dir lives on).
+    #[arg(long)]
+    pub floor_no_disk: bool,
+}
+
+/// One shape of the report: the engine's configuration and the probe's.
+#[derive(Clone, Copy)]
+struct Shape {
+    name: &'static str,
+    mode: Mode,
+    batch: u32,
+    inflight: u32,
+    disk: bool,
+    /// Batches per probe run (None: the shape has no probe counterpart).
+    probe_batches: Option<u32>,
+}
+
+const SHAPES: [Shape; 5] = [
+    Shape::tmpfs(
+        "performance 256 x1",
+        Mode::Performance,
+        256,
+        1,
+        Some(FLOOR_BATCHES_256),
+    ),
+    Shape::tmpfs(
+        "verify 256 x1",
+        Mode::Verify,
+        256,
+        1,
+        Some(FLOOR_BATCHES_256),
+    ),
+    Shape::tmpfs(
+        "performance 1024 x1",
+        Mode::Performance,
+        1024,
+        1,
+        Some(FLOOR_BATCHES_1024),
+    ),
+    Shape::tmpfs("performance 256 x8", Mode::Performance, 256, 8, None),
+    Shape {
+        name: "disk performance 256 x1",
+        mode: Mode::Performance,
+        batch: 256,
+        inflight: 1,
+        disk: true,
+        probe_batches: Some(FLOOR_BATCHES_DISK),
+    },
+];
+
+impl Shape {
+    const fn tmpfs(
+        name: &'static str,
+        mode: Mode,
+        batch: u32,
+        inflight: u32,
+        probe_batches: Option<u32>,
+    ) -> Shape {
+        Shape {
+            name,
+            mode,
+            batch,
+            inflight,
+            disk: false,
+            probe_batches,
+        }
+    }
+}
+
+/// One probe run of one layout.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProbeRun {
+    /// `ct`, `mt2` or `pernode`.
+    pub layout: String,
+    /// Commands per second.
+    pub commands_per_s: f64,
+    /// 99th percentile round trip, in milliseconds.
+    pub p99_ms: f64,
+}
+
+/// One shape's runs and its ratio.
+#[derive(Debug, Serialize)]
+struct ShapeReport {
+    shape: String,
+    storage: String,
+    engine: Vec<Run>,
+    probe: Vec<ProbeRun>,
+    engine_median: f64,
+    engine_p99_ms: f64,
+    cpu_s_per_million: f64,
+    probe_best_median: Option<f64>,
+    probe_best_layout: Option<String>,
+    probe_p99_ms: Option<f64>,
+    ratio: Option<f64>,
+}
+
+/// Runs the report, prints its table, and writes JSON if asked.
+pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
+    let probe = build_probe(&args.floor.floor_dir)?;
+    let disk_base = args
+        .matrix
+        .disk_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("target/floor-data"));
+    let mut reports = Vec::new();
+    for disk in [false, true] {
+        if disk && args.floor.floor_no_disk {
+            continue;
+        }
+        let base = if disk {
+            disk_base.clone()
+        } else {
+            PathBuf::from("/dev/shm")
+        };
+        let shapes: Vec<Shape> = SHAPES.into_iter().filter(|s| s.disk == disk).collect();
+        reports.extend(on_storage(args, &probe, &base, &shapes)?);
+    }
+    print_table(&reports);
+    if let Some(path) = &args.bench.json {
+        std::fs::write(path, serde_json::to_string_pretty(&reports)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Builds the probe (release) into [`FLOOR_TARGET_DIR`]; returns its binary.
+fn build_probe(dir: &Path) -> anyhow::Result<PathBuf> {
+    let manifest = dir.join("Cargo.toml");
+    if !manifest.is_file() {
+        bail!(
+            "the floor probe is not at {} (give its directory with --floor-dir)",
+            manifest.display()
+        );
+    }
+    println!("building the floor probe from {}", dir.display());
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", FLOOR_TARGET_DIR)
+        .status()
+        .context("running cargo to build the floor probe")?;
+    if !status.success() {
+        bail!("building the floor probe failed ({status})");
+    }
+    Ok(PathBuf::from(FLOOR_TARGET_DIR).join("release/limits"))
+}
+
+/// The shapes on one storage: one cluster, prefilled once, and for each of the runs every
+/// shape's probe run followed by its engine run.
+fn on_storage(
+    args: &LocalArgs,
+    probe: &Path,
+    base: &Path,
+    shapes: &[Shape],
+) -> anyhow::Result<Vec<ShapeReport>> {
+    std::fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
+    let storage = filesystem(base);
+    println!("== {storage}: {}", base.display());
+    let dir = crate::run_dir(Some(base.to_path_buf()))?;
+    let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
+        config.entry_commands_max = args.entry_commands;
+        config.pipeline_entries_max = args.pipeline_entries;
+        config.capacity_bytes = args.capacity_bytes;
+        args.snapshots.apply(config);
+    })?;
+    let config = cluster.client_config();
+    let probe_dir = dir.path().join("floor-probe");
+    std::fs::create_dir_all(&probe_dir)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime
+        .block_on(cluster.wait_for_leader(Duration::from_secs(10)))
+        .context("no leader elected")?;
+    let mut engine: Vec<Vec<Run>> = vec![Vec::new(); shapes.len()];
+    let mut probes: Vec<Vec<ProbeRun>> = vec![Vec::new(); shapes.len()];
+    for run in 0..args.bench.runs {
+        for (at, shape) in shapes.iter().enumerate() {
+            if let Some(batches) = shape.probe_batches {
+                probes[at].extend(run_probe(probe, shape, batches, &probe_dir)?);
+            }
+            let options = engine_options(args, shape, run);
+            let runs =
+                runtime.block_on(bench::benchmark(&config, &options, &[Some(shape.mode)]))?;
+            engine[at].extend(runs);
+        }
+    }
+    drop(cluster);
+    Ok(shapes
+        .iter()
+        .zip(engine.into_iter().zip(probes))
+        .map(|(shape, (engine, probe))| summarize(shape, &storage, engine, probe))
+        .collect())
+}
+
+fn engine_options(args: &LocalArgs, shape: &Shape, run: u32) -> BenchOptions {
+    BenchOptions {
+        accounts: FLOOR_ACCOUNTS,
+        batch: shape.batch,
+        inflight: shape.inflight,
+        runs: 1,
+        seed: args.bench.seed.wrapping_add(u64::from(run)),
+        reads: 0,
+        json: None,
+        ..args.bench.clone()
+    }
+}
+
+/// One probe run: every layout on tmpfs, the per-node layout on a disk.
+fn run_probe(
+    probe: &Path,
+    shape: &Shape,
+    batches: u32,
+    dir: &Path,
+) -> anyhow::Result<Vec<ProbeRun>> {
+    let mut command = Command::new(probe);
+    command.args([
+        "e2e".to_string(),
+        format!("batch={}", shape.batch),
+        format!("batches={batches}"),
+        format!("pad={FLOOR_PAD_BYTES}"),
+        format!("dir={}", dir.display()),
+    ]);
+    if shape.disk {
+        command.arg("layout=pernode");
+    }
+    let output = command
+        .output()
+        .with_context(|| format!("running {}", probe.display()))?;
+    if !output.status.success() {
+        bail!(
+            "the floor probe failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let runs = parse_probe(&String::from_utf8_lossy(&output.stdout))?;
+    for run in &runs {
+        println!(
+            "floor {:<24} {:<8} {:>8.1}K commands/s  p99 {:.3} ms",
+            shape.name,
+            run.layout,
+            run.commands_per_s / 1e3,
+            run.p99_ms
+        );
+    }
+    Ok(runs)
+}
+
+/// Reads the probe's output: a latency line per layout (`e2e LAYOUT ... p99=  N us ...`) and
+/// then its rate (`-> N K cmds/s`).
+pub fn parse_probe(output: &str) -> anyhow::Result<Vec<ProbeRun>> {
+    let mut runs = Vec::new();
+    let mut pending: Option<(String, f64)> = None;
+    for line in output.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("e2e ") {
+            let layout = rest.split_whitespace().next().unwrap_or_default();
+            let p99_us = field(rest, "p99=").ok_or_else(|| anyhow!("no p99 in {line:?}"))?;
+            pending = Some((layout.to_string(), p99_us));
+        } else if let Some(rest) = line.strip_prefix("-> ") {
+            let (layout, p99_us) = pending
+                .take()
+                .ok_or_else(|| anyhow!("a rate without a layout: {line:?}"))?;
+            let thousands: f64 = rest
+                .split('K')
+                .next()
+                .and_then(|n| n.trim().parse().ok())
+                .ok_or_else(|| anyhow!("no rate in {line:?}"))?;
+            runs.push(ProbeRun {
+                layout,
+                commands_per_s: thousands * 1e3,
+                p99_ms: p99_us / 1e3,
+            });
+        }
+    }
+    if runs.is_empty() {
+        bail!("the floor probe printed no result");
+    }
+    Ok(runs)
+}
+
+/// The number after `key` (spaces allowed) up to its `us` unit.
+fn field(line: &str, key: &str) -> Option<f64> {
+    let rest = line.split(key).nth(1)?.trim_start();
+    rest.split("us").next()?.trim().parse().ok()
+}
+
+fn summarize(shape: &Shape, storage: &str, engine: Vec<Run>, probe: Vec<ProbeRun>) -> ShapeReport {
+    let engine_median = spread(engine.iter().map(|r| r.commands_per_s)).0;
+    let best = best_layout(&probe);
+    let ratio = best.as_ref().map(|(_, median, _)| engine_median / median);
+    ShapeReport {
+        shape: shape.name.to_string(),
+        storage: storage.to_string(),
+        engine_median,
+        engine_p99_ms: spread(engine.iter().map(|r| r.latency_ms.p99)).0,
+        cpu_s_per_million: spread(engine.iter().map(|r| r.cpu_s_per_million)).0,
+        probe_best_median: best.as_ref().map(|b| b.1),
+        probe_p99_ms: best.as_ref().map(|b| b.2),
+        probe_best_layout: best.map(|b| b.0),
+        ratio,
+        engine,
+        probe,
+    }
+}
+
+/// The layout with the highest median rate: (layout, median rate, median p99 in ms).
+fn best_layout(probe: &[ProbeRun]) -> Option<(String, f64, f64)> {
+    let mut layouts: Vec<&str> = probe.iter().map(|r| r.layout.as_str()).collect();
+    layouts.sort_unstable();
+    layouts.dedup();
+    layouts
+        .into_iter()
+        .map(|layout| {
+            let runs = || probe.iter().filter(move |r| r.layout == layout);
+            let rate = spread(runs().map(|r| r.commands_per_s)).0;
+            (layout.to_string(), rate, spread(runs().map(|r| r.p99_ms)).0)
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+fn print_table(reports: &[ShapeReport]) {
+    println!(
+        "\nfloor report, {} ({})",
+        machine(),
+        crate::notes::matrix::today()
+    );
+    println!(
+        "{:<26} {:<6} {:>18} {:>9} {:>8} {:>24} {:>9} {:>6}",
+        "shape",
+        "store",
+        "engine/s (range)",
+        "p99 ms",
+        "CPU s/M",
+        "floor/s best layout",
+        "p99 ms",
+        "ratio"
+    );
+    for r in reports {
+        let (median, low, high) = spread(r.engine.iter().map(|run| run.commands_per_s));
+        let engine = format!("{:.0}K ({:.0}-{:.0})", median / 1e3, low / 1e3, high / 1e3);
+        let floor = match (&r.probe_best_layout, r.probe_best_median) {
+            (Some(layout), Some(rate)) => format!("{:.0}K {layout}", rate / 1e3),
+            _ => "-".into(),
+        };
+        let optional = |v: Option<f64>, digits: usize| {
+            v.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
+        };
+        println!(
+            "{:<26} {:<6} {:>18} {:>9.3} {:>8.2} {:>24} {:>9} {:>6}",
+            r.shape,
+            r.storage,
+            engine,
+            r.engine_p99_ms,
+            r.cpu_s_per_million,
+            floor,
+            optional(r.probe_p99_ms, 3),
+            optional(r.ratio, 2)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_output_is_read() {
+        let output = "\
+# header line
+e2e ct batch=256 entry=17000B fexec=1 crc32 dir=/dev/shm n=19000  p50=   140.10us p90=   180.00us p99=   230.50us p99.9=   400.00us max=  1200.0us mean=   150.00us
+    -> 1564.2K cmds/s, 6110 batches/s
+e2e pernode batch=256 entry=17000B fexec=1 crc32 dir=/dev/shm n=19000  p50=   150.10us p90=   190.00us p99=   250.00us p99.9=   500.00us max=  1300.0us mean=   160.00us
+    -> 1400.0K cmds/s, 5468 batches/s
+";
+        let runs = parse_probe(output).unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].layout, "ct");
+        assert!((runs[0].commands_per_s - 1_564_200.0).abs() < 1e-6);
+        assert!((runs[0].p99_ms - 0.2305).abs() < 1e-9);
+        assert_eq!(runs[1].layout, "pernode");
+        let best = best_layout(&runs).unwrap();
+        assert_eq!(best.0, "ct");
+        assert!(parse_probe("nothing here\n").is_err());
+        assert!(parse_probe("    -> 1.0K cmds/s\n").is_err());
+    }
+}
