@@ -69,6 +69,13 @@ fn growth_past_the_capacity_is_refused_before_it_allocates() {
     let mut roomy = self::state(needed_bytes);
     fill(&mut roomy, 1..=RECORDS_BEFORE_GROWTH + 1);
     assert_eq!(roomy.bytes_used(), 32 * slot_bytes());
+    // The old array drains over the inserts after the growth: then only the new one is left.
+    assert_eq!(roomy.allocated_bytes() as u64, 48 * slot_bytes());
+    fill(
+        &mut roomy,
+        RECORDS_BEFORE_GROWTH + 2..=RECORDS_BEFORE_GROWTH + 9,
+    );
+    assert_eq!(roomy.bytes_used(), 32 * slot_bytes());
     assert_eq!(roomy.bytes_used(), roomy.allocated_bytes() as u64);
 }
 
@@ -96,7 +103,8 @@ fn rolled_back_growth_is_uncounted_and_given_back() {
     fill_pending(&mut state, 13..=13);
     state.rollback_keeping_slots(mark);
     assert_eq!(state.bytes_used(), bytes);
-    assert_eq!(state.allocated_bytes() as u64, 32 * slot_bytes());
+    // The new array of 32 slots, and the old one of 16 its records are still moving from.
+    assert_eq!(state.allocated_bytes() as u64, 48 * slot_bytes());
     state.finish_entry();
     assert_eq!(state.allocated_bytes(), allocated);
 }

@@ -97,8 +97,17 @@ fn client(config: &ClientConfig) -> Client {
     Client::new(config, id, RequestNumber(1))
 }
 
-/// Prefills `accounts` accounts unless the cluster already holds them; returns seconds spent.
-pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Option<f64>> {
+/// What a prefill took: seconds, and each request's latency (the slowest shows a table's
+/// growth: it once rehashed everything at once).
+pub struct PrefillTime {
+    /// Seconds from the first request to the last answer.
+    pub seconds: f64,
+    /// Every prefill request's latency, in microseconds.
+    pub latency_us: Histogram<u64>,
+}
+
+/// Prefills `accounts` accounts unless the cluster already holds them.
+pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Option<PrefillTime>> {
     let mut probe = client(config);
     let ends = [
         BankCommand::Get { id: account_id(0) },
@@ -113,8 +122,10 @@ pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Opt
     let started = Instant::now();
     let bar = bar(accounts, "prefill");
     let next = Cell::new(0u64);
+    let latency_us =
+        std::cell::RefCell::new(Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?);
     let workers = (0..PREFILL_CLIENTS).map(|_| {
-        let (next, bar) = (&next, &bar);
+        let (next, bar, latency_us) = (&next, &bar, &latency_us);
         async move {
             let mut client = client(config);
             loop {
@@ -125,7 +136,11 @@ pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Opt
                 let end = (start + PREFILL_REQUEST_COMMANDS).min(accounts);
                 next.set(end);
                 let opens: Vec<BankCommand> = (start..end).map(open_command).collect();
-                for outcome in client.submit::<Bank>(&opens).await? {
+                let sent = Instant::now();
+                let outcomes = client.submit::<Bank>(&opens).await?;
+                let took = sent.elapsed().as_micros() as u64;
+                latency_us.borrow_mut().saturating_record(took);
+                for outcome in outcomes {
                     match outcome {
                         Outcome::Done(_) | Outcome::Failed(BankError::AccountExists(_)) => {}
                         other @ (Outcome::Failed(_) | Outcome::Invalid) => {
@@ -141,7 +156,10 @@ pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Opt
         result?;
     }
     bar.finish_and_clear();
-    Ok(Some(started.elapsed().as_secs_f64()))
+    Ok(Some(PrefillTime {
+        seconds: started.elapsed().as_secs_f64(),
+        latency_us: latency_us.into_inner(),
+    }))
 }
 
 /// What one worker saw in the measured window.
@@ -422,21 +440,30 @@ pub async fn benchmark(
     if options.rate.is_some() && options.commands.is_some() {
         bail!("--rate runs for --duration; it does not take --commands");
     }
-    let (before_accounts, before_total) =
-        match prefill(config, options.accounts).await.context("prefill")? {
-            Some(seconds) => {
-                println!("prefilled {} accounts in {seconds:.2} s", options.accounts);
-                (
-                    options.accounts,
-                    u128::from(options.accounts) * u128::from(PREFILL_BALANCE),
-                )
-            }
-            None => {
-                let audit = audit(config).await?;
-                println!("reusing the {} accounts the cluster holds", audit.0);
-                audit
-            }
-        };
+    let (before_accounts, before_total) = match prefill(config, options.accounts)
+        .await
+        .context("prefill")?
+    {
+        Some(time) => {
+            let ms = |us: u64| us as f64 / 1e3;
+            println!(
+                "prefilled {} accounts in {:.2} s (requests of {PREFILL_REQUEST_COMMANDS}: p99 {:.1} ms, slowest {:.1} ms)",
+                options.accounts,
+                time.seconds,
+                ms(time.latency_us.value_at_quantile(0.99)),
+                ms(time.latency_us.max())
+            );
+            (
+                options.accounts,
+                u128::from(options.accounts) * u128::from(PREFILL_BALANCE),
+            )
+        }
+        None => {
+            let audit = audit(config).await?;
+            println!("reusing the {} accounts the cluster holds", audit.0);
+            audit
+        }
+    };
     let mut runs = Vec::new();
     for &mode in modes {
         let label = set_mode(config, mode).await?;
