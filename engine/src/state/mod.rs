@@ -164,9 +164,13 @@ impl State {
         let mut table_ids = Vec::new();
         let mut bytes_used = 0;
         for decl in schema.tables {
-            tables[decl.id.0 as usize] = Some((decl.create)());
+            let initial = slots::SLOTS_INITIAL as u64;
+            let sized = bytes_used + array_bytes(decl.slot_bytes, decl.slots);
+            // A size that does not fit in the capacity is not taken (see `Schema::table_sized`).
+            let slots = if sized <= capacity_bytes { decl.slots } else { initial };
+            tables[decl.id.0 as usize] = Some((decl.create)(slots));
             table_ids.push(decl.id);
-            bytes_used += array_bytes(decl.slot_bytes, slots::SLOTS_INITIAL as u64);
+            bytes_used += array_bytes(decl.slot_bytes, slots);
         }
         State {
             tables,
@@ -362,7 +366,7 @@ impl State {
         tables
             .filter_map(|(id, records, count)| {
                 let decl = schema.tables.iter().find(|decl| decl.id == id)?;
-                (decl.create)().heap_bytes_of(records, count)
+                (decl.create)(slots::SLOTS_INITIAL as u64).heap_bytes_of(records, count)
             })
             .fold(0, u64::saturating_add)
     }

@@ -191,9 +191,24 @@ pub struct Schema {
 pub(crate) struct TableDecl {
     pub(crate) id: TableId,
     pub(crate) name: &'static str,
-    pub(crate) create: fn() -> Box<dyn AnyTable>,
+    pub(crate) create: fn(u64) -> Box<dyn AnyTable>,
     /// Bytes of one slot of the table's array.
     pub(crate) slot_bytes: u64,
+    /// Slots the table asks to start with (at least [`SLOTS_INITIAL`]).
+    pub(crate) slots: u64,
+}
+
+/// The fewest slots (a power of two, at least [`SLOTS_INITIAL`]) that hold `records` records
+/// within the load limit; [`SLOTS_INITIAL`] for a count no array could hold.
+fn slots_for(records: u64) -> u64 {
+    let mut slots = SLOTS_INITIAL as u64;
+    while !super::slots::slots_hold(slots, records) {
+        match slots.checked_mul(2) {
+            Some(more) => slots = more,
+            None => return SLOTS_INITIAL as u64,
+        }
+    }
+    slots
 }
 
 impl Schema {
@@ -203,7 +218,21 @@ impl Schema {
     }
 
     /// Declares `table`. Each id may be declared once.
-    pub fn table<K: Key, R: Record, O: Order<K>>(mut self, table: &Table<K, R, O>) -> Self {
+    pub fn table<K: Key, R: Record, O: Order<K>>(self, table: &Table<K, R, O>) -> Self {
+        self.table_sized(table, 0)
+    }
+
+    /// Declares `table` with room for `records` records from the start, so that it does not
+    /// grow until it holds more (growth is spread over later inserts, but a table that will
+    /// be large is cheapest sized once). The slots are charged to the capacity account from
+    /// the start; a size whose array would not fit in the state's capacity (beside the tables
+    /// declared before it) is not taken, and the table starts small and grows as any other.
+    /// The size is part of the schema: every replica must run the same, as with any table.
+    pub fn table_sized<K: Key, R: Record, O: Order<K>>(
+        mut self,
+        table: &Table<K, R, O>,
+        records: u64,
+    ) -> Self {
         assert!(
             self.tables.iter().all(|t| t.id != table.id),
             "table id {} declared twice (second name: {})",
@@ -215,6 +244,7 @@ impl Schema {
             name: table.name,
             create: TypedTable::<K, R, O>::boxed,
             slot_bytes: slot_bytes::<K, R>(),
+            slots: slots_for(records),
         });
         self
     }
@@ -288,13 +318,19 @@ pub(crate) struct TypedTable<K, R, O: Order<K> = Hashed> {
 }
 
 impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
-    pub(crate) fn boxed() -> Box<dyn AnyTable> {
+    /// A table of `slots` slots (a power of two, at least [`SLOTS_INITIAL`]).
+    pub(crate) fn boxed(slots: u64) -> Box<dyn AnyTable> {
+        let mut map = Slots::new();
+        // The account charges `slots` whatever happens (every replica agrees on it). Memory
+        // the system refuses leaves the array small, to grow as any other: the account stays
+        // the same on every replica.
+        let _ = map.resize_to(slots as usize);
         Box::new(TypedTable::<K, R, O> {
-            map: Slots::new(),
+            map,
             index: O::Index::default(),
             undo: VecDeque::new(),
             removals_final: 0,
-            counted_slots: SLOTS_INITIAL as u64,
+            counted_slots: slots,
         })
     }
 

@@ -152,3 +152,25 @@ fn heap_bytes_follow_the_records() {
     state.delete(&NOTES, &2).unwrap();
     assert_eq!(state.bytes_used(), empty);
 }
+
+/// Proves a table declared with a size starts with the slots for it, charged from the start,
+/// and does not grow until it holds more; and that a size beyond the capacity is not taken.
+#[test]
+fn a_sized_table_starts_with_its_slots_and_does_not_grow() {
+    let records = 1_000;
+    // 1,000 records within the 3/4 load limit: 1,334 slots, so 2,048.
+    let sized_bytes = 2_048 * slot_bytes();
+    let schema = || Schema::new().table_sized(&ORDERS, records);
+    let mut state = State::new(schema(), 1 << 30);
+    assert_eq!(state.bytes_used(), sized_bytes);
+    assert_eq!(state.allocated_bytes() as u64, sized_bytes);
+    fill(&mut state, 1..=records);
+    assert_eq!(state.bytes_used(), sized_bytes, "no growth");
+    assert_eq!(state.allocated_bytes() as u64, sized_bytes, "no growth");
+    state.put(&ORDERS, records + 1, [0; 10]).expect("fits");
+    assert_eq!(state.bytes_used(), sized_bytes, "room up to 1,536 records");
+
+    let small = State::new(schema(), sized_bytes - 1);
+    assert_eq!(small.bytes_used(), 16 * slot_bytes(), "the size did not fit");
+    assert_eq!(small.allocated_bytes() as u64, 16 * slot_bytes());
+}
