@@ -167,7 +167,11 @@ impl State {
             let initial = slots::SLOTS_INITIAL as u64;
             let sized = bytes_used + array_bytes(decl.slot_bytes, decl.slots);
             // A size that does not fit in the capacity is not taken (see `Schema::table_sized`).
-            let slots = if sized <= capacity_bytes { decl.slots } else { initial };
+            let slots = if sized <= capacity_bytes {
+                decl.slots
+            } else {
+                initial
+            };
             tables[decl.id.0 as usize] = Some((decl.create)(slots));
             table_ids.push(decl.id);
             bytes_used += array_bytes(decl.slot_bytes, slots);

@@ -23,6 +23,15 @@ const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
 /// stop the node for about a second. At least 2, so that a growth ends before the next one
 /// is due (a doubled array takes 3/4 of the old slot count in inserts to fill again).
 const MIGRATE_SLOTS_PER_INSERT: usize = if cfg!(test) { 2 } else { 32 };
+/// Slots of the next array written per insert while it is prepared ahead of its growth.
+/// Writing fresh memory costs 0.1-0.3 s per GiB on this machine kind (1-2 s for 8 million
+/// records' array, per replica; `notes/decisions/state-store.md`): the array is written half
+/// a KiB per insert instead, from when the table is half full (8 slots per insert write the
+/// doubled array in the quarter of its slot count in inserts left before the limit).
+const PREPARE_SLOTS_PER_INSERT: usize = 8;
+/// Arrays smaller than this are allocated when their growth is due (writing them costs a few
+/// milliseconds at most), with no memory held ahead of it.
+const PREPARE_BYTES_MIN: usize = if cfg!(test) { 16 << 10 } else { 64 << 20 };
 
 const _: () = assert!(SLOTS_INITIAL.is_power_of_two());
 const _: () = assert!(LOAD_NUMERATOR < LOAD_DENOMINATOR);
@@ -64,6 +73,9 @@ pub(crate) struct Slots<K, V> {
     slots: Vec<Slot<K, V>>,
     /// A growth in progress: the records not yet moved into `slots`.
     old: Option<Box<Migration<K, V>>>,
+    /// The array the next growth will use, written ahead of it (see
+    /// [`PREPARE_SLOTS_PER_INSERT`]); its capacity is the next slot count.
+    next: Option<Vec<Slot<K, V>>>,
     /// Records held, in both arrays.
     len: usize,
     /// `64 - log2(slots.len())`: the shift that turns a spread hash into a slot index.
@@ -133,6 +145,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
         Slots {
             slots,
             old: None,
+            next: None,
             len: 0,
             shift: 64 - SLOTS_INITIAL.trailing_zeros(),
             scan: None,
@@ -223,7 +236,8 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     /// Bytes of memory the slot arrays hold (two while a growth is in progress).
     pub(crate) fn allocated_bytes(&self) -> usize {
         let old = self.old.as_ref().map_or(0, |old| old.slots.capacity());
-        (self.slots.capacity() + old) * size_of::<Slot<K, V>>()
+        let next = self.next.as_ref().map_or(0, Vec::capacity);
+        (self.slots.capacity() + old + next) * size_of::<Slot<K, V>>()
     }
 
     /// True while a growth is moving records from the old array.
@@ -322,6 +336,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     /// the map is unchanged.
     pub(crate) fn insert_new(&mut self, key: K, value: V) -> Result<(), TryReserveError> {
         self.migrate_step();
+        self.prepare_step();
         let slots = slots_after_insert(self.len, self.slots.len());
         if slots > self.slots.len() {
             self.finish_migration();
@@ -400,6 +415,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
         if count == self.slots.len() {
             return Ok(());
         }
+        self.next = None;
         // A growth given back while it moves records (a write that grew the table was rolled
         // back) moves every record at once, as any resize here does: rare, and what a replica
         // that never ran the write has.
@@ -413,9 +429,15 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     /// one until [`Slots::migrate_step`]s move them. A scan in progress is void.
     fn begin_growth(&mut self, count: usize) -> Result<(), TryReserveError> {
         assert!(self.old.is_none(), "one growth at a time");
-        let mut slots: Vec<Slot<K, V>> = Vec::new();
-        slots.try_reserve_exact(count)?;
-        super::memory::advise_huge_pages(&slots);
+        let mut slots = match self.next.take() {
+            Some(next) if next.capacity() == count => next,
+            _ => {
+                let mut slots: Vec<Slot<K, V>> = Vec::new();
+                slots.try_reserve_exact(count)?;
+                super::memory::advise_huge_pages(&slots);
+                slots
+            }
+        };
         slots.resize_with(count, || Slot(None));
         let old = std::mem::replace(&mut self.slots, slots);
         let old_shift = std::mem::replace(&mut self.shift, 64 - count.trailing_zeros());
@@ -439,6 +461,37 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     /// (to the end of the cluster it stops in) into the new array.
     fn migrate_step(&mut self) {
         self.migrate(MIGRATE_SLOTS_PER_INSERT);
+    }
+
+    /// Writes [`PREPARE_SLOTS_PER_INSERT`] more slots of the next growth's array once the
+    /// table is close enough to its load limit for the whole array to be written, at that
+    /// pace, before the limit is reached (for arrays of [`PREPARE_BYTES_MIN`] and more). An
+    /// array the allocator refuses is not prepared: the growth allocates when it is due.
+    fn prepare_step(&mut self) {
+        let count = self.slots.len() * 2;
+        if self.old.is_some() || count * size_of::<Slot<K, V>>() < PREPARE_BYTES_MIN {
+            return;
+        }
+        let limit = self.slots.len() * LOAD_NUMERATOR / LOAD_DENOMINATOR;
+        let inserts_needed = count.div_ceil(PREPARE_SLOTS_PER_INSERT) + 1;
+        if self.next.is_none() && self.len + inserts_needed >= limit {
+            let mut next: Vec<Slot<K, V>> = Vec::new();
+            if next.try_reserve_exact(count).is_ok() && next.capacity() == count {
+                super::memory::advise_huge_pages(&next);
+                self.next = Some(next);
+            }
+        }
+        if self
+            .next
+            .as_ref()
+            .is_some_and(|next| next.capacity() != count)
+        {
+            self.next = None;
+        }
+        if let Some(next) = self.next.as_mut() {
+            let more = (count - next.len()).min(PREPARE_SLOTS_PER_INSERT);
+            next.resize_with(next.len() + more, || Slot(None));
+        }
     }
 
     /// Moves every record a growth in progress has not moved yet.
@@ -600,6 +653,41 @@ mod growth_tests {
         );
         assert_eq!(map.len(), key as usize - 1);
         assert_eq!(map.get(&0), None);
+    }
+
+    /// Proves a large enough table writes its next array ahead of the growth, a few slots per
+    /// insert, and that the growth takes that array instead of allocating.
+    #[test]
+    fn the_next_array_is_written_ahead_of_its_growth() {
+        let mut map: Slots<u32, u32> = Slots::new();
+        let mut key = 0;
+        // Past the growth to 256 slots: the next array, 512 slots of 64 bytes, is prepared.
+        while map.slot_count() < 256 || map.migrating() {
+            map.insert_new(key, key).unwrap();
+            key += 1;
+        }
+        assert!(map.next.is_none(), "nothing prepared right after a growth");
+        let mut prepared_at = None;
+        while map.slot_count() == 256 {
+            if let Some(next) = &map.next {
+                assert_eq!(next.capacity(), 512);
+                let (first, _) = *prepared_at.get_or_insert((key, next.as_ptr()));
+                let inserts = (key - first + 1) as usize;
+                assert!(next.len() <= PREPARE_SLOTS_PER_INSERT * inserts);
+            }
+            map.insert_new(key, key).unwrap();
+            key += 1;
+        }
+        let (_, prepared) = prepared_at.expect("the next array was prepared");
+        assert_eq!(
+            map.slots.as_ptr(),
+            prepared,
+            "the growth took the prepared array"
+        );
+        assert!(map.next.is_none());
+        for k in 0..key {
+            assert_eq!(map.get(&k), Some(&k));
+        }
     }
 }
 

@@ -171,6 +171,10 @@ fn a_sized_table_starts_with_its_slots_and_does_not_grow() {
     assert_eq!(state.bytes_used(), sized_bytes, "room up to 1,536 records");
 
     let small = State::new(schema(), sized_bytes - 1);
-    assert_eq!(small.bytes_used(), 16 * slot_bytes(), "the size did not fit");
+    assert_eq!(
+        small.bytes_used(),
+        16 * slot_bytes(),
+        "the size did not fit"
+    );
     assert_eq!(small.allocated_bytes() as u64, 16 * slot_bytes());
 }
