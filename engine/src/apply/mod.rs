@@ -19,8 +19,8 @@ use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
 use crate::members::Members;
 use crate::snapshot::{self, ScanProgress, Snapshot, SnapshotMeta};
-use crate::state::ScanStep;
 use crate::state::{InstallError, Prefetch, State, StateHash, Tx};
+use crate::state::{MIGRATE_SLOTS_PER_SNAPSHOT_TRY, ScanStep};
 use sessions::{Decision, SESSION_WRITE_TAG};
 
 /// Tag of a handler version's switch in the write stream, in the place of a table id (above
@@ -491,9 +491,13 @@ impl<H: Handler> StateMachine<H> {
     /// Starts a snapshot of the committed state after the last applied entry: a copy-on-write
     /// scan that [`StateMachine::snapshot_step`] carries on a slice at a time while entries
     /// keep being applied (and simulated). `None` when one is in progress, or when it cannot
-    /// start now (a pending speculation removed records; a later call can).
+    /// start now (a pending speculation removed records, or a table's growth is still moving
+    /// records, which this call moves a slice further; a later call can).
     pub fn begin_snapshot(&mut self) -> Option<SnapshotMeta> {
         if self.scan.is_some() || !self.state.can_scan() {
+            return None;
+        }
+        if !self.state.advance_growths(MIGRATE_SLOTS_PER_SNAPSHOT_TRY) {
             return None;
         }
         let journals: Vec<&sessions::Journal> =
@@ -573,6 +577,9 @@ impl<H: Handler> StateMachine<H> {
     /// A whole snapshot file of the committed state, taken at once (for tests and tools; a
     /// node takes its snapshots a slice at a time): what it covers and its bytes.
     pub fn snapshot_file(&mut self) -> Option<(SnapshotMeta, Vec<u8>)> {
+        if self.scan.is_none() {
+            self.state.advance_growths(usize::MAX);
+        }
         self.begin_snapshot()?;
         let mut bytes = Vec::new();
         loop {

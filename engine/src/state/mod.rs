@@ -5,7 +5,7 @@ pub(crate) mod capture;
 mod hash;
 mod memory;
 mod slots;
-pub(crate) use slots::ScanStep;
+pub(crate) use slots::{MIGRATE_SLOTS_PER_SNAPSHOT_TRY, ScanStep};
 mod table;
 #[cfg(test)]
 mod tests;
@@ -314,6 +314,17 @@ impl State {
     /// record).
     pub(crate) fn can_scan(&self) -> bool {
         self.tables.iter().flatten().all(|t| t.can_scan())
+    }
+
+    /// Moves up to `slots` more slots' records of each table's growth in progress (a scan
+    /// waits for them: see [`slots::MIGRATE_SLOTS_PER_SNAPSHOT_TRY`]); true when no table has
+    /// one left. Only where records sit changes: no record, count or account does.
+    pub(crate) fn advance_growths(&mut self, slots: usize) -> bool {
+        let mut done = true;
+        for table in self.tables.iter_mut().flatten() {
+            done &= table.advance_growth(slots);
+        }
+        done
     }
 
     /// Starts a copy-on-write scan of every table's committed records; returns the hasher's

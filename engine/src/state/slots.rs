@@ -23,6 +23,12 @@ const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
 /// stop the node for about a second. At least 2, so that a growth ends before the next one
 /// is due (a doubled array takes 3/4 of the old slot count in inserts to fill again).
 const MIGRATE_SLOTS_PER_INSERT: usize = if cfg!(test) { 2 } else { 32 };
+/// Slots of the old array a growth moves per snapshot try while it lasts. A table is scanned
+/// only once its growth is done (its records are in two arrays until then), and a workload
+/// that stops inserting would otherwise leave the growth, and every snapshot, waiting
+/// forever. As many as a snapshot slice scans (`SNAPSHOT_SLICE_SLOTS`): a try costs what a
+/// slice costs.
+pub(crate) const MIGRATE_SLOTS_PER_SNAPSHOT_TRY: usize = 4096;
 /// Slots of the next array written per insert while it is prepared ahead of its growth.
 /// Writing fresh memory costs 0.1-0.3 s per GiB on this machine kind (1-2 s for 8 million
 /// records' array, per replica; `notes/decisions/state-store.md`): the array is written half
@@ -492,6 +498,13 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
             let more = (count - next.len()).min(PREPARE_SLOTS_PER_INSERT);
             next.resize_with(next.len() + more, || Slot(None));
         }
+    }
+
+    /// Moves up to `slots` more slots' records of a growth in progress (to the end of the
+    /// cluster it stops in) into the new array; true when no growth is left in progress.
+    pub(crate) fn advance_growth(&mut self, slots: usize) -> bool {
+        self.migrate(slots);
+        self.old.is_none()
     }
 
     /// Moves every record a growth in progress has not moved yet.

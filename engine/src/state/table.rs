@@ -284,6 +284,9 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     /// True when [`AnyTable::begin_scan`] can see the committed content now (false while a
     /// pending speculation removed records, which moves others between slots).
     fn can_scan(&self) -> bool;
+    /// Moves up to `slots` more slots' records of a growth in progress into the new array;
+    /// true when none is left in progress (see [`Slots::advance_growth`]).
+    fn advance_growth(&mut self, slots: usize) -> bool;
     /// Starts a copy-on-write scan of the committed records (pending speculations' writes
     /// replaced by what their undo records kept).
     fn begin_scan(&mut self);
@@ -414,6 +417,10 @@ impl<K: Key, R: Record, O: Order<K>> AnyTable for TypedTable<K, R, O> {
 
     fn can_scan(&self) -> bool {
         self.undo.is_empty() || self.map.removals() == self.removals_final
+    }
+
+    fn advance_growth(&mut self, slots: usize) -> bool {
+        self.map.advance_growth(slots)
     }
 
     fn begin_scan(&mut self) {
