@@ -49,7 +49,7 @@ pub use backup::{
     BACKUP_PIECE_TIMEOUT_MS, BACKUP_RESTARTS_MAX, BackupArgs, BackupFailed, RestoreArgs, backup,
     restore,
 };
-pub use bench::open_loop::{OPEN_LOOP_OUTSTANDING_MAX, open_loop};
+pub use bench::open_loop::{OPEN_LOOP_OUTSTANDING_MAX, Pacer, open_loop};
 pub use bench::{BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, LatencyMs, bench};
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};

@@ -38,6 +38,8 @@ struct Point {
     p99: (f64, f64, f64),
     p999: (f64, f64, f64),
     max: (f64, f64, f64),
+    /// The client's lateness in sending (inside the latencies), p99 in ms.
+    late_p99: (f64, f64, f64),
     runs: usize,
 }
 
@@ -116,6 +118,7 @@ fn points(runs: &[Run]) -> Vec<Point> {
                 p99: of(|r| r.latency_ms.p99),
                 p999: of(|r| r.latency_ms.p999),
                 max: of(|r| r.latency_ms.max),
+                late_p99: of(|r| r.send_late_ms.as_ref().map_or(0.0, |l| l.p99)),
                 runs: same.len(),
             }
         })
@@ -135,18 +138,20 @@ fn markdown(points: &[Point], options: &BenchOptions) -> String {
         out,
         "`runner local --rate-sweep ...`: Performance mode, {} commands per request, {} accounts, \
          tmpfs, {} runs of {} s per rate. Requests are sent at fixed times whatever the answers, \
-         and latency counts from each request's due time (coordinated omission corrected).\n",
+         and latency counts from each request's due time (coordinated omission corrected); \
+         \"sent late\" is how long after its due time the client sent a request (a pacing \
+         thread and the client's event loop), which is inside the latency.\n",
         options.batch, options.accounts, options.runs, options.duration
     );
     let _ = writeln!(
         out,
-        "| offered requests/s | offered commands/s | completed commands/s median (range) | p50 ms | p99 ms (range) | p99.9 ms | max ms | runs |"
+        "| offered requests/s | offered commands/s | completed commands/s median (range) | p50 ms | p99 ms (range) | p99.9 ms | max ms | sent late, p99 ms | runs |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
     for p in points {
         let _ = writeln!(
             out,
-            "| {:.0} | {:.0}K | {:.0}K ({:.0}-{:.0}K) | {:.3} | {:.3} ({:.3}-{:.3}) | {:.3} | {:.3} | {} |",
+            "| {:.0} | {:.0}K | {:.0}K ({:.0}-{:.0}K) | {:.3} | {:.3} ({:.3}-{:.3}) | {:.3} | {:.3} | {:.3} | {} |",
             p.offered,
             p.offered * f64::from(options.batch) / 1e3,
             p.completed.0 / 1e3,
@@ -158,6 +163,7 @@ fn markdown(points: &[Point], options: &BenchOptions) -> String {
             p.p99.2,
             p.p999.0,
             p.max.0,
+            p.late_p99.0,
             p.runs
         );
     }

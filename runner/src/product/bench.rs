@@ -170,6 +170,8 @@ struct Tally {
     unknown: u64,
     first_done: Option<Instant>,
     last_done: Option<Instant>,
+    /// Open loop: how late after its due time each measured request was sent, in us.
+    send_late_us: Option<Histogram<u64>>,
 }
 
 async fn worker(
@@ -254,7 +256,10 @@ async fn open_loop(
         )
         .with_reads(options.reads),
     );
-    let tally = std::cell::RefCell::new(Tally::default());
+    let tally = std::cell::RefCell::new(Tally {
+        send_late_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).ok(),
+        ..Tally::default()
+    });
     let start = Instant::now();
     let to_tokio = tokio::time::Instant::from_std;
     let batch = options.batch;
@@ -263,6 +268,12 @@ async fn open_loop(
             let mut transfers = transfers.borrow_mut();
             (0..batch).map(|_| transfers.next_command()).collect()
         };
+        if due.into_std() >= warm_until {
+            let late = Instant::now().saturating_duration_since(due.into_std());
+            if let Some(histogram) = tally.borrow_mut().send_late_us.as_mut() {
+                histogram.saturating_record(late.as_micros() as u64);
+            }
+        }
         async move {
             let answer = session
                 .submit_encoded(encode_commands(&commands), batch)
@@ -280,10 +291,13 @@ async fn open_loop(
         tally.first_done.get_or_insert(warm_until);
         tally.last_done = Some(done);
     };
+    let pacer = engine::cli::Pacer::Thread;
+    let window = (to_tokio(start), to_tokio(stop_at));
     engine::cli::open_loop(
+        pacer,
         rate,
-        to_tokio(start),
-        to_tokio(stop_at),
+        window.0,
+        window.1,
         || client(config),
         send,
         answered,
@@ -348,6 +362,10 @@ pub async fn measure(
         _ => bail!("no request completed in the measured window"),
     };
     let latency_ms = LatencyMs::from_us(&latency.borrow());
+    let send_late_ms = tallies
+        .iter()
+        .find_map(|t| t.send_late_us.as_ref())
+        .map(LatencyMs::from_us);
     let stages = StageAverages::between(&stages_before, &stages(config).await);
     Ok(Run {
         mode: mode.to_string(),
@@ -363,6 +381,7 @@ pub async fn measure(
             / (commands.max(1) as f64 / 1e6),
         reads_percent: options.reads,
         offered_requests_per_s: options.rate,
+        send_late_ms,
         latency_ms,
         failed: tallies.iter().map(|t| t.failed).sum(),
         unknown: tallies.iter().map(|t| t.unknown).sum(),

@@ -31,6 +31,9 @@ pub struct Run {
     /// Requests per second offered in an open-loop run (`--rate`), latency then counted from
     /// each request's due time; `None` for a closed loop of `inflight` clients.
     pub offered_requests_per_s: Option<f64>,
+    /// Open loop: how late after their due times the client sent its requests (its own timer
+    /// and event loop; this delay is inside `latency_ms`).
+    pub send_late_ms: Option<LatencyMs>,
     /// Completion latency per request.
     pub latency_ms: LatencyMs,
     /// Commands the system could not complete.

@@ -161,7 +161,8 @@ async fn open_loop<W: BenchWorkload>(shared: &Shared<'_, W>, run: u32, rate: f64
         || new_client(shared.config).expect("the operating system gives random bytes");
     let to_tokio = tokio::time::Instant::from_std;
     let (start, stop_at) = (to_tokio(Instant::now()), to_tokio(shared.stop_at));
-    crate::cli::open_loop(rate, start, stop_at, new_session, send, answered).await;
+    let pacer = crate::cli::Pacer::Thread;
+    crate::cli::open_loop(pacer, rate, start, stop_at, new_session, send, answered).await;
     tally.into_inner()
 }
 

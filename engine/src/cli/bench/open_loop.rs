@@ -16,13 +16,59 @@ use tokio::time::Instant;
 /// 4,096 sessions by default).
 pub const OPEN_LOOP_OUTSTANDING_MAX: usize = 1024;
 
-/// Sends requests due every `1 / rate` seconds from `start` until `stop_at`, each on an idle
+/// How the open loop waits for a request's due time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pacer {
+    /// tokio's timer: its wheel ticks every millisecond and rounds a deadline up to the next
+    /// tick, so a request leaves up to 1 ms after its due time, and that lateness is in its
+    /// latency. Runs under tokio's paused clock (tests).
+    Tokio,
+    /// A thread of its own that sleeps until each due time (`nanosleep`: tens of
+    /// microseconds late) and signals it: the request leaves as soon as the event loop hears.
+    Thread,
+}
+
+/// The due times as a thread signals them, one message per due time from `start` on.
+struct Ticks(tokio::sync::mpsc::UnboundedReceiver<()>);
+
+impl Ticks {
+    fn start(start: Instant, interval: Duration, stop_at: Instant) -> Ticks {
+        let (tick, ticks) = tokio::sync::mpsc::unbounded_channel();
+        let (mut due, stop_at) = (start.into_std(), stop_at.into_std());
+        std::thread::spawn(move || {
+            while due < stop_at {
+                std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+                if tick.send(()).is_err() {
+                    return;
+                }
+                due += interval;
+            }
+        });
+        Ticks(ticks)
+    }
+}
+
+/// Returns once `due` has come: the next tick when a thread signals them, else tokio's timer.
+async fn until(ticks: &mut Option<Ticks>, due: Instant) {
+    match ticks {
+        Some(Ticks(ticks)) => {
+            // The thread signals every due time in order, and each is awaited once: the
+            // channel closes only after the last.
+            let _ = ticks.recv().await;
+        }
+        None => tokio::time::sleep_until(due).await,
+    }
+}
+
+/// Sends requests due every `1 / rate` seconds from `start` until `stop_at` (waiting with
+/// `pacer`), each on an idle
 /// session (a new one from `new_session` while fewer than [`OPEN_LOOP_OUTSTANDING_MAX`]
 /// exist), and hands every answer to `answered` with the request's due time. `send` takes a
 /// session and the due time and gives the session back with what the request produced.
 /// Returns once every request sent has been answered; the sessions made. Times are tokio's
 /// ([`Instant::from_std`] converts).
 pub async fn open_loop<T, Send, Fut>(
+    pacer: Pacer,
     rate: f64,
     start: Instant,
     stop_at: Instant,
@@ -40,6 +86,7 @@ where
     let mut sessions = 0usize;
     let mut pending = FuturesUnordered::new();
     let mut due = start;
+    let mut ticks = (pacer == Pacer::Thread).then(|| Ticks::start(start, interval, stop_at));
     loop {
         let free = !idle.is_empty() || sessions < OPEN_LOOP_OUTSTANDING_MAX;
         let more = due < stop_at;
@@ -47,7 +94,7 @@ where
             return sessions;
         }
         tokio::select! {
-            () = tokio::time::sleep_until(due), if more && free => {
+            () = until(&mut ticks, due), if more && free => {
                 let session = idle.pop().unwrap_or_else(|| {
                     sessions += 1;
                     new_session()
@@ -85,6 +132,7 @@ mod tests {
         let mut latencies = Vec::new();
         let mut dues = Vec::new();
         let sessions = open_loop(
+            Pacer::Tokio,
             100.0,
             start,
             stop_at,
