@@ -63,6 +63,8 @@ struct Measured {
     allocated: i64,
     /// Bytes its slot arrays hold.
     arrays: u64,
+    /// Bytes of them held by growths beside the arrays in use, outside the account.
+    growth: u64,
     /// Bytes its capacity account counts.
     counted: u64,
 }
@@ -85,6 +87,7 @@ fn measure(commands: &[Command]) -> Measured {
     Measured {
         allocated,
         arrays: state.allocated_bytes() as u64,
+        growth: state.growth_bytes() as u64,
         counted: state.bytes_used(),
     }
 }
@@ -94,7 +97,10 @@ fn measure(commands: &[Command]) -> Measured {
 /// (the old account of encoded bytes + 32 a record counted a third of it for orders). What the
 /// tables allocate is the machine's allocation less that of an equal run of entries that
 /// rewrites one record: the per-entry buffers (the hasher's 256 KiB page, one entry's undo
-/// records and write stream), which the account leaves out; both factors are printed.
+/// records and write stream), which the account leaves out; both factors are printed. The
+/// arrays a growth holds beside the ones in use (an old array draining, a next one written
+/// ahead) are outside the account by design and bounded apart: at most twice the arrays in
+/// use. (At 100,000 and 400,000 records a drain is under way.)
 #[test]
 fn the_account_counts_what_the_tables_allocate() {
     let shapes: [(&str, &dyn Fn(u64) -> Command); 3] = [
@@ -111,16 +117,22 @@ fn the_account_counts_what_the_tables_allocate() {
             let filled = measure(&(1..=records).map(command).collect::<Vec<_>>());
             let baseline = measure(&vec![command(1); records as usize]);
             let buffers = baseline.allocated - baseline.counted as i64;
-            let tables = (filled.allocated - buffers) as f64 / filled.counted as f64;
+            let growth = filled.growth as i64;
+            let tables = (filled.allocated - buffers - growth) as f64 / filled.counted as f64;
             let whole = filled.allocated as f64 / filled.counted as f64;
             report.push(format!(
-                "{shape}, {records} records: counted {}, slot arrays {}, machine allocated {} \
-                 (per-entry buffers {buffers}); tables allocated / counted {tables:.3}, \
-                 machine allocated / counted {whole:.3}",
+                "{shape}, {records} records: counted {}, slot arrays {} (growth {growth}), \
+                 machine allocated {} (per-entry buffers {buffers}); tables allocated less \
+                 growth / counted {tables:.3}, machine allocated / counted {whole:.3}",
                 filled.counted, filled.arrays, filled.allocated
             ));
             assert!(
                 (FACTOR_MIN..=FACTOR_MAX).contains(&tables),
+                "{}",
+                report.join("\n")
+            );
+            assert!(
+                filled.growth <= 2 * (filled.arrays - filled.growth),
                 "{}",
                 report.join("\n")
             );

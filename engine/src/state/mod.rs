@@ -224,6 +224,14 @@ impl State {
             .sum()
     }
 
+    /// Memory, in bytes and part of [`State::allocated_bytes`], held by growths beside the
+    /// arrays in use and left out of the capacity account: old arrays still draining into
+    /// their successors, and next arrays written ahead of their growth
+    /// (`notes/decisions/state-store.md`).
+    pub fn growth_bytes(&self) -> usize {
+        self.tables.iter().flatten().map(|t| t.growth_bytes()).sum()
+    }
+
     /// The number of records in `table`.
     pub fn len<K: Key, R: Record, O: Order<K>>(&self, table: &Table<K, R, O>) -> usize {
         self.typed(table).map.len()

@@ -246,6 +246,14 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
         (self.slots.capacity() + old + next) * size_of::<Slot<K, V>>()
     }
 
+    /// Bytes of the arrays a growth holds beside the one in use: the old array while it
+    /// drains, the next one while it is written ahead.
+    pub(crate) fn growth_bytes(&self) -> usize {
+        let old = self.old.as_ref().map_or(0, |old| old.slots.capacity());
+        let next = self.next.as_ref().map_or(0, Vec::capacity);
+        (old + next) * size_of::<Slot<K, V>>()
+    }
+
     /// True while a growth is moving records from the old array.
     #[cfg(test)]
     pub(crate) fn migrating(&self) -> bool {

@@ -270,6 +270,9 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     fn forget_oldest(&mut self);
     /// Memory held by the table's slots, in bytes.
     fn allocated_bytes(&self) -> usize;
+    /// Memory held by the arrays of a growth beside the one in use (see
+    /// [`Slots::growth_bytes`]), in bytes.
+    fn growth_bytes(&self) -> usize;
     /// Bytes of one slot.
     fn slot_bytes(&self) -> u64;
     /// The slot count the capacity account charges for: what the array holds unless a rolled
@@ -446,6 +449,10 @@ impl<K: Key, R: Record, O: Order<K>> AnyTable for TypedTable<K, R, O> {
 
     fn allocated_bytes(&self) -> usize {
         self.map.allocated_bytes()
+    }
+
+    fn growth_bytes(&self) -> usize {
+        self.map.growth_bytes()
     }
 
     fn heap_bytes_of(&self, mut records: &[u8], count: u64) -> Option<u64> {
