@@ -170,6 +170,10 @@ impl Handler for Bank {
         }
     }
 
+    fn read_only(&self, command: &BankCommand) -> bool {
+        matches!(command, BankCommand::Get { .. } | BankCommand::Audit)
+    }
+
     fn prefetch(&self, command: &BankCommand, keys: &mut Prefetch<'_>) {
         match command {
             BankCommand::Open { id, .. }

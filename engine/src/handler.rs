@@ -44,6 +44,15 @@ pub trait Handler: Send + Sync + 'static {
         command: &Self::Command,
     ) -> Result<Self::Output, Self::Error>;
 
+    /// True when `command` only reads: every write inside it fails with
+    /// [`StateError::ReadOnly`] (and the command with it, whatever `execute` returns), so a
+    /// command marked read-only never changes the state. The answer must depend on the
+    /// command alone (every replica asks it). The default marks none.
+    fn read_only(&self, command: &Self::Command) -> bool {
+        let _ = command;
+        false
+    }
+
     /// Optionally names the records `command` will touch, so that the engine can load a whole
     /// batch's records into cache before executing it. A hint only; the default names none.
     fn prefetch(&self, command: &Self::Command, keys: &mut Prefetch<'_>) {

@@ -63,7 +63,9 @@ impl From<StateError> for Refused {
             StateError::CapacityExhausted { needed_bytes, .. } => {
                 Refused::Capacity { needed_bytes }
             }
-            StateError::MemoryExhausted | StateError::Unencodable(_) => Refused::State,
+            StateError::MemoryExhausted | StateError::Unencodable(_) | StateError::ReadOnly => {
+                Refused::State
+            }
         }
     }
 }

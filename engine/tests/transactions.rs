@@ -21,17 +21,25 @@ struct Command {
     fail: bool,
     /// Return Ok even when a write failed.
     ignore_write_errors: bool,
+    /// Marked read-only: its writes fail.
+    read_only: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 enum KvError {
     Refused,
     Capacity,
+    ReadOnly,
 }
 
 impl From<StateError> for KvError {
-    fn from(_: StateError) -> Self {
-        KvError::Capacity
+    fn from(error: StateError) -> Self {
+        match error {
+            StateError::ReadOnly => KvError::ReadOnly,
+            StateError::CapacityExhausted { .. }
+            | StateError::MemoryExhausted
+            | StateError::Unencodable(_) => KvError::Capacity,
+        }
     }
 }
 
@@ -44,6 +52,10 @@ impl Handler for Kv {
 
     fn schema(&self) -> Schema {
         Schema::new().table(&NOTES)
+    }
+
+    fn read_only(&self, command: &Command) -> bool {
+        command.read_only
     }
 
     fn execute(&self, tx: &mut Tx<'_>, command: &Command) -> Result<u64, KvError> {
@@ -69,6 +81,7 @@ fn put(pairs: &[(u32, &str)]) -> Command {
         deletes: vec![],
         fail: false,
         ignore_write_errors: false,
+        read_only: false,
     }
 }
 
@@ -185,6 +198,54 @@ fn failed_command_leaves_the_hash_alone() {
     assert_eq!(run(&mut b, &[failing]), refused);
     assert_eq!(notes(&a), vec![(1, "one".into())]);
     assert_eq!(a.machine().state_hash(), b.machine().state_hash());
+}
+
+/// Proves a command its handler marks read-only reads, and fails when it writes: with the
+/// write's error passed on or ignored, a put or a delete, the state and its account are
+/// unchanged, and the commands beside it in the entry apply.
+#[test]
+fn a_write_inside_a_read_only_command_fails_it() {
+    let mut driver = Sandbox::new(Kv, 1 << 20);
+    run(&mut driver, &[put(&[(1, "one"), (2, "two")])]);
+    let before = notes(&driver);
+    let reading = Command {
+        read_only: true,
+        ..put(&[])
+    };
+    let writing = Command {
+        read_only: true,
+        ..put(&[(3, "three")])
+    };
+    let ignoring = Command {
+        ignore_write_errors: true,
+        ..writing.clone()
+    };
+    let deleting = Command {
+        deletes: vec![1],
+        ..reading.clone()
+    };
+    let outcomes = run(
+        &mut driver,
+        &[reading, writing, ignoring, deleting, put(&[(4, "four")])],
+    );
+    let refused = Outcome::Failed(KvError::ReadOnly);
+    assert_eq!(
+        outcomes,
+        vec![
+            Outcome::Done(2),
+            refused.clone(),
+            refused.clone(),
+            refused,
+            Outcome::Done(3)
+        ]
+    );
+    let mut expected = before;
+    expected.push((4, "four".into()));
+    assert_eq!(notes(&driver), expected);
+    let mut twin = Sandbox::new(Kv, 1 << 20);
+    run(&mut twin, &[put(&[(1, "one"), (2, "two")])]);
+    run(&mut twin, &[put(&[(4, "four")])]);
+    assert_eq!(driver.state().bytes_used(), twin.state().bytes_used());
 }
 
 /// Proves exactly-once: a request repeated in a later entry is not applied again and is answered

@@ -800,6 +800,9 @@ impl<H: Handler> StateMachine<H> {
         let outcome = match &self.commands[at] {
             Some(command) => {
                 let mut tx = Tx::begin(&mut self.state, (now_ms, self.handler_version));
+                if self.handler.read_only(command) {
+                    tx = tx.read_only();
+                }
                 let result = self.handler.execute(&mut tx, command);
                 let ok = result.is_ok();
                 outcome_of::<H>(result, tx.finish(ok))

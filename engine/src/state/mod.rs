@@ -51,6 +51,10 @@ pub enum StateError {
     /// A key or record failed to encode (a handler type whose `Encode` returns an error).
     #[error("a key or record failed to encode: {0}")]
     Unencodable(String),
+    /// A write inside a command its handler marked read-only ([`crate::Handler::read_only`]):
+    /// the command fails, whatever the handler returns, and changes nothing.
+    #[error("a write inside a read-only command")]
+    ReadOnly,
 }
 
 /// Why a snapshot's content cannot be installed into this state (its file verified: the

@@ -13,6 +13,9 @@ pub struct Tx<'a> {
     mark: TxMark,
     /// The first write that failed: the command cannot commit, whatever the handler returns.
     failed: Option<StateError>,
+    /// The handler marked the command read-only ([`crate::Handler::read_only`]): every write
+    /// fails with [`StateError::ReadOnly`].
+    read_only: bool,
 }
 
 impl<'a> Tx<'a> {
@@ -24,7 +27,14 @@ impl<'a> Tx<'a> {
             handler_version,
             mark,
             failed: None,
+            read_only: false,
         }
+    }
+
+    /// Makes every write of this transaction fail with [`StateError::ReadOnly`].
+    pub(crate) fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 
     /// Commits when `ok` and no write failed; rolls back otherwise. Returns the failed write's
@@ -67,24 +77,31 @@ impl<'a> Tx<'a> {
     }
 
     /// Writes `record` under `key`, replacing any record there. Fails, changing nothing, when the
-    /// state would exceed its capacity.
+    /// state would exceed its capacity, or in a read-only command.
     pub fn put<K: Key, R: Record, O: Order<K>>(
         &mut self,
         table: &Table<K, R, O>,
         key: K,
         record: R,
     ) -> Result<(), StateError> {
-        let result = self.state.put(table, key, record);
+        let result = match self.read_only {
+            true => Err(StateError::ReadOnly),
+            false => self.state.put(table, key, record),
+        };
         self.note(result)
     }
 
-    /// Removes the record under `key`; returns it, or `None` when there was none.
+    /// Removes the record under `key`; returns it, or `None` when there was none. Fails,
+    /// changing nothing, in a read-only command.
     pub fn delete<K: Key, R: Record, O: Order<K>>(
         &mut self,
         table: &Table<K, R, O>,
         key: &K,
     ) -> Result<Option<R>, StateError> {
-        let result = self.state.delete(table, key);
+        let result = match self.read_only {
+            true => Err(StateError::ReadOnly),
+            false => self.state.delete(table, key),
+        };
         self.note(result)
     }
 

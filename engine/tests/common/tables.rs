@@ -69,7 +69,9 @@ impl From<StateError> for Refused {
                 needed_bytes,
                 capacity_bytes,
             },
-            StateError::MemoryExhausted | StateError::Unencodable(_) => Refused::State,
+            StateError::MemoryExhausted | StateError::Unencodable(_) | StateError::ReadOnly => {
+                Refused::State
+            }
         }
     }
 }
