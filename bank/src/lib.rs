@@ -170,7 +170,7 @@ impl Handler for Bank {
         }
     }
 
-    fn read_only(&self, command: &BankCommand) -> bool {
+    fn read_only(command: &BankCommand) -> bool {
         matches!(command, BankCommand::Get { .. } | BankCommand::Audit)
     }
 

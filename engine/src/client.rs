@@ -12,7 +12,9 @@ use crate::ids::{ClientId, RequestNumber};
 use futures::{SinkExt, StreamExt};
 use net::auth::Key;
 use net::frame::{FrameCodec, FrameError};
-use net::message::{ClientReply, ClientRequest, Hello, Mode, PROTOCOL_VERSION, Refusal, Rejection};
+use net::message::{
+    ClientReply, ClientRequest, Hello, Mode, PROTOCOL_VERSION, Read, Refusal, Rejection,
+};
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -242,15 +244,39 @@ impl Client {
         self.requests.id()
     }
 
-    /// Sends typed commands as one request; returns each command's outcome.
+    /// Sends typed commands as one request; returns each command's outcome. Commands the
+    /// handler all marks read-only ([`Handler::read_only`]) go as a read, answered by the
+    /// leader without a log entry and with no number of the session.
     pub async fn submit<H: Handler>(
         &mut self,
         commands: &[H::Command],
     ) -> Result<Vec<OutcomeOf<H>>, ClientError> {
-        let (count, results) = self
-            .submit_encoded(encode_commands(commands), commands.len() as u32)
-            .await?;
+        let (encoded, count) = (encode_commands(commands), commands.len() as u32);
+        let (count, results) = if is_read::<H>(commands) {
+            self.read_encoded(encoded, count).await?
+        } else {
+            self.submit_encoded(encoded, count).await?
+        };
         Ok(crate::apply::decode_outcomes::<H>(&results, count)?)
+    }
+
+    /// Sends already encoded commands, every one marked read-only by the handler, as a read
+    /// answered off the log (linearizable: see `notes/decisions/reads.md`); returns the
+    /// command count and the encoded outcomes. A command not marked read-only refuses the
+    /// read ([`Rejection::NotReadOnly`]). Retried as a request is; it takes no number.
+    pub async fn read_encoded(
+        &mut self,
+        commands: Vec<u8>,
+        count: u32,
+    ) -> Result<(u32, Vec<u8>), ClientError> {
+        let read = self.requests.begin_read(count);
+        let message = ClientRequest::Read(Read {
+            client: self.id(),
+            read,
+            command_count: count,
+            commands,
+        });
+        self.exchange_until_done(&message, RequestNumber(0)).await
     }
 
     /// The number the next request will take.
@@ -272,7 +298,8 @@ impl Client {
     /// Sends `requests` pipelined: up to [`PIPELINE_REQUESTS_MAX`] in flight at once (each on
     /// its own connection), numbered in order. The cluster applies them in that order (a
     /// request that arrives before one it follows is answered "not yet" and sent again), and
-    /// the results come back in it, one per request. A request given up on (with
+    /// the results come back in it, one per request. Every request goes through the log,
+    /// read-only ones too, so that reads keep their place in the order. A request given up on (with
     /// [`ClientConfig::give_up_after`]) may hold up the ones after it until they give up too.
     pub async fn submit_pipelined<H: Handler>(
         &mut self,
@@ -321,10 +348,19 @@ impl Client {
         let submit = self.requests.begin_after(oldest_pending, count, commands);
         let request = submit.request;
         let message = ClientRequest::Submit(submit);
+        self.exchange_until_done(&message, request).await
+    }
+
+    /// Sends `message` (the request in flight, numbered `request`) until an attempt ends it.
+    async fn exchange_until_done(
+        &mut self,
+        message: &ClientRequest,
+        request: RequestNumber,
+    ) -> Result<(u32, Vec<u8>), ClientError> {
         let started = Instant::now();
         let give_up_ms = self.config.give_up_after.map(|d| d.as_millis() as u64);
         loop {
-            let (node, attempt) = self.attempt(&message, request).await;
+            let (node, attempt) = self.attempt(message, request).await;
             let elapsed_ms = started.elapsed().as_millis() as u64;
             let next = match node {
                 Some(node) => self
@@ -396,6 +432,11 @@ impl Client {
             }
         }
     }
+}
+
+/// True when `commands` go as a read: there are some, and the handler marks each read-only.
+fn is_read<H: Handler>(commands: &[H::Command]) -> bool {
+    !commands.is_empty() && commands.iter().all(H::read_only)
 }
 
 /// Sleeps until `at`, or for ever.

@@ -46,9 +46,11 @@ pub trait Handler: Send + Sync + 'static {
 
     /// True when `command` only reads: every write inside it fails with
     /// [`StateError::ReadOnly`] (and the command with it, whatever `execute` returns), so a
-    /// command marked read-only never changes the state. The answer must depend on the
-    /// command alone (every replica asks it). The default marks none.
-    fn read_only(&self, command: &Self::Command) -> bool {
+    /// command marked read-only never changes the state. A request of read-only commands only
+    /// is answered by the leader without a log entry (`Client::submit` sends it as a read;
+    /// `notes/decisions/reads.md`). It depends on the command alone: every replica and the
+    /// client library ask it. The default marks none.
+    fn read_only(command: &Self::Command) -> bool {
         let _ = command;
         false
     }

@@ -54,7 +54,7 @@ impl Handler for Kv {
         Schema::new().table(&NOTES)
     }
 
-    fn read_only(&self, command: &Command) -> bool {
+    fn read_only(command: &Command) -> bool {
         command.read_only
     }
 

@@ -337,6 +337,27 @@ pub enum ClientRequest {
     Upgrade(u32),
     /// Which handler versions the node runs, and which is in force on it.
     Versions,
+    /// Run commands the handler marks read-only and answer them without a log entry, as
+    /// linearizable as a logged request (added after the protocol's third version; every
+    /// earlier message keeps its bytes).
+    Read(Read),
+}
+
+/// A request of read-only commands, answered off the log by the leader: it has no request
+/// number and no session, since running it again is harmless.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct Read {
+    /// The client.
+    pub client: ClientId,
+    /// The client's count of its reads: a retry of a read the leader still holds (same
+    /// client, same count) is answered with it, on the newest connection, and is not run
+    /// again, so that retries sooner than a commit do not each start over.
+    pub read: u64,
+    /// Commands in `commands`.
+    pub command_count: u32,
+    /// The encoded commands.
+    pub commands: Vec<u8>,
 }
 
 /// Which piece of a snapshot file a backup asks for: the first piece of the newest durable
@@ -449,6 +470,11 @@ pub enum Rejection {
     /// The leader's disk is full: it takes no new request until space returns (nothing of
     /// this request was logged).
     StorageFull,
+    /// A read holds a command the handler does not mark read-only (send it as a request).
+    NotReadOnly {
+        /// Its position in the read.
+        command: u32,
+    },
 }
 
 /// What a node answers.
@@ -547,6 +573,13 @@ pub enum ClientReply {
     UpgradeRefused(UpgradeRefusal),
     /// The node's handler versions.
     Versions(HandlerVersions),
+    /// A read's outcomes, encoded back to back (see [`ClientRequest::Read`]).
+    ReadResults {
+        /// Outcomes in `results`.
+        command_count: u32,
+        /// The encoded outcomes.
+        results: Vec<u8>,
+    },
 }
 
 /// Why a leader refused to put a handler version in force.

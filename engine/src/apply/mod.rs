@@ -400,9 +400,45 @@ impl<H: Handler> StateMachine<H> {
         self.applied
     }
 
+    /// The term of the last entry applied for good.
+    pub fn applied_term(&self) -> Term {
+        self.applied_term
+    }
+
     /// The state hash after the last entry applied for good.
     pub fn state_hash(&self) -> StateHash {
         self.hash
+    }
+
+    /// Runs a read's commands (command `i` ends at `ends[i]` in `commands`, as admission found
+    /// them) on the state as it stands, changing nothing: every entry applied for good and the
+    /// speculations after them, at `now_ms`. Their encoded outcomes, or the position of the
+    /// first command that does not decode or that the handler does not mark read-only (then
+    /// nothing ran).
+    pub fn read(&mut self, commands: &[u8], ends: &[u32], now_ms: u64) -> Result<Vec<u8>, u32> {
+        let mut decoded = Vec::with_capacity(ends.len());
+        let mut start = 0;
+        for (at, &end) in ends.iter().enumerate() {
+            let bytes = commands.get(start..end as usize).ok_or(at as u32)?;
+            let (command, _) = codec::decode_prefix::<H::Command>(bytes).map_err(|_| at as u32)?;
+            if !H::read_only(&command) {
+                return Err(at as u32);
+            }
+            decoded.push(command);
+            start = end as usize;
+        }
+        let before = self.state.begin();
+        let mut results = Vec::new();
+        for command in &decoded {
+            let tx = Tx::begin(&mut self.state, (now_ms, self.handler_version));
+            let mut tx = tx.read_only();
+            let result = self.handler.execute(&mut tx, command);
+            let ok = result.is_ok();
+            let outcome = outcome_of::<H>(result, tx.finish(ok));
+            codec::encode_into(&outcome, &mut results).expect("outcomes encode into a vector");
+        }
+        assert_eq!(self.state.begin(), before, "a read changed the state");
+        Ok(results)
     }
 
     /// Applies the next committed entry.
@@ -800,7 +836,7 @@ impl<H: Handler> StateMachine<H> {
         let outcome = match &self.commands[at] {
             Some(command) => {
                 let mut tx = Tx::begin(&mut self.state, (now_ms, self.handler_version));
-                if self.handler.read_only(command) {
+                if H::read_only(command) {
                     tx = tx.read_only();
                 }
                 let result = self.handler.execute(&mut tx, command);

@@ -237,6 +237,7 @@ async fn piece(
         | ClientReply::Upgrading { .. }
         | ClientReply::UpgradeRefused(_)
         | ClientReply::Versions(_)
+        | ClientReply::ReadResults { .. }
         | ClientReply::Refused(_)) => Err(FetchError::Unexpected(format!("{other:?}"))),
     }
 }

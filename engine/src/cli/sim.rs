@@ -119,10 +119,11 @@ pub fn sim<W: Workload>(args: SimArgs, make: impl Fn() -> W) -> anyhow::Result<(
 /// The summary table: the seeds' counts summed.
 fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>8} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
+        "reads",
         "committed",
         "crashes",
         "partitions",
@@ -146,10 +147,11 @@ fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
         "seconds"
     );
     println!(
-        "{:>8} {:>10} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>8} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8.1}",
         seeds,
         failing,
         totals.acknowledged,
+        totals.reads,
         totals.committed,
         totals.crashes,
         totals.partitions,

@@ -91,6 +91,18 @@ impl Client {
             .block_on(self.inner.submit_encoded(commands, count))
     }
 
+    /// Sends already encoded read-only commands as a read, answered off the log, and blocks
+    /// until the encoded outcomes are back, as [`super::Client::read_encoded`]; not for use
+    /// inside an async runtime.
+    pub fn read_encoded(
+        &mut self,
+        commands: Vec<u8>,
+        count: u32,
+    ) -> Result<(u32, Vec<u8>), ClientError> {
+        self.runtime
+            .block_on(self.inner.read_encoded(commands, count))
+    }
+
     /// Sends `requests` pipelined and blocks until every one has ended, as
     /// [`super::Client::submit_pipelined`]: results in the requests' order, one per request.
     /// Not for use inside an async runtime.

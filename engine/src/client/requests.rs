@@ -66,6 +66,24 @@ struct InFlight {
     last_rejection: Option<Rejection>,
     /// Hedges of the attempt under way so far.
     hedges: usize,
+    /// A read: it took no number.
+    read: bool,
+}
+
+impl InFlight {
+    fn new(request: RequestNumber, command_count: u32, read: bool) -> Self {
+        InFlight {
+            request,
+            command_count,
+            attempts: 0,
+            backoff_ms: RETRY_BACKOFF_MS_MIN,
+            redirects: 0,
+            refused_by: 0,
+            last_rejection: None,
+            hedges: 0,
+            read,
+        }
+    }
 }
 
 /// A client session's numbering and retry logic: one id, requests numbered from the first,
@@ -74,6 +92,8 @@ struct InFlight {
 pub struct Requests<A> {
     id: ClientId,
     next_request: u64,
+    /// Reads begun.
+    reads: u64,
     nodes: Vec<A>,
     target: A,
     rotation: usize,
@@ -89,6 +109,7 @@ impl<A: Clone + PartialEq> Requests<A> {
         Requests {
             id,
             next_request: first.0,
+            reads: 0,
             target: nodes[0].clone(),
             nodes,
             rotation: 0,
@@ -148,16 +169,7 @@ impl<A: Clone + PartialEq> Requests<A> {
     ) -> Submit {
         let request = RequestNumber(self.next_request);
         self.next_request += 1;
-        self.current = Some(InFlight {
-            request,
-            command_count,
-            attempts: 0,
-            backoff_ms: RETRY_BACKOFF_MS_MIN,
-            redirects: 0,
-            refused_by: 0,
-            last_rejection: None,
-            hedges: 0,
-        });
+        self.current = Some(InFlight::new(request, command_count, false));
         Submit {
             client: self.id,
             request,
@@ -165,6 +177,15 @@ impl<A: Clone + PartialEq> Requests<A> {
             command_count,
             commands,
         }
+    }
+
+    /// Starts a read of `command_count` commands: it takes no request number (its answers
+    /// are told apart as those of number 0, which no request of a registered client has),
+    /// only the next of the client's count of reads, which it keeps across every attempt.
+    pub fn begin_read(&mut self, command_count: u32) -> u64 {
+        self.current = Some(InFlight::new(RequestNumber(0), command_count, true));
+        self.reads += 1;
+        self.reads
     }
 
     /// The request in flight, if any.
@@ -299,12 +320,15 @@ impl<A: Clone + PartialEq> Requests<A> {
             Answer::Refused(
                 reason @ (Rejection::Empty
                 | Rejection::TooManyCommands { .. }
-                | Rejection::Malformed { .. }),
+                | Rejection::Malformed { .. }
+                | Rejection::NotReadOnly { .. }),
             ) => {
                 // Refused for its own bytes, everywhere alike and every time (an attempt that
                 // was logged passed the same checks): the number was never used, and the next
-                // request takes it (sessions start at 1).
-                self.next_request -= 1;
+                // request takes it (sessions start at 1). A read took none.
+                if !current.read {
+                    self.next_request -= 1;
+                }
                 Decision::Done(Err(ClientError::Rejected(reason)))
             }
             Answer::Stale => Decision::Done(Err(ClientError::Stale(request))),
@@ -371,6 +395,10 @@ pub fn answer_to<A>(
             results,
             ..
         } if r == request => Some(Answer::Results(command_count, results)),
+        ClientReply::ReadResults {
+            command_count,
+            results,
+        } if request == RequestNumber(0) => Some(Answer::Results(command_count, results)),
         ClientReply::Rejected { request: r, reason } if r == request => {
             Some(Answer::Refused(reason))
         }
@@ -392,7 +420,8 @@ pub fn answer_to<A>(
         | ClientReply::Status(_)
         | ClientReply::ModeSet(_)
         | ClientReply::MembersChanging { .. }
-        | ClientReply::MembersRefused(_) => None,
+        | ClientReply::MembersRefused(_)
+        | ClientReply::ReadResults { .. } => None,
         ClientReply::BackupChunk(_) | ClientReply::NoBackup { .. } => None,
         ClientReply::Upgrading { .. }
         | ClientReply::UpgradeRefused(_)

@@ -609,6 +609,7 @@ impl<H: Handler> Driver<H> {
                 let _ = reply.try_send(ClientReply::ModeSet(self.set_mode(mode)));
             }
             ClientRequest::Submit(submit) => self.replica.admit(submit, reply, out),
+            ClientRequest::Read(read) => self.replica.read(read, reply, out),
             ClientRequest::Resume(client) => self.replica.resume(client, reply, out),
             ClientRequest::ChangeMembers(change) => {
                 let answer = self.replica.change_members(&change, out);

@@ -327,6 +327,7 @@ impl NodeMetrics {
             Rejection::Halted => "halted",
             Rejection::Busy => "busy",
             Rejection::StorageFull => "storage_full",
+            Rejection::NotReadOnly { .. } => "not_read_only",
         };
         self.refused_for(reason);
     }

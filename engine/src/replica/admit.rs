@@ -135,6 +135,7 @@ impl<H: Handler, T> Replica<H, T> {
             .into_values()
             .map(|(_, waiter)| waiter)
             .chain(resumes.map(|(_, _, waiter)| waiter))
+            .chain(self.reads.drain())
         {
             out.push(Io::Answer {
                 to: waiter,

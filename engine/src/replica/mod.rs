@@ -13,6 +13,7 @@
 //! a decision; the time that handlers see (`Tx::now_ms`) is given to [`Replica::propose`].
 
 mod admit;
+mod reads;
 mod snapshots;
 mod timing;
 
@@ -242,6 +243,11 @@ pub struct Replica<H: Handler, T> {
     commit_to: EntryIndex,
     /// Ticks since the replica started.
     ticks: u64,
+    /// The time given with the latest tick or proposal, in milliseconds since the Unix epoch:
+    /// what a read's commands see as `Tx::now_ms`.
+    now_ms: u64,
+    /// Reads off the log in progress.
+    reads: reads::Reads<T>,
     snapshots: Snapshots,
     timing: Timing,
 }
@@ -267,6 +273,8 @@ impl<H: Handler, T> Replica<H, T> {
             unsimulated: Vec::new(),
             commit_to: EntryIndex::ZERO,
             ticks: 0,
+            now_ms: 0,
+            reads: reads::Reads::default(),
             snapshots,
             timing: Timing::default(),
             machine,
@@ -483,6 +491,7 @@ impl<H: Handler, T> Replica<H, T> {
                 self.answer(reply, out);
             }
             self.answer_resumes(out);
+            self.serve_reads(out);
             let mut actions = Vec::new();
             self.core.step(Event::Applied(hash), &mut actions);
             queue.extend(actions);
@@ -541,7 +550,8 @@ impl<H: Handler, T> Replica<H, T> {
         let waiting = std::mem::take(&mut self.waiters)
             .into_values()
             .map(|(_, w)| w);
-        for waiter in waiting.chain(resumes.map(|(_, _, w)| w)) {
+        let reads = self.reads.drain();
+        for waiter in waiting.chain(resumes.map(|(_, _, w)| w)).chain(reads) {
             out.push(Io::Answer {
                 to: waiter,
                 reply: elsewhere.clone(),
@@ -551,21 +561,26 @@ impl<H: Handler, T> Replica<H, T> {
         self.halted = Some(reason);
     }
 
-    /// Forms entries from waiting requests while the pipeline has room.
+    /// Forms entries from waiting requests while the pipeline has room; with none waiting, an
+    /// empty entry when a read waits for one past the log's end.
     pub fn propose(&mut self, now_ms: u64, out: &mut Vec<Io<T>>) {
+        self.now_ms = self.now_ms.max(now_ms);
         while self.halted.is_none()
             && self.core.role() == Role::Leader
             && self.core.uncommitted() < self.config.pipeline_entries_max
         {
-            let Some((payload, count)) = self.batcher.next_entry(now_ms) else {
-                return;
+            let (kind, count, payload) = match self.batcher.next_entry(now_ms) {
+                Some((payload, count)) => (EntryKind::Commands, count, payload),
+                None if self.reads_need_entry() => (EntryKind::Noop, 0, Bytes::new()),
+                None => return,
             };
             let mut actions = Vec::new();
             let index = self
                 .core
-                .propose(EntryKind::Commands, count, payload, &mut actions)
+                .propose(kind, count, payload, &mut actions)
                 .expect("the leader proposes");
             self.timing.proposed(index, !self.batcher.is_empty());
+            // An empty entry is simulated too, so that the speculations after it go on.
             self.unsimulated.push(index);
             self.take_actions(actions, out);
         }

@@ -106,6 +106,19 @@ pub struct Checker<W: Workload> {
     pub(super) rewritten: bool,
     /// The members of the newest committed members entry.
     members: Option<Members>,
+    /// Reads in flight, by client lane.
+    reads: BTreeMap<usize, PendingRead>,
+}
+
+/// A read in flight (I12): its commands, and every answer the committed state gave it from
+/// its sending on (the reference runs it after each entry it applies).
+struct PendingRead {
+    commands: Vec<u8>,
+    ends: Vec<u32>,
+    /// The entry the reference had applied when the read was sent.
+    sent_after: EntryIndex,
+    /// Each distinct answer, in order.
+    answers: Vec<Vec<u8>>,
 }
 
 /// Violations a run keeps, at most.
@@ -134,6 +147,57 @@ impl<W: Workload> Checker<W> {
             stopped: false,
             rewritten: false,
             members: None,
+            reads: BTreeMap::new(),
+        }
+    }
+
+    /// I12: lane `lane` sent a read of `commands`. The reference's applied index is the
+    /// highest commit index a node knows: a linearizable read sees at least that state.
+    pub(super) fn read_sent(&mut self, lane: usize, commands: &[Cmd<W>]) {
+        let mut bytes = Vec::new();
+        let mut ends = Vec::with_capacity(commands.len());
+        for command in commands {
+            crate::codec::encode_into(command, &mut bytes).expect("commands encode");
+            ends.push(bytes.len() as u32);
+        }
+        let mut read = PendingRead {
+            commands: bytes,
+            ends,
+            sent_after: self.reference.applied_index(),
+            answers: Vec::new(),
+        };
+        self.run_read(&mut read);
+        self.reads.insert(lane, read);
+    }
+
+    /// Runs `read` on the reference's state; keeps its answer when it is a new one.
+    fn run_read(&mut self, read: &mut PendingRead) {
+        let answer = self
+            .reference
+            .read(&read.commands, &read.ends, 0)
+            .expect("reads hold read-only commands only");
+        if read.answers.last() != Some(&answer) {
+            read.answers.push(answer);
+        }
+    }
+
+    /// I12: lane `lane`'s read was answered with `results`: they must be what the committed
+    /// state gave at some entry between its sending and now (the reference has applied every
+    /// entry a node knows committed, so every state the answer may come from).
+    pub(super) fn read_answered(&mut self, lane: usize, results: &[u8]) {
+        let Some(read) = self.reads.remove(&lane) else {
+            return;
+        };
+        if !self.stopped && !read.answers.iter().any(|answer| answer == results) {
+            let now = self.reference.applied_index();
+            self.note(
+                Invariant::ReadLinearizable,
+                format!(
+                    "lane {lane}: a read's answer is none of the committed state's from entry {} \
+                     (when it was sent) to entry {} (when it was answered)",
+                    read.sent_after.0, now.0
+                ),
+            );
         }
     }
 
@@ -397,6 +461,11 @@ impl<W: Workload> Checker<W> {
                 }
             };
             self.node_applied(REFERENCE, applied.index, applied.state_hash);
+            let mut reads = std::mem::take(&mut self.reads);
+            for read in reads.values_mut() {
+                self.run_read(read);
+            }
+            self.reads = reads;
             for reply in &applied.replies {
                 self.take_reply(workload, applied.index, reply);
             }

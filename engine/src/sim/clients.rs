@@ -9,6 +9,7 @@ use super::violation::Invariant;
 use super::{SIM_NODES, Sim, SimEvent, Time, Workload};
 use crate::client::{Answer, Attempt, ClientError, Next, Requests, answer_to};
 use crate::entry::encode_commands;
+use crate::handler::Handler;
 use crate::ids::{ClientId, NodeId, RequestNumber};
 use net::message::{ClientReply, Submit};
 use std::ops::Range;
@@ -48,6 +49,9 @@ pub(super) struct SimClient {
     pub(super) requests: Requests<NodeId>,
     /// The request outstanding, as sent on every attempt.
     pub(super) current: Option<Submit>,
+    /// It is a read (sent as [`net::message::Read`], number 0), with the client's count of
+    /// reads: a single lane's request whose commands the handler all marks read-only.
+    pub(super) read: Option<u64>,
     /// When it began.
     began: Time,
     /// The attempt in flight (replies and timeouts of earlier ones are ignored).
@@ -78,6 +82,7 @@ impl SimClient {
             window: k as usize,
             requests: Requests::new(nodes, ClientId(u128::from(k) + 1), RequestNumber(1)),
             current: None,
+            read: None,
             began: 0,
             attempt: 0,
             hedge: None,
@@ -111,25 +116,45 @@ impl<W: Workload> Sim<W> {
         let width = (w.lanes.len() as u32).min(self.options.requests - w.sent);
         let (first, lanes) = (w.next, w.lanes.start);
         let oldest_pending = (w.lanes.len() > 1).then_some(first);
+        // Reads go off the log only from single-lane clients, as the client library sends
+        // them (a pipelined read keeps its place in the log's order); they take no number.
+        let single = w.lanes.len() == 1;
+        let mut numbered = 0;
         for lane in 0..width {
             let commands = self.workload.next_request(&mut self.rng);
             let bytes = encode_commands(&commands);
             let count = commands.len() as u32;
             let client = lanes + lane as usize;
-            let c = &mut self.clients[client];
-            c.requests.skip_to(RequestNumber(first.0 + u64::from(lane)));
-            let submit = c.requests.begin_after(oldest_pending, count, bytes);
-            c.began = self.now;
+            let read = single && commands.iter().all(<W::H as Handler>::read_only);
             let at = self.report.events;
-            self.checker
-                .requested(submit.client, submit.request, commands, at);
-            c.current = Some(submit);
+            let c = &mut self.clients[client];
+            c.began = self.now;
+            c.read = None;
+            if read {
+                c.read = Some(c.requests.begin_read(count));
+                let client_id = c.requests.id();
+                self.checker.read_sent(client, &commands);
+                c.current = Some(Submit {
+                    client: client_id,
+                    request: RequestNumber(0),
+                    oldest_pending: RequestNumber(0),
+                    command_count: count,
+                    commands: bytes,
+                });
+            } else {
+                c.requests.skip_to(RequestNumber(first.0 + numbered));
+                numbered += 1;
+                let submit = c.requests.begin_after(oldest_pending, count, bytes);
+                self.checker
+                    .requested(submit.client, submit.request, commands, at);
+                c.current = Some(submit);
+            }
             self.send_request(client);
         }
         let w = &mut self.windows[window];
         w.sent += width;
         w.open = width;
-        w.next = RequestNumber(first.0 + u64::from(width));
+        w.next = RequestNumber(first.0 + numbered);
     }
 
     /// A lane's request is over: the client's next batch starts once every lane's is.
@@ -264,6 +289,11 @@ impl<W: Workload> Sim<W> {
             Next::Done(result) => {
                 let submit = c.current.take().expect("a request in flight");
                 match result {
+                    Ok((_, results)) if c.read.is_some() => {
+                        self.report.acknowledged += 1;
+                        self.report.reads += 1;
+                        self.checker.read_answered(client, &results);
+                    }
                     Ok((_, results)) => {
                         self.report.acknowledged += 1;
                         let at = self.report.events;

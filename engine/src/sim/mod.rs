@@ -77,7 +77,7 @@ use check::Checker;
 use clients::{SimClient, Token, Window};
 use disk::Disk;
 pub use faults::{FAULTS_UNITS_MAX, STALL_UNITS_MAX};
-use net::message::{ClientReply, PeerMessage, Role, SnapshotChunk};
+use net::message::{ClientReply, PeerMessage, Read, Role, SnapshotChunk};
 use network::Links;
 pub use options::{SimOptions, SimReport};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -847,8 +847,19 @@ impl<W: Workload> Sim<W> {
         }
         // Nobody listens on a node that is down: the client times out.
         let now_ms = self.now / 10;
+        let read = self.clients[token.0].read;
         self.drive(id, |r, out| {
-            r.admit(submit, token, out);
+            if let Some(read) = read {
+                let read = Read {
+                    client: submit.client,
+                    read,
+                    command_count: submit.command_count,
+                    commands: submit.commands,
+                };
+                r.read(read, token, out);
+            } else {
+                r.admit(submit, token, out);
+            }
             r.propose(now_ms, out);
         });
     }

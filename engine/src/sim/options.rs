@@ -44,6 +44,8 @@ pub struct SimReport {
     pub violations: Vec<Violation>,
     /// Requests whose results reached their client.
     pub acknowledged: u64,
+    /// Of those, reads answered off the log (checked by I12).
+    pub reads: u64,
     /// Requests with no known outcome after the cluster healed (I6).
     pub unknown: u64,
     /// Entries committed.
@@ -97,6 +99,7 @@ impl SimReport {
     /// violations and the leaders stay this report's).
     pub fn absorb(&mut self, other: &SimReport) {
         self.acknowledged += other.acknowledged;
+        self.reads += other.reads;
         self.committed += other.committed;
         self.crashes += other.crashes;
         self.partitions += other.partitions;

@@ -29,6 +29,9 @@ pub enum Invariant {
     ClientOrder,
     /// I11: a committed members entry changes one node at most from the committed list before.
     MembersChange,
+    /// I12: a read answered off the log gives what the committed state gave at some entry
+    /// applied between its sending and its answer.
+    ReadLinearizable,
     /// The cluster commits again after healing, and a node does not campaign while a leader
     /// it can hear leads.
     Liveness,
@@ -60,6 +63,7 @@ impl Invariant {
             Invariant::RealTimeOrder => "I9",
             Invariant::ClientOrder => "I10",
             Invariant::MembersChange => "I11",
+            Invariant::ReadLinearizable => "I12",
             Invariant::Liveness => "liveness",
             Invariant::Oracle => "oracle",
             Invariant::Reference => "reference",

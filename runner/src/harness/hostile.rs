@@ -262,7 +262,8 @@ impl std::fmt::Display for Heard {
             Heard::Admission(Admission::Accepted) => f.write_str("admitted"),
             Heard::Reply(reply) => match reply.as_ref() {
                 ClientReply::Refused(r) => write!(f, "refused: {r}"),
-                ClientReply::Results { command_count, .. } => {
+                ClientReply::Results { command_count, .. }
+                | ClientReply::ReadResults { command_count, .. } => {
                     write!(f, "results of {command_count}")
                 }
                 ClientReply::Rejected { reason, .. } => write!(f, "rejected: {reason:?}"),
@@ -826,6 +827,7 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
         match net::codec::decode::<ClientReply>(&frame).ok()? {
             ClientReply::Refused(r) => Some(r),
             ClientReply::Results { .. }
+            | ClientReply::ReadResults { .. }
             | ClientReply::NotLeader { .. }
             | ClientReply::Rejected { .. }
             | ClientReply::Stale { .. }
