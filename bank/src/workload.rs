@@ -56,10 +56,29 @@ impl Transfers {
     /// between two distinct random accounts of a random amount.
     pub fn next_command(&mut self) -> BankCommand {
         if self.reads_percent > 0 && self.rng.below(100) < self.reads_percent {
-            return BankCommand::Get {
-                id: account_id(self.rng.below(self.accounts)),
-            };
+            return self.read();
         }
+        self.transfer()
+    }
+
+    /// The next request of `commands` commands into `out`: with reads asked for, reads only
+    /// (as often as asked, per request) or transfers only, as a client reading balances sends
+    /// its reads on their own (a request of reads only is answered off the log); with none,
+    /// `commands` transfers of the stream, as [`Transfers::next_command`] gives them.
+    pub fn next_request(&mut self, commands: u32, out: &mut Vec<BankCommand>) {
+        let reads = self.reads_percent > 0 && self.rng.below(100) < self.reads_percent;
+        for _ in 0..commands {
+            out.push(if reads { self.read() } else { self.transfer() });
+        }
+    }
+
+    fn read(&mut self) -> BankCommand {
+        BankCommand::Get {
+            id: account_id(self.rng.below(self.accounts)),
+        }
+    }
+
+    fn transfer(&mut self) -> BankCommand {
         let from = self.rng.below(self.accounts);
         let mut to = self.rng.below(self.accounts - 1);
         if to >= from {

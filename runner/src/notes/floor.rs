@@ -242,6 +242,7 @@ fn engine_options(args: &LocalArgs, shape: &Shape, run: u32) -> BenchOptions {
         runs: 1,
         seed: args.bench.seed.wrapping_add(u64::from(run)),
         reads: 0,
+        reads_in_log: false,
         json: None,
         ..args.bench.clone()
     }

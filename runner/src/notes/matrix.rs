@@ -139,6 +139,7 @@ fn on_storage(
         seed: args.bench.seed,
         json: None,
         reads,
+        reads_in_log: false,
         rate: None,
     };
     let both = [Some(Mode::Verify), Some(Mode::Performance)];

@@ -55,9 +55,14 @@ pub struct BenchOptions {
     /// Seed of the transfer streams.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Percent of the commands that are single-account reads instead of transfers.
+    /// Percent of the requests that are single-account reads only (each sent as a read,
+    /// answered off the log) instead of transfers.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100))]
     pub reads: u64,
+    /// Sends the read requests of --reads through the log as any request (how reads went
+    /// before they were answered off the log), for comparison.
+    #[arg(long)]
+    pub reads_in_log: bool,
     /// Open loop: requests per second, sent at fixed times whether or not earlier ones were
     /// answered, with latency counted from each request's due time (--inflight is then
     /// ignored: as many sessions as the queue needs, up to 1,024).
@@ -194,11 +199,9 @@ async fn worker(
     let mut batch = Vec::with_capacity(options.batch as usize);
     while Instant::now() < stop_at && measured.get() < target {
         batch.clear();
-        batch.extend((0..options.batch).map(|_| transfers.next_command()));
+        transfers.next_request(options.batch, &mut batch);
         let sent = Instant::now();
-        let answer = client
-            .submit_encoded(encode_commands(&batch), options.batch)
-            .await;
+        let answer = send(&mut client, &batch, options).await;
         let done = Instant::now();
         if done >= warm_until {
             tally.record(answer, options.batch, done - sent, measured, latency);
@@ -238,6 +241,24 @@ impl Tally {
     }
 }
 
+/// Sends `commands` as one request: as a read when they only read (unless
+/// `--reads-in-log`), else through the log.
+async fn send(
+    client: &mut Client,
+    commands: &[BankCommand],
+    options: &BenchOptions,
+) -> Result<(u32, Vec<u8>), ClientError> {
+    let count = commands.len() as u32;
+    let read = commands.iter().all(<Bank as engine::Handler>::read_only);
+    if read && !options.reads_in_log {
+        client.read_encoded(encode_commands(commands), count).await
+    } else {
+        client
+            .submit_encoded(encode_commands(commands), count)
+            .await
+    }
+}
+
 /// The open loop (`--rate`): requests due at fixed times from the start of the warm-up; those
 /// due after it are measured, with latency from their due time.
 async fn open_loop(
@@ -264,10 +285,8 @@ async fn open_loop(
     let to_tokio = tokio::time::Instant::from_std;
     let batch = options.batch;
     let send = |mut session: Client, due: tokio::time::Instant| {
-        let commands: Vec<BankCommand> = {
-            let mut transfers = transfers.borrow_mut();
-            (0..batch).map(|_| transfers.next_command()).collect()
-        };
+        let mut commands = Vec::with_capacity(batch as usize);
+        transfers.borrow_mut().next_request(batch, &mut commands);
         if due.into_std() >= warm_until {
             let late = Instant::now().saturating_duration_since(due.into_std());
             if let Some(histogram) = tally.borrow_mut().send_late_us.as_mut() {
@@ -275,9 +294,7 @@ async fn open_loop(
             }
         }
         async move {
-            let answer = session
-                .submit_encoded(encode_commands(&commands), batch)
-                .await;
+            let answer = send(&mut session, &commands, options).await;
             (session, due, answer)
         }
     };
