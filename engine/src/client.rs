@@ -160,7 +160,8 @@ pub struct Client {
 impl Client {
     /// A client with id `id` whose next request is numbered `first_request`.
     pub fn new(config: ClientConfig, id: ClientId, first_request: RequestNumber) -> Self {
-        let requests = Requests::new(config.nodes.clone(), id, first_request);
+        let mut requests = Requests::new(config.nodes.clone(), id, first_request);
+        requests.count_reads_from(random_read_count());
         Client {
             config,
             requests,
@@ -431,6 +432,17 @@ impl Client {
                 (Some(other), attempt)
             }
         }
+    }
+}
+
+/// Where a client's count of reads starts: random, since a client may run again under the
+/// same id (the clock's nanoseconds where the system gives no randomness).
+fn random_read_count() -> u64 {
+    match ClientId::random() {
+        Ok(random) => random.0 as u64,
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64),
     }
 }
 

@@ -76,7 +76,8 @@ impl Handler for Registers {
 /// Proves the read path end to end: each read sees the write answered just before it (from a
 /// client of its own, so that nothing but linearizability orders them) and takes no number of
 /// its session; a read-only command that writes fails and changes nothing; a read holding a
-/// write command is refused and takes no number either.
+/// write command is refused and takes no number either; a client run again under its id gets
+/// fresh reads, not answers the leader keeps for the earlier run's.
 #[test]
 fn reads_are_answered_off_the_log_and_see_every_write_before_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -122,4 +123,21 @@ fn reads_are_answered_off_the_log_and_see_every_write_before_them() {
         "{refused:?}"
     );
     assert_eq!(reader.next_request(), numbered);
+
+    // The reader runs again under its id (a restart): its first read is a new one, not the
+    // one of the same count the leader answered a moment ago.
+    let id = reader.id();
+    let read = reader
+        .submit::<Registers>(&[Command::Get { key: 7 }])
+        .unwrap();
+    assert_eq!(read, vec![Outcome::Done(Some(20))]);
+    drop(reader);
+    writer
+        .submit::<Registers>(&[Command::Set { key: 7, value: 21 }])
+        .unwrap();
+    let mut again = Client::new(cluster.client_config(), id, numbered).unwrap();
+    let read = again
+        .submit::<Registers>(&[Command::Get { key: 7 }])
+        .unwrap();
+    assert_eq!(read, vec![Outcome::Done(Some(21))]);
 }

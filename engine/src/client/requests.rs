@@ -184,8 +184,15 @@ impl<A: Clone + PartialEq> Requests<A> {
     /// only the next of the client's count of reads, which it keeps across every attempt.
     pub fn begin_read(&mut self, command_count: u32) -> u64 {
         self.current = Some(InFlight::new(RequestNumber(0), command_count, true));
-        self.reads += 1;
+        self.reads = self.reads.wrapping_add(1);
         self.reads
+    }
+
+    /// Counts this client's reads on from `count`: a client that may run again under the
+    /// same id starts from a random count, so that a leader never takes one of its reads for
+    /// one of an earlier run's (a leader answers a read it holds, or answered lately, again).
+    pub fn count_reads_from(&mut self, count: u64) {
+        self.reads = count;
     }
 
     /// The request in flight, if any.
