@@ -12,6 +12,7 @@ use common::{
     Model, SmallDisk, TRANSFERS_PER_REQUEST, converged, leader_of, runtime, transfers, wait_for,
 };
 use engine::client::{Client, ClientError};
+use engine::internals::entry::encode_commands;
 use engine::node::ClusterFile;
 use engine::rng::Rng;
 use engine::{ClientId, RequestNumber};
@@ -96,8 +97,10 @@ fn a_full_follower_drops_out_and_a_full_leader_refuses_new_requests() {
         let read = [BankCommand::Get {
             id: bank::workload::account_id(0),
         }];
+        // Sent through the log (a read off the log is in no session), as `submit_encoded` does.
+        let logged = || (encode_commands(&read), 1);
         let mut first = Client::new(config.clone(), ClientId(40), RequestNumber(1));
-        let answered = first.submit::<Bank>(&read).await.unwrap();
+        let (_, answered) = first.submit_encoded(logged().0, logged().1).await.unwrap();
 
         // A full leader: new requests are refused with StorageFull, which the client retries
         // (here until it gives up: the outcome is unknown to it, and nothing was logged).
@@ -130,8 +133,8 @@ fn a_full_follower_drops_out_and_a_full_leader_refuses_new_requests() {
         // A retry of a request the sessions know is answered with its results, full disk or
         // not (it used to be refused, and the client gave its number back for other commands).
         let mut again = Client::new(config.clone(), ClientId(40), RequestNumber(1));
-        let retried = again
-            .submit::<Bank>(&read)
+        let (_, retried) = again
+            .submit_encoded(logged().0, logged().1)
             .await
             .expect("answered from the session");
         assert_eq!(retried, answered);
