@@ -211,6 +211,26 @@ pub enum PeerMessage {
     /// Leader to follower: a piece of a snapshot, for a follower that needs entries the
     /// leader's log no longer holds.
     Snapshot(SnapshotChunk),
+    /// Replica to replica: where the sender's log ends. A replica repairing damage asks the
+    /// replicas that may hold what it lost, whether or not they campaign, and each answers
+    /// (added after the protocol's third version; every earlier message keeps its bytes).
+    LogEnd(LogEnd),
+}
+
+/// Where a replica's log ends, asked by a replica repairing damage or answered to one.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct LogEnd {
+    /// The sender's term (it changes nothing where it arrives).
+    pub term: Term,
+    /// The sender.
+    pub from: NodeId,
+    /// Its last log index.
+    pub last_index: EntryIndex,
+    /// The term of that entry.
+    pub last_term: Term,
+    /// True when the sender asks for the receiver's log end in return.
+    pub ask: bool,
 }
 
 /// A piece of a snapshot file, sent in order; the follower installs the snapshot once it has

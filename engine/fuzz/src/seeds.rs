@@ -17,7 +17,7 @@ use net::ids::StateHash;
 use net::message::{
     Admission, Append, AppendOutcome, AppendReply, AppliedHash, Challenge, ClientReply,
     ClientRequest, Hello, Mode, PeerMessage, Proof, Refusal, Rejection, SnapshotChunk, Submit,
-    Vote, VoteReply,
+    LogEnd, Vote, VoteReply,
 };
 use std::fs;
 use std::path::Path;
@@ -129,6 +129,13 @@ fn peer_messages() -> Vec<PeerMessage> {
             offset: 0,
             total: 5,
             data: vec![1, 2, 3, 4, 5],
+        }),
+        PeerMessage::LogEnd(LogEnd {
+            term: Term(2),
+            from: NodeId(2),
+            last_index: EntryIndex(4),
+            last_term: Term(1),
+            ask: true,
         }),
     ]
 }

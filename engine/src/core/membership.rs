@@ -5,7 +5,7 @@
 
 use super::{Action, Core, NotLeader, Progress};
 use crate::entry::{Entry, EntryKind};
-use crate::ids::{EntryIndex, NodeId};
+use crate::ids::{EntryIndex, NodeId, Term};
 use crate::members::{MemberChange, Members, MembersError};
 use bytes::Bytes;
 use net::message::Role;
@@ -25,6 +25,15 @@ pub enum ChangeRefused {
     /// The change itself is wrong.
     #[error(transparent)]
     Invalid(#[from] MembersError),
+}
+
+/// What a replica repairing damage knows of the others ([`Core::repair_view`]).
+#[derive(Clone, Debug)]
+pub struct RepairView {
+    /// The replicas it must hear from (none: it knows no members it is one of).
+    pub judges: Option<Vec<NodeId>>,
+    /// The log end (term, index) heard from each replica since it started.
+    pub log_ends: Vec<(NodeId, (Term, EntryIndex))>,
 }
 
 /// A set of node ids, fixed in size (a bit per id).
@@ -58,15 +67,20 @@ pub(super) struct Configs {
     /// The newest list committed, with its entry's index (zero: the cluster file's list, in no
     /// entry).
     settled: (EntryIndex, Members),
+    /// True while the settled list is the first members, in no entry (a snapshot taken before
+    /// any members entry settles at its index with them).
+    settled_first: bool,
     /// Lists of members entries after it, in log order, none committed yet.
     pending: Vec<(EntryIndex, Members)>,
 }
 
 impl Configs {
-    /// The lists recovered: the newest committed one, then those of `window`'s entries after it.
-    pub(super) fn recover(settled: (EntryIndex, Members), window: &[Entry]) -> Self {
+    /// The lists recovered: the newest committed one (`first`: the first members, in no
+    /// entry), then those of `window`'s entries after it.
+    pub(super) fn recover(settled: (EntryIndex, Members), first: bool, window: &[Entry]) -> Self {
         let mut configs = Configs {
             settled,
+            settled_first: first,
             pending: Vec::new(),
         };
         let after = configs.settled.0;
@@ -114,13 +128,22 @@ impl Configs {
             .count();
         if let Some(newest) = self.pending.drain(..settled).next_back() {
             self.settled = newest;
+            self.settled_first = false;
         }
     }
 
-    /// A snapshot through `index` replaced the log: `members` were in force there.
-    pub(super) fn reset(&mut self, index: EntryIndex, members: Members) {
+    /// A snapshot through `index` replaced the log: `members` were in force there (`first`:
+    /// the first members, no members entry preceded it).
+    pub(super) fn reset(&mut self, index: EntryIndex, members: Members, first: bool) {
         self.settled = (index, members);
+        self.settled_first = first;
         self.pending.clear();
+    }
+
+    /// The index of the newest committed members entry; none while the first members are
+    /// the newest committed list.
+    pub(super) fn settled_entry(&self) -> Option<EntryIndex> {
+        (!self.settled_first).then_some(self.settled.0)
     }
 
     /// True while a change is appended but not committed.
@@ -166,6 +189,35 @@ impl Core {
         judges.sort_unstable();
         judges.dedup();
         Some(judges)
+    }
+
+    /// What a replica repairing damage knows of the others, for a diagnosis.
+    pub fn repair_view(&self) -> RepairView {
+        RepairView {
+            judges: self.judges(),
+            log_ends: self.log_ends.iter().map(|(&n, &end)| (n, end)).collect(),
+        }
+    }
+
+    /// The first members: kept by the hard state, or the cluster file's.
+    pub(super) fn first_members(&self) -> Members {
+        let kept = self.hard.first_members;
+        kept.map_or_else(
+            || Members::of_ids(self.config.nodes.iter().copied()),
+            |set| Members::of_ids(set.ids()),
+        )
+    }
+
+    /// The first members are not needed once a members entry is applied (a restart then
+    /// starts from the state's own list); they go with the next write of the hard state.
+    pub(super) fn forget_first_members(&mut self, applied: EntryIndex) {
+        if self
+            .configs
+            .settled_entry()
+            .is_some_and(|settled| applied >= settled)
+        {
+            self.hard.first_members = None;
+        }
     }
 
     /// The members other than this replica.

@@ -17,9 +17,10 @@ mod election;
 mod log;
 mod membership;
 mod quorum;
+mod repair;
 
 pub use log::{LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN, LogBase};
-pub use membership::{ChangeRefused, MemberSet};
+pub use membership::{ChangeRefused, MemberSet, RepairView};
 pub use quorum::{majority, quorum_index};
 
 use crate::entry::{Entry, EntryHash, EntryKind};
@@ -102,6 +103,11 @@ pub struct HardState {
     /// changed them is acknowledged): what a replica whose log was cut by damage, or rebuilt
     /// empty, knows of who else may hold what it lost. None before the first change.
     pub members: Option<MemberSet>,
+    /// The members before the first members entry (the cluster file's at the first start),
+    /// while no members entry is applied: where a restart starts from when its log lost the
+    /// entry that made `members` (a list no other log may hold). None once one is applied,
+    /// and in data directories written before it was kept (then `members` stands for it).
+    pub first_members: Option<MemberSet>,
 }
 
 /// What a replica whose hard state was lost knows of the votes it may have cast. A vote it
@@ -343,11 +349,13 @@ impl Core {
         // which the hard state keeps from its first write on: a file edited later to list the
         // nodes that will join does not change them.
         let mut recovered = recovered;
-        let first = recovered
-            .hard_state
-            .members
+        let hard = recovered.hard_state;
+        let first = hard
+            .first_members
+            .or(hard.members)
             .unwrap_or_else(|| MemberSet::of(config.nodes.iter().copied()));
-        recovered.hard_state.members = Some(first);
+        recovered.hard_state.members = Some(hard.members.unwrap_or(first));
+        recovered.hard_state.first_members = recovered.members.is_none().then_some(first);
         let settled = recovered
             .members
             .clone()
@@ -356,7 +364,7 @@ impl Core {
             settled.0 <= applied_index,
             "the members recovered were applied"
         );
-        let configs = Configs::recover(settled, &recovered.window);
+        let configs = Configs::recover(settled, recovered.members.is_none(), &recovered.window);
         let log = Log::new(
             recovered.base,
             recovered.terms,
@@ -575,12 +583,22 @@ impl Core {
                 }
             }
             Role::Follower | Role::Candidate if !self.is_member() => {
-                // Not a member (yet, or any longer): it follows, and never campaigns.
-                self.election_elapsed = 0;
+                // Not a member (yet, or any longer): it follows, and never campaigns; one
+                // repairing damage still asks where the others' logs end.
+                if self.hard.repair.is_none() {
+                    self.election_elapsed = 0;
+                } else {
+                    self.election_elapsed += 1;
+                    if self.election_elapsed >= self.election_timeout {
+                        self.reset_election_timer();
+                        self.ask_log_ends(out);
+                    }
+                }
             }
             Role::Follower | Role::Candidate => {
                 self.election_elapsed += 1;
                 if self.election_elapsed >= self.election_timeout {
+                    self.ask_log_ends(out);
                     // A replica repairing damage campaigns too, but never leads (it may lack
                     // entries it acknowledged): its vote requests tell the others where its
                     // log ends, as theirs tell it where theirs end.
@@ -608,11 +626,17 @@ impl Core {
             PeerMessage::Vote(m) => (m.term, m.candidate),
             PeerMessage::VoteReply(m) => (m.term, m.from),
             PeerMessage::Snapshot(m) => (m.term, m.leader),
+            PeerMessage::LogEnd(m) => (m.term, m.from),
         };
         if sender != from {
             return;
         }
         self.hear_term(from, &message, out);
+        // A log end changes nothing but what a repairing replica knows, whatever its term.
+        if let PeerMessage::LogEnd(end) = message {
+            self.on_log_end(end, out);
+            return;
+        }
         // A pre-vote request names a term the candidate does not hold yet: it changes nothing
         // here, whatever its term.
         if let PeerMessage::Vote(vote) = &message
@@ -641,9 +665,10 @@ impl Core {
             let leader = match &message {
                 PeerMessage::Append(m) => Some(m.leader),
                 PeerMessage::Snapshot(m) => Some(m.leader),
-                PeerMessage::AppendReply(_) | PeerMessage::Vote(_) | PeerMessage::VoteReply(_) => {
-                    None
-                }
+                PeerMessage::AppendReply(_)
+                | PeerMessage::Vote(_)
+                | PeerMessage::VoteReply(_)
+                | PeerMessage::LogEnd(_) => None,
             };
             self.become_follower(term, leader, out);
         }
@@ -654,6 +679,7 @@ impl Core {
             PeerMessage::VoteReply(m) if m.pre => self.on_pre_vote_reply(m, out),
             PeerMessage::VoteReply(m) => self.on_vote_reply(m, out),
             PeerMessage::Snapshot(m) => self.on_snapshot_chunk(m, out),
+            PeerMessage::LogEnd(_) => unreachable!("handled before any term is taken"),
         }
     }
 
@@ -694,9 +720,10 @@ impl Core {
             self.log.reset(base);
             self.durable = base.index;
             // No members entry preceded the snapshot: the cluster's first members were in force.
-            let first = || Members::of_ids(self.config.nodes.iter().copied());
-            let members = members.unwrap_or_else(first);
-            self.configs.reset(base.index, members);
+            let first = members.is_none();
+            let members = members.unwrap_or_else(|| self.first_members());
+            self.configs.reset(base.index, members, first);
+            self.forget_first_members(base.index);
         }
         self.members_maybe_changed(&before, out);
         self.commit = base.index;
@@ -708,51 +735,6 @@ impl Core {
         self.repaired(out);
         if self.role == Role::Follower {
             self.reply_append(AppendOutcome::Matched { index: base.index }, out);
-        }
-    }
-
-    /// Ends a repair once the log is durable through the index the damage may have cost:
-    /// everything up to it now comes from a leader.
-    fn repaired(&mut self, out: &mut Vec<Action>) {
-        if self
-            .hard
-            .repair
-            .is_some_and(|repair| self.durable >= repair.index)
-        {
-            self.hard.repair = None;
-            out.push(Action::PersistHardState(self.hard));
-        }
-    }
-
-    /// Ends a repair when every other replica, heard since this one started, has a log that
-    /// ends before this one's durable log: none holds an entry this one lost, so none of those
-    /// entries was committed (a committed entry is on a majority and never leaves a log), and
-    /// there is nothing to wait for. Unless the entries beyond the damage said the first lost
-    /// one was committed: then every copy of it is lost ([`Action::Unrecoverable`]). Entries
-    /// held only in memory do not count: a crash before their fsync would leave the log
-    /// without them and without the repair.
-    fn release_unheld_repair(&mut self, out: &mut Vec<Action>) {
-        // A replica that knows no members it is one of does not know who else may hold what
-        // it lost: it waits for a leader.
-        let Some(judges) = self.judges().filter(|_| self.hard.repair.is_some()) else {
-            return;
-        };
-        let end = self.durable.min(self.log.last_index());
-        let unheld = judges
-            .iter()
-            .all(|n| self.log_ends.get(n).is_some_and(|&(_, last)| last <= end));
-        let Some(repair) = self.hard.repair.filter(|_| unheld) else {
-            return;
-        };
-        let first_lost = end.next();
-        if first_lost <= repair.committed {
-            // One last round of vote requests tells the others where this log ends, so that
-            // each of them can come to the same conclusion before this replica halts.
-            self.campaign(out);
-            out.push(Action::Unrecoverable(first_lost));
-        } else {
-            self.hard.repair = None;
-            out.push(Action::PersistHardState(self.hard));
         }
     }
 
@@ -804,6 +786,7 @@ impl Core {
                 repair: self.hard.repair,
                 votes_lost: self.lost_votes_at(term),
                 members: self.hard.members,
+                first_members: self.hard.first_members,
             };
             out.push(Action::PersistHardState(self.hard));
             self.confirmed = EntryIndex::ZERO;
@@ -836,6 +819,7 @@ impl Core {
             repair: self.hard.repair,
             votes_lost: None,
             members: self.hard.members,
+            first_members: self.hard.first_members,
         };
         out.push(Action::PersistHardState(self.hard));
         self.votes = vec![self.config.id];
@@ -940,6 +924,7 @@ impl Core {
             PeerMessage::Append(m) => m.term,
             PeerMessage::VoteReply(m) => m.term,
             PeerMessage::Snapshot(m) => m.term,
+            PeerMessage::LogEnd(m) => m.term,
         };
         let heard = self.heard_terms.entry(from).or_insert(term);
         *heard = (*heard).max(term);
@@ -1442,6 +1427,7 @@ impl Core {
             "only committed entries are applied"
         );
         self.applied = Some(applied);
+        self.forget_first_members(applied.index);
         if self.history.len() == HASH_HISTORY_ENTRIES {
             self.history.pop_front();
         }

@@ -28,6 +28,22 @@ struct HardStateRecord {
     votes_lost: Option<Option<Term>>,
     /// The members last in force in the log (none before the first change of them).
     members: Option<Vec<NodeId>>,
+    /// The members before the first members entry, while none is applied and they differ
+    /// from `members`.
+    first_members: Vec<NodeId>,
+}
+
+/// The record as written when the first members equal the members kept, or are not kept (the
+/// layout before they were: a build before them still reads every record that does not need
+/// them).
+#[derive(Encode, Decode)]
+#[codec(crate = "crate::codec")]
+struct HardStateRecordV3 {
+    term: Term,
+    voted_for: Option<NodeId>,
+    repair: Option<(EntryIndex, Term, EntryIndex)>,
+    votes_lost: Option<Option<Term>>,
+    members: Option<Vec<NodeId>>,
 }
 
 /// The record as written before the members were kept (read; written only by tests).
@@ -57,23 +73,50 @@ impl HardStateRecord {
         if current.is_ok() {
             return current;
         }
+        let v3 = |old: HardStateRecordV3| HardStateRecord {
+            term: old.term,
+            voted_for: old.voted_for,
+            repair: old.repair,
+            votes_lost: old.votes_lost,
+            members: old.members,
+            first_members: Vec::new(),
+        };
+        if let Ok(old) = codec::decode::<HardStateRecordV3>(body) {
+            return Ok(v3(old));
+        }
         if let Ok(old) = codec::decode::<HardStateRecordV2>(body) {
-            return Ok(HardStateRecord {
+            return Ok(v3(HardStateRecordV3 {
                 term: old.term,
                 voted_for: old.voted_for,
                 repair: old.repair,
                 votes_lost: old.votes_lost,
                 members: None,
-            });
+            }));
         }
         let old: HardStateRecordV1 = codec::decode(body)?;
-        Ok(HardStateRecord {
+        Ok(v3(HardStateRecordV3 {
             term: old.term,
             voted_for: old.voted_for,
             repair: old.repair,
             votes_lost: None,
             members: None,
-        })
+        }))
+    }
+
+    /// The bytes: the layout before the first members were kept when they are not needed
+    /// (absent, or equal to the members), so that a directory stays readable by that build.
+    fn encode(&self) -> Vec<u8> {
+        if self.first_members.is_empty() {
+            let old = HardStateRecordV3 {
+                term: self.term,
+                voted_for: self.voted_for,
+                repair: self.repair,
+                votes_lost: self.votes_lost,
+                members: self.members.clone(),
+            };
+            return codec::encode_to_vec(&old).expect("hard state encodes");
+        }
+        codec::encode_to_vec(self).expect("hard state encodes")
     }
 }
 
@@ -112,6 +155,8 @@ pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
             Some(term) => LostVotes::Through(term),
         }),
         members: record.members.map(|ids| MemberSet::of(ids.iter().copied())),
+        first_members: (!record.first_members.is_empty())
+            .then(|| MemberSet::of(record.first_members.iter().copied())),
     })
 }
 
@@ -127,8 +172,12 @@ pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
             LostVotes::Through(term) => Some(term),
         }),
         members: state.members.map(|set| set.ids().collect()),
+        first_members: state
+            .first_members
+            .filter(|&first| Some(first) != state.members)
+            .map_or_else(Vec::new, |set| set.ids().collect()),
     };
-    let body = codec::encode_to_vec(&record).expect("hard state encodes");
+    let body = record.encode();
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
     bytes.extend_from_slice(&body);
     let temporary = dir.join(format!("{HARD_STATE_FILE}.tmp"));
@@ -163,6 +212,7 @@ mod tests {
                 term: Term(6),
                 committed: EntryIndex(38),
             }),
+            first_members: None,
             votes_lost: None,
             members: Some(MemberSet::of([NodeId(1), NodeId(4)])),
         };
@@ -191,6 +241,7 @@ mod tests {
                 repair: None,
                 votes_lost,
                 members: None,
+                first_members: None,
             };
             write_hard_state(dir.path(), state).unwrap();
             assert_eq!(read_hard_state(dir.path()).unwrap(), state);
@@ -222,5 +273,43 @@ mod tests {
         let read = read_hard_state(dir.path()).unwrap();
         assert_eq!(read.votes_lost, Some(LostVotes::Through(Term(4))));
         assert_eq!(read.members, None);
+    }
+
+    /// Proves the first members survive a rewrite when they differ from the members kept, and
+    /// that otherwise the record keeps the layout before them, which a build before them reads.
+    #[test]
+    fn first_members_round_trip_and_are_written_only_when_needed() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = MemberSet::of([NodeId(1), NodeId(2), NodeId(3)]);
+        let grown = MemberSet::of([NodeId(1), NodeId(2), NodeId(3), NodeId(4)]);
+        let state = HardState {
+            term: Term(2),
+            members: Some(grown),
+            first_members: Some(first),
+            ..HardState::default()
+        };
+        write_hard_state(dir.path(), state).unwrap();
+        assert_eq!(read_hard_state(dir.path()).unwrap(), state);
+        let before_them = |state: HardState| {
+            write_hard_state(dir.path(), state).unwrap();
+            let bytes = fs::read(dir.path().join(HARD_STATE_FILE)).unwrap();
+            codec::decode::<HardStateRecordV3>(&bytes[4..]).is_ok()
+        };
+        assert!(!before_them(state), "needed: the new layout");
+        let same = HardState {
+            members: Some(first),
+            ..state
+        };
+        assert!(
+            before_them(same),
+            "equal to the members: the earlier layout"
+        );
+        let read = read_hard_state(dir.path()).unwrap();
+        assert_eq!((read.members, read.first_members), (Some(first), None));
+        let forgotten = HardState {
+            first_members: None,
+            ..state
+        };
+        assert!(before_them(forgotten), "not kept: the earlier layout");
     }
 }

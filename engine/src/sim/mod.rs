@@ -288,16 +288,32 @@ impl<H: Handler> SimNode<H> {
             return format!("node {}: down", self.id.0);
         };
         let core = live.replica.core();
+        let view = core.repair_view();
         format!(
-            "node {}: {:?} term {} leader {:?} base {} last {} commit {} repair {:?} disk full {}",
+            "node {}: {:?} term {} leader {:?} members {:?} base {} last {} durable {} commit {} \
+             repair {:?} (judges {:?}, log ends heard {:?}, members kept {:?}, votes lost {:?}) \
+             disk full {}",
             self.id.0,
             core.role(),
             core.term().0,
             core.leader().map(|l| l.0),
+            core.members().ids().map(|n| n.0).collect::<Vec<_>>(),
             core.log_base().index.0,
             core.last_index().0,
+            core.durable_index().0,
             core.commit_index().0,
             self.disk.hard.repair,
+            view.judges
+                .map(|j| j.iter().map(|n| n.0).collect::<Vec<_>>()),
+            view.log_ends
+                .iter()
+                .map(|(n, (t, i))| (n.0, t.0, i.0))
+                .collect::<Vec<_>>(),
+            self.disk
+                .hard
+                .members
+                .map(|m| m.ids().map(|n| n.0).collect::<Vec<_>>()),
+            self.disk.hard.votes_lost,
             self.disk.full
         )
     }

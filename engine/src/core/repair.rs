@@ -1,0 +1,102 @@
+//! Repair of damage: a replica whose disk lost entries it may have acknowledged waits, voting
+//! as if it still held them and never leading, until a leader has made its log durable through
+//! them again, or until it has heard that no other replica that may hold them does (then none
+//! of them was committed). What it must hear is where the others' logs end: a vote request
+//! says where the candidate's ends, and [`LogEnd`] messages ask and answer it, so that replicas
+//! that never campaign (no member in a log the damage cut, or rebuilt knowing no members) are
+//! heard too.
+
+use super::{Action, Core, MemberSet};
+use net::message::{LogEnd, PeerMessage};
+
+impl Core {
+    /// Ends a repair once the log is durable through the index the damage may have cost:
+    /// everything up to it now comes from a leader.
+    pub(super) fn repaired(&mut self, out: &mut Vec<Action>) {
+        if self
+            .hard
+            .repair
+            .is_some_and(|repair| self.durable >= repair.index)
+        {
+            self.hard.repair = None;
+            out.push(Action::PersistHardState(self.hard));
+        }
+    }
+
+    /// Ends a repair when every other replica, heard since this one started, has a log that
+    /// ends before this one's durable log: none holds an entry this one lost, so none of those
+    /// entries was committed (a committed entry is on a majority and never leaves a log), and
+    /// there is nothing to wait for. Unless the entries beyond the damage said the first lost
+    /// one was committed: then every copy of it is lost ([`Action::Unrecoverable`]). Entries
+    /// held only in memory do not count: a crash before their fsync would leave the log
+    /// without them and without the repair.
+    pub(super) fn release_unheld_repair(&mut self, out: &mut Vec<Action>) {
+        // A replica that knows no members it is one of does not know who else may hold what
+        // it lost: it waits for a leader.
+        let Some(judges) = self.judges().filter(|_| self.hard.repair.is_some()) else {
+            return;
+        };
+        let end = self.durable.min(self.log.last_index());
+        let unheld = judges
+            .iter()
+            .all(|n| self.log_ends.get(n).is_some_and(|&(_, last)| last <= end));
+        let Some(repair) = self.hard.repair.filter(|_| unheld) else {
+            return;
+        };
+        let first_lost = end.next();
+        if first_lost <= repair.committed {
+            // One last round of vote requests tells the others where this log ends, so that
+            // each of them can come to the same conclusion before this replica halts.
+            self.campaign(out);
+            out.push(Action::Unrecoverable(first_lost));
+        } else {
+            // The lost entries are nowhere: the members they may have named are gone with them.
+            self.hard.repair = None;
+            self.hard.members = Some(MemberSet::of(self.members().ids()));
+            out.push(Action::PersistHardState(self.hard));
+        }
+    }
+
+    /// The election timer of a repairing replica ran out: it asks every replica whose log may
+    /// hold what it lost, and whose log end it has not heard, where that log ends.
+    pub(super) fn ask_log_ends(&mut self, out: &mut Vec<Action>) {
+        if self.hard.repair.is_none() {
+            return;
+        }
+        let Some(judges) = self.judges() else {
+            return;
+        };
+        for to in judges {
+            if !self.log_ends.contains_key(&to) {
+                out.push(Action::Send {
+                    to,
+                    message: PeerMessage::LogEnd(self.log_end(true)),
+                });
+            }
+        }
+    }
+
+    /// Notes where the sender's log ends (as a vote request's end is noted), answers when
+    /// asked, and ends this replica's repair if that was the last end it waited for.
+    pub(super) fn on_log_end(&mut self, end: LogEnd, out: &mut Vec<Action>) {
+        self.log_ends
+            .insert(end.from, (end.last_term, end.last_index));
+        if end.ask {
+            out.push(Action::Send {
+                to: end.from,
+                message: PeerMessage::LogEnd(self.log_end(false)),
+            });
+        }
+        self.release_unheld_repair(out);
+    }
+
+    fn log_end(&self, ask: bool) -> LogEnd {
+        LogEnd {
+            term: self.hard.term,
+            from: self.config.id,
+            last_index: self.log.last_index(),
+            last_term: self.log.last_term(),
+            ask,
+        }
+    }
+}
