@@ -19,6 +19,9 @@ pub const SIM_ACCOUNTS: u64 = 8;
 pub const SIM_REQUEST_COMMANDS_MAX: u64 = 8;
 /// Amounts the simulated commands move, at most.
 pub const SIM_AMOUNT_MAX: u64 = 2_000;
+/// Requests of only `Get`s, in percent: sent off the log as reads, which the real-time check
+/// (I12) holds to a committed state between their sending and their answer.
+pub const SIM_READ_REQUEST_PERCENT: u64 = 20;
 
 /// The Bank under simulation: random commands of every kind over a few accounts, the
 /// money it must hold (I3): opening balances and deposits in, withdrawals out, transfers
@@ -41,6 +44,12 @@ impl Workload for BankWorkload {
 
     fn next_request(&mut self, rng: &mut Rng) -> Vec<BankCommand> {
         let count = 1 + rng.below(SIM_REQUEST_COMMANDS_MAX);
+        if rng.below(100) < SIM_READ_REQUEST_PERCENT {
+            let get = |rng: &mut Rng| BankCommand::Get {
+                id: account_id(rng.below(SIM_ACCOUNTS)),
+            };
+            return (0..count).map(|_| get(rng)).collect();
+        }
         (0..count).map(|_| random_command(rng)).collect()
     }
 
