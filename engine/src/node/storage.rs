@@ -29,8 +29,8 @@ struct HardStateRecord {
     /// The members last in force in the log (none before the first change of them).
     members: Option<Vec<NodeId>>,
     /// The members before the first members entry, while none is applied and they differ
-    /// from `members`.
-    first_members: Vec<NodeId>,
+    /// from `members` (an empty list is a node that joined: it knew no members).
+    first_members: Option<Vec<NodeId>>,
 }
 
 /// The record as written when the first members equal the members kept, or are not kept (the
@@ -79,7 +79,7 @@ impl HardStateRecord {
             repair: old.repair,
             votes_lost: old.votes_lost,
             members: old.members,
-            first_members: Vec::new(),
+            first_members: None,
         };
         if let Ok(old) = codec::decode::<HardStateRecordV3>(body) {
             return Ok(v3(old));
@@ -106,7 +106,7 @@ impl HardStateRecord {
     /// The bytes: the layout before the first members were kept when they are not needed
     /// (absent, or equal to the members), so that a directory stays readable by that build.
     fn encode(&self) -> Vec<u8> {
-        if self.first_members.is_empty() {
+        if self.first_members.is_none() {
             let old = HardStateRecordV3 {
                 term: self.term,
                 voted_for: self.voted_for,
@@ -155,8 +155,9 @@ pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
             Some(term) => LostVotes::Through(term),
         }),
         members: record.members.map(|ids| MemberSet::of(ids.iter().copied())),
-        first_members: (!record.first_members.is_empty())
-            .then(|| MemberSet::of(record.first_members.iter().copied())),
+        first_members: record
+            .first_members
+            .map(|ids| MemberSet::of(ids.iter().copied())),
     })
 }
 
@@ -175,7 +176,7 @@ pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
         first_members: state
             .first_members
             .filter(|&first| Some(first) != state.members)
-            .map_or_else(Vec::new, |set| set.ids().collect()),
+            .map(|set| set.ids().collect()),
     };
     let body = record.encode();
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
@@ -311,5 +312,12 @@ mod tests {
             ..state
         };
         assert!(before_them(forgotten), "not kept: the earlier layout");
+        // A node that joined knew no members first: kept as such, not as none.
+        let joined = HardState {
+            first_members: Some(MemberSet::default()),
+            ..state
+        };
+        write_hard_state(dir.path(), joined).unwrap();
+        assert_eq!(read_hard_state(dir.path()).unwrap(), joined);
     }
 }
