@@ -7,6 +7,7 @@
 //! heard too.
 
 use super::{Action, Core, MemberSet};
+use crate::ids::EntryIndex;
 use net::message::{LogEnd, PeerMessage};
 
 impl Core {
@@ -36,7 +37,7 @@ impl Core {
         let Some(judges) = self.judges().filter(|_| self.hard.repair.is_some()) else {
             return;
         };
-        let end = self.durable.min(self.log.last_index());
+        let end = self.durable_end();
         let unheld = judges
             .iter()
             .all(|n| self.log_ends.get(n).is_some_and(|&(_, last)| last <= end));
@@ -58,7 +59,8 @@ impl Core {
     }
 
     /// The election timer of a repairing replica ran out: it asks every replica whose log may
-    /// hold what it lost, and whose log end it has not heard, where that log ends.
+    /// hold what it lost where that log ends, unless it heard an end that holds none of it
+    /// (an end heard beyond its own is asked again: that log may have been cut since).
     pub(super) fn ask_log_ends(&mut self, out: &mut Vec<Action>) {
         if self.hard.repair.is_none() {
             return;
@@ -66,14 +68,20 @@ impl Core {
         let Some(judges) = self.judges() else {
             return;
         };
+        let end = self.durable_end();
         for to in judges {
-            if !self.log_ends.contains_key(&to) {
+            if self.log_ends.get(&to).is_none_or(|&(_, last)| last > end) {
                 out.push(Action::Send {
                     to,
                     message: PeerMessage::LogEnd(self.log_end(true)),
                 });
             }
         }
+    }
+
+    /// The end of the log that is durable: what a crash would leave.
+    fn durable_end(&self) -> EntryIndex {
+        self.durable.min(self.log.last_index())
     }
 
     /// Notes where the sender's log ends (as a vote request's end is noted), answers when

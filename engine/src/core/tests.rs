@@ -874,13 +874,17 @@ fn log_ends_asked(actions: &[Action]) -> Vec<NodeId> {
 }
 
 /// Proves a repairing replica hears the log ends of replicas that never campaign: at its
-/// election timeout it asks every replica whose end it has not heard, each answers, and the
-/// repair ends once no other replica holds what was lost. (Found by the simulator: with the
-/// others silent, every node waited for a repair, and no leader was ever elected.)
+/// election timeout it asks every replica whose end it has not heard, or heard beyond its own
+/// (that log may have been cut since), each answers, and the repair ends once no other replica
+/// holds what was lost. (Found by the simulator: with the others silent, every node waited
+/// for a repair, and no leader was ever elected.)
 #[test]
 fn a_repairing_replica_asks_the_silent_others_where_their_logs_end() {
     let mut n2 = repairing(N2);
-    step(&mut n2, vote_from(N1, 2, 0));
+    step(&mut n2, vote_from(N1, 2, 3));
+    let actions = tick_until_active(&mut n2);
+    assert_eq!(log_ends_asked(&actions), vec![N1, N3], "{actions:?}");
+    step(&mut n2, log_end_from(N1, 0, false));
     let actions = tick_until_active(&mut n2);
     assert_eq!(log_ends_asked(&actions), vec![N3], "{actions:?}");
     let actions = step(&mut n2, log_end_from(N3, 0, false));
