@@ -264,7 +264,9 @@ impl Client {
     /// Sends already encoded commands, every one marked read-only by the handler, as a read
     /// answered off the log (linearizable: see `notes/decisions/reads.md`); returns the
     /// command count and the encoded outcomes. A command not marked read-only refuses the
-    /// read ([`Rejection::NotReadOnly`]). Retried as a request is; it takes no number.
+    /// read ([`Rejection::NotReadOnly`]). Retried as a request is; it takes no number. A node
+    /// of a build before reads off the log cannot decode a read: the commands then go as a
+    /// request through the log, which takes a number.
     pub async fn read_encoded(
         &mut self,
         commands: Vec<u8>,
@@ -277,7 +279,15 @@ impl Client {
             command_count: count,
             commands,
         });
-        self.exchange_until_done(&message, RequestNumber(0)).await
+        match self.exchange_until_done(&message, RequestNumber(0)).await {
+            Err(ClientError::Refused(Refusal::Undecodable)) => {
+                let ClientRequest::Read(read) = message else {
+                    unreachable!("built as a read above")
+                };
+                self.submit_encoded(read.commands, count).await
+            }
+            other => other,
+        }
     }
 
     /// The number the next request will take.

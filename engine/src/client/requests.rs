@@ -360,6 +360,11 @@ impl<A: Clone + PartialEq> Requests<A> {
                 self.reconnect = true;
                 Decision::Now
             }
+            // A node of a build before reads off the log cannot decode a read: it ends here,
+            // and the client sends the same commands as a request through the log.
+            Answer::Closed(refusal @ Refusal::Undecodable) if current.read => {
+                Decision::Done(Err(ClientError::Refused(refusal)))
+            }
             Answer::Redirect(None) | Answer::Closed(_) => {
                 self.move_on();
                 Decision::BackOff
@@ -521,5 +526,26 @@ mod tests {
             Next::Done(Err(ClientError::Reused(RequestNumber(1))))
         ));
         assert_eq!(requests.next_request(), RequestNumber(2));
+    }
+
+    #[test]
+    fn a_read_a_node_cannot_decode_ends_so_that_it_goes_through_the_log() {
+        // Proves a read refused as undecodable (a node of a build before reads off the log)
+        // ends at once with that refusal, taking no number, so that the client sends it as a
+        // request instead of asking the nodes in turn for ever; a request so refused is tried
+        // elsewhere as before.
+        let mut requests = Requests::new(vec![1, 2, 3], ClientId(7), RequestNumber(1));
+        requests.begin_read(1);
+        let closed = || Attempt::Answered(Answer::Closed(Refusal::Undecodable));
+        assert!(matches!(
+            requests.on_attempt(closed(), 5, None),
+            Next::Done(Err(ClientError::Refused(Refusal::Undecodable)))
+        ));
+        assert_eq!(requests.next_request(), RequestNumber(1));
+        requests.begin(1, vec![0]);
+        assert!(matches!(
+            requests.on_attempt(closed(), 5, None),
+            Next::Retry { .. }
+        ));
     }
 }

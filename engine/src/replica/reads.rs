@@ -21,6 +21,11 @@ type ReadKey = (ClientId, u64);
 /// timed out before the answer came: such a retry is answered at once. Without them a client
 /// whose timeout is shorter than a commit would start its read over at every retry, for ever.
 pub const READS_ANSWERED_KEPT: usize = 1024;
+/// Bytes of kept answers at most (an answer may be as large as a frame).
+pub const READS_ANSWERED_BYTES_MAX: usize = 64 << 20;
+/// Reads a leader holds at once (waiting to run, or run and waiting for their entry); a new
+/// read past them is refused `Busy`, as a request is when the batcher is full.
+pub const READS_HELD_MAX: usize = 4096;
 
 /// The leader's reads in progress.
 pub(super) struct Reads<T> {
@@ -34,6 +39,8 @@ pub(super) struct Reads<T> {
     /// The newest answers sent (at most [`READS_ANSWERED_KEPT`]), oldest first in `sent`.
     answered: BTreeMap<ReadKey, ClientReply>,
     sent: VecDeque<ReadKey>,
+    /// Bytes of the answers in `answered`.
+    answered_bytes: usize,
 }
 
 impl<T> Default for Reads<T> {
@@ -44,6 +51,7 @@ impl<T> Default for Reads<T> {
             tokens: BTreeMap::new(),
             answered: BTreeMap::new(),
             sent: VecDeque::new(),
+            answered_bytes: 0,
         }
     }
 }
@@ -55,7 +63,43 @@ impl<T> Reads<T> {
         self.run.clear();
         self.answered.clear();
         self.sent.clear();
+        self.answered_bytes = 0;
         std::mem::take(&mut self.tokens).into_values()
+    }
+
+    /// True when a new read (one not held already) must be refused: [`READS_HELD_MAX`] are.
+    fn full(&self, key: &ReadKey) -> bool {
+        self.tokens.len() >= READS_HELD_MAX && !self.tokens.contains_key(key)
+    }
+
+    /// Keeps `reply` as `key`'s answer for retries, dropping the oldest past
+    /// [`READS_ANSWERED_KEPT`] answers or [`READS_ANSWERED_BYTES_MAX`] bytes.
+    fn keep(&mut self, key: ReadKey, reply: ClientReply) {
+        self.answered_bytes += reply_bytes(&reply);
+        if let Some(earlier) = self.answered.insert(key, reply) {
+            self.answered_bytes -= reply_bytes(&earlier);
+        } else {
+            self.sent.push_back(key);
+        }
+        while self.sent.len() > READS_ANSWERED_KEPT
+            || self.answered_bytes > READS_ANSWERED_BYTES_MAX
+        {
+            let Some(oldest) = self.sent.pop_front() else {
+                break;
+            };
+            if let Some(dropped) = self.answered.remove(&oldest) {
+                self.answered_bytes -= reply_bytes(&dropped);
+            }
+        }
+    }
+}
+
+/// The bytes an answer kept holds (its outcomes; the rest is a few words).
+fn reply_bytes(reply: &ClientReply) -> usize {
+    if let ClientReply::ReadResults { results, .. } = reply {
+        results.len()
+    } else {
+        0
     }
 }
 
@@ -74,6 +118,13 @@ impl<H: Handler, T> Replica<H, T> {
                 out.push(Io::Answer {
                     to: token,
                     reply: reply.clone(),
+                });
+                return;
+            }
+            if self.reads.full(&key) {
+                out.push(Io::Answer {
+                    to: token,
+                    reply: refused(Rejection::Busy),
                 });
                 return;
             }
@@ -114,15 +165,8 @@ impl<H: Handler, T> Replica<H, T> {
 
     /// Sends a read's answer, and keeps it for a retry that may come after.
     fn answer_read(&mut self, key: ReadKey, reply: ClientReply, out: &mut Vec<Io<T>>) {
-        let reads = &mut self.reads;
-        if reads.sent.len() == READS_ANSWERED_KEPT
-            && let Some(oldest) = reads.sent.pop_front()
-        {
-            reads.answered.remove(&oldest);
-        }
-        reads.sent.push_back(key);
-        reads.answered.insert(key, reply.clone());
-        if let Some(to) = reads.tokens.remove(&key) {
+        self.reads.keep(key, reply.clone());
+        if let Some(to) = self.reads.tokens.remove(&key) {
             out.push(Io::Answer { to, reply });
         }
     }
@@ -156,5 +200,49 @@ fn refused(reason: Rejection) -> ClientReply {
     ClientReply::Rejected {
         request: RequestNumber(0),
         reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::ClientId;
+
+    fn answer(bytes: usize) -> ClientReply {
+        ClientReply::ReadResults {
+            command_count: 1,
+            results: vec![0; bytes],
+        }
+    }
+
+    /// Proves the answers kept for retries are bounded in number and in bytes, the oldest
+    /// dropped first, and that the held reads are bounded (a read already held is not new).
+    #[test]
+    fn kept_answers_and_held_reads_are_bounded() {
+        let mut reads = Reads::<u32>::default();
+        let key = |n: u64| (ClientId(1), n);
+        for n in 0..READS_ANSWERED_KEPT as u64 + 10 {
+            reads.keep(key(n), answer(8));
+        }
+        assert_eq!(reads.answered.len(), READS_ANSWERED_KEPT);
+        assert!(!reads.answered.contains_key(&key(9)));
+        assert!(reads.answered.contains_key(&key(10)));
+        let big = READS_ANSWERED_BYTES_MAX / 2 + 1;
+        reads.keep(key(100_000), answer(big));
+        reads.keep(key(100_001), answer(big));
+        assert!(reads.answered_bytes <= READS_ANSWERED_BYTES_MAX);
+        assert_eq!(reads.answered.len(), 1, "only the newest large answer fits");
+        assert!(reads.answered.contains_key(&key(100_001)));
+        reads.keep(key(100_001), answer(8));
+        assert_eq!(
+            (reads.answered_bytes, reads.sent.len()),
+            (8, 1),
+            "kept once"
+        );
+        for n in 0..READS_HELD_MAX as u64 {
+            reads.tokens.insert(key(n), 0);
+        }
+        assert!(reads.full(&key(u64::MAX)));
+        assert!(!reads.full(&key(3)), "a retry of a held read takes it over");
     }
 }
