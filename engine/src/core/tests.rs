@@ -1802,3 +1802,98 @@ fn a_restart_after_losing_an_appended_members_entry_starts_from_the_members_befo
     let restarted = Core::new(config(N1), recovered);
     assert_eq!(restarted.members(), &Members::of_ids([N1, N2, N3]));
 }
+
+/// A replica restarted from `entries` (the first five applied) and `hard`.
+fn restarted(id: NodeId, hard: HardState, entries: &[Entry]) -> Core {
+    let recovered = Recovered {
+        hard_state: hard,
+        base: LogBase::default(),
+        terms: entries.iter().map(|e| e.header.term).collect(),
+        hashes: entries.iter().map(|e| e.header.hash).collect(),
+        window: entries.to_vec(),
+        applied: Some(AppliedHash {
+            index: EntryIndex(5),
+            hash: StateHash([5; 32]),
+        }),
+        members: None,
+    };
+    Core::new(config(id), recovered)
+}
+
+/// Proves a follower restarted with an uncommitted members entry in its log, which a new
+/// leader then cuts, falls back to the members before that entry, not to the cut entry's
+/// (which its hard state had kept as the newest list), without any damage.
+#[test]
+fn a_members_entry_cut_after_a_restart_leaves_the_members_before_it() {
+    use crate::members::{Member, MemberChange};
+    let mut n1 = leader_with_five_applied();
+    let change = MemberChange::Add(Member {
+        id: NodeId(4),
+        peer_address: "n4".into(),
+        client_address: "n4".into(),
+    });
+    n1.propose_members(&change, &mut Vec::new())
+        .expect("settled");
+    let entries: Vec<Entry> = (1..=6)
+        .map(|i| n1.entry(EntryIndex(i)).unwrap().clone())
+        .collect();
+    // N2 appended all six (the sixth uncommitted), keeping the list it names.
+    let mut n2 = core(N2);
+    let actions = append_from_n1(
+        &mut n2,
+        Append {
+            term: Term(1),
+            leader: N1,
+            prev_index: EntryIndex(0),
+            prev_term: Term(0),
+            entries: entries.clone(),
+            commit: EntryIndex(5),
+            applied: None,
+        },
+    );
+    let hard = actions
+        .iter()
+        .rev()
+        .find_map(|a| {
+            let Action::PersistHardState(hard) = a else {
+                return None;
+            };
+            Some(*hard)
+        })
+        .expect("the members are kept");
+    let mut n2 = restarted(N2, hard, &entries);
+    let ids = |core: &Core| core.members().ids().collect::<Vec<_>>();
+    assert_eq!(ids(&n2), vec![N1, N2, N3, NodeId(4)]);
+    // N3 leads term 2 from the first five entries: its no-op replaces the sixth.
+    let term_1 = HardState {
+        term: Term(1),
+        ..HardState::default()
+    };
+    let mut n3 = restarted(N3, term_1, &entries[..5]);
+    tick_until_active(&mut n3);
+    let term = n3.term().0;
+    let actions = step(&mut n3, vote_granted(term, N1));
+    assert_eq!(n3.role(), Role::Leader, "{actions:?}");
+    let noop = n3.entry(EntryIndex(6)).unwrap().clone();
+    step(
+        &mut n2,
+        Event::Message {
+            from: N3,
+            message: PeerMessage::Append(Append {
+                term: n3.term(),
+                leader: N3,
+                prev_index: EntryIndex(5),
+                prev_term: Term(1),
+                entries: vec![noop],
+                commit: EntryIndex(5),
+                applied: None,
+            }),
+        },
+    );
+    assert_eq!(n3.term(), Term(2));
+    assert_eq!(
+        n2.entry(EntryIndex(6)).map(|e| e.header.term),
+        Some(Term(2))
+    );
+    assert_eq!(ids(&n2), vec![N1, N2, N3]);
+}
