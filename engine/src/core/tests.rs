@@ -1767,16 +1767,33 @@ fn members_change_one_at_a_time_and_a_removed_leader_steps_down() {
 /// committed entry then changed two members at once, I11.)
 #[test]
 fn a_restart_after_losing_an_appended_members_entry_starts_from_the_members_before_it() {
-    use crate::members::{Member, MemberChange, Members};
     let mut n1 = leader_with_five_applied();
-    let mut out = Vec::new();
+    let actions = add_node_4(&mut n1);
+    let hard = last_hard_state(&actions);
+    // The restart finds entries 1 to 5 only: the members entry (6) is gone.
+    let entries: Vec<Entry> = (1..=5)
+        .map(|i| n1.entry(EntryIndex(i)).unwrap().clone())
+        .collect();
+    let restarted = restarted(N1, hard, &entries);
+    assert_eq!(member_ids(&restarted), vec![N1, N2, N3]);
+}
+
+/// The leader adds node 4: what it did.
+fn add_node_4(leader: &mut Core) -> Vec<Action> {
+    use crate::members::{Member, MemberChange};
     let change = MemberChange::Add(Member {
         id: NodeId(4),
         peer_address: "n4".into(),
         client_address: "n4".into(),
     });
-    n1.propose_members(&change, &mut out).expect("settled");
-    let hard = out
+    let mut out = Vec::new();
+    leader.propose_members(&change, &mut out).expect("settled");
+    out
+}
+
+/// The last hard state `actions` made durable.
+fn last_hard_state(actions: &[Action]) -> HardState {
+    actions
         .iter()
         .rev()
         .find_map(|a| {
@@ -1785,22 +1802,11 @@ fn a_restart_after_losing_an_appended_members_entry_starts_from_the_members_befo
             };
             Some(*hard)
         })
-        .expect("the members are kept before the entry is acknowledged");
-    // The restart finds entries 1 to 5 only: the members entry (6) is gone.
-    let recovered = Recovered {
-        hard_state: hard,
-        base: LogBase::default(),
-        terms: vec![Term(1); 5],
-        hashes: vec![EntryHash::default(); 5],
-        window: Vec::new(),
-        applied: Some(AppliedHash {
-            index: EntryIndex(5),
-            hash: StateHash([5; 32]),
-        }),
-        members: None,
-    };
-    let restarted = Core::new(config(N1), recovered);
-    assert_eq!(restarted.members(), &Members::of_ids([N1, N2, N3]));
+        .expect("the members are kept before the entry is acknowledged")
+}
+
+fn member_ids(core: &Core) -> Vec<NodeId> {
+    core.members().ids().collect()
 }
 
 /// A replica restarted from `entries` (the first five applied) and `hard`.
@@ -1851,19 +1857,8 @@ fn a_members_entry_cut_after_a_restart_leaves_the_members_before_it() {
             applied: None,
         },
     );
-    let hard = actions
-        .iter()
-        .rev()
-        .find_map(|a| {
-            let Action::PersistHardState(hard) = a else {
-                return None;
-            };
-            Some(*hard)
-        })
-        .expect("the members are kept");
-    let mut n2 = restarted(N2, hard, &entries);
-    let ids = |core: &Core| core.members().ids().collect::<Vec<_>>();
-    assert_eq!(ids(&n2), vec![N1, N2, N3, NodeId(4)]);
+    let mut n2 = restarted(N2, last_hard_state(&actions), &entries);
+    assert_eq!(member_ids(&n2), vec![N1, N2, N3, NodeId(4)]);
     // N3 leads term 2 from the first five entries: its no-op replaces the sixth.
     let term_1 = HardState {
         term: Term(1),
@@ -1895,5 +1890,5 @@ fn a_members_entry_cut_after_a_restart_leaves_the_members_before_it() {
         n2.entry(EntryIndex(6)).map(|e| e.header.term),
         Some(Term(2))
     );
-    assert_eq!(ids(&n2), vec![N1, N2, N3]);
+    assert_eq!(member_ids(&n2), vec![N1, N2, N3]);
 }
