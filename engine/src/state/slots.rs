@@ -29,15 +29,14 @@ const MIGRATE_SLOTS_PER_INSERT: usize = if cfg!(test) { 2 } else { 32 };
 /// forever. As many as a snapshot slice scans (`SNAPSHOT_SLICE_SLOTS`): a try costs what a
 /// slice costs.
 pub(crate) const MIGRATE_SLOTS_PER_SNAPSHOT_TRY: usize = 4096;
-/// Slots of the next array written per insert while it is prepared ahead of its growth.
-/// Writing fresh memory costs 0.1-0.3 s per GiB on this machine kind (1-2 s for 8 million
-/// records' array, per replica; `notes/decisions/state-store.md`): the array is written half
-/// a KiB per insert instead, from when the table is half full (8 slots per insert write the
-/// doubled array in the quarter of its slot count in inserts left before the limit).
-const PREPARE_SLOTS_PER_INSERT: usize = 8;
-/// Arrays smaller than this are allocated when their growth is due (writing them costs a few
-/// milliseconds at most), with no memory held ahead of it.
-const PREPARE_BYTES_MIN: usize = if cfg!(test) { 16 << 10 } else { 64 << 20 };
+/// Arrays of at least this many bytes are written ahead of their growth by a helper thread
+/// (see [`Next`]); smaller ones are allocated when their growth is due. Fresh memory costs
+/// 0.1-0.3 s per GiB to touch for the first time on this machine kind
+/// (`notes/decisions/state-store.md`), so 1 MiB costs the node thread at most a few
+/// milliseconds, and a table reaches 1 GiB in ten prepared growths.
+const PREPARE_BYTES_MIN: usize = if cfg!(test) { 16 << 10 } else { 1 << 20 };
+/// The helper threads that write next arrays are named this.
+const PREPARE_THREAD_NAME: &str = "table-grow";
 
 const _: () = assert!(SLOTS_INITIAL.is_power_of_two());
 const _: () = assert!(LOAD_NUMERATOR < LOAD_DENOMINATOR);
@@ -79,9 +78,8 @@ pub(crate) struct Slots<K, V> {
     slots: Vec<Slot<K, V>>,
     /// A growth in progress: the records not yet moved into `slots`.
     old: Option<Box<Migration<K, V>>>,
-    /// The array the next growth will use, written ahead of it (see
-    /// [`PREPARE_SLOTS_PER_INSERT`]); its capacity is the next slot count.
-    next: Option<Vec<Slot<K, V>>>,
+    /// The array the next growth will use, written ahead of it.
+    next: Option<Next<K, V>>,
     /// Records held, in both arrays.
     len: usize,
     /// `64 - log2(slots.len())`: the shift that turns a spread hash into a slot index.
@@ -92,6 +90,65 @@ pub(crate) struct Slots<K, V> {
     scan_void: bool,
     /// Records removed so far (a removal moves other records between slots).
     removals: u64,
+}
+
+/// The array the next growth will use, written ahead of it off the node thread. Once the
+/// table is half full, a helper thread allocates the doubled array and writes every slot
+/// empty, so that the kernel's first-touch cost of the fresh memory (seconds per GiB here)
+/// falls on that thread. The node thread only looks whether it is done (one atomic load per
+/// insert). The growth itself still happens at the insert that crosses the load limit, on
+/// every replica alike: the helper decides nothing but where the empty slots come from.
+enum Next<K, V> {
+    /// The helper is writing an array of this many slots.
+    Writing(usize, std::thread::JoinHandle<Option<Vec<Slot<K, V>>>>),
+    /// Written: every slot empty, `len() == capacity()`.
+    Ready(Vec<Slot<K, V>>),
+}
+
+impl<K: Send + 'static, V: Send + 'static> Next<K, V> {
+    /// Starts a helper writing an array of `count` empty slots; `None` when no thread can be
+    /// started (the growth then allocates when it is due).
+    fn start(count: usize) -> Option<Self> {
+        let thread = std::thread::Builder::new()
+            .name(PREPARE_THREAD_NAME.into())
+            .spawn(move || {
+                let mut slots: Vec<Slot<K, V>> = Vec::new();
+                slots.try_reserve_exact(count).ok()?;
+                super::memory::advise_huge_pages(&slots);
+                slots.resize_with(count, || Slot(None));
+                Some(slots)
+            })
+            .ok()?;
+        Some(Next::Writing(count, thread))
+    }
+
+    /// The slot count of the array.
+    fn count(&self) -> usize {
+        match self {
+            Next::Writing(count, _) => *count,
+            Next::Ready(slots) => slots.capacity(),
+        }
+    }
+
+    /// The array, waiting for the helper if it is still writing; `None` when the allocator
+    /// refused it.
+    fn take(self) -> Option<Vec<Slot<K, V>>> {
+        match self {
+            Next::Writing(_, thread) => thread.join().ok().flatten(),
+            Next::Ready(slots) => Some(slots),
+        }
+    }
+}
+
+/// Frees an array of at least [`PREPARE_BYTES_MIN`] on a helper thread (handing a gigabyte
+/// back to the kernel takes tens of milliseconds), a smaller one here.
+fn free_off_thread<T: Send + 'static>(array: T, bytes: usize) {
+    if bytes >= PREPARE_BYTES_MIN {
+        // A thread that cannot start drops its closure, and the array with it, here.
+        let _ = std::thread::Builder::new()
+            .name(PREPARE_THREAD_NAME.into())
+            .spawn(move || drop(array));
+    }
 }
 
 /// The array a growth left behind, emptied a whole cluster at a time (a cluster: a run of full
@@ -143,7 +200,7 @@ pub(crate) enum ScanStep {
     Void,
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
+impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, V> {
     /// An empty map.
     pub(crate) fn new() -> Self {
         let mut slots = Vec::with_capacity(SLOTS_INITIAL);
@@ -242,7 +299,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     /// Bytes of memory the slot arrays hold (two while a growth is in progress).
     pub(crate) fn allocated_bytes(&self) -> usize {
         let old = self.old.as_ref().map_or(0, |old| old.slots.capacity());
-        let next = self.next.as_ref().map_or(0, Vec::capacity);
+        let next = self.next.as_ref().map_or(0, Next::count);
         (self.slots.capacity() + old + next) * size_of::<Slot<K, V>>()
     }
 
@@ -250,7 +307,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     /// drains, the next one while it is written ahead.
     pub(crate) fn growth_bytes(&self) -> usize {
         let old = self.old.as_ref().map_or(0, |old| old.slots.capacity());
-        let next = self.next.as_ref().map_or(0, Vec::capacity);
+        let next = self.next.as_ref().map_or(0, Next::count);
         (old + next) * size_of::<Slot<K, V>>()
     }
 
@@ -443,7 +500,8 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
     /// one until [`Slots::migrate_step`]s move them. A scan in progress is void.
     fn begin_growth(&mut self, count: usize) -> Result<(), TryReserveError> {
         assert!(self.old.is_none(), "one growth at a time");
-        let mut slots = match self.next.take() {
+        let prepared = self.next.take().and_then(Next::take);
+        let mut slots = match prepared {
             Some(next) if next.capacity() == count => next,
             _ => {
                 let mut slots: Vec<Slot<K, V>> = Vec::new();
@@ -477,34 +535,23 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
         self.migrate(MIGRATE_SLOTS_PER_INSERT);
     }
 
-    /// Writes [`PREPARE_SLOTS_PER_INSERT`] more slots of the next growth's array once the
-    /// table is close enough to its load limit for the whole array to be written, at that
-    /// pace, before the limit is reached (for arrays of [`PREPARE_BYTES_MIN`] and more). An
-    /// array the allocator refuses is not prepared: the growth allocates when it is due.
+    /// Starts the next growth's array on a helper thread once the table is half full (for
+    /// arrays of [`PREPARE_BYTES_MIN`] and more), and takes it once written. An array the
+    /// allocator refuses is not prepared: the growth allocates when it is due.
     fn prepare_step(&mut self) {
         let count = self.slots.len() * 2;
-        if self.old.is_some() || count * size_of::<Slot<K, V>>() < PREPARE_BYTES_MIN {
-            return;
-        }
-        let limit = self.slots.len() * LOAD_NUMERATOR / LOAD_DENOMINATOR;
-        let inserts_needed = count.div_ceil(PREPARE_SLOTS_PER_INSERT) + 1;
-        if self.next.is_none() && self.len + inserts_needed >= limit {
-            let mut next: Vec<Slot<K, V>> = Vec::new();
-            if next.try_reserve_exact(count).is_ok() && next.capacity() == count {
-                super::memory::advise_huge_pages(&next);
-                self.next = Some(next);
+        match &self.next {
+            Some(Next::Writing(_, thread)) if thread.is_finished() => {
+                self.next = self.next.take().and_then(Next::take).map(Next::Ready);
             }
-        }
-        if self
-            .next
-            .as_ref()
-            .is_some_and(|next| next.capacity() != count)
-        {
-            self.next = None;
-        }
-        if let Some(next) = self.next.as_mut() {
-            let more = (count - next.len()).min(PREPARE_SLOTS_PER_INSERT);
-            next.resize_with(next.len() + more, || Slot(None));
+            Some(_) => {}
+            None if self.old.is_none()
+                && count * size_of::<Slot<K, V>>() >= PREPARE_BYTES_MIN
+                && self.len * 2 >= self.slots.len() =>
+            {
+                self.next = Next::start(count);
+            }
+            None => {}
         }
     }
 
@@ -538,6 +585,9 @@ impl<K: Hash + Eq + Clone, V: Clone> Slots<K, V> {
         }
         if old.remaining > 0 {
             self.old = Some(old);
+        } else {
+            let bytes = old.slots.capacity() * size_of::<Slot<K, V>>();
+            free_off_thread(old, bytes);
         }
     }
 }
@@ -676,8 +726,8 @@ mod growth_tests {
         assert_eq!(map.get(&0), None);
     }
 
-    /// Proves a large enough table writes its next array ahead of the growth, a few slots per
-    /// insert, and that the growth takes that array instead of allocating.
+    /// Proves a large enough table has its next array written ahead of the growth, from
+    /// half full, and that the growth takes that array instead of allocating.
     #[test]
     fn the_next_array_is_written_ahead_of_its_growth() {
         let mut map: Slots<u32, u32> = Slots::new();
@@ -687,24 +737,62 @@ mod growth_tests {
             map.insert_new(key, key).unwrap();
             key += 1;
         }
-        assert!(map.next.is_none(), "nothing prepared right after a growth");
-        let mut prepared_at = None;
-        while map.slot_count() == 256 {
-            if let Some(next) = &map.next {
-                assert_eq!(next.capacity(), 512);
-                let (first, _) = *prepared_at.get_or_insert((key, next.as_ptr()));
-                let inserts = (key - first + 1) as usize;
-                assert!(next.len() <= PREPARE_SLOTS_PER_INSERT * inserts);
-            }
+        while map.next.is_none() {
+            assert!(map.len() * 2 <= 256, "not started before half full");
             map.insert_new(key, key).unwrap();
             key += 1;
         }
-        let (_, prepared) = prepared_at.expect("the next array was prepared");
+        let next = map.next.take().unwrap();
+        assert_eq!(next.count(), 512);
+        let written = next.take().expect("the helper wrote the array");
+        assert_eq!((written.len(), written.capacity()), (512, 512));
+        assert!(written.iter().all(|slot| slot.0.is_none()));
+        let prepared = written.as_ptr();
+        map.next = Some(Next::Ready(written));
+        while map.slot_count() == 256 {
+            map.insert_new(key, key).unwrap();
+            key += 1;
+        }
         assert_eq!(
             map.slots.as_ptr(),
             prepared,
             "the growth took the prepared array"
         );
+        assert!(map.next.is_none());
+        for k in 0..key {
+            assert_eq!(map.get(&k), Some(&k));
+        }
+    }
+
+    /// Proves a growth due while its helper still writes waits for that array and takes it,
+    /// at the same insert as without a helper, and that a resize drops a preparation.
+    #[test]
+    fn a_growth_waits_for_a_helper_still_writing() {
+        let mut map: Slots<u32, u32> = Slots::new();
+        let mut key = 0;
+        while map.slot_count() < 256 || map.migrating() || map.len() * 4 < 256 * 3 - 1 {
+            map.insert_new(key, key).unwrap();
+            key += 1;
+        }
+        map.next = None;
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let (tell, told) = std::sync::mpsc::channel();
+        let helper = std::thread::spawn(move || {
+            wait.recv().unwrap();
+            let slots: Vec<Slot<u32, u32>> = (0..512).map(|_| Slot(None)).collect();
+            tell.send(slots.as_ptr() as usize).unwrap();
+            Some(slots)
+        });
+        map.next = Some(Next::Writing(512, helper));
+        assert_eq!(map.slot_count(), 256, "one insert before the growth");
+        go.send(()).unwrap();
+        map.insert_new(key, key).unwrap();
+        key += 1;
+        assert_eq!(map.slot_count(), 512, "the growth came at its insert");
+        assert_eq!(map.slots.as_ptr() as usize, told.recv().unwrap());
+        map.insert_new(key, key).unwrap();
+        key += 1;
+        map.resize_to(1024).unwrap();
         assert!(map.next.is_none());
         for k in 0..key {
             assert_eq!(map.get(&k), Some(&k));

@@ -141,6 +141,7 @@ fn on_storage(
         reads,
         reads_in_log: false,
         rate: None,
+        prefill_rate: None,
     };
     let both = [Some(Mode::Verify), Some(Mode::Performance)];
     let runtime = tokio::runtime::Builder::new_current_thread()

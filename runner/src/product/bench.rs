@@ -68,6 +68,12 @@ pub struct BenchOptions {
     /// ignored: as many sessions as the queue needs, up to 1,024).
     #[arg(long, value_parser = positive_rate)]
     pub rate: Option<f64>,
+    /// Open-loop prefill: requests of 1,024 opens per second, sent at fixed times whether or
+    /// not earlier ones were answered, with latency from each request's due time (without it
+    /// the prefill sends as fast as the cluster answers). A table's growth shows as the
+    /// prefill's slowest request only when the prefill does not queue on its own.
+    #[arg(long, value_parser = positive_rate)]
+    pub prefill_rate: Option<f64>,
     /// Write the runs as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -111,8 +117,13 @@ pub struct PrefillTime {
     pub latency_us: Histogram<u64>,
 }
 
-/// Prefills `accounts` accounts unless the cluster already holds them.
-pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Option<PrefillTime>> {
+/// Prefills `accounts` accounts unless the cluster already holds them: closed loop, or open
+/// loop at `rate` requests per second.
+pub async fn prefill(
+    config: &ClientConfig,
+    accounts: u64,
+    rate: Option<f64>,
+) -> anyhow::Result<Option<PrefillTime>> {
     let mut probe = client(config);
     let ends = [
         BankCommand::Get { id: account_id(0) },
@@ -126,9 +137,40 @@ pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Opt
     }
     let started = Instant::now();
     let bar = bar(accounts, "prefill");
+    let latency_us = Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?;
+    let latency_us = match rate {
+        None => prefill_closed(config, accounts, &bar, latency_us).await?,
+        Some(rate) => prefill_open(config, accounts, rate, &bar, latency_us).await?,
+    };
+    bar.finish_and_clear();
+    Ok(Some(PrefillTime {
+        seconds: started.elapsed().as_secs_f64(),
+        latency_us,
+    }))
+}
+
+/// Fails on an open's outcome other than done or "exists" (a prefill run again).
+fn check_opens(outcomes: Vec<Outcome<BankOutput, BankError>>) -> anyhow::Result<()> {
+    for outcome in outcomes {
+        match outcome {
+            Outcome::Done(_) | Outcome::Failed(BankError::AccountExists(_)) => {}
+            other @ (Outcome::Failed(_) | Outcome::Invalid) => {
+                bail!("prefill open failed: {other:?}")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The closed-loop prefill: [`PREFILL_CLIENTS`] requests in flight.
+async fn prefill_closed(
+    config: &ClientConfig,
+    accounts: u64,
+    bar: &ProgressBar,
+    latency_us: Histogram<u64>,
+) -> anyhow::Result<Histogram<u64>> {
     let next = Cell::new(0u64);
-    let latency_us =
-        std::cell::RefCell::new(Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?);
+    let latency_us = std::cell::RefCell::new(latency_us);
     let workers = (0..PREFILL_CLIENTS).map(|_| {
         let (next, bar, latency_us) = (&next, &bar, &latency_us);
         async move {
@@ -145,14 +187,7 @@ pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Opt
                 let outcomes = client.submit::<Bank>(&opens).await?;
                 let took = sent.elapsed().as_micros() as u64;
                 latency_us.borrow_mut().saturating_record(took);
-                for outcome in outcomes {
-                    match outcome {
-                        Outcome::Done(_) | Outcome::Failed(BankError::AccountExists(_)) => {}
-                        other @ (Outcome::Failed(_) | Outcome::Invalid) => {
-                            bail!("prefill open failed: {other:?}")
-                        }
-                    }
-                }
+                check_opens(outcomes)?;
                 bar.inc(end - start);
             }
         }
@@ -160,11 +195,62 @@ pub async fn prefill(config: &ClientConfig, accounts: u64) -> anyhow::Result<Opt
     for result in join_all(workers).await {
         result?;
     }
-    bar.finish_and_clear();
-    Ok(Some(PrefillTime {
-        seconds: started.elapsed().as_secs_f64(),
-        latency_us: latency_us.into_inner(),
-    }))
+    Ok(latency_us.into_inner())
+}
+
+/// The open-loop prefill: one request of [`PREFILL_REQUEST_COMMANDS`] opens due every
+/// `1 / rate` seconds, latency from its due time.
+async fn prefill_open(
+    config: &ClientConfig,
+    accounts: u64,
+    rate: f64,
+    bar: &ProgressBar,
+    latency_us: Histogram<u64>,
+) -> anyhow::Result<Histogram<u64>> {
+    let requests = accounts.div_ceil(PREFILL_REQUEST_COMMANDS);
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = tokio::time::Instant::now();
+    // Exactly `requests` due times fall before the end: the last one half an interval before.
+    let last = u32::try_from(requests - 1).context("too many prefill requests for one open loop")?;
+    let stop_at = start + interval * last + interval / 2;
+    let next = Cell::new(0u64);
+    let latency_us = std::cell::RefCell::new(latency_us);
+    let failure = std::cell::RefCell::new(None::<anyhow::Error>);
+    let send = |mut session: Client, due| {
+        let first = next.get();
+        let end = (first + PREFILL_REQUEST_COMMANDS).min(accounts);
+        next.set(end);
+        let opens: Vec<BankCommand> = (first..end).map(open_command).collect();
+        async move {
+            let answer = session.submit::<Bank>(&opens).await;
+            (session, due, (answer, end - first))
+        }
+    };
+    let answered = |due: tokio::time::Instant, (answer, opens): (Result<_, ClientError>, u64)| {
+        let took = Instant::now().saturating_duration_since(due.into_std());
+        latency_us
+            .borrow_mut()
+            .saturating_record(took.as_micros() as u64);
+        bar.inc(opens);
+        if let Err(error) = answer.map_err(anyhow::Error::from).and_then(check_opens) {
+            failure.borrow_mut().get_or_insert(error);
+        }
+    };
+    engine::cli::open_loop(
+        engine::cli::Pacer::Thread,
+        rate,
+        start,
+        stop_at,
+        || client(config),
+        send,
+        answered,
+    )
+    .await;
+    if let Some(error) = failure.into_inner() {
+        return Err(error);
+    }
+    assert_eq!(next.get(), accounts, "every account was sent once");
+    Ok(latency_us.into_inner())
 }
 
 /// What one worker saw in the measured window.
@@ -476,7 +562,7 @@ pub async fn benchmark(
     if options.rate.is_some() && options.commands.is_some() {
         bail!("--rate runs for --duration; it does not take --commands");
     }
-    let (before_accounts, before_total) = match prefill(config, options.accounts)
+    let (before_accounts, before_total) = match prefill(config, options.accounts, options.prefill_rate)
         .await
         .context("prefill")?
     {
