@@ -370,10 +370,15 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         }
     }
 
-    /// Starts loading the key's home slot so that a later lookup finds it in cache.
+    /// Starts loading the key's home slot so that a later lookup finds it in cache, in both
+    /// arrays while a growth drains the old one (a lookup that misses the new array reads
+    /// the old one too).
     #[inline]
     pub(crate) fn touch(&self, key: &K) {
         super::memory::prefetch(&self.slots[self.home(key)]);
+        if let Some(old) = &self.old {
+            super::memory::prefetch(&old.slots[home(key, old.shift)]);
+        }
     }
 
     /// The slot holding `key`, if any: a position for [`Slots::at`] and [`Slots::replace`],
