@@ -211,7 +211,8 @@ async fn prefill_open(
     let interval = Duration::from_secs_f64(1.0 / rate);
     let start = tokio::time::Instant::now();
     // Exactly `requests` due times fall before the end: the last one half an interval before.
-    let last = u32::try_from(requests - 1).context("too many prefill requests for one open loop")?;
+    let last =
+        u32::try_from(requests - 1).context("too many prefill requests for one open loop")?;
     let stop_at = start + interval * last + interval / 2;
     let next = Cell::new(0u64);
     let latency_us = std::cell::RefCell::new(latency_us);
@@ -562,9 +563,13 @@ pub async fn benchmark(
     if options.rate.is_some() && options.commands.is_some() {
         bail!("--rate runs for --duration; it does not take --commands");
     }
-    let (before_accounts, before_total) = match prefill(config, options.accounts, options.prefill_rate)
-        .await
-        .context("prefill")?
+    let (before_accounts, before_total) = match prefill(
+        config,
+        options.accounts,
+        options.prefill_rate,
+    )
+    .await
+    .context("prefill")?
     {
         Some(time) => {
             let ms = |us: u64| us as f64 / 1e3;
