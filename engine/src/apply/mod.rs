@@ -349,6 +349,11 @@ impl<H: Handler> StateMachine<H> {
         &self.state
     }
 
+    /// Waits for the helper threads of the tables' growths (see [`State::settle_growths`]).
+    pub fn settle_growths(&mut self) {
+        self.state.settle_growths();
+    }
+
     /// The client sessions.
     pub fn sessions(&self) -> &Sessions {
         &self.sessions

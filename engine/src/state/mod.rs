@@ -236,6 +236,15 @@ impl State {
         self.tables.iter().flatten().map(|t| t.growth_bytes()).sum()
     }
 
+    /// Waits for the helper threads of the tables' growths: next arrays being written ahead,
+    /// old arrays being freed. Memory figures read after it are final, which measurements of
+    /// what the tables allocate need; a node never needs to wait for them.
+    pub fn settle_growths(&mut self) {
+        for table in self.tables.iter_mut().flatten() {
+            table.settle_growth();
+        }
+    }
+
     /// The number of records in `table`.
     pub fn len<K: Key, R: Record, O: Order<K>>(&self, table: &Table<K, R, O>) -> usize {
         self.typed(table).map.len()

@@ -90,6 +90,9 @@ pub(crate) struct Slots<K, V> {
     scan_void: bool,
     /// Records removed so far (a removal moves other records between slots).
     removals: u64,
+    /// The helper thread freeing the last drained old array, if any (see
+    /// [`free_off_thread`]).
+    freeing: Option<std::thread::JoinHandle<()>>,
 }
 
 /// The array the next growth will use, written ahead of it off the node thread. Once the
@@ -141,14 +144,19 @@ impl<K: Send + 'static, V: Send + 'static> Next<K, V> {
 }
 
 /// Frees an array of at least [`PREPARE_BYTES_MIN`] on a helper thread (handing a gigabyte
-/// back to the kernel takes tens of milliseconds), a smaller one here.
-fn free_off_thread<T: Send + 'static>(array: T, bytes: usize) {
-    if bytes >= PREPARE_BYTES_MIN {
-        // A thread that cannot start drops its closure, and the array with it, here.
-        let _ = std::thread::Builder::new()
-            .name(PREPARE_THREAD_NAME.into())
-            .spawn(move || drop(array));
+/// back to the kernel takes tens of milliseconds), a smaller one here; the helper, if any.
+fn free_off_thread<T: Send + 'static>(
+    array: T,
+    bytes: usize,
+) -> Option<std::thread::JoinHandle<()>> {
+    if bytes < PREPARE_BYTES_MIN {
+        return None;
     }
+    // A thread that cannot start drops its closure, and the array with it, here.
+    std::thread::Builder::new()
+        .name(PREPARE_THREAD_NAME.into())
+        .spawn(move || drop(array))
+        .ok()
 }
 
 /// The array a growth left behind, emptied a whole cluster at a time (a cluster: a run of full
@@ -214,6 +222,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
             scan: None,
             scan_void: false,
             removals: 0,
+            freeing: None,
         }
     }
 
@@ -560,6 +569,17 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         }
     }
 
+    /// Waits for the helper threads of this map's growth: the next array's writer (whose
+    /// array is then kept) and the freeing of the last drained one.
+    pub(crate) fn settle(&mut self) {
+        if let Some(Next::Writing(..)) = &self.next {
+            self.next = self.next.take().and_then(Next::take).map(Next::Ready);
+        }
+        if let Some(freeing) = self.freeing.take() {
+            let _ = freeing.join();
+        }
+    }
+
     /// Moves up to `slots` more slots' records of a growth in progress (to the end of the
     /// cluster it stops in) into the new array; true when no growth is left in progress.
     pub(crate) fn advance_growth(&mut self, slots: usize) -> bool {
@@ -592,7 +612,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
             self.old = Some(old);
         } else {
             let bytes = old.slots.capacity() * size_of::<Slot<K, V>>();
-            free_off_thread(old, bytes);
+            self.freeing = free_off_thread(old, bytes);
         }
     }
 }

@@ -273,6 +273,8 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     /// Memory held by the arrays of a growth beside the one in use (see
     /// [`Slots::growth_bytes`]), in bytes.
     fn growth_bytes(&self) -> usize;
+    /// Waits for the helper threads of the table's growth (see [`Slots::settle`]).
+    fn settle_growth(&mut self);
     /// Bytes of one slot.
     fn slot_bytes(&self) -> u64;
     /// The slot count the capacity account charges for: what the array holds unless a rolled
@@ -453,6 +455,10 @@ impl<K: Key, R: Record, O: Order<K>> AnyTable for TypedTable<K, R, O> {
 
     fn growth_bytes(&self) -> usize {
         self.map.growth_bytes()
+    }
+
+    fn settle_growth(&mut self) {
+        self.map.settle();
     }
 
     fn heap_bytes_of(&self, mut records: &[u8], count: u64) -> Option<u64> {
