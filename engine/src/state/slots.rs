@@ -37,6 +37,11 @@ pub(crate) const MIGRATE_SLOTS_PER_SNAPSHOT_TRY: usize = 4096;
 const PREPARE_BYTES_MIN: usize = if cfg!(test) { 16 << 10 } else { 1 << 20 };
 /// The helper threads that write next arrays are named this.
 const PREPARE_THREAD_NAME: &str = "table-grow";
+/// Slots ahead of the one it moves that a drain starts loading the new home of: a moved record
+/// lands in a slot of the new array nothing brought into cache. Measured on a 16M-slot growth
+/// (32 slots per insert): an insert during the drain cost 920-958 ns with no prefetch, 750-830
+/// with 16 ahead, 800-820 with 8.
+const MIGRATE_PREFETCH_AHEAD: usize = 16;
 
 const _: () = assert!(SLOTS_INITIAL.is_power_of_two());
 const _: () = assert!(LOAD_NUMERATOR < LOAD_DENOMINATOR);
@@ -600,6 +605,10 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         let mut visited = 0;
         // Stop only at an empty slot, so that every cluster left is whole.
         while old.remaining > 0 && (visited < slots || old.slots[old.cursor].0.is_some()) {
+            let ahead = (old.cursor + MIGRATE_PREFETCH_AHEAD) & mask;
+            if let Some((key, _)) = &old.slots[ahead].0 {
+                super::memory::prefetch(&self.slots[self.home(key)]);
+            }
             if let Some((key, value)) = old.slots[old.cursor].0.take() {
                 let i = probe(&self.slots, self.home(&key), &key).expect_err("keys are unique");
                 self.slots[i] = Slot(Some((key, value)));
