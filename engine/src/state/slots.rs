@@ -111,12 +111,16 @@ enum Next<K, V> {
     Writing(usize, std::thread::JoinHandle<Option<Vec<Slot<K, V>>>>),
     /// Written: every slot empty, `len() == capacity()`.
     Ready(Vec<Slot<K, V>>),
+    /// Not prepared: the allocator refused the array or no thread could be started. The
+    /// growth allocates when it is due, and nothing is tried again before it (a state near
+    /// its memory limit would otherwise start a thread at every insert).
+    Refused,
 }
 
 impl<K: Send + 'static, V: Send + 'static> Next<K, V> {
-    /// Starts a helper writing an array of `count` empty slots; `None` when no thread can be
-    /// started (the growth then allocates when it is due).
-    fn start(count: usize) -> Option<Self> {
+    /// Starts a helper writing an array of `count` empty slots ([`Next::Refused`] when no
+    /// thread can be started).
+    fn start(count: usize) -> Self {
         let thread = std::thread::Builder::new()
             .name(PREPARE_THREAD_NAME.into())
             .spawn(move || {
@@ -125,26 +129,34 @@ impl<K: Send + 'static, V: Send + 'static> Next<K, V> {
                 super::memory::advise_huge_pages(&slots);
                 slots.resize_with(count, || Slot(None));
                 Some(slots)
-            })
-            .ok()?;
-        Some(Next::Writing(count, thread))
+            });
+        match thread {
+            Ok(thread) => Next::Writing(count, thread),
+            Err(_) => Next::Refused,
+        }
     }
 
-    /// The slot count of the array.
+    /// The slot count of the array held or being written (0 when refused).
     fn count(&self) -> usize {
         match self {
             Next::Writing(count, _) => *count,
             Next::Ready(slots) => slots.capacity(),
+            Next::Refused => 0,
         }
     }
 
-    /// The array, waiting for the helper if it is still writing; `None` when the allocator
-    /// refused it.
+    /// The array, waiting for the helper if it is still writing; `None` when it was refused.
     fn take(self) -> Option<Vec<Slot<K, V>>> {
         match self {
             Next::Writing(_, thread) => thread.join().ok().flatten(),
             Next::Ready(slots) => Some(slots),
+            Next::Refused => None,
         }
+    }
+
+    /// Waits for the helper: the array written, or refused.
+    fn finish(self) -> Self {
+        self.take().map_or(Next::Refused, Next::Ready)
     }
 }
 
@@ -561,14 +573,14 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         let count = self.slots.len() * 2;
         match &self.next {
             Some(Next::Writing(_, thread)) if thread.is_finished() => {
-                self.next = self.next.take().and_then(Next::take).map(Next::Ready);
+                self.next = self.next.take().map(Next::finish);
             }
             Some(_) => {}
             None if self.old.is_none()
                 && count * size_of::<Slot<K, V>>() >= PREPARE_BYTES_MIN
                 && self.len * 2 >= self.slots.len() =>
             {
-                self.next = Next::start(count);
+                self.next = Some(Next::start(count));
             }
             None => {}
         }
@@ -578,7 +590,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
     /// array is then kept) and the freeing of the last drained one.
     pub(crate) fn settle(&mut self) {
         if let Some(Next::Writing(..)) = &self.next {
-            self.next = self.next.take().and_then(Next::take).map(Next::Ready);
+            self.next = self.next.take().map(Next::finish);
         }
         if let Some(freeing) = self.freeing.take() {
             let _ = freeing.join();
@@ -827,6 +839,40 @@ mod growth_tests {
         map.insert_new(key, key).unwrap();
         key += 1;
         map.resize_to(1024).unwrap();
+        assert!(map.next.is_none());
+        for k in 0..key {
+            assert_eq!(map.get(&k), Some(&k));
+        }
+    }
+    /// Proves an array the helper could not allocate is not tried again at every insert (a
+    /// state near its memory limit would start a thread per insert): the table waits for its
+    /// growth, which allocates then, at the same insert as always.
+    #[test]
+    fn a_refused_array_is_not_tried_again_before_the_growth() {
+        let mut map: Slots<u32, u32> = Slots::new();
+        let mut key = 0;
+        while map.slot_count() < 256 || map.migrating() || map.len() * 2 < 256 {
+            map.insert_new(key, key).unwrap();
+            key += 1;
+        }
+        // The allocator refused: the helper ends with nothing.
+        let helper = std::thread::spawn(|| None);
+        while !helper.is_finished() {
+            std::thread::yield_now();
+        }
+        map.next = Some(Next::Writing(512, helper));
+        map.insert_new(key, key).unwrap();
+        key += 1;
+        assert!(matches!(&map.next, Some(Next::Refused)));
+        while map.slot_count() == 256 {
+            assert!(
+                matches!(&map.next, Some(Next::Refused)),
+                "no new helper before the growth"
+            );
+            map.insert_new(key, key).unwrap();
+            key += 1;
+        }
+        assert_eq!(map.len() - 1, 192, "the growth came past 3/4 of 256 slots");
         assert!(map.next.is_none());
         for k in 0..key {
             assert_eq!(map.get(&k), Some(&k));
