@@ -772,17 +772,31 @@ mod growth_tests {
         assert_eq!(map.get(&0), None);
     }
 
+    /// A map of 256 slots, no drain under way, holding at least `records` records (keys from
+    /// 0, one insert at a time), and the next key.
+    fn at_256_slots_holding(records: usize) -> (Slots<u32, u32>, u32) {
+        let mut map = Slots::new();
+        let mut key = 0;
+        while map.slot_count() < 256 || map.migrating() || map.len() < records {
+            map.insert_new(key, key).unwrap();
+            key += 1;
+        }
+        (map, key)
+    }
+
+    /// Asserts every key below `end` is found with itself as its record.
+    fn assert_all_found(map: &Slots<u32, u32>, end: u32) {
+        for k in 0..end {
+            assert_eq!(map.get(&k), Some(&k));
+        }
+    }
+
     /// Proves a large enough table has its next array written ahead of the growth, from
     /// half full, and that the growth takes that array instead of allocating.
     #[test]
     fn the_next_array_is_written_ahead_of_its_growth() {
-        let mut map: Slots<u32, u32> = Slots::new();
-        let mut key = 0;
         // Past the growth to 256 slots: the next array, 512 slots of 64 bytes, is prepared.
-        while map.slot_count() < 256 || map.migrating() {
-            map.insert_new(key, key).unwrap();
-            key += 1;
-        }
+        let (mut map, mut key) = at_256_slots_holding(0);
         while map.next.is_none() {
             assert!(map.len() * 2 <= 256, "not started before half full");
             map.insert_new(key, key).unwrap();
@@ -805,21 +819,15 @@ mod growth_tests {
             "the growth took the prepared array"
         );
         assert!(map.next.is_none());
-        for k in 0..key {
-            assert_eq!(map.get(&k), Some(&k));
-        }
+        assert_all_found(&map, key);
     }
 
     /// Proves a growth due while its helper still writes waits for that array and takes it,
     /// at the same insert as without a helper, and that a resize drops a preparation.
     #[test]
     fn a_growth_waits_for_a_helper_still_writing() {
-        let mut map: Slots<u32, u32> = Slots::new();
-        let mut key = 0;
-        while map.slot_count() < 256 || map.migrating() || map.len() * 4 < 256 * 3 - 1 {
-            map.insert_new(key, key).unwrap();
-            key += 1;
-        }
+        // 192 records: the next insert crosses 3/4 of 256 slots.
+        let (mut map, mut key) = at_256_slots_holding(192);
         map.next = None;
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let (tell, told) = std::sync::mpsc::channel();
@@ -840,21 +848,15 @@ mod growth_tests {
         key += 1;
         map.resize_to(1024).unwrap();
         assert!(map.next.is_none());
-        for k in 0..key {
-            assert_eq!(map.get(&k), Some(&k));
-        }
+        assert_all_found(&map, key);
     }
+
     /// Proves an array the helper could not allocate is not tried again at every insert (a
     /// state near its memory limit would start a thread per insert): the table waits for its
     /// growth, which allocates then, at the same insert as always.
     #[test]
     fn a_refused_array_is_not_tried_again_before_the_growth() {
-        let mut map: Slots<u32, u32> = Slots::new();
-        let mut key = 0;
-        while map.slot_count() < 256 || map.migrating() || map.len() * 2 < 256 {
-            map.insert_new(key, key).unwrap();
-            key += 1;
-        }
+        let (mut map, mut key) = at_256_slots_holding(128);
         // The allocator refused: the helper ends with nothing.
         let helper = std::thread::spawn(|| None);
         while !helper.is_finished() {
@@ -874,9 +876,7 @@ mod growth_tests {
         }
         assert_eq!(map.len() - 1, 192, "the growth came past 3/4 of 256 slots");
         assert!(map.next.is_none());
-        for k in 0..key {
-            assert_eq!(map.get(&k), Some(&k));
-        }
+        assert_all_found(&map, key);
     }
 }
 
