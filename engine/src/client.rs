@@ -541,10 +541,25 @@ async fn answer_on(
     }
 }
 
-/// Connects to `address` and introduces the client (with its key, if it has one).
+/// Connects to `address` and introduces the client (with its key, if it has one), offering
+/// the newest protocol version and, if a node of an earlier build refuses it, that node's.
 pub(crate) async fn connect(
     config: &ClientConfig,
     address: &Address,
+) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
+    match connect_offering(config, address, PROTOCOL_VERSION).await {
+        Err(error) => match error.version_to_retry(PROTOCOL_VERSION) {
+            Some(older) => connect_offering(config, address, older).await,
+            None => Err(error),
+        },
+        connected => connected,
+    }
+}
+
+async fn connect_offering(
+    config: &ClientConfig,
+    address: &Address,
+    version: u16,
 ) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
     let stream = crate::address::connect(address)
         .await
@@ -552,7 +567,7 @@ pub(crate) async fn connect(
     stream.set_nodelay(true).map_err(FrameError::Io)?;
     let mut frames = Framed::new(stream, FrameCodec::new(config.cluster_id));
     let hello = Hello {
-        version: PROTOCOL_VERSION,
+        version,
         cluster: config.cluster_id,
         node: None,
     };
@@ -651,4 +666,56 @@ async fn ask(
 
 fn unexpected(address: &Address, reply: &ClientReply) -> ClientError {
     ClientError::Unreachable(format!("{address}: unexpected answer {reply:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use net::message::{Admission, Challenge, PROTOCOL_VERSION_OLDEST, Proof};
+
+    /// A node of an earlier build: it speaks only the oldest version, refuses any other in
+    /// its hello, and admits a caller whose proof holds for that version. Returns the versions
+    /// offered to it, connection by connection.
+    async fn older_node(listener: tokio::net::TcpListener, key: Key, cluster: u64) -> Vec<u16> {
+        let mut offered = Vec::new();
+        while offered.last() != Some(&PROTOCOL_VERSION_OLDEST) {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut frames = Framed::new(stream, FrameCodec::new(cluster));
+            let hello: Hello = codec::decode(&frames.next().await.unwrap().unwrap()).unwrap();
+            offered.push(hello.version);
+            if hello.version != PROTOCOL_VERSION_OLDEST {
+                let refusal = Refusal::Version {
+                    theirs: hello.version,
+                    ours: PROTOCOL_VERSION_OLDEST,
+                };
+                frames.send(&Admission::Refused(refusal)).await.unwrap();
+                continue;
+            }
+            let challenge = Challenge {
+                nonce: net::auth::fresh_nonce().unwrap(),
+            };
+            frames.send(&challenge).await.unwrap();
+            let proof: Proof = codec::decode(&frames.next().await.unwrap().unwrap()).unwrap();
+            let connection = (cluster, PROTOCOL_VERSION_OLDEST);
+            assert!(key.verify(connection, None, None, &challenge.nonce, &proof));
+            frames.send(&Admission::Accepted).await.unwrap();
+        }
+        offered
+    }
+
+    /// Proves a client offers the newest protocol first and, refused by a node of an earlier
+    /// build for a version it speaks too, connects again with that version and is admitted.
+    #[tokio::test]
+    async fn a_client_falls_back_to_an_older_nodes_version() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let key = Key::client(b"the clients of this cluster know this").unwrap();
+        let node = tokio::spawn(older_node(listener, key.clone(), 9));
+        let mut config = ClientConfig::new(9, [address]);
+        config.key = Some(key);
+        let connected = connect(&config, &Address::from(address)).await;
+        assert!(connected.is_ok(), "{:?}", connected.err());
+        let offered = node.await.unwrap();
+        assert_eq!(offered, vec![PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST]);
+    }
 }

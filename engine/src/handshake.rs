@@ -39,6 +39,15 @@ impl HandshakeError {
             HandshakeError::Closed => None,
         }
     }
+
+    /// The older protocol version to call again with, when the listener refused `offered`
+    /// for one this build speaks too (a node of an earlier build).
+    pub fn version_to_retry(&self, offered: u16) -> Option<u16> {
+        match self {
+            HandshakeError::Refused(refusal) => auth::version_to_retry(offered, refusal),
+            HandshakeError::Frame(_) | HandshakeError::Decode(_) | HandshakeError::Closed => None,
+        }
+    }
 }
 
 async fn next<T: codec::Decode<()>>(

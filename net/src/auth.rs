@@ -13,7 +13,9 @@
 //! the client secret when the cluster sets one, and send an empty proof otherwise.
 
 use crate::ids::NodeId;
-use crate::message::{Admission, Challenge, Hello, PROTOCOL_VERSION, Proof, Refusal};
+use crate::message::{
+    Admission, Challenge, Hello, PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST, Proof, Refusal,
+};
 
 /// Fewest bytes a secret may have.
 pub const SECRET_BYTES_MIN: usize = 16;
@@ -73,10 +75,10 @@ impl Key {
 
     /// The MAC a caller `caller` (a node, or `None` for a client) of cluster `cluster` sends
     /// to `listener` (the node it dialed; `None` for a client, which dials addresses) for
-    /// `nonce`.
+    /// `nonce`, on a connection of protocol `version` (the one its hello offered).
     pub fn prove(
         &self,
-        cluster: u64,
+        (cluster, version): (u64, u16),
         caller: Option<NodeId>,
         listener: Option<NodeId>,
         nonce: &[u8; NONCE_BYTES],
@@ -86,7 +88,7 @@ impl Key {
         mac.update(&cluster.to_le_bytes());
         mac.update(&identity(caller));
         mac.update(&identity(listener));
-        mac.update(&PROTOCOL_VERSION.to_le_bytes());
+        mac.update(&version.to_le_bytes());
         mac.update(nonce);
         Proof {
             mac: *mac.finalize().as_bytes(),
@@ -97,13 +99,14 @@ impl Key {
     /// time).
     pub fn verify(
         &self,
-        cluster: u64,
+        (cluster, version): (u64, u16),
         caller: Option<NodeId>,
         listener: Option<NodeId>,
         nonce: &[u8; NONCE_BYTES],
         proof: &Proof,
     ) -> bool {
-        let expected = blake3::Hash::from(self.prove(cluster, caller, listener, nonce).mac);
+        let expected = self.prove((cluster, version), caller, listener, nonce);
+        let expected = blake3::Hash::from(expected.mac);
         expected == blake3::Hash::from(proof.mac)
     }
 }
@@ -140,9 +143,10 @@ pub struct Gate<'a> {
 }
 
 impl Gate<'_> {
-    /// Checks a caller's hello: the protocol version and the kind of caller for this port.
+    /// Checks a caller's hello: the protocol version (one this build speaks) and the kind of
+    /// caller for this port.
     pub fn hello(&self, hello: &Hello) -> Result<(), Refusal> {
-        if hello.version != PROTOCOL_VERSION {
+        if !(PROTOCOL_VERSION_OLDEST..=PROTOCOL_VERSION).contains(&hello.version) {
             return Err(Refusal::Version {
                 theirs: hello.version,
                 ours: PROTOCOL_VERSION,
@@ -175,7 +179,7 @@ impl Gate<'_> {
         match self.key {
             Some(key)
                 if !key.verify(
-                    self.cluster,
+                    (self.cluster, hello.version),
                     hello.node,
                     self.listener(),
                     &challenge.nonce,
@@ -201,8 +205,22 @@ pub fn answer(
         Proof {
             mac: [0; MAC_BYTES],
         },
-        |key| key.prove(hello.cluster, hello.node, listener, &challenge.nonce),
+        |key| {
+            let connection = (hello.cluster, hello.version);
+            key.prove(connection, hello.node, listener, &challenge.nonce)
+        },
     )
+}
+
+/// The version to call again with after `refusal`: the listener's, when it refused this
+/// caller's version for an older one this build speaks too (a node not upgraded yet).
+/// `None` for any other refusal, or a listener whose version this build does not speak.
+pub fn version_to_retry(offered: u16, refusal: &Refusal) -> Option<u16> {
+    let Refusal::Version { ours, .. } = refusal else {
+        return None;
+    };
+    (*ours < offered && (PROTOCOL_VERSION_OLDEST..=PROTOCOL_VERSION).contains(ours))
+        .then_some(*ours)
 }
 
 #[cfg(test)]
@@ -271,6 +289,50 @@ mod tests {
         );
     }
 
+    /// Proves a proof binds the version its hello offered (a caller cannot be admitted under
+    /// another than it proved), and that a caller retries only a version this build speaks,
+    /// older than the one refused.
+    #[test]
+    fn a_proof_binds_its_version_and_a_refusal_names_the_retry() {
+        let key = Key::peer(b"correct horse battery staple").unwrap();
+        let nodes = [NodeId(1), NodeId(2)];
+        let gate = Gate {
+            cluster: 9,
+            port: Port::Peer,
+            key: Some(&key),
+            nodes: &nodes,
+            me: NodeId(1),
+        };
+        let challenge = Challenge {
+            nonce: fresh_nonce().unwrap(),
+        };
+        let mut older = hello(Some(2));
+        older.version = PROTOCOL_VERSION_OLDEST;
+        let proof = answer(Some(&key), &older, Some(NodeId(1)), &challenge);
+        assert_eq!(gate.proof(&older, &challenge, &proof), Admission::Accepted);
+        let newest = hello(Some(2));
+        assert_eq!(
+            gate.proof(&newest, &challenge, &proof),
+            Admission::Refused(Refusal::Unauthenticated)
+        );
+        let refused_for = |ours| Refusal::Version {
+            theirs: PROTOCOL_VERSION,
+            ours,
+        };
+        let retry = |ours| version_to_retry(PROTOCOL_VERSION, &refused_for(ours));
+        assert_eq!(
+            retry(PROTOCOL_VERSION_OLDEST),
+            Some(PROTOCOL_VERSION_OLDEST)
+        );
+        assert_eq!(retry(PROTOCOL_VERSION_OLDEST - 1), None);
+        assert_eq!(retry(PROTOCOL_VERSION), None);
+        assert_eq!(retry(PROTOCOL_VERSION + 1), None);
+        assert_eq!(
+            version_to_retry(PROTOCOL_VERSION, &Refusal::Unauthenticated),
+            None
+        );
+    }
+
     /// Proves the hello check refuses another version, another cluster, a stranger on the
     /// peer port and a node on the client port, and that short secrets are refused.
     #[test]
@@ -287,9 +349,14 @@ mod tests {
             port: Port::Client,
             ..peers
         };
-        let mut old = hello(Some(1));
-        old.version += 1;
-        assert!(matches!(peers.hello(&old), Err(Refusal::Version { .. })));
+        let mut newer = hello(Some(1));
+        newer.version += 1;
+        assert!(matches!(peers.hello(&newer), Err(Refusal::Version { .. })));
+        let mut oldest = hello(Some(1));
+        oldest.version = PROTOCOL_VERSION_OLDEST;
+        assert_eq!(peers.hello(&oldest), Ok(()));
+        oldest.version -= 1;
+        assert!(matches!(peers.hello(&oldest), Err(Refusal::Version { .. })));
         let mut other = hello(None);
         other.cluster = 10;
         assert!(matches!(

@@ -5,19 +5,29 @@ use crate::codec::{Decode, Encode};
 use crate::entry::Entry;
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, StateHash, Term};
 
-/// Version of this protocol; a handshake with another version is refused. Version 2: request
-/// fragments carry their request's digest, a reused request number is answered
-/// [`ClientReply::Reused`], and a client may ask where its session stands
+/// The newest version of this protocol, the one a caller offers first; a handshake with a
+/// version outside [`PROTOCOL_VERSION_OLDEST`]..=[`PROTOCOL_VERSION`] is refused, and a caller
+/// refused by a node of an older build calls again with that node's version when it speaks it
+/// too. Version 2: request fragments carry their request's digest, a reused request number is
+/// answered [`ClientReply::Reused`], and a client may ask where its session stands
 /// ([`ClientRequest::Resume`]). Version 3: client ids are 128 bits, request number 0 with no
 /// commands registers a client id through the log, and a request says the client's oldest
-/// pending one ([`Submit::oldest_pending`], [`ClientReply::NotYet`]).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// pending one ([`Submit::oldest_pending`], [`ClientReply::NotYet`]). Version 4: a leader may
+/// confirm its leadership for reads with [`PeerMessage::ReadCheck`] rounds; every message of
+/// version 3 keeps its bytes.
+pub const PROTOCOL_VERSION: u16 = 4;
+/// The oldest version this build still speaks (with callers and listeners of older builds).
+pub const PROTOCOL_VERSION_OLDEST: u16 = 3;
+/// The first version whose nodes understand [`PeerMessage::ReadCheck`]: a leader sends it
+/// only once every other member has shown, by its handshake, that it speaks this version.
+pub const PROTOCOL_VERSION_READ_CHECK: u16 = 4;
 
 /// The first frame on every connection: who is calling.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 #[codec(crate = "crate::codec")]
 pub struct Hello {
-    /// [`PROTOCOL_VERSION`] of the caller.
+    /// The protocol version the caller speaks on this connection (its newest, or the
+    /// listener's after a refusal that named it).
     pub version: u16,
     /// The cluster the caller belongs to.
     pub cluster: u64,
@@ -215,6 +225,37 @@ pub enum PeerMessage {
     /// replicas that may hold what it lost, whether or not they campaign, and each answers
     /// (added after the protocol's third version; every earlier message keeps its bytes).
     LogEnd(LogEnd),
+    /// Leader to follower: does the receiver still take this leader's term? Sent only to
+    /// nodes that speak [`PROTOCOL_VERSION_READ_CHECK`].
+    ReadCheck(ReadCheck),
+    /// Follower to leader: its answer to a [`ReadCheck`].
+    ReadCheckReply(ReadCheckReply),
+}
+
+/// A leader's round of confirmation for reads off the log: a majority that answers a round
+/// in the leader's term shows that no newer leader had been elected when the round began.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct ReadCheck {
+    /// The leader's term.
+    pub term: Term,
+    /// The leader.
+    pub leader: NodeId,
+    /// The round, counted by the leader.
+    pub round: u64,
+}
+
+/// The answer to a [`ReadCheck`], with the answering node's term (after taking the leader's,
+/// if it was newer): a higher one deposes the leader, the leader's own confirms the round.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct ReadCheckReply {
+    /// The answering node's term.
+    pub term: Term,
+    /// The answering node.
+    pub from: NodeId,
+    /// The round answered.
+    pub round: u64,
 }
 
 /// Where a replica's log ends, asked by a replica repairing damage or answered to one.

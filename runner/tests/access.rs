@@ -159,7 +159,12 @@ fn a_replayed_handshake_is_refused() {
     first.write_all(&frame(&hello)).unwrap();
     let challenge: Challenge = read(&mut first);
     let node_one = Some(engine::NodeId(1));
-    let proof = key.prove(CLUSTER_ID, hello.node, node_one, &challenge.nonce);
+    let proof = key.prove(
+        (CLUSTER_ID, hello.version),
+        hello.node,
+        node_one,
+        &challenge.nonce,
+    );
     first.write_all(&frame(&proof)).unwrap();
     assert_eq!(read::<Admission>(&mut first), Admission::Accepted);
     drop(first);
@@ -193,7 +198,12 @@ fn a_replayed_handshake_is_refused() {
     relayed.write_all(&frame(&hello)).unwrap();
     let challenge: Challenge = read(&mut relayed);
     let node_three = Some(engine::NodeId(3));
-    let meant_for_three = key.prove(CLUSTER_ID, hello.node, node_three, &challenge.nonce);
+    let meant_for_three = key.prove(
+        (CLUSTER_ID, hello.version),
+        hello.node,
+        node_three,
+        &challenge.nonce,
+    );
     relayed.write_all(&frame(&meant_for_three)).unwrap();
     assert_eq!(
         read::<Admission>(&mut relayed),

@@ -91,8 +91,7 @@ impl<H: Handler> StateMachine<H> {
     pub fn simulate(&mut self, entry: &Entry) {
         match self.mode {
             Mode::Performance => {
-                let tip = self.speculations.back().map_or(self.applied, |s| s.index);
-                if entry.index() == tip.next() {
+                if entry.index() == self.speculated_index().next() {
                     self.speculate(entry);
                 }
             }
@@ -101,6 +100,12 @@ impl<H: Handler> StateMachine<H> {
                 self.simulate_next();
             }
         }
+    }
+
+    /// The last entry the state as it stands holds: the newest speculation, or the last
+    /// entry applied for good.
+    pub fn speculated_index(&self) -> EntryIndex {
+        self.speculations.back().map_or(self.applied, |s| s.index)
     }
 
     /// Entries simulated and not yet applied for good.

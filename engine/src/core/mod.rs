@@ -17,6 +17,7 @@ mod election;
 mod log;
 mod membership;
 mod quorum;
+mod read_check;
 mod repair;
 
 pub use log::{LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN, LogBase};
@@ -277,6 +278,9 @@ pub enum Action {
     /// The members in force changed (a members entry was appended, or left the log with a
     /// conflicting suffix, or a snapshot was installed): connect to these.
     MembersChanged(Members),
+    /// A majority confirmed this leader's read rounds up to this one
+    /// ([`Core::start_read_round`]): reads waiting for them may be answered.
+    ReadsConfirmed(u64),
 }
 
 /// A proposal made to a replica that is not the leader.
@@ -338,6 +342,8 @@ pub struct Core {
     acknowledged: EntryIndex,
     /// The member lists of the log.
     configs: Configs,
+    /// Leader: its rounds of confirmation for reads.
+    read_rounds: read_check::ReadRounds,
 }
 
 impl Core {
@@ -403,6 +409,7 @@ impl Core {
             confirmed: EntryIndex::ZERO,
             acknowledged: EntryIndex::ZERO,
             configs,
+            read_rounds: read_check::ReadRounds::default(),
             config,
         }
     }
@@ -627,6 +634,8 @@ impl Core {
             PeerMessage::VoteReply(m) => (m.term, m.from),
             PeerMessage::Snapshot(m) => (m.term, m.leader),
             PeerMessage::LogEnd(m) => (m.term, m.from),
+            PeerMessage::ReadCheck(m) => (m.term, m.leader),
+            PeerMessage::ReadCheckReply(m) => (m.term, m.from),
         };
         if sender != from {
             return;
@@ -665,7 +674,9 @@ impl Core {
             let leader = match &message {
                 PeerMessage::Append(m) => Some(m.leader),
                 PeerMessage::Snapshot(m) => Some(m.leader),
+                PeerMessage::ReadCheck(m) => Some(m.leader),
                 PeerMessage::AppendReply(_)
+                | PeerMessage::ReadCheckReply(_)
                 | PeerMessage::Vote(_)
                 | PeerMessage::VoteReply(_)
                 | PeerMessage::LogEnd(_) => None,
@@ -679,6 +690,8 @@ impl Core {
             PeerMessage::VoteReply(m) if m.pre => self.on_pre_vote_reply(m, out),
             PeerMessage::VoteReply(m) => self.on_vote_reply(m, out),
             PeerMessage::Snapshot(m) => self.on_snapshot_chunk(m, out),
+            PeerMessage::ReadCheck(m) => self.on_read_check(m, out),
+            PeerMessage::ReadCheckReply(m) => self.on_read_check_reply(m, out),
             PeerMessage::LogEnd(_) => unreachable!("handled before any term is taken"),
         }
     }
@@ -856,6 +869,7 @@ impl Core {
         self.peers.clear();
         self.follow_members();
         self.heartbeat_elapsed = 0;
+        self.begin_read_rounds();
         self.set_role(Role::Leader, Some(self.config.id), out);
         // A no-op of the new term commits the entries of earlier terms (Raft section 5.4.2).
         self.propose(EntryKind::Noop, 0, Bytes::new(), out)
@@ -925,6 +939,8 @@ impl Core {
             PeerMessage::VoteReply(m) => m.term,
             PeerMessage::Snapshot(m) => m.term,
             PeerMessage::LogEnd(m) => m.term,
+            PeerMessage::ReadCheck(m) => m.term,
+            PeerMessage::ReadCheckReply(m) => m.term,
         };
         let heard = self.heard_terms.entry(from).or_insert(term);
         *heard = (*heard).max(term);

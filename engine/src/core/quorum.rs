@@ -1,15 +1,13 @@
 //! Quorum arithmetic, pure and table-tested.
 
-use crate::ids::EntryIndex;
-
 /// Votes or acknowledgements needed among `nodes` replicas.
 pub fn majority(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
 /// The highest index that a majority of replicas hold, given each replica's durable match
-/// index (the leader's own included).
-pub fn quorum_index(matched: &mut [EntryIndex]) -> EntryIndex {
+/// index (the leader's own included); as well the highest read round a majority answered.
+pub fn quorum_index<T: Ord + Copy>(matched: &mut [T]) -> T {
     assert!(!matched.is_empty(), "a cluster has at least one replica");
     matched.sort_unstable_by(|a, b| b.cmp(a));
     matched[majority(matched.len()) - 1]
@@ -18,6 +16,7 @@ pub fn quorum_index(matched: &mut [EntryIndex]) -> EntryIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::EntryIndex;
 
     /// Proves the quorum index over a table of cases: the value a majority has reached.
     #[test]

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::ids::StateHash;
-use net::message::{AppliedHash, LogEnd};
+use net::message::{AppliedHash, LogEnd, ReadCheck, ReadCheckReply};
 use std::collections::VecDeque;
 
 const N1: NodeId = NodeId(1);
@@ -1210,7 +1210,8 @@ impl Cluster {
                 }
                 Action::PersistHardState(_)
                 | Action::RoleChanged { .. }
-                | Action::MembersChanged(_) => {}
+                | Action::MembersChanged(_)
+                | Action::ReadsConfirmed(_) => {}
                 Action::Diverged(d) => panic!("divergence in a correct cluster: {d:?}"),
                 Action::Unrecoverable(i) => panic!("nothing is damaged in these tests: {i}"),
                 Action::SendSnapshot { .. } | Action::StoreSnapshotChunk(_) => {
@@ -1891,4 +1892,117 @@ fn a_members_entry_cut_after_a_restart_leaves_the_members_before_it() {
         Some(Term(2))
     );
     assert_eq!(member_ids(&n2), vec![N1, N2, N3]);
+}
+
+fn read_check_reply(term: u64, from: NodeId, round: u64) -> Event {
+    Event::Message {
+        from,
+        message: PeerMessage::ReadCheckReply(ReadCheckReply {
+            term: Term(term),
+            from,
+            round,
+        }),
+    }
+}
+
+/// Proves a leader's read round goes to every other member and is confirmed once a majority
+/// (itself and one more) answered it in its term, and not by an answer of another term, a
+/// stranger's, or one from a round it has not started.
+#[test]
+fn a_read_round_needs_a_majority_of_the_leaders_term() {
+    let (mut n1, _) = leader();
+    let mut out = Vec::new();
+    let round = n1.start_read_round(&mut out);
+    let check = |to| Action::Send {
+        to,
+        message: PeerMessage::ReadCheck(ReadCheck {
+            term: Term(1),
+            leader: N1,
+            round,
+        }),
+    };
+    assert_eq!(out, vec![check(N2), check(N3)]);
+    assert!(n1.read_round_confirmed() < round);
+    assert!(
+        step(&mut n1, read_check_reply(0, N2, round)).is_empty(),
+        "an older term"
+    );
+    assert!(
+        step(&mut n1, read_check_reply(1, NodeId(9), round)).is_empty(),
+        "a stranger"
+    );
+    assert!(
+        step(&mut n1, read_check_reply(1, N2, round + 1)).is_empty(),
+        "not started"
+    );
+    assert!(n1.read_round_confirmed() < round);
+    let confirmed = step(&mut n1, read_check_reply(1, N3, round));
+    assert_eq!(confirmed, vec![Action::ReadsConfirmed(round)]);
+    assert_eq!(n1.read_round_confirmed(), round);
+    assert!(
+        step(&mut n1, read_check_reply(1, N2, round)).is_empty(),
+        "once is enough"
+    );
+}
+
+/// Proves a member answers a check with its own term, taking a newer leader's term (and the
+/// leader) from the check, and that a leader answered with a newer term steps down and
+/// confirms nothing.
+#[test]
+fn a_read_check_answers_with_the_term_and_a_newer_term_deposes() {
+    let mut n2 = core(N2);
+    let check = |term: u64| Event::Message {
+        from: N1,
+        message: PeerMessage::ReadCheck(ReadCheck {
+            term: Term(term),
+            leader: N1,
+            round: 4,
+        }),
+    };
+    let actions = step(&mut n2, check(3));
+    assert_eq!(n2.term(), Term(3));
+    assert_eq!(n2.leader(), Some(N1));
+    let reply = Action::Send {
+        to: N1,
+        message: PeerMessage::ReadCheckReply(ReadCheckReply {
+            term: Term(3),
+            from: N2,
+            round: 4,
+        }),
+    };
+    assert_eq!(actions.last(), Some(&reply));
+    assert_eq!(
+        step(&mut n2, check(2)),
+        vec![reply],
+        "a stale leader hears the term"
+    );
+
+    let (mut n1, _) = leader();
+    let round = n1.start_read_round(&mut Vec::new());
+    step(&mut n1, read_check_reply(3, N2, round));
+    assert_eq!(n1.role(), Role::Follower);
+    assert_eq!(n1.term(), Term(3));
+    assert!(n1.read_round_confirmed() < round);
+}
+
+/// Proves an answer to a round of an earlier leadership never confirms a round of a later
+/// one, even from a member of the later term: rounds are counted for the replica's whole run.
+#[test]
+fn an_answer_from_an_earlier_leadership_does_not_count() {
+    let (mut n1, _) = leader();
+    let old_round = n1.start_read_round(&mut Vec::new());
+    // Deposed by term 2, then leader of term 3.
+    step(&mut n1, read_check_reply(2, N2, old_round));
+    assert_eq!(n1.role(), Role::Follower);
+    tick_until_active(&mut n1);
+    step(&mut n1, vote_granted(3, N2));
+    assert_eq!((n1.role(), n1.term()), (Role::Leader, Term(3)));
+    let round = n1.start_read_round(&mut Vec::new());
+    assert!(round > old_round);
+    assert!(step(&mut n1, read_check_reply(3, N2, old_round)).is_empty());
+    assert!(n1.read_round_confirmed() < round);
+    assert_eq!(
+        step(&mut n1, read_check_reply(3, N3, round)),
+        vec![Action::ReadsConfirmed(round)]
+    );
 }

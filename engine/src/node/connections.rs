@@ -134,10 +134,10 @@ impl Access {
         }
     }
 
-    /// The hello this node sends to its peers.
-    pub(crate) fn hello(&self) -> Hello {
+    /// The hello this node sends to its peers, offering protocol `version`.
+    pub(crate) fn hello(&self, version: u16) -> Hello {
         Hello {
-            version: PROTOCOL_VERSION,
+            version,
             cluster: self.cluster,
             node: Some(self.me),
         }
@@ -362,6 +362,13 @@ async fn read_peer(
     };
     welcome(&mut frames).await?;
     wakes.heard_from(from);
+    let version = Input::PeerVersion {
+        peer: from,
+        version: hello.version,
+    };
+    if inbox.send(version).await.is_err() {
+        return Ok(());
+    }
     while let Some(frame) = frames.next().await {
         let message: PeerMessage = codec::decode(&frame?)?;
         if inbox.send(Input::Peer { from, message }).await.is_err() {
@@ -412,6 +419,9 @@ pub(crate) fn connect_peer(
     tokio::spawn(async move {
         let mut backoff = RECONNECT_BACKOFF_MS_MIN;
         let mut transfer = Transfer::default();
+        // The newest version first; a peer of an earlier build that refuses it is called
+        // again at once with its own, and offered the newest again after the next break.
+        let mut version = PROTOCOL_VERSION;
         loop {
             match crate::address::connect(&address).await {
                 Ok(stream) => {
@@ -419,10 +429,18 @@ pub(crate) fn connect_peer(
                         found.reached(peer, reached);
                     }
                     tune(&stream);
-                    let written = write_peer(stream, &access, peer, &mut queued, &mut transfer);
+                    let to = (peer, version);
+                    let written = write_peer(stream, &access, to, &mut queued, &mut transfer);
                     match written.await {
                         Ok(()) => return,
+                        Err(ConnectionError::Handshake(error))
+                            if let Some(older) = error.version_to_retry(version) =>
+                        {
+                            version = older;
+                            continue;
+                        }
                         Err(error) => {
+                            version = PROTOCOL_VERSION;
                             if !matches!(error, ConnectionError::Handshake(_)) {
                                 backoff = RECONNECT_BACKOFF_MS_MIN;
                             }
@@ -496,12 +514,12 @@ impl Transfer {
     }
 }
 
-/// Introduces this node, then writes queued messages, several per flush when they are
+/// Introduces this node (offering protocol `version`), then writes queued messages, several per flush when they are
 /// waiting. Returns `Ok` when the node dropped the queue (shutdown).
 async fn write_peer(
     stream: TcpStream,
     access: &Access,
-    peer: NodeId,
+    (peer, version): (NodeId, u16),
     queued: &mut mpsc::Receiver<PeerMessage>,
     transfer: &mut Transfer,
 ) -> Result<(), ConnectionError> {
@@ -510,7 +528,7 @@ async fn write_peer(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
         introduce(
             &mut frames,
-            &access.hello(),
+            &access.hello(version),
             Some(peer),
             Some(&access.peer_key),
         ),

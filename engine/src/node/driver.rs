@@ -322,6 +322,7 @@ impl<H: Handler> Driver<H> {
         let replica = &mut self.replica;
         match input {
             Input::Peer { from, message } => replica.receive(from, message, &mut out),
+            Input::PeerVersion { peer, version } => replica.peer_protocol(peer, version),
             Input::Client { request, reply } => self.on_client(request, reply, &mut out),
             Input::Wal(WalEvent::Persisted { index, term }) => {
                 replica.persisted(index, term, &mut out)

@@ -263,6 +263,11 @@ pub(crate) enum Input {
         from: NodeId,
         message: PeerMessage,
     },
+    /// A peer connected to this node speaking this protocol version.
+    PeerVersion {
+        peer: NodeId,
+        version: u16,
+    },
     Client {
         request: ClientRequest,
         reply: mpsc::Sender<ClientReply>,

@@ -364,6 +364,27 @@ impl Acker {
         false
     }
 
+    /// Connects to `to` at `address` and introduces this node, offering protocol `version`.
+    fn dial(
+        &self,
+        address: std::net::SocketAddr,
+        to: NodeId,
+        version: u16,
+    ) -> Result<std::net::TcpStream, AckDialError> {
+        let timeout = Duration::from_millis(ACK_CONNECT_TIMEOUT_MS);
+        let mut stream = std::net::TcpStream::connect_timeout(&address, timeout)?;
+        configure(&stream)?;
+        stream.set_read_timeout(Some(Duration::from_millis(ACK_HANDSHAKE_TIMEOUT_MS)))?;
+        crate::handshake::introduce_blocking(
+            &mut stream,
+            net::frame::FrameCodec::new(self.access.cluster),
+            &self.access.hello(version),
+            to,
+            &self.access.peer_key,
+        )?;
+        Ok(stream)
+    }
+
     fn stream(&mut self, to: NodeId) -> Option<&mut std::net::TcpStream> {
         if !self.streams.contains_key(&to) {
             if self
@@ -374,25 +395,15 @@ impl Acker {
                 return None;
             }
             let address = self.peers.get(to)?;
-            let timeout = std::time::Duration::from_millis(ACK_CONNECT_TIMEOUT_MS);
-            let connected = std::net::TcpStream::connect_timeout(&address, timeout)
-                .map_err(|e| e.to_string())
-                .and_then(|mut stream| {
-                    configure(&stream).map_err(|e| e.to_string())?;
-                    let wait = std::time::Duration::from_millis(ACK_HANDSHAKE_TIMEOUT_MS);
-                    stream
-                        .set_read_timeout(Some(wait))
-                        .map_err(|e| e.to_string())?;
-                    crate::handshake::introduce_blocking(
-                        &mut stream,
-                        net::frame::FrameCodec::new(self.access.cluster),
-                        &self.access.hello(),
-                        to,
-                        &self.access.peer_key,
-                    )
-                    .map_err(|e| e.to_string())?;
-                    Ok(stream)
-                });
+            // The newest protocol first; a peer of an earlier build is called again with its own.
+            let newest = net::message::PROTOCOL_VERSION;
+            let connected = match self.dial(address, to, newest) {
+                Err(AckDialError::Handshake(error)) => match error.version_to_retry(newest) {
+                    Some(older) => self.dial(address, to, older),
+                    None => Err(AckDialError::Handshake(error)),
+                },
+                connected => connected,
+            };
             match connected {
                 Ok(stream) => {
                     self.streams.insert(to, stream);
@@ -408,6 +419,15 @@ impl Acker {
         }
         self.streams.get_mut(&to)
     }
+}
+
+/// Why an acknowledgement connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+enum AckDialError {
+    #[error("connect: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Handshake(#[from] crate::handshake::HandshakeError),
 }
 
 /// The socket options of an acknowledgement connection: no delay, and a write timeout.

@@ -248,6 +248,8 @@ pub struct Replica<H: Handler, T> {
     now_ms: u64,
     /// Reads off the log in progress.
     reads: reads::Reads<T>,
+    /// The protocol version each peer's latest connection to this replica spoke.
+    peer_protocols: BTreeMap<NodeId, u16>,
     snapshots: Snapshots,
     timing: Timing,
 }
@@ -275,6 +277,7 @@ impl<H: Handler, T> Replica<H, T> {
             ticks: 0,
             now_ms: 0,
             reads: reads::Reads::default(),
+            peer_protocols: BTreeMap::new(),
             snapshots,
             timing: Timing::default(),
             machine,
@@ -438,6 +441,7 @@ impl<H: Handler, T> Replica<H, T> {
                 }
                 out.push(Io::Note(Note::Members(members)));
             }
+            Action::ReadsConfirmed(_) => self.serve_reads(out),
         }
     }
 

@@ -1,17 +1,20 @@
 //! Reads off the log (`notes/decisions/reads.md`). A read, a request of commands the handler
 //! marks read-only, runs on the leader's state as it stands: every entry applied and the
-//! speculations after them. It is answered, with no entry of its own, once an entry the leader
-//! proposed after the read arrived has applied. That entry's commit shows that no newer leader
-//! existed when the read arrived, and the entries the read saw have committed by then. Before
-//! the leader has applied its own first entry of its term, reads wait: entries an earlier
-//! leader committed may not be applied yet. A retry of a read still held (the same client and
-//! read count) takes over its answer, as a retried request takes over its waiter.
+//! speculations after them. It is answered with no entry of its own, once two things hold:
+//! no newer leader existed when it arrived, and the entries it saw have committed (applied
+//! here). When every other member speaks [`PROTOCOL_VERSION_READ_CHECK`], a read round shows
+//! the first (a majority answered a round started after the read arrived), and the read
+//! waits for the last entry it saw to apply. Otherwise an entry the leader proposes after the
+//! read shows both once it has applied. Before the leader has applied its own first entry of
+//! its term, reads wait: entries an earlier leader committed may not be applied yet. A retry
+//! of a read still held (the same client and read count) takes over its answer, as a retried
+//! request takes over its waiter.
 
 use super::{Io, Replica};
 use crate::batcher::command_ends;
 use crate::handler::Handler;
-use crate::ids::{ClientId, EntryIndex, RequestNumber};
-use net::message::{ClientReply, Read, Rejection, Role};
+use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber};
+use net::message::{ClientReply, PROTOCOL_VERSION_READ_CHECK, Read, Rejection, Role};
 use std::collections::{BTreeMap, VecDeque};
 
 /// A read, by its client and the client's count of reads.
@@ -27,13 +30,25 @@ pub const READS_ANSWERED_BYTES_MAX: usize = 64 << 20;
 /// read past them is refused `Busy`, as a request is when the batcher is full.
 pub const READS_HELD_MAX: usize = 4096;
 
+/// What releases a read's answer, once it has run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    /// This entry, proposed after the read ran, has applied.
+    Entry(EntryIndex),
+    /// This read round, started as the read ran, is confirmed, and this entry, the last the
+    /// read saw (applied or speculated), has applied.
+    Round { round: u64, saw: EntryIndex },
+}
+
 /// The leader's reads in progress.
 pub(super) struct Reads<T> {
     /// Reads that arrived before this leader applied an entry of its term.
     waiting: Vec<Read>,
-    /// Reads run, each with the entry whose apply releases its answer; in arrival order, so
-    /// in the order of those entries.
-    run: VecDeque<(EntryIndex, ReadKey, ClientReply)>,
+    /// Reads run, each with what releases its answer; in the order they ran, so in the order
+    /// of their entries and rounds.
+    run: VecDeque<(Release, ReadKey, ClientReply)>,
+    /// The highest entry a read run waits for by [`Release::Entry`].
+    entry_wanted: EntryIndex,
     /// Who waits for each read held (the newest attempt's).
     tokens: BTreeMap<ReadKey, T>,
     /// The newest answers sent (at most [`READS_ANSWERED_KEPT`]), oldest first in `sent`.
@@ -48,6 +63,7 @@ impl<T> Default for Reads<T> {
         Reads {
             waiting: Vec::new(),
             run: VecDeque::new(),
+            entry_wanted: EntryIndex::ZERO,
             tokens: BTreeMap::new(),
             answered: BTreeMap::new(),
             sent: VecDeque::new(),
@@ -61,6 +77,7 @@ impl<T> Reads<T> {
     pub(super) fn drain(&mut self) -> impl Iterator<Item = T> + use<T> {
         self.waiting.clear();
         self.run.clear();
+        self.entry_wanted = EntryIndex::ZERO;
         self.answered.clear();
         self.sent.clear();
         self.answered_bytes = 0;
@@ -138,29 +155,72 @@ impl<H: Handler, T> Replica<H, T> {
     }
 
     /// Runs the reads that wait, once this leader applied an entry of its term, and answers
-    /// those whose entry has applied.
+    /// those whose release came.
     pub(super) fn serve_reads(&mut self, out: &mut Vec<Io<T>>) {
         let leading = self.core.role() == Role::Leader && self.halted.is_none();
-        if leading && self.machine.applied_term() == self.core.term() {
-            for read in std::mem::take(&mut self.reads.waiting) {
-                let key = (read.client, read.read);
-                let release_at = self.core.last_index().next();
-                match self.run_read(&read) {
-                    Ok(reply) => self.reads.run.push_back((release_at, key, reply)),
-                    Err(reason) => self.answer_read(key, refused(reason), out),
-                }
-            }
+        if leading
+            && self.machine.applied_term() == self.core.term()
+            && !self.reads.waiting.is_empty()
+        {
+            self.run_waiting_reads(out);
         }
         let applied = self.machine.applied_index();
-        while self
-            .reads
-            .run
-            .front()
-            .is_some_and(|(at, ..)| *at <= applied)
-        {
+        let confirmed = self.core.read_round_confirmed();
+        let due = |release: &Release| match *release {
+            Release::Entry(at) => at <= applied,
+            Release::Round { round, saw } => round <= confirmed && saw <= applied,
+        };
+        while self.reads.run.front().is_some_and(|(at, ..)| due(at)) {
             let (_, key, reply) = self.reads.run.pop_front().expect("a read is due");
             self.answer_read(key, reply, out);
         }
+    }
+
+    /// Runs every waiting read on the state as it stands. With a read round (one started
+    /// now, after they all arrived) when every other member speaks it; otherwise each waits
+    /// for the entry after the log's end.
+    fn run_waiting_reads(&mut self, out: &mut Vec<Io<T>>) {
+        let release = if self.read_checks_spoken() {
+            Release::Round {
+                round: self.start_read_round(out),
+                saw: self.machine.speculated_index(),
+            }
+        } else {
+            let at = self.core.last_index().next();
+            self.reads.entry_wanted = self.reads.entry_wanted.max(at);
+            Release::Entry(at)
+        };
+        for read in std::mem::take(&mut self.reads.waiting) {
+            let key = (read.client, read.read);
+            match self.run_read(&read) {
+                Ok(reply) => self.reads.run.push_back((release, key, reply)),
+                Err(reason) => self.answer_read(key, refused(reason), out),
+            }
+        }
+    }
+
+    /// True when every other member has shown, by its handshake, that it answers read rounds.
+    fn read_checks_spoken(&self) -> bool {
+        let me = self.core.id();
+        self.core.members().ids().filter(|&n| n != me).all(|n| {
+            self.peer_protocols
+                .get(&n)
+                .is_some_and(|&v| v >= PROTOCOL_VERSION_READ_CHECK)
+        })
+    }
+
+    /// Starts a read round; its checks go out. A round confirmed at once (a cluster of one)
+    /// is seen by the caller, which looks at the confirmed round next.
+    fn start_read_round(&mut self, out: &mut Vec<Io<T>>) -> u64 {
+        let mut actions = Vec::new();
+        let round = self.core.start_read_round(&mut actions);
+        self.take_actions(actions, out);
+        round
+    }
+
+    /// A peer connected speaking protocol `version`: what it shows it understands.
+    pub fn peer_protocol(&mut self, peer: NodeId, version: u16) {
+        self.peer_protocols.insert(peer, version);
     }
 
     /// Sends a read's answer, and keeps it for a retry that may come after.
@@ -188,10 +248,7 @@ impl<H: Handler, T> Replica<H, T> {
     /// True when a read waits for an entry past the end of the log: the leader proposes an
     /// empty one when no request waits to make it.
     pub(super) fn reads_need_entry(&self) -> bool {
-        self.reads
-            .run
-            .back()
-            .is_some_and(|(at, ..)| *at > self.core.last_index())
+        self.reads.entry_wanted > self.core.last_index()
     }
 }
 

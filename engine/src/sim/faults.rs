@@ -128,6 +128,12 @@ impl<W: Workload> Sim<W> {
                 let resume = node.stalled_until - self.now;
                 self.schedule(resume, SimEvent::Resume(stalled));
                 self.report.stalls += 1;
+                if Some(stalled) == leader && self.rng.chance(1, 2) {
+                    // Cut off as well: it resumes believing it leads, hearing nothing of the
+                    // leader elected meanwhile, with clients' reads waiting for it.
+                    let lasting = resume + self.rng.below(1_000);
+                    self.isolate(stalled, lasting);
+                }
             }
             10 => {
                 // The WAL thread's acknowledgement connections of one node fail.
@@ -319,6 +325,17 @@ impl<W: Workload> Sim<W> {
         }
     }
 
+    /// Cuts `node` off from every other node, both ways, for `lasting`.
+    fn isolate(&mut self, node: NodeId, lasting: Time) {
+        for other in self.node_ids().into_iter().filter(|&n| n != node) {
+            self.links.cut.insert((node, other));
+            self.links.cut.insert((other, node));
+        }
+        self.report.partitions += 1;
+        self.links_changed = self.now;
+        self.schedule(lasting, SimEvent::Heal);
+    }
+
     /// Starts node `id` from its disk with the node's own recovery rules ([`disk::recover`]):
     /// the newest snapshot the log reaches (the log emptied when it conflicts with it), then
     /// the entries the log shows committed.
@@ -370,8 +387,17 @@ impl<W: Workload> Sim<W> {
             snapshot_write_bytes: SIM_SNAPSHOT_WRITE_BYTES,
             client_addresses: BTreeMap::new(),
         };
+        let mut replica = Replica::new(config, recovered, machine, latest);
+        for peer in 1..=SIM_NODES + swarm.spares {
+            let version = if swarm.read_checks_unspoken_by == Some(peer) {
+                net::message::PROTOCOL_VERSION_OLDEST
+            } else {
+                net::message::PROTOCOL_VERSION
+            };
+            replica.peer_protocol(NodeId(peer), version);
+        }
         node.live = Some(Live {
-            replica: Replica::new(config, recovered, machine, latest),
+            replica,
             up_since: now,
             leading_since: None,
             members_since: now,

@@ -37,6 +37,10 @@ pub struct Swarm {
     /// Nodes beside the first members, added and removed by membership changes among the
     /// faults (0: the members never change).
     pub spares: u8,
+    /// A node whose connections speak the protocol before read rounds (a build not upgraded
+    /// yet, as the others see it), so that leaders confirm reads with an entry instead; none:
+    /// every node speaks read rounds.
+    pub read_checks_unspoken_by: Option<u8>,
 }
 
 impl Swarm {
@@ -89,7 +93,12 @@ impl Swarm {
         } else {
             super::SIM_SPARES
         };
+        // Drawn after the spares, for the same reason.
+        let read_checks_unspoken_by = rng
+            .chance(1, 4)
+            .then(|| 1 + rng.below(u64::from(super::SIM_NODES)) as u8);
         Swarm {
+            read_checks_unspoken_by,
             spares,
             pipeline,
             mode,
@@ -110,7 +119,7 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes",
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes, read rounds {}",
             self.mode,
             self.snapshot_every,
             self.snapshot_retain_ticks,
@@ -125,7 +134,11 @@ impl fmt::Display for Swarm {
             self.loss_permille,
             self.duplication_permille,
             self.pipeline,
-            self.spares
+            self.spares,
+            self.read_checks_unspoken_by
+                .map_or("spoken by all".to_string(), |n| format!(
+                    "not spoken by node {n}"
+                ))
         )
     }
 }

@@ -1,0 +1,122 @@
+//! Rounds of confirmation for reads off the log (`notes/decisions/reads.md`). A leader starts
+//! a round by sending [`ReadCheck`] to the other members; a round is confirmed once a
+//! majority (the leader counting itself) answered it, or a later round, in the leader's term.
+//! A member answers only while its term is the leader's (it takes a newer term from the
+//! check itself, as from an append), so a majority that answered a round started at time t
+//! shows that no newer leader had been elected by then: a newer leader needs one of them to
+//! vote in a newer term first. Rounds are counted for the replica's whole run, so an answer
+//! to a round of an earlier leadership can never confirm one of this.
+
+use super::{Action, Core};
+use crate::ids::NodeId;
+use net::message::{PeerMessage, ReadCheck, ReadCheckReply, Role};
+use std::collections::BTreeMap;
+
+/// A leader's rounds.
+#[derive(Debug, Default)]
+pub(super) struct ReadRounds {
+    /// The last round started (by this replica, in any term).
+    started: u64,
+    /// The first round of this leadership: answers to earlier ones do not count.
+    first: u64,
+    /// The highest round each member answered in this leadership.
+    answered: BTreeMap<NodeId, u64>,
+    /// The highest round a majority answered in this leadership.
+    confirmed: u64,
+}
+
+impl Core {
+    /// As leader, starts a read round: every other member is asked to confirm this term.
+    /// Returns the round; [`Action::ReadsConfirmed`] follows once a majority answered it. In
+    /// a cluster of one it is confirmed at once, which [`Core::read_round_confirmed`] shows
+    /// (no action: the caller is the one waiting for it).
+    pub fn start_read_round(&mut self, out: &mut Vec<Action>) -> u64 {
+        assert_eq!(self.role, Role::Leader, "only a leader starts read rounds");
+        let rounds = &mut self.read_rounds;
+        rounds.started += 1;
+        let check = ReadCheck {
+            term: self.hard.term,
+            leader: self.config.id,
+            round: rounds.started,
+        };
+        for &to in self.peers.keys() {
+            out.push(Action::Send {
+                to,
+                message: PeerMessage::ReadCheck(check.clone()),
+            });
+        }
+        self.confirm_read_rounds();
+        check.round
+    }
+
+    /// The highest read round a majority confirmed in this leadership (0 before any).
+    pub fn read_round_confirmed(&self) -> u64 {
+        self.read_rounds.confirmed
+    }
+
+    /// A new leadership: no answer of an earlier one counts.
+    pub(super) fn begin_read_rounds(&mut self) {
+        let rounds = &mut self.read_rounds;
+        rounds.first = rounds.started + 1;
+        rounds.confirmed = rounds.started;
+        rounds.answered.clear();
+    }
+
+    /// A member's answer to a leader's check: its term, taken from the check if newer (the
+    /// message's handling did that already).
+    pub(super) fn on_read_check(&mut self, check: ReadCheck, out: &mut Vec<Action>) {
+        let reply = ReadCheckReply {
+            term: self.hard.term,
+            from: self.config.id,
+            round: check.round,
+        };
+        out.push(Action::Send {
+            to: check.leader,
+            message: PeerMessage::ReadCheckReply(reply),
+        });
+    }
+
+    /// The leader counts an answer of its term to a round of this leadership.
+    pub(super) fn on_read_check_reply(&mut self, reply: ReadCheckReply, out: &mut Vec<Action>) {
+        let rounds = &self.read_rounds;
+        if self.role != Role::Leader
+            || reply.term != self.hard.term
+            || reply.round < rounds.first
+            || reply.round > rounds.started
+        {
+            return;
+        }
+        let Some(progress) = self.peers.get_mut(&reply.from) else {
+            return;
+        };
+        progress.last_heard = self.ticks;
+        let answered = self.read_rounds.answered.entry(reply.from).or_default();
+        *answered = (*answered).max(reply.round);
+        if self.confirm_read_rounds() {
+            out.push(Action::ReadsConfirmed(self.read_rounds.confirmed));
+        }
+    }
+
+    /// Moves the confirmed round to the highest a majority answered (the leader answers every
+    /// round it starts, when it is a member); true when it moved.
+    fn confirm_read_rounds(&mut self) -> bool {
+        let rounds = &self.read_rounds;
+        let before = rounds.first.saturating_sub(1);
+        let mut answered: Vec<u64> = self
+            .peers
+            .keys()
+            .map(|p| rounds.answered.get(p).copied().unwrap_or(before))
+            .collect();
+        if self.is_member() {
+            answered.push(rounds.started);
+        }
+        let confirmed = super::quorum_index(&mut answered);
+        assert!(
+            confirmed <= rounds.started,
+            "a round confirmed before it started"
+        );
+        let moved = confirmed > rounds.confirmed;
+        self.read_rounds.confirmed = confirmed.max(rounds.confirmed);
+        moved
+    }
+}
