@@ -627,16 +627,7 @@ impl Core {
         }
         // The connection says who sent the message; a message claiming someone else, or an
         // append whose entries are not the consecutive run after `prev_index`, is dropped.
-        let (term, sender) = match &message {
-            PeerMessage::Append(m) => (m.term, m.leader),
-            PeerMessage::AppendReply(m) => (m.term, m.from),
-            PeerMessage::Vote(m) => (m.term, m.candidate),
-            PeerMessage::VoteReply(m) => (m.term, m.from),
-            PeerMessage::Snapshot(m) => (m.term, m.leader),
-            PeerMessage::LogEnd(m) => (m.term, m.from),
-            PeerMessage::ReadCheck(m) => (m.term, m.leader),
-            PeerMessage::ReadCheckReply(m) => (m.term, m.from),
-        };
+        let (term, sender) = term_and_sender(&message);
         if sender != from {
             return;
         }
@@ -1495,6 +1486,20 @@ impl Core {
             self.divergence = Some(divergence.clone());
             out.push(Action::Diverged(divergence));
         }
+    }
+}
+
+/// The term a message carries and the node it says sent it.
+fn term_and_sender(message: &PeerMessage) -> (Term, NodeId) {
+    match message {
+        PeerMessage::Append(m) => (m.term, m.leader),
+        PeerMessage::AppendReply(m) => (m.term, m.from),
+        PeerMessage::Vote(m) => (m.term, m.candidate),
+        PeerMessage::VoteReply(m) => (m.term, m.from),
+        PeerMessage::Snapshot(m) => (m.term, m.leader),
+        PeerMessage::LogEnd(m) => (m.term, m.from),
+        PeerMessage::ReadCheck(m) => (m.term, m.leader),
+        PeerMessage::ReadCheckReply(m) => (m.term, m.from),
     }
 }
 

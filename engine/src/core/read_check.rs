@@ -12,6 +12,9 @@ use crate::ids::NodeId;
 use net::message::{PeerMessage, ReadCheck, ReadCheckReply, Role};
 use std::collections::BTreeMap;
 
+/// The round of an answer that confirms none: a leader's first round is 1.
+pub const NO_ROUND: u64 = 0;
+
 /// A leader's rounds.
 #[derive(Debug, Default)]
 pub(super) struct ReadRounds {
@@ -54,6 +57,11 @@ impl Core {
         self.read_rounds.confirmed
     }
 
+    /// The last read round started (0 before any).
+    pub fn read_round_started(&self) -> u64 {
+        self.read_rounds.started
+    }
+
     /// A new leadership: no answer of an earlier one counts.
     pub(super) fn begin_read_rounds(&mut self) {
         let rounds = &mut self.read_rounds;
@@ -63,12 +71,20 @@ impl Core {
     }
 
     /// A member's answer to a leader's check: its term, taken from the check if newer (the
-    /// message's handling did that already).
+    /// message's handling did that already). The round is echoed only to a check of that
+    /// term: an answer of a newer term to an older check is round 0, which confirms nothing
+    /// and only deposes. (A leader that restarted counts its rounds from 0 again, in a newer
+    /// term; an answer carrying its new term and an old round of its earlier run, sent before
+    /// its new round began, would otherwise confirm that round.)
     pub(super) fn on_read_check(&mut self, check: ReadCheck, out: &mut Vec<Action>) {
         let reply = ReadCheckReply {
             term: self.hard.term,
             from: self.config.id,
-            round: check.round,
+            round: if check.term == self.hard.term {
+                check.round
+            } else {
+                NO_ROUND
+            },
         };
         out.push(Action::Send {
             to: check.leader,
@@ -81,6 +97,7 @@ impl Core {
         let rounds = &self.read_rounds;
         if self.role != Role::Leader
             || reply.term != self.hard.term
+            || reply.round == NO_ROUND
             || reply.round < rounds.first
             || reply.round > rounds.started
         {

@@ -1935,6 +1935,10 @@ fn a_read_round_needs_a_majority_of_the_leaders_term() {
         step(&mut n1, read_check_reply(1, N2, round + 1)).is_empty(),
         "not started"
     );
+    assert!(
+        step(&mut n1, read_check_reply(1, N2, 0)).is_empty(),
+        "no round"
+    );
     assert!(n1.read_round_confirmed() < round);
     let confirmed = step(&mut n1, read_check_reply(1, N3, round));
     assert_eq!(confirmed, vec![Action::ReadsConfirmed(round)]);
@@ -1946,8 +1950,10 @@ fn a_read_round_needs_a_majority_of_the_leaders_term() {
 }
 
 /// Proves a member answers a check with its own term, taking a newer leader's term (and the
-/// leader) from the check, and that a leader answered with a newer term steps down and
-/// confirms nothing.
+/// leader) from the check; that it echoes the round only to a check of its term (an older
+/// leader's check is answered with no round: a leader restarted in a newer term counts its
+/// rounds from 0 again); and that a leader answered with a newer term steps down and confirms
+/// nothing.
 #[test]
 fn a_read_check_answers_with_the_term_and_a_newer_term_deposes() {
     let mut n2 = core(N2);
@@ -1971,10 +1977,18 @@ fn a_read_check_answers_with_the_term_and_a_newer_term_deposes() {
         }),
     };
     assert_eq!(actions.last(), Some(&reply));
+    let deposing = Action::Send {
+        to: N1,
+        message: PeerMessage::ReadCheckReply(ReadCheckReply {
+            term: Term(3),
+            from: N2,
+            round: super::read_check::NO_ROUND,
+        }),
+    };
     assert_eq!(
         step(&mut n2, check(2)),
-        vec![reply],
-        "a stale leader hears the term"
+        vec![deposing],
+        "a stale leader hears the term, and no round of it is confirmed"
     );
 
     let (mut n1, _) = leader();

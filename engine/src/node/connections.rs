@@ -160,6 +160,18 @@ pub(crate) enum ConnectionError {
 }
 
 impl ConnectionError {
+    /// The older protocol version to call again with, when the handshake was refused for
+    /// `offered` by a node of an earlier build that speaks one this build speaks too.
+    fn version_to_retry(&self, offered: u16) -> Option<u16> {
+        match self {
+            ConnectionError::Handshake(error) => error.version_to_retry(offered),
+            ConnectionError::Frame(_)
+            | ConnectionError::Decode(_)
+            | ConnectionError::Refused(_)
+            | ConnectionError::Closed => None,
+        }
+    }
+
     fn refusal(&self) -> Option<Refusal> {
         match self {
             ConnectionError::Handshake(error) => error.refusal(),
@@ -431,14 +443,15 @@ pub(crate) fn connect_peer(
                     tune(&stream);
                     let to = (peer, version);
                     let written = write_peer(stream, &access, to, &mut queued, &mut transfer);
-                    match written.await {
+                    let written = written.await;
+                    if let Err(error) = &written
+                        && let Some(older) = error.version_to_retry(version)
+                    {
+                        version = older;
+                        continue;
+                    }
+                    match written {
                         Ok(()) => return,
-                        Err(ConnectionError::Handshake(error))
-                            if let Some(older) = error.version_to_retry(version) =>
-                        {
-                            version = older;
-                            continue;
-                        }
                         Err(error) => {
                             version = PROTOCOL_VERSION;
                             if !matches!(error, ConnectionError::Handshake(_)) {
@@ -514,8 +527,8 @@ impl Transfer {
     }
 }
 
-/// Introduces this node (offering protocol `version`), then writes queued messages, several per flush when they are
-/// waiting. Returns `Ok` when the node dropped the queue (shutdown).
+/// Introduces this node (offering protocol `version`), then writes queued messages, several
+/// per flush when they are waiting. Returns `Ok` when the node dropped the queue (shutdown).
 async fn write_peer(
     stream: TcpStream,
     access: &Access,

@@ -309,6 +309,7 @@ impl<H: Handler, T> Replica<H, T> {
     pub fn tick(&mut self, now_ms: u64, out: &mut Vec<Io<T>>) {
         self.ticks += 1;
         self.step(Event::Tick, out);
+        self.renew_read_rounds(out);
         self.propose(now_ms, out);
     }
 

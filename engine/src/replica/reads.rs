@@ -49,6 +49,8 @@ pub(super) struct Reads<T> {
     run: VecDeque<(Release, ReadKey, ClientReply)>,
     /// The highest entry a read run waits for by [`Release::Entry`].
     entry_wanted: EntryIndex,
+    /// The replica's tick when it last started a read round.
+    round_started_tick: u64,
     /// Who waits for each read held (the newest attempt's).
     tokens: BTreeMap<ReadKey, T>,
     /// The newest answers sent (at most [`READS_ANSWERED_KEPT`]), oldest first in `sent`.
@@ -64,6 +66,7 @@ impl<T> Default for Reads<T> {
             waiting: Vec::new(),
             run: VecDeque::new(),
             entry_wanted: EntryIndex::ZERO,
+            round_started_tick: 0,
             tokens: BTreeMap::new(),
             answered: BTreeMap::new(),
             sent: VecDeque::new(),
@@ -177,8 +180,8 @@ impl<H: Handler, T> Replica<H, T> {
     }
 
     /// Runs every waiting read on the state as it stands. With a read round (one started
-    /// now, after they all arrived) when every other member speaks it; otherwise each waits
-    /// for the entry after the log's end.
+    /// now, after they all arrived: one round for the reads of this step) when every other
+    /// member speaks it; otherwise each waits for the entry after the log's end.
     fn run_waiting_reads(&mut self, out: &mut Vec<Io<T>>) {
         let release = if self.read_checks_spoken() {
             Release::Round {
@@ -214,8 +217,47 @@ impl<H: Handler, T> Replica<H, T> {
     fn start_read_round(&mut self, out: &mut Vec<Io<T>>) -> u64 {
         let mut actions = Vec::new();
         let round = self.core.start_read_round(&mut actions);
+        self.reads.round_started_tick = self.ticks;
         self.take_actions(actions, out);
         round
+    }
+
+    /// Reads whose round is not confirmed a heartbeat after the last round started (a check
+    /// or an answer was lost, the members changed) wait for a new round instead; when a
+    /// member no longer speaks rounds (it came back on an older build), for the next entry.
+    /// Either comes after the reads ran, so it shows what their own round would have.
+    pub(super) fn renew_read_rounds(&mut self, out: &mut Vec<Io<T>>) {
+        let confirmed = self.core.read_round_confirmed();
+        let unconfirmed = |release: &Release| matches!(release, Release::Round { round, .. } if *round > confirmed);
+        let heartbeat = u64::from(self.config.core.heartbeat_ticks);
+        if self.core.role() != Role::Leader
+            || self.halted.is_some()
+            || self.ticks - self.reads.round_started_tick < heartbeat
+            || !self
+                .reads
+                .run
+                .iter()
+                .any(|(release, ..)| unconfirmed(release))
+        {
+            return;
+        }
+        let at = self.core.last_index().next();
+        let renewed = if self.read_checks_spoken() {
+            Some(self.start_read_round(out))
+        } else {
+            self.reads.entry_wanted = self.reads.entry_wanted.max(at);
+            None
+        };
+        for (release, ..) in self.reads.run.iter_mut() {
+            if let Release::Round { round, saw } = release
+                && *round > confirmed
+            {
+                *release = match renewed {
+                    Some(round) => Release::Round { round, saw: *saw },
+                    None => Release::Entry(at),
+                };
+            }
+        }
     }
 
     /// A peer connected speaking protocol `version`: what it shows it understands.
@@ -263,7 +305,179 @@ fn refused(reason: Rejection) -> ClientReply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ClientId;
+    use crate::apply::StateMachine;
+    use crate::core::{CoreConfig, Recovered};
+    use crate::ids::{ClientId, Term};
+    use crate::replica::{ReplicaConfig, WalOp};
+    use crate::state::{Schema, StateError, Tx};
+    use net::message::{AppendOutcome, AppendReply, PeerMessage, ReadCheckReply, VoteReply};
+
+    /// Bad input, for the echo handler.
+    #[derive(Debug, crate::codec::Encode, crate::codec::Decode, serde::Serialize)]
+    #[codec(crate = "crate::codec")]
+    struct Refused;
+
+    impl From<StateError> for Refused {
+        fn from(_: StateError) -> Self {
+            Refused
+        }
+    }
+
+    /// A handler whose every command only reads: it answers its own number.
+    struct Echo;
+
+    impl Handler for Echo {
+        type Command = u64;
+        type Output = u64;
+        type Error = Refused;
+        fn schema(&self) -> Schema {
+            Schema::new()
+        }
+        fn execute(&self, _: &mut Tx<'_>, command: &u64) -> Result<u64, Refused> {
+            Ok(*command)
+        }
+        fn read_only(_: &u64) -> bool {
+            true
+        }
+    }
+
+    const N1: NodeId = NodeId(1);
+    const HEARTBEAT_TICKS: u32 = 2;
+
+    /// Node 1 of three, leading term 1 with its no-op applied; every peer speaks read rounds.
+    fn leader() -> Replica<Echo, u32> {
+        let config = ReplicaConfig {
+            core: CoreConfig {
+                id: N1,
+                nodes: vec![N1, NodeId(2), NodeId(3)],
+                election_ticks_min: 10,
+                heartbeat_ticks: HEARTBEAT_TICKS,
+                seed: 7,
+                lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
+                pre_vote: false,
+            },
+            entry_commands_max: 64,
+            pipeline_entries_max: 8,
+            snapshot_every: 0,
+            snapshot_retain_ticks: 0,
+            snapshot_log_percent: 0,
+            snapshot_slice_slots: 64,
+            snapshot_write_bytes: 4096,
+            client_addresses: Default::default(),
+        };
+        let machine = StateMachine::new(Echo, 1 << 20);
+        let mut replica = Replica::new(config, Recovered::default(), machine, None);
+        for peer in [NodeId(2), NodeId(3)] {
+            replica.peer_protocol(peer, PROTOCOL_VERSION_READ_CHECK);
+        }
+        let mut out = Vec::new();
+        while replica.core().role() != Role::Candidate {
+            replica.tick(0, &mut out);
+        }
+        let granted = PeerMessage::VoteReply(VoteReply {
+            term: Term(1),
+            pre: false,
+            from: NodeId(2),
+            granted: true,
+        });
+        replica.receive(NodeId(2), granted, &mut out);
+        let noop = appended(&out).expect("the new leader's no-op");
+        replica.persisted(noop.index, noop.term, &mut out);
+        replica.receive(NodeId(2), matched(noop.index), &mut out);
+        assert_eq!(replica.machine().applied_index(), noop.index);
+        replica
+    }
+
+    /// Node 2's acknowledgement of the log through `index`, in term 1.
+    fn matched(index: EntryIndex) -> PeerMessage {
+        PeerMessage::AppendReply(AppendReply {
+            term: Term(1),
+            from: NodeId(2),
+            outcome: AppendOutcome::Matched { index },
+            applied: None,
+        })
+    }
+
+    /// A client's read of one command.
+    fn one_read() -> Read {
+        Read {
+            client: ClientId(5),
+            read: 1,
+            command_count: 1,
+            commands: crate::entry::encode_commands(&[42u64]),
+        }
+    }
+
+    /// The first entry `out` appends to the WAL.
+    fn appended(out: &[Io<u32>]) -> Option<crate::entry::EntryHeader> {
+        out.iter().find_map(|io| {
+            let Io::Wal(WalOp::Append(entries)) = io else {
+                return None;
+            };
+            Some(entries[0].header)
+        })
+    }
+
+    /// The rounds of the checks in `out`, and the answers.
+    fn checks_and_answers(out: &[Io<u32>]) -> (Vec<u64>, Vec<&ClientReply>) {
+        let checks = out.iter().filter_map(|io| {
+            let Io::Send {
+                message: PeerMessage::ReadCheck(check),
+                ..
+            } = io
+            else {
+                return None;
+            };
+            Some(check.round)
+        });
+        let answers = out.iter().filter_map(|io| {
+            let Io::Answer { reply, .. } = io else {
+                return None;
+            };
+            Some(reply)
+        });
+        (checks.collect(), answers.collect())
+    }
+
+    /// Proves a read is answered once a majority answered a round started when it ran, not
+    /// before, and that when every check or answer of its round is lost the leader starts a
+    /// new round for it a heartbeat later, instead of holding it until another read comes.
+    #[test]
+    fn a_read_whose_round_is_lost_gets_a_new_one() {
+        let mut replica = leader();
+        let mut out = Vec::new();
+        replica.read(one_read(), 9, &mut out);
+        let (checks, answers) = checks_and_answers(&out);
+        assert_eq!(checks.len(), 2, "a check to each other member");
+        assert!(answers.is_empty(), "no answer before a majority confirms");
+        let lost = checks[0];
+        out.clear();
+        for _ in 0..HEARTBEAT_TICKS {
+            replica.tick(0, &mut out);
+        }
+        let (renewed, answers) = checks_and_answers(&out);
+        assert!(answers.is_empty());
+        let round = *renewed.first().expect("a new round after a heartbeat");
+        assert!(round > lost);
+        out.clear();
+        let answer = PeerMessage::ReadCheckReply(ReadCheckReply {
+            term: Term(1),
+            from: NodeId(3),
+            round,
+        });
+        replica.receive(NodeId(3), answer, &mut out);
+        let (_, answers) = checks_and_answers(&out);
+        assert!(
+            matches!(
+                answers[..],
+                [ClientReply::ReadResults {
+                    command_count: 1,
+                    ..
+                }]
+            ),
+            "{answers:?}"
+        );
+    }
 
     fn answer(bytes: usize) -> ClientReply {
         ClientReply::ReadResults {
@@ -301,5 +515,34 @@ mod tests {
         }
         assert!(reads.full(&key(u64::MAX)));
         assert!(!reads.full(&key(3)), "a retry of a held read takes it over");
+    }
+
+    /// Proves a read whose round is not confirmed when a member turns out to speak an older
+    /// protocol (it came back on an earlier build) waits for the next entry instead: the
+    /// leader proposes an empty one and answers once it has applied.
+    #[test]
+    fn a_read_falls_back_to_the_next_entry_when_a_member_goes_back_a_version() {
+        let mut replica = leader();
+        let mut out = Vec::new();
+        replica.read(one_read(), 9, &mut out);
+        replica.peer_protocol(NodeId(3), net::message::PROTOCOL_VERSION_OLDEST);
+        out.clear();
+        for _ in 0..HEARTBEAT_TICKS {
+            replica.tick(0, &mut out);
+        }
+        let (checks, answers) = checks_and_answers(&out);
+        assert!(
+            checks.is_empty() && answers.is_empty(),
+            "{checks:?} {answers:?}"
+        );
+        let noop = appended(&out).expect("an empty entry for the read");
+        replica.persisted(noop.index, noop.term, &mut out);
+        out.clear();
+        replica.receive(NodeId(2), matched(noop.index), &mut out);
+        let (_, answers) = checks_and_answers(&out);
+        assert!(
+            matches!(answers[..], [ClientReply::ReadResults { .. }]),
+            "{answers:?}"
+        );
     }
 }

@@ -388,14 +388,7 @@ impl<W: Workload> Sim<W> {
             client_addresses: BTreeMap::new(),
         };
         let mut replica = Replica::new(config, recovered, machine, latest);
-        for peer in 1..=SIM_NODES + swarm.spares {
-            let version = if swarm.read_checks_unspoken_by == Some(peer) {
-                net::message::PROTOCOL_VERSION_OLDEST
-            } else {
-                net::message::PROTOCOL_VERSION
-            };
-            replica.peer_protocol(NodeId(peer), version);
-        }
+        tell_peer_versions(&mut replica, &swarm);
         node.live = Some(Live {
             replica,
             up_since: now,
@@ -434,4 +427,17 @@ struct Damage {
     hard_lost: bool,
     /// Another node still repairs its own damage.
     together: bool,
+}
+
+/// Tells a starting replica the protocol version of every other node's connections: the
+/// newest, except the node the seed drew as one of an earlier build.
+fn tell_peer_versions<H: Handler>(replica: &mut Replica<H, Token>, swarm: &Swarm) {
+    for peer in 1..=SIM_NODES + swarm.spares {
+        let version = if swarm.read_checks_unspoken_by == Some(peer) {
+            net::message::PROTOCOL_VERSION_OLDEST
+        } else {
+            net::message::PROTOCOL_VERSION
+        };
+        replica.peer_protocol(NodeId(peer), version);
+    }
 }
