@@ -447,6 +447,12 @@ pub(crate) fn connect_peer(
                     if let Err(error) = &written
                         && let Some(older) = error.version_to_retry(version)
                     {
+                        tracing::info!(
+                            peer = peer.0,
+                            offered = version,
+                            version = older,
+                            "the peer speaks an older protocol: connecting again with its version"
+                        );
                         version = older;
                         continue;
                     }
