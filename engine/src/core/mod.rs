@@ -887,9 +887,18 @@ impl Core {
 
     /// False for a term in which this replica may have cast a vote it lost, and for a replica
     /// that is no member in its own log (a node that joins votes once its log names it: so a
-    /// candidate whose members wrongly include it cannot win with its vote).
+    /// candidate whose members wrongly include it cannot win with its vote). A replica
+    /// repairing damage that is a member in the list its hard state kept votes by that list:
+    /// the damage may have cut the entry that made it one, and it was durable before that
+    /// entry was acknowledged (without this, seed 1700 of the simulator found a cluster where
+    /// no candidate could gather enough votes).
     fn may_vote_in(&self, term: Term) -> bool {
-        if !self.is_member() {
+        let kept_member = self.hard.repair.is_some()
+            && self
+                .hard
+                .members
+                .is_some_and(|kept| kept.contains(self.config.id));
+        if !self.is_member() && !kept_member {
             return false;
         }
         match self.hard.votes_lost {

@@ -2020,3 +2020,49 @@ fn an_answer_from_an_earlier_leadership_does_not_count() {
         vec![Action::ReadsConfirmed(round)]
     );
 }
+
+/// Proves a replica repairing damage whose log no longer names it (the entry that added it was
+/// cut) votes by the members its hard state kept when they name it, and does not when they do
+/// not either.
+#[test]
+fn a_repairing_replica_votes_by_the_members_its_hard_state_kept() {
+    let repairing = |kept: &[NodeId]| {
+        let hard_state = HardState {
+            term: Term(2),
+            voted_for: None,
+            repair: Some(Repair {
+                index: EntryIndex(5),
+                term: Term(2),
+                committed: EntryIndex(4),
+            }),
+            votes_lost: None,
+            members: Some(super::MemberSet::of(kept.iter().copied())),
+            first_members: Some(super::MemberSet::of([N1, N3, NodeId(4)])),
+        };
+        let recovered = Recovered {
+            hard_state,
+            ..Recovered::default()
+        };
+        Core::new(config(N2), recovered)
+    };
+    let vote = Event::Message {
+        from: N3,
+        message: PeerMessage::Vote(Vote {
+            term: Term(3),
+            pre: false,
+            candidate: N3,
+            last_index: EntryIndex(5),
+            last_term: Term(2),
+        }),
+    };
+    let granted = |actions: &[Action]| {
+        actions.iter().any(
+            |a| matches!(a, Action::Send { message: PeerMessage::VoteReply(r), .. } if r.granted),
+        )
+    };
+    let mut named = repairing(&[N1, N2, N3]);
+    assert!(!named.is_member(), "its log names other members");
+    assert!(granted(&step(&mut named, vote.clone())));
+    let mut unnamed = repairing(&[N1, N3, NodeId(4)]);
+    assert!(!granted(&step(&mut unnamed, vote)));
+}
