@@ -235,6 +235,17 @@ mod tests {
         }
     }
 
+    /// Node 1's peer port in cluster 9, for `nodes`, with `key`.
+    fn peer_gate<'a>(key: &'a Key, nodes: &'a [NodeId]) -> Gate<'a> {
+        Gate {
+            cluster: 9,
+            port: Port::Peer,
+            key: Some(key),
+            nodes,
+            me: NodeId(1),
+        }
+    }
+
     /// Proves the right key passes, and a wrong key, another caller, another cluster or
     /// another nonce (a replayed proof) is refused.
     #[test]
@@ -242,13 +253,7 @@ mod tests {
         let key = Key::peer(b"correct horse battery staple").unwrap();
         let wrong = Key::peer(b"correct horse battery stapler").unwrap();
         let nodes = [NodeId(1), NodeId(2), NodeId(3)];
-        let gate = Gate {
-            cluster: 9,
-            port: Port::Peer,
-            key: Some(&key),
-            nodes: &nodes,
-            me: NodeId(1),
-        };
+        let gate = peer_gate(&key, &nodes);
         let caller = hello(Some(2));
         let challenge = Challenge {
             nonce: fresh_nonce().unwrap(),
@@ -296,13 +301,7 @@ mod tests {
     fn a_proof_binds_its_version_and_a_refusal_names_the_retry() {
         let key = Key::peer(b"correct horse battery staple").unwrap();
         let nodes = [NodeId(1), NodeId(2)];
-        let gate = Gate {
-            cluster: 9,
-            port: Port::Peer,
-            key: Some(&key),
-            nodes: &nodes,
-            me: NodeId(1),
-        };
+        let gate = peer_gate(&key, &nodes);
         let challenge = Challenge {
             nonce: fresh_nonce().unwrap(),
         };

@@ -222,12 +222,7 @@ fn snapshot_v6_restores_with_its_handler_version() {
 }
 
 /// Messages of every kind a node or client sends, as protocol version 3 has them.
-fn golden_messages() -> (
-    Hello,
-    Vec<PeerMessage>,
-    Vec<ClientRequest>,
-    Vec<ClientReply>,
-) {
+fn golden_messages() -> Frames {
     let hello = Hello {
         version: 3,
         cluster: CLUSTER,
@@ -279,48 +274,58 @@ fn golden_messages() -> (
     (hello, peer, requests, replies)
 }
 
-/// Proves this build decodes the frames of protocol version 3 as the messages they were
-/// made of.
-#[test]
-fn protocol_v3_frames_decode() {
-    let (hello, peer, requests, replies) = golden_messages();
+/// The messages of a frames file, in their order: a hello, then peer messages, client
+/// requests and client replies.
+type Frames = (
+    Hello,
+    Vec<PeerMessage>,
+    Vec<ClientRequest>,
+    Vec<ClientReply>,
+);
+
+/// Checks the golden frames file `name` against `messages`: made from them (for a version
+/// this build writes), it decodes as them, in order, with nothing left over.
+fn check_frames(name: &str, messages: &Frames) {
+    let (hello, peer, requests, replies) = messages;
     let codec = FrameCodec::new(CLUSTER);
-    let bytes = golden_bytes("protocol-v3.frames", Version::Current, || {
-        let mut out = Vec::new();
-        out.extend_from_slice(&codec.frame(&hello).unwrap());
-        peer.iter()
-            .for_each(|m| out.extend_from_slice(&codec.frame(m).unwrap()));
-        requests
-            .iter()
-            .for_each(|m| out.extend_from_slice(&codec.frame(m).unwrap()));
-        replies
-            .iter()
-            .for_each(|m| out.extend_from_slice(&codec.frame(m).unwrap()));
+    let bytes = golden_bytes(name, Version::Current, || {
+        let mut out = codec.frame(hello).unwrap().to_vec();
+        let mut add = |frame: BytesMut| out.extend_from_slice(&frame);
+        peer.iter().for_each(|m| add(codec.frame(m).unwrap()));
+        requests.iter().for_each(|m| add(codec.frame(m).unwrap()));
+        replies.iter().for_each(|m| add(codec.frame(m).unwrap()));
         out
     });
     let mut buffer = BytesMut::from(&bytes[..]);
     let mut decoder = FrameCodec::new(CLUSTER);
     let mut next = || decoder.decode(&mut buffer).unwrap().expect("a whole frame");
-    assert_eq!(engine::codec::decode::<Hello>(&next()).unwrap(), hello);
-    for message in &peer {
+    assert_eq!(&engine::codec::decode::<Hello>(&next()).unwrap(), hello);
+    for message in peer {
         assert_eq!(
             &engine::codec::decode::<PeerMessage>(&next()).unwrap(),
             message
         );
     }
-    for message in &requests {
+    for message in requests {
         assert_eq!(
             &engine::codec::decode::<ClientRequest>(&next()).unwrap(),
             message
         );
     }
-    for message in &replies {
+    for message in replies {
         assert_eq!(
             &engine::codec::decode::<ClientReply>(&next()).unwrap(),
             message
         );
     }
     assert!(buffer.is_empty(), "{} bytes left over", buffer.len());
+}
+
+/// Proves this build decodes the frames of protocol version 3 as the messages they were
+/// made of.
+#[test]
+fn protocol_v3_frames_decode() {
+    check_frames("protocol-v3.frames", &golden_messages());
 }
 
 /// Proves this build decodes the frames protocol version 4 added (a hello offering it, and a
@@ -333,7 +338,7 @@ fn protocol_v4_frames_decode() {
         cluster: CLUSTER,
         node: Some(engine::NodeId(2)),
     };
-    let peer = [
+    let peer = vec![
         PeerMessage::ReadCheck(net::message::ReadCheck {
             term: Term(3),
             leader: engine::NodeId(1),
@@ -345,22 +350,5 @@ fn protocol_v4_frames_decode() {
             round: 41,
         }),
     ];
-    let codec = FrameCodec::new(CLUSTER);
-    let bytes = golden_bytes("protocol-v4.frames", Version::Current, || {
-        let mut out = codec.frame(&hello).unwrap().to_vec();
-        peer.iter()
-            .for_each(|m| out.extend_from_slice(&codec.frame(m).unwrap()));
-        out
-    });
-    let mut buffer = BytesMut::from(&bytes[..]);
-    let mut decoder = FrameCodec::new(CLUSTER);
-    let mut next = || decoder.decode(&mut buffer).unwrap().expect("a whole frame");
-    assert_eq!(engine::codec::decode::<Hello>(&next()).unwrap(), hello);
-    for message in &peer {
-        assert_eq!(
-            &engine::codec::decode::<PeerMessage>(&next()).unwrap(),
-            message
-        );
-    }
-    assert!(buffer.is_empty(), "{} bytes left over", buffer.len());
+    check_frames("protocol-v4.frames", &(hello, peer, Vec::new(), Vec::new()));
 }
