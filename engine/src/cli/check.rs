@@ -122,6 +122,7 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
         ("lagging_entries_max", json!(file.lagging_entries_max)),
         ("wal_segment_bytes", json!(file.wal_segment_bytes)),
         ("fsync_delay_ms", json!(file.fsync_delay_ms)),
+        ("wal_io", json!(file.wal_io.as_str())),
     ]
     .into_iter()
     .map(|(key, value)| (key.to_string(), value))

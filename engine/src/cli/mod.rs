@@ -56,7 +56,7 @@ pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
 pub use client_file::{ClientFileArgs, client_file};
 pub use member::{MemberAction, MemberArgs, MemberError, member};
 pub use mode::{ModeArgs, ModeChoice, mode};
-pub use node::{NodeArgs, SnapshotOptions, node};
+pub use node::{NodeArgs, StorageOptions, node};
 pub use recover::{RecoverArgs, StoppedNode, recover};
 pub use replay::{Differs, ReplayArgs, replay};
 #[cfg(feature = "sim")]

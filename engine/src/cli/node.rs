@@ -16,9 +16,9 @@ pub struct NodeArgs {
     /// This node's id in the cluster file.
     #[arg(long)]
     pub id: u8,
-    /// Snapshot options (over the cluster file's).
+    /// Snapshot and WAL options (over the cluster file's).
     #[command(flatten)]
-    pub snapshots: SnapshotOptions,
+    pub storage: StorageOptions,
     /// Start empty and take the state from the leader: the data directory's log and
     /// snapshots are moved to its quarantine/ folder (never deleted), and the node rejoins
     /// without campaigning or voting for a shorter log until it holds the log it had. For a
@@ -36,9 +36,9 @@ pub struct NodeArgs {
     pub metrics_address: Option<std::net::SocketAddr>,
 }
 
-/// `--snapshot-every` and `--snapshot-retain-ms`.
+/// `--snapshot-every`, `--snapshot-retain-ms` and `--wal-io`.
 #[derive(Args, Debug, Clone, Copy)]
-pub struct SnapshotOptions {
+pub struct StorageOptions {
     /// Entries between captures of the committed state for snapshots (0 turns snapshots off);
     /// default 64, or the cluster file's.
     #[arg(long)]
@@ -47,9 +47,14 @@ pub struct SnapshotOptions {
     /// default 1,000, or the cluster file's.
     #[arg(long)]
     pub snapshot_retain_ms: Option<u64>,
+    /// Where the WAL's writes and fsyncs run: `auto` (the node's own thread when the data
+    /// directory is on tmpfs, else the WAL's thread), `thread` or `inline`; default `auto`,
+    /// or the cluster file's.
+    #[arg(long, value_enum)]
+    pub wal_io: Option<crate::node::WalIo>,
 }
 
-impl SnapshotOptions {
+impl StorageOptions {
     /// Sets what was given on `config`.
     pub fn apply(&self, config: &mut crate::node::NodeConfig) {
         if let Some(every) = self.snapshot_every {
@@ -58,6 +63,9 @@ impl SnapshotOptions {
         if let Some(retain) = self.snapshot_retain_ms {
             config.snapshot_retain_ms = retain;
         }
+        if let Some(wal_io) = self.wal_io {
+            config.wal_io = wal_io;
+        }
     }
 }
 
@@ -65,7 +73,7 @@ impl SnapshotOptions {
 pub fn node<H: Handler>(args: NodeArgs, handler: H) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
     let mut config = file.node_config(args.id)?;
-    args.snapshots.apply(&mut config);
+    args.storage.apply(&mut config);
     config.rebuild_from_leader = args.rebuild_from_leader;
     config.join = args.join;
     if let Some(address) = args.metrics_address {

@@ -13,6 +13,8 @@
 //! lagging_entries_max = 4096     # optional; log a leader keeps behind its snapshot for followers
 //! wal_segment_bytes = 8388608    # optional; bytes per WAL segment (4 KiB to 64 MiB)
 //! fsync_delay_ms = 0             # optional; added after every WAL fsync (emulates a slow disk)
+//! wal_io = "auto"                # optional; "auto" (default), "thread" or "inline": where the
+//!                                # WAL's writes and fsyncs run (auto: the node's thread on tmpfs)
 //! capacity_bytes = 2147483648    # optional; state capacity of every node (the same on all)
 //! sessions_max = 4096             # optional; live client sessions kept (the same on all)
 //! pipeline_entries_max = 8       # optional; entries a leader keeps in flight
@@ -43,6 +45,7 @@ use crate::address::Address;
 use crate::apply::Mode;
 use crate::client::ClientConfig;
 use crate::ids::NodeId;
+use crate::node::WalIo;
 use crate::node::client_file::{ClientFile, ClientNode};
 use crate::node::config::ConfigError;
 use crate::node::{NodeAddress, NodeConfig};
@@ -208,6 +211,10 @@ pub struct ClusterFile {
     /// for fault runs).
     #[serde(default)]
     pub fsync_delay_ms: u64,
+    /// Where the WAL's writes and fsyncs run (left out of the file when `auto`, so that a
+    /// build from before the setting reads the file too).
+    #[serde(default, skip_serializing_if = "WalIo::is_auto")]
+    pub wal_io: WalIo,
     /// State capacity of every node, in bytes.
     #[serde(default = "default_capacity_bytes")]
     pub capacity_bytes: u64,
@@ -299,6 +306,7 @@ impl ClusterFile {
             lagging_entries_max: default_lagging_entries_max(),
             wal_segment_bytes: default_wal_segment_bytes(),
             fsync_delay_ms: 0,
+            wal_io: WalIo::Auto,
             capacity_bytes: default_capacity_bytes(),
             sessions_max: default_sessions_max(),
             pipeline_entries_max: default_pipeline_entries_max(),
@@ -454,6 +462,7 @@ impl ClusterFile {
         config.lagging_entries_max = self.lagging_entries_max;
         config.wal_segment_bytes = self.wal_segment_bytes;
         config.fsync_delay_ms = self.fsync_delay_ms;
+        config.wal_io = self.wal_io;
         config.capacity_bytes = self.capacity_bytes;
         config.sessions_max = self.sessions_max;
         config.pipeline_entries_max = self.pipeline_entries_max;

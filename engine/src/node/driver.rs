@@ -5,7 +5,8 @@ use super::data_dir::{self, DirLock};
 use super::install::{Incoming, SnapshotSend, stream_snapshot};
 use super::recovery::Restored;
 use super::storage::{self, SNAPSHOT_DIR};
-use super::wal_thread::{Acker, WalEvent, WalThread};
+use super::wal_io::WalWorker;
+use super::wal_thread::{Acker, InlineWal, WalEvent, WalThread};
 use super::{Input, NodeConfig, NodeError};
 use crate::address::Address;
 use crate::core::CoreConfig;
@@ -183,7 +184,7 @@ fn replica_config(config: &NodeConfig) -> ReplicaConfig {
 struct Driver<H: Handler> {
     config: NodeConfig,
     replica: Replica<H, Waiter>,
-    wal: WalThread,
+    wal: WalWorker,
     peers: BTreeMap<NodeId, mpsc::Sender<PeerMessage>>,
     /// Leader: the number of the latest snapshot transfer to each follower (a newer one stops
     /// the one before).
@@ -229,14 +230,20 @@ impl<H: Handler> Driver<H> {
         let name = format!("wal-{}", config.id);
         let wal_lock = Arc::clone(&lock);
         let disk = (fsync_delay, wal_lock, metrics.wal());
-        let spawned = WalThread::spawn(restored.wal, acker, name, disk, report);
-        let wal = match spawned {
-            Ok(wal) => wal,
-            Err(error) => {
-                tracing::error!(%error, "cannot start the WAL thread");
-                return None;
+        let wal_dir = restored.wal.dir().to_path_buf();
+        let wal = if config.wal_io.inline_for(&wal_dir, config.fsync_delay_ms) {
+            WalWorker::Inline(Box::new(InlineWal::new(restored.wal, disk)))
+        } else {
+            match WalThread::spawn(restored.wal, acker, name, disk, report) {
+                Ok(wal) => WalWorker::Thread(wal),
+                Err(error) => {
+                    tracing::error!(%error, "cannot start the WAL thread");
+                    return None;
+                }
             }
         };
+        let setting = config.wal_io.as_str();
+        tracing::info!(setting, "WAL writes and fsyncs run on {}", wal.place());
         let peers = config
             .nodes
             .iter()
@@ -393,6 +400,27 @@ impl<H: Handler> Driver<H> {
                 self.replica.halt(halt, &mut more);
             }
             queue.extend(more);
+        }
+        self.flush_wal();
+    }
+
+    /// Carries out the WAL work queued on this thread, when the WAL runs on it (`wal_io`), and
+    /// takes what it reports as the WAL thread's reports are taken.
+    fn flush_wal(&mut self) {
+        let WalWorker::Inline(inline) = &mut self.wal else {
+            return;
+        };
+        let mut acks = Vec::new();
+        let mut events = inline.flush(&mut acks);
+        for (to, message) in acks {
+            // A full queue drops it, as the WAL thread's own connection would fail it.
+            let queued = self.peers.get(&to).map(|queue| queue.try_send(message));
+            if !matches!(queued, Some(Ok(()))) {
+                events.push(WalEvent::AckFailed);
+            }
+        }
+        for event in events {
+            self.handle(Input::Wal(event));
         }
     }
 

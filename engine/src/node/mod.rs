@@ -20,6 +20,7 @@ pub mod rehearsal;
 #[doc(hidden)]
 pub mod storage;
 
+mod wal_io;
 mod wal_thread;
 
 pub use client_file::{ClientFile, ClientNode};
@@ -31,6 +32,7 @@ pub use connections::{
 };
 /// The key a cluster's nodes (or clients) prove in every handshake, for [`NodeConfig`].
 pub use net::auth::Key;
+pub use wal_io::WalIo;
 
 use crate::address::Address;
 use crate::apply::ApplyError;
@@ -110,6 +112,8 @@ pub struct NodeConfig {
     /// Milliseconds added after every WAL fsync: emulates a slow disk, to show what one slow
     /// replica costs the others (0, the default, adds nothing).
     pub fsync_delay_ms: u64,
+    /// Where the WAL's writes and fsyncs run: its own thread, or the node's (see [`WalIo`]).
+    pub wal_io: WalIo,
     /// The operator's explicit order to start empty and take the state from the leader (the
     /// data is moved to quarantine, never deleted; see `node::recovery`). Off by default.
     pub rebuild_from_leader: bool,
@@ -157,6 +161,7 @@ impl NodeConfig {
             lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
             fsync_delay_ms: 0,
+            wal_io: WalIo::Auto,
             rebuild_from_leader: false,
             join: false,
             metrics_address: None,

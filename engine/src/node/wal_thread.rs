@@ -8,11 +8,12 @@ use crate::entry::Entry;
 use crate::ids::{EntryIndex, NodeId, Term};
 pub(crate) use crate::replica::WalOp;
 use crate::wal::{Wal, WalError};
+use net::message::PeerMessage;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Time between two tries of an append that found the file system full.
 pub const WAL_FULL_RETRY_MS: u64 = 100;
@@ -58,20 +59,11 @@ impl WalThread {
         wal: Wal,
         acker: Acker,
         name: String,
-        (fsync_delay, lock, counters): (Duration, Arc<DirLock>, WalCounters),
+        disk: (Duration, Arc<DirLock>, WalCounters),
         report: impl Fn(WalEvent) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
-        let data_dir = wal.dir().parent().unwrap_or(wal.dir()).to_path_buf();
-        let journal = JournalWriter::open(&data_dir)
-            .map_err(|error| tracing::warn!(%error, "no apply journal"))
-            .ok();
-        let disk = Disk {
-            slow: fsync_delay,
-            lock,
-            counters,
-            journal,
-        };
+        let disk = Disk::open(&wal, disk);
         let span = tracing::Span::current();
         thread::Builder::new().name(name).spawn(move || {
             let _entered = span.entered();
@@ -98,6 +90,21 @@ struct Disk {
 }
 
 impl Disk {
+    /// What the WAL kept in `wal`'s directory works with: the apply journal beside it, if it
+    /// opens (the node goes on without one).
+    fn open(wal: &Wal, (slow, lock, counters): (Duration, Arc<DirLock>, WalCounters)) -> Self {
+        let data_dir = wal.dir().parent().unwrap_or(wal.dir());
+        let journal = JournalWriter::open(data_dir)
+            .map_err(|error| tracing::warn!(%error, "no apply journal"))
+            .ok();
+        Disk {
+            slow,
+            lock,
+            counters,
+            journal,
+        }
+    }
+
     /// Runs `work` on the journal; on an error, says so and turns the journal off.
     fn journal(&mut self, work: impl FnOnce(&mut JournalWriter) -> Result<(), JournalError>) {
         if let Some(journal) = self.journal.as_mut()
@@ -128,31 +135,15 @@ fn run(
         }
         pending.extend(queue.try_iter());
         let mut events = Vec::new();
-        let mut failed = false;
-        match carry_out(
+        let result = carry_out(
             &mut wal,
             &mut acker,
             &mut pending,
             &mut unsynced,
             &mut events,
             &mut disk,
-        ) {
-            Ok(()) if full => {
-                full = false;
-                events.push(WalEvent::SpaceBack);
-            }
-            Ok(()) => {}
-            Err(error) if error.is_storage_full() => {
-                if !full {
-                    full = true;
-                    events.push(WalEvent::Full(error.to_string()));
-                }
-            }
-            Err(error) => {
-                failed = true;
-                events.push(WalEvent::Failed(error.to_string()));
-            }
-        }
+        );
+        let failed = report_result(result, &mut full, &mut events);
         for event in events {
             if !report(event) {
                 return;
@@ -163,6 +154,35 @@ fn run(
         }
         if full && !wait_for_room(&queue, &mut pending) {
             return;
+        }
+    }
+}
+
+/// Adds to `events` what a carry-out's `result` means, keeping in `full` whether the file
+/// system has no room: a full one is reported once, and again when room is back. True when
+/// the WAL failed for good.
+fn report_result(
+    result: Result<(), WalError>,
+    full: &mut bool,
+    events: &mut Vec<WalEvent>,
+) -> bool {
+    match result {
+        Ok(()) => {
+            if std::mem::take(full) {
+                events.push(WalEvent::SpaceBack);
+            }
+            false
+        }
+        Err(error) if error.is_storage_full() => {
+            if !*full {
+                *full = true;
+                events.push(WalEvent::Full(error.to_string()));
+            }
+            false
+        }
+        Err(error) => {
+            events.push(WalEvent::Failed(error.to_string()));
+            true
         }
     }
 }
@@ -186,7 +206,7 @@ fn wait_for_room(queue: &mpsc::Receiver<WalOp>, pending: &mut VecDeque<WalOp>) -
 /// skipped on the next try); what was written before it is made durable and reported first.
 fn carry_out(
     wal: &mut Wal,
-    acker: &mut Acker,
+    acker: &mut impl AckSink,
     pending: &mut VecDeque<WalOp>,
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
@@ -211,7 +231,7 @@ fn carry_out(
                             // What came before the append is durable and acknowledged.
                             sync(wal, unsynced, events, disk)?;
                             if let Some((to, message)) = passed_over
-                                && !acker.send(to, &message)
+                                && !acker.ack(to, message)
                             {
                                 events.push(WalEvent::AckFailed);
                             }
@@ -225,7 +245,7 @@ fn carry_out(
                 acks_left -= 1;
                 if acks_left == 0 {
                     sync(wal, unsynced, events, disk)?;
-                    if !acker.send(to, &message) {
+                    if !acker.ack(to, message) {
                         events.push(WalEvent::AckFailed);
                     }
                 } else {
@@ -311,6 +331,86 @@ fn sync(
         events.push(WalEvent::Persisted { index, term });
     }
     Ok(())
+}
+
+/// Where an acknowledgement goes once what it covers is durable.
+trait AckSink {
+    /// Sends `message` to `to`; false when it could not.
+    fn ack(&mut self, to: NodeId, message: PeerMessage) -> bool;
+}
+
+impl AckSink for Acker {
+    fn ack(&mut self, to: NodeId, message: PeerMessage) -> bool {
+        self.send(to, &message)
+    }
+}
+
+/// Acknowledgements kept for the node's thread to send on its own connections.
+impl AckSink for Vec<(NodeId, PeerMessage)> {
+    fn ack(&mut self, to: NodeId, message: PeerMessage) -> bool {
+        self.push((to, message));
+        true
+    }
+}
+
+/// The WAL carried out on the node's own thread (`wal_io`): the same work as the thread's, in
+/// the same order, flushed by the driver after each batch of IO; only for storage whose fsync
+/// costs microseconds, since each one holds the node while it runs.
+pub(crate) struct InlineWal {
+    wal: Wal,
+    disk: Disk,
+    pending: VecDeque<WalOp>,
+    unsynced: Option<(EntryIndex, Term)>,
+    /// The file system had no room for the last try.
+    full: bool,
+    /// While full, the next try is not before this.
+    retry_at: Instant,
+    /// The WAL failed: nothing more is carried out.
+    failed: bool,
+}
+
+impl InlineWal {
+    /// The WAL, to be carried out on the calling thread; see [`WalThread::spawn`] for `disk`.
+    pub(crate) fn new(wal: Wal, disk: (Duration, Arc<DirLock>, WalCounters)) -> Self {
+        InlineWal {
+            disk: Disk::open(&wal, disk),
+            wal,
+            pending: VecDeque::new(),
+            unsynced: None,
+            full: false,
+            retry_at: Instant::now(),
+            failed: false,
+        }
+    }
+
+    /// Queues work for the next [`InlineWal::flush`].
+    pub(crate) fn queue(&mut self, op: WalOp) {
+        self.pending.push_back(op);
+    }
+
+    /// Carries out what is queued, with one fsync for all its appends; returns what the
+    /// thread would have reported, and leaves in `acks` the acknowledgements now due. While
+    /// the file system is full the work waits [`WAL_FULL_RETRY_MS`] between tries.
+    pub(crate) fn flush(&mut self, acks: &mut Vec<(NodeId, PeerMessage)>) -> Vec<WalEvent> {
+        let mut events = Vec::new();
+        let waiting = self.full && Instant::now() < self.retry_at;
+        if self.failed || waiting || self.pending.is_empty() {
+            return events;
+        }
+        let result = carry_out(
+            &mut self.wal,
+            acks,
+            &mut self.pending,
+            &mut self.unsynced,
+            &mut events,
+            &mut self.disk,
+        );
+        self.failed = report_result(result, &mut self.full, &mut events);
+        if self.full {
+            self.retry_at = Instant::now() + Duration::from_millis(WAL_FULL_RETRY_MS);
+        }
+        events
+    }
 }
 
 /// Blocking connections from the WAL thread to the other nodes, for acknowledgements only.
@@ -439,7 +539,83 @@ fn configure(stream: &std::net::TcpStream) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use net::message::{AppendOutcome, AppendReply, PeerMessage};
+    use crate::entry::{EntryHash, EntryKind};
+    use net::message::{AppendOutcome, AppendReply};
+
+    fn ack(index: u64) -> PeerMessage {
+        PeerMessage::AppendReply(AppendReply {
+            term: Term(1),
+            from: NodeId(2),
+            outcome: AppendOutcome::Matched {
+                index: EntryIndex(index),
+            },
+            applied: None,
+        })
+    }
+
+    /// Entries `from..=to` of term 1, chained from `prev`.
+    fn noops(from: u64, to: u64, prev: &mut EntryHash) -> Vec<Entry> {
+        (from..=to)
+            .map(|i| {
+                let index = EntryIndex(i);
+                let entry = Entry::seal(
+                    index,
+                    Term(1),
+                    EntryKind::Noop,
+                    index.prev(),
+                    0,
+                    Default::default(),
+                    prev,
+                );
+                *prev = entry.header.hash;
+                entry
+            })
+            .collect()
+    }
+
+    /// Proves the WAL carried out on the caller's thread makes its appends durable before it
+    /// reports them or lets an acknowledgement go, with one report for all appends queued
+    /// together, nothing when nothing is queued, and the entries read back from the files.
+    #[test]
+    fn inline_wal_reports_and_acknowledges_only_what_is_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal_dir = dir.path().join("wal");
+        let (wal, _) = Wal::open(&wal_dir).unwrap();
+        let lock = Arc::new(DirLock::exclusive(dir.path()).unwrap());
+        let disk = (Duration::ZERO, lock, WalCounters::default());
+        let mut inline = InlineWal::new(wal, disk);
+        let mut prev = EntryHash::default();
+        inline.queue(WalOp::Append(noops(1, 2, &mut prev)));
+        inline.queue(WalOp::Append(noops(3, 3, &mut prev)));
+        inline.queue(WalOp::Ack {
+            to: NodeId(1),
+            message: ack(3),
+        });
+        let mut acks = Vec::new();
+        let events = inline.flush(&mut acks);
+        let [WalEvent::Persisted { index, term }] = events.as_slice() else {
+            panic!("one report of the appends: {events:?}");
+        };
+        assert_eq!((*index, *term), (EntryIndex(3), Term(1)));
+        assert_eq!(acks.len(), 1);
+        assert!(matches!(acks[0], (NodeId(1), PeerMessage::AppendReply(_))));
+        assert!(inline.flush(&mut acks).is_empty(), "nothing more queued");
+        inline.queue(WalOp::Load {
+            peer: NodeId(3),
+            from: EntryIndex(2),
+            to: EntryIndex(3),
+        });
+        let events = inline.flush(&mut acks);
+        let [WalEvent::Loaded { peer, entries }] = events.as_slice() else {
+            panic!("the entries read back: {events:?}");
+        };
+        assert_eq!(*peer, NodeId(3));
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[1].header.hash, prev);
+        drop(inline);
+        let (reopened, _) = Wal::open(&wal_dir).unwrap();
+        assert_eq!(reopened.last_index(), EntryIndex(3), "durable in the files");
+    }
 
     /// Proves an acknowledgement to a leader that stopped reading fails within the write
     /// timeout once the socket's buffer is full, instead of holding the WAL thread (issue 13).
@@ -459,14 +635,7 @@ mod tests {
         };
         let mut acker = Acker::new(access, Default::default());
         acker.streams.insert(NodeId(1), stream);
-        let ack = PeerMessage::AppendReply(AppendReply {
-            term: Term(1),
-            from: NodeId(2),
-            outcome: AppendOutcome::Matched {
-                index: EntryIndex(1),
-            },
-            applied: None,
-        });
+        let ack = ack(1);
         let (done, gave_up) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             // The kernel buffers some megabytes; then a write blocks.

@@ -58,7 +58,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         dir.display()
     );
     let addresses = Addresses::free()?;
-    let files = write_cluster_files(&dir, &addresses, None)?;
+    let files = write_cluster_files(&dir, &addresses, None, args.common.wal_io)?;
     let config = args.common.client_config(&addresses);
     let processes = RefCell::new(Processes::start_all(&dir, files)?);
     let findings = RefCell::new(Findings::default());

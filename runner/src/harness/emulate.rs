@@ -138,7 +138,12 @@ fn one(args: &EmulateArgs, delay: Option<DelayRange>) -> anyhow::Result<Vec<Run>
         .map(|d| DelayLines::start(&addresses.peers, relays, d, args.bench.seed))
         .transpose()?;
     let via = lines.as_ref().map(|l| move |from, to| l.address(from, to));
-    let files = write_cluster_files(dir, &addresses, via.as_ref().map(|f| f as _))?;
+    let files = write_cluster_files(
+        dir,
+        &addresses,
+        via.as_ref().map(|f| f as _),
+        engine::node::WalIo::Auto,
+    )?;
     let mut config = addresses.client_config();
     config.give_up_after = Some(Duration::from_secs(30));
     let processes = Processes::start_all(dir, files)?;

@@ -9,7 +9,7 @@ use bank::workload::account_id;
 use bank::{Bank, BankCommand, BankOutput};
 use engine::client::{Client, ClientConfig, node_status};
 use engine::node::local::free_loopback_addresses;
-use engine::node::{ClusterFile, NodeEntry};
+use engine::node::{ClusterFile, NodeEntry, WalIo};
 use engine::rng::Rng;
 use engine::{ClientId, EntryIndex, Outcome, RequestNumber};
 use net::message::{NodeStatus, Role};
@@ -63,6 +63,9 @@ pub struct FaultArgs {
     /// default: the client library's, for comparisons).
     #[arg(long)]
     pub hedge_after_ms: Option<u64>,
+    /// Where the nodes' WAL writes and fsyncs run (the cluster file's `wal_io`).
+    #[arg(long, value_enum, default_value_t = WalIo::Auto)]
+    pub wal_io: WalIo,
 }
 
 impl FaultArgs {
@@ -311,6 +314,7 @@ pub fn write_cluster_files(
     dir: &Path,
     addresses: &Addresses,
     via: Option<&dyn Fn(u8, u8) -> SocketAddr>,
+    wal_io: WalIo,
 ) -> anyhow::Result<BTreeMap<u8, PathBuf>> {
     let mut files = BTreeMap::new();
     for me in 1..=3u8 {
@@ -328,6 +332,7 @@ pub fn write_cluster_files(
         };
         let mut file = ClusterFile::new(FAULT_SECRET, (1..=3u8).map(node).collect());
         file.cluster_id = CLUSTER_ID;
+        file.wal_io = wal_io;
         let path = dir.join(format!("cluster.node{me}.toml"));
         file.write(&path)?;
         files.insert(me, path);

@@ -89,7 +89,7 @@ pub fn run(args: HostileArgs) -> anyhow::Result<()> {
         dir.display()
     );
     let addresses = Addresses::free()?;
-    let files = write_cluster_files(&dir, &addresses, None)?;
+    let files = write_cluster_files(&dir, &addresses, None, args.common.wal_io)?;
     let config = addresses.client_config();
     let processes = Processes::start_all(&dir, files)?;
     let findings = RefCell::new(Findings::default());

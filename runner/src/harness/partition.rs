@@ -220,7 +220,7 @@ fn run_scenario(
         let (addresses, relays) = Addresses::with_relays()?;
         let proxy = Proxy::start(&addresses.peers, relays)?;
         let via = |from, to| proxy.address(from, to);
-        let files = write_cluster_files(dir, &addresses, Some(&via))?;
+        let files = write_cluster_files(dir, &addresses, Some(&via), args.common.wal_io)?;
         let config = addresses.client_config();
         let processes = RefCell::new(Processes::start_all(dir, files)?);
         let findings = RefCell::new(Findings::default());

@@ -121,7 +121,7 @@ fn rolled(args: &RollingArgs, to: &Path, seed: u64, dir: &Path) -> anyhow::Resul
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async {
         let addresses = Addresses::free()?;
-        let files = write_cluster_files(dir, &addresses, None)?;
+        let files = write_cluster_files(dir, &addresses, None, args.common.wal_io)?;
         let cluster_file = files[&1].clone();
         let config = args.common.client_config(&addresses);
         let processes = RefCell::new(Processes::start_all_from(dir, files, Some(&args.from))?);

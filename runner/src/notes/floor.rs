@@ -202,7 +202,7 @@ fn on_storage(
         config.entry_commands_max = args.entry_commands;
         config.pipeline_entries_max = args.pipeline_entries;
         config.capacity_bytes = args.capacity_bytes;
-        args.snapshots.apply(config);
+        args.storage.apply(config);
     })?;
     let config = cluster.client_config();
     let probe_dir = dir.path().join("floor-probe");

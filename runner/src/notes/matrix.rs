@@ -124,7 +124,7 @@ fn on_storage(
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
         config.entry_commands_max = engine::internals::entry::ENTRY_COMMANDS_MAX;
         config.capacity_bytes = args.capacity_bytes;
-        args.snapshots.apply(config);
+        args.storage.apply(config);
     })?;
     let config = cluster.client_config();
     let seconds = args.matrix.matrix_duration;

@@ -55,7 +55,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
         config.pipeline_entries_max = args.pipeline_entries;
         config.capacity_bytes = args.capacity_bytes;
         config.mode = Mode::Performance;
-        args.snapshots.apply(config);
+        args.storage.apply(config);
     })?;
     let config = cluster.client_config();
     let runtime = tokio::runtime::Builder::new_current_thread()

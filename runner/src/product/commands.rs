@@ -4,7 +4,7 @@ use crate::product::bench::{self, BenchOptions};
 use anyhow::{Context, bail};
 use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
 use clap::{Args, Subcommand};
-use engine::cli::SnapshotOptions;
+use engine::cli::StorageOptions;
 use engine::client::Client;
 use engine::node::ClientFile;
 use engine::node::local::LocalCluster;
@@ -168,9 +168,9 @@ pub struct LocalArgs {
     /// Execution mode; without it, both modes run one after the other on the same cluster.
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
-    /// Snapshots.
+    /// Snapshots and the WAL.
     #[command(flatten)]
-    pub snapshots: SnapshotOptions,
+    pub storage: StorageOptions,
     /// The benchmark.
     #[command(flatten)]
     pub bench: BenchOptions,
@@ -229,7 +229,7 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
         config.pipeline_entries_max = args.pipeline_entries;
         config.capacity_bytes = args.capacity_bytes;
         config.mode = modes[0].unwrap_or_default();
-        args.snapshots.apply(config);
+        args.storage.apply(config);
     })?;
     println!(
         "three nodes in this process, data in {}",
