@@ -8,14 +8,22 @@ mod common;
 const CI_CHAOS_SECONDS: u64 = 15;
 
 /// Proves that after kills and pauses I1-I7 hold, every request has an outcome, and faults
-/// were in fact injected.
+/// were in fact injected, with the WAL on its own thread in each node.
 #[test]
 fn kills_and_pauses_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let seconds = CI_CHAOS_SECONDS.to_string();
     let summary = common::run_json(
         dir.path(),
-        &["chaos", "--duration", &seconds, "--seed", "3"],
+        &[
+            "chaos",
+            "--duration",
+            &seconds,
+            "--seed",
+            "3",
+            "--wal-io",
+            "thread",
+        ],
     );
     assert_eq!(summary["violations"], 0, "{summary}");
     assert_eq!(summary["unknown"], 0, "{summary}");
@@ -24,8 +32,9 @@ fn kills_and_pauses_lose_nothing() {
 }
 
 /// Proves the same with the WAL's writes and fsyncs on each node's own thread (`--wal-io
-/// inline`, here on a disk's file system, where each fsync holds the node): a node killed
-/// between its write and its fsync, or paused in one, loses nothing acknowledged.
+/// inline`, under the temporary directory, a disk's file system here, where each fsync holds
+/// the node): a node killed or paused in the middle of its WAL work loses nothing
+/// acknowledged.
 #[test]
 fn kills_and_pauses_lose_nothing_with_the_wal_on_the_node_thread() {
     let dir = tempfile::tempdir().unwrap();

@@ -520,7 +520,8 @@ fn is_about_nodes(error: &ConfigError) -> bool {
         | ConfigError::NotListed(_) => true,
         ConfigError::OutOfRange { .. }
         | ConfigError::HeartbeatNotBelowElection { .. }
-        | ConfigError::EmptyDataDir => false,
+        | ConfigError::EmptyDataDir
+        | ConfigError::InlineWalDelayed { .. } => false,
     }
 }
 

@@ -100,6 +100,15 @@ pub enum ConfigError {
     /// No data directory is named.
     #[error("data_dir is empty")]
     EmptyDataDir,
+    /// The WAL on the node's thread would sleep that thread after every fsync.
+    #[error(
+        "wal_io = \"inline\" with fsync_delay_ms = {delay_ms}: the delay would hold the node's \
+         own thread after every fsync; use wal_io = \"thread\" (or \"auto\") with a delay"
+    )]
+    InlineWalDelayed {
+        /// The delay configured, in milliseconds.
+        delay_ms: u64,
+    },
 }
 
 /// A number and its range, for [`range`].
@@ -143,6 +152,11 @@ impl NodeConfig {
         }
         if self.data_dir.as_os_str().is_empty() {
             errors.push(ConfigError::EmptyDataDir);
+        }
+        if self.wal_io == super::WalIo::Inline && self.fsync_delay_ms > 0 {
+            errors.push(ConfigError::InlineWalDelayed {
+                delay_ms: self.fsync_delay_ms,
+            });
         }
         errors
     }
@@ -365,9 +379,15 @@ mod tests {
         bad.capacity_bytes = 1_000;
         bad.heartbeat_ticks = bad.election_ticks_min;
         bad.id = NodeId(4);
+        bad.wal_io = crate::node::WalIo::Inline;
+        bad.fsync_delay_ms = 5;
         let errors = bad.validate();
         let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        assert_eq!(errors.len(), 5, "{text:#?}");
+        assert_eq!(errors.len(), 6, "{text:#?}");
+        assert!(
+            text.iter()
+                .any(|t| t.contains("wal_io = \"inline\" with fsync_delay_ms = 5"))
+        );
         assert!(
             text[0].contains("entry_commands_max = 5000 is out of range: it must lie in 16..=1024")
         );

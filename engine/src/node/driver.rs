@@ -105,6 +105,11 @@ pub(super) async fn run<H: Handler>(
     let mut ticker = tokio::time::interval(Duration::from_millis(driver.config.tick_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // A failed fsync may surface in any step below (with the WAL on this thread, in a
+        // tick, a snapshot slice or a proposal too): the node stops before the next one.
+        if let Some(reason) = driver.fatal.take() {
+            return Some(reason);
+        }
         let input = tokio::select! {
             biased;
             _ = &mut stopped => return None,
@@ -209,6 +214,8 @@ struct Driver<H: Handler> {
     repairing: bool,
     /// What `GET /metrics` serves (the rare events are counted here).
     metrics: super::metrics::NodeMetrics,
+    /// The WAL's queued work is being carried out on this thread (see `flush_wal`).
+    flushing: bool,
 }
 
 impl<H: Handler> Driver<H> {
@@ -278,6 +285,7 @@ impl<H: Handler> Driver<H> {
             found,
             repairing,
             metrics,
+            flushing: false,
             config,
         };
         driver.snapshots = driver.spawn_snapshot_writer(Arc::clone(&driver.lock));
@@ -405,23 +413,31 @@ impl<H: Handler> Driver<H> {
     }
 
     /// Carries out the WAL work queued on this thread, when the WAL runs on it (`wal_io`), and
-    /// takes what it reports as the WAL thread's reports are taken.
+    /// takes what it reports as the WAL thread's reports are taken, in order: work that taking
+    /// a report queues waits for the next round of this loop, never runs inside it.
     fn flush_wal(&mut self) {
-        let WalWorker::Inline(inline) = &mut self.wal else {
+        if self.flushing {
             return;
-        };
-        let mut acks = Vec::new();
-        let mut events = inline.flush(&mut acks);
-        for (to, message) in acks {
-            // A full queue drops it, as the WAL thread's own connection would fail it.
-            let queued = self.peers.get(&to).map(|queue| queue.try_send(message));
-            if !matches!(queued, Some(Ok(()))) {
-                events.push(WalEvent::AckFailed);
+        }
+        self.flushing = true;
+        while let WalWorker::Inline(inline) = &mut self.wal {
+            let mut acks = Vec::new();
+            let mut events = inline.flush(&mut acks);
+            for (to, message) in acks {
+                // A full queue drops it, as the WAL thread's own connection would fail it.
+                let queued = self.peers.get(&to).map(|queue| queue.try_send(message));
+                if !matches!(queued, Some(Ok(()))) {
+                    events.push(WalEvent::AckFailed);
+                }
+            }
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                self.handle(Input::Wal(event));
             }
         }
-        for event in events {
-            self.handle(Input::Wal(event));
-        }
+        self.flushing = false;
     }
 
     /// Carries out one IO; what the replica asks for meanwhile goes to `more`.

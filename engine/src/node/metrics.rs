@@ -113,6 +113,12 @@ impl WalCounters {
     pub fn synced(&self, us: u64) {
         self.fsyncs.record(us);
     }
+
+    /// The fsyncs counted so far.
+    #[cfg(test)]
+    pub(crate) fn fsyncs(&self) -> u64 {
+        self.fsyncs.lock().count
+    }
 }
 
 /// What a scrape copies from the driver.

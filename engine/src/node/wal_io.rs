@@ -109,12 +109,12 @@ mod tests {
             assert!(!WalIo::Auto.inline_for(dir, 0));
             assert!(WalIo::Inline.inline_for(dir, 0));
         }
+        // The main job's default storage.
         let shm = Path::new("/dev/shm");
-        if in_memory(shm) {
-            assert!(WalIo::Auto.inline_for(shm, 0));
-            assert!(!WalIo::Auto.inline_for(shm, 5));
-            assert!(!WalIo::Thread.inline_for(shm, 0));
-        }
+        assert!(in_memory(shm), "/dev/shm is tmpfs");
+        assert!(WalIo::Auto.inline_for(shm, 0));
+        assert!(!WalIo::Auto.inline_for(shm, 5));
+        assert!(!WalIo::Thread.inline_for(shm, 0));
         for io in [WalIo::Auto, WalIo::Thread, WalIo::Inline] {
             let spelled = serde_json::to_value(io).unwrap();
             assert_eq!(spelled, io.as_str());

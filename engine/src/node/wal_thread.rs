@@ -582,7 +582,8 @@ mod tests {
         let wal_dir = dir.path().join("wal");
         let (wal, _) = Wal::open(&wal_dir).unwrap();
         let lock = Arc::new(DirLock::exclusive(dir.path()).unwrap());
-        let disk = (Duration::ZERO, lock, WalCounters::default());
+        let counters = WalCounters::default();
+        let disk = (Duration::ZERO, lock, counters.clone());
         let mut inline = InlineWal::new(wal, disk);
         let mut prev = EntryHash::default();
         inline.queue(WalOp::Append(noops(1, 2, &mut prev)));
@@ -597,9 +598,21 @@ mod tests {
             panic!("one report of the appends: {events:?}");
         };
         assert_eq!((*index, *term), (EntryIndex(3), Term(1)));
+        assert_eq!(
+            counters.fsyncs(),
+            1,
+            "one fsync for the appends queued together"
+        );
         assert_eq!(acks.len(), 1);
         assert!(matches!(acks[0], (NodeId(1), PeerMessage::AppendReply(_))));
         assert!(inline.flush(&mut acks).is_empty(), "nothing more queued");
+        // An acknowledgement with nothing new to make durable goes at once, with no fsync.
+        inline.queue(WalOp::Ack {
+            to: NodeId(1),
+            message: ack(3),
+        });
+        assert!(inline.flush(&mut acks).is_empty());
+        assert_eq!((acks.len(), counters.fsyncs()), (2, 1));
         inline.queue(WalOp::Load {
             peer: NodeId(3),
             from: EntryIndex(2),

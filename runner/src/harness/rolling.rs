@@ -57,6 +57,12 @@ struct Report {
 
 /// Runs the rolling upgrade; prints what happened and writes the JSON summary.
 pub fn run(args: RollingArgs) -> anyhow::Result<()> {
+    if !args.common.wal_io.is_auto() {
+        anyhow::bail!(
+            "--wal-io cannot be used with rolling: a build from before the setting refuses a \
+             cluster file that names it"
+        );
+    }
     let seed = seed_or_clock(args.common.seed);
     let to = match &args.to {
         Some(path) => path.clone(),
