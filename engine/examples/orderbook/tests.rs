@@ -174,24 +174,26 @@ fn both_modes_on_three_nodes_answer_as_the_reference() {
 }
 
 /// This example's node binary, built for the test (a nested `cargo build`, into the target
-/// directory the tests run from).
+/// directory and with the profile the tests run from: `target/<profile>/examples/`).
 fn example_binary() -> std::path::PathBuf {
+    let examples = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let profile = examples.parent().and_then(|p| p.file_name()).unwrap();
+    let profile = match profile.to_str().unwrap() {
+        "debug" => "dev",
+        other => other,
+    };
     let built = std::process::Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-p",
-            "engine",
-            "--features",
-            "cli,sim",
-            "--example",
-            "orderbook",
-        ])
+        .args(["build", "-p", "engine", "--features", "cli,sim"])
+        .args(["--profile", profile, "--example", "orderbook"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("cargo runs");
     assert!(built.success(), "the example builds");
-    let examples = std::env::current_exe().unwrap();
-    examples.parent().unwrap().join("orderbook")
+    examples.join("orderbook")
 }
 
 /// Node processes of the example's binary, killed when dropped.
