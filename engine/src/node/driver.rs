@@ -151,6 +151,34 @@ pub(super) async fn run<H: Handler>(
     }
 }
 
+/// The WAL where `config.wal_io` puts it: on this thread, or on a thread of its own that
+/// reports through `inbox` and acknowledges on connections of its own to the peers `found`.
+fn start_wal(
+    config: &NodeConfig,
+    wal: crate::wal::Wal,
+    disk: (Duration, Arc<DirLock>, super::metrics::WalCounters),
+    (inbox, found): (&mpsc::Sender<Input>, &PeerAddresses),
+) -> Option<WalWorker> {
+    let worker = if config.wal_io.inline_for(wal.dir(), config.fsync_delay_ms) {
+        WalWorker::Inline(Box::new(InlineWal::new(wal, disk)))
+    } else {
+        let inbox = inbox.clone();
+        let report = move |event| inbox.blocking_send(Input::Wal(event)).is_ok();
+        let acker = Acker::new(config.access(), found.clone());
+        let name = format!("wal-{}", config.id);
+        match WalThread::spawn(wal, acker, name, disk, report) {
+            Ok(thread) => WalWorker::Thread(thread),
+            Err(error) => {
+                tracing::error!(%error, "cannot start the WAL thread");
+                return None;
+            }
+        }
+    };
+    let setting = config.wal_io.as_str();
+    tracing::info!(setting, "WAL writes and fsyncs run on {}", worker.place());
+    Some(worker)
+}
+
 /// Who waits for a client's answer: the channel to its connection.
 type Waiter = mpsc::Sender<ClientReply>;
 
@@ -229,28 +257,10 @@ impl<H: Handler> Driver<H> {
         // The data directory stays locked until the last thread that writes in it ends: the
         // WAL's and the snapshot writer's hold it beside this one.
         let lock = Arc::new(restored.lock);
-        let wal_inbox = inbox.clone();
-        let report = move |event| wal_inbox.blocking_send(Input::Wal(event)).is_ok();
         let found = PeerAddresses::default();
-        let acker = Acker::new(config.access(), found.clone());
         let fsync_delay = Duration::from_millis(config.fsync_delay_ms);
-        let name = format!("wal-{}", config.id);
-        let wal_lock = Arc::clone(&lock);
-        let disk = (fsync_delay, wal_lock, metrics.wal());
-        let wal_dir = restored.wal.dir().to_path_buf();
-        let wal = if config.wal_io.inline_for(&wal_dir, config.fsync_delay_ms) {
-            WalWorker::Inline(Box::new(InlineWal::new(restored.wal, disk)))
-        } else {
-            match WalThread::spawn(restored.wal, acker, name, disk, report) {
-                Ok(wal) => WalWorker::Thread(wal),
-                Err(error) => {
-                    tracing::error!(%error, "cannot start the WAL thread");
-                    return None;
-                }
-            }
-        };
-        let setting = config.wal_io.as_str();
-        tracing::info!(setting, "WAL writes and fsyncs run on {}", wal.place());
+        let disk = (fsync_delay, Arc::clone(&lock), metrics.wal());
+        let wal = start_wal(&config, restored.wal, disk, (&inbox, &found))?;
         let peers = config
             .nodes
             .iter()
