@@ -367,3 +367,97 @@ fn an_entry_of_a_newer_build_is_refused_not_cut() {
         assert_eq!(fs::read(&path).unwrap(), bytes, "the log was changed");
     }
 }
+
+/// Appends entries 1..=count to a new log in `dir` that writes `ahead` bytes of zeros ahead
+/// of its appends; returns them.
+fn fill_ahead(dir: &Path, count: u64, segment_bytes: u64, ahead: u64) -> Vec<Entry> {
+    let (mut wal, _) = Wal::open_with(dir, segment_bytes).unwrap();
+    wal.set_zero_ahead(ahead);
+    let mut entries = Vec::new();
+    for index in 1..=count {
+        let e = entry(index, &wal.last_hash());
+        wal.append(&e).unwrap();
+        entries.push(e);
+    }
+    entries
+}
+
+/// Proves zeros written ahead change nothing a reader sees: each segment holds the same
+/// records as a log written without them, a closed segment is cut to its records, the zeros
+/// after the last record are neither entries nor a torn tail (a reopen keeps them and appends
+/// over them), and every entry reads back after reopens.
+#[test]
+fn zeros_written_ahead_stay_out_of_the_log() {
+    let plain = tempfile::tempdir().unwrap();
+    let ahead = tempfile::tempdir().unwrap();
+    fill(plain.path(), 40, 2048);
+    let mut entries = fill_ahead(ahead.path(), 40, 2048, 1000);
+    let (plain_files, ahead_files) = (segments(plain.path()), segments(ahead.path()));
+    assert!(ahead_files.len() > 3, "small segments roll over");
+    assert_eq!(plain_files.len(), ahead_files.len());
+    for (n, (p, a)) in plain_files.iter().zip(&ahead_files).enumerate() {
+        let (p, a) = (fs::read(p).unwrap(), fs::read(a).unwrap());
+        match n + 1 == ahead_files.len() {
+            true => {
+                assert!(a.len() > p.len(), "the last segment has zeros ahead");
+                assert_eq!(&a[..p.len()], &p[..]);
+                assert!(a[p.len()..].iter().all(|&b| b == 0));
+            }
+            false => assert_eq!(a, p, "closed segment {n} is cut to its records"),
+        }
+    }
+    let last_len = fs::metadata(ahead_files.last().unwrap()).unwrap().len();
+    let (mut wal, recovery) = Wal::open_repairing(ahead.path(), 2048).unwrap();
+    assert_eq!((recovery.entries, recovery.torn_tail_bytes), (40, 0));
+    assert_eq!(recovery.damage, None);
+    let kept = fs::metadata(ahead_files.last().unwrap()).unwrap().len();
+    assert_eq!(kept, last_len, "the zeros stay");
+    wal.set_zero_ahead(1000);
+    for index in 41..=45 {
+        let e = entry(index, &wal.last_hash());
+        wal.append(&e).unwrap();
+        entries.push(e);
+    }
+    drop(wal);
+    let (wal, recovery) = Wal::open(ahead.path()).unwrap();
+    assert_eq!((recovery.entries, recovery.torn_tail_bytes), (45, 0));
+    for e in &entries {
+        assert_eq!(&wal.read(e.index()).unwrap(), e);
+    }
+}
+
+/// Proves an append over zeros that a kill cut short is a torn write whatever part of its
+/// payload reached the file, since the header is written last: a repairing open ends the log
+/// before it with no damage reported, cuts it, and takes the entry again. A record whose
+/// header reached the file but whose payload did not stays damage to a repairing open (it
+/// may have been acknowledged).
+#[test]
+fn an_append_over_zeros_cut_short_is_a_torn_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries = fill_ahead(dir.path(), 6, 1 << 20, 64 * 1024);
+    let path = segments(dir.path()).pop().unwrap();
+    let full = fs::read(&path).unwrap();
+    let len = record_len(&entries[5]);
+    let start = (0..5).map(|i| record_len(&entries[i])).sum::<usize>();
+    let header = len - entries[5].payload.len();
+    for written in (0..entries[5].payload.len()).step_by(13) {
+        let mut torn = full.clone();
+        torn[start..start + header].fill(0);
+        torn[start + header + written..start + len].fill(0);
+        fs::write(&path, &torn).unwrap();
+        let (mut wal, recovery) = Wal::open_repairing(dir.path(), 1 << 20).unwrap();
+        assert_eq!(recovery.damage, None, "{written} payload bytes written");
+        assert_eq!(wal.last_index(), EntryIndex(5));
+        wal.set_zero_ahead(64 * 1024);
+        wal.append(&entries[5]).unwrap();
+        drop(wal);
+        let (wal, recovery) = Wal::open(dir.path()).unwrap();
+        assert_eq!((recovery.entries, recovery.torn_tail_bytes), (6, 0));
+        assert_eq!(wal.read(EntryIndex(6)).unwrap(), entries[5]);
+    }
+    let mut headed = full.clone();
+    headed[start + header..start + len].fill(0);
+    fs::write(&path, &headed).unwrap();
+    let (_, recovery) = Wal::open_repairing(dir.path(), 1 << 20).unwrap();
+    assert_eq!(recovery.damage.map(|d| d.index), Some(EntryIndex(6)));
+}

@@ -155,10 +155,11 @@ pub(super) async fn run<H: Handler>(
 /// reports through `inbox` and acknowledges on connections of its own to the peers `found`.
 fn start_wal(
     config: &NodeConfig,
-    wal: crate::wal::Wal,
+    mut wal: crate::wal::Wal,
     disk: (Duration, Arc<DirLock>, super::metrics::WalCounters),
     (inbox, found): (&mpsc::Sender<Input>, &PeerAddresses),
 ) -> Option<WalWorker> {
+    wal.set_zero_ahead(super::wal_io::zero_ahead_for(wal.dir()));
     let worker = if config.wal_io.inline_for(wal.dir(), config.fsync_delay_ms) {
         WalWorker::Inline(Box::new(InlineWal::new(wal, disk)))
     } else {

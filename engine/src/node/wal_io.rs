@@ -57,6 +57,15 @@ impl WalIo {
     }
 }
 
+/// Bytes of zeros the WAL kept in `dir` writes ahead of its appends
+/// ([`crate::wal::Wal::set_zero_ahead`]): none in memory, where they would be one more copy.
+pub(crate) fn zero_ahead_for(dir: &Path) -> u64 {
+    match in_memory(dir) {
+        true => 0,
+        false => crate::wal::WAL_ZERO_AHEAD_BYTES,
+    }
+}
+
 /// Whether `dir` lies on a file system that keeps its files in memory. One that cannot be
 /// asked counts as a disk: the thread is right for any storage.
 fn in_memory(dir: &Path) -> bool {
@@ -119,5 +128,13 @@ mod tests {
             let spelled = serde_json::to_value(io).unwrap();
             assert_eq!(spelled, io.as_str());
         }
+    }
+
+    /// Proves the WAL writes zeros ahead only where they save a journal commit: not in memory.
+    #[test]
+    fn zeros_ahead_only_off_memory() {
+        assert_eq!(zero_ahead_for(Path::new("/dev/shm")), 0);
+        let disk = zero_ahead_for(Path::new("/proc"));
+        assert_eq!(disk, crate::wal::WAL_ZERO_AHEAD_BYTES);
     }
 }

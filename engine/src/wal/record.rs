@@ -95,6 +95,13 @@ pub(crate) fn header_at(data: &[u8], at: usize) -> Option<EntryHeader> {
     codec::decode::<EntryHeader>(header_bytes).ok()
 }
 
+/// Whether the bytes where a record's header would start at `at` are all zeros (to the end
+/// of `data` if it ends first): a header never written.
+pub(crate) fn header_unwritten(data: &[u8], at: usize) -> bool {
+    let end = (at + RECORD_HEADER_BYTES).min(data.len());
+    data[at..end].iter().all(|&b| b == 0)
+}
+
 fn magic_ok(rest: &[u8]) -> bool {
     rest.len() >= 4 && rest[..4] == RECORD_MAGIC.to_le_bytes()
 }

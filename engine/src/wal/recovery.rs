@@ -118,6 +118,7 @@ pub(super) fn scan(
         access,
         max_commit: EntryIndex::ZERO,
         written_bytes: 0,
+        zero_ahead_bytes: 0,
     };
     let mut damage = None;
     for (n, (first, path)) in files.iter().enumerate() {
@@ -210,8 +211,8 @@ fn headers_beyond(data: &[u8], from: usize) -> Vec<EntryHeader> {
 /// Reads one segment into `wal`: to its end (the bytes of a torn tail cut off), or to a
 /// damaged record. A damaged last record counts as damage when `repairing` (it may be an
 /// acknowledged entry), as a torn tail otherwise; a record cut short by the end of the file,
-/// or a tail of zeros, is a torn tail either way (its fsync never completed, so it was never
-/// acknowledged).
+/// a record whose header is all zeros (never written), or a tail of zeros, is a torn tail
+/// either way (its fsync never completed, so it was never acknowledged).
 fn scan_segment(
     wal: &mut Wal,
     path: &Path,
@@ -258,6 +259,16 @@ fn scan_segment(
                     offset: at as u64,
                 });
             }
+            Parsed::Damaged(_)
+                if is_last
+                    && record::header_unwritten(&data, at)
+                    && record::next_valid(&data, at).is_none() =>
+            {
+                // A record whose header was never written: an append writes its header
+                // after its payload, so this append did not complete and was never
+                // acknowledged, whatever of its payload reached the file.
+                break;
+            }
             Parsed::Damaged(reason)
                 if repairing && is_last && data[at..].iter().any(|&b| b != 0) =>
             {
@@ -293,6 +304,7 @@ fn scan_segment(
         path: path.to_path_buf(),
         file,
         bytes: at as u64,
+        len: data.len() as u64,
     });
     if let Some(reason) = damaged {
         return Ok(Scanned::Damaged {
@@ -300,5 +312,11 @@ fn scan_segment(
             reason: reason.to_string(),
         });
     }
-    Ok(Scanned::Whole((data.len() - at) as u64))
+    // Zeros alone after the last record are space written ahead, not a torn tail: they stay.
+    // Anything written there is cut, with the zeros after it.
+    let torn = match data[at..].iter().any(|&b| b != 0) {
+        true => data.len() - at,
+        false => 0,
+    };
+    Ok(Scanned::Whole(torn as u64))
 }
