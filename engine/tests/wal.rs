@@ -277,6 +277,13 @@ impl Drop for SmallDisk {
 /// then reads back every entry.
 #[test]
 fn a_full_disk_refuses_the_append_and_takes_it_once_space_returns() {
+    // Zeros written ahead that do not fit are skipped: the disk is as full either way.
+    for ahead in [0, 64 * 1024] {
+        full_disk_refuses_then_takes(ahead);
+    }
+}
+
+fn full_disk_refuses_then_takes(ahead: u64) {
     let dir = tempfile::tempdir().unwrap();
     let Some(_disk) = SmallDisk::mount(dir.path(), 256 * 1024) else {
         return;
@@ -285,6 +292,7 @@ fn a_full_disk_refuses_the_append_and_takes_it_once_space_returns() {
     fs::write(&ballast, vec![7u8; 64 * 1024]).unwrap();
     let wal_dir = dir.path().join("wal");
     let (mut wal, _) = Wal::open_with(&wal_dir, 16 * 1024).unwrap();
+    wal.set_zero_ahead(ahead);
     let mut entries = Vec::new();
     let full = loop {
         let e = entry(entries.len() as u64 + 1, &wal.last_hash());
@@ -460,4 +468,66 @@ fn an_append_over_zeros_cut_short_is_a_torn_write() {
     fs::write(&path, &headed).unwrap();
     let (_, recovery) = Wal::open_repairing(dir.path(), 1 << 20).unwrap();
     assert_eq!(recovery.damage.map(|d| d.index), Some(EntryIndex(6)));
+}
+
+/// Where each record starts in a one-segment log of `entries`, and where the last one ends.
+fn record_starts(entries: &[Entry]) -> Vec<usize> {
+    let mut starts = vec![0];
+    for e in entries {
+        starts.push(starts.last().unwrap() + record_len(e));
+    }
+    starts
+}
+
+/// Proves the torn-write rule stays narrow: a header cut short at a page boundary (the rest of
+/// it zeros) is a torn write, to a strict open as to a repairing one, while a header of zeros
+/// followed by a record whose own header still reads is damage to a repairing open, and a
+/// closed segment that ends in zeros is corruption.
+#[test]
+fn only_a_header_never_written_makes_a_torn_write() {
+    const PAGE: usize = 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let entries = fill_ahead(dir.path(), 200, 1 << 20, 64 * 1024);
+    let path = segments(dir.path()).pop().unwrap();
+    let full = fs::read(&path).unwrap();
+    let starts = record_starts(&entries);
+    let header = record_len(&entries[0]) - entries[0].payload.len();
+    // A record whose header crosses a page boundary, cut there.
+    let k = (0..entries.len())
+        .find(|&k| !starts[k].is_multiple_of(PAGE) && starts[k] % PAGE + header > PAGE)
+        .expect("a header across a page boundary");
+    let mut torn = full[..starts[k + 1]].to_vec();
+    torn[starts[k].next_multiple_of(PAGE)..starts[k] + header].fill(0);
+    torn.resize(full.len(), 0);
+    fs::write(&path, &torn).unwrap();
+    let (wal, recovery) = Wal::open_repairing(dir.path(), 1 << 20).unwrap();
+    assert_eq!(recovery.damage, None);
+    assert_eq!(wal.last_index(), EntryIndex(k as u64));
+    drop(wal);
+    // A header of zeros with a readable header after it: damage, nothing taken as torn.
+    let mut hidden = full[..starts[7]].to_vec();
+    hidden[starts[5]..starts[5] + header].fill(0);
+    hidden[starts[7] - 1] ^= 0x40;
+    hidden.resize(full.len(), 0);
+    fs::write(&path, &hidden).unwrap();
+    let (_, recovery) = Wal::open_repairing(dir.path(), 1 << 20).unwrap();
+    let damage = recovery.damage.expect("damage, not a torn write");
+    assert_eq!(damage.index, EntryIndex(6));
+    assert_eq!(damage.last.map(|(index, _)| index), Some(EntryIndex(7)));
+    // The same torn write to a strict open.
+    hidden[starts[6]..starts[7]].fill(0);
+    fs::write(&path, &hidden).unwrap();
+    let (wal, recovery) = Wal::open(dir.path()).unwrap();
+    assert_eq!((wal.last_index(), recovery.damage), (EntryIndex(5), None));
+    // Zeros after a closed segment's records.
+    let dir = tempfile::tempdir().unwrap();
+    fill_ahead(dir.path(), 40, 2048, 1000);
+    let first = segments(dir.path()).remove(0);
+    let mut closed = fs::read(&first).unwrap();
+    closed.extend_from_slice(&[0; 512]);
+    fs::write(&first, closed).unwrap();
+    assert!(matches!(
+        Wal::open(dir.path()),
+        Err(WalError::Corruption { .. })
+    ));
 }

@@ -455,16 +455,14 @@ fn bad_cluster_files(file: &Path, table: &mut Rows, same: &dyn Fn(&mut Rows, &'s
 /// Zeros after the last record of the subject's last segment: `runner recover` says a start
 /// would cut them, and writes nothing.
 fn torn_tail_is_reported_not_cut(data: &Path, table: &mut Rows) {
-    let wal = data.join("wal");
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(&wal)
-        .unwrap()
-        .map(|i| i.unwrap().path())
-        .collect();
-    segments.sort();
-    let last = segments.last().unwrap();
+    let (last, end) = common::wal_records_end(&data.join("wal"));
+    let last = &last;
     let original = std::fs::read(last).unwrap();
-    let mut bytes = original.clone();
-    bytes.extend_from_slice(&[0u8; 4096]);
+    // An append a kill cut short over zeros: its payload written, its header (written last,
+    // 80 bytes) not.
+    let mut bytes = original[..end as usize].to_vec();
+    bytes.extend_from_slice(&[0u8; 80]);
+    bytes.extend_from_slice(&[0xA5u8; 4096 - 80]);
     std::fs::write(last, bytes).unwrap();
     let before = hashes(data);
     let (status, text) = runner(&["recover", "--data-dir", data.to_str().unwrap()]);

@@ -54,10 +54,9 @@ fn flip(wal: &Path, at: Where) {
             (path, length / 2)
         }
         Where::LastEntry => {
-            let path = paths.last().unwrap().clone();
-            let length = std::fs::metadata(&path).unwrap().len();
-            // The last byte of the file is the last byte of the last entry's payload.
-            (path, length - 1)
+            // The last byte of the last entry's payload (zeros may follow it on a disk).
+            let (path, end) = common::wal_records_end(wal);
+            (path, end - 1)
         }
     };
     let mut bytes = std::fs::read(&path).unwrap();

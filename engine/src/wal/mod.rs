@@ -382,9 +382,13 @@ impl Wal {
         let end = segment.bytes + record_bytes;
         if self.zero_ahead_bytes > 0 && end > segment.len {
             let zeroed_end = (end + self.zero_ahead_bytes).min(self.segment_bytes_max.max(end));
-            segment.write_zeros(zeroed_end)?;
+            match segment.write_zeros(zeroed_end) {
+                // Zeros that do not fit are only lost speed: the record may still fit.
+                Err(error) if error.is_storage_full() => {}
+                other => other?,
+            }
         }
-        if self.zero_ahead_bytes > 0 {
+        if segment.len > segment.bytes {
             // Over written zeros a write cut short (a kill between pages) leaves no shorter
             // file to show it: the header goes last, so that a record whose header holds had
             // its payload written first, and one whose header is still zeros is a torn write.
@@ -562,11 +566,20 @@ impl Wal {
         // The closed segment is cut to its records and synced first, so that only the last
         // segment can have a torn tail or zeros after its records: damage anywhere else is
         // corruption.
-        if let Some(segment) = self.segments.last_mut().filter(|s| s.len > s.bytes) {
-            segment
+        if let Some(segment) = self.segments.last_mut() {
+            // The file's own length, not `len`: a write that failed half way (a full disk)
+            // may have left bytes past what was counted.
+            let file_len = segment
                 .file
-                .set_len(segment.bytes)
-                .map_err(io_error(&segment.path))?;
+                .metadata()
+                .map_err(io_error(&segment.path))?
+                .len();
+            if file_len != segment.bytes {
+                segment
+                    .file
+                    .set_len(segment.bytes)
+                    .map_err(io_error(&segment.path))?;
+            }
             segment.len = segment.bytes;
         }
         self.sync()?;

@@ -95,11 +95,21 @@ pub(crate) fn header_at(data: &[u8], at: usize) -> Option<EntryHeader> {
     codec::decode::<EntryHeader>(header_bytes).ok()
 }
 
-/// Whether the bytes where a record's header would start at `at` are all zeros (to the end
-/// of `data` if it ends first): a header never written.
+/// The unit the kernel copies a write in (x86_64's page; a larger page's boundaries are
+/// boundaries of this one too): a write a kill cuts short stops at one of its boundaries.
+pub(crate) const WRITE_PAGE_BYTES: usize = 4096;
+
+/// Whether the header of a record starting at `at` was never written, or written only up to
+/// a page boundary inside it: its bytes are zeros from its start, or from that boundary, to
+/// its end (or to the end of `data` if that comes first).
 pub(crate) fn header_unwritten(data: &[u8], at: usize) -> bool {
     let end = (at + RECORD_HEADER_BYTES).min(data.len());
-    data[at..end].iter().all(|&b| b == 0)
+    let from = match at % WRITE_PAGE_BYTES {
+        0 => at,
+        _ => at.next_multiple_of(WRITE_PAGE_BYTES).min(end),
+    };
+    let zeros = |range: std::ops::Range<usize>| data[range].iter().all(|&b| b == 0);
+    zeros(at..end) || from < end && zeros(from..end)
 }
 
 fn magic_ok(rest: &[u8]) -> bool {

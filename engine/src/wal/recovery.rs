@@ -60,7 +60,8 @@ pub enum Access {
 
 /// The outcome of scanning one segment.
 enum Scanned {
-    /// Read to its end; the bytes of a torn tail cut off.
+    /// Read to its end; the bytes of a torn tail to cut off (0 when only zeros follow the
+    /// last record).
     Whole(u64),
     /// A damaged record at this offset (valid records after it, or a readable header).
     Damaged { offset: usize, reason: String },
@@ -211,8 +212,10 @@ fn headers_beyond(data: &[u8], from: usize) -> Vec<EntryHeader> {
 /// Reads one segment into `wal`: to its end (the bytes of a torn tail cut off), or to a
 /// damaged record. A damaged last record counts as damage when `repairing` (it may be an
 /// acknowledged entry), as a torn tail otherwise; a record cut short by the end of the file,
-/// a record whose header is all zeros (never written), or a tail of zeros, is a torn tail
-/// either way (its fsync never completed, so it was never acknowledged).
+/// or one whose header is zeros from its start or from a page boundary inside it on (never
+/// written, or cut short at a page), with no readable header after it, is a torn tail either
+/// way (its fsync never completed, so it was never acknowledged). Zeros alone after the last
+/// record are no torn tail: they are space written ahead, and stay.
 fn scan_segment(
     wal: &mut Wal,
     path: &Path,
@@ -262,11 +265,13 @@ fn scan_segment(
             Parsed::Damaged(_)
                 if is_last
                     && record::header_unwritten(&data, at)
-                    && record::next_valid(&data, at).is_none() =>
+                    && record::next_valid(&data, at).is_none()
+                    && headers_beyond(&data, at).is_empty() =>
             {
-                // A record whose header was never written: an append writes its header
-                // after its payload, so this append did not complete and was never
-                // acknowledged, whatever of its payload reached the file.
+                // A record whose header was never written (or only up to a page boundary): an
+                // append over zeros writes its header after its payload, so this append did
+                // not complete and was never acknowledged, whatever of its payload reached
+                // the file. A readable header further on makes it damage instead.
                 break;
             }
             Parsed::Damaged(reason)
