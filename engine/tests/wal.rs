@@ -40,14 +40,7 @@ fn entry(index: u64, prev: &EntryHash) -> Entry {
 
 /// Appends entries 1..=count to a new log in `dir`; returns them.
 fn fill(dir: &Path, count: u64, segment_bytes: u64) -> Vec<Entry> {
-    let (mut wal, _) = Wal::open_with(dir, segment_bytes).unwrap();
-    let mut entries = Vec::new();
-    for index in 1..=count {
-        let e = entry(index, &wal.last_hash());
-        wal.append(&e).unwrap();
-        entries.push(e);
-    }
-    entries
+    fill_ahead(dir, count, segment_bytes, 0)
 }
 
 fn segments(dir: &Path) -> Vec<PathBuf> {

@@ -16,7 +16,7 @@ use engine::node::storage::{HARD_STATE_FILE, WAL_DIR, read_hard_state};
 use engine::rng::Rng;
 use engine::{ClientId, RequestNumber};
 use std::cell::Cell;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// No snapshots (the damaged entries stay needed), small WAL segments (the damage lands in
 /// an early one, with whole segments after it).
@@ -34,18 +34,8 @@ enum Where {
     LastEntry,
 }
 
-fn segments(wal: &Path) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(wal)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
-        .collect();
-    paths.sort();
-    paths
-}
-
 fn flip(wal: &Path, at: Where) {
-    let paths = segments(wal);
+    let paths = common::wal_segments(wal);
     assert!(paths.len() >= 3, "several segments: {paths:?}");
     let (path, offset) = match at {
         Where::Middle => {

@@ -379,41 +379,19 @@ impl Wal {
         let segment_index = self.segments.len() - 1;
         let segment_number = segment_index + self.segments_removed;
         let segment = &mut self.segments[segment_index];
-        let end = segment.bytes + record_bytes;
-        if self.zero_ahead_bytes > 0 && end > segment.len {
-            let zeroed_end = (end + self.zero_ahead_bytes).min(self.segment_bytes_max.max(end));
-            match segment.write_zeros(zeroed_end) {
-                // Zeros that do not fit are only lost speed: the record may still fit.
-                Err(error) if error.is_storage_full() => {}
-                other => other?,
-            }
-        }
-        if segment.len > segment.bytes {
-            // Over written zeros a write cut short (a kill between pages) leaves no shorter
-            // file to show it: the header goes last, so that a record whose header holds had
-            // its payload written first, and one whose header is still zeros is a torn write.
-            let (header, payload) = self.buf.split_at(record::RECORD_HEADER_BYTES);
-            let payload_at = segment.bytes + header.len() as u64;
-            segment
-                .file
-                .write_all_at(payload, payload_at)
-                .and_then(|()| segment.file.write_all_at(header, segment.bytes))
-                .map_err(write_error(&segment.path))?;
-        } else {
-            segment
-                .file
-                .write_all_at(&self.buf, segment.bytes)
-                .map_err(write_error(&segment.path))?;
-        }
+        let offset = segment.bytes;
+        let zeros_to = match self.zero_ahead_bytes {
+            0 => 0,
+            ahead => (offset + record_bytes + ahead).min(self.segment_bytes_max),
+        };
+        segment.put_record(&self.buf, zeros_to)?;
         self.entries.push(Located {
             term: entry.term(),
             hash: entry.header.hash,
             segment: segment_number,
-            offset: segment.bytes,
+            offset,
             record_bytes: record_bytes as u32,
         });
-        segment.bytes = end;
-        segment.len = segment.len.max(end);
         self.written_bytes += record_bytes;
         self.max_commit = self.max_commit.max(entry.header.commit);
         Ok(())
@@ -601,6 +579,36 @@ impl Wal {
 }
 
 impl Segment {
+    /// Writes `record` after the segment's records, first writing zeros up to `zeros_to`
+    /// when the record would pass the file's end (0: none). Not synced.
+    fn put_record(&mut self, record: &[u8], zeros_to: u64) -> Result<(), WalError> {
+        let end = self.bytes + record.len() as u64;
+        if end > self.len && zeros_to > 0 {
+            match self.write_zeros(zeros_to.max(end)) {
+                // Zeros that do not fit are only lost speed: the record may still fit.
+                Err(error) if error.is_storage_full() => {}
+                other => other?,
+            }
+        }
+        let written = match self.len > self.bytes {
+            // Over written zeros a write cut short (a kill between pages) leaves no shorter
+            // file to show it: the header goes last, so that a record whose header holds had
+            // its payload written first, and one whose header is still zeros is a torn write.
+            true => {
+                let (header, payload) = record.split_at(record::RECORD_HEADER_BYTES);
+                let payload_at = self.bytes + header.len() as u64;
+                self.file
+                    .write_all_at(payload, payload_at)
+                    .and_then(|()| self.file.write_all_at(header, self.bytes))
+            }
+            false => self.file.write_all_at(record, self.bytes),
+        };
+        written.map_err(write_error(&self.path))?;
+        self.bytes = end;
+        self.len = self.len.max(end);
+        Ok(())
+    }
+
     /// Writes zeros from the file's end to `end` (not synced: the next sync carries them).
     fn write_zeros(&mut self, end: u64) -> Result<(), WalError> {
         while self.len < end {

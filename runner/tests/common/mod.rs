@@ -465,17 +465,23 @@ pub fn run_json(dir: &Path, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
 }
 
-/// The last segment of the WAL in `wal` and where its whole records end. On a disk the file
-/// goes on past them, with zeros written ahead of the appends.
-pub fn wal_records_end(wal: &Path) -> (PathBuf, u64) {
-    use engine::internals::wal::{Access, WAL_SEGMENT_BYTES_DEFAULT, Wal};
-    let (log, _) = Wal::scan_repairing(wal, WAL_SEGMENT_BYTES_DEFAULT, Access::ReadOnly).unwrap();
+/// The segment files of the WAL in `wal`, oldest first.
+pub fn wal_segments(wal: &Path) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(wal)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "wal"))
         .collect();
     paths.sort();
+    paths
+}
+
+/// The last segment of the WAL in `wal` and where its whole records end. On a disk the file
+/// goes on past them, with zeros written ahead of the appends.
+pub fn wal_records_end(wal: &Path) -> (PathBuf, u64) {
+    use engine::internals::wal::{Access, WAL_SEGMENT_BYTES_DEFAULT, Wal};
+    let (log, _) = Wal::scan_repairing(wal, WAL_SEGMENT_BYTES_DEFAULT, Access::ReadOnly).unwrap();
+    let mut paths = wal_segments(wal);
     let last = paths.pop().expect("a segment");
     let before: u64 = paths
         .iter()
