@@ -32,7 +32,7 @@ const SEGMENT_SUFFIX: &str = ".wal";
 /// journal (the new size and blocks): 187-230 us against 120-130 us for one that overwrites
 /// written blocks, and the three nodes' commits queue behind each other. With 256 KiB ahead
 /// one append in about sixteen (at 16 KiB entries) pays for the growth; 128 KiB to 512 KiB
-/// measured alike, 1-4 MiB worse at p99 (`notes/benchmarks.md`, 2026-12-04 15:00).
+/// measured alike, 1-4 MiB worse at p99 (`notes/benchmarks.md`, 2026-12-04 14:30-15:40).
 pub const WAL_ZERO_AHEAD_BYTES: u64 = 256 * 1024;
 /// The zeros written at a time.
 static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];

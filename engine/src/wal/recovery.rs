@@ -265,13 +265,13 @@ fn scan_segment(
             Parsed::Damaged(_)
                 if is_last
                     && record::header_unwritten(&data, at)
-                    && record::next_valid(&data, at).is_none()
                     && headers_beyond(&data, at).is_empty() =>
             {
                 // A record whose header was never written (or only up to a page boundary): an
                 // append over zeros writes its header after its payload, so this append did
                 // not complete and was never acknowledged, whatever of its payload reached
-                // the file. A readable header further on makes it damage instead.
+                // the file. A readable header further on (a valid record has one) makes it
+                // damage instead.
                 break;
             }
             Parsed::Damaged(reason)
