@@ -25,6 +25,7 @@ pub mod apply;
 pub mod cli;
 pub mod client;
 pub mod codec;
+pub mod files;
 pub mod handler;
 pub mod members;
 pub mod node;

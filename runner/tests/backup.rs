@@ -139,7 +139,8 @@ fn json_of(output: &Output) -> serde_json::Value {
 /// Proves a backup taken from a cluster under load restores into a new cluster that starts
 /// from exactly that state (state hash at the backup's index, audit total a total the source
 /// had) and goes on; that `backup` refuses an existing `--out`, and `restore` a cluster whose
-/// data directories hold data.
+/// data directories hold data; and that every file either cluster or the backup wrote is its
+/// owner's alone.
 #[test]
 fn a_backup_under_load_restores_into_a_new_cluster() {
     let root = tempfile::tempdir().unwrap();
@@ -175,6 +176,14 @@ fn a_backup_under_load_restores_into_a_new_cluster() {
     source.children.values_mut().for_each(|c| {
         let _ = c.kill();
     });
+    // Balances and sessions are their owner's alone: the backup, the cluster file, and every
+    // directory and file a node made (WAL, snapshots, journal, identity, hard state).
+    common::assert_owner_only(&out);
+    common::assert_owner_only(&source.cluster_file);
+    for id in 1..=3 {
+        let checked = common::assert_owner_only(&source.data_dir(id));
+        assert!(checked >= 4, "node {id}: {checked} files");
+    }
 
     let new_dir = root.path().join("restored");
     std::fs::create_dir(&new_dir).unwrap();
@@ -194,6 +203,9 @@ fn a_backup_under_load_restores_into_a_new_cluster() {
         index,
         &history,
     ));
+    for id in 1..=3 {
+        common::assert_owner_only(&nodes.data_dir(id));
+    }
 }
 
 /// Any source node's own durable snapshot of entry `index` has the state hash `hash`.

@@ -9,6 +9,7 @@ use super::storage::{self, SNAPSHOT_DIR, WAL_DIR};
 use crate::apply::Mode;
 use crate::codec::{self, Decode, Encode};
 use crate::core::HardState;
+use crate::files;
 use crate::ids::{EntryIndex, NodeId, StateHash, Term};
 use crate::snapshot::{ParseError, SnapshotError, list_snapshots, parse_snapshot, snapshot_path};
 use crate::state::Schema;
@@ -257,25 +258,19 @@ pub fn write_file(path: &Path, bytes: &[u8], force: bool) -> Result<(), BackupEr
     if !force && path.symlink_metadata().is_ok() {
         return Err(BackupError::Exists(path.to_path_buf()));
     }
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        Some(_) | None => PathBuf::from("."),
-    };
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    let temporary = dir.join(name);
-    let mut file = File::create(&temporary).map_err(io(&temporary))?;
+    let temporary = files::temporary_for(path);
+    let mut file = files::create(&temporary).map_err(file_error)?;
     file.write_all(bytes).map_err(io(&temporary))?;
-    file.sync_all().map_err(io(&temporary))?;
-    drop(file);
     if !force && path.symlink_metadata().is_ok() {
+        drop(file);
         let _ = fs::remove_file(&temporary);
         return Err(BackupError::Exists(path.to_path_buf()));
     }
-    fs::rename(&temporary, path).map_err(io(&temporary))?;
-    File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(&dir))
+    files::publish(file, &temporary, path).map_err(file_error)
+}
+
+fn file_error(error: files::FileError) -> BackupError {
+    io(&error.path)(error.source)
 }
 
 /// One node of the cluster to seed: its id and data directory.
@@ -343,10 +338,8 @@ fn seed_one(
         }
     })?;
     let wal = dir.join(WAL_DIR);
-    fs::create_dir(&wal).map_err(io(&wal))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
+    files::create_dir(&wal).map_err(file_error)?;
+    files::sync_dir(dir).map_err(file_error)?;
     let hard_state = HardState {
         term: backup.header.term,
         ..HardState::default()

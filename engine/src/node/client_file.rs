@@ -127,22 +127,18 @@ impl ClientFile {
         toml::to_string(self).expect("a client file is plain data")
     }
 
-    /// Writes the file to `path` durably, refusing to replace a file unless `force`.
+    /// Writes the file to `path` durably and owner-only (it may hold the client secret),
+    /// refusing to replace a file unless `force`.
     pub fn write(&self, path: &Path, force: bool) -> Result<(), ClusterFileError> {
         let write_error = |source| ClusterFileError::Write {
             path: PathBuf::from(path),
             source,
         };
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true);
-        if force {
-            options.create(true).truncate(true);
-        } else {
-            options.create_new(true);
+        if !force && path.symlink_metadata().is_ok() {
+            return Err(write_error(std::io::ErrorKind::AlreadyExists.into()));
         }
-        let mut file = options.open(path).map_err(write_error)?;
-        std::io::Write::write_all(&mut file, self.to_toml().as_bytes()).map_err(write_error)?;
-        file.sync_all().map_err(write_error)
+        crate::files::write_durably(path, self.to_toml().as_bytes())
+            .map_err(|error| write_error(error.source))
     }
 }
 

@@ -354,11 +354,14 @@ impl ClusterFile {
         toml::to_string(self).expect("a cluster file is plain data")
     }
 
-    /// Writes the file to `path` (replacing what was there).
+    /// Writes the file to `path` durably and owner-only (it holds secrets), replacing what
+    /// was there.
     pub fn write(&self, path: &Path) -> Result<(), ClusterFileError> {
-        std::fs::write(path, self.to_toml()).map_err(|source| ClusterFileError::Write {
-            path: path.to_path_buf(),
-            source,
+        crate::files::write_durably(path, self.to_toml().as_bytes()).map_err(|error| {
+            ClusterFileError::Write {
+                path: path.to_path_buf(),
+                source: error.source,
+            }
         })
     }
 

@@ -7,11 +7,11 @@
 use crate::apply::Mode;
 use crate::codec::{self, Decode, Encode};
 use crate::entry::ENTRY_PAYLOAD_BYTES_MAX;
+use crate::files;
 use crate::ids::NodeId;
 use crate::state::Schema;
 use rustix::fs::{Access, FlockOperation};
 use std::fs::{self, File};
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -324,13 +324,26 @@ pub fn dir_state(dir: &Path) -> Result<DirState, DataDirError> {
 
 /// Creates a data directory that does not exist (its parent does), durably.
 pub fn create_dir(dir: &Path) -> Result<(), DataDirError> {
-    match fs::create_dir(dir) {
+    match files::create_dir(dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(source) => return Err(writable_error(dir, source)),
+        Err(e) if e.source.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(writable_error(dir, e.source)),
     }
-    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
-    sync_dir(parent.unwrap_or(Path::new(".")))
+    sync_dir(files::parent_of(dir))
+}
+
+/// Warns, naming `dir`, when the data directory lets the group or others in: it holds every
+/// balance and session. A directory an earlier build made (0755) is left as it is, for the
+/// operator to narrow: the node does not change what it did not create.
+pub fn warn_if_open(dir: &Path) {
+    if let Some(mode) = files::open_to_others(dir) {
+        tracing::warn!(
+            path = %dir.display(),
+            mode = format!("{mode:o}"),
+            "the data directory is open to other users: it holds the whole state; \
+             run chmod 700 on it"
+        );
+    }
 }
 
 /// Checks that `dir`, which does not exist, can be created in its parent, and that the
@@ -384,10 +397,14 @@ pub fn check_writable(dir: &Path) -> Result<(), DataDirError> {
 
 /// A failed write under `dir`: [`DataDirError::ReadOnly`] when the file system or the
 /// permissions refuse it.
+/// True for the errors that say the place cannot be written (not that a write failed).
+fn refuses_writes(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::PermissionDenied
+        || error.kind() == std::io::ErrorKind::ReadOnlyFilesystem
+}
+
 fn writable_error(dir: &Path, source: std::io::Error) -> DataDirError {
-    let refused = source.kind() == std::io::ErrorKind::PermissionDenied
-        || source.kind() == std::io::ErrorKind::ReadOnlyFilesystem;
-    if refused {
+    if refuses_writes(&source) {
         DataDirError::ReadOnly {
             dir: dir.to_path_buf(),
             source,
@@ -395,6 +412,14 @@ fn writable_error(dir: &Path, source: std::io::Error) -> DataDirError {
     } else {
         io(dir)(source)
     }
+}
+
+/// A failed write in `dir`: refused as [`writable_error`] says, or the path that failed.
+fn file_error(dir: &Path, error: files::FileError) -> DataDirError {
+    if refuses_writes(&error.source) {
+        return writable_error(dir, error.source);
+    }
+    io(&error.path)(error.source)
 }
 
 /// Whose a data directory is: stamped at its first start, checked at every start.
@@ -519,12 +544,7 @@ pub fn write_identity(dir: &Path, identity: &Identity) -> Result<(), DataDirErro
 /// Writes `bytes` as the file `name` in `dir` durably: a temporary file, fsynced, renamed over
 /// the old one, and the directory fsynced.
 fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), DataDirError> {
-    let temporary = dir.join(format!("{name}.tmp"));
-    let mut file = File::create(&temporary).map_err(|e| writable_error(dir, e))?;
-    file.write_all(bytes).map_err(io(&temporary))?;
-    file.sync_all().map_err(io(&temporary))?;
-    fs::rename(&temporary, dir.join(name)).map_err(io(&temporary))?;
-    sync_dir(dir)
+    files::write_durably(&dir.join(name), bytes).map_err(|e| file_error(dir, e))
 }
 
 /// The mode an operator set for the node of `dir` ([`MODE_FILE`]); `None` when none was set.
@@ -604,7 +624,7 @@ fn create_dirs(dir: &Path, path: &Path) -> Result<(), DataDirError> {
     for part in path.strip_prefix(dir).unwrap_or(path).components() {
         let next = at.join(part);
         if !next.is_dir() {
-            fs::create_dir(&next).map_err(io(&next))?;
+            files::create_dir(&next).map_err(|e| file_error(dir, e))?;
             sync_dir(&at)?;
         }
         at = next;
@@ -613,7 +633,7 @@ fn create_dirs(dir: &Path, path: &Path) -> Result<(), DataDirError> {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), DataDirError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+    files::sync_dir(dir).map_err(|e| io(dir)(e.source))
 }
 
 #[cfg(test)]

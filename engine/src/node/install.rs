@@ -2,6 +2,7 @@
 //! chunks; a follower writes the chunks to a temporary file, and once it has them all, fsyncs,
 //! verifies the digest, renames it into place and fsyncs the directory before installing it.
 
+use crate::files;
 use crate::ids::{EntryIndex, NodeId, Term};
 use crate::snapshot::{
     SNAPSHOT_BYTES_MAX, SNAPSHOT_CHUNK_BYTES, Snapshot, SnapshotError, read_snapshot, snapshot_path,
@@ -122,6 +123,13 @@ pub(crate) enum ReceiveError {
 
 /// The error of an operation on `path` that the file system refused (the path is copied only
 /// when there is an error).
+fn receive_file(error: files::FileError) -> ReceiveError {
+    ReceiveError::Io {
+        path: error.path,
+        source: error.source,
+    }
+}
+
 fn receive_io(path: &Path) -> impl FnOnce(std::io::Error) -> ReceiveError + '_ {
     move |source| ReceiveError::Io {
         path: path.to_path_buf(),
@@ -211,9 +219,9 @@ impl Incoming {
             });
         }
         let path = dir.join(INCOMING_FILE);
-        let file = fs::create_dir_all(dir)
-            .and_then(|()| fs::File::create(&path))
-            .map_err(receive_io(&path))?;
+        let file = files::create_dir_all(dir)
+            .and_then(|()| files::create(&path))
+            .map_err(receive_file)?;
         Ok(Incoming {
             index: chunk.index,
             total: chunk.total,
@@ -273,8 +281,8 @@ impl Incoming {
     /// Makes the complete file durable, verifies it, and renames it into place; returns the
     /// snapshot read back, its final path and its size.
     pub(super) fn finish(self, dir: &Path) -> Result<(Snapshot, PathBuf, u64), ReceiveError> {
+        // Durable before it is read back: what is verified is what a crash would leave.
         self.file.sync_all().map_err(receive_io(&self.path))?;
-        drop(self.file);
         let snapshot = read_snapshot(&self.path).map_err(ReceiveError::Unreadable)?;
         if snapshot.meta.index != self.index {
             return Err(ReceiveError::WrongIndex {
@@ -283,10 +291,7 @@ impl Incoming {
             });
         }
         let path = snapshot_path(dir, self.index);
-        fs::rename(&self.path, &path).map_err(receive_io(&self.path))?;
-        fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(receive_io(dir))?;
+        files::publish(self.file, &self.path, &path).map_err(receive_file)?;
         Ok((snapshot, path, self.total))
     }
 }

@@ -14,7 +14,7 @@
 use crate::ids::EntryIndex;
 use crate::state::StateHash;
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -118,7 +118,7 @@ impl JournalWriter {
     /// A writer into `data_dir`'s journal (created if missing).
     pub fn open(data_dir: &Path) -> Result<Self, JournalError> {
         let dir = data_dir.join(JOURNAL_DIR);
-        std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+        crate::files::create_dir_all(&dir).map_err(|e| io_error(&dir)(e.source))?;
         Ok(JournalWriter {
             dir,
             file: None,
@@ -145,7 +145,10 @@ impl JournalWriter {
         if full {
             let first = self.next_first.expect("a record is queued");
             let path = journal_path(&self.dir, first);
-            let file = OpenOptions::new().create(true).append(true).open(&path);
+            let file = crate::files::owner_only()
+                .create(true)
+                .append(true)
+                .open(&path);
             let file = file.map_err(io_error(&path))?;
             let bytes = file.metadata().map_err(io_error(&path))?.len();
             self.file = Some((file, bytes));

@@ -6,7 +6,6 @@ use crate::codec::{self, Decode, Encode};
 use crate::core::{HardState, LostVotes, MemberSet};
 use crate::ids::{EntryIndex, NodeId, Term};
 use std::fs;
-use std::io::Write;
 use std::path::Path;
 
 /// File holding the hard state, inside the data directory.
@@ -181,18 +180,10 @@ pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
     let body = record.encode();
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
     bytes.extend_from_slice(&body);
-    let temporary = dir.join(format!("{HARD_STATE_FILE}.tmp"));
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| NodeError::Io { path, source }
-    };
-    let mut file = fs::File::create(&temporary).map_err(io(&temporary))?;
-    file.write_all(&bytes).map_err(io(&temporary))?;
-    file.sync_all().map_err(io(&temporary))?;
-    fs::rename(&temporary, dir.join(HARD_STATE_FILE)).map_err(io(&temporary))?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))
+    crate::files::write_durably(&dir.join(HARD_STATE_FILE), &bytes).map_err(|e| NodeError::Io {
+        path: e.path,
+        source: e.source,
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 use super::SnapshotMeta;
 use crate::apply::Session;
 use crate::codec::{self, Decode, Encode};
+use crate::files;
 use crate::ids::{ClientId, EntryIndex};
 use crate::state::TableId;
 use std::fs;
@@ -309,18 +310,16 @@ pub fn write_snapshot(
 ) -> Result<(PathBuf, u64), SnapshotError> {
     let path = snapshot_path(dir, index);
     let temporary = path.with_extension("tmp");
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SnapshotError::Io { path, source }
+    let io = |error: files::FileError| SnapshotError::Io {
+        path: error.path,
+        source: error.source,
     };
-    fs::create_dir_all(dir).map_err(io(dir))?;
-    let mut file = fs::File::create(&temporary).map_err(io(&temporary))?;
-    file.write_all(bytes).map_err(io(&temporary))?;
-    file.sync_all().map_err(io(&temporary))?;
-    fs::rename(&temporary, &path).map_err(io(&temporary))?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
+    files::create_dir_all(dir).map_err(io)?;
+    let mut file = files::create(&temporary).map_err(io)?;
+    file.write_all(bytes)
+        .map_err(files::at(&temporary))
+        .map_err(io)?;
+    files::publish(file, &temporary, &path).map_err(io)?;
     Ok((path, bytes.len() as u64))
 }
 

@@ -4,6 +4,7 @@
 //! snapshots and reports the new one.
 
 use super::{SNAPSHOTS_KEPT, SnapshotError, SnapshotMeta, list_snapshots, snapshot_path};
+use crate::files;
 use crate::ids::EntryIndex;
 use std::fs;
 use std::io::Write;
@@ -155,11 +156,18 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
     }
 }
 
+fn file_error(error: files::FileError) -> SnapshotError {
+    SnapshotError::Io {
+        path: error.path,
+        source: error.source,
+    }
+}
+
 fn start(dir: &Path, index: EntryIndex) -> Result<Open, SnapshotError> {
     let temporary = snapshot_path(dir, index).with_extension("tmp");
-    let file = fs::create_dir_all(dir)
-        .and_then(|()| fs::File::create(&temporary))
-        .map_err(io_error(&temporary))?;
+    let file = files::create_dir_all(dir)
+        .and_then(|()| files::create(&temporary))
+        .map_err(file_error)?;
     Ok(Open {
         index,
         temporary,
@@ -181,16 +189,13 @@ fn finish(dir: &Path, mut open: Open, meta: SnapshotMeta) -> Result<Durable, Sna
     let written = open
         .file
         .write_all(digest.as_bytes())
-        .and_then(|()| open.file.sync_all())
-        .and_then(|()| fs::rename(&open.temporary, &path));
+        .map_err(files::at(&open.temporary))
+        .and_then(|()| files::publish(open.file, &open.temporary, &path));
     if let Err(error) = written {
         // A full disk or a failed fsync: the partial file goes (the WAL still holds the log).
         let _ = fs::remove_file(&open.temporary);
-        return Err(io_error(&open.temporary)(error));
+        return Err(file_error(error));
     }
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error(dir))?;
     prune(dir);
     Ok(Durable {
         meta,

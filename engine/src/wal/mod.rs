@@ -7,9 +7,10 @@ mod recovery;
 pub use recovery::{Access, Damage, Recovery};
 
 use crate::entry::{Entry, EntryHash};
+use crate::files;
 use crate::ids::{EntryIndex, Term};
 use bytes::Bytes;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -193,7 +194,7 @@ impl Wal {
 
     /// Opens the log with segments of at most `segment_bytes_max` (tests use small ones).
     pub fn open_with(dir: &Path, segment_bytes_max: u64) -> Result<(Wal, Recovery), WalError> {
-        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        files::create_dir_all(dir).map_err(|e| io_error(dir)(e.source))?;
         let (mut wal, recovery) = recovery::scan(dir, false, Access::ReadWrite)?;
         wal.segment_bytes_max = segment_bytes_max;
         wal.settle()?;
@@ -206,7 +207,7 @@ impl Wal {
     /// The damaged part stays on disk until [`Wal::cut_damage`]: persist what must survive
     /// the cut first (the repair obligation), then cut.
     pub fn open_repairing(dir: &Path, segment_bytes_max: u64) -> Result<(Wal, Recovery), WalError> {
-        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        files::create_dir_all(dir).map_err(|e| io_error(dir)(e.source))?;
         let (mut wal, recovery) = Wal::scan_repairing(dir, segment_bytes_max, Access::ReadWrite)?;
         wal.settle()?;
         Ok((wal, recovery))
@@ -234,7 +235,7 @@ impl Wal {
         self.assert_writable();
         if !self.dir.is_dir() {
             // A new log's directory, made durable in its parent.
-            fs::create_dir_all(&self.dir).map_err(io_error(&self.dir))?;
+            files::create_dir_all(&self.dir).map_err(|e| io_error(&self.dir)(e.source))?;
             if let Some(parent) = self.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
                 sync_dir(parent)?;
             }
@@ -562,7 +563,7 @@ impl Wal {
         }
         self.sync()?;
         let path = segment_path(&self.dir, first);
-        let file = OpenOptions::new()
+        let file = files::owner_only()
             .read(true)
             .write(true)
             .create_new(true)

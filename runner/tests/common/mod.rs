@@ -489,3 +489,31 @@ pub fn wal_records_end(wal: &Path) -> (PathBuf, u64) {
         .sum();
     (last, log.bytes() - before)
 }
+
+/// Fails unless `path` and everything under it is its owner's alone: directories
+/// [`engine::files::DIR_MODE_OWNER_ONLY`], files [`engine::files::FILE_MODE_OWNER_ONLY`].
+/// Returns how many files it checked.
+pub fn assert_owner_only(path: &Path) -> usize {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = std::fs::symlink_metadata(path).unwrap();
+    let mode = metadata.permissions().mode() & 0o777;
+    if metadata.is_dir() {
+        assert_eq!(
+            mode,
+            engine::files::DIR_MODE_OWNER_ONLY,
+            "{}",
+            path.display()
+        );
+        let items = std::fs::read_dir(path).unwrap();
+        return items
+            .map(|item| assert_owner_only(&item.unwrap().path()))
+            .sum();
+    }
+    assert_eq!(
+        mode,
+        engine::files::FILE_MODE_OWNER_ONLY,
+        "{}",
+        path.display()
+    );
+    1
+}

@@ -345,6 +345,7 @@ pub fn restore<H: Handler>(
     }
     let lock = DirLock::exclusive(dir).map_err(Refusal::from)?;
     data_dir::check_writable(dir).map_err(Refusal::from)?;
+    data_dir::warn_if_open(dir);
     let stamp = check_identity(dir, options, &handler)?;
     let (mut plan, core) = match plan::plan(dir, handler, options, stamp.clone(), Access::ReadWrite)
     {

@@ -1,0 +1,185 @@
+//! Files that hold state, secrets or backups: created for their owner alone, and written
+//! durably. Every directory the engine creates is [`DIR_MODE_OWNER_ONLY`] and every file
+//! [`FILE_MODE_OWNER_ONLY`] (the process's umask can only narrow them), so that no other
+//! local user reads a balance, a session or a secret. A whole file is written by one sequence
+//! ([`write_durably`]): a temporary file beside it, fsynced, renamed over the old one, and the
+//! directory fsynced, so that a crash leaves the old file or the new one, never a mix.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Permission bits of every file the engine creates: read and write for the owner only.
+pub const FILE_MODE_OWNER_ONLY: u32 = 0o600;
+/// Permission bits of every directory the engine creates: the owner only.
+pub const DIR_MODE_OWNER_ONLY: u32 = 0o700;
+/// The permission bits that give the group or others any access.
+pub const MODE_BITS_OTHERS: u32 = 0o077;
+/// What a temporary file's name adds to the name of the file it will replace.
+pub const TEMPORARY_SUFFIX: &str = ".tmp";
+
+/// A file operation that failed, with the path it failed on.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct FileError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// The cause.
+    pub source: std::io::Error,
+}
+
+/// A closure that names `path` in an error.
+pub fn at(path: &Path) -> impl FnOnce(std::io::Error) -> FileError + '_ {
+    move |source| FileError {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Options that create a file (when it is missing) readable by its owner only.
+pub fn owner_only() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.mode(FILE_MODE_OWNER_ONLY);
+    options
+}
+
+/// Creates `path` empty for writing (truncating a file left there), owner-only: a file left by
+/// an earlier build keeps its bits on open, so they are narrowed too.
+pub fn create(path: &Path) -> Result<File, FileError> {
+    let file = owner_only()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(at(path))?;
+    narrow(&file, path)?;
+    Ok(file)
+}
+
+/// Narrows an open file's permission bits to [`FILE_MODE_OWNER_ONLY`] when they are wider.
+fn narrow(file: &File, path: &Path) -> Result<(), FileError> {
+    let mode = file.metadata().map_err(at(path))?.permissions().mode();
+    if mode & MODE_BITS_OTHERS != 0 {
+        let narrowed = fs::Permissions::from_mode(FILE_MODE_OWNER_ONLY);
+        file.set_permissions(narrowed).map_err(at(path))?;
+    }
+    Ok(())
+}
+
+/// Creates the directory `path` (its parent exists), owner-only.
+pub fn create_dir(path: &Path) -> Result<(), FileError> {
+    DirBuilder::new()
+        .mode(DIR_MODE_OWNER_ONLY)
+        .create(path)
+        .map_err(at(path))
+}
+
+/// Creates `path` and every missing directory above it, each owner-only; an existing one is
+/// left as it is.
+pub fn create_dir_all(path: &Path) -> Result<(), FileError> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE_OWNER_ONLY)
+        .create(path)
+        .map_err(at(path))
+}
+
+/// Makes the entries of directory `dir` (a file created, renamed or removed) durable.
+pub fn sync_dir(dir: &Path) -> Result<(), FileError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(at(dir))
+}
+
+/// The directory that holds `path` (`.` for a bare name).
+pub fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        Some(_) | None => Path::new("."),
+    }
+}
+
+/// The temporary file that [`write_durably`] writes before it replaces `path`.
+pub fn temporary_for(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(TEMPORARY_SUFFIX);
+    parent_of(path).join(name)
+}
+
+/// Writes `bytes` as the whole file `path`, durably and owner-only: a temporary file beside
+/// it, fsynced, renamed over `path`, and the directory fsynced.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    let temporary = temporary_for(path);
+    let mut file = create(&temporary)?;
+    file.write_all(bytes).map_err(at(&temporary))?;
+    publish(file, &temporary, path)
+}
+
+/// Ends a write made in `temporary` (`file`, opened by [`create`]): fsyncs it, renames it
+/// to `path` and fsyncs the directory.
+pub fn publish(file: File, temporary: &Path, path: &Path) -> Result<(), FileError> {
+    file.sync_all().map_err(at(temporary))?;
+    drop(file);
+    fs::rename(temporary, path).map_err(at(temporary))?;
+    sync_dir(parent_of(path))
+}
+
+/// The permission bits of `path` when they give the group or others any access (`None`
+/// when they give none, or `path` cannot be read).
+pub fn open_to_others(path: &Path) -> Option<u32> {
+    let mode = fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & MODE_BITS_OTHERS != 0).then_some(mode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    /// Proves files and directories are created owner-only whatever the umask allows, that a
+    /// file an earlier build left world-readable is narrowed when it is written again, and
+    /// that a durable write leaves no temporary file.
+    #[test]
+    fn everything_created_is_the_owners_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("a/b");
+        create_dir_all(&nested).unwrap();
+        assert_eq!(mode(&dir.path().join("a")), DIR_MODE_OWNER_ONLY);
+        assert_eq!(mode(&nested), DIR_MODE_OWNER_ONLY);
+        let single = dir.path().join("c");
+        create_dir(&single).unwrap();
+        assert_eq!(mode(&single), DIR_MODE_OWNER_ONLY);
+        let path = nested.join("state");
+        write_durably(&path, b"balances").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"balances");
+        assert_eq!(mode(&path), FILE_MODE_OWNER_ONLY);
+        assert!(!temporary_for(&path).exists());
+        let old = nested.join("old");
+        fs::write(&old, b"x").unwrap();
+        fs::set_permissions(&old, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(open_to_others(&old), Some(0o644));
+        drop(create(&old).unwrap());
+        assert_eq!(mode(&old), FILE_MODE_OWNER_ONLY);
+        assert_eq!(open_to_others(&old), None);
+        fs::set_permissions(&single, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(open_to_others(&single), Some(0o755));
+    }
+
+    /// Proves a write that replaces a file leaves the new bytes whole, and that a temporary
+    /// file is named beside its target, for a bare name too.
+    #[test]
+    fn a_durable_write_replaces_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mode");
+        write_durably(&path, b"verify\n").unwrap();
+        write_durably(&path, b"performance\n").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"performance\n");
+        assert_eq!(temporary_for(Path::new("x")), Path::new("./x.tmp"));
+        assert_eq!(temporary_for(&path), dir.path().join("mode.tmp"));
+        let missing = dir.path().join("no/such/dir/file");
+        let error = write_durably(&missing, b"").unwrap_err();
+        assert_eq!(error.path, temporary_for(&missing));
+    }
+}
