@@ -7,14 +7,12 @@ use crate::apply::PIPELINE_REQUESTS_MAX;
 use crate::codec::{self, CodecError};
 use crate::entry::encode_commands;
 use crate::handler::{Handler, OutcomeOf};
-use crate::handshake::{HandshakeError, introduce};
+use crate::handshake::{HandshakeError, Offer, introduce};
 use crate::ids::{ClientId, RequestNumber};
 use futures::{SinkExt, StreamExt};
 use net::auth::Key;
 use net::frame::{FrameCodec, FrameError};
-use net::message::{
-    ClientReply, ClientRequest, Hello, Mode, PROTOCOL_VERSION, Read, Refusal, Rejection,
-};
+use net::message::{ClientReply, ClientRequest, Hello, Read, Refusal, Rejection};
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -22,7 +20,10 @@ use tokio::time::error::Elapsed;
 use tokio_util::codec::Framed;
 
 pub mod blocking;
+mod operator;
 mod requests;
+
+pub use operator::{OperatorConfig, change_members, set_node_mode, upgrade_handler};
 
 pub use requests::{Answer, Attempt, Next, Requests, answer_to};
 
@@ -541,82 +542,75 @@ async fn answer_on(
     }
 }
 
-/// Connects to `address` and introduces the client (with its key, if it has one), offering
-/// the newest protocol version and, if a node of an earlier build refuses it, that node's.
+/// What a connection proves, and so what it may ask: an application's configuration
+/// ([`ClientConfig`]) or an operator's ([`OperatorConfig`]). Sealed: only these two.
+pub trait Connects: private::Sealed {
+    /// The cluster's id.
+    fn cluster_id(&self) -> u64;
+    /// The keys a connection proves, in the order it tries them (`None`: an empty proof).
+    fn proofs(&self) -> Vec<Option<&Key>>;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for super::ClientConfig {}
+    impl Sealed for super::OperatorConfig {}
+}
+
+impl Connects for ClientConfig {
+    fn cluster_id(&self) -> u64 {
+        self.cluster_id
+    }
+
+    fn proofs(&self) -> Vec<Option<&Key>> {
+        vec![self.key.as_ref()]
+    }
+}
+
+/// Connects to `address` and introduces the caller with the first key `config` proves,
+/// offering the newest protocol version; a node of an earlier build that refuses the version
+/// is called again with its own, and a node that refuses the key with the next one.
 pub(crate) async fn connect(
-    config: &ClientConfig,
+    config: &impl Connects,
     address: &Address,
 ) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
-    match connect_offering(config, address, PROTOCOL_VERSION).await {
-        Err(error) => match error.version_to_retry(PROTOCOL_VERSION) {
-            Some(older) => connect_offering(config, address, older).await,
-            None => Err(error),
-        },
-        connected => connected,
+    let proofs = config.proofs();
+    let mut offer = Offer::FIRST;
+    loop {
+        let key = proofs.get(offer.key).copied().flatten();
+        match connect_offering(config.cluster_id(), address, offer.version, key).await {
+            Err(error) => match offer.after(&error, proofs.len()) {
+                Some(next) => offer = next,
+                None => return Err(error),
+            },
+            connected => return connected,
+        }
     }
 }
 
 async fn connect_offering(
-    config: &ClientConfig,
+    cluster: u64,
     address: &Address,
     version: u16,
+    key: Option<&Key>,
 ) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
     let stream = crate::address::connect(address)
         .await
         .map_err(FrameError::Io)?;
     stream.set_nodelay(true).map_err(FrameError::Io)?;
-    let mut frames = Framed::new(stream, FrameCodec::new(config.cluster_id));
+    let mut frames = Framed::new(stream, FrameCodec::new(cluster));
     let hello = Hello {
         version,
-        cluster: config.cluster_id,
+        cluster,
         node: None,
     };
-    introduce(&mut frames, &hello, None, config.key.as_ref()).await?;
+    introduce(&mut frames, &hello, None, key).await?;
     Ok(frames)
-}
-
-/// Sets the execution mode of one node (a cluster's operator sets it on every node).
-pub async fn set_node_mode(
-    config: &ClientConfig,
-    address: &Address,
-    mode: Mode,
-    timeout: Duration,
-) -> Result<(), ClientError> {
-    let reply = ask(config, address, &ClientRequest::SetMode(mode), timeout).await?;
-    if let ClientReply::ModeSet(set) = reply
-        && set == mode
-    {
-        return Ok(());
-    }
-    Err(unexpected(address, &reply))
-}
-
-/// Asks one node to change the cluster's members by one node; the node's answer as it gave
-/// it (a leader's `MembersChanging` or `MembersRefused`, another's `NotLeader`).
-pub async fn change_members(
-    config: &ClientConfig,
-    address: &Address,
-    change: &net::message::MemberChange,
-    timeout: Duration,
-) -> Result<ClientReply, ClientError> {
-    let request = ClientRequest::ChangeMembers(change.clone());
-    ask(config, address, &request, timeout).await
-}
-
-/// Asks one node to put handler `version` in force through the log; the node's answer as it
-/// gave it (a leader's `Upgrading` or `UpgradeRefused`, another's `NotLeader`).
-pub async fn upgrade_handler(
-    config: &ClientConfig,
-    address: &Address,
-    version: u32,
-    timeout: Duration,
-) -> Result<ClientReply, ClientError> {
-    ask(config, address, &ClientRequest::Upgrade(version), timeout).await
 }
 
 /// Asks one node which handler versions its build runs and which is in force on it.
 pub async fn node_versions(
-    config: &ClientConfig,
+    config: &impl Connects,
     address: &Address,
     timeout: Duration,
 ) -> Result<net::message::HandlerVersions, ClientError> {
@@ -629,7 +623,7 @@ pub async fn node_versions(
 
 /// Asks one node for its status.
 pub async fn node_status(
-    config: &ClientConfig,
+    config: &impl Connects,
     address: &Address,
     timeout: Duration,
 ) -> Result<NodeStatus, ClientError> {
@@ -642,7 +636,7 @@ pub async fn node_status(
 
 /// One request to one node on a connection of its own, and its reply.
 async fn ask(
-    config: &ClientConfig,
+    config: &impl Connects,
     address: &Address,
     request: &ClientRequest,
     timeout: Duration,
@@ -655,6 +649,10 @@ async fn ask(
     };
     let unreachable = |e: String| ClientError::Unreachable(format!("{address}: {e}"));
     match tokio::time::timeout(timeout, exchange).await {
+        // A refusal that asking again cannot help (a request this credential may not make).
+        Ok(Ok(ClientReply::Refused(refusal))) if refusal.is_permanent() => {
+            Err(ClientError::Refused(refusal))
+        }
         Ok(Ok(reply)) => Ok(reply),
         Ok(Err(HandshakeError::Refused(refusal))) if refusal.is_permanent() => {
             Err(ClientError::Refused(refusal))
@@ -671,7 +669,7 @@ fn unexpected(address: &Address, reply: &ClientReply) -> ClientError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use net::message::{Admission, Challenge, PROTOCOL_VERSION_OLDEST, Proof};
+    use net::message::{Admission, Challenge, PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST, Proof};
 
     /// A node of an earlier build: it speaks only the oldest version, refuses any other in
     /// its hello, and admits a caller whose proof holds for that version. Returns the versions

@@ -6,9 +6,9 @@
 use crate::codec::{self, CodecError};
 use crate::ids::NodeId;
 use futures::{SinkExt, StreamExt};
-use net::auth::{self, Gate, Key};
+use net::auth::{self, Caller, Gate, Key};
 use net::frame::{FrameCodec, FrameError, HANDSHAKE_FRAME_BODY_BYTES_MAX};
-use net::message::{Admission, Challenge, Hello, Proof, Refusal};
+use net::message::{Admission, Challenge, Hello, PROTOCOL_VERSION, Proof, Refusal};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
@@ -47,6 +47,39 @@ impl HandshakeError {
             HandshakeError::Refused(refusal) => auth::version_to_retry(offered, refusal),
             HandshakeError::Frame(_) | HandshakeError::Decode(_) | HandshakeError::Closed => None,
         }
+    }
+}
+
+/// What a caller offers in a handshake: a protocol version, and which of its keys (the
+/// index in its ring's [`net::auth::KeyRing::to_prove`] order) it proves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Offer {
+    /// The protocol version.
+    pub(crate) version: u16,
+    /// The key's place in the ring.
+    pub(crate) key: usize,
+}
+
+impl Offer {
+    /// The first offer: the newest version, the current key.
+    pub(crate) const FIRST: Offer = Offer {
+        version: PROTOCOL_VERSION,
+        key: 0,
+    };
+
+    /// The offer to call again with at once after `error`, if any: the listener's version
+    /// when it refused this one for an older one this build speaks too (a node of an earlier
+    /// build), or the next of the caller's `keys` keys when the listener refused the proof
+    /// (a node not yet given the key a rotation brought).
+    pub(crate) fn after(self, error: &HandshakeError, keys: usize) -> Option<Offer> {
+        if let Some(version) = error.version_to_retry(self.version) {
+            return Some(Offer { version, ..self });
+        }
+        let unauthenticated = matches!(error, HandshakeError::Refused(Refusal::Unauthenticated));
+        (unauthenticated && self.key + 1 < keys).then_some(Offer {
+            key: self.key + 1,
+            ..self
+        })
     }
 }
 
@@ -132,13 +165,13 @@ pub(crate) fn introduce_blocking(
 }
 
 /// The listener's side: read the hello, challenge it, check the proof. Returns the caller's
-/// hello once the proof holds, without admitting it yet ([`welcome`] does, or the caller sends
+/// hello and who the proof shows it is once the proof holds, without admitting it yet ([`welcome`] does, or the caller sends
 /// a refusal of its own, a limit say). A refusal here is sent before the error returns (best
 /// effort: the caller bounds the time). The codec's limit is the handshake's meanwhile.
 pub(crate) async fn admit(
     frames: &mut Framed<TcpStream, FrameCodec>,
     gate: &Gate<'_>,
-) -> Result<Hello, HandshakeError> {
+) -> Result<(Hello, Caller), HandshakeError> {
     let limit = frames.codec().limit();
     frames.codec_mut().set_limit(HANDSHAKE_FRAME_BODY_BYTES_MAX);
     let outcome = async {
@@ -149,10 +182,10 @@ pub(crate) async fn admit(
         };
         frames.send(&challenge).await?;
         let proof: Proof = next(frames).await?;
-        match gate.proof(&hello, &challenge, &proof) {
-            Admission::Accepted => Ok(hello),
-            Admission::Refused(refusal) => Err(HandshakeError::Refused(refusal)),
-        }
+        let caller = gate
+            .proof(&hello, &challenge, &proof)
+            .map_err(HandshakeError::Refused)?;
+        Ok::<_, HandshakeError>((hello, caller))
     }
     .await;
     if let Err(error) = &outcome

@@ -126,6 +126,71 @@ pub enum Refusal {
     /// A frame whose body is not a message of this protocol (or not the one expected here).
     #[error("not a message of this protocol")]
     Undecodable,
+    /// A request the connection's role may not make: operator requests need the operator
+    /// credential, business requests the client credential (added after the protocol's
+    /// fourth version; every earlier message keeps its bytes).
+    #[error(
+        "an {role} connection may not make this request (operator requests need the operator \
+         credential, business requests the client credential)"
+    )]
+    Forbidden {
+        /// The role the connection's handshake proved.
+        role: ClientRole,
+    },
+}
+
+/// What a client connection may ask, by the credential its handshake proved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub enum ClientRole {
+    /// The client secret (or no proof, where the cluster sets no client secret): business
+    /// requests (submit, read, resume) and the node's status and versions.
+    Application,
+    /// The operator credential: mode, membership, handler upgrades, backups, and the node's
+    /// status and versions; never a business request.
+    Operator,
+}
+
+impl ClientRequest {
+    /// The request's kind, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClientRequest::Submit(_) => "submit",
+            ClientRequest::Status => "status",
+            ClientRequest::SetMode(_) => "set mode",
+            ClientRequest::Resume(_) => "resume",
+            ClientRequest::Backup(_) => "backup",
+            ClientRequest::ChangeMembers(_) => "change members",
+            ClientRequest::Upgrade(_) => "upgrade",
+            ClientRequest::Versions => "versions",
+            ClientRequest::Read(_) => "read",
+        }
+    }
+}
+
+impl ClientRole {
+    /// True when a connection of this role may make `request`.
+    pub fn permits(self, request: &ClientRequest) -> bool {
+        match request {
+            ClientRequest::Status | ClientRequest::Versions => true,
+            ClientRequest::Submit(_) | ClientRequest::Read(_) | ClientRequest::Resume(_) => {
+                self == ClientRole::Application
+            }
+            ClientRequest::SetMode(_)
+            | ClientRequest::Backup(_)
+            | ClientRequest::ChangeMembers(_)
+            | ClientRequest::Upgrade(_) => self == ClientRole::Operator,
+        }
+    }
+}
+
+impl std::fmt::Display for ClientRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClientRole::Application => "application",
+            ClientRole::Operator => "operator",
+        })
+    }
 }
 
 impl Refusal {
@@ -155,7 +220,8 @@ impl Refusal {
             | Refusal::WrongCluster { .. }
             | Refusal::NotAPeer { .. }
             | Refusal::NodeOnClientPort
-            | Refusal::Unauthenticated => true,
+            | Refusal::Unauthenticated
+            | Refusal::Forbidden { .. } => true,
             Refusal::TooManyConnections { .. }
             | Refusal::HandshakeTimeout
             | Refusal::ReadTimeout

@@ -39,7 +39,7 @@ fn a_node_with_the_wrong_secret_or_cluster_cannot_join_vote_or_append() {
         let (good_file, config) = write_cluster_file(dir.path(), |_| {});
         let mut bad = ClusterFile::parse(&good_file).unwrap();
         match what {
-            "secret" => bad.secret = "a stray process guessing the secret".into(),
+            "secret" => bad.secret = Some("a stray process guessing the secret".into()),
             _ => bad.cluster_id = 10,
         }
         let bad_file = dir.path().join("cluster.bad.toml");

@@ -5,7 +5,7 @@
 
 use super::{mode_name, runtime};
 use crate::address::Address;
-use crate::client::ClientConfig;
+use crate::client::OperatorConfig;
 use crate::codec;
 use crate::handler::Handler;
 use crate::handshake::HandshakeError;
@@ -32,7 +32,7 @@ pub const BACKUP_RESTARTS_MAX: u32 = 3;
 #[derive(Args, Debug)]
 pub struct BackupArgs {
     /// The cluster file of the running cluster.
-    #[arg(long)]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
     /// The backup file to write.
     #[arg(long)]
@@ -70,8 +70,8 @@ pub enum BackupFailed {
 /// Fetches a node's newest durable snapshot (the first node of the cluster file that gives
 /// one), verifies it, writes it durably to `--out`, and prints what it holds.
 pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
-    let client = file.client_config()?;
+    let file = super::read_cluster_file(&args.cluster)?;
+    let client = file.operator_config()?;
     if !args.force && args.out.symlink_metadata().is_ok() {
         return Err(crate::node::backup::BackupError::Exists(args.out.clone()).into());
     }
@@ -154,6 +154,8 @@ enum FetchError {
     Timeout,
     #[error("{0}")]
     NoBackup(String),
+    #[error("refused: {0}")]
+    Refused(net::message::Refusal),
     #[error("unexpected answer {0}")]
     Unexpected(String),
     #[error("a snapshot of {0} bytes is over the limit")]
@@ -162,7 +164,7 @@ enum FetchError {
 
 /// The whole newest durable snapshot of the node at `address`, with its first piece's facts.
 async fn fetch(
-    config: &ClientConfig,
+    config: &OperatorConfig,
     address: &Address,
 ) -> Result<(BackupChunk, Vec<u8>), FetchError> {
     let mut frames = crate::client::connect(config, address).await?;
@@ -222,6 +224,7 @@ async fn piece(
     match reply {
         ClientReply::BackupChunk(chunk) => Ok(chunk),
         ClientReply::NoBackup { reason } => Err(FetchError::NoBackup(reason)),
+        ClientReply::Refused(refusal) => Err(FetchError::Refused(refusal)),
         other @ (ClientReply::Results { .. }
         | ClientReply::NotLeader { .. }
         | ClientReply::Rejected { .. }
@@ -237,8 +240,7 @@ async fn piece(
         | ClientReply::Upgrading { .. }
         | ClientReply::UpgradeRefused(_)
         | ClientReply::Versions(_)
-        | ClientReply::ReadResults { .. }
-        | ClientReply::Refused(_)) => Err(FetchError::Unexpected(format!("{other:?}"))),
+        | ClientReply::ReadResults { .. }) => Err(FetchError::Unexpected(format!("{other:?}"))),
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct CheckArgs {
     /// The cluster file.
-    #[arg(long)]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
     /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
     /// table), as the commands that run for a while do.
@@ -21,7 +21,8 @@ pub struct CheckArgs {
 
 /// Checks the file; prints the nodes' settings, or every error and exits 1.
 pub fn check(args: CheckArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::parse(&args.cluster)?;
+    let mut file = ClusterFile::parse(&args.cluster)?;
+    file.take_environment(super::environment)?;
     let errors = file.errors();
     let printed = match &args.json {
         Some(target) => super::emit_json(target, &as_json(&args.cluster, &file, &errors))?,
@@ -107,7 +108,13 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
     };
     [
         ("cluster_id", json!(file.cluster_id)),
-        ("client_secret", json!(file.client_secret.is_some())),
+        ("secret", json!(given(&file.secret, &file.secret_file))),
+        (
+            "client_secret",
+            json!(given(&file.client_secret, &file.client_secret_file)),
+        ),
+        ("operator_secret", json!(operator(file))),
+        ("rotating", json!(rotating(file))),
         ("mode", json!(mode)),
         ("entry_commands_max", json!(file.entry_commands_max)),
         ("capacity_bytes", json!(file.capacity_bytes)),
@@ -126,6 +133,44 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
     ]
     .into_iter()
     .map(|(key, value)| (key.to_string(), value))
+    .collect()
+}
+
+/// Where a secret comes from: inline, a file, or nowhere.
+fn given(inline: &Option<String>, file: &Option<PathBuf>) -> String {
+    match (inline, file) {
+        (Some(_), _) => "inline".to_string(),
+        (None, Some(path)) => format!("file {}", path.display()),
+        (None, None) => "not set".to_string(),
+    }
+}
+
+/// Where the operator credential comes from.
+fn operator(file: &ClusterFile) -> String {
+    match file.has_operator_secret() {
+        true => given(&file.operator_secret, &file.operator_secret_file),
+        false => "not set: operators prove the peer secret".to_string(),
+    }
+}
+
+/// The credentials whose previous secret is still accepted (a rotation under way).
+fn rotating(file: &ClusterFile) -> Vec<&'static str> {
+    [
+        ("secret", &file.previous_secret, &file.previous_secret_file),
+        (
+            "client_secret",
+            &file.previous_client_secret,
+            &file.previous_client_secret_file,
+        ),
+        (
+            "operator_secret",
+            &file.previous_operator_secret,
+            &file.previous_operator_secret_file,
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, inline, path)| inline.is_some() || path.is_some())
+    .map(|(name, _, _)| name)
     .collect()
 }
 

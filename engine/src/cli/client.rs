@@ -4,7 +4,6 @@
 use super::{CliHandler, runtime};
 use crate::client::Client;
 use crate::handler::Outcome;
-use crate::node::ClientFile;
 use anyhow::Context;
 use clap::Args;
 use serde_json::{Value, json};
@@ -19,7 +18,7 @@ pub const CLIENT_GIVE_UP_SECS_DEFAULT: f64 = 30.0;
 #[derive(Args, Debug)]
 pub struct ClientArgs {
     /// The cluster file, or a client file (`client-file` writes one).
-    #[arg(long, visible_alias = "client-file")]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
     pub cluster: PathBuf,
     /// The commands of one request, each as JSON (`'{"Deposit": {"id": 7, "amount": 5}}'`, as
     /// serde spells the handler's command type). Without any, standard input is read: one
@@ -32,7 +31,7 @@ pub struct ClientArgs {
 
 /// Sends the commands; prints each request's outcomes as one JSON array per line.
 pub fn client<H: CliHandler>(args: ClientArgs) -> anyhow::Result<()> {
-    let mut config = ClientFile::read(&args.cluster)?.client_config()?;
+    let mut config = super::read_client_file(&args.cluster)?.client_config()?;
     config.give_up_after = Some(Duration::from_secs_f64(args.give_up_after));
     let runtime = runtime()?;
     // A fresh id per run, registered through the log: its requests are numbered from 1.

@@ -1,8 +1,9 @@
 //! `client-file --cluster F --out FILE`: writes what a client host needs (the cluster's id,
-//! the client addresses, the client secret when set) and not the peer secret. `client`,
-//! `bench` and `status` read it where they read a cluster file.
+//! the client addresses, the client secret when set) and neither the peer secret nor the
+//! operator secret. `client`, `bench` and `status` read it where they read a cluster file.
+//! With `--operator` it writes an operator host's copy of the cluster file instead: every
+//! node and setting and the operator secret, without the peer and client secrets.
 
-use crate::node::ClusterFile;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -10,7 +11,7 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct ClientFileArgs {
     /// The cluster file.
-    #[arg(long)]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
     /// The client file to write (refused if it exists, unless --force).
     #[arg(long)]
@@ -18,15 +19,34 @@ pub struct ClientFileArgs {
     /// Replace the file at --out.
     #[arg(long)]
     pub force: bool,
+    /// Write the operator file instead: the cluster file with the operator secret and without
+    /// the peer and client secrets (the cluster file must set operator_secret).
+    #[arg(long)]
+    pub operator: bool,
 }
 
-/// Writes the client file of `args.cluster` to `args.out`, durably.
+/// Writes the client file (or, with `--operator`, the operator file) of `args.cluster` to
+/// `args.out`, durably and owner-only.
 pub fn client_file(args: ClientFileArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
-    let client = file.client_file();
+    let file = super::read_cluster_file(&args.cluster)?;
+    if args.operator {
+        if !args.force && args.out.symlink_metadata().is_ok() {
+            anyhow::bail!("{} exists: give --force to replace it", args.out.display());
+        }
+        let operator = file.operator_file()?;
+        operator.write(&args.out)?;
+        println!(
+            "{}: cluster {}, {} nodes, operator secret included; no peer or client secret",
+            args.out.display(),
+            operator.cluster_id,
+            operator.nodes.len(),
+        );
+        return Ok(());
+    }
+    let client = file.client_file()?;
     client.write(&args.out, args.force)?;
     println!(
-        "{}: cluster {}, {} nodes, client secret {}; no peer secret",
+        "{}: cluster {}, {} nodes, client secret {}; no peer or operator secret",
         args.out.display(),
         client.cluster_id,
         client.nodes.len(),

@@ -4,12 +4,12 @@
 
 use super::runtime;
 use crate::address::Address;
-use crate::client::{ClientConfig, change_members, node_status};
+use crate::client::{ClientError, OperatorConfig, change_members, node_status};
 use crate::ids::{EntryIndex, NodeId};
 use crate::members::{Member, MemberChange};
 use crate::node::{ClusterFile, NodeEntry};
 use clap::{Args, Subcommand};
-use net::message::{ClientReply, MembersRefusal, NodeStatus, Role};
+use net::message::{ClientReply, MembersRefusal, NodeStatus, Refusal, Role};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -45,7 +45,7 @@ pub enum MemberAction {
 #[derive(Args, Debug)]
 pub struct OneNode {
     /// The cluster file (it lists the node to add, with its addresses).
-    #[arg(long)]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
     /// The node.
     #[arg(long)]
@@ -59,7 +59,7 @@ pub struct OneNode {
 #[derive(Args, Debug)]
 pub struct Replace {
     /// The cluster file (it lists the new node, with its addresses).
-    #[arg(long)]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
     /// The node leaving.
     #[arg(long)]
@@ -81,6 +81,10 @@ pub enum MemberError {
     /// The leader refused the change.
     #[error("refused: {0}")]
     Refused(MembersRefusal),
+    /// A node refused the connection for good (another cluster, a wrong key, or a credential
+    /// that is not the operator's).
+    #[error("refused: {0}")]
+    Connection(Refusal),
     /// No leader answered, or the change did not settle, in time.
     #[error("gave up after {seconds} s: {doing}")]
     TimedOut {
@@ -95,19 +99,19 @@ pub enum MemberError {
 pub fn member(args: MemberArgs) -> anyhow::Result<()> {
     match args.action {
         MemberAction::Add(one) => {
-            let file = ClusterFile::read(&one.cluster)?;
+            let file = super::read_cluster_file(&one.cluster)?;
             let deadline = Instant::now() + Duration::from_secs(one.wait);
             let change = MemberChange::Add(listed(&file, one.id)?);
             runtime()?.block_on(apply(&file, change, deadline, one.wait))
         }
         MemberAction::Remove(one) => {
-            let file = ClusterFile::read(&one.cluster)?;
+            let file = super::read_cluster_file(&one.cluster)?;
             let deadline = Instant::now() + Duration::from_secs(one.wait);
             let change = MemberChange::Remove(NodeId(one.id));
             runtime()?.block_on(apply(&file, change, deadline, one.wait))
         }
         MemberAction::Replace(replace) => {
-            let file = ClusterFile::read(&replace.cluster)?;
+            let file = super::read_cluster_file(&replace.cluster)?;
             let deadline = Instant::now() + Duration::from_secs(replace.wait);
             let add = MemberChange::Add(listed(&file, replace.new)?);
             let remove = MemberChange::Remove(NodeId(replace.old));
@@ -141,7 +145,7 @@ async fn apply(
     deadline: Instant,
     seconds: u64,
 ) -> anyhow::Result<()> {
-    let client = file.client_config()?;
+    let client = file.operator_config()?;
     let addresses: Vec<Address> = file
         .nodes
         .iter()
@@ -187,7 +191,7 @@ fn describe(change: &MemberChange) -> String {
 /// Asks every node in turn until the leader takes `change`: its address and the entry.
 /// `None` when none did by `deadline`; an error when the leader refused it for good.
 async fn propose(
-    client: &ClientConfig,
+    client: &OperatorConfig,
     addresses: &[Address],
     change: &MemberChange,
     deadline: Instant,
@@ -207,6 +211,10 @@ async fn propose(
                         return Ok(Some((address.clone(), status.last_index)));
                     }
                     return Err(MemberError::Refused(MembersRefusal::Invalid(reason)).into());
+                }
+                // This credential may not change members: asking again cannot help.
+                Err(ClientError::Refused(refusal)) => {
+                    return Err(MemberError::Connection(refusal).into());
                 }
                 // Not the leader, a leader not ready yet, a node down: the next one, or again.
                 Ok(_) | Err(_) => {}
@@ -228,7 +236,7 @@ fn reflected(change: &MemberChange, members: &[NodeId]) -> bool {
 /// Waits until a leader's members have no change pending after `index` committed, and (for an
 /// added node at `joining`) until that node has applied `index`: the members then.
 async fn settled(
-    client: &ClientConfig,
+    client: &OperatorConfig,
     addresses: &[Address],
     index: EntryIndex,
     joining: Option<&Address>,
@@ -264,7 +272,7 @@ async fn settled(
 
 /// The status of the node that leads in the highest term, if one answers.
 async fn leader_status(
-    client: &ClientConfig,
+    client: &OperatorConfig,
     addresses: &[Address],
     timeout: Duration,
 ) -> Option<NodeStatus> {

@@ -339,6 +339,47 @@ pub fn exit_code(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// The environment variable that gives `--cluster` to every command that reads a cluster
+/// file (or a client file) when the option is left out.
+pub const CLUSTER_FILE_ENV: &str = "ENGINE_CLUSTER_FILE";
+
+/// The environment as the secrets' lookup reads it.
+fn environment(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The cluster file at `path`, checked, with the secrets it leaves unset taken from the
+/// environment (`ENGINE_SECRET`, `ENGINE_CLIENT_SECRET`, `ENGINE_OPERATOR_SECRET`).
+pub fn read_cluster_file(path: &std::path::Path) -> anyhow::Result<crate::node::ClusterFile> {
+    let mut file = crate::node::ClusterFile::read(path)?;
+    warn_if_secrets_open(path, file.has_inline_secret());
+    file.take_environment(environment)?;
+    Ok(file)
+}
+
+/// The client file at `path` (or what a client needs of a cluster file), with the client
+/// secret taken from `ENGINE_CLIENT_SECRET` when the file leaves it unset.
+pub fn read_client_file(path: &std::path::Path) -> anyhow::Result<crate::node::ClientFile> {
+    let mut file = crate::node::ClientFile::read(path)?;
+    warn_if_secrets_open(path, file.client_secret.is_some());
+    file.take_environment(environment)?;
+    Ok(file)
+}
+
+/// Warns when a file that holds a secret inline may be read by other users. A warning, not a
+/// refusal: files written by hand before secrets had files of their own keep working; the
+/// `_file` keys, which are new, refuse such a file.
+fn warn_if_secrets_open(path: &std::path::Path, holds_secret: bool) {
+    if let (true, Some(mode)) = (holds_secret, crate::files::open_to_others(path)) {
+        tracing::warn!(
+            path = %path.display(),
+            mode = format!("{mode:o}"),
+            "the file holds a secret and other users may read it: run chmod 600 on it, or move \
+             the secret into a file of its own (the *_file keys)"
+        );
+    }
+}
+
 /// The `--json` value that means standard output (`--json` given without a file).
 pub const JSON_STDOUT: &str = "-";
 

@@ -4,7 +4,6 @@
 use super::{mode_name, runtime};
 use crate::apply::Mode;
 use crate::client::set_node_mode;
-use crate::node::ClusterFile;
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,7 +15,7 @@ pub const MODE_TIMEOUT_MS: u64 = 2_000;
 #[derive(Args, Debug)]
 pub struct ModeArgs {
     /// The cluster file.
-    #[arg(long)]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
     /// The mode every node uses when it leads: `verify` or `performance`.
     #[arg(value_enum)]
@@ -49,8 +48,8 @@ pub struct ModeNotSet(pub Vec<String>);
 /// Sets the mode on every node of the cluster file, prints a line per node, and fails when a
 /// node did not take it (run it again once that node is up: the others keep theirs).
 pub fn mode(args: ModeArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
-    let client = file.client_config()?;
+    let file = super::read_cluster_file(&args.cluster)?;
+    let client = file.operator_config()?;
     let mode = Mode::from(args.mode);
     let timeout = Duration::from_millis(MODE_TIMEOUT_MS);
     let answers = runtime()?.block_on(async {

@@ -2,7 +2,6 @@
 
 use super::runtime;
 use crate::handler::Handler;
-use crate::node::ClusterFile;
 use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
@@ -11,7 +10,7 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct NodeArgs {
     /// The cluster file.
-    #[arg(long)]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
     /// This node's id in the cluster file.
     #[arg(long)]
@@ -71,7 +70,7 @@ impl StorageOptions {
 
 /// Runs one node until SIGINT or SIGTERM.
 pub fn node<H: Handler>(args: NodeArgs, handler: H) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
+    let file = super::read_cluster_file(&args.cluster)?;
     let mut config = file.node_config(args.id)?;
     args.storage.apply(&mut config);
     config.rebuild_from_leader = args.rebuild_from_leader;

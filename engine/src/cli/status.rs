@@ -2,9 +2,9 @@
 //! healthy (exit 1 when it is not); `--wait SECS` waits until it is, for scripts.
 
 use super::{mode_name, runtime};
-use crate::client::{ClientConfig, ClientError, node_status};
+use crate::client::{ClientError, Connects, node_status};
 use crate::ids::{EntryIndex, NodeId};
-use crate::node::ClientFile;
+use crate::node::{ClientFile, ClusterFile};
 use clap::Args;
 use net::message::{NodeStatus, Role};
 use serde_json::{Value, json};
@@ -24,7 +24,7 @@ pub const STATUS_WAIT_S_MAX: f64 = 86_400.0;
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     /// The cluster file, or a client file (`client-file` writes one).
-    #[arg(long, visible_alias = "client-file")]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
     pub cluster: PathBuf,
     /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
     /// table), as the commands that run for a while do.
@@ -83,10 +83,21 @@ type Statuses = Vec<(NodeId, Result<NodeStatus, ClientError>)>;
 /// Prints every node's role, term, indexes and state hash (after waiting, with `--wait`, for
 /// the cluster to be healthy); an unhealthy cluster is an [`Unhealthy`] error.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let file = ClientFile::read(&args.cluster)?;
-    let client = file.client_config()?;
+    let file = super::read_client_file(&args.cluster)?;
     let wait = Duration::from_secs_f64(args.wait.unwrap_or(0.0));
-    let statuses = runtime()?.block_on(look_until_healthy(&file, &client, wait));
+    // The client secret where the file has one; else, from a cluster file (an operator's
+    // copy, with no client secret), the operator credential: either role may ask.
+    let operator = match (&file.client_secret, ClusterFile::parse(&args.cluster)) {
+        (None, Ok(cluster)) => cluster.operator_config().ok(),
+        (Some(_), _) | (None, Err(_)) => None,
+    };
+    let statuses = match operator {
+        Some(operator) => runtime()?.block_on(look_until_healthy(&file, &operator, wait)),
+        None => {
+            let client = file.client_config()?;
+            runtime()?.block_on(look_until_healthy(&file, &client, wait))
+        }
+    };
     let found = problems(&answered(&statuses));
     let printed_json = match &args.json {
         Some(target) => super::emit_json(target, &status_json(&statuses, &found))?,
@@ -104,7 +115,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
 
 /// Looks at every node until the cluster is healthy or `wait` has passed; says on standard
 /// error, once a second, what it still waits for.
-async fn look_until_healthy(file: &ClientFile, client: &ClientConfig, wait: Duration) -> Statuses {
+async fn look_until_healthy(file: &ClientFile, client: &impl Connects, wait: Duration) -> Statuses {
     let started = Instant::now();
     let mut said = Instant::now();
     loop {
@@ -123,7 +134,7 @@ async fn look_until_healthy(file: &ClientFile, client: &ClientConfig, wait: Dura
 }
 
 /// Every node's answer, asked in turn.
-async fn look(file: &ClientFile, client: &ClientConfig) -> Statuses {
+async fn look(file: &ClientFile, client: &impl Connects) -> Statuses {
     let timeout = Duration::from_millis(STATUS_TIMEOUT_MS);
     let mut statuses = Vec::new();
     for node in &file.nodes {

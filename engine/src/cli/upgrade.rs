@@ -4,11 +4,10 @@
 
 use super::runtime;
 use crate::address::Address;
-use crate::client::{ClientConfig, node_versions, upgrade_handler};
+use crate::client::{ClientError, OperatorConfig, node_versions, upgrade_handler};
 use crate::ids::EntryIndex;
-use crate::node::ClusterFile;
 use clap::Args;
-use net::message::{ClientReply, HandlerVersions, UpgradeRefusal};
+use net::message::{ClientReply, HandlerVersions, Refusal, UpgradeRefusal};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -23,7 +22,7 @@ pub const UPGRADE_WAIT_S_DEFAULT: u64 = 60;
 #[derive(Args, Debug)]
 pub struct UpgradeArgs {
     /// The cluster file.
-    #[arg(long)]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
     /// The handler version to put in force (newer than the one in force).
     #[arg(long)]
@@ -63,6 +62,10 @@ pub enum UpgradeError {
     /// The leader refused.
     #[error("refused: {0}")]
     Refused(UpgradeRefusal),
+    /// A node refused the connection for good (another cluster, a wrong key, or a credential
+    /// that is not the operator's).
+    #[error("refused: {0}")]
+    Connection(Refusal),
     /// No leader took it, or not every node switched, in time.
     #[error("gave up after {seconds} s: {doing}")]
     TimedOut {
@@ -76,8 +79,8 @@ pub enum UpgradeError {
 /// Runs `upgrade`: checks every node runs the version, proposes it, and waits until every
 /// node has it in force; prints where it switched.
 pub fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
-    let file = ClusterFile::read(&args.cluster)?;
-    let client = file.client_config()?;
+    let file = super::read_cluster_file(&args.cluster)?;
+    let client = file.operator_config()?;
     let nodes: Vec<(u8, Address)> = file
         .nodes
         .iter()
@@ -113,7 +116,7 @@ pub fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
 
 /// Checks every node answers and its build runs `version`.
 async fn every_node_runs(
-    client: &ClientConfig,
+    client: &OperatorConfig,
     nodes: &[(u8, Address)],
     version: u32,
 ) -> Result<(), UpgradeError> {
@@ -140,7 +143,7 @@ async fn every_node_runs(
 /// entry, `Some(None)` when the version is already in force or on its way (an earlier attempt
 /// whose answer was lost), `None` when no leader took it by `deadline`.
 async fn propose(
-    client: &ClientConfig,
+    client: &OperatorConfig,
     nodes: &[(u8, Address)],
     version: u32,
     deadline: Instant,
@@ -158,6 +161,10 @@ async fn propose(
                 Ok(ClientReply::UpgradeRefused(refusal)) => {
                     return Err(UpgradeError::Refused(refusal));
                 }
+                // This credential may not upgrade: asking again cannot help.
+                Err(ClientError::Refused(refusal)) => {
+                    return Err(UpgradeError::Connection(refusal));
+                }
                 // Not the leader, a node down: the next one, or again.
                 Ok(_) | Err(_) => {}
             }
@@ -170,7 +177,7 @@ async fn propose(
 /// Waits until every node has `version` in force: their versions then, or `None` at
 /// `deadline`.
 async fn settled(
-    client: &ClientConfig,
+    client: &OperatorConfig,
     nodes: &[(u8, Address)],
     version: u32,
     deadline: Instant,

@@ -12,6 +12,7 @@
 //! ```
 
 use super::cluster_file::{ClusterFile, ClusterFileError};
+use super::secrets::{self, SecretError, SecretSource};
 use crate::address::Address;
 use crate::client::ClientConfig;
 use net::auth::Key;
@@ -38,6 +39,9 @@ pub struct ClientFile {
     /// The secret clients prove, when the cluster sets one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret: Option<String>,
+    /// A file holding the client secret (owner-only), instead of `client_secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_file: Option<PathBuf>,
     /// The nodes.
     pub nodes: Vec<ClientNode>,
 }
@@ -57,7 +61,7 @@ impl ClientFile {
         let file = match toml::from_str::<ClientFile>(&text) {
             Ok(file) => file,
             Err(as_client) => match ClusterFile::from_toml(&text) {
-                Ok(_) => return Ok(ClusterFile::read(path)?.client_file()),
+                Ok(_) => return ClusterFile::read(path)?.client_file(),
                 Err(as_cluster) => {
                     return Err(ClusterFileError::Parse {
                         path: path.to_path_buf(),
@@ -98,27 +102,48 @@ impl ClientFile {
                 errors.push(format!("address {} is listed twice", node.client_address));
             }
         }
-        if let Some(secret) = &self.client_secret
-            && let Err(error) = Key::client(secret.as_bytes())
-        {
-            errors.push(format!("client_secret: {error}"));
+        if let Err(error) = self.client_key() {
+            errors.push(error.to_string());
         }
         errors
+    }
+
+    fn secret(&self) -> SecretSource<'_> {
+        SecretSource {
+            field: "client_secret",
+            inline: self.client_secret.as_deref(),
+            file: self.client_secret_file.as_deref(),
+        }
+    }
+
+    /// The client key, when the file gives a client secret.
+    fn client_key(&self) -> Result<Option<Key>, SecretError> {
+        let none = SecretSource {
+            field: "previous_client_secret",
+            inline: None,
+            file: None,
+        };
+        let keys = secrets::keys(self.secret(), none, Key::client)?;
+        Ok(keys.map(|(key, _)| key))
+    }
+
+    /// Fills the client secret from [`secrets::CLIENT_SECRET_ENV`] (as `lookup` reads it)
+    /// when the file does not set it; an error when it does.
+    pub fn take_environment(
+        &mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ClusterFileError> {
+        let set = ("client_secret", self.secret().is_set());
+        let variable = secrets::CLIENT_SECRET_ENV;
+        secrets::from_environment(set, &mut self.client_secret, variable, &lookup)?;
+        Ok(())
     }
 
     /// How a client reaches the cluster.
     pub fn client_config(&self) -> Result<ClientConfig, ClusterFileError> {
         let addresses = self.nodes.iter().map(|n| n.client_address.clone());
         let mut config = ClientConfig::new(self.cluster_id, addresses);
-        config.key = self
-            .client_secret
-            .as_ref()
-            .map(|secret| Key::client(secret.as_bytes()))
-            .transpose()
-            .map_err(|error| ClusterFileError::Secret {
-                field: "client_secret",
-                error,
-            })?;
+        config.key = self.client_key()?;
         Ok(config)
     }
 
@@ -167,7 +192,7 @@ mod tests {
     #[test]
     fn holds_no_peer_secret() {
         let file = cluster();
-        let client = file.client_file();
+        let client = file.client_file().unwrap();
         let text = client.to_toml();
         assert!(!text.contains("peers"), "{text}");
         assert!(text.contains("the clients' secret"), "{text}");
@@ -192,11 +217,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cluster.toml");
         cluster().write(&path).unwrap();
-        assert_eq!(ClientFile::read(&path).unwrap(), cluster().client_file());
+        assert_eq!(
+            ClientFile::read(&path).unwrap(),
+            cluster().client_file().unwrap()
+        );
         std::fs::write(&path, "cluster_id = 1\ncolour = 3\n").unwrap();
         let error = ClientFile::read(&path).unwrap_err().to_string();
         assert!(error.contains("neither a cluster file"), "{error}");
-        let mut twice = cluster().client_file();
+        let mut twice = cluster().client_file().unwrap();
         twice.nodes[1] = twice.nodes[0].clone();
         std::fs::write(&path, twice.to_toml()).unwrap();
         let error = ClientFile::read(&path).unwrap_err().to_string();

@@ -43,13 +43,14 @@
 
 use crate::address::Address;
 use crate::apply::Mode;
-use crate::client::ClientConfig;
+use crate::client::{ClientConfig, OperatorConfig};
 use crate::ids::NodeId;
 use crate::node::WalIo;
 use crate::node::client_file::{ClientFile, ClientNode};
 use crate::node::config::ConfigError;
+use crate::node::secrets::{self, SecretError, SecretSource};
 use crate::node::{NodeAddress, NodeConfig};
-use net::auth::{Key, ShortSecret};
+use net::auth::{Credentials, Key, KeyRing, OperatorKey, SECRET_BYTES_MIN};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -93,14 +94,28 @@ pub enum ClusterFileError {
     /// No node of this id is listed.
     #[error("no node {0} in the cluster file")]
     NoSuchNode(u8),
-    /// A secret is too short.
-    #[error("{field}: {error}")]
-    Secret {
-        /// `secret` or `client_secret`.
-        field: &'static str,
-        /// Why.
-        error: ShortSecret,
-    },
+    /// A secret cannot be had (too short, unreadable, open to others, set twice).
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// The file sets no peer secret: an operator's copy, which cannot start a node.
+    #[error(
+        "the file sets neither secret nor secret_file: a node needs the peer secret (this may \
+         be an operator's copy of the cluster file)"
+    )]
+    NoPeerSecret,
+    /// The file holds neither an operator secret nor the peer secret.
+    #[error(
+        "the file holds no operator credential: set operator_secret (or operator_secret_file), \
+         or use the cluster file, whose peer secret its holders may use as operators"
+    )]
+    NoOperatorCredential,
+    /// An operator's file was asked of a cluster file that names no operator secret.
+    #[error(
+        "the cluster file sets no operator_secret: operators prove the peer secret, so an \
+         operator host needs the cluster file itself. Set operator_secret (and restart the \
+         nodes) to give operators a credential of their own"
+    )]
+    NoOperatorSecret,
 }
 
 /// The `mode` key: what a leader does with its simulations.
@@ -184,11 +199,48 @@ pub struct ClusterFile {
     #[serde(default = "default_cluster_id")]
     pub cluster_id: u64,
     /// The secret the nodes prove to each other in every handshake (at least
-    /// [`net::auth::SECRET_BYTES_MIN`] bytes).
-    pub secret: String,
-    /// The secret clients must prove, when set.
+    /// [`net::auth::SECRET_BYTES_MIN`] bytes). A node needs it (or `secret_file`); an
+    /// operator's copy of the file leaves both out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// A file holding the peer secret (owner-only), instead of `secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+    /// During a rotation, the peer secret before `secret`: nodes accept both, and
+    /// prove it to a node that refuses the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secret: Option<String>,
+    /// A file holding `previous_secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secret_file: Option<PathBuf>,
+    /// The secret applications must prove, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret: Option<String>,
+    /// A file holding the client secret, instead of `client_secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_file: Option<PathBuf>,
+    /// During a rotation, the client secret before `client_secret`: nodes
+    /// accept both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_client_secret: Option<String>,
+    /// A file holding `previous_client_secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_client_secret_file: Option<PathBuf>,
+    /// The secret operators prove (mode, membership, upgrades, backups). Without
+    /// it, operators prove a key derived from the peer secret: only the peer secret's
+    /// holders are operators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_secret: Option<String>,
+    /// A file holding the operator secret, instead of `operator_secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_secret_file: Option<PathBuf>,
+    /// During a rotation, the operator secret before `operator_secret`:
+    /// nodes accept both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_operator_secret: Option<String>,
+    /// A file holding `previous_operator_secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_operator_secret_file: Option<PathBuf>,
     /// Most commands per entry.
     #[serde(default = "default_entry_commands_max")]
     pub entry_commands_max: u32,
@@ -297,8 +349,18 @@ impl ClusterFile {
     pub fn new(secret: impl Into<String>, nodes: Vec<NodeEntry>) -> Self {
         ClusterFile {
             cluster_id: default_cluster_id(),
-            secret: secret.into(),
+            secret: Some(secret.into()),
+            secret_file: None,
+            previous_secret: None,
+            previous_secret_file: None,
             client_secret: None,
+            client_secret_file: None,
+            previous_client_secret: None,
+            previous_client_secret_file: None,
+            operator_secret: None,
+            operator_secret_file: None,
+            previous_operator_secret: None,
+            previous_operator_secret_file: None,
             entry_commands_max: default_entry_commands_max(),
             mode: ModeSetting::default(),
             snapshot_every: default_snapshot_every(),
@@ -369,14 +431,12 @@ impl ClusterFile {
     /// directories) and each node's configuration as the engine checks it.
     pub fn errors(&self) -> Vec<String> {
         let mut errors = Vec::new();
-        if let Err(error) = Key::peer(self.secret.as_bytes()) {
-            errors.push(format!("secret: {error}"));
-        }
-        if let Some(secret) = &self.client_secret
-            && let Err(error) = Key::client(secret.as_bytes())
-        {
-            errors.push(format!("client_secret: {error}"));
-        }
+        let secrets = [
+            self.peer_ring().err(),
+            self.client_ring().err(),
+            self.operator_keys().err(),
+        ];
+        errors.extend(secrets.into_iter().flatten().map(|e| e.to_string()));
         let nodes = crate::node::config::check_nodes(&self.addresses());
         errors.extend(nodes.iter().map(ToString::to_string));
         errors.extend(self.duplicate_dirs());
@@ -384,16 +444,17 @@ impl ClusterFile {
             return errors;
         };
         // The settings are the file's, the same for every node: one node's check covers them
-        // (the list of nodes was checked above).
-        if let Ok(config) = self.config_of(first) {
-            let settings = config.validate().into_iter().filter(|e| !is_about_nodes(e));
-            errors.extend(settings.map(|e| e.to_string()));
-        }
+        // (the list of nodes was checked above). The checks read no key: a stand-in serves
+        // for a file without the peer secret.
+        let stand_in =
+            || Credentials::of_peer_key(Key::peer(&[0; SECRET_BYTES_MIN]).expect("long"));
+        let config = self.config_of(first, stand_in());
+        let settings = config.validate().into_iter().filter(|e| !is_about_nodes(e));
+        errors.extend(settings.map(|e| e.to_string()));
         for node in &self.nodes {
-            if let Ok(config) = self.config_of(node) {
-                let collisions = crate::node::config::bind_collisions(&config);
-                errors.extend(collisions.iter().map(ToString::to_string));
-            }
+            let config = self.config_of(node, stand_in());
+            let collisions = crate::node::config::bind_collisions(&config);
+            errors.extend(collisions.iter().map(ToString::to_string));
         }
         errors
     }
@@ -446,18 +507,16 @@ impl ClusterFile {
             .iter()
             .find(|n| n.id == id)
             .ok_or(ClusterFileError::NoSuchNode(id))?;
-        self.config_of(entry)
+        Ok(self.config_of(entry, self.credentials()?))
     }
 
-    fn config_of(&self, entry: &NodeEntry) -> Result<NodeConfig, ClusterFileError> {
-        let key = Key::peer(self.secret.as_bytes()).map_err(|error| ClusterFileError::Secret {
-            field: "secret",
-            error,
-        })?;
+    /// Node `entry`'s configuration with `credentials`.
+    fn config_of(&self, entry: &NodeEntry, credentials: Credentials) -> NodeConfig {
         let id = NodeId(entry.id);
+        let key = credentials.peer.current.clone();
         let mut config = NodeConfig::new(id, self.addresses(), entry.data_dir.clone(), key);
+        config.credentials = credentials;
         config.cluster_id = self.cluster_id;
-        config.client_key = self.client_key()?;
         config.entry_commands_max = self.entry_commands_max;
         config.mode = self.mode.into();
         config.snapshot_every = self.snapshot_every;
@@ -476,30 +535,130 @@ impl ClusterFile {
         config.metrics_address = entry.metrics_address;
         config.peer_bind_address = entry.peer_bind_address;
         config.client_bind_address = entry.client_bind_address;
+        config
+    }
+
+    /// The keys of the peer secret, when the file sets one.
+    pub fn peer_ring(&self) -> Result<Option<KeyRing>, SecretError> {
+        secrets::ring(
+            source("secret", &self.secret, &self.secret_file),
+            source(
+                "previous_secret",
+                &self.previous_secret,
+                &self.previous_secret_file,
+            ),
+            Key::peer,
+        )
+    }
+
+    /// The keys of the client secret, when the file sets one.
+    pub fn client_ring(&self) -> Result<Option<KeyRing>, SecretError> {
+        secrets::ring(
+            source(
+                "client_secret",
+                &self.client_secret,
+                &self.client_secret_file,
+            ),
+            source(
+                "previous_client_secret",
+                &self.previous_client_secret,
+                &self.previous_client_secret_file,
+            ),
+            Key::client,
+        )
+    }
+
+    /// The keys of the operator secret, when the file sets one.
+    fn operator_keys(&self) -> Result<Option<OperatorKeys>, SecretError> {
+        secrets::keys(
+            source(
+                "operator_secret",
+                &self.operator_secret,
+                &self.operator_secret_file,
+            ),
+            source(
+                "previous_operator_secret",
+                &self.previous_operator_secret,
+                &self.previous_operator_secret_file,
+            ),
+            Key::operator,
+        )
+    }
+
+    /// What operators prove: the operator secret's keys, or else the peer secret's.
+    fn operator_credential(&self) -> Result<OperatorKeys, ClusterFileError> {
+        if let Some(keys) = self.operator_keys()? {
+            return Ok(keys);
+        }
+        let peer = self
+            .peer_ring()?
+            .ok_or(ClusterFileError::NoOperatorCredential)?;
+        let previous = peer.previous.as_ref().map(OperatorKey::of_peer_key);
+        Ok((OperatorKey::of_peer_key(&peer.current), previous))
+    }
+
+    /// Every key a node of this cluster accepts; an error when the file sets no peer secret
+    /// (an operator's copy cannot start a node).
+    pub fn credentials(&self) -> Result<Credentials, ClusterFileError> {
+        let peer = self.peer_ring()?.ok_or(ClusterFileError::NoPeerSecret)?;
+        let (operator, previous) = self.operator_credential()?;
+        Ok(Credentials {
+            peer,
+            client: self.client_ring()?,
+            operator: KeyRing {
+                current: operator.key().clone(),
+                previous: previous.map(|key| key.key().clone()),
+            },
+        })
+    }
+
+    /// How operators reach the cluster: its nodes' client addresses and the operator key (the
+    /// previous one too during a rotation).
+    pub fn operator_config(&self) -> Result<OperatorConfig, ClusterFileError> {
+        let (key, previous_key) = self.operator_credential()?;
+        let addresses = self.nodes.iter().map(|n| n.client_address.clone());
+        let mut config = OperatorConfig::new(self.cluster_id, addresses, key);
+        config.previous_key = previous_key;
         Ok(config)
     }
 
-    fn client_key(&self) -> Result<Option<Key>, ClusterFileError> {
-        let key = |secret: &String| {
-            Key::client(secret.as_bytes()).map_err(|error| ClusterFileError::Secret {
-                field: "client_secret",
-                error,
-            })
-        };
-        self.client_secret.as_ref().map(key).transpose()
+    /// True when the file holds any secret inline (rather than in a file of its own).
+    pub fn has_inline_secret(&self) -> bool {
+        [
+            &self.secret,
+            &self.previous_secret,
+            &self.client_secret,
+            &self.previous_client_secret,
+            &self.operator_secret,
+            &self.previous_operator_secret,
+        ]
+        .iter()
+        .any(|secret| secret.is_some())
+    }
+
+    /// True when the file names an operator secret of its own.
+    pub fn has_operator_secret(&self) -> bool {
+        self.operator_secret.is_some() || self.operator_secret_file.is_some()
     }
 
     /// How clients reach the cluster.
     pub fn client_config(&self) -> Result<ClientConfig, ClusterFileError> {
-        self.client_file().client_config()
+        self.client_file()?.client_config()
     }
 
     /// What a client host needs, and nothing more: the cluster's id, the client addresses
-    /// and the client secret (never the peer secret).
-    pub fn client_file(&self) -> ClientFile {
-        ClientFile {
+    /// and the client secret, read out of its file if it is in one (never the peer or the
+    /// operator secret).
+    pub fn client_file(&self) -> Result<ClientFile, ClusterFileError> {
+        let client = source(
+            "client_secret",
+            &self.client_secret,
+            &self.client_secret_file,
+        );
+        Ok(ClientFile {
             cluster_id: self.cluster_id,
-            client_secret: self.client_secret.clone(),
+            client_secret: client.read_text()?,
+            client_secret_file: None,
             nodes: self
                 .nodes
                 .iter()
@@ -508,7 +667,78 @@ impl ClusterFile {
                     client_address: n.client_address.clone(),
                 })
                 .collect(),
+        })
+    }
+
+    /// The copy of this file an operator host needs: every setting and node, the operator
+    /// secret (read out of its file if it is in one), and neither the peer nor the client
+    /// secret. An error when the file names no operator secret of its own.
+    pub fn operator_file(&self) -> Result<ClusterFile, ClusterFileError> {
+        if !self.has_operator_secret() {
+            return Err(ClusterFileError::NoOperatorSecret);
         }
+        let operator = |field, inline: &Option<String>, file: &Option<PathBuf>| {
+            source(field, inline, file).read_text()
+        };
+        let mut copy = self.clone();
+        (copy.secret, copy.secret_file) = (None, None);
+        (copy.previous_secret, copy.previous_secret_file) = (None, None);
+        (copy.client_secret, copy.client_secret_file) = (None, None);
+        (
+            copy.previous_client_secret,
+            copy.previous_client_secret_file,
+        ) = (None, None);
+        copy.operator_secret = operator(
+            "operator_secret",
+            &self.operator_secret,
+            &self.operator_secret_file,
+        )?;
+        copy.previous_operator_secret = operator(
+            "previous_operator_secret",
+            &self.previous_operator_secret,
+            &self.previous_operator_secret_file,
+        )?;
+        (
+            copy.operator_secret_file,
+            copy.previous_operator_secret_file,
+        ) = (None, None);
+        Ok(copy)
+    }
+
+    /// Fills the secrets the file does not set from the environment (as `lookup` reads it):
+    /// [`secrets::SECRET_ENV`], [`secrets::CLIENT_SECRET_ENV`],
+    /// [`secrets::OPERATOR_SECRET_ENV`]. A secret set both ways is an error.
+    pub fn take_environment(
+        &mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ClusterFileError> {
+        let env = |(inline, file): (&mut Option<String>, &Option<PathBuf>), field, variable| {
+            let set = (field, inline.is_some() || file.is_some());
+            secrets::from_environment(set, inline, variable, &lookup)
+        };
+        let peer = (&mut self.secret, &self.secret_file);
+        env(peer, "secret", secrets::SECRET_ENV)?;
+        let client = (&mut self.client_secret, &self.client_secret_file);
+        env(client, "client_secret", secrets::CLIENT_SECRET_ENV)?;
+        let operator = (&mut self.operator_secret, &self.operator_secret_file);
+        env(operator, "operator_secret", secrets::OPERATOR_SECRET_ENV)?;
+        Ok(())
+    }
+}
+
+/// The operator key and, during a rotation, the previous one.
+type OperatorKeys = (OperatorKey, Option<OperatorKey>);
+
+/// Where the secret of key `field` comes from in a file: its inline value or its `_file`.
+fn source<'a>(
+    field: &'static str,
+    inline: &'a Option<String>,
+    file: &'a Option<PathBuf>,
+) -> SecretSource<'a> {
+    SecretSource {
+        field,
+        inline: inline.as_deref(),
+        file: file.as_deref(),
     }
 }
 
@@ -614,11 +844,20 @@ mod tests {
         let short = good.replace("sixteen bytes at least", "short");
         let errors = toml::from_str::<ClusterFile>(&short).unwrap().errors();
         assert!(errors[0].contains("at least 16 bytes"), "{errors:?}");
+        // Without the peer secret the file is an operator's copy: valid, but no node starts.
         let without = good.replace("secret = \"sixteen bytes at least\"", "");
-        assert!(toml::from_str::<ClusterFile>(&without).is_err());
+        let without: ClusterFile = toml::from_str(&without).unwrap();
+        assert_eq!(without.errors(), Vec::<String>::new());
+        let error = without.node_config(1).unwrap_err();
+        assert!(matches!(error, ClusterFileError::NoPeerSecret), "{error}");
+        let error = without.operator_config().unwrap_err();
+        assert!(
+            matches!(error, ClusterFileError::NoOperatorCredential),
+            "{error}"
+        );
         let clients = format!("client_secret = \"clients prove this one\"\n{good}");
         let file: ClusterFile = toml::from_str(&clients).unwrap();
-        assert!(file.node_config(1).unwrap().client_key.is_some());
+        assert!(file.node_config(1).unwrap().credentials.client.is_some());
         assert!(file.client_config().unwrap().key.is_some());
     }
 

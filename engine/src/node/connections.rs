@@ -9,13 +9,13 @@ use super::Input;
 use super::metrics::NodeMetrics;
 use crate::address::Address;
 use crate::codec;
-use crate::handshake::{HandshakeError, admit, introduce, welcome};
+use crate::handshake::{HandshakeError, Offer, admit, introduce, welcome};
 use crate::ids::NodeId;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use net::auth::{Gate, Key, Port};
+use net::auth::{Caller, Credentials, Gate, Key, Port};
 use net::frame::{CLIENT_FRAME_BODY_BYTES_MAX, FrameCodec, FrameError};
-use net::message::{ClientReply, ClientRequest, Hello, PROTOCOL_VERSION, PeerMessage, Refusal};
+use net::message::{ClientReply, ClientRequest, ClientRole, Hello, PeerMessage, Refusal};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -116,8 +116,7 @@ pub(crate) struct Access {
     pub(crate) me: NodeId,
     pub(crate) cluster: u64,
     pub(crate) nodes: Vec<NodeId>,
-    pub(crate) peer_key: Key,
-    pub(crate) client_key: Option<Key>,
+    pub(crate) keys: Credentials,
 }
 
 impl Access {
@@ -125,13 +124,17 @@ impl Access {
         Gate {
             cluster: self.cluster,
             port,
-            key: match port {
-                Port::Peer => Some(&self.peer_key),
-                Port::Client => self.client_key.as_ref(),
-            },
+            keys: &self.keys,
             nodes: &self.nodes,
             me: self.me,
         }
+    }
+
+    /// The peer key `offer` proves, and how many this node may try.
+    pub(crate) fn peer_key(&self, offer: Offer) -> (&Key, usize) {
+        let ring = &self.keys.peer;
+        let key = ring.to_prove().nth(offer.key).unwrap_or(&ring.current);
+        (key, ring.to_prove().count())
     }
 
     /// The hello this node sends to its peers, offering protocol `version`.
@@ -149,6 +152,12 @@ impl Access {
 pub(crate) enum ConnectionError {
     #[error(transparent)]
     Handshake(#[from] HandshakeError),
+    /// A request the connection's role may not make.
+    #[error("{request} refused: {}", Refusal::Forbidden { role: *role })]
+    Forbidden {
+        role: ClientRole,
+        request: &'static str,
+    },
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("decode: {0}")]
@@ -160,12 +169,13 @@ pub(crate) enum ConnectionError {
 }
 
 impl ConnectionError {
-    /// The older protocol version to call again with, when the handshake was refused for
-    /// `offered` by a node of an earlier build that speaks one this build speaks too.
-    fn version_to_retry(&self, offered: u16) -> Option<u16> {
+    /// The offer to call again with at once, when the handshake was refused for one that
+    /// another of this node's offers may pass (see [`Offer::after`]).
+    fn offer_after(&self, offer: Offer, keys: usize) -> Option<Offer> {
         match self {
-            ConnectionError::Handshake(error) => error.version_to_retry(offered),
-            ConnectionError::Frame(_)
+            ConnectionError::Handshake(error) => offer.after(error, keys),
+            ConnectionError::Forbidden { .. }
+            | ConnectionError::Frame(_)
             | ConnectionError::Decode(_)
             | ConnectionError::Refused(_)
             | ConnectionError::Closed => None,
@@ -175,6 +185,7 @@ impl ConnectionError {
     fn refusal(&self) -> Option<Refusal> {
         match self {
             ConnectionError::Handshake(error) => error.refusal(),
+            ConnectionError::Forbidden { role, .. } => Some(Refusal::Forbidden { role: *role }),
             ConnectionError::Frame(error) => Refusal::for_frame(error),
             ConnectionError::Decode(_) => Some(Refusal::Undecodable),
             ConnectionError::Refused(refusal) => Some(refusal.clone()),
@@ -255,7 +266,7 @@ impl Drop for PeerSlot {
 async fn admit_within(
     frames: &mut Framed<TcpStream, FrameCodec>,
     gate: &Gate<'_>,
-) -> Result<Hello, ConnectionError> {
+) -> Result<(Hello, Caller), ConnectionError> {
     match tokio::time::timeout(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
         admit(frames, gate),
@@ -357,10 +368,11 @@ async fn read_peer(
     let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
     let admitted = admit_within(&mut frames, &access.gate(Port::Peer)).await;
     handshaking.fetch_sub(1, Ordering::Relaxed);
-    let hello = admitted?;
-    let from = hello
-        .node
-        .expect("the gate admits only nodes to the peer port");
+    let (hello, caller) = admitted?;
+    let Caller::Peer(from) = caller else {
+        panic!("the peer port's gate admitted a client: {caller:?}");
+    };
+    assert_eq!(hello.node, Some(from), "a peer is the node its hello names");
     let Some(_slot) = slots.take(from) else {
         let refusal = Refusal::TooManyConnections {
             limit: PEER_CONNECTIONS_PER_NODE_MAX as u32,
@@ -431,9 +443,10 @@ pub(crate) fn connect_peer(
     tokio::spawn(async move {
         let mut backoff = RECONNECT_BACKOFF_MS_MIN;
         let mut transfer = Transfer::default();
-        // The newest version first; a peer of an earlier build that refuses it is called
-        // again at once with its own, and offered the newest again after the next break.
-        let mut version = PROTOCOL_VERSION;
+        // The newest version and the current key first; a peer of an earlier build that
+        // refuses the version, or a peer not yet given a rotated key, is called again at once
+        // with the next offer, and offered the first again after the next break.
+        let mut offer = Offer::FIRST;
         loop {
             match crate::address::connect(&address).await {
                 Ok(stream) => {
@@ -441,25 +454,21 @@ pub(crate) fn connect_peer(
                         found.reached(peer, reached);
                     }
                     tune(&stream);
-                    let to = (peer, version);
+                    let to = (peer, offer);
                     let written = write_peer(stream, &access, to, &mut queued, &mut transfer);
                     let written = written.await;
+                    let keys = access.peer_key(offer).1;
                     if let Err(error) = &written
-                        && let Some(older) = error.version_to_retry(version)
+                        && let Some(next) = error.offer_after(offer, keys)
                     {
-                        tracing::info!(
-                            peer = peer.0,
-                            offered = version,
-                            version = older,
-                            "the peer speaks an older protocol: connecting again with its version"
-                        );
-                        version = older;
+                        log_next_offer(peer, offer, next);
+                        offer = next;
                         continue;
                     }
                     match written {
                         Ok(()) => return,
                         Err(error) => {
-                            version = PROTOCOL_VERSION;
+                            offer = Offer::FIRST;
                             if !matches!(error, ConnectionError::Handshake(_)) {
                                 backoff = RECONNECT_BACKOFF_MS_MIN;
                             }
@@ -489,6 +498,24 @@ pub(crate) fn connect_peer(
         }
     });
     queue
+}
+
+/// Says why a peer is called again at once with `next` after refusing `offered`.
+fn log_next_offer(peer: NodeId, offered: Offer, next: Offer) {
+    if next.version != offered.version {
+        tracing::info!(
+            peer = peer.0,
+            offered = offered.version,
+            version = next.version,
+            "the peer speaks an older protocol: connecting again with its version"
+        );
+    } else {
+        tracing::warn!(
+            peer = peer.0,
+            "the peer refused the current peer secret: connecting again with the previous one \
+             (finish the rotation on every node)"
+        );
+    }
 }
 
 /// Whether a snapshot transfer to a peer is under way on its connection: a chunk was taken
@@ -533,23 +560,24 @@ impl Transfer {
     }
 }
 
-/// Introduces this node (offering protocol `version`), then writes queued messages, several
+/// Introduces this node (with `offer`), then writes queued messages, several
 /// per flush when they are waiting. Returns `Ok` when the node dropped the queue (shutdown).
 async fn write_peer(
     stream: TcpStream,
     access: &Access,
-    (peer, version): (NodeId, u16),
+    (peer, offer): (NodeId, Offer),
     queued: &mut mpsc::Receiver<PeerMessage>,
     transfer: &mut Transfer,
 ) -> Result<(), ConnectionError> {
     let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
+    let (key, _) = access.peer_key(offer);
     let introduced = tokio::time::timeout(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
         introduce(
             &mut frames,
-            &access.hello(version),
+            &access.hello(offer.version),
             Some(peer),
-            Some(&access.peer_key),
+            Some(key),
         ),
     )
     .await;
@@ -609,7 +637,10 @@ async fn serve_client(
     inbox: mpsc::Sender<Input>,
 ) -> Result<(), ConnectionError> {
     let mut framed = Framed::new(stream, FrameCodec::new(access.cluster));
-    admit_within(&mut framed, &access.gate(Port::Client)).await?;
+    let (_, caller) = admit_within(&mut framed, &access.gate(Port::Client)).await?;
+    let Caller::Client(role) = caller else {
+        panic!("the client port's gate admitted a node: {caller:?}");
+    };
     welcome(&mut framed).await?;
     let parts = framed.into_parts();
     let (read, write) = parts.io.into_split();
@@ -668,8 +699,13 @@ async fn serve_client(
             Ok(request) => request,
             Err(error) => break Err(error.into()),
         };
+        if !role.permits(&request) {
+            let request = request.name();
+            break Err(ConnectionError::Forbidden { role, request });
+        }
         let input = Input::Client {
             request,
+            role,
             reply: reply.clone(),
         };
         if inbox.send(input).await.is_err() {
@@ -736,6 +772,9 @@ fn log_closed(kind: &str, address: &dyn std::fmt::Display, error: &ConnectionErr
         | ConnectionError::Handshake(HandshakeError::Closed)
         | ConnectionError::Handshake(HandshakeError::Frame(FrameError::Io(_)))
         | ConnectionError::Frame(FrameError::Io(_)) => {}
+        ConnectionError::Forbidden { role, request } => {
+            tracing::warn!(kind, %address, %role, request, "request refused: not this role's");
+        }
         ConnectionError::Handshake(_)
         | ConnectionError::Frame(_)
         | ConnectionError::Decode(_)
@@ -769,8 +808,7 @@ mod tests {
             me: NodeId(1),
             cluster: 1,
             nodes: vec![NodeId(2)],
-            peer_key: Key::peer(b"sixteen bytes at least").unwrap(),
-            client_key: None,
+            keys: Credentials::of_peer_key(Key::peer(b"sixteen bytes at least").unwrap()),
         }
     }
 

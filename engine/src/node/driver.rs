@@ -349,7 +349,14 @@ impl<H: Handler> Driver<H> {
         match input {
             Input::Peer { from, message } => replica.receive(from, message, &mut out),
             Input::PeerVersion { peer, version } => replica.peer_protocol(peer, version),
-            Input::Client { request, reply } => self.on_client(request, reply, &mut out),
+            Input::Client {
+                request,
+                role,
+                reply,
+            } => {
+                assert!(role.permits(&request), "the connection checks the role");
+                self.on_client(request, reply, &mut out);
+            }
             Input::Wal(WalEvent::Persisted { index, term }) => {
                 replica.persisted(index, term, &mut out)
             }

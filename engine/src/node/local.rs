@@ -3,9 +3,10 @@
 
 use super::config::ConfigError;
 use super::{NodeAddress, NodeConfig, NodeError, NodeHandle, start};
-use crate::client::{ClientConfig, node_status};
+use crate::client::{ClientConfig, OperatorConfig, node_status};
 use crate::handler::Handler;
 use crate::ids::NodeId;
+use net::auth::OperatorKey;
 use net::message::{NodeStatus, Role};
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener};
@@ -191,8 +192,19 @@ impl<H: Handler> LocalCluster<H> {
             .iter()
             .map(|n| n.client_address.clone());
         let mut config = ClientConfig::new(self.configs[0].cluster_id, nodes);
-        config.key.clone_from(&self.configs[0].client_key);
+        let client = self.configs[0].credentials.client.as_ref();
+        config.key = client.map(|ring| ring.current.clone());
         config
+    }
+
+    /// How operators reach this cluster: with the operator key of its nodes' peer key (a
+    /// `tune` that gives the nodes an operator secret of their own makes its own
+    /// configuration).
+    pub fn operator_config(&self) -> OperatorConfig {
+        let first = &self.configs[0];
+        let nodes = first.nodes.iter().map(|n| n.client_address.clone());
+        let key = OperatorKey::of_peer_key(&first.credentials.peer.current);
+        OperatorConfig::new(first.cluster_id, nodes, key)
     }
 
     /// Stops one node (its data stays).

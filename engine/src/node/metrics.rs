@@ -478,6 +478,7 @@ pub fn refusal_reason(refusal: &Refusal) -> &'static str {
         Refusal::NotAPeer { .. } => "not_a_peer",
         Refusal::NodeOnClientPort => "node_on_client_port",
         Refusal::Unauthenticated => "unauthenticated",
+        Refusal::Forbidden { .. } => "forbidden",
         Refusal::TooManyConnections { .. } => "too_many_connections",
         Refusal::HandshakeTimeout => "handshake_timeout",
         Refusal::ReadTimeout => "read_timeout",

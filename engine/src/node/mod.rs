@@ -15,6 +15,7 @@ pub mod local;
 pub mod metrics;
 pub mod recovery;
 pub mod rehearsal;
+pub mod secrets;
 /// The data directory's files as the driver keeps them: an inner layer (see `crate::internals`),
 /// public for the fault tools and tests.
 #[doc(hidden)]
@@ -30,8 +31,9 @@ pub use connections::{
     PEER_QUEUE_MESSAGES_MAX, RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN,
     SOCKET_BUFFER_BYTES,
 };
-/// The key a cluster's nodes (or clients) prove in every handshake, for [`NodeConfig`].
-pub use net::auth::Key;
+/// The keys a cluster's nodes, applications and operators prove in every handshake, for
+/// [`NodeConfig`].
+pub use net::auth::{Credentials, Key, KeyRing, OperatorKey};
 pub use wal_io::WalIo;
 
 use crate::address::Address;
@@ -74,10 +76,10 @@ pub struct NodeConfig {
     pub id: NodeId,
     /// The cluster's id: connections from other clusters are refused.
     pub cluster_id: u64,
-    /// The key every node of the cluster proves in its handshakes (the same on every node).
-    pub peer_key: net::auth::Key,
-    /// The key clients must prove, or `None` when clients need not authenticate.
-    pub client_key: Option<net::auth::Key>,
+    /// The keys the node accepts: the one nodes prove to each other (the same on every node;
+    /// this node proves it too), the one applications prove (`None` when they need not
+    /// authenticate) and the one operators prove.
+    pub credentials: net::auth::Credentials,
     /// Every node of the cluster, this one included.
     pub nodes: Vec<NodeAddress>,
     /// Where this node keeps its WAL and hard state.
@@ -143,8 +145,7 @@ impl NodeConfig {
         NodeConfig {
             id,
             cluster_id: 1,
-            peer_key,
-            client_key: None,
+            credentials: net::auth::Credentials::of_peer_key(peer_key),
             nodes,
             data_dir,
             entry_commands_max: ENTRY_COMMANDS_MAX,
@@ -194,8 +195,7 @@ impl NodeConfig {
                 .map(NodeId)
                 .filter(|&n| n != self.id)
                 .collect(),
-            peer_key: self.peer_key.clone(),
-            client_key: self.client_key.clone(),
+            keys: self.credentials.clone(),
         }
     }
 
@@ -275,6 +275,8 @@ pub(crate) enum Input {
     },
     Client {
         request: ClientRequest,
+        /// The role the connection's handshake proved, which permits the request.
+        role: net::message::ClientRole,
         reply: mpsc::Sender<ClientReply>,
     },
     Wal(WalEvent),

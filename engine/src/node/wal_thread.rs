@@ -5,6 +5,7 @@ use super::data_dir::DirLock;
 use super::journal::{JournalError, JournalRecord, JournalWriter};
 use super::metrics::WalCounters;
 use crate::entry::Entry;
+use crate::handshake::Offer;
 use crate::ids::{EntryIndex, NodeId, Term};
 pub(crate) use crate::replica::WalOp;
 use crate::wal::{Wal, WalError};
@@ -464,12 +465,12 @@ impl Acker {
         false
     }
 
-    /// Connects to `to` at `address` and introduces this node, offering protocol `version`.
+    /// Connects to `to` at `address` and introduces this node with `offer`.
     fn dial(
         &self,
         address: std::net::SocketAddr,
         to: NodeId,
-        version: u16,
+        offer: Offer,
     ) -> Result<std::net::TcpStream, AckDialError> {
         let timeout = Duration::from_millis(ACK_CONNECT_TIMEOUT_MS);
         let mut stream = std::net::TcpStream::connect_timeout(&address, timeout)?;
@@ -478,11 +479,31 @@ impl Acker {
         crate::handshake::introduce_blocking(
             &mut stream,
             net::frame::FrameCodec::new(self.access.cluster),
-            &self.access.hello(version),
+            &self.access.hello(offer.version),
             to,
-            &self.access.peer_key,
+            self.access.peer_key(offer).0,
         )?;
         Ok(stream)
+    }
+
+    /// Dials `to` with the first offer, then with each next one a refusal allows (a peer of
+    /// an earlier build, or one not yet given a rotated peer secret).
+    fn dial_with_offers(
+        &self,
+        address: std::net::SocketAddr,
+        to: NodeId,
+    ) -> Result<std::net::TcpStream, AckDialError> {
+        let keys = self.access.peer_key(Offer::FIRST).1;
+        let mut offer = Offer::FIRST;
+        loop {
+            match self.dial(address, to, offer) {
+                Err(AckDialError::Handshake(error)) => match offer.after(&error, keys) {
+                    Some(next) => offer = next,
+                    None => return Err(AckDialError::Handshake(error)),
+                },
+                connected => return connected,
+            }
+        }
     }
 
     fn stream(&mut self, to: NodeId) -> Option<&mut std::net::TcpStream> {
@@ -495,16 +516,7 @@ impl Acker {
                 return None;
             }
             let address = self.peers.get(to)?;
-            // The newest protocol first; a peer of an earlier build is called again with its own.
-            let newest = net::message::PROTOCOL_VERSION;
-            let connected = match self.dial(address, to, newest) {
-                Err(AckDialError::Handshake(error)) => match error.version_to_retry(newest) {
-                    Some(older) => self.dial(address, to, older),
-                    None => Err(AckDialError::Handshake(error)),
-                },
-                connected => connected,
-            };
-            match connected {
+            match self.dial_with_offers(address, to) {
                 Ok(stream) => {
                     self.streams.insert(to, stream);
                 }
@@ -643,8 +655,9 @@ mod tests {
             me: NodeId(2),
             cluster: 1,
             nodes: vec![NodeId(1)],
-            peer_key: net::auth::Key::peer(b"sixteen bytes at least").unwrap(),
-            client_key: None,
+            keys: net::auth::Credentials::of_peer_key(
+                net::auth::Key::peer(b"sixteen bytes at least").unwrap(),
+            ),
         };
         let mut acker = Acker::new(access, Default::default());
         acker.streams.insert(NodeId(1), stream);

@@ -158,7 +158,8 @@ fn one(args: &EmulateArgs, delay: Option<DelayRange>) -> anyhow::Result<Vec<Run>
             json: None,
             ..args.bench.clone()
         };
-        bench::benchmark(&config, &options, &[Some(mode)]).await
+        let operator = addresses.operator_config();
+        bench::benchmark(&config, Some(&operator), &options, &[Some(mode)]).await
     });
     drop(processes);
     runs

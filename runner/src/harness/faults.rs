@@ -7,9 +7,9 @@ use crate::harness::linearize::{self, BankModel, NotLinearizable, Operation};
 use anyhow::Context;
 use bank::workload::account_id;
 use bank::{Bank, BankCommand, BankOutput};
-use engine::client::{Client, ClientConfig, node_status};
+use engine::client::{Client, ClientConfig, OperatorConfig, node_status};
 use engine::node::local::free_loopback_addresses;
-use engine::node::{ClusterFile, NodeEntry, WalIo};
+use engine::node::{ClusterFile, Key, NodeEntry, OperatorKey, WalIo};
 use engine::rng::Rng;
 use engine::{ClientId, EntryIndex, Outcome, RequestNumber};
 use net::message::{NodeStatus, Role};
@@ -305,6 +305,14 @@ impl Addresses {
         let mut config = ClientConfig::new(CLUSTER_ID, self.clients.values().copied());
         config.give_up_after = None;
         config
+    }
+
+    /// The operator's configuration: the cluster files set no operator secret, so the
+    /// operator key is the peer key's.
+    pub fn operator_config(&self) -> OperatorConfig {
+        let peer = Key::peer(FAULT_SECRET.as_bytes()).expect("a long secret");
+        let key = OperatorKey::of_peer_key(&peer);
+        OperatorConfig::new(CLUSTER_ID, self.clients.values().copied(), key)
     }
 }
 

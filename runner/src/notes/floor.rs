@@ -205,6 +205,7 @@ fn on_storage(
         args.storage.apply(config);
     })?;
     let config = cluster.client_config();
+    let operator = cluster.operator_config();
     let probe_dir = dir.path().join("floor-probe");
     std::fs::create_dir_all(&probe_dir)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -221,8 +222,12 @@ fn on_storage(
                 probes[at].extend(run_probe(probe, shape, batches, &probe_dir)?);
             }
             let options = engine_options(args, shape, run);
-            let runs =
-                runtime.block_on(bench::benchmark(&config, &options, &[Some(shape.mode)]))?;
+            let runs = runtime.block_on(bench::benchmark(
+                &config,
+                Some(&operator),
+                &options,
+                &[Some(shape.mode)],
+            ))?;
             engine[at].extend(runs);
         }
     }

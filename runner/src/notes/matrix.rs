@@ -127,6 +127,7 @@ fn on_storage(
         args.storage.apply(config);
     })?;
     let config = cluster.client_config();
+    let operator = cluster.operator_config();
     let seconds = args.matrix.matrix_duration;
     let options = |batch, inflight, accounts, reads| BenchOptions {
         accounts,
@@ -164,6 +165,7 @@ fn on_storage(
             for inflight in MATRIX_INFLIGHT {
                 let runs = bench::benchmark(
                     &config,
+                    Some(&operator),
                     &options(batch, inflight, MATRIX_ACCOUNTS, 0),
                     &both,
                 )
@@ -174,13 +176,15 @@ fn on_storage(
         if extras {
             for batch in SWEEP_BATCHES {
                 let sweep = options(batch, 1, MATRIX_ACCOUNTS, 0);
-                let runs = bench::benchmark(&config, &sweep, &[Some(Mode::Performance)]).await?;
+                let runs =
+                    bench::benchmark(&config, Some(&operator), &sweep, &[Some(Mode::Performance)])
+                        .await?;
                 keep(Group::Sweep, runs);
             }
             let contended = options(256, 1, CONTENDED_ACCOUNTS, CONTENDED_READS_PERCENT);
             keep(
                 Group::Contended,
-                bench::benchmark(&config, &contended, &both).await?,
+                bench::benchmark(&config, Some(&operator), &contended, &both).await?,
             );
         }
         anyhow::Ok(())

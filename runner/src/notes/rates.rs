@@ -58,6 +58,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
         args.storage.apply(config);
     })?;
     let config = cluster.client_config();
+    let operator = cluster.operator_config();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -74,7 +75,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
                 ..args.bench.clone()
             };
             let modes = [Some(Mode::Performance)];
-            runs.extend(bench::benchmark(&config, &options, &modes).await?);
+            runs.extend(bench::benchmark(&config, Some(&operator), &options, &modes).await?);
         }
         anyhow::Ok(())
     })?;

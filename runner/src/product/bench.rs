@@ -6,7 +6,9 @@ use anyhow::{Context, bail};
 use bank::workload::{PREFILL_BALANCE, Transfers, account_id, open_command};
 use bank::{Bank, BankCommand, BankError, BankOutput};
 use clap::Args;
-use engine::client::{Client, ClientConfig, ClientError, node_status, set_node_mode};
+use engine::client::{
+    Client, ClientConfig, ClientError, OperatorConfig, node_status, set_node_mode,
+};
 use engine::internals::entry::encode_commands;
 use engine::{ClientId, Mode, Outcome, RequestNumber, decode_outcomes};
 use futures::future::join_all;
@@ -554,6 +556,7 @@ pub async fn audit(config: &ClientConfig) -> anyhow::Result<(u64, u128)> {
 /// Prefill, runs, audit, convergence; prints the table and writes JSON if asked.
 pub async fn benchmark(
     config: &ClientConfig,
+    operator: Option<&OperatorConfig>,
     options: &BenchOptions,
     modes: &[Option<Mode>],
 ) -> anyhow::Result<Vec<Run>> {
@@ -593,7 +596,7 @@ pub async fn benchmark(
     };
     let mut runs = Vec::new();
     for &mode in modes {
-        let label = set_mode(config, mode).await?;
+        let label = set_mode(config, operator, mode).await?;
         for run in 0..options.runs {
             runs.push(measure(config, options, run, &label).await?);
         }
@@ -631,12 +634,23 @@ pub async fn benchmark(
     Ok(runs)
 }
 
-/// Sets `mode` on every node (when given); returns the mode's name as the nodes report it.
-async fn set_mode(config: &ClientConfig, mode: Option<Mode>) -> anyhow::Result<String> {
+/// Sets `mode` on every node (when given), as `operator`; returns the mode's name as the
+/// nodes report it.
+async fn set_mode(
+    config: &ClientConfig,
+    operator: Option<&OperatorConfig>,
+    mode: Option<Mode>,
+) -> anyhow::Result<String> {
     let timeout = Duration::from_secs(2);
     if let Some(mode) = mode {
-        for address in &config.nodes {
-            set_node_mode(config, address, mode, timeout).await?;
+        let Some(operator) = operator else {
+            bail!(
+                "--mode needs the operator credential: give the cluster file (or an operator \
+                 file), not a client file"
+            );
+        };
+        for address in &operator.nodes {
+            set_node_mode(operator, address, mode, timeout).await?;
         }
     }
     let status = node_status(config, &config.nodes[0], timeout).await?;

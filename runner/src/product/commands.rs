@@ -6,7 +6,7 @@ use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
 use clap::{Args, Subcommand};
 use engine::cli::StorageOptions;
 use engine::client::Client;
-use engine::node::ClientFile;
+use engine::node::ClusterFile;
 use engine::node::local::LocalCluster;
 use engine::state::STATE_BYTES_DEFAULT;
 use engine::{Mode, Outcome};
@@ -24,7 +24,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 #[derive(Args, Debug)]
 pub struct ClientArgs {
     /// The cluster file, or a client file (`runner client-file` writes one).
-    #[arg(long, visible_alias = "client-file")]
+    #[arg(long, env = engine::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
     pub cluster: PathBuf,
     /// The command.
     #[command(subcommand)]
@@ -134,7 +134,7 @@ pub fn outcome_json(outcome: &Outcome<BankOutput, BankError>) -> Value {
 
 /// Sends one command and prints its outcome as JSON.
 pub fn client(args: ClientArgs) -> anyhow::Result<()> {
-    let mut config = ClientFile::read(&args.cluster)?.client_config()?;
+    let mut config = engine::cli::read_client_file(&args.cluster)?.client_config()?;
     config.give_up_after = Some(Duration::from_secs(30));
     let command = args.command.to_bank();
     let runtime = runtime()?;
@@ -241,7 +241,14 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
             .wait_for_leader(Duration::from_secs(10))
             .await
             .context("no leader elected")?;
-        bench::benchmark(&cluster.client_config(), &args.bench, &modes).await
+        let operator = cluster.operator_config();
+        bench::benchmark(
+            &cluster.client_config(),
+            Some(&operator),
+            &args.bench,
+            &modes,
+        )
+        .await
     });
     drop(cluster);
     let (peak, last) = disk.stop();
@@ -260,7 +267,7 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// The cluster file, or a client file (`runner client-file` writes one).
-    #[arg(long, visible_alias = "client-file")]
+    #[arg(long, env = engine::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
     pub cluster: PathBuf,
     /// Sets every node's execution mode before the runs (default: leave it as it is).
     #[arg(long, value_enum)]
@@ -272,10 +279,16 @@ pub struct BenchArgs {
 
 /// The benchmark against a running cluster.
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let file = ClientFile::read(&args.cluster)?;
+    let file = engine::cli::read_client_file(&args.cluster)?;
+    // A cluster file (not a client file) gives the operator credential that --mode needs.
+    let operator = match ClusterFile::parse(&args.cluster) {
+        Ok(_) => Some(engine::cli::read_cluster_file(&args.cluster)?.operator_config()?),
+        Err(_) => None,
+    };
     runtime()?
         .block_on(bench::benchmark(
             &file.client_config()?,
+            operator.as_ref(),
             &args.bench,
             &[args.mode.map(Mode::from)],
         ))

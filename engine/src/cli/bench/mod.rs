@@ -14,7 +14,6 @@ use super::{CliHandler, runtime};
 use crate::client::{Client, ClientConfig, node_status};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber};
-use crate::node::ClientFile;
 use crate::rng::Rng;
 use anyhow::{Context, bail};
 use clap::Args;
@@ -73,7 +72,7 @@ pub trait BenchWorkload {
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// The cluster file, or a client file (`client-file` writes one).
-    #[arg(long, visible_alias = "client-file")]
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
     pub cluster: PathBuf,
     /// Commands per request.
     #[arg(long, default_value_t = 256,
@@ -112,7 +111,7 @@ pub struct BenchArgs {
 /// differ.
 pub fn bench<W: BenchWorkload>(args: BenchArgs, mut workload: W) -> anyhow::Result<()> {
     check_args(&args)?;
-    let mut config = ClientFile::read(&args.cluster)?.client_config()?;
+    let mut config = crate::cli::read_client_file(&args.cluster)?.client_config()?;
     config.give_up_after = Some(Duration::from_secs(BENCH_GIVE_UP_S));
     let report = runtime()?.block_on(async {
         let prefill = prefill(&config, &mut workload).await.context("prefill")?;
