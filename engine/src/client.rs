@@ -13,9 +13,9 @@ use futures::{SinkExt, StreamExt};
 use net::auth::Key;
 use net::frame::{FrameCodec, FrameError};
 use net::message::{ClientReply, ClientRequest, Hello, Read, Refusal, Rejection};
+use net::tls::{Stream, Tls};
 use std::pin::Pin;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 use tokio::time::error::Elapsed;
 use tokio_util::codec::Framed;
 
@@ -60,6 +60,9 @@ pub struct ClientConfig {
     pub give_up_after: Option<Duration>,
     /// The client key to prove in the handshake, for a cluster that requires one.
     pub key: Option<Key>,
+    /// TLS to every node, for a cluster that speaks it (the CA that signs the nodes'
+    /// certificates, and this client's own certificate when it presents one).
+    pub tls: Option<Tls>,
 }
 
 impl ClientConfig {
@@ -74,6 +77,7 @@ impl ClientConfig {
             hedge_after: Some(Duration::from_millis(HEDGE_AFTER_MS_DEFAULT)),
             give_up_after: None,
             key: None,
+            tls: None,
         }
     }
 }
@@ -155,7 +159,7 @@ pub enum ClientError {
 pub struct Client {
     config: ClientConfig,
     requests: Requests<Address>,
-    connection: Option<Framed<TcpStream, FrameCodec>>,
+    connection: Option<Connection>,
 }
 
 impl Client {
@@ -474,7 +478,8 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
 type HedgeExchange<'a> = dyn std::future::Future<Output = Ended> + Send + 'a;
 
 /// A connection to a node.
-type Connection = Framed<TcpStream, FrameCodec>;
+/// A connection to a node, in clear or in TLS, framed.
+pub(crate) type Connection = Framed<Stream, FrameCodec>;
 
 /// How one exchange ended: within the attempt's time or not; with the connection (kept only
 /// after an answer) and the answer or why there was none.
@@ -549,6 +554,8 @@ pub trait Connects: private::Sealed {
     fn cluster_id(&self) -> u64;
     /// The keys a connection proves, in the order it tries them (`None`: an empty proof).
     fn proofs(&self) -> Vec<Option<&Key>>;
+    /// TLS to the nodes, for a cluster that speaks it.
+    fn tls(&self) -> Option<&Tls>;
 }
 
 mod private {
@@ -565,6 +572,10 @@ impl Connects for ClientConfig {
     fn proofs(&self) -> Vec<Option<&Key>> {
         vec![self.key.as_ref()]
     }
+
+    fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
+    }
 }
 
 /// Connects to `address` and introduces the caller with the first key `config` proves,
@@ -573,12 +584,13 @@ impl Connects for ClientConfig {
 pub(crate) async fn connect(
     config: &impl Connects,
     address: &Address,
-) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
+) -> Result<Connection, HandshakeError> {
     let proofs = config.proofs();
     let mut offer = Offer::FIRST;
     loop {
         let key = proofs.get(offer.key).copied().flatten();
-        match connect_offering(config.cluster_id(), address, offer.version, key).await {
+        let to = (address, config.tls());
+        match connect_offering(config.cluster_id(), to, offer.version, key).await {
             Err(error) => match offer.after(&error, proofs.len()) {
                 Some(next) => offer = next,
                 None => return Err(error),
@@ -590,14 +602,21 @@ pub(crate) async fn connect(
 
 async fn connect_offering(
     cluster: u64,
-    address: &Address,
+    (address, tls): (&Address, Option<&Tls>),
     version: u16,
     key: Option<&Key>,
-) -> Result<Framed<TcpStream, FrameCodec>, HandshakeError> {
+) -> Result<Connection, HandshakeError> {
     let stream = crate::address::connect(address)
         .await
         .map_err(FrameError::Io)?;
     stream.set_nodelay(true).map_err(FrameError::Io)?;
+    let stream = match tls {
+        Some(tls) => tls
+            .connect(address.host(), stream)
+            .await
+            .map_err(FrameError::Io)?,
+        None => Stream::Plain(stream),
+    };
     let mut frames = Framed::new(stream, FrameCodec::new(cluster));
     let hello = Hello {
         version,

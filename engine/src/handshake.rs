@@ -9,7 +9,11 @@ use futures::{SinkExt, StreamExt};
 use net::auth::{self, Caller, Gate, Key};
 use net::frame::{FrameCodec, FrameError, HANDSHAKE_FRAME_BODY_BYTES_MAX};
 use net::message::{Admission, Challenge, Hello, PROTOCOL_VERSION, Proof, Refusal};
-use tokio::net::TcpStream;
+
+/// What a handshake runs over: a TCP stream, in clear or in TLS.
+pub trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Io for S {}
 use tokio_util::codec::Framed;
 
 /// Why a handshake did not admit the connection.
@@ -83,8 +87,8 @@ impl Offer {
     }
 }
 
-async fn next<T: codec::Decode<()>>(
-    frames: &mut Framed<TcpStream, FrameCodec>,
+async fn next<T: codec::Decode<()>, S: Io>(
+    frames: &mut Framed<S, FrameCodec>,
 ) -> Result<T, HandshakeError> {
     let frame = frames.next().await.ok_or(HandshakeError::Closed)??;
     Ok(codec::decode(&frame)?)
@@ -117,8 +121,8 @@ fn challenge_or_refusal(
 
 /// The caller's side: hello, answer the challenge of `listener` (the node dialed; `None`
 /// for a client), wait for admission. The codec's limit is the handshake's meanwhile.
-pub async fn introduce(
-    frames: &mut Framed<TcpStream, FrameCodec>,
+pub async fn introduce<S: Io>(
+    frames: &mut Framed<S, FrameCodec>,
     hello: &Hello,
     listener: Option<NodeId>,
     key: Option<&Key>,
@@ -142,18 +146,16 @@ pub async fn introduce(
 }
 
 /// The caller's side on a blocking socket (whose read timeout bounds each wait).
-pub(crate) fn introduce_blocking(
-    stream: &mut std::net::TcpStream,
+pub(crate) fn introduce_blocking<S: std::io::Read + std::io::Write>(
+    stream: &mut S,
     mut codec: FrameCodec,
     hello: &Hello,
     listener: NodeId,
     key: &Key,
 ) -> Result<(), HandshakeError> {
-    use std::io::Write;
     codec.set_limit(HANDSHAKE_FRAME_BODY_BYTES_MAX);
-    let write = |stream: &mut std::net::TcpStream, frame: bytes::BytesMut| {
-        stream.write_all(&frame).map_err(FrameError::Io)
-    };
+    let write =
+        |stream: &mut S, frame: bytes::BytesMut| stream.write_all(&frame).map_err(FrameError::Io);
     write(stream, codec.frame(hello)?)?;
     let challenge = challenge_or_refusal(codec.read_frame(stream), hello.cluster)?;
     let proof = auth::answer(Some(key), hello, Some(listener), &challenge);
@@ -168,8 +170,8 @@ pub(crate) fn introduce_blocking(
 /// hello and who the proof shows it is once the proof holds, without admitting it yet ([`welcome`] does, or the caller sends
 /// a refusal of its own, a limit say). A refusal here is sent before the error returns (best
 /// effort: the caller bounds the time). The codec's limit is the handshake's meanwhile.
-pub(crate) async fn admit(
-    frames: &mut Framed<TcpStream, FrameCodec>,
+pub(crate) async fn admit<S: Io>(
+    frames: &mut Framed<S, FrameCodec>,
     gate: &Gate<'_>,
 ) -> Result<(Hello, Caller), HandshakeError> {
     let limit = frames.codec().limit();
@@ -198,8 +200,8 @@ pub(crate) async fn admit(
 }
 
 /// Admits a connection whose caller [`admit`] accepted.
-pub(crate) async fn welcome(
-    frames: &mut Framed<TcpStream, FrameCodec>,
+pub(crate) async fn welcome<S: Io>(
+    frames: &mut Framed<S, FrameCodec>,
 ) -> Result<(), HandshakeError> {
     Ok(frames.send(&Admission::Accepted).await?)
 }

@@ -7,3 +7,4 @@ pub mod entry;
 pub mod frame;
 pub mod ids;
 pub mod message;
+pub mod tls;

@@ -14,13 +14,10 @@ use crate::node::backup::{Backup, BackupHeader, Seed, seed_data_dirs, write_file
 use crate::snapshot::SNAPSHOT_BYTES_MAX;
 use clap::Args;
 use futures::{SinkExt, StreamExt};
-use net::frame::FrameCodec;
 use net::message::{BackupChunk, BackupRequest, ClientReply, ClientRequest};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
-use tokio::net::TcpStream;
-use tokio_util::codec::Framed;
 
 /// How long one node has to answer one piece of a backup, in milliseconds.
 pub const BACKUP_PIECE_TIMEOUT_MS: u64 = 10_000;
@@ -181,7 +178,7 @@ async fn fetch(
 }
 
 async fn fetch_once(
-    frames: &mut Framed<TcpStream, FrameCodec>,
+    frames: &mut crate::client::Connection,
 ) -> Result<(BackupChunk, Vec<u8>), FetchError> {
     let first = piece(frames, None, 0).await?;
     if first.total > SNAPSHOT_BYTES_MAX {
@@ -207,7 +204,7 @@ async fn fetch_once(
 }
 
 async fn piece(
-    frames: &mut Framed<TcpStream, FrameCodec>,
+    frames: &mut crate::client::Connection,
     index: Option<crate::ids::EntryIndex>,
     offset: u64,
 ) -> Result<BackupChunk, FetchError> {

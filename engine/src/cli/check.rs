@@ -1,6 +1,7 @@
 //! `check --cluster FILE`: what each node of a cluster file would run with, or every
 //! error the file holds (exit 1), without starting anything.
 
+use super::check_tls::NodeTls;
 use crate::node::ClusterFile;
 use anyhow::bail;
 use clap::Args;
@@ -23,13 +24,15 @@ pub struct CheckArgs {
 pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let mut file = ClusterFile::parse(&args.cluster)?;
     file.take_environment(super::environment)?;
-    let errors = file.errors();
+    let mut errors = file.errors();
+    let tls = super::check_tls::report(&file, std::time::SystemTime::now());
+    errors.extend(super::check_tls::errors(&tls));
     let printed = match &args.json {
-        Some(target) => super::emit_json(target, &as_json(&args.cluster, &file, &errors))?,
+        Some(target) => super::emit_json(target, &as_json(&args.cluster, &file, &errors, &tls))?,
         None => false,
     };
     if !printed && errors.is_empty() {
-        print_nodes(&file);
+        print_nodes(&file, &tls);
     } else if !printed {
         for error in &errors {
             println!("error: {error}");
@@ -42,12 +45,22 @@ pub fn check(args: CheckArgs) -> anyhow::Result<()> {
 }
 
 /// The file's nodes, settings and errors, for programs.
-fn as_json(path: &std::path::Path, file: &ClusterFile, errors: &[String]) -> serde_json::Value {
+fn as_json(
+    path: &std::path::Path,
+    file: &ClusterFile,
+    errors: &[String],
+    tls: &[(u8, NodeTls)],
+) -> serde_json::Value {
+    let tls_of = |id: u8| {
+        let found = tls.iter().find(|(node, _)| *node == id);
+        found.map(|(_, tls)| super::check_tls::json_of(tls))
+    };
     let nodes: Vec<_> = file
         .nodes
         .iter()
         .map(|n| {
             json!({
+                "tls": tls_of(n.id),
                 "id": n.id,
                 "peer_address": n.peer_address.to_string(),
                 "client_address": n.client_address.to_string(),
@@ -67,7 +80,7 @@ fn as_json(path: &std::path::Path, file: &ClusterFile, errors: &[String]) -> ser
     })
 }
 
-fn print_nodes(file: &ClusterFile) {
+fn print_nodes(file: &ClusterFile, tls: &[(u8, NodeTls)]) {
     println!(
         "{:>4}  {:<22} {:<22} data_dir",
         "node", "peer_address", "client_address"
@@ -89,6 +102,9 @@ fn print_nodes(file: &ClusterFile) {
             if let Some(address) = address {
                 println!("{:>4}  {key} {address}", "");
             }
+        }
+        if let Some((_, tls)) = tls.iter().find(|(id, _)| *id == node.id) {
+            println!("{:>4}  {}", "", super::check_tls::line(tls));
         }
     }
     println!("every node runs with:");
@@ -115,6 +131,10 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
         ),
         ("operator_secret", json!(operator(file))),
         ("rotating", json!(rotating(file))),
+        (
+            "tls_ca_file",
+            json!(file.tls_ca_file.as_ref().map(|p| p.display().to_string())),
+        ),
         ("mode", json!(mode)),
         ("entry_commands_max", json!(file.entry_commands_max)),
         ("capacity_bytes", json!(file.capacity_bytes)),

@@ -23,6 +23,13 @@ pub struct ClientFileArgs {
     /// the peer and client secrets (the cluster file must set operator_secret).
     #[arg(long)]
     pub operator: bool,
+    /// The client's own TLS certificate (PEM, signed by the cluster's CA), written into the
+    /// client file beside the CA (a cluster that speaks TLS).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM, owner-only).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Writes the client file (or, with `--operator`, the operator file) of `args.cluster` to
@@ -43,10 +50,14 @@ pub fn client_file(args: ClientFileArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let client = file.client_file()?;
+    let mut client = file.client_file()?;
+    client.tls_cert_file = args.tls_cert;
+    client.tls_key_file = args.tls_key;
+    // The files it names must load, before anyone is handed it.
+    client.tls()?;
     client.write(&args.out, args.force)?;
     println!(
-        "{}: cluster {}, {} nodes, client secret {}; no peer or operator secret",
+        "{}: cluster {}, {} nodes, client secret {}, TLS {}; no peer or operator secret",
         args.out.display(),
         client.cluster_id,
         client.nodes.len(),
@@ -54,6 +65,11 @@ pub fn client_file(args: ClientFileArgs) -> anyhow::Result<()> {
             "included"
         } else {
             "not set"
+        },
+        match (&client.tls_ca_file, &client.tls_cert_file) {
+            (None, _) => "off",
+            (Some(_), None) => "on",
+            (Some(_), Some(_)) => "on, with a client certificate",
         }
     );
     Ok(())

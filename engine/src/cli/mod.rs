@@ -32,6 +32,7 @@
 mod backup;
 mod bench;
 mod check;
+mod check_tls;
 mod client;
 mod client_file;
 pub mod logging;

@@ -7,6 +7,7 @@ use super::{ClientError, Connects, ask, unexpected};
 use crate::address::Address;
 use net::auth::{Key, OperatorKey};
 use net::message::{ClientReply, ClientRequest, MemberChange, Mode};
+use net::tls::Tls;
 use std::time::Duration;
 
 /// Where and how an operator reaches a cluster.
@@ -21,6 +22,8 @@ pub struct OperatorConfig {
     /// During a rotation, the operator key before `key`: proved to a node that refuses the
     /// new one.
     pub previous_key: Option<OperatorKey>,
+    /// TLS to every node, for a cluster that speaks it.
+    pub tls: Option<Tls>,
 }
 
 impl OperatorConfig {
@@ -35,6 +38,7 @@ impl OperatorConfig {
             nodes: nodes.into_iter().map(Into::into).collect(),
             key,
             previous_key: None,
+            tls: None,
         }
     }
 }
@@ -49,6 +53,10 @@ impl Connects for OperatorConfig {
         std::iter::once(Some(self.key.key()))
             .chain(previous)
             .collect()
+    }
+
+    fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
     }
 }
 

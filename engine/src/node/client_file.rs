@@ -5,7 +5,10 @@
 //!
 //! ```toml
 //! cluster_id = 1
-//! client_secret = "..."          # only when the cluster file sets one
+//! client_secret = "..."          # only when the cluster file sets one (or client_secret_file)
+//! tls_ca_file = "/etc/bank/ca.pem"   # only when the cluster speaks TLS
+//! tls_cert_file = "/etc/bank/app.pem"   # optional: this client's own certificate...
+//! tls_key_file = "/etc/bank/app.key"    # ...and its key (owner-only)
 //! [[nodes]]
 //! id = 1
 //! client_address = "node1.example:8001"
@@ -16,6 +19,7 @@ use super::secrets::{self, SecretError, SecretSource};
 use crate::address::Address;
 use crate::client::ClientConfig;
 use net::auth::Key;
+use net::tls::{Tls, TlsFiles};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -42,6 +46,16 @@ pub struct ClientFile {
     /// A file holding the client secret (owner-only), instead of `client_secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret_file: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): set when the cluster speaks TLS; each node's
+    /// certificate must chain to it and name the address dialed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// This client's own certificate (PEM, signed by the CA), when it presents one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `tls_cert_file` (PEM, owner-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
     /// The nodes.
     pub nodes: Vec<ClientNode>,
 }
@@ -105,7 +119,26 @@ impl ClientFile {
         if let Err(error) = self.client_key() {
             errors.push(error.to_string());
         }
+        if let Err(error) = self.tls() {
+            errors.push(error.to_string());
+        }
         errors
+    }
+
+    /// TLS as this file sets it up; `None` when it names no CA.
+    pub fn tls(&self) -> Result<Option<Tls>, ClusterFileError> {
+        let Some(ca) = &self.tls_ca_file else {
+            if self.tls_cert_file.is_some() || self.tls_key_file.is_some() {
+                return Err(ClusterFileError::TlsWithoutCa);
+            }
+            return Ok(None);
+        };
+        let files = TlsFiles {
+            ca: ca.clone(),
+            cert: self.tls_cert_file.clone(),
+            key: self.tls_key_file.clone(),
+        };
+        Ok(Some(Tls::load(&files)?))
     }
 
     fn secret(&self) -> SecretSource<'_> {
@@ -144,6 +177,7 @@ impl ClientFile {
         let addresses = self.nodes.iter().map(|n| n.client_address.clone());
         let mut config = ClientConfig::new(self.cluster_id, addresses);
         config.key = self.client_key()?;
+        config.tls = self.tls()?;
         Ok(config)
     }
 

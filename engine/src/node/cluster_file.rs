@@ -51,6 +51,7 @@ use crate::node::config::ConfigError;
 use crate::node::secrets::{self, SecretError, SecretSource};
 use crate::node::{NodeAddress, NodeConfig};
 use net::auth::{Credentials, Key, KeyRing, OperatorKey, SECRET_BYTES_MIN};
+use net::tls::{Tls, TlsError, TlsFiles};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -103,6 +104,15 @@ pub enum ClusterFileError {
          be an operator's copy of the cluster file)"
     )]
     NoPeerSecret,
+    /// TLS files that cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// A node without its certificate or key in a cluster that speaks TLS.
+    #[error("node {0}: tls_ca_file is set, so the node needs tls_cert_file and tls_key_file")]
+    TlsIncomplete(u8),
+    /// A certificate or key without the CA.
+    #[error("tls_cert_file or tls_key_file is set without tls_ca_file")]
+    TlsWithoutCa,
     /// The file holds neither an operator secret nor the peer secret.
     #[error(
         "the file holds no operator credential: set operator_secret (or operator_secret_file), \
@@ -168,6 +178,13 @@ pub struct NodeEntry {
     /// Where the node listens for clients, when not at `client_address`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_bind_address: Option<SocketAddr>,
+    /// The node's certificate (PEM, signed by `tls_ca_file`, naming the hosts of its
+    /// `peer_address` and `client_address`), when the cluster speaks TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `tls_cert_file` (PEM, owner-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl NodeEntry {
@@ -187,6 +204,22 @@ impl NodeEntry {
             metrics_address: None,
             peer_bind_address: None,
             client_bind_address: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+        }
+    }
+
+    /// The TLS files of this node, in a cluster whose CA is `ca`.
+    pub fn tls_files(&self, ca: &Path) -> Result<TlsFiles, ClusterFileError> {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => Ok(TlsFiles {
+                ca: ca.to_path_buf(),
+                cert: Some(cert.clone()),
+                key: Some(key.clone()),
+            }),
+            (Some(_), None) | (None, Some(_)) | (None, None) => {
+                Err(ClusterFileError::TlsIncomplete(self.id))
+            }
         }
     }
 }
@@ -241,6 +274,10 @@ pub struct ClusterFile {
     /// A file holding `previous_operator_secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_operator_secret_file: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): set, every connection is TLS and every node
+    /// needs `tls_cert_file` and `tls_key_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<PathBuf>,
     /// Most commands per entry.
     #[serde(default = "default_entry_commands_max")]
     pub entry_commands_max: u32,
@@ -361,6 +398,7 @@ impl ClusterFile {
             operator_secret_file: None,
             previous_operator_secret: None,
             previous_operator_secret_file: None,
+            tls_ca_file: None,
             entry_commands_max: default_entry_commands_max(),
             mode: ModeSetting::default(),
             snapshot_every: default_snapshot_every(),
@@ -437,6 +475,18 @@ impl ClusterFile {
             self.operator_keys().err(),
         ];
         errors.extend(secrets.into_iter().flatten().map(|e| e.to_string()));
+        // Each host holds only its own node's key: the files are read where they are used
+        // (`node_config`, `check`), the keys' presence checked here.
+        for node in &self.nodes {
+            let tls = match &self.tls_ca_file {
+                Some(ca) => node.tls_files(ca).err(),
+                None if node.tls_cert_file.is_some() || node.tls_key_file.is_some() => {
+                    Some(ClusterFileError::TlsWithoutCa)
+                }
+                None => None,
+            };
+            errors.extend(tls.map(|e| e.to_string()));
+        }
         let nodes = crate::node::config::check_nodes(&self.addresses());
         errors.extend(nodes.iter().map(ToString::to_string));
         errors.extend(self.duplicate_dirs());
@@ -507,7 +557,33 @@ impl ClusterFile {
             .iter()
             .find(|n| n.id == id)
             .ok_or(ClusterFileError::NoSuchNode(id))?;
-        Ok(self.config_of(entry, self.credentials()?))
+        let mut config = self.config_of(entry, self.credentials()?);
+        config.tls = self.node_tls(entry)?;
+        Ok(config)
+    }
+
+    /// Node `entry`'s TLS, when the cluster speaks it.
+    fn node_tls(&self, entry: &NodeEntry) -> Result<Option<Tls>, ClusterFileError> {
+        match &self.tls_ca_file {
+            Some(ca) => Ok(Some(Tls::load(&entry.tls_files(ca)?)?)),
+            None if entry.tls_cert_file.is_some() || entry.tls_key_file.is_some() => {
+                Err(ClusterFileError::TlsWithoutCa)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// TLS for a process that dials the nodes and presents no certificate (an operator).
+    fn dialer_tls(&self) -> Result<Option<Tls>, ClusterFileError> {
+        let Some(ca) = &self.tls_ca_file else {
+            return Ok(None);
+        };
+        let files = TlsFiles {
+            ca: ca.clone(),
+            cert: None,
+            key: None,
+        };
+        Ok(Some(Tls::load(&files)?))
     }
 
     /// Node `entry`'s configuration with `credentials`.
@@ -619,6 +695,7 @@ impl ClusterFile {
         let addresses = self.nodes.iter().map(|n| n.client_address.clone());
         let mut config = OperatorConfig::new(self.cluster_id, addresses, key);
         config.previous_key = previous_key;
+        config.tls = self.dialer_tls()?;
         Ok(config)
     }
 
@@ -659,6 +736,9 @@ impl ClusterFile {
             cluster_id: self.cluster_id,
             client_secret: client.read_text()?,
             client_secret_file: None,
+            tls_ca_file: self.tls_ca_file.clone(),
+            tls_cert_file: None,
+            tls_key_file: None,
             nodes: self
                 .nodes
                 .iter()

@@ -16,6 +16,7 @@ use futures::{SinkExt, StreamExt};
 use net::auth::{Caller, Credentials, Gate, Key, Port};
 use net::frame::{CLIENT_FRAME_BODY_BYTES_MAX, FrameCodec, FrameError};
 use net::message::{ClientReply, ClientRequest, ClientRole, Hello, PeerMessage, Refusal};
+use net::tls::{Stream, Tls, TlsPort};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -117,6 +118,8 @@ pub(crate) struct Access {
     pub(crate) cluster: u64,
     pub(crate) nodes: Vec<NodeId>,
     pub(crate) keys: Credentials,
+    /// TLS on every connection, when the node has it.
+    pub(crate) tls: Option<Tls>,
 }
 
 impl Access {
@@ -166,6 +169,9 @@ pub(crate) enum ConnectionError {
     Refused(Refusal),
     #[error("closed")]
     Closed,
+    /// TLS could not be opened (a plaintext caller, a certificate the CA did not sign).
+    #[error("TLS: {0}")]
+    Tls(std::io::Error),
 }
 
 impl ConnectionError {
@@ -178,6 +184,7 @@ impl ConnectionError {
             | ConnectionError::Frame(_)
             | ConnectionError::Decode(_)
             | ConnectionError::Refused(_)
+            | ConnectionError::Tls(_)
             | ConnectionError::Closed => None,
         }
     }
@@ -189,7 +196,8 @@ impl ConnectionError {
             ConnectionError::Frame(error) => Refusal::for_frame(error),
             ConnectionError::Decode(_) => Some(Refusal::Undecodable),
             ConnectionError::Refused(refusal) => Some(refusal.clone()),
-            ConnectionError::Closed => None,
+            // A connection whose TLS failed hears nothing more in clear.
+            ConnectionError::Tls(_) | ConnectionError::Closed => None,
         }
     }
 }
@@ -264,7 +272,7 @@ impl Drop for PeerSlot {
 
 /// The listener's handshake within [`HANDSHAKE_TIMEOUT_MS`].
 async fn admit_within(
-    frames: &mut Framed<TcpStream, FrameCodec>,
+    frames: &mut Framed<Stream, FrameCodec>,
     gate: &Gate<'_>,
 ) -> Result<(Hello, Caller), ConnectionError> {
     match tokio::time::timeout(
@@ -283,7 +291,7 @@ async fn admit_within(
 }
 
 /// Writes one last frame, within [`REFUSAL_WRITE_TIMEOUT_MS`], ignoring failure.
-async fn tell<T: codec::Encode>(frames: &mut Framed<TcpStream, FrameCodec>, message: &T) {
+async fn tell<T: codec::Encode>(frames: &mut Framed<Stream, FrameCodec>, message: &T) {
     let _ = tokio::time::timeout(
         Duration::from_millis(REFUSAL_WRITE_TIMEOUT_MS),
         frames.send(message),
@@ -365,10 +373,16 @@ async fn read_peer(
     slots: &PeerSlots,
     wakes: &PeerWakes,
 ) -> Result<(), ConnectionError> {
-    let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
-    let admitted = admit_within(&mut frames, &access.gate(Port::Peer)).await;
+    let admitted = async {
+        let stream = accept_tls(access, TlsPort::Peer, stream).await?;
+        let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
+        let admitted = admit_within(&mut frames, &access.gate(Port::Peer)).await?;
+        Ok::<_, ConnectionError>((frames, admitted))
+    }
+    .await;
     handshaking.fetch_sub(1, Ordering::Relaxed);
-    let (hello, caller) = admitted?;
+    let (mut frames, admitted) = admitted?;
+    let (hello, caller) = admitted;
     let Caller::Peer(from) = caller else {
         panic!("the peer port's gate admitted a client: {caller:?}");
     };
@@ -405,23 +419,24 @@ async fn read_peer(
 /// The socket address each peer was last reached at, by its connection's task: the WAL
 /// thread's acknowledgements go there, so that the WAL thread never waits on a name lookup.
 #[derive(Clone, Default)]
-pub(crate) struct PeerAddresses(Arc<Mutex<BTreeMap<NodeId, SocketAddr>>>);
+pub(crate) struct PeerAddresses(Arc<Mutex<BTreeMap<NodeId, (SocketAddr, String)>>>);
 
 impl PeerAddresses {
-    fn reached(&self, peer: NodeId, address: SocketAddr) {
+    fn reached(&self, peer: NodeId, address: SocketAddr, host: &str) {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(peer, address);
+            .insert(peer, (address, host.to_string()));
     }
 
-    /// Where `peer` was last reached, if it ever was.
-    pub(crate) fn get(&self, peer: NodeId) -> Option<SocketAddr> {
+    /// Where `peer` was last reached, if it ever was, and the host it was dialed by (the
+    /// name its TLS certificate must hold).
+    pub(crate) fn get(&self, peer: NodeId) -> Option<(SocketAddr, String)> {
         let found = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        found.get(&peer).copied()
+        found.get(&peer).cloned()
     }
 }
 
@@ -451,10 +466,11 @@ pub(crate) fn connect_peer(
             match crate::address::connect(&address).await {
                 Ok(stream) => {
                     if let Ok(reached) = stream.peer_addr() {
-                        found.reached(peer, reached);
+                        found.reached(peer, reached, address.host());
                     }
                     tune(&stream);
                     let to = (peer, offer);
+                    let stream = (stream, address.host());
                     let written = write_peer(stream, &access, to, &mut queued, &mut transfer);
                     let written = written.await;
                     let keys = access.peer_key(offer).1;
@@ -563,12 +579,13 @@ impl Transfer {
 /// Introduces this node (with `offer`), then writes queued messages, several
 /// per flush when they are waiting. Returns `Ok` when the node dropped the queue (shutdown).
 async fn write_peer(
-    stream: TcpStream,
+    (stream, host): (TcpStream, &str),
     access: &Access,
     (peer, offer): (NodeId, Offer),
     queued: &mut mpsc::Receiver<PeerMessage>,
     transfer: &mut Transfer,
 ) -> Result<(), ConnectionError> {
+    let stream = connect_tls(access, host, stream).await?;
     let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
     let (key, _) = access.peer_key(offer);
     let introduced = tokio::time::timeout(
@@ -636,6 +653,7 @@ async fn serve_client(
     access: &Access,
     inbox: mpsc::Sender<Input>,
 ) -> Result<(), ConnectionError> {
+    let stream = accept_tls(access, TlsPort::Client, stream).await?;
     let mut framed = Framed::new(stream, FrameCodec::new(access.cluster));
     let (_, caller) = admit_within(&mut framed, &access.gate(Port::Client)).await?;
     let Caller::Client(role) = caller else {
@@ -643,40 +661,53 @@ async fn serve_client(
     };
     welcome(&mut framed).await?;
     let parts = framed.into_parts();
-    let (read, write) = parts.io.into_split();
-    // Requests up to the largest a client may send; replies up to the largest frame.
-    let requests = FrameCodec::with_limit(access.cluster, CLIENT_FRAME_BODY_BYTES_MAX);
-    let mut frames = FramedRead::new(read, requests);
     // Whatever arrived right behind the proof is the client's first request.
-    *frames.read_buffer_mut() = parts.read_buf;
-    let (reply, mut replies) = mpsc::channel::<ClientReply>(CLIENT_REPLIES_QUEUED_MAX);
-    let cluster = access.cluster;
-    let mut writer = tokio::spawn(async move {
-        let mut frames = FramedWrite::new(write, FrameCodec::new(cluster));
-        let write_timeout = Duration::from_millis(CLIENT_WRITE_TIMEOUT_MS);
-        while let Some(message) = replies.recv().await {
-            let mut last = matches!(message, ClientReply::Refused(_));
-            let mut batch = vec![message];
-            while !last && let Ok(message) = replies.try_recv() {
-                last = matches!(message, ClientReply::Refused(_));
-                batch.push(message);
-            }
-            let written = async {
-                for message in &batch {
-                    frames.feed(message).await?;
-                }
-                SinkExt::<&ClientReply>::flush(&mut frames).await
-            };
-            match tokio::time::timeout(write_timeout, written).await {
-                Ok(result) => result?,
-                Err(_) => return Err(FrameError::Io(std::io::ErrorKind::TimedOut.into())),
-            }
-            if last {
-                break;
-            }
+    let admitted = Admitted {
+        role,
+        early: parts.read_buf,
+        inbox,
+        cluster: access.cluster,
+    };
+    match parts.io {
+        Stream::Plain(tcp) => {
+            let (read, write) = tcp.into_split();
+            serve_admitted(read, write, admitted).await
         }
-        Ok::<(), FrameError>(())
-    });
+        Stream::Tls(tls) => {
+            let (read, write) = tokio::io::split(tls);
+            serve_admitted(read, write, admitted).await
+        }
+    }
+}
+
+/// An admitted client connection: its role, the bytes read past its handshake, where its
+/// requests go.
+struct Admitted {
+    role: ClientRole,
+    early: bytes::BytesMut,
+    inbox: mpsc::Sender<Input>,
+    cluster: u64,
+}
+
+/// Reads an admitted client's requests into the node's inbox and writes the node's replies,
+/// until either side ends; a refusal is told before the connection closes.
+async fn serve_admitted<R, W>(read: R, write: W, admitted: Admitted) -> Result<(), ConnectionError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let Admitted {
+        role,
+        early,
+        inbox,
+        cluster,
+    } = admitted;
+    // Requests up to the largest a client may send; replies up to the largest frame.
+    let requests = FrameCodec::with_limit(cluster, CLIENT_FRAME_BODY_BYTES_MAX);
+    let mut frames = FramedRead::new(read, requests);
+    *frames.read_buffer_mut() = early;
+    let (reply, replies) = mpsc::channel::<ClientReply>(CLIENT_REPLIES_QUEUED_MAX);
+    let mut writer = tokio::spawn(write_replies(write, cluster, replies));
     // The writer's handle is awaited to its end at most once (a finished handle polled again
     // panics): `writer_ended` says whether that happened.
     let mut writer_ended = false;
@@ -728,6 +759,73 @@ async fn serve_client(
     result
 }
 
+/// Writes a client's replies as they come, several per flush when they wait; ends after a
+/// refusal, or when a write takes over [`CLIENT_WRITE_TIMEOUT_MS`].
+async fn write_replies<W: tokio::io::AsyncWrite + Unpin>(
+    write: W,
+    cluster: u64,
+    mut replies: mpsc::Receiver<ClientReply>,
+) -> Result<(), FrameError> {
+    let mut frames = FramedWrite::new(write, FrameCodec::new(cluster));
+    let write_timeout = Duration::from_millis(CLIENT_WRITE_TIMEOUT_MS);
+    while let Some(message) = replies.recv().await {
+        let mut last = matches!(message, ClientReply::Refused(_));
+        let mut batch = vec![message];
+        while !last && let Ok(message) = replies.try_recv() {
+            last = matches!(message, ClientReply::Refused(_));
+            batch.push(message);
+        }
+        let written = async {
+            for message in &batch {
+                frames.feed(message).await?;
+            }
+            SinkExt::<&ClientReply>::flush(&mut frames).await
+        };
+        match tokio::time::timeout(write_timeout, written).await {
+            Ok(result) => result?,
+            Err(_) => return Err(FrameError::Io(std::io::ErrorKind::TimedOut.into())),
+        }
+        if last {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The listener's side of TLS on a new connection to `port`, when the node has TLS; the
+/// stream as it came otherwise. Bounded by [`HANDSHAKE_TIMEOUT_MS`].
+async fn accept_tls(
+    access: &Access,
+    port: TlsPort,
+    stream: TcpStream,
+) -> Result<Stream, ConnectionError> {
+    let Some(tls) = &access.tls else {
+        return Ok(Stream::Plain(stream));
+    };
+    let limit = Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
+    match tokio::time::timeout(limit, tls.accept(port, stream)).await {
+        Ok(accepted) => accepted.map_err(ConnectionError::Tls),
+        Err(_) => Err(ConnectionError::Refused(Refusal::HandshakeTimeout)),
+    }
+}
+
+/// The dialer's side of TLS on a connection to `host`, when the node has TLS. Bounded by
+/// [`HANDSHAKE_TIMEOUT_MS`].
+async fn connect_tls(
+    access: &Access,
+    host: &str,
+    stream: TcpStream,
+) -> Result<Stream, ConnectionError> {
+    let Some(tls) = &access.tls else {
+        return Ok(Stream::Plain(stream));
+    };
+    let limit = Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
+    match tokio::time::timeout(limit, tls.connect(host, stream)).await {
+        Ok(connected) => connected.map_err(ConnectionError::Tls),
+        Err(_) => Err(ConnectionError::Refused(Refusal::HandshakeTimeout)),
+    }
+}
+
 /// The next whole frame of a client, or `None` when it closed. A frame that starts and does
 /// not finish within [`FRAME_READ_TIMEOUT_MS`], or silence for [`CLIENT_IDLE_TIMEOUT_MS`],
 /// ends the connection.
@@ -763,6 +861,8 @@ async fn next_client_frame<R: tokio::io::AsyncRead + Unpin>(
 fn count_refusal(metrics: &NodeMetrics, error: &ConnectionError) {
     if let Some(refusal) = error.refusal() {
         metrics.connection_refused(&refusal);
+    } else if let ConnectionError::Tls(_) = error {
+        metrics.refused_for("tls");
     }
 }
 
@@ -772,6 +872,9 @@ fn log_closed(kind: &str, address: &dyn std::fmt::Display, error: &ConnectionErr
         | ConnectionError::Handshake(HandshakeError::Closed)
         | ConnectionError::Handshake(HandshakeError::Frame(FrameError::Io(_)))
         | ConnectionError::Frame(FrameError::Io(_)) => {}
+        ConnectionError::Tls(error) => {
+            tracing::warn!(kind, %address, %error, "connection refused: TLS failed");
+        }
         ConnectionError::Forbidden { role, request } => {
             tracing::warn!(kind, %address, %role, request, "request refused: not this role's");
         }
@@ -809,6 +912,7 @@ mod tests {
             cluster: 1,
             nodes: vec![NodeId(2)],
             keys: Credentials::of_peer_key(Key::peer(b"sixteen bytes at least").unwrap()),
+            tls: None,
         }
     }
 
@@ -865,7 +969,8 @@ mod tests {
         while found.get(NodeId(2)).is_none() && tokio::time::Instant::now() < deadline {
             tokio::task::yield_now().await;
         }
-        let kept = found.get(NodeId(2)).expect("the address reached is kept");
+        let (kept, host) = found.get(NodeId(2)).expect("the address reached is kept");
+        assert_eq!(host, "localhost");
         assert_eq!(kept, listener.local_addr().unwrap());
         assert!(from.ip().is_loopback());
     }

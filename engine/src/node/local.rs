@@ -194,6 +194,9 @@ impl<H: Handler> LocalCluster<H> {
         let mut config = ClientConfig::new(self.configs[0].cluster_id, nodes);
         let client = self.configs[0].credentials.client.as_ref();
         config.key = client.map(|ring| ring.current.clone());
+        // In one process the nodes' own TLS serves their clients too (the CA, and node 1's
+        // certificate presented where a client may present one).
+        config.tls.clone_from(&self.configs[0].tls);
         config
     }
 
@@ -204,7 +207,9 @@ impl<H: Handler> LocalCluster<H> {
         let first = &self.configs[0];
         let nodes = first.nodes.iter().map(|n| n.client_address.clone());
         let key = OperatorKey::of_peer_key(&first.credentials.peer.current);
-        OperatorConfig::new(first.cluster_id, nodes, key)
+        let mut config = OperatorConfig::new(first.cluster_id, nodes, key);
+        config.tls.clone_from(&first.tls);
+        config
     }
 
     /// Stops one node (its data stays).

@@ -80,6 +80,10 @@ pub struct NodeConfig {
     /// this node proves it too), the one applications prove (`None` when they need not
     /// authenticate) and the one operators prove.
     pub credentials: net::auth::Credentials,
+    /// TLS on every connection (peers, clients, the WAL thread's acknowledgements), set up
+    /// from the cluster file's `tls_ca_file` and the node's `tls_cert_file` and
+    /// `tls_key_file`; `None` for connections in clear.
+    pub tls: Option<net::tls::Tls>,
     /// Every node of the cluster, this one included.
     pub nodes: Vec<NodeAddress>,
     /// Where this node keeps its WAL and hard state.
@@ -146,6 +150,7 @@ impl NodeConfig {
             id,
             cluster_id: 1,
             credentials: net::auth::Credentials::of_peer_key(peer_key),
+            tls: None,
             nodes,
             data_dir,
             entry_commands_max: ENTRY_COMMANDS_MAX,
@@ -196,6 +201,7 @@ impl NodeConfig {
                 .filter(|&n| n != self.id)
                 .collect(),
             keys: self.credentials.clone(),
+            tls: self.tls.clone(),
         }
     }
 

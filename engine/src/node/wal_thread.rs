@@ -419,10 +419,13 @@ pub(crate) struct Acker {
     access: super::connections::Access,
     /// Where the node's connections last reached each peer (no name is looked up here).
     peers: super::connections::PeerAddresses,
-    streams: std::collections::BTreeMap<NodeId, std::net::TcpStream>,
+    streams: std::collections::BTreeMap<NodeId, AckStream>,
     /// A node that could not be reached is not tried again before this.
     retry_after: std::collections::BTreeMap<NodeId, std::time::Instant>,
 }
+
+/// An acknowledgement connection, in clear or in TLS: written to only, once open.
+type AckStream = Box<dyn std::io::Write + Send>;
 
 /// Time to wait for a connection from the WAL thread before giving up on it (the core then
 /// acknowledges the ordinary way).
@@ -465,38 +468,59 @@ impl Acker {
         false
     }
 
-    /// Connects to `to` at `address` and introduces this node with `offer`.
+    /// Connects to `to` at `address` (dialed as `host`, the name its TLS certificate must
+    /// hold) and introduces this node with `offer`.
     fn dial(
         &self,
-        address: std::net::SocketAddr,
+        (address, host): (std::net::SocketAddr, &str),
         to: NodeId,
         offer: Offer,
-    ) -> Result<std::net::TcpStream, AckDialError> {
+    ) -> Result<AckStream, AckDialError> {
         let timeout = Duration::from_millis(ACK_CONNECT_TIMEOUT_MS);
-        let mut stream = std::net::TcpStream::connect_timeout(&address, timeout)?;
+        let stream = std::net::TcpStream::connect_timeout(&address, timeout)?;
         configure(&stream)?;
         stream.set_read_timeout(Some(Duration::from_millis(ACK_HANDSHAKE_TIMEOUT_MS)))?;
+        match &self.access.tls {
+            None => {
+                let mut stream = stream;
+                self.introduce(&mut stream, to, offer)?;
+                Ok(Box::new(stream))
+            }
+            Some(tls) => {
+                let mut stream = tls.connect_blocking(host, stream)?;
+                self.introduce(&mut stream, to, offer)?;
+                Ok(Box::new(stream))
+            }
+        }
+    }
+
+    /// The handshake on a new acknowledgement connection to `to`, with `offer`.
+    fn introduce<S: std::io::Read + std::io::Write>(
+        &self,
+        stream: &mut S,
+        to: NodeId,
+        offer: Offer,
+    ) -> Result<(), crate::handshake::HandshakeError> {
         crate::handshake::introduce_blocking(
-            &mut stream,
+            stream,
             net::frame::FrameCodec::new(self.access.cluster),
             &self.access.hello(offer.version),
             to,
             self.access.peer_key(offer).0,
-        )?;
-        Ok(stream)
+        )
     }
 
     /// Dials `to` with the first offer, then with each next one a refusal allows (a peer of
     /// an earlier build, or one not yet given a rotated peer secret).
     fn dial_with_offers(
         &self,
-        address: std::net::SocketAddr,
+        (address, host): (std::net::SocketAddr, &str),
         to: NodeId,
-    ) -> Result<std::net::TcpStream, AckDialError> {
+    ) -> Result<AckStream, AckDialError> {
         let keys = self.access.peer_key(Offer::FIRST).1;
         let mut offer = Offer::FIRST;
         loop {
-            match self.dial(address, to, offer) {
+            match self.dial((address, host), to, offer) {
                 Err(AckDialError::Handshake(error)) => match offer.after(&error, keys) {
                     Some(next) => offer = next,
                     None => return Err(AckDialError::Handshake(error)),
@@ -506,7 +530,7 @@ impl Acker {
         }
     }
 
-    fn stream(&mut self, to: NodeId) -> Option<&mut std::net::TcpStream> {
+    fn stream(&mut self, to: NodeId) -> Option<&mut AckStream> {
         if !self.streams.contains_key(&to) {
             if self
                 .retry_after
@@ -515,8 +539,8 @@ impl Acker {
             {
                 return None;
             }
-            let address = self.peers.get(to)?;
-            match self.dial_with_offers(address, to) {
+            let (address, host) = self.peers.get(to)?;
+            match self.dial_with_offers((address, &host), to) {
                 Ok(stream) => {
                     self.streams.insert(to, stream);
                 }
@@ -658,9 +682,10 @@ mod tests {
             keys: net::auth::Credentials::of_peer_key(
                 net::auth::Key::peer(b"sixteen bytes at least").unwrap(),
             ),
+            tls: None,
         };
         let mut acker = Acker::new(access, Default::default());
-        acker.streams.insert(NodeId(1), stream);
+        acker.streams.insert(NodeId(1), Box::new(stream));
         let ack = ack(1);
         let (done, gave_up) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

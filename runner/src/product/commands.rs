@@ -1,6 +1,7 @@
 //! `runner client` (the Bank's commands, typed) and `runner local`.
 
 use crate::product::bench::{self, BenchOptions};
+use crate::product::tls::LocalCertificates;
 use anyhow::{Context, bail};
 use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
 use clap::{Args, Subcommand};
@@ -10,6 +11,7 @@ use engine::node::ClusterFile;
 use engine::node::local::LocalCluster;
 use engine::state::STATE_BYTES_DEFAULT;
 use engine::{Mode, Outcome};
+use net::tls::Tls;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -168,6 +170,10 @@ pub struct LocalArgs {
     /// Execution mode; without it, both modes run one after the other on the same cluster.
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
+    /// TLS on every link: a throwaway CA and a certificate per node, made with openssl in
+    /// the run's directory.
+    #[arg(long)]
+    pub tls: bool,
     /// Snapshots and the WAL.
     #[command(flatten)]
     pub storage: StorageOptions,
@@ -224,13 +230,24 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
         Some(mode) => vec![Some(mode.into())],
         None => vec![Some(Mode::Verify), Some(Mode::Performance)],
     };
+    let certificates = match args.tls {
+        true => Some(LocalCertificates::make(&dir.path().join("tls"), 3)?),
+        false => None,
+    };
+    let node_tls: Vec<Option<Tls>> = (1..=3)
+        .map(|id| certificates.as_ref().map(|c| c.node(id)).transpose())
+        .collect::<anyhow::Result<_>>()?;
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
         config.entry_commands_max = args.entry_commands;
         config.pipeline_entries_max = args.pipeline_entries;
         config.capacity_bytes = args.capacity_bytes;
         config.mode = modes[0].unwrap_or_default();
+        config
+            .tls
+            .clone_from(&node_tls[usize::from(config.id.0) - 1]);
         args.storage.apply(config);
     })?;
+
     println!(
         "three nodes in this process, data in {}",
         dir.path().display()

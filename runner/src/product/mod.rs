@@ -5,3 +5,4 @@ pub mod bench;
 pub mod commands;
 pub mod report;
 pub mod single;
+pub mod tls;

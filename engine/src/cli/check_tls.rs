@@ -1,0 +1,175 @@
+//! What `check` says of a cluster's TLS: each node's files loaded as the node would load them
+//! (readable, parsable, the key its certificate's, signed by the CA), the names its
+//! certificate holds against the hosts others dial it by, and its validity. A node's files
+//! that are not on this host (each host holds its own node's key) are said to be elsewhere,
+//! not counted as errors.
+
+use crate::node::{ClusterFile, NodeEntry};
+use net::tls::{CertificateFacts, TlsError};
+use serde_json::{Value, json};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What `check` found of one node's TLS.
+pub(super) enum NodeTls {
+    /// Its certificate or key is not on this host.
+    Elsewhere(String),
+    /// Its files load; the certificate's facts, and a warning when it ends soon.
+    Loaded {
+        facts: CertificateFacts,
+        warning: Option<String>,
+    },
+    /// Its files do not load, or the certificate does not fit the node.
+    Failed(String),
+}
+
+/// Each node's TLS, for a cluster that speaks it (none otherwise), as of `now`.
+pub(super) fn report(file: &ClusterFile, now: SystemTime) -> Vec<(u8, NodeTls)> {
+    let Some(ca) = &file.tls_ca_file else {
+        return Vec::new();
+    };
+    let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let one = |node: &NodeEntry| {
+        let files = match node.tls_files(ca) {
+            Ok(files) => files,
+            Err(error) => return NodeTls::Failed(error.to_string()),
+        };
+        match net::tls::inspect(&files) {
+            Err(TlsError::Read { key, path, source })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                NodeTls::Elsewhere(format!("{key} {} is not on this host", path.display()))
+            }
+            Err(error) => NodeTls::Failed(error.to_string()),
+            Ok((None, _)) => NodeTls::Failed("no certificate".into()),
+            Ok((Some(facts), _)) => judge(node, facts, seconds),
+        }
+    };
+    file.nodes.iter().map(|n| (n.id, one(n))).collect()
+}
+
+/// A loaded certificate against the node's hosts and the time.
+fn judge(node: &NodeEntry, facts: CertificateFacts, now: i64) -> NodeTls {
+    for address in [&node.peer_address, &node.client_address] {
+        if !facts
+            .names
+            .iter()
+            .any(|name| name_matches(name, address.host()))
+        {
+            return NodeTls::Failed(format!(
+                "the certificate names {:?}, not {} (dialed at {address})",
+                facts.names,
+                address.host()
+            ));
+        }
+    }
+    match facts.problem_at(now) {
+        Some((true, problem)) => NodeTls::Failed(format!(
+            "the certificate is {problem} (valid {} to {})",
+            date(facts.not_before),
+            date(facts.not_after)
+        )),
+        Some((false, warning)) => NodeTls::Loaded {
+            facts,
+            warning: Some(warning),
+        },
+        None => NodeTls::Loaded {
+            facts,
+            warning: None,
+        },
+    }
+}
+
+/// True when a certificate's `name` covers `host` (an address compared as an address, a DNS
+/// name without case, a wildcard for one label).
+fn name_matches(name: &str, host: &str) -> bool {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if let (Ok(a), Ok(b)) = (
+        name.parse::<std::net::IpAddr>(),
+        bare.parse::<std::net::IpAddr>(),
+    ) {
+        return a == b;
+    }
+    if let Some(suffix) = name.strip_prefix("*.") {
+        return bare
+            .split_once('.')
+            .is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(suffix));
+    }
+    name.eq_ignore_ascii_case(bare)
+}
+
+/// A Unix time as an RFC 3339 date.
+fn date(seconds: i64) -> String {
+    let at = UNIX_EPOCH + Duration::from_secs(seconds.max(0) as u64);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// The errors of a report, one per failing node.
+pub(super) fn errors(report: &[(u8, NodeTls)]) -> Vec<String> {
+    let failed = |(id, tls): &(u8, NodeTls)| match tls {
+        NodeTls::Failed(reason) => Some(format!("node {id}: TLS: {reason}")),
+        NodeTls::Elsewhere(_) | NodeTls::Loaded { .. } => None,
+    };
+    report.iter().filter_map(failed).collect()
+}
+
+/// One node's TLS, for programs.
+pub(super) fn json_of(tls: &NodeTls) -> Value {
+    match tls {
+        NodeTls::Elsewhere(note) => json!({ "state": "elsewhere", "note": note }),
+        NodeTls::Failed(reason) => json!({ "state": "failed", "error": reason }),
+        NodeTls::Loaded { facts, warning } => json!({
+            "state": "loaded",
+            "subject": facts.subject,
+            "names": facts.names,
+            "not_before": date(facts.not_before),
+            "not_after": date(facts.not_after),
+            "warning": warning,
+        }),
+    }
+}
+
+/// One node's TLS, for people.
+pub(super) fn line(tls: &NodeTls) -> String {
+    match tls {
+        NodeTls::Elsewhere(note) => format!("TLS files elsewhere: {note}"),
+        NodeTls::Failed(reason) => format!("TLS: {reason}"),
+        NodeTls::Loaded { facts, warning } => format!(
+            "TLS certificate {} for {}, valid until {}{}",
+            facts.subject,
+            facts.names.join(", "),
+            date(facts.not_after),
+            warning
+                .as_ref()
+                .map(|w| format!(" (WARNING: {w})"))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves a certificate's names cover hosts as a dialer checks them: addresses as
+    /// addresses (IPv6 with or without brackets), names without case, one-label wildcards.
+    #[test]
+    fn names_cover_hosts_as_dialers_check_them() {
+        let table = [
+            ("127.0.0.1", "127.0.0.1", true),
+            ("127.0.0.1", "127.0.0.2", false),
+            ("::1", "[::1]", true),
+            ("0:0:0:0:0:0:0:1", "[::1]", true),
+            ("Node1.Example", "node1.example", true),
+            ("*.example", "node1.example", true),
+            ("*.example", "a.node1.example", false),
+            ("*.example", "example", false),
+            ("node1.example", "node2.example", false),
+        ];
+        for (name, host, covers) in table {
+            assert_eq!(name_matches(name, host), covers, "{name} for {host}");
+        }
+    }
+}
