@@ -4,8 +4,16 @@
 //!
 //! ```toml
 //! cluster_id = 1                # optional; connections from another cluster are refused
-//! secret = "at least 16 bytes of shared secret"   # required; nodes prove it to each other
-//! client_secret = "..."          # optional; when set, clients must prove it to connect
+//! secret = "at least 16 bytes of shared secret"   # a node needs it; nodes prove it to each other
+//! # secret_file = "/etc/bank/peer.secret"         # or: a file holding it (owner-only)
+//! client_secret = "..."          # optional; when set, applications must prove it to connect
+//! operator_secret = "..."        # optional; what operators prove (mode, member, upgrade,
+//!                                # backup); without it, operators prove the peer secret
+//! # client_secret_file, operator_secret_file: the same, in files of their own
+//! # previous_secret, previous_client_secret, previous_operator_secret (and their _file
+//! # keys): during a rotation, the old value, still accepted
+//! tls_ca_file = "/etc/bank/ca.pem"   # optional; every link TLS, each node's certificate
+//!                                    # signed by this CA
 //! entry_commands_max = 1024     # optional; 16 to 1,024 commands per entry
 //! mode = "verify"               # optional; "verify" (default) or "performance"
 //! snapshot_every = 64            # optional; entries between snapshot captures, 0 for none
@@ -34,12 +42,16 @@
 //! metrics_address = "127.0.0.1:9001"      # optional; Prometheus text at GET /metrics
 //! peer_bind_address = "0.0.0.0:7001"      # optional; where to listen, when not peer_address
 //! client_bind_address = "0.0.0.0:8001"    # optional; where to listen, when not client_address
+//! tls_cert_file = "/etc/bank/node1.pem"    # with tls_ca_file: this node's certificate, naming
+//! tls_key_file = "/etc/bank/node1.key"     # its hosts, and its key (owner-only)
 //! ```
 //!
 //! A node listens at its bind addresses, or else at its own addresses looked up once at start
 //! (the first address a name gives). Others reach it at `peer_address` and `client_address`,
 //! looked up again at every connection, so a machine replaced behind the same name is found.
-//! Client hosts need only the client file (`client-file`), which holds no peer secret.
+//! Client hosts need only the client file (`client-file`), which holds neither the peer nor the
+//! operator secret; operator hosts the operator file (`client-file --operator`), which holds
+//! neither the peer nor the client secret (`notes/decisions/access.md`).
 
 use crate::address::Address;
 use crate::apply::Mode;

@@ -310,9 +310,14 @@ impl Addresses {
     /// The operator's configuration: the cluster files set no operator secret, so the
     /// operator key is the peer key's.
     pub fn operator_config(&self) -> OperatorConfig {
-        let peer = Key::peer(FAULT_SECRET.as_bytes()).expect("a long secret");
-        let key = OperatorKey::of_peer_key(&peer);
+        let key = Addresses::operator_key();
         OperatorConfig::new(CLUSTER_ID, self.clients.values().copied(), key)
+    }
+
+    /// The operator key of a fault run's cluster (the peer key's).
+    pub fn operator_key() -> OperatorKey {
+        let peer = Key::peer(FAULT_SECRET.as_bytes()).expect("a long secret");
+        OperatorKey::of_peer_key(&peer)
     }
 }
 

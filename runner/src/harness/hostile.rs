@@ -21,8 +21,8 @@ use engine::{ClientId, Outcome, RequestNumber};
 use futures::StreamExt;
 use net::frame::{FRAME_HEADER_BYTES, FrameCodec};
 use net::message::{
-    Admission, ClientReply, ClientRequest, Hello, PROTOCOL_VERSION, Proof, Refusal, Rejection,
-    Submit,
+    Admission, BackupRequest, ClientReply, ClientRequest, ClientRole, Hello, MemberChange, Mode,
+    PROTOCOL_VERSION, Proof, Refusal, Rejection, Submit,
 };
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -213,6 +213,7 @@ async fn suite(
     converge(config, findings).await;
     workload.check_linearizable(findings);
     check_accounts(config, &expected, findings).await;
+    unchanged_by_operator_requests(config, findings).await;
     if let Some(pid) = processes.pid(1) {
         eprintln!(
             "  node 1 after the attack: {} KiB resident",
@@ -296,10 +297,19 @@ async fn raw(address: SocketAddr) -> anyhow::Result<Framed<TcpStream, FrameCodec
     Ok(Framed::new(stream, FrameCodec::new(CLUSTER_ID)))
 }
 
-/// A client connection past a good handshake.
+/// A client connection past a good handshake (an application's: the cluster sets no client
+/// secret).
 async fn introduced(address: SocketAddr) -> anyhow::Result<Framed<TcpStream, FrameCodec>> {
+    introduced_with(address, None).await
+}
+
+/// A client connection past a handshake proving `key`.
+async fn introduced_with(
+    address: SocketAddr,
+    key: Option<&net::auth::Key>,
+) -> anyhow::Result<Framed<TcpStream, FrameCodec>> {
     let mut frames = raw(address).await?;
-    engine::internals::handshake::introduce(&mut frames, &client_hello(), None, None).await?;
+    engine::internals::handshake::introduce(&mut frames, &client_hello(), None, key).await?;
     Ok(frames)
 }
 
@@ -372,8 +382,18 @@ fn submit(client: u64, commands: &[BankCommand]) -> ClientRequest {
 
 /// Sends `bytes` after a good handshake and expects a refusal `expected`, then a close.
 async fn after_handshake(address: SocketAddr, bytes: &[u8], expected: &Refusal) -> (String, bool) {
+    after_handshake_with(address, None, bytes, expected).await
+}
+
+/// [`after_handshake`], on a connection proving `key`.
+async fn after_handshake_with(
+    address: SocketAddr,
+    key: Option<&net::auth::Key>,
+    bytes: &[u8],
+    expected: &Refusal,
+) -> (String, bool) {
     let outcome = async {
-        let mut frames = introduced(address).await?;
+        let mut frames = introduced_with(address, key).await?;
         send_raw(&mut frames, bytes).await?;
         let heard = hear(&mut frames, false).await;
         let refused = matches!(&heard, Heard::Reply(r) if matches!(r.as_ref(), ClientReply::Refused(got) if same_kind(got, expected)));
@@ -549,7 +569,82 @@ async fn cases(
         "every transfer failed",
         invalid_transfers(config).await,
     );
+    role_cases(client_port, &mut case).await;
     cases
+}
+
+/// The operator requests refused above changed nothing: every node still runs Verify mode,
+/// with members 1 to 3 and handler version 1.
+async fn unchanged_by_operator_requests(config: &ClientConfig, findings: &RefCell<Findings>) {
+    let timeout = Duration::from_millis(ANSWER_TIMEOUT_MS);
+    for address in &config.nodes {
+        let status = engine::client::node_status(config, address, timeout).await;
+        let versions = engine::client::node_versions(config, address, timeout).await;
+        let unchanged = match (&status, &versions) {
+            (Ok(status), Ok(versions)) => {
+                let members: Vec<u8> = status.members.iter().map(|n| n.0).collect();
+                status.mode == Mode::Verify && members == [1, 2, 3] && versions.in_force == 1
+            }
+            (Err(_), _) | (_, Err(_)) => false,
+        };
+        if !unchanged {
+            findings.borrow_mut().violations.push(format!(
+                "an operator request from an application changed {address}: {status:?} {versions:?}"
+            ));
+        }
+    }
+}
+
+/// Requests a connection's role does not permit: every operator request from an
+/// application's connection, and a business request from an operator's. Each is refused as
+/// forbidden and the connection closed; the final checks find nothing changed.
+async fn role_cases(
+    client_port: SocketAddr,
+    case: &mut impl FnMut(&'static str, &'static str, (String, bool)),
+) {
+    let application = Refusal::Forbidden {
+        role: ClientRole::Application,
+    };
+    let operator_requests = [
+        (
+            "mode from an application",
+            ClientRequest::SetMode(Mode::Performance),
+        ),
+        ("upgrade from an application", ClientRequest::Upgrade(2)),
+        (
+            "member removal from an application",
+            ClientRequest::ChangeMembers(MemberChange::Remove(engine::NodeId(3))),
+        ),
+        (
+            "backup from an application",
+            ClientRequest::Backup(BackupRequest {
+                index: None,
+                offset: 0,
+            }),
+        ),
+    ];
+    for (name, request) in operator_requests {
+        let bytes = frame_of(CLUSTER_ID, &request);
+        let got = after_handshake(client_port, &bytes, &application).await;
+        case(name, "refused: forbidden, closed", got);
+    }
+    let operator = Addresses::operator_key();
+    let transfer = submit(
+        HOSTILE_CLIENT_BASE + 1,
+        &[BankCommand::Deposit {
+            id: account_id(0),
+            amount: 1,
+        }],
+    );
+    let forbidden = Refusal::Forbidden {
+        role: ClientRole::Operator,
+    };
+    let bytes = frame_of(CLUSTER_ID, &transfer);
+    case(
+        "a deposit from an operator",
+        "refused: forbidden, closed",
+        after_handshake_with(client_port, Some(operator.key()), &bytes, &forbidden).await,
+    );
 }
 
 /// A handshake on the peer port that claims to be node 2 without the key.
