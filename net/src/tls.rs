@@ -89,6 +89,17 @@ pub enum TlsError {
         /// rustls's message.
         reason: String,
     },
+    /// The certificate is not one the others accept (another CA's, expired, not naming the
+    /// host).
+    #[error("tls_cert_file {}: refused as {role}: {reason}", path.display())]
+    Rejected {
+        /// The certificate.
+        path: PathBuf,
+        /// As what it was checked.
+        role: String,
+        /// The verifier's message.
+        reason: String,
+    },
     /// A name that cannot be a TLS server name.
     #[error("{name:?} cannot be checked against a certificate: {reason}")]
     BadName {
@@ -508,6 +519,49 @@ fn ip_text(bytes: &[u8]) -> String {
         16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes).expect("16 bytes")).to_string(),
         _ => format!("{bytes:?}"),
     }
+}
+
+/// Checks that the certificate of `files` is one the others accept now, for each of `hosts`:
+/// as a listener's (signed by the CA, valid, naming the host dialed) and as a dialing node's
+/// (signed by the CA, valid, for client authentication).
+pub fn verify_for_hosts(files: &TlsFiles, hosts: &[&str]) -> Result<(), TlsError> {
+    use rustls::client::danger::ServerCertVerifier;
+    let Some(path) = &files.cert else {
+        return Err(TlsError::HalfIdentity);
+    };
+    let chain = read_certificates("tls_cert_file", path)?;
+    let (leaf, intermediates) = chain.split_first().expect("read_certificates finds one");
+    let roots = roots(&files.ca)?;
+    let rejected = |role: &str| {
+        let role = role.to_string();
+        move |error: rustls::Error| TlsError::Rejected {
+            path: path.clone(),
+            role,
+            reason: error.to_string(),
+        }
+    };
+    let verifier_error = |error: rustls::server::VerifierBuilderError| TlsError::Rustls {
+        context: "the certificate verifier".into(),
+        reason: error.to_string(),
+    };
+    let now = rustls::pki_types::UnixTime::now();
+    let servers =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
+            .build()
+            .map_err(verifier_error)?;
+    for host in hosts {
+        let name = server_name(host)?;
+        servers
+            .verify_server_cert(leaf, intermediates, &name, &[], now)
+            .map_err(rejected(&format!("a listener dialed at {host}")))?;
+    }
+    let clients = WebPkiClientVerifier::builder_with_provider(roots, provider())
+        .build()
+        .map_err(verifier_error)?;
+    clients
+        .verify_client_cert(leaf, intermediates, now)
+        .map_err(rejected("a dialing node"))?;
+    Ok(())
 }
 
 /// Checks a process's TLS files as a node would load them, and returns the facts of its

@@ -287,11 +287,17 @@ fn free_port_address() -> std::net::SocketAddr {
 /// Proves the peer secret rotates without a stop: each node in turn restarts with the new
 /// secret and the old one as `previous_secret` (it proves the new one and falls back to the
 /// old toward nodes not restarted yet, logging so), then each in turn drops the old one; the
-/// cluster serves throughout and ends with every acknowledged outcome in place.
+/// cluster serves throughout and ends with every acknowledged outcome in place. (And that a
+/// node started on a data directory others may enter warns with its path.)
 #[test]
 fn the_peer_secret_rotates_one_node_at_a_time() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
+    // Node 1's data directory made by hand, open to others: the node warns with its path.
+    let opened = dir.join("node1");
+    std::fs::create_dir(&opened).unwrap();
+    let wide = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&opened, wide).unwrap();
     let (mut old, config) = start_cluster(dir, |_| {});
     let new_secret = "the nodes' secret from now on";
     let with = |previous: Option<&str>, name: &str| {
@@ -308,6 +314,9 @@ fn the_peer_secret_rotates_one_node_at_a_time() {
     let mut rotated = with(None, "rotated.toml");
     runtime().block_on(async {
         three_up_with_a_leader(&config).await;
+        let warned = old.log(1);
+        let line = "the data directory is open to other users";
+        assert!(warned.contains(line) && warned.contains(&opened.display().to_string()));
         let mut client = Client::register(config.clone()).await.unwrap();
         let mut model = Model::open(&mut client).await;
         let mut rng = engine::rng::Rng::new(11);

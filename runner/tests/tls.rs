@@ -148,9 +148,9 @@ fn a_tls_cluster_serves_the_benchmark_and_refuses_plaintext() {
     });
 }
 
-/// Proves a node whose certificate another CA signed cannot join: the two others refuse its
-/// connections (logged), it gets no entry while they serve, and started again with a
-/// certificate of the cluster's CA it catches up.
+/// Proves a node whose certificate another CA signed is caught by `check` and cannot join: the
+/// two others refuse its connections (logged), it gets no entry while they serve, and started
+/// again with a certificate of the cluster's CA it catches up.
 #[test]
 fn a_node_of_another_ca_cannot_join() {
     let root = tempfile::tempdir().unwrap();
@@ -174,6 +174,17 @@ fn a_node_of_another_ca_cannot_join() {
     rogue.nodes[2].tls_key_file = Some(rogue_ca.join("node3.key"));
     let rogue_file = dir.join("cluster.rogue.toml");
     rogue.write(&rogue_file).unwrap();
+    // `check` catches it before any node starts: the certificate is not the CA's.
+    let checked = runner(&["check", "--cluster"])
+        .arg(&rogue_file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&checked.stdout);
+    assert!(!checked.status.success(), "{text}");
+    assert!(
+        text.contains("node 3: TLS") && text.contains("refused as"),
+        "{text}"
+    );
     let mut good = Nodes::new(dir, good_file.clone());
     let mut stray = Nodes::new(dir, rogue_file.clone());
     good.start(1);
