@@ -585,8 +585,20 @@ pub(crate) async fn connect(
     config: &impl Connects,
     address: &Address,
 ) -> Result<Connection, HandshakeError> {
+    connect_from(config, address, 0).await
+}
+
+/// [`connect`], starting with the key at `first` in `config`'s order.
+pub(crate) async fn connect_from(
+    config: &impl Connects,
+    address: &Address,
+    first: usize,
+) -> Result<Connection, HandshakeError> {
     let proofs = config.proofs();
-    let mut offer = Offer::FIRST;
+    let mut offer = Offer {
+        key: first,
+        ..Offer::FIRST
+    };
     loop {
         let key = proofs.get(offer.key).copied().flatten();
         let to = (address, config.tls());
@@ -660,8 +672,42 @@ async fn ask(
     request: &ClientRequest,
     timeout: Duration,
 ) -> Result<ClientReply, ClientError> {
+    let keys = config.proofs().len();
+    let mut first = 0;
+    loop {
+        let reply = ask_from(config, address, request, (timeout, first)).await;
+        match &reply {
+            Err(ClientError::Refused(refusal))
+                if proves_too_little(refusal) && first + 1 < keys =>
+            {
+                first += 1;
+            }
+            Ok(_) | Err(_) => return reply,
+        }
+    }
+}
+
+/// True for a refusal that another of a caller's keys may pass: a request an application may
+/// not make, from a caller that meant to prove more (an operator whose current key a node not
+/// yet told of a rotation took for an application's, where no client secret is set).
+pub(crate) fn proves_too_little(refusal: &Refusal) -> bool {
+    matches!(
+        refusal,
+        Refusal::Forbidden {
+            role: net::message::ClientRole::Application
+        }
+    )
+}
+
+/// [`ask`], proving the keys from the one at `first` on, within `timeout`.
+async fn ask_from(
+    config: &impl Connects,
+    address: &Address,
+    request: &ClientRequest,
+    (timeout, first): (Duration, usize),
+) -> Result<ClientReply, ClientError> {
     let exchange = async {
-        let mut frames = connect(config, address).await?;
+        let mut frames = connect_from(config, address, first).await?;
         frames.send(request).await.map_err(HandshakeError::Frame)?;
         let frame = frames.next().await.ok_or(HandshakeError::Closed)??;
         Ok::<_, HandshakeError>(codec::decode::<ClientReply>(&frame)?)

@@ -333,6 +333,14 @@ fn the_peer_secret_rotates_one_node_at_a_time() {
                 }
                 transfers(&mut client, &mut rng, &mut model, 10, &done).await;
                 converged(&config).await;
+                // An operator with the new file reaches every node, restarted or not: its
+                // key (the peer key's) falls back to the old one where the new is unknown.
+                let file = match phase {
+                    0 => &rotating.cluster_file,
+                    _ => &rotated.cluster_file,
+                };
+                let set = run(&["mode"], file, &["verify"]);
+                assert!(set.status.success(), "phase {phase}, node {id}: {set:?}");
             }
         }
         let fell_back = rotating

@@ -5,7 +5,7 @@
 
 use super::{mode_name, runtime};
 use crate::address::Address;
-use crate::client::OperatorConfig;
+use crate::client::{Connects, OperatorConfig};
 use crate::codec;
 use crate::handler::Handler;
 use crate::handshake::HandshakeError;
@@ -164,7 +164,27 @@ async fn fetch(
     config: &OperatorConfig,
     address: &Address,
 ) -> Result<(BackupChunk, Vec<u8>), FetchError> {
-    let mut frames = crate::client::connect(config, address).await?;
+    let keys = Connects::proofs(config).len();
+    let mut first = 0;
+    loop {
+        match fetch_proving(config, address, first).await {
+            Err(FetchError::Refused(refusal))
+                if crate::client::proves_too_little(&refusal) && first + 1 < keys =>
+            {
+                first += 1;
+            }
+            fetched => return fetched,
+        }
+    }
+}
+
+/// [`fetch`], proving the operator's keys from the one at `first` on.
+async fn fetch_proving(
+    config: &OperatorConfig,
+    address: &Address,
+    first: usize,
+) -> Result<(BackupChunk, Vec<u8>), FetchError> {
+    let mut frames = crate::client::connect_from(config, address, first).await?;
     let mut last = FetchError::NoBackup("not tried".into());
     for _ in 0..=BACKUP_RESTARTS_MAX {
         match fetch_once(&mut frames).await {

@@ -110,6 +110,17 @@ pub enum ClusterFileError {
     /// A secret cannot be had (too short, unreadable, open to others, set twice).
     #[error(transparent)]
     Secret(#[from] SecretError),
+    /// One secret serves two roles.
+    #[error(
+        "{first} and {second} are the same secret: it serves two roles, so whoever holds one \
+         role's file holds the other's power; give each role a secret of its own"
+    )]
+    SecretReused {
+        /// One key.
+        first: &'static str,
+        /// The other.
+        second: &'static str,
+    },
     /// The file sets no peer secret: an operator's copy, which cannot start a node.
     #[error(
         "the file sets neither secret nor secret_file: a node needs the peer secret (this may \
@@ -482,11 +493,12 @@ impl ClusterFile {
     pub fn errors(&self) -> Vec<String> {
         let mut errors = Vec::new();
         let secrets = [
-            self.peer_ring().err(),
-            self.client_ring().err(),
-            self.operator_keys().err(),
+            self.peer_ring().err().map(|e| e.to_string()),
+            self.client_ring().err().map(|e| e.to_string()),
+            self.operator_keys().err().map(|e| e.to_string()),
+            self.distinct_secrets().err().map(|e| e.to_string()),
         ];
-        errors.extend(secrets.into_iter().flatten().map(|e| e.to_string()));
+        errors.extend(secrets.into_iter().flatten());
         // Each host holds only its own node's key: the files are read where they are used
         // (`node_config`, `check`), the keys' presence checked here.
         for node in &self.nodes {
@@ -688,6 +700,7 @@ impl ClusterFile {
     /// Every key a node of this cluster accepts; an error when the file sets no peer secret
     /// (an operator's copy cannot start a node).
     pub fn credentials(&self) -> Result<Credentials, ClusterFileError> {
+        self.distinct_secrets()?;
         let peer = self.peer_ring()?.ok_or(ClusterFileError::NoPeerSecret)?;
         let (operator, previous) = self.operator_credential()?;
         Ok(Credentials {
@@ -709,6 +722,78 @@ impl ClusterFile {
         config.previous_key = previous_key;
         config.tls = self.dialer_tls()?;
         Ok(config)
+    }
+
+    /// Every secret the file sets, by role and key.
+    fn all_secrets(&self) -> [(&'static str, SecretSource<'_>); 6] {
+        [
+            ("peer", source("secret", &self.secret, &self.secret_file)),
+            (
+                "peer",
+                source(
+                    "previous_secret",
+                    &self.previous_secret,
+                    &self.previous_secret_file,
+                ),
+            ),
+            (
+                "client",
+                source(
+                    "client_secret",
+                    &self.client_secret,
+                    &self.client_secret_file,
+                ),
+            ),
+            (
+                "client",
+                source(
+                    "previous_client_secret",
+                    &self.previous_client_secret,
+                    &self.previous_client_secret_file,
+                ),
+            ),
+            (
+                "operator",
+                source(
+                    "operator_secret",
+                    &self.operator_secret,
+                    &self.operator_secret_file,
+                ),
+            ),
+            (
+                "operator",
+                source(
+                    "previous_operator_secret",
+                    &self.previous_operator_secret,
+                    &self.previous_operator_secret_file,
+                ),
+            ),
+        ]
+    }
+
+    /// An error when one secret serves two roles: the client file carries the client
+    /// secret's text and the operator file the operator secret's, so a secret shared with
+    /// another role would hand that role to whoever holds the file.
+    fn distinct_secrets(&self) -> Result<(), ClusterFileError> {
+        let mut read = Vec::new();
+        for (role, source) in self.all_secrets() {
+            // An unreadable secret is reported where it is used.
+            if let Ok(Some(secret)) = source.read() {
+                read.push((role, source.field, secret));
+            }
+        }
+        for (n, (role, field, secret)) in read.iter().enumerate() {
+            let other = read[n + 1..]
+                .iter()
+                .find(|(r, _, s)| r != role && s == secret);
+            if let Some((_, other, _)) = other {
+                return Err(ClusterFileError::SecretReused {
+                    first: field,
+                    second: other,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// True when the file holds any secret inline (rather than in a file of its own).
@@ -951,6 +1036,49 @@ mod tests {
         let file: ClusterFile = toml::from_str(&clients).unwrap();
         assert!(file.node_config(1).unwrap().credentials.client.is_some());
         assert!(file.client_config().unwrap().key.is_some());
+    }
+
+    /// Proves one secret serves one role: a client or operator secret equal to the peer
+    /// secret, or a client secret equal to the operator secret (current or previous), is
+    /// refused, since the client file and the operator file carry the secret's text.
+    #[test]
+    fn a_secret_serves_one_role_only() {
+        let node = |id: u8| loopback_node(id, 7200, PathBuf::from(format!("/tmp/n{id}")));
+        let peer = "the peers' secret, 16 bytes+";
+        let base = ClusterFile::new(peer, (1..=3).map(node).collect());
+        let reused = |change: &dyn Fn(&mut ClusterFile)| {
+            let mut file = base.clone();
+            change(&mut file);
+            let errors = file.errors();
+            let refused = file.credentials().is_err();
+            (
+                errors.iter().any(|e| e.contains("serves two roles")),
+                refused,
+            )
+        };
+        let apps = "the applications' secret, 16+";
+        let cases: [(&str, &dyn Fn(&mut ClusterFile)); 4] = [
+            ("client = peer", &|f| f.client_secret = Some(peer.into())),
+            ("operator = peer", &|f| {
+                f.operator_secret = Some(peer.into())
+            }),
+            ("client = operator", &|f| {
+                f.client_secret = Some(apps.into());
+                f.operator_secret = Some(apps.into());
+            }),
+            ("previous client = peer", &|f| {
+                f.client_secret = Some(apps.into());
+                f.previous_client_secret = Some(peer.into());
+            }),
+        ];
+        for (what, change) in cases {
+            assert_eq!(reused(change), (true, true), "{what}");
+        }
+        let distinct = reused(&|f| {
+            f.client_secret = Some(apps.into());
+            f.operator_secret = Some("the operators' secret, 16+".into());
+        });
+        assert_eq!(distinct, (false, false));
     }
 
     /// Proves a file written by [`ClusterFile::write`] reads back equal, and one built with
