@@ -1057,7 +1057,8 @@ mod tests {
             )
         };
         let apps = "the applications' secret, 16+";
-        let cases: [(&str, &dyn Fn(&mut ClusterFile)); 4] = [
+        type Change<'a> = &'a dyn Fn(&mut ClusterFile);
+        let cases: [(&str, Change<'_>); 4] = [
             ("client = peer", &|f| f.client_secret = Some(peer.into())),
             ("operator = peer", &|f| {
                 f.operator_secret = Some(peer.into())
