@@ -44,27 +44,18 @@ pub fn owner_only() -> OpenOptions {
     options
 }
 
-/// Creates `path` empty for writing (truncating a file left there), owner-only: a file left by
-/// an earlier build keeps its bits on open, so they are narrowed too.
+/// Creates the temporary file `path` for writing, owner-only, never following a link: what
+/// sits at that name (a file an interrupted write left, or a link planted there) is removed
+/// first. Only temporary files, whose names are the engine's own, are made this way.
 pub fn create(path: &Path) -> Result<File, FileError> {
-    let file = owner_only()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(at(path))?;
-    narrow(&file, path)?;
-    Ok(file)
-}
-
-/// Narrows an open file's permission bits to [`FILE_MODE_OWNER_ONLY`] when they are wider.
-fn narrow(file: &File, path: &Path) -> Result<(), FileError> {
-    let mode = file.metadata().map_err(at(path))?.permissions().mode();
-    if mode & MODE_BITS_OTHERS != 0 {
-        let narrowed = fs::Permissions::from_mode(FILE_MODE_OWNER_ONLY);
-        file.set_permissions(narrowed).map_err(at(path))?;
+    let open = || owner_only().write(true).create_new(true).open(path);
+    match open() {
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::remove_file(path).map_err(at(path))?;
+            open().map_err(at(path))
+        }
+        opened => opened.map_err(at(path)),
     }
-    Ok(())
 }
 
 /// Creates the directory `path` (its parent exists), owner-only.
@@ -123,6 +114,28 @@ pub fn publish(file: File, temporary: &Path, path: &Path) -> Result<(), FileErro
     sync_dir(parent_of(path))
 }
 
+/// Ends a write made in `temporary` as [`publish`] does, except that an existing `path` is
+/// never replaced: the file is linked to its name (which fails if the name is taken, with no
+/// window between a check and the rename) and the temporary name removed.
+pub fn publish_new(file: File, temporary: &Path, path: &Path) -> Result<(), FileError> {
+    file.sync_all().map_err(at(temporary))?;
+    drop(file);
+    let linked = fs::hard_link(temporary, path).map_err(at(path));
+    let removed = fs::remove_file(temporary).map_err(at(temporary));
+    linked?;
+    removed?;
+    sync_dir(parent_of(path))
+}
+
+/// Writes `bytes` as the new file `path`, durably and owner-only, as [`write_durably`] does;
+/// an error when `path` exists.
+pub fn write_new(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    let temporary = temporary_for(path);
+    let mut file = create(&temporary)?;
+    file.write_all(bytes).map_err(at(&temporary))?;
+    publish_new(file, &temporary, path)
+}
+
 /// The permission bits of `path` when they give the group or others any access (`None`
 /// when they give none, or `path` cannot be read).
 pub fn open_to_others(path: &Path) -> Option<u32> {
@@ -161,10 +174,35 @@ mod tests {
         fs::set_permissions(&old, fs::Permissions::from_mode(0o644)).unwrap();
         assert_eq!(open_to_others(&old), Some(0o644));
         drop(create(&old).unwrap());
-        assert_eq!(mode(&old), FILE_MODE_OWNER_ONLY);
+        assert_eq!(mode(&old), FILE_MODE_OWNER_ONLY, "replaced, not reopened");
         assert_eq!(open_to_others(&old), None);
         fs::set_permissions(&single, fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(open_to_others(&single), Some(0o755));
+    }
+
+    /// Proves a durable write never writes through a link planted where its temporary file
+    /// goes (a shared directory, a user-chosen `--out`): the link is replaced, its target
+    /// untouched; and that a file left there by an interrupted write is replaced too.
+    #[test]
+    fn a_planted_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("someone else's file");
+        fs::write(&target, b"theirs").unwrap();
+        let path = dir.path().join("client.toml");
+        std::os::unix::fs::symlink(&target, temporary_for(&path)).unwrap();
+        write_durably(&path, b"the client secret").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"theirs");
+        assert_eq!(fs::read(&path).unwrap(), b"the client secret");
+        fs::write(temporary_for(&path), b"left by a crash").unwrap();
+        write_durably(&path, b"again").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"again");
+        let exclusive = dir.path().join("backup");
+        fs::write(&exclusive, b"an earlier backup").unwrap();
+        let file = create(&temporary_for(&exclusive)).unwrap();
+        let refused = publish_new(file, &temporary_for(&exclusive), &exclusive).unwrap_err();
+        assert_eq!(refused.source.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&exclusive).unwrap(), b"an earlier backup");
+        assert!(!temporary_for(&exclusive).exists());
     }
 
     /// Proves a write that replaces a file leaves the new bytes whole, and that a temporary

@@ -37,11 +37,8 @@ pub struct ClientFileArgs {
 pub fn client_file(args: ClientFileArgs) -> anyhow::Result<()> {
     let file = super::read_cluster_file(&args.cluster)?;
     if args.operator {
-        if !args.force && args.out.symlink_metadata().is_ok() {
-            anyhow::bail!("{} exists: give --force to replace it", args.out.display());
-        }
         let operator = file.operator_file()?;
-        operator.write(&args.out)?;
+        operator.write_to(&args.out, args.force)?;
         println!(
             "{}: cluster {}, {} nodes, operator secret included; no peer or client secret",
             args.out.display(),

@@ -15,7 +15,7 @@ use crate::snapshot::{ParseError, SnapshotError, list_snapshots, parse_snapshot,
 use crate::state::Schema;
 use net::message::{BackupChunk, BackupRequest, ClientReply};
 use std::fs::{self, File};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use tokio::sync::mpsc;
 
@@ -258,15 +258,16 @@ pub fn write_file(path: &Path, bytes: &[u8], force: bool) -> Result<(), BackupEr
     if !force && path.symlink_metadata().is_ok() {
         return Err(BackupError::Exists(path.to_path_buf()));
     }
-    let temporary = files::temporary_for(path);
-    let mut file = files::create(&temporary).map_err(file_error)?;
-    file.write_all(bytes).map_err(io(&temporary))?;
-    if !force && path.symlink_metadata().is_ok() {
-        drop(file);
-        let _ = fs::remove_file(&temporary);
-        return Err(BackupError::Exists(path.to_path_buf()));
-    }
-    files::publish(file, &temporary, path).map_err(file_error)
+    let written = match force {
+        true => files::write_durably(path, bytes),
+        false => files::write_new(path, bytes),
+    };
+    written.map_err(|error| {
+        if error.source.kind() == std::io::ErrorKind::AlreadyExists && error.path == path {
+            return BackupError::Exists(path.to_path_buf());
+        }
+        file_error(error)
+    })
 }
 
 fn file_error(error: files::FileError) -> BackupError {

@@ -193,11 +193,12 @@ impl ClientFile {
             path: PathBuf::from(path),
             source,
         };
-        if !force && path.symlink_metadata().is_ok() {
-            return Err(write_error(std::io::ErrorKind::AlreadyExists.into()));
-        }
-        crate::files::write_durably(path, self.to_toml().as_bytes())
-            .map_err(|error| write_error(error.source))
+        let text = self.to_toml();
+        let written = match force {
+            true => crate::files::write_durably(path, text.as_bytes()),
+            false => crate::files::write_new(path, text.as_bytes()),
+        };
+        written.map_err(|error| write_error(error.source))
     }
 }
 

@@ -488,6 +488,20 @@ impl ClusterFile {
         })
     }
 
+    /// Writes the file to `path` as [`ClusterFile::write`] does, but refuses to replace a file
+    /// there unless `force` (the check and the write are one step).
+    pub fn write_to(&self, path: &Path, force: bool) -> Result<(), ClusterFileError> {
+        if force {
+            return self.write(path);
+        }
+        crate::files::write_new(path, self.to_toml().as_bytes()).map_err(|error| {
+            ClusterFileError::Write {
+                path: path.to_path_buf(),
+                source: error.source,
+            }
+        })
+    }
+
     /// Every error in the file: the secrets, the list of nodes (ids, addresses, data
     /// directories) and each node's configuration as the engine checks it.
     pub fn errors(&self) -> Vec<String> {
