@@ -313,17 +313,24 @@ impl Tls {
     }
 
     /// Opens TLS on a blocking `stream` dialed to `host`, as [`Tls::connect`] does.
+    /// Each read and write is bounded by the socket's own timeouts, and the whole handshake
+    /// by `limit`.
     pub fn connect_blocking(
         &self,
         host: &str,
         stream: std::net::TcpStream,
+        limit: std::time::Duration,
     ) -> std::io::Result<BlockingTls> {
         let name = server_name(host).map_err(std::io::Error::other)?;
         let connection = rustls::ClientConnection::new(self.dial_config.clone(), name)
             .map_err(std::io::Error::other)?;
         let mut stream = rustls::StreamOwned::new(connection, stream);
+        let started = std::time::Instant::now();
         // Finish the TLS handshake now, so that a refused certificate is an error here.
         while stream.conn.is_handshaking() {
+            if started.elapsed() > limit {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
             stream.conn.complete_io(&mut stream.sock)?;
         }
         Ok(stream)
@@ -346,6 +353,21 @@ impl Tls {
 
 /// A blocking TLS connection (the WAL thread's acknowledgements).
 pub type BlockingTls = rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>;
+
+/// Writes `bytes` on a blocking TLS connection and sends every record they make, within the
+/// socket's write timeout, or fails. Only writes: rustls's `Write` would also read (on a
+/// timeout meant for the handshake) and report success for bytes it still holds, which a
+/// failed send would then lose unseen.
+pub fn write_blocking(tls: &mut BlockingTls, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    tls.conn.writer().write_all(bytes)?;
+    while tls.conn.wants_write() {
+        if tls.conn.write_tls(&mut tls.sock)? == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+    }
+    Ok(())
+}
 
 /// The acceptor of `port`: the node's certificate; the dialer's certificate required on the
 /// peer port, verified when presented on the client port.

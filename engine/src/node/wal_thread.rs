@@ -425,7 +425,25 @@ pub(crate) struct Acker {
 }
 
 /// An acknowledgement connection, in clear or in TLS: written to only, once open.
-type AckStream = Box<dyn std::io::Write + Send>;
+enum AckStream {
+    Plain(std::net::TcpStream),
+    Tls(Box<net::tls::BlockingTls>),
+}
+
+impl AckStream {
+    /// Writes `frame` whole within the socket's write timeout ([`ACK_WRITE_TIMEOUT_MS`]), or
+    /// fails; after a failure the connection is dropped.
+    fn send(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        match self {
+            AckStream::Plain(stream) => std::io::Write::write_all(stream, frame),
+            AckStream::Tls(tls) => net::tls::write_blocking(tls, frame),
+        }
+    }
+}
+
+/// Longest the TLS handshake of an acknowledgement connection may take, in milliseconds
+/// (each read within it is bounded by [`ACK_HANDSHAKE_TIMEOUT_MS`]).
+const ACK_TLS_HANDSHAKE_MS: u64 = 1_000;
 
 /// Time to wait for a connection from the WAL thread before giving up on it (the core then
 /// acknowledges the ordinary way).
@@ -454,14 +472,13 @@ impl Acker {
 
     /// Sends `message` to `to`; false when it could not.
     fn send(&mut self, to: NodeId, message: &net::message::PeerMessage) -> bool {
-        use std::io::Write;
         let Ok(frame) = net::frame::FrameCodec::new(self.access.cluster).frame(message) else {
             return false;
         };
         let Some(stream) = self.stream(to) else {
             return false;
         };
-        if stream.write_all(&frame).is_ok() {
+        if stream.send(&frame).is_ok() {
             return true;
         }
         self.streams.remove(&to);
@@ -484,12 +501,13 @@ impl Acker {
             None => {
                 let mut stream = stream;
                 self.introduce(&mut stream, to, offer)?;
-                Ok(Box::new(stream))
+                Ok(AckStream::Plain(stream))
             }
             Some(tls) => {
-                let mut stream = tls.connect_blocking(host, stream)?;
+                let limit = Duration::from_millis(ACK_TLS_HANDSHAKE_MS);
+                let mut stream = tls.connect_blocking(host, stream, limit)?;
                 self.introduce(&mut stream, to, offer)?;
-                Ok(Box::new(stream))
+                Ok(AckStream::Tls(Box::new(stream)))
             }
         }
     }
@@ -685,7 +703,7 @@ mod tests {
             tls: None,
         };
         let mut acker = Acker::new(access, Default::default());
-        acker.streams.insert(NodeId(1), Box::new(stream));
+        acker.streams.insert(NodeId(1), AckStream::Plain(stream));
         let ack = ack(1);
         let (done, gave_up) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

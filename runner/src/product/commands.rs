@@ -297,10 +297,11 @@ pub struct BenchArgs {
 /// The benchmark against a running cluster.
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let file = engine::cli::read_client_file(&args.cluster)?;
-    // A cluster file (not a client file) gives the operator credential that --mode needs.
-    let operator = match ClusterFile::parse(&args.cluster) {
-        Ok(_) => Some(engine::cli::read_cluster_file(&args.cluster)?.operator_config()?),
-        Err(_) => None,
+    // A cluster file (not a client file) gives the operator credential that --mode needs;
+    // without --mode none is read (the host may hold the cluster file but not its secrets).
+    let operator = match (args.mode, ClusterFile::parse(&args.cluster)) {
+        (Some(_), Ok(_)) => Some(engine::cli::read_cluster_file(&args.cluster)?.operator_config()?),
+        (Some(_), Err(_)) | (None, _) => None,
     };
     runtime()?
         .block_on(bench::benchmark(
