@@ -111,7 +111,7 @@ pub enum TlsError {
 }
 
 /// The files a process's TLS comes from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TlsFiles {
     /// The cluster's CA certificates (PEM; more than one during a CA rotation).
     pub ca: PathBuf,
@@ -120,6 +120,9 @@ pub struct TlsFiles {
     pub cert: Option<PathBuf>,
     /// The private key of `cert` (PEM, owner-only).
     pub key: Option<PathBuf>,
+    /// A listener's client port refuses a client that presents no certificate the CA signed
+    /// (otherwise a client may present one, verified when it does).
+    pub require_client_cert: bool,
 }
 
 /// A process's TLS, set up from its files: what it dials with and, given its own
@@ -291,8 +294,13 @@ impl Tls {
         let dial_config = Arc::new(dial_config);
         let (peer_port, client_port) = match &identity {
             Some(identity) => (
-                Some(acceptor(&roots, identity, TlsPort::Peer)?),
-                Some(acceptor(&roots, identity, TlsPort::Client)?),
+                Some(acceptor(&roots, identity, TlsPort::Peer, true)?),
+                Some(acceptor(
+                    &roots,
+                    identity,
+                    TlsPort::Client,
+                    files.require_client_cert,
+                )?),
             ),
             None => (None, None),
         };
@@ -369,17 +377,18 @@ pub fn write_blocking(tls: &mut BlockingTls, bytes: &[u8]) -> std::io::Result<()
     Ok(())
 }
 
-/// The acceptor of `port`: the node's certificate; the dialer's certificate required on the
-/// peer port, verified when presented on the client port.
+/// The acceptor of `port`: the node's certificate; the dialer's certificate required when
+/// `required` (always on the peer port), verified whenever presented.
 fn acceptor(
     roots: &Arc<RootCertStore>,
     (chain, key): &Identity,
     port: TlsPort,
+    required: bool,
 ) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
     let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
-    let verifier = match port {
-        TlsPort::Peer => verifier,
-        TlsPort::Client => verifier.allow_unauthenticated(),
+    let verifier = match (port, required) {
+        (TlsPort::Peer, _) | (TlsPort::Client, true) => verifier,
+        (TlsPort::Client, false) => verifier.allow_unauthenticated(),
     };
     let verifier = verifier.build().map_err(|error| TlsError::Rustls {
         context: "the client certificate verifier".into(),

@@ -7,9 +7,10 @@
 #
 # DIR/ca.pem and DIR/ca.key are made when missing (keep ca.key off the nodes: it signs).
 # DIR/NAME.pem and DIR/NAME.key are made for NAME, valid for each HOST (a DNS name or an IP
-# address, as the cluster file's peer_address and client_address spell the host). A client's
-# certificate needs no HOST. Keys are EC P-256, owner-only (0600). Certificates last
-# DAYS days (default 365); the CA lasts CA_DAYS (default 3650).
+# address, as the cluster file's peer_address and client_address spell the host): a node's,
+# for TLS servers and clients both. Without a HOST the certificate is a client's, for TLS
+# clients only. Keys are EC P-256, owner-only (0600). Certificates last DAYS days (default
+# 365); the CA lasts CA_DAYS (default 3650).
 set -eu
 if [ "$#" -lt 2 ]; then
   echo "usage: $0 DIR NAME [HOST...]" >&2
@@ -41,8 +42,12 @@ extensions="$dir/$name.ext"
 {
   echo "basicConstraints=critical,CA:FALSE"
   echo "keyUsage=critical,digitalSignature"
-  echo "extendedKeyUsage=serverAuth,clientAuth"
-  if [ -n "$names" ]; then echo "subjectAltName=$names"; fi
+  if [ -n "$names" ]; then
+    echo "extendedKeyUsage=serverAuth,clientAuth"
+    echo "subjectAltName=$names"
+  else
+    echo "extendedKeyUsage=clientAuth"
+  fi
 } > "$extensions"
 openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
   -keyout "$dir/$name.key" -out "$dir/$name.csr" -subj "/CN=$name" 2>/dev/null

@@ -217,9 +217,8 @@ fn a_replayed_handshake_is_refused() {
 fn clients_must_prove_the_client_secret_when_the_cluster_sets_one() {
     let dir = tempfile::tempdir().unwrap();
     let secret = "the clients of this cluster know this";
-    let (_nodes, config) = start_cluster(dir.path(), |file| {
-        file.client_secret = Some(secret.to_string())
-    });
+    let (_nodes, config) =
+        start_cluster(dir.path(), |file| file.client_secret = Some(secret.into()));
     let mut keyed = config.clone();
     keyed.key = Some(Key::client(secret.as_bytes()).unwrap());
     let mut wrong = config.clone();

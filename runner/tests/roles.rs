@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use engine::client::{Client, ClientConfig, node_status, node_versions};
+use engine::node::secrets::SecretText;
 use engine::node::{ClientFile, ClusterFile, NodeEntry};
 use net::auth::Key;
 use net::frame::FrameCodec;
@@ -303,7 +304,7 @@ fn the_peer_secret_rotates_one_node_at_a_time() {
     let with = |previous: Option<&str>, name: &str| {
         let mut file = ClusterFile::parse(&old.cluster_file).unwrap();
         file.secret = Some(new_secret.into());
-        file.previous_secret = previous.map(String::from);
+        file.previous_secret = previous.map(SecretText::from);
         let path = dir.join(name);
         file.write(&path).unwrap();
         let logs = dir.join(name.trim_end_matches(".toml"));

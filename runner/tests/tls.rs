@@ -44,6 +44,7 @@ fn client_tls(dir: &Path) -> Tls {
         ca: dir.join("ca.pem"),
         cert: None,
         key: None,
+        require_client_cert: false,
     };
     Tls::load(&files).unwrap()
 }
@@ -314,4 +315,56 @@ fn a_flipped_byte_inside_tls_costs_a_reconnection_never_a_wrong_answer() {
         connections >= 3,
         "{connections} connections: no reconnection"
     );
+}
+
+/// Proves `tls_require_client_cert`: a client without a certificate of the CA is refused in
+/// the TLS handshake even with the client secret, and one given a client certificate
+/// (`client-file --tls-cert`, made by the script without host names) is served.
+#[test]
+fn a_cluster_can_require_client_certificates() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let tls = dir.join("tls");
+    for id in 1..=3 {
+        certificate(&tls, &format!("node{id}"), &["127.0.0.1"]);
+    }
+    certificate(&tls, "app", &[]);
+    let (nodes, mut config) = start_cluster(dir, |file| {
+        file.tls_ca_file = Some(tls.join("ca.pem"));
+        file.tls_require_client_cert = true;
+        for node in &mut file.nodes {
+            node.tls_cert_file = Some(tls.join(format!("node{}.pem", node.id)));
+            node.tls_key_file = Some(tls.join(format!("node{}.key", node.id)));
+        }
+    });
+    config.tls = Some(client_tls(&tls));
+    config.give_up_after = Some(Duration::from_secs(2));
+    let client_file = dir.join("client.toml");
+    let made = runner(&["client-file", "--cluster"])
+        .arg(&nodes.cluster_file)
+        .arg("--out")
+        .arg(&client_file)
+        .arg("--tls-cert")
+        .arg(tls.join("app.pem"))
+        .arg("--tls-key")
+        .arg(tls.join("app.key"))
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let mut with_certificate = engine::node::ClientFile::read(&client_file)
+        .unwrap()
+        .client_config()
+        .unwrap();
+    with_certificate.give_up_after = Some(WAIT);
+    runtime().block_on(async {
+        three_up_with_a_leader(&with_certificate).await;
+        assert!(Client::register(config.clone()).await.is_err());
+        let mut client = Client::register(with_certificate.clone()).await.unwrap();
+        let mut model = Model::open(&mut client).await;
+        let mut rng = engine::rng::Rng::new(13);
+        transfers(&mut client, &mut rng, &mut model, 5, &Cell::new(0)).await;
+        model.check(&with_certificate, engine::ClientId(99)).await;
+    });
+    let refused = || nodes.log(1).contains("connection refused: TLS failed");
+    runtime().block_on(until("a client without a certificate refused", refused));
 }

@@ -23,6 +23,7 @@ pub struct CheckArgs {
 /// Checks the file; prints the nodes' settings, or every error and exits 1.
 pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let mut file = ClusterFile::parse(&args.cluster)?;
+    super::warn_if_secrets_open(&args.cluster, file.has_inline_secret());
     file.take_environment(super::environment)?;
     let mut errors = file.errors();
     let tls = super::check_tls::report(&file, std::time::SystemTime::now());
@@ -135,6 +136,10 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
             "tls_ca_file",
             json!(file.tls_ca_file.as_ref().map(|p| p.display().to_string())),
         ),
+        (
+            "tls_require_client_cert",
+            json!(file.tls_require_client_cert),
+        ),
         ("mode", json!(mode)),
         ("entry_commands_max", json!(file.entry_commands_max)),
         ("capacity_bytes", json!(file.capacity_bytes)),
@@ -157,7 +162,7 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
 }
 
 /// Where a secret comes from: inline, a file, or nowhere.
-fn given(inline: &Option<String>, file: &Option<PathBuf>) -> String {
+fn given<T>(inline: &Option<T>, file: &Option<PathBuf>) -> String {
     match (inline, file) {
         (Some(_), _) => "inline".to_string(),
         (None, Some(path)) => format!("file {}", path.display()),

@@ -15,7 +15,7 @@
 //! ```
 
 use super::cluster_file::{ClusterFile, ClusterFileError};
-use super::secrets::{self, SecretError, SecretSource};
+use super::secrets::{self, SecretError, SecretSource, SecretText};
 use crate::address::Address;
 use crate::client::ClientConfig;
 use net::auth::Key;
@@ -42,7 +42,7 @@ pub struct ClientFile {
     pub cluster_id: u64,
     /// The secret clients prove, when the cluster sets one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_secret: Option<String>,
+    pub client_secret: Option<SecretText>,
     /// A file holding the client secret (owner-only), instead of `client_secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret_file: Option<PathBuf>,
@@ -137,6 +137,7 @@ impl ClientFile {
             ca: ca.clone(),
             cert: self.tls_cert_file.clone(),
             key: self.tls_key_file.clone(),
+            require_client_cert: false,
         };
         Ok(Some(Tls::load(&files)?))
     }

@@ -14,6 +14,8 @@
 //! # keys): during a rotation, the old value, still accepted
 //! tls_ca_file = "/etc/bank/ca.pem"   # optional; every link TLS, each node's certificate
 //!                                    # signed by this CA
+//! tls_require_client_cert = false    # optional; true: clients must present a certificate
+//!                                    # the CA signed (else they may)
 //! entry_commands_max = 1024     # optional; 16 to 1,024 commands per entry
 //! mode = "verify"               # optional; "verify" (default) or "performance"
 //! snapshot_every = 64            # optional; entries between snapshot captures, 0 for none
@@ -60,7 +62,7 @@ use crate::ids::NodeId;
 use crate::node::WalIo;
 use crate::node::client_file::{ClientFile, ClientNode};
 use crate::node::config::ConfigError;
-use crate::node::secrets::{self, SecretError, SecretSource};
+use crate::node::secrets::{self, SecretError, SecretSource, SecretText};
 use crate::node::{NodeAddress, NodeConfig};
 use net::auth::{Credentials, Key, KeyRing, OperatorKey, SECRET_BYTES_MIN};
 use net::tls::{Tls, TlsError, TlsFiles};
@@ -239,6 +241,7 @@ impl NodeEntry {
                 ca: ca.to_path_buf(),
                 cert: Some(cert.clone()),
                 key: Some(key.clone()),
+                require_client_cert: false,
             }),
             (Some(_), None) | (None, Some(_)) | (None, None) => {
                 Err(ClusterFileError::TlsIncomplete(self.id))
@@ -258,27 +261,27 @@ pub struct ClusterFile {
     /// [`net::auth::SECRET_BYTES_MIN`] bytes). A node needs it (or `secret_file`); an
     /// operator's copy of the file leaves both out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
+    pub secret: Option<SecretText>,
     /// A file holding the peer secret (owner-only), instead of `secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_file: Option<PathBuf>,
     /// During a rotation, the peer secret before `secret`: nodes accept both, and
     /// prove it to a node that refuses the new one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_secret: Option<String>,
+    pub previous_secret: Option<SecretText>,
     /// A file holding `previous_secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_secret_file: Option<PathBuf>,
     /// The secret applications must prove, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_secret: Option<String>,
+    pub client_secret: Option<SecretText>,
     /// A file holding the client secret, instead of `client_secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret_file: Option<PathBuf>,
     /// During a rotation, the client secret before `client_secret`: nodes
     /// accept both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_client_secret: Option<String>,
+    pub previous_client_secret: Option<SecretText>,
     /// A file holding `previous_client_secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_client_secret_file: Option<PathBuf>,
@@ -286,14 +289,14 @@ pub struct ClusterFile {
     /// it, operators prove a key derived from the peer secret: only the peer secret's
     /// holders are operators.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operator_secret: Option<String>,
+    pub operator_secret: Option<SecretText>,
     /// A file holding the operator secret, instead of `operator_secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_secret_file: Option<PathBuf>,
     /// During a rotation, the operator secret before `operator_secret`:
     /// nodes accept both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_operator_secret: Option<String>,
+    pub previous_operator_secret: Option<SecretText>,
     /// A file holding `previous_operator_secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_operator_secret_file: Option<PathBuf>,
@@ -301,6 +304,10 @@ pub struct ClusterFile {
     /// needs `tls_cert_file` and `tls_key_file`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ca_file: Option<PathBuf>,
+    /// With TLS: clients must present a certificate the CA signed (without it a client may
+    /// present one, and the secrets decide alone).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tls_require_client_cert: bool,
     /// Most commands per entry.
     #[serde(default = "default_entry_commands_max")]
     pub entry_commands_max: u32,
@@ -350,6 +357,10 @@ pub struct ClusterFile {
     pub seed: u64,
     /// The nodes.
     pub nodes: Vec<NodeEntry>,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 fn default_cluster_id() -> u64 {
@@ -406,7 +417,7 @@ fn default_seed() -> u64 {
 
 impl ClusterFile {
     /// A file for `nodes` sharing `secret`, every setting at its default.
-    pub fn new(secret: impl Into<String>, nodes: Vec<NodeEntry>) -> Self {
+    pub fn new(secret: impl Into<SecretText>, nodes: Vec<NodeEntry>) -> Self {
         ClusterFile {
             cluster_id: default_cluster_id(),
             secret: Some(secret.into()),
@@ -422,6 +433,7 @@ impl ClusterFile {
             previous_operator_secret: None,
             previous_operator_secret_file: None,
             tls_ca_file: None,
+            tls_require_client_cert: false,
             entry_commands_max: default_entry_commands_max(),
             mode: ModeSetting::default(),
             snapshot_every: default_snapshot_every(),
@@ -603,7 +615,11 @@ impl ClusterFile {
     /// Node `entry`'s TLS, when the cluster speaks it.
     fn node_tls(&self, entry: &NodeEntry) -> Result<Option<Tls>, ClusterFileError> {
         match &self.tls_ca_file {
-            Some(ca) => Ok(Some(Tls::load(&entry.tls_files(ca)?)?)),
+            Some(ca) => {
+                let mut files = entry.tls_files(ca)?;
+                files.require_client_cert = self.tls_require_client_cert;
+                Ok(Some(Tls::load(&files)?))
+            }
             None if entry.tls_cert_file.is_some() || entry.tls_key_file.is_some() => {
                 Err(ClusterFileError::TlsWithoutCa)
             }
@@ -618,8 +634,7 @@ impl ClusterFile {
         };
         let files = TlsFiles {
             ca: ca.clone(),
-            cert: None,
-            key: None,
+            ..TlsFiles::default()
         };
         Ok(Some(Tls::load(&files)?))
     }
@@ -868,7 +883,7 @@ impl ClusterFile {
         if !self.has_operator_secret() {
             return Err(ClusterFileError::NoOperatorSecret);
         }
-        let operator = |field, inline: &Option<String>, file: &Option<PathBuf>| {
+        let operator = |field, inline: &Option<SecretText>, file: &Option<PathBuf>| {
             source(field, inline, file).read_text()
         };
         let mut copy = self.clone();
@@ -903,7 +918,7 @@ impl ClusterFile {
         &mut self,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<(), ClusterFileError> {
-        let env = |(inline, file): (&mut Option<String>, &Option<PathBuf>), field, variable| {
+        let env = |(inline, file): (&mut Option<SecretText>, &Option<PathBuf>), field, variable| {
             let set = (field, inline.is_some() || file.is_some());
             secrets::from_environment(set, inline, variable, &lookup)
         };
@@ -923,7 +938,7 @@ type OperatorKeys = (OperatorKey, Option<OperatorKey>);
 /// Where the secret of key `field` comes from in a file: its inline value or its `_file`.
 fn source<'a>(
     field: &'static str,
-    inline: &'a Option<String>,
+    inline: &'a Option<SecretText>,
     file: &'a Option<PathBuf>,
 ) -> SecretSource<'a> {
     SecretSource {
@@ -1123,6 +1138,11 @@ mod tests {
         let path = dir.path().join("cluster.toml");
         file.write(&path).unwrap();
         assert_eq!(ClusterFile::read(&path).unwrap(), file);
+        let shown = format!("{file:?}");
+        assert!(
+            !shown.contains("sixteen bytes") && !shown.contains("clients prove"),
+            "{shown}"
+        );
         let missing = ClusterFile::read(&dir.path().join("missing.toml"));
         assert!(matches!(missing, Err(ClusterFileError::Read { .. })));
     }

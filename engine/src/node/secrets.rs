@@ -17,6 +17,38 @@ pub const CLIENT_SECRET_ENV: &str = "ENGINE_CLIENT_SECRET";
 /// The environment variable that supplies the operator secret to the command line.
 pub const OPERATOR_SECRET_ENV: &str = "ENGINE_OPERATOR_SECRET";
 
+/// A secret's text as a cluster or client file holds it inline. It never prints: a file's
+/// `Debug` shows `SecretText(..)` in its place.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct SecretText(String);
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretText(..)")
+    }
+}
+
+impl From<String> for SecretText {
+    fn from(text: String) -> Self {
+        SecretText(text)
+    }
+}
+
+impl From<&str> for SecretText {
+    fn from(text: &str) -> Self {
+        SecretText(text.to_string())
+    }
+}
+
+impl std::ops::Deref for SecretText {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Why a secret could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
@@ -65,6 +97,14 @@ pub enum SecretError {
         /// Why.
         error: ShortSecret,
     },
+    /// The secret file holds more than one line.
+    #[error("{field}_file {} holds more than one line: a secret is one line", path.display())]
+    NotOneLine {
+        /// The key.
+        field: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
     /// The secret file holds bytes that are not UTF-8, where the secret must be written
     /// into a TOML file.
     #[error("{field}: the secret is not UTF-8 text, so it cannot be written into a file")]
@@ -112,9 +152,12 @@ impl SecretSource<'_> {
     }
 
     /// The secret as text (for a file that holds it inline), or `None` when it is not set.
-    pub fn read_text(&self) -> Result<Option<String>, SecretError> {
+    pub fn read_text(&self) -> Result<Option<SecretText>, SecretError> {
         let field = self.field;
-        let text = |bytes| String::from_utf8(bytes).map_err(|_| SecretError::NotText { field });
+        let text = |bytes| {
+            let text = String::from_utf8(bytes).map_err(|_| SecretError::NotText { field })?;
+            Ok(SecretText(text))
+        };
         self.read()?.map(text).transpose()
     }
 
@@ -149,6 +192,12 @@ fn read_secret_file(field: &'static str, path: &Path) -> Result<Vec<u8>, SecretE
     // The line ending an editor or `echo` leaves is not part of the secret.
     while secret.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         secret.pop();
+    }
+    if secret.iter().any(|b| *b == b'\n' || *b == b'\r') {
+        return Err(SecretError::NotOneLine {
+            field,
+            path: path.to_path_buf(),
+        });
     }
     Ok(secret)
 }
@@ -194,7 +243,7 @@ pub fn ring(
 /// (`set`: inline or as a file).
 pub fn from_environment(
     (field, set): (&'static str, bool),
-    inline: &mut Option<String>,
+    inline: &mut Option<SecretText>,
     variable: &'static str,
     lookup: &impl Fn(&str) -> Option<String>,
 ) -> Result<(), SecretError> {
@@ -204,7 +253,7 @@ pub fn from_environment(
     if set {
         return Err(SecretError::FileAndEnvironment { field, variable });
     }
-    *inline = Some(value);
+    *inline = Some(value.into());
     Ok(())
 }
 
@@ -247,6 +296,12 @@ mod tests {
         crate::files::write_durably(&large, &[b'x'; 5000]).unwrap();
         let error = source(None, Some(&large)).read().unwrap_err();
         assert!(matches!(error, SecretError::TooLarge { .. }), "{error}");
+        let two = dir.path().join("two lines");
+        crate::files::write_durably(&two, b"sixteen bytes at least\nand more\n").unwrap();
+        let error = source(None, Some(&two)).read().unwrap_err();
+        assert!(matches!(error, SecretError::NotOneLine { .. }), "{error}");
+        let text = SecretText::from("never printed, 16+");
+        assert_eq!(format!("{:?}", Some(text)), "Some(SecretText(..))");
         let missing = dir.path().join("missing");
         let error = source(None, Some(&missing)).read().unwrap_err();
         assert!(matches!(error, SecretError::Unreadable { .. }), "{error}");

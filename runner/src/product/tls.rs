@@ -53,6 +53,7 @@ impl LocalCertificates {
             ca: self.dir.join("ca.pem"),
             cert: Some(self.dir.join(format!("node{id}.pem"))),
             key: Some(self.dir.join(format!("node{id}.key"))),
+            require_client_cert: false,
         };
         Ok(Tls::load(&files)?)
     }
