@@ -793,35 +793,37 @@ async fn write_replies<W: tokio::io::AsyncWrite + Unpin>(
 }
 
 /// The listener's side of TLS on a new connection to `port`, when the node has TLS; the
-/// stream as it came otherwise. Bounded by [`HANDSHAKE_TIMEOUT_MS`].
+/// stream as it came otherwise.
 async fn accept_tls(
     access: &Access,
     port: TlsPort,
     stream: TcpStream,
 ) -> Result<Stream, ConnectionError> {
-    let Some(tls) = &access.tls else {
-        return Ok(Stream::Plain(stream));
-    };
-    let limit = Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
-    match tokio::time::timeout(limit, tls.accept(port, stream)).await {
-        Ok(accepted) => accepted.map_err(ConnectionError::Tls),
-        Err(_) => Err(ConnectionError::Refused(Refusal::HandshakeTimeout)),
+    match &access.tls {
+        Some(tls) => within_handshake(tls.accept(port, stream)).await,
+        None => Ok(Stream::Plain(stream)),
     }
 }
 
-/// The dialer's side of TLS on a connection to `host`, when the node has TLS. Bounded by
-/// [`HANDSHAKE_TIMEOUT_MS`].
+/// The dialer's side of TLS on a connection to `host`, when the node has TLS.
 async fn connect_tls(
     access: &Access,
     host: &str,
     stream: TcpStream,
 ) -> Result<Stream, ConnectionError> {
-    let Some(tls) = &access.tls else {
-        return Ok(Stream::Plain(stream));
-    };
+    match &access.tls {
+        Some(tls) => within_handshake(tls.connect(host, stream)).await,
+        None => Ok(Stream::Plain(stream)),
+    }
+}
+
+/// A TLS handshake, bounded by [`HANDSHAKE_TIMEOUT_MS`].
+async fn within_handshake(
+    opening: impl std::future::Future<Output = std::io::Result<Stream>>,
+) -> Result<Stream, ConnectionError> {
     let limit = Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
-    match tokio::time::timeout(limit, tls.connect(host, stream)).await {
-        Ok(connected) => connected.map_err(ConnectionError::Tls),
+    match tokio::time::timeout(limit, opening).await {
+        Ok(opened) => opened.map_err(ConnectionError::Tls),
         Err(_) => Err(ConnectionError::Refused(Refusal::HandshakeTimeout)),
     }
 }
