@@ -1,6 +1,6 @@
-//! The codec comparison (issue 16, item 4): the commands of an entry (256 and 1,024 Bank-like
+//! The codec comparison: the commands of an entry (256 and 1,024 Bank-like
 //! commands, mostly transfers) encoded into one buffer and decoded back, with the project's
-//! codec (`net::codec`: bincode 2.0.1 until issue 16, now code of its own writing the same
+//! codec (`net::codec`: once bincode 2.0.1, now code of its own writing the same
 //! bytes) and the candidates: wincode (bincode's layout), borsh, postcard (varints) and rkyv
 //! (zero-copy archive, validated). The engine's own path (each command appended and decoded
 //! one at a time) is measured beside.

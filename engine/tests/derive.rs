@@ -1,5 +1,5 @@
 //! The engine's `Encode`/`Decode` derives write the project's format (the bytes bincode 2's
-//! derive wrote, which the project used until issue 16, `notes/decisions/encoding.md`) for every
+//! derive wrote, which the project used before, `notes/decisions/encoding.md`) for every
 //! shape of type, decode them back, and refuse unknown variant indexes. Each expected byte
 //! string is spelled out here: a change of format fails these tests.
 

@@ -229,7 +229,7 @@ fn verify_mode_catches_a_nondeterministic_handler() {
     );
 }
 
-/// Proves a retry is answered only from committed sessions (issue 13): while a leader's
+/// Proves a retry is answered only from committed sessions: while a leader's
 /// simulation of an entry is pending, the request it finished is neither finished nor stale
 /// for `committed_answer`; once the entry is applied it is finished with the applied results,
 /// and the client's earlier request is stale.
@@ -283,7 +283,7 @@ fn a_simulated_request_is_not_committed() {
     assert!(!results.is_empty());
 }
 
-/// Proves a request number used again for other commands (issue 14: a client id reused) is
+/// Proves a request number used again for other commands (a client id reused) is
 /// answered "reused" and not applied, at apply and from the committed sessions, and a retry
 /// of the request that has the number is still answered with its results.
 #[test]
@@ -330,7 +330,7 @@ fn a_request_number_reused_for_other_commands_is_refused() {
 
 /// Proves a client whose session was evicted (past `SESSIONS_MAX_DEFAULT` other clients) is told its
 /// session expired, for a new request and for a retry of one that was applied: never "stale"
-/// (which says not applied) and never run again (issue 13).
+/// (which says not applied) and never run again.
 #[test]
 fn an_evicted_client_is_told_its_session_expired() {
     let mut former = Former::new(1);

@@ -3,7 +3,7 @@
 //! specifies it; golden files and byte tests pin it).
 //!
 //! The format is the one bincode 2 wrote with fixed-width little-endian integers, which the
-//! project used until issue 16, kept byte for byte:
+//! project used before this module, kept byte for byte:
 //!
 //! - integers little-endian at their full width (`usize` as a `u64`, `u128` as 16 bytes),
 //!   `bool` one byte 0 or 1, `f32`/`f64` their IEEE bits;

@@ -2,7 +2,7 @@
 //! to each WAL fsync (`fsync_delay_ms`), so that no entry can commit sooner than that after it
 //! is proposed, and the client gives each attempt 30 ms: it retries, through other nodes too,
 //! several times while its request waits for its commit. An answer before the commit (a retry
-//! answered from what the leader's simulation left in the sessions, issue 13) arrives early.
+//! answered from what the leader's simulation left in the sessions, a bug once) arrives early.
 //! The delay is twice the 150 ms within which a leader must hear from a majority: a follower
 //! on a disk that slow must still answer the leader's resends at once (it used to stay silent
 //! until its fsync, and every leader stepped down before anything committed).
@@ -60,7 +60,7 @@ fn no_answer_before_commit() {
     });
 }
 
-/// Proves a client id used by two clients at once (issue 14) gives no wrong answer: the
+/// Proves a client id used by two clients at once gives no wrong answer: the
 /// second client's request under a number the first used is answered "reused" (it used to
 /// get the first client's one outcome for its 256 commands), and none of its commands runs.
 #[test]

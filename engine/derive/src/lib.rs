@@ -22,7 +22,7 @@
 //! generic over lifetimes, types and constants. Not supported: unions, and bincode's own options
 //! (`bounds`, `decode_context`, `with_serde`, ...), which are compile errors rather than silently
 //! ignored. `#[bincode(crate = "...")]` is accepted and ignored, so that code written for
-//! bincode's derive (the project's codec until issue 16) compiles unchanged.
+//! bincode's derive (the project's codec before its own) compiles unchanged.
 
 use proc_macro::TokenStream;
 use syn::{DeriveInput, parse_macro_input};

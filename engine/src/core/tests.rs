@@ -324,8 +324,8 @@ fn leader_sends_a_snapshot_to_a_follower_behind_its_log_base() {
         vec![Action::SendSnapshot { peer: N2 }]
     );
     // Heartbeats (every two ticks) within the check-quorum window (ten): the follower waiting
-    // for the snapshot still hears from its leader, at the log's base (issue 13: it used to
-    // hear nothing for SNAPSHOT_RESEND_TICKS, and campaigned).
+    // for the snapshot still hears from its leader, at the log's base (a follower that heard
+    // nothing for SNAPSHOT_RESEND_TICKS would campaign).
     let mut heartbeats = 0;
     for _ in 0..5 {
         let actions = step(&mut n1, Event::Tick);
@@ -564,8 +564,8 @@ fn follower_acknowledges_after_its_fsync() {
 }
 
 /// Proves a follower answers at once a resend of entries still on their way to its disk, with
-/// what is durable so far (issue 13: it stayed silent until its fsync, and on a disk slower than
-/// the election window every leader stepped down for lack of answers).
+/// what is durable so far (silent until its fsync, on a disk slower than the election window
+/// every leader would step down for lack of answers).
 #[test]
 fn a_resend_before_the_fsync_is_answered_at_once() {
     let (_, noop) = leader();
@@ -788,7 +788,7 @@ fn a_repairing_replica_votes_for_the_most_up_to_date_of_the_others() {
     assert!(granted(&step(&mut n2, vote_from(N1, 4, 3))));
 }
 
-/// Settles an issue 13 hypothesis: after damage with nothing readable beyond it (the repair's
+/// Settles a hypothesis about repair: after damage with nothing readable beyond it (the repair's
 /// term unknown, `u64::MAX`), a replica refuses every candidate until it has heard where the
 /// third replica's log ends (a vote or pre-vote request of its), then votes for the most up to
 /// date. Confirmed, and by design: any of the others may hold what it lost. Its cost is

@@ -930,8 +930,8 @@ mod tests {
     }
 
     /// Proves a snapshot chunk dropped because the follower is unreachable is reported as an
-    /// aborted transfer (before, the leader heard nothing and sent the snapshot again only
-    /// after `SNAPSHOT_RESEND_TICKS`, 10 s; issue 13).
+    /// aborted transfer (unreported, the leader would send the snapshot again only after
+    /// `SNAPSHOT_RESEND_TICKS`, 10 s).
     #[tokio::test]
     async fn a_snapshot_chunk_dropped_for_an_unreachable_follower_aborts_the_transfer() {
         // A port nobody listens on: the connection is refused.

@@ -685,7 +685,7 @@ mod tests {
     }
 
     /// Proves an acknowledgement to a leader that stopped reading fails within the write
-    /// timeout once the socket's buffer is full, instead of holding the WAL thread (issue 13).
+    /// timeout once the socket's buffer is full, instead of holding the WAL thread.
     #[test]
     fn an_acknowledgement_to_a_leader_that_stopped_reading_gives_up() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -1,7 +1,7 @@
 //! `runner local --floor`: the floor report. The bare data path probe (`../shared/tools/floor`,
 //! built into `target/floor`) and the main job run in one sitting, alternated, and the engine's
-//! throughput is printed as a ratio to the floor's best layout for each shape of issue 17's
-//! table: absolute numbers on a shared machine move from hour to hour, ratios much less.
+//! throughput is printed as a ratio to the floor's best layout for each shape of the
+//! performance targets' table (`notes/benchmarks.md`): absolute numbers on a shared machine move from hour to hour, ratios much less.
 
 use crate::notes::matrix::{filesystem, machine, spread};
 use crate::product::bench::{self, BenchOptions};
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// Accounts prefilled, as in issue 17's table.
+/// Accounts prefilled, as in the reference workload.
 const FLOOR_ACCOUNTS: u64 = 2_000_000;
 /// Filler bytes per command in the probe, so that a transfer is ~64 bytes as the Bank's are.
 const FLOOR_PAD_BYTES: u32 = 40;
