@@ -72,7 +72,11 @@ fn no_comment_cites_an_issue() {
     for dir in SOURCE_DIRS {
         sources(&root.join(dir), &mut files);
     }
-    assert!(files.len() > 100, "the tree was not found: {}", root.display());
+    assert!(
+        files.len() > 100,
+        "the tree was not found: {}",
+        root.display()
+    );
     let mut found = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
@@ -82,5 +86,9 @@ fn no_comment_cites_an_issue() {
             }
         }
     }
-    assert!(found.is_empty(), "comments citing issues:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "comments citing issues:\n{}",
+        found.join("\n")
+    );
 }

@@ -86,6 +86,85 @@ fn segment_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, WalError> {
     Ok(found)
 }
 
+/// A record that [`record::parse`] could not read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unreadable {
+    /// The bytes end before the record does.
+    Incomplete,
+    /// The bytes are not a valid record, for this reason.
+    Damaged(&'static str),
+}
+
+/// Where a segment's scan stops at an unreadable record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// A torn tail: an append whose fsync never completed, so never acknowledged; cut.
+    TornTail,
+    /// Damage, for this reason: an entry that may have been acknowledged is lost.
+    Damaged(&'static str),
+}
+
+/// The torn-write rule, for a record at `at` in `data` that could not be read, in the last
+/// segment or not (`is_last`), with a repair allowed or not (`repairing`).
+///
+/// - A record whose header was never written (zeros from its start, or from a page boundary
+///   inside it) with no readable header after it is a torn tail: an append over zeros writes
+///   its header after its payload, so this append did not complete.
+/// - When repairing, written bytes that do not make a record (the file long enough to hold
+///   it) in the last segment are damage: a record that may have been acknowledged.
+/// - Otherwise a record cut short, or damaged, with no valid record after it in the last
+///   segment is a torn tail.
+/// - Anything else is damage: a record cut short before later records, or damaged among them.
+fn judge_unreadable(
+    unreadable: Unreadable,
+    data: &[u8],
+    at: usize,
+    (is_last, repairing): (bool, bool),
+) -> Stop {
+    let never_written =
+        || record::header_unwritten(data, at) && headers_beyond(data, at).is_empty();
+    let written = || data[at..].iter().any(|&b| b != 0);
+    let nothing_valid_after = || record::next_valid(data, at).is_none();
+    match unreadable {
+        Unreadable::Damaged(_) if is_last && never_written() => Stop::TornTail,
+        Unreadable::Damaged(reason) if repairing && is_last && written() => Stop::Damaged(reason),
+        Unreadable::Incomplete | Unreadable::Damaged(_) if is_last && nothing_valid_after() => {
+            Stop::TornTail
+        }
+        Unreadable::Incomplete => Stop::Damaged("record cut short before later records"),
+        Unreadable::Damaged(reason) => Stop::Damaged(reason),
+    }
+}
+
+/// Takes the whole record (`header`, `payload`) at `at..end` of `segment` into `wal`, or says
+/// why it cannot follow the entries before it.
+fn take_record(
+    wal: &mut Wal,
+    (header, payload): (EntryHeader, &[u8]),
+    segment: usize,
+    (at, end): (usize, usize),
+) -> Result<(), &'static str> {
+    let index = wal.last_index().next();
+    if header.index != index {
+        return Err("entry index out of sequence");
+    }
+    // The first entry of a log that starts after a snapshot has no known predecessor.
+    let chained = wal.entries.is_empty() && index != EntryIndex(1)
+        || chain_hash(&wal.last_hash(), &header, payload) == header.hash;
+    if !chained {
+        return Err("hash does not chain to the previous entry");
+    }
+    wal.max_commit = wal.max_commit.max(header.commit);
+    wal.entries.push(Located {
+        term: header.term,
+        hash: header.hash,
+        segment,
+        offset: at as u64,
+        record_bytes: (end - at) as u32,
+    });
+    Ok(())
+}
+
 /// Scans the segments in `dir` without changing them: a torn tail is noted (cut by
 /// [`super::Wal::settle`]), damage is noted (cut by [`super::Wal::cut_damage`]) when
 /// `repairing`, an error otherwise. A missing directory is an empty log.
@@ -136,32 +215,15 @@ pub(super) fn scan(
         match found {
             Scanned::Whole(torn) => wal.torn_tail_bytes += torn,
             Scanned::Damaged { offset, reason } => {
-                // The first entry the damage costs: the one after the last read.
-                let expected = wal.last_index().next();
                 if !repairing {
                     return Err(WalError::Corruption {
-                        index: expected,
+                        index: wal.last_index().next(),
                         path: path.clone(),
                         offset: offset as u64,
                         reason,
                     });
                 }
-                let later: Vec<PathBuf> = files[n + 1..].iter().map(|(_, p)| p.clone()).collect();
-                let (last, committed) = beyond_damage(path, offset, &later)?;
-                let mut later = later;
-                if gap {
-                    // The whole file lies beyond a gap: it goes with the later ones.
-                    later.insert(0, path.clone());
-                }
-                damage = Some(Damage {
-                    index: expected,
-                    path: path.clone(),
-                    offset: offset as u64,
-                    reason,
-                    last,
-                    committed,
-                });
-                wal.pending_cut = Some(Cut { later });
+                damage = Some(note_damage(&mut wal, &files[n..], (offset, reason), gap)?);
                 break;
             }
         }
@@ -174,6 +236,33 @@ pub(super) fn scan(
         damage,
     };
     Ok((wal, recovery))
+}
+
+/// Notes damage at `offset` of the first of `files` for a repair: what the records beyond it
+/// say, and the cut that waits for the repair obligation (the later files, and the damaged
+/// one too when it lies wholly beyond a `gap`).
+fn note_damage(
+    wal: &mut Wal,
+    files: &[(EntryIndex, PathBuf)],
+    (offset, reason): (usize, String),
+    gap: bool,
+) -> Result<Damage, WalError> {
+    let path = &files[0].1;
+    let mut later: Vec<PathBuf> = files[1..].iter().map(|(_, p)| p.clone()).collect();
+    let (last, committed) = beyond_damage(path, offset, &later)?;
+    if gap {
+        later.insert(0, path.clone());
+    }
+    wal.pending_cut = Some(Cut { later });
+    Ok(Damage {
+        // The first entry the damage costs: the one after the last read.
+        index: wal.last_index().next(),
+        path: path.clone(),
+        offset: offset as u64,
+        reason,
+        last,
+        committed,
+    })
 }
 
 /// What the records found at or after a damage say: the last entry (index and term) whose
@@ -210,12 +299,8 @@ fn headers_beyond(data: &[u8], from: usize) -> Vec<EntryHeader> {
 }
 
 /// Reads one segment into `wal`: to its end (the bytes of a torn tail cut off), or to a
-/// damaged record. A damaged last record counts as damage when `repairing` (it may be an
-/// acknowledged entry), as a torn tail otherwise; a record cut short by the end of the file,
-/// or one whose header is zeros from its start or from a page boundary inside it on (never
-/// written, or cut short at a page), with no readable header after it, is a torn tail either
-/// way (its fsync never completed, so it was never acknowledged). Zeros alone after the last
-/// record are no torn tail: they are space written ahead, and stay.
+/// damaged record ([`judge_unreadable`] says which an unreadable record is). Zeros alone after
+/// the last record are no torn tail: they are space written ahead, and stay.
 fn scan_segment(
     wal: &mut Wal,
     path: &Path,
@@ -228,33 +313,21 @@ fn scan_segment(
     let mut damaged = None;
     while at < data.len() {
         let index = wal.last_index().next();
-        match record::parse(&data, at) {
+        let unreadable = match record::parse(&data, at) {
             Parsed::Record {
                 header,
                 payload,
                 end,
-            } => {
-                if header.index != index {
-                    damaged = Some("entry index out of sequence");
+            } => match take_record(wal, (header, &data[payload]), segment, (at, end)) {
+                Ok(()) => {
+                    at = end;
+                    continue;
+                }
+                Err(reason) => {
+                    damaged = Some(reason);
                     break;
                 }
-                // The first entry of a log that starts after a snapshot has no known predecessor.
-                let chained = wal.entries.is_empty() && index != EntryIndex(1)
-                    || chain_hash(&wal.last_hash(), &header, &data[payload]) == header.hash;
-                if !chained {
-                    damaged = Some("hash does not chain to the previous entry");
-                    break;
-                }
-                wal.max_commit = wal.max_commit.max(header.commit);
-                wal.entries.push(Located {
-                    term: header.term,
-                    hash: header.hash,
-                    segment,
-                    offset: at as u64,
-                    record_bytes: (end - at) as u32,
-                });
-                at = end;
-            }
+            },
             Parsed::Newer => {
                 return Err(WalError::Newer {
                     index,
@@ -262,41 +335,14 @@ fn scan_segment(
                     offset: at as u64,
                 });
             }
-            Parsed::Damaged(_)
-                if is_last
-                    && record::header_unwritten(&data, at)
-                    && headers_beyond(&data, at).is_empty() =>
-            {
-                // A record whose header was never written (or only up to a page boundary): an
-                // append over zeros writes its header after its payload, so this append did
-                // not complete and was never acknowledged, whatever of its payload reached
-                // the file. A readable header further on (a valid record has one) makes it
-                // damage instead.
-                break;
-            }
-            Parsed::Damaged(reason)
-                if repairing && is_last && data[at..].iter().any(|&b| b != 0) =>
-            {
-                // Written bytes that do not make a record, with the file long enough to hold
-                // it: a record that may have been acknowledged, then damaged. (A record cut
-                // short by the end of the file, or bytes never written, is a torn write.)
-                damaged = Some(reason);
-                break;
-            }
-            Parsed::Incomplete | Parsed::Damaged(_)
-                if is_last && record::next_valid(&data, at).is_none() =>
-            {
-                break;
-            }
-            Parsed::Incomplete => {
-                damaged = Some("record cut short before later records");
-                break;
-            }
-            Parsed::Damaged(reason) => {
-                damaged = Some(reason);
-                break;
-            }
+            Parsed::Incomplete => Unreadable::Incomplete,
+            Parsed::Damaged(reason) => Unreadable::Damaged(reason),
+        };
+        if let Stop::Damaged(reason) = judge_unreadable(unreadable, &data, at, (is_last, repairing))
+        {
+            damaged = Some(reason);
         }
+        break;
     }
     let file = OpenOptions::new()
         .read(true)
@@ -324,4 +370,79 @@ fn scan_segment(
         false => 0,
     };
     Ok(Scanned::Whole(torn as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves the torn-write rule case by case: never-written bytes at the end of the last
+    /// segment are a torn tail; written garbage there is damage when repairing and a torn
+    /// tail otherwise; a record cut short, or damaged, before later segments is damage.
+    #[test]
+    fn the_torn_write_rule() {
+        let zeros = vec![0u8; 4096];
+        let garbage = vec![0x5au8; 4096];
+        let damaged = Unreadable::Damaged("bad magic");
+        let cut = Unreadable::Incomplete;
+        let table = [
+            // (what, bytes, unreadable, is_last, repairing, stop)
+            ("zeros, last", &zeros, damaged, true, false, Stop::TornTail),
+            (
+                "zeros, last, repairing",
+                &zeros,
+                damaged,
+                true,
+                true,
+                Stop::TornTail,
+            ),
+            (
+                "zeros, not last",
+                &zeros,
+                damaged,
+                false,
+                false,
+                Stop::Damaged("bad magic"),
+            ),
+            (
+                "garbage, last, repairing",
+                &garbage,
+                damaged,
+                true,
+                true,
+                Stop::Damaged("bad magic"),
+            ),
+            (
+                "garbage, last",
+                &garbage,
+                damaged,
+                true,
+                false,
+                Stop::TornTail,
+            ),
+            (
+                "cut short, last",
+                &garbage,
+                cut,
+                true,
+                false,
+                Stop::TornTail,
+            ),
+            (
+                "cut short, not last",
+                &garbage,
+                cut,
+                false,
+                false,
+                Stop::Damaged("record cut short before later records"),
+            ),
+        ];
+        for (what, bytes, unreadable, is_last, repairing, stop) in table {
+            assert_eq!(
+                judge_unreadable(unreadable, bytes, 0, (is_last, repairing)),
+                stop,
+                "{what}"
+            );
+        }
+    }
 }
