@@ -120,6 +120,18 @@ struct Bounds {
     unit: &'static str,
 }
 
+impl Bounds {
+    fn of(setting: &'static str, value: u64, min: u64, max: u64, unit: &'static str) -> Self {
+        Bounds {
+            setting,
+            value,
+            min,
+            max,
+            unit,
+        }
+    }
+}
+
 fn range(bounds: Bounds, errors: &mut Vec<ConfigError>) {
     if !(bounds.min..=bounds.max).contains(&bounds.value) {
         errors.push(ConfigError::OutOfRange {
@@ -161,93 +173,98 @@ impl NodeConfig {
         errors
     }
 
+    /// Every setting's range: the execution and consensus settings, then storage's.
     fn bounds(&self) -> Vec<Bounds> {
-        let bounds = |setting, value, min, max, unit| Bounds {
-            setting,
-            value,
-            min,
-            max,
-            unit,
-        };
+        let mut all = self.execution_bounds();
+        all.extend(self.storage_bounds());
+        all
+    }
+
+    fn execution_bounds(&self) -> Vec<Bounds> {
         vec![
-            bounds(
+            Bounds::of(
                 "entry_commands_max",
                 u64::from(self.entry_commands_max),
                 u64::from(ENTRY_COMMANDS_CONFIG_MIN),
                 u64::from(ENTRY_COMMANDS_MAX),
                 "commands",
             ),
-            bounds(
+            Bounds::of(
                 "capacity_bytes",
                 self.capacity_bytes,
                 CAPACITY_BYTES_MIN,
                 CAPACITY_BYTES_MAX,
                 "bytes",
             ),
-            bounds(
+            Bounds::of(
                 "sessions_max",
                 self.sessions_max as u64,
                 SESSIONS_MAX_MIN as u64,
                 SESSIONS_MAX_LIMIT as u64,
                 "sessions",
             ),
-            bounds(
+            Bounds::of(
                 "tick_ms",
                 self.tick_ms,
                 TICK_MS_MIN,
                 TICK_MS_MAX,
                 "milliseconds",
             ),
-            bounds(
+            Bounds::of(
                 "election_ticks_min",
                 u64::from(self.election_ticks_min),
                 u64::from(ELECTION_TICKS_CONFIG_MIN),
                 u64::from(ELECTION_TICKS_CONFIG_MAX),
                 "ticks",
             ),
-            bounds(
+            Bounds::of(
                 "heartbeat_ticks",
                 u64::from(self.heartbeat_ticks),
                 u64::from(HEARTBEAT_TICKS_CONFIG_MIN),
                 u64::from(ELECTION_TICKS_CONFIG_MAX),
                 "ticks",
             ),
-            bounds(
+            Bounds::of(
                 "pipeline_entries_max",
                 self.pipeline_entries_max,
                 PIPELINE_ENTRIES_CONFIG_MIN,
                 PIPELINE_ENTRIES_CONFIG_MAX,
                 "entries",
             ),
-            bounds(
+        ]
+    }
+
+    fn storage_bounds(&self) -> Vec<Bounds> {
+        vec![
+            Bounds::of(
                 "snapshot_every",
                 self.snapshot_every,
                 0,
                 SNAPSHOT_EVERY_ENTRIES_MAX,
                 "entries",
             ),
-            bounds(
+            Bounds::of(
                 "snapshot_retain_ms",
                 self.snapshot_retain_ms,
                 0,
                 SNAPSHOT_RETAIN_MS_MAX,
                 "milliseconds",
             ),
-            bounds(
+            Bounds::of(
                 "lagging_entries_max",
                 self.lagging_entries_max,
                 0,
                 LAGGING_ENTRIES_CONFIG_MAX,
                 "entries",
             ),
-            bounds(
+            Bounds::of(
                 "wal_segment_bytes",
                 self.wal_segment_bytes,
                 WAL_SEGMENT_BYTES_MIN,
                 WAL_SEGMENT_BYTES_MAX,
                 "bytes",
             ),
-            bounds(
+            Bounds::of(
                 "fsync_delay_ms",
                 self.fsync_delay_ms,
                 0,

@@ -224,6 +224,12 @@ impl NodeMetrics {
         for (name, help, gauge) in gauges {
             r.register(name, help, gauge.clone());
         }
+        self.register_data_path(&mut r);
+        self.register_events(&mut r);
+    }
+
+    /// The entries, commands and bytes along the data path, and each stage's time.
+    fn register_data_path(&self, r: &mut Registry) {
         r.register(
             "entries_committed",
             "entries committed since start",
@@ -280,6 +286,10 @@ impl NodeMetrics {
             Unit::Seconds,
             self.snapshot_duration.clone(),
         );
+    }
+
+    /// What happened to the node: refusals, connections, role changes, snapshots, repairs.
+    fn register_events(&self, r: &mut Registry) {
         r.register(
             "refusals",
             "requests and connections refused, by reason",

@@ -381,6 +381,90 @@ fn bind_addresses(config: &NodeConfig) -> Result<(SocketAddr, SocketAddr), NodeE
     ))
 }
 
+/// The mode an operator set with `mode` (kept in the data directory) wins over the cluster
+/// file's.
+fn keep_mode_set(config: &mut NodeConfig) -> Result<(), NodeError> {
+    let set = data_dir::read_mode(&config.data_dir).map_err(recovery::Refusal::from)?;
+    if let Some(mode) = set.filter(|&mode| mode != config.mode) {
+        tracing::info!(
+            mode = format!("{mode:?}").to_lowercase(),
+            file = %config.data_dir.join(data_dir::MODE_FILE).display(),
+            "mode as set by `mode`, not the cluster file's"
+        );
+        config.mode = mode;
+    }
+    Ok(())
+}
+
+/// Logs what recovery found, when there is something to say.
+fn log_recovery(config: &NodeConfig, report: &recovery::RecoveryReport) {
+    if report.is_notable() || report.first_start {
+        tracing::info!(data_dir = %config.data_dir.display(), "recovered: {report}");
+    }
+    if let Some(damage) = &report.damage {
+        tracing::warn!(%damage, "repair: damaged WAL entries wait for the leader");
+    }
+}
+
+/// What the node's thread shares with [`start`] and the handle.
+struct NodeChannels {
+    inbox: mpsc::Sender<Input>,
+    inputs: mpsc::Receiver<Input>,
+    /// Told once the node listens, or why it cannot.
+    ready: std::sync::mpsc::Sender<Result<(), NodeError>>,
+    stopped: tokio::sync::oneshot::Receiver<()>,
+    /// Told why the node stopped for good.
+    fail: tokio::sync::oneshot::Sender<String>,
+}
+
+/// The node's thread: its own runtime, its listeners at `addresses`, then the driver until
+/// it stops.
+fn node_thread<H: Handler>(
+    config: NodeConfig,
+    restored: recovery::Restored<H>,
+    (peer_address, client_address): (SocketAddr, SocketAddr),
+    channels: NodeChannels,
+) {
+    let NodeChannels {
+        inbox,
+        inputs,
+        ready,
+        stopped,
+        fail,
+    } = channels;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(source) => {
+            let _ = ready.send(Err(NodeError::Io {
+                path: PathBuf::from("tokio runtime"),
+                source,
+            }));
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let metrics_address = config.metrics_address;
+        let listeners = match driver::bind(peer_address, client_address, metrics_address).await {
+            Ok(listeners) => {
+                let _ = ready.send(Ok(()));
+                listeners
+            }
+            Err(error) => {
+                let _ = ready.send(Err(error));
+                return;
+            }
+        };
+        if let Some(reason) = driver::run(config, restored, listeners, inbox, inputs, stopped).await
+        {
+            tracing::error!(%reason, "stopped for good");
+            let _ = fail.send(reason);
+        }
+    });
+}
+
 /// Recovers the node from its data directory and starts it on a thread of its own (a
 /// single-threaded tokio runtime; the WAL has another thread). Returns once it listens.
 pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, NodeError> {
@@ -394,66 +478,28 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
     let (peer_address, client_address) = bind_addresses(&config)?;
     let mut restored = recovery::restore(&config.data_dir, handler, &config.recovery_options())?;
     let mut config = config;
-    let set = data_dir::read_mode(&config.data_dir).map_err(recovery::Refusal::from)?;
-    if let Some(mode) = set.filter(|&mode| mode != config.mode) {
-        tracing::info!(
-            mode = format!("{mode:?}").to_lowercase(),
-            file = %config.data_dir.join(data_dir::MODE_FILE).display(),
-            "mode as set by `mode`, not the cluster file's"
-        );
-        config.mode = mode;
-    }
+    keep_mode_set(&mut config)?;
     config.join = joins(&config, restored.report.first_start)?;
     let released = restored.lock.on_release();
-    let report = &restored.report;
-    if report.is_notable() || report.first_start {
-        tracing::info!(data_dir = %config.data_dir.display(), "recovered: {report}");
-    }
-    if let Some(damage) = &report.damage {
-        tracing::warn!(%damage, "repair: damaged WAL entries wait for the leader");
-    }
+    log_recovery(&config, &restored.report);
     let (inbox, inputs) = mpsc::channel(INBOX_INPUTS_MAX);
     let (ready, started) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let (fail, failed) = tokio::sync::oneshot::channel();
     let node_span = span.clone();
+    let channels = NodeChannels {
+        inbox,
+        inputs,
+        ready,
+        stopped,
+        fail,
+    };
+    let addresses = (peer_address, client_address);
     let thread = std::thread::Builder::new()
         .name(format!("node-{}", config.id))
         .spawn(move || {
             let _entered = node_span.entered();
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(source) => {
-                    let _ = ready.send(Err(NodeError::Io {
-                        path: PathBuf::from("tokio runtime"),
-                        source,
-                    }));
-                    return;
-                }
-            };
-            runtime.block_on(async move {
-                let metrics_address = config.metrics_address;
-                let listeners = driver::bind(peer_address, client_address, metrics_address).await;
-                let listeners = match listeners {
-                    Ok(listeners) => {
-                        let _ = ready.send(Ok(()));
-                        listeners
-                    }
-                    Err(error) => {
-                        let _ = ready.send(Err(error));
-                        return;
-                    }
-                };
-                if let Some(reason) =
-                    driver::run(config, restored, listeners, inbox, inputs, stopped).await
-                {
-                    tracing::error!(%reason, "stopped for good");
-                    let _ = fail.send(reason);
-                }
-            });
+            node_thread(config, restored, addresses, channels);
         })
         .map_err(|source| NodeError::Io {
             path: PathBuf::from("node thread"),

@@ -224,22 +224,18 @@ fn carry_out(
     while let Some(op) = pending.pop_front() {
         match op {
             WalOp::Append(entries) => {
-                let last = wal.last_index();
-                for entry in entries.iter().filter(|e| e.index() > last) {
-                    if let Err(error) = wal.write(entry) {
-                        if error.is_storage_full() {
-                            pending.push_front(WalOp::Append(entries));
-                            // What came before the append is durable and acknowledged.
-                            sync(wal, unsynced, events, disk)?;
-                            if let Some((to, message)) = passed_over
-                                && !acker.ack(to, message)
-                            {
-                                events.push(WalEvent::AckFailed);
-                            }
+                if let Err(error) = append(wal, &entries, unsynced) {
+                    if error.is_storage_full() {
+                        pending.push_front(WalOp::Append(entries));
+                        // What came before the append is durable and acknowledged.
+                        sync(wal, unsynced, events, disk)?;
+                        if let Some((to, message)) = passed_over
+                            && !acker.ack(to, message)
+                        {
+                            events.push(WalEvent::AckFailed);
                         }
-                        return Err(error);
                     }
-                    *unsynced = Some((entry.index(), entry.term()));
+                    return Err(error);
                 }
             }
             WalOp::Ack { to, message } => {
@@ -259,21 +255,7 @@ fn carry_out(
             }
             WalOp::Compact(through) => {
                 sync(wal, unsynced, events, disk)?;
-                disk.journal(|journal| journal.release_through(through));
-                let (_, segments) = wal.release_through(through);
-                if !segments.is_empty() {
-                    let dir = wal.dir().to_path_buf();
-                    let lock = Arc::clone(&disk.lock);
-                    // Off this thread: appends and their fsyncs do not wait for the deletion.
-                    let span = tracing::Span::current();
-                    thread::spawn(move || {
-                        let _entered = span.entered();
-                        let _held = lock;
-                        if let Err(error) = crate::wal::remove_segments(&dir, &segments) {
-                            tracing::warn!(%error, "cannot remove WAL segments behind a snapshot");
-                        }
-                    });
-                }
+                compact(wal, through, disk);
             }
             WalOp::Reset(base) => {
                 // What was written before belongs to the replaced log: nothing to report.
@@ -296,16 +278,7 @@ fn carry_out(
                 });
             }
             WalOp::Load { peer, from, to } => {
-                let mut entries = Vec::new();
-                let mut bytes = 0;
-                for index in from.0..=to.0.min(wal.last_index().0) {
-                    let entry = wal.read(EntryIndex(index))?;
-                    bytes += entry.payload.len();
-                    entries.push(entry);
-                    if bytes >= crate::core::APPEND_BYTES_MAX {
-                        break;
-                    }
-                }
+                let entries = load(wal, from, to)?;
                 events.push(WalEvent::Loaded { peer, entries });
             }
         }
@@ -313,6 +286,55 @@ fn carry_out(
     sync(wal, unsynced, events, disk)?;
     disk.journal(JournalWriter::flush);
     Ok(())
+}
+
+/// Writes the entries of an append that the log does not hold yet, unsynced.
+fn append(
+    wal: &mut Wal,
+    entries: &[Entry],
+    unsynced: &mut Option<(EntryIndex, Term)>,
+) -> Result<(), WalError> {
+    let last = wal.last_index();
+    for entry in entries.iter().filter(|e| e.index() > last) {
+        wal.write(entry)?;
+        *unsynced = Some((entry.index(), entry.term()));
+    }
+    Ok(())
+}
+
+/// Lets the log go through `through` (behind a durable snapshot); the segments it frees are
+/// removed off this thread, so that appends and their fsyncs do not wait for the deletion.
+fn compact(wal: &mut Wal, through: EntryIndex, disk: &mut Disk) {
+    disk.journal(|journal| journal.release_through(through));
+    let (_, segments) = wal.release_through(through);
+    if segments.is_empty() {
+        return;
+    }
+    let dir = wal.dir().to_path_buf();
+    let lock = Arc::clone(&disk.lock);
+    let span = tracing::Span::current();
+    thread::spawn(move || {
+        let _entered = span.entered();
+        let _held = lock;
+        if let Err(error) = crate::wal::remove_segments(&dir, &segments) {
+            tracing::warn!(%error, "cannot remove WAL segments behind a snapshot");
+        }
+    });
+}
+
+/// The entries `from..=to` the log holds, up to about [`crate::core::APPEND_BYTES_MAX`].
+fn load(wal: &Wal, from: EntryIndex, to: EntryIndex) -> Result<Vec<Entry>, WalError> {
+    let mut entries = Vec::new();
+    let mut bytes = 0;
+    for index in from.0..=to.0.min(wal.last_index().0) {
+        let entry = wal.read(EntryIndex(index))?;
+        bytes += entry.payload.len();
+        entries.push(entry);
+        if bytes >= crate::core::APPEND_BYTES_MAX {
+            break;
+        }
+    }
+    Ok(entries)
 }
 
 fn sync(
