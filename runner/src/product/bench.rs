@@ -460,6 +460,18 @@ pub async fn measure(
     let (tallies, ()) = futures::join!(load, ticker);
     let cpu_seconds = process_cpu_seconds() - cpu_before;
     bar.finish_and_clear();
+    let stages = StageAverages::between(&stages_before, &stages(config).await);
+    let latency = latency.into_inner();
+    tally_run((options, mode), &tallies, (cpu_seconds, &latency), stages)
+}
+
+/// A run from its workers' tallies, the CPU it took and its latencies.
+fn tally_run(
+    (options, mode): (&BenchOptions, &str),
+    tallies: &[Tally],
+    (cpu_seconds, latency): (f64, &Histogram<u64>),
+    stages: StageAverages,
+) -> anyhow::Result<Run> {
     let commands: u64 = tallies.iter().map(|t| t.commands).sum();
     let first = tallies.iter().filter_map(|t| t.first_done).min();
     let last = tallies.iter().filter_map(|t| t.last_done).max();
@@ -467,12 +479,11 @@ pub async fn measure(
         (Some(first), Some(last)) if last > first => (last - first).as_secs_f64(),
         _ => bail!("no request completed in the measured window"),
     };
-    let latency_ms = LatencyMs::from_us(&latency.borrow());
+    let latency_ms = LatencyMs::from_us(latency);
     let send_late_ms = tallies
         .iter()
         .find_map(|t| t.send_late_us.as_ref())
         .map(LatencyMs::from_us);
-    let stages = StageAverages::between(&stages_before, &stages(config).await);
     Ok(Run {
         mode: mode.to_string(),
         batch: options.batch,
@@ -566,14 +577,21 @@ pub async fn benchmark(
     if options.rate.is_some() && options.commands.is_some() {
         bail!("--rate runs for --duration; it does not take --commands");
     }
-    let (before_accounts, before_total) = match prefill(
-        config,
-        options.accounts,
-        options.prefill_rate,
-    )
-    .await
-    .context("prefill")?
-    {
+    let before = prefilled(config, options).await?;
+    let mut runs = Vec::new();
+    for &mode in modes {
+        let label = set_mode(config, operator, mode).await?;
+        for run in 0..options.runs {
+            runs.push(measure(config, options, run, &label).await?);
+        }
+    }
+    conclude(config, options, runs, before).await
+}
+
+/// Prefills the accounts (or finds them there); the count and total the runs must leave.
+async fn prefilled(config: &ClientConfig, options: &BenchOptions) -> anyhow::Result<(u64, u128)> {
+    let prefill = prefill(config, options.accounts, options.prefill_rate).await;
+    match prefill.context("prefill")? {
         Some(time) => {
             let ms = |us: u64| us as f64 / 1e3;
             println!(
@@ -583,24 +601,25 @@ pub async fn benchmark(
                 ms(time.latency_us.value_at_quantile(0.99)),
                 ms(time.latency_us.max())
             );
-            (
-                options.accounts,
-                u128::from(options.accounts) * u128::from(PREFILL_BALANCE),
-            )
+            let total = u128::from(options.accounts) * u128::from(PREFILL_BALANCE);
+            Ok((options.accounts, total))
         }
         None => {
             let audit = audit(config).await?;
             println!("reusing the {} accounts the cluster holds", audit.0);
-            audit
-        }
-    };
-    let mut runs = Vec::new();
-    for &mode in modes {
-        let label = set_mode(config, operator, mode).await?;
-        for run in 0..options.runs {
-            runs.push(measure(config, options, run, &label).await?);
+            Ok(audit)
         }
     }
+}
+
+/// After the runs: convergence, the tables, the audit against `before`, the JSON; an error
+/// when the total changed or the replicas differ.
+async fn conclude(
+    config: &ClientConfig,
+    options: &BenchOptions,
+    mut runs: Vec<Run>,
+    (before_accounts, before_total): (u64, u128),
+) -> anyhow::Result<Vec<Run>> {
     let (converged, statuses) = converge(config).await;
     let hashes: Vec<String> = statuses.iter().map(|s| s.state_hash.to_hex()).collect();
     for run in &mut runs {
