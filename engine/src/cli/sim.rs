@@ -52,30 +52,10 @@ pub fn sim<W: Workload>(args: SimArgs, make: impl Fn() -> W) -> anyhow::Result<(
         options.requests = args.requests;
         let report = crate::sim::run(make(), options);
         if args.verbose {
-            eprintln!(
-                "seed {seed}: {}; {} snapshots taken, {} installed, {} damaged restarts, {} disks full, {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
-                report.swarm,
-                report.snapshots,
-                report.installs,
-                report.damaged,
-                report.disks_full,
-                report.acknowledged,
-                report.committed,
-                report.crashes,
-                report.partitions,
-                report.leaders,
-                report.events,
-                report.time as f64 / 10_000.0
-            );
+            print_seed(seed, &report);
         }
         if !report.violations.is_empty() {
-            eprintln!("seed {seed} FAILED ({}):", report.swarm);
-            for violation in &report.violations {
-                eprintln!("  {violation}");
-                *broken.entry(violation.invariant.code()).or_default() += 1;
-            }
-            let binary = super::binary_name();
-            eprintln!("  replay: {binary} sim --seed {seed} --seeds 1 --verbose");
+            print_failure(seed, &report, &mut broken);
             failing.push(seed);
         }
         totals.absorb(&report);
@@ -103,7 +83,10 @@ pub fn sim<W: Workload>(args: SimArgs, make: impl Fn() -> W) -> anyhow::Result<(
             "failing_seeds": failing,
             "violations_by_invariant": broken,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")?;
+        crate::files::write_durably(
+            path,
+            (serde_json::to_string_pretty(&json)? + "\n").as_bytes(),
+        )?;
     }
     if failing.is_empty() {
         Ok(())
@@ -114,6 +97,40 @@ pub fn sim<W: Workload>(args: SimArgs, make: impl Fn() -> W) -> anyhow::Result<(
             args.seeds
         )
     }
+}
+
+/// One seed's counts, for `--verbose`.
+fn print_seed(seed: u64, report: &SimReport) {
+    eprintln!(
+        "seed {seed}: {}; {} snapshots taken, {} installed, {} damaged restarts, {} disks full, {} acknowledged, {} committed, {} crashes, {} partitions, {} leaders, {} events, {:.1} s simulated",
+        report.swarm,
+        report.snapshots,
+        report.installs,
+        report.damaged,
+        report.disks_full,
+        report.acknowledged,
+        report.committed,
+        report.crashes,
+        report.partitions,
+        report.leaders,
+        report.events,
+        report.time as f64 / 10_000.0
+    );
+}
+
+/// A failing seed's violations and the command that replays it; counts them in `broken`.
+fn print_failure(
+    seed: u64,
+    report: &SimReport,
+    broken: &mut std::collections::BTreeMap<&'static str, u64>,
+) {
+    eprintln!("seed {seed} FAILED ({}):", report.swarm);
+    for violation in &report.violations {
+        eprintln!("  {violation}");
+        *broken.entry(violation.invariant.code()).or_default() += 1;
+    }
+    let binary = super::binary_name();
+    eprintln!("  replay: {binary} sim --seed {seed} --seeds 1 --verbose");
 }
 
 /// The summary table: the seeds' counts summed.

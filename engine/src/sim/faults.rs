@@ -45,96 +45,26 @@ impl<W: Workload> Sim<W> {
         }
         let random_node = NodeId(1 + self.rng.below(u64::from(count)) as u8);
         match self.rng.below(12) {
-            0..=1 => {
-                let victim = leader.unwrap_or(random_node);
-                self.crash(victim);
-                let down = 10 + self.rng.below(3_000);
-                self.schedule(down, SimEvent::Restart(victim));
-            }
-            2 => {
-                self.crash(random_node);
-                let down = 10 + self.rng.below(3_000);
-                self.schedule(down, SimEvent::Restart(random_node));
-            }
-            3 => {
-                // Everything crashes at once (a power cut).
-                for id in self.node_ids() {
-                    self.crash(id);
-                    let down = 10 + self.rng.below(1_000);
-                    self.schedule(down, SimEvent::Restart(id));
-                }
-            }
-            4..=5 => {
-                // Isolate one node, both ways or one way.
-                let isolated = leader
-                    .filter(|_| self.rng.chance(2, 3))
-                    .unwrap_or(random_node);
-                let one_way = self.rng.below(3);
-                for other in self.node_ids().into_iter().filter(|&n| n != isolated) {
-                    if one_way != 1 {
-                        self.links.cut.insert((isolated, other));
-                    }
-                    if one_way != 2 {
-                        self.links.cut.insert((other, isolated));
-                    }
-                }
-                self.report.partitions += 1;
-                self.links_changed = self.now;
-                let lasting = 50 + self.rng.below(5_000);
-                self.schedule(lasting, SimEvent::Heal);
-            }
+            0..=1 => self.crash_for_a_while(leader.unwrap_or(random_node)),
+            2 => self.crash_for_a_while(random_node),
+            3 => self.power_cut(),
+            4..=5 => self.isolate_one(leader, random_node),
             6 => {
                 // A node that reaches only one peer.
                 let a = random_node;
                 let b = NodeId(1 + a.0 % count);
                 self.links.cut.insert((a, b));
                 self.links.cut.insert((b, a));
-                self.report.partitions += 1;
-                self.links_changed = self.now;
-                let lasting = 50 + self.rng.below(5_000);
-                self.schedule(lasting, SimEvent::Heal);
+                self.partitioned();
             }
             7 => {
                 let a = random_node;
                 let b = NodeId(1 + (a.0 + self.rng.below(2) as u8) % count);
                 self.links.clogged.insert((a, b));
-                self.report.partitions += 1;
-                self.links_changed = self.now;
-                let lasting = 50 + self.rng.below(5_000);
-                self.schedule(lasting, SimEvent::Heal);
+                self.partitioned();
             }
-            8 => {
-                // A full disk on one, two or all nodes.
-                let full = 1 + self.rng.below(u64::from(count)) as u8;
-                for k in 0..full {
-                    let id = NodeId(1 + (random_node.0 - 1 + k) % count);
-                    self.node(id).disk.full = true;
-                    let lasting = 50 + self.rng.below(3_000);
-                    self.schedule(lasting, SimEvent::SpaceBack(id));
-                }
-                self.report.disks_full += 1;
-            }
-            9 => {
-                // A stopped process (the leader more often than not): everything sent to it
-                // waits, and it resumes where it was.
-                let stalled = leader
-                    .filter(|_| self.rng.chance(2, 3))
-                    .unwrap_or(random_node);
-                let lasting = 10 + self.rng.below(STALL_UNITS_MAX - 10);
-                let until = self.now + lasting;
-                let node = self.node(stalled);
-                node.stopped = true;
-                node.stalled_until = node.stalled_until.max(until);
-                let resume = node.stalled_until - self.now;
-                self.schedule(resume, SimEvent::Resume(stalled));
-                self.report.stalls += 1;
-                if Some(stalled) == leader && self.rng.chance(1, 2) {
-                    // Cut off as well: it resumes believing it leads, hearing nothing of the
-                    // leader elected meanwhile, with clients' reads waiting for it.
-                    let lasting = resume + self.rng.below(1_000);
-                    self.isolate(stalled, lasting);
-                }
-            }
+            8 => self.fill_disks(random_node),
+            9 => self.stall(leader, random_node),
             10 => {
                 // The WAL thread's acknowledgement connections of one node fail.
                 let lasting = 50 + self.rng.below(3_000);
@@ -149,6 +79,82 @@ impl<W: Workload> Sim<W> {
                     }
                 }
             }
+        }
+    }
+
+    /// Crashes `victim` and restarts it after a while.
+    fn crash_for_a_while(&mut self, victim: NodeId) {
+        self.crash(victim);
+        let down = 10 + self.rng.below(3_000);
+        self.schedule(down, SimEvent::Restart(victim));
+    }
+
+    /// Everything crashes at once (a power cut), each node back after a while of its own.
+    fn power_cut(&mut self) {
+        for id in self.node_ids() {
+            self.crash(id);
+            let down = 10 + self.rng.below(1_000);
+            self.schedule(down, SimEvent::Restart(id));
+        }
+    }
+
+    /// Isolates one node (the leader more often than not), both ways or one way.
+    fn isolate_one(&mut self, leader: Option<NodeId>, random_node: NodeId) {
+        let isolated = leader
+            .filter(|_| self.rng.chance(2, 3))
+            .unwrap_or(random_node);
+        let one_way = self.rng.below(3);
+        for other in self.node_ids().into_iter().filter(|&n| n != isolated) {
+            if one_way != 1 {
+                self.links.cut.insert((isolated, other));
+            }
+            if one_way != 2 {
+                self.links.cut.insert((other, isolated));
+            }
+        }
+        self.partitioned();
+    }
+
+    /// Counts the links just cut or clogged, and heals them after a while.
+    fn partitioned(&mut self) {
+        self.report.partitions += 1;
+        self.links_changed = self.now;
+        let lasting = 50 + self.rng.below(5_000);
+        self.schedule(lasting, SimEvent::Heal);
+    }
+
+    /// A full disk on one, two or all nodes, from `first` on.
+    fn fill_disks(&mut self, first: NodeId) {
+        let count = self.nodes.len() as u8;
+        let full = 1 + self.rng.below(u64::from(count)) as u8;
+        for k in 0..full {
+            let id = NodeId(1 + (first.0 - 1 + k) % count);
+            self.node(id).disk.full = true;
+            let lasting = 50 + self.rng.below(3_000);
+            self.schedule(lasting, SimEvent::SpaceBack(id));
+        }
+        self.report.disks_full += 1;
+    }
+
+    /// A stopped process (the leader more often than not): everything sent to it waits, and
+    /// it resumes where it was.
+    fn stall(&mut self, leader: Option<NodeId>, random_node: NodeId) {
+        let stalled = leader
+            .filter(|_| self.rng.chance(2, 3))
+            .unwrap_or(random_node);
+        let lasting = 10 + self.rng.below(STALL_UNITS_MAX - 10);
+        let until = self.now + lasting;
+        let node = self.node(stalled);
+        node.stopped = true;
+        node.stalled_until = node.stalled_until.max(until);
+        let resume = node.stalled_until - self.now;
+        self.schedule(resume, SimEvent::Resume(stalled));
+        self.report.stalls += 1;
+        if Some(stalled) == leader && self.rng.chance(1, 2) {
+            // Cut off as well: it resumes believing it leads, hearing nothing of the leader
+            // elected meanwhile, with clients' reads waiting for it.
+            let lasting = resume + self.rng.below(1_000);
+            self.isolate(stalled, lasting);
         }
     }
 
@@ -362,31 +368,7 @@ impl<W: Workload> Sim<W> {
             Some(members) => members.ids().collect(),
             None => (1..=SIM_NODES).map(NodeId).collect(),
         };
-        let config = ReplicaConfig {
-            core: CoreConfig {
-                id,
-                // The first members start from the cluster file's list, which the operator keeps
-                // up to date with the committed members; the others join.
-                nodes: if id.0 <= SIM_NODES {
-                    first_members
-                } else {
-                    Vec::new()
-                },
-                election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
-                heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
-                seed,
-                lagging_entries_max: swarm.lagging_entries_max,
-                pre_vote: true,
-            },
-            entry_commands_max: SIM_ENTRY_COMMANDS_MAX,
-            pipeline_entries_max: SIM_PIPELINE_ENTRIES_MAX,
-            snapshot_every: swarm.snapshot_every,
-            snapshot_retain_ticks: swarm.snapshot_retain_ticks,
-            snapshot_log_percent: swarm.snapshot_log_percent,
-            snapshot_slice_slots: SIM_SNAPSHOT_SLICE_SLOTS,
-            snapshot_write_bytes: SIM_SNAPSHOT_WRITE_BYTES,
-            client_addresses: BTreeMap::new(),
-        };
+        let config = replica_config(id, seed, &swarm, first_members);
         let mut replica = Replica::new(config, recovered, machine, latest);
         tell_peer_versions(&mut replica, &swarm);
         node.live = Some(Live {
@@ -414,6 +396,39 @@ impl<W: Workload> Sim<W> {
         if together {
             self.note_copies_lost();
         }
+    }
+}
+
+/// The configuration of node `id`'s replica, started with `seed`: the first members start
+/// from the cluster file's list (`first_members`, which the operator keeps up to date with
+/// the committed members); the others join.
+fn replica_config(
+    id: NodeId,
+    seed: u64,
+    swarm: &Swarm,
+    first_members: Vec<NodeId>,
+) -> ReplicaConfig {
+    ReplicaConfig {
+        core: CoreConfig {
+            id,
+            nodes: match id.0 <= SIM_NODES {
+                true => first_members,
+                false => Vec::new(),
+            },
+            election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
+            heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
+            seed,
+            lagging_entries_max: swarm.lagging_entries_max,
+            pre_vote: true,
+        },
+        entry_commands_max: SIM_ENTRY_COMMANDS_MAX,
+        pipeline_entries_max: SIM_PIPELINE_ENTRIES_MAX,
+        snapshot_every: swarm.snapshot_every,
+        snapshot_retain_ticks: swarm.snapshot_retain_ticks,
+        snapshot_log_percent: swarm.snapshot_log_percent,
+        snapshot_slice_slots: SIM_SNAPSHOT_SLICE_SLOTS,
+        snapshot_write_bytes: SIM_SNAPSHOT_WRITE_BYTES,
+        client_addresses: BTreeMap::new(),
     }
 }
 

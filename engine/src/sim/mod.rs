@@ -567,19 +567,7 @@ impl<W: Workload> Sim<W> {
             SimEvent::Tick {
                 node: id,
                 incarnation,
-            } => {
-                if self.node(id).incarnation == incarnation && self.node(id).live.is_some() {
-                    let now_ms = self.now / 10;
-                    self.drive(id, |r, out| r.tick(now_ms, out));
-                    self.deferred(id);
-                    let jitter = self.rng.below(3);
-                    let tick = SimEvent::Tick {
-                        node: id,
-                        incarnation,
-                    };
-                    self.schedule(TICK_UNITS - 1 + jitter, tick);
-                }
-            }
+            } => self.on_tick(id, incarnation),
             SimEvent::Peer {
                 to,
                 from,
@@ -591,31 +579,27 @@ impl<W: Workload> Sim<W> {
                     self.deferred(to);
                 }
             }
-            SimEvent::Synced { node, incarnation } => {
-                if self.node(node).incarnation == incarnation {
-                    self.synced(node);
-                }
+            SimEvent::Synced { node, incarnation } if self.current(node, incarnation) => {
+                self.synced(node);
             }
             SimEvent::Loaded {
                 node,
                 incarnation,
                 peer,
                 entries,
-            } => {
-                if self.node(node).incarnation == incarnation {
-                    self.drive(node, |r, out| r.loaded(peer, entries, out));
-                }
+            } if self.current(node, incarnation) => {
+                self.drive(node, |r, out| r.loaded(peer, entries, out));
             }
             SimEvent::SnapshotDurable {
                 node,
                 incarnation,
                 meta,
                 bytes,
-            } => {
-                if self.node(node).incarnation == incarnation {
-                    self.snapshot_durable(node, meta, bytes);
-                }
-            }
+            } if self.current(node, incarnation) => self.snapshot_durable(node, meta, bytes),
+            // Done by an incarnation of the node that is gone: nothing to report.
+            SimEvent::Synced { .. }
+            | SimEvent::Loaded { .. }
+            | SimEvent::SnapshotDurable { .. } => {}
             SimEvent::Request {
                 node,
                 client,
@@ -640,31 +624,46 @@ impl<W: Workload> Sim<W> {
                 leader,
                 incarnation,
                 peer,
-            } => {
-                if self.node(leader).incarnation == incarnation {
-                    self.drive(leader, |r, out| r.snapshot_send_aborted(peer, out));
-                }
+            } if self.current(leader, incarnation) => {
+                self.drive(leader, |r, out| r.snapshot_send_aborted(peer, out));
             }
-            SimEvent::Restart(id) => {
-                if self.node(id).live.is_none() {
-                    self.restart(id);
-                }
+            SimEvent::TransferBroken { .. } => {}
+            SimEvent::Restart(id) if self.node(id).live.is_none() => self.restart(id),
+            SimEvent::Restart(_) => {}
+            SimEvent::Fault if !self.healed => {
+                self.inject_fault();
+                let next = 100 + self.rng.below(2_000);
+                self.schedule(next, SimEvent::Fault);
             }
-            SimEvent::Fault => {
-                if !self.healed {
-                    self.inject_fault();
-                    let next = 100 + self.rng.below(2_000);
-                    self.schedule(next, SimEvent::Fault);
-                }
+            SimEvent::Heal if !self.healed => {
+                self.links.cut.clear();
+                self.links.clogged.clear();
+                self.links_changed = self.now;
             }
-            SimEvent::Heal => {
-                if !self.healed {
-                    self.links.cut.clear();
-                    self.links.clogged.clear();
-                    self.links_changed = self.now;
-                }
-            }
+            SimEvent::Fault | SimEvent::Heal => {}
         }
+    }
+
+    /// True when `incarnation` is node `id`'s current one (what an earlier one started is
+    /// gone with it).
+    fn current(&mut self, id: NodeId, incarnation: u64) -> bool {
+        self.node(id).incarnation == incarnation
+    }
+
+    /// A tick of node `id`'s clock, when it is up in that incarnation; the next one after.
+    fn on_tick(&mut self, id: NodeId, incarnation: u64) {
+        if !self.current(id, incarnation) || self.node(id).live.is_none() {
+            return;
+        }
+        let now_ms = self.now / 10;
+        self.drive(id, |r, out| r.tick(now_ms, out));
+        self.deferred(id);
+        let jitter = self.rng.below(3);
+        let tick = SimEvent::Tick {
+            node: id,
+            incarnation,
+        };
+        self.schedule(TICK_UNITS - 1 + jitter, tick);
     }
 
     // ----- nodes -----
