@@ -564,6 +564,53 @@ impl<W: Workload> Sim<W> {
             return;
         }
         match event {
+            SimEvent::Tick { .. }
+            | SimEvent::Peer { .. }
+            | SimEvent::Synced { .. }
+            | SimEvent::Loaded { .. }
+            | SimEvent::SnapshotDurable { .. }
+            | SimEvent::TransferBroken { .. } => self.node_io(event),
+            SimEvent::Request {
+                node,
+                client,
+                attempt,
+                request,
+            } => self.on_request(node, (client, attempt), request),
+            SimEvent::Reply {
+                client,
+                attempt,
+                reply,
+            } => self.on_reply(client, attempt, reply),
+            SimEvent::ClientTimeout { client, attempt } => self.on_timeout(client, attempt),
+            SimEvent::ClientHedge { client, attempt } => self.on_hedge(client, attempt),
+            SimEvent::ClientRetry { client, attempt }
+                if self.clients[client].attempt == attempt =>
+            {
+                self.send_request(client);
+            }
+            SimEvent::ClientRetry { .. } => {}
+            SimEvent::SpaceBack(id) => self.space_back(id),
+            SimEvent::Resume(id) => self.resume(id),
+            SimEvent::Restart(id) if self.node(id).live.is_none() => self.restart(id),
+            SimEvent::Restart(_) => {}
+            SimEvent::Fault if !self.healed => {
+                self.inject_fault();
+                let next = 100 + self.rng.below(2_000);
+                self.schedule(next, SimEvent::Fault);
+            }
+            SimEvent::Heal if !self.healed => {
+                self.links.cut.clear();
+                self.links.clogged.clear();
+                self.links_changed = self.now;
+            }
+            SimEvent::Fault | SimEvent::Heal => {}
+        }
+    }
+
+    /// An event of a node's own: its clock, a message to it, its disk's and its network's
+    /// reports. One for an incarnation of the node that is gone is lost with it.
+    fn node_io(&mut self, event: SimEvent) {
+        match event {
             SimEvent::Tick {
                 node: id,
                 incarnation,
@@ -573,11 +620,9 @@ impl<W: Workload> Sim<W> {
                 from,
                 incarnation,
                 message,
-            } => {
-                if self.node(to).incarnation == incarnation && self.node(to).live.is_some() {
-                    self.drive(to, |r, out| r.receive(from, message, out));
-                    self.deferred(to);
-                }
+            } if self.current(to, incarnation) && self.node(to).live.is_some() => {
+                self.drive(to, |r, out| r.receive(from, message, out));
+                self.deferred(to);
             }
             SimEvent::Synced { node, incarnation } if self.current(node, incarnation) => {
                 self.synced(node);
@@ -596,30 +641,6 @@ impl<W: Workload> Sim<W> {
                 meta,
                 bytes,
             } if self.current(node, incarnation) => self.snapshot_durable(node, meta, bytes),
-            // Done by an incarnation of the node that is gone: nothing to report.
-            SimEvent::Synced { .. }
-            | SimEvent::Loaded { .. }
-            | SimEvent::SnapshotDurable { .. } => {}
-            SimEvent::Request {
-                node,
-                client,
-                attempt,
-                request,
-            } => self.on_request(node, (client, attempt), request),
-            SimEvent::Reply {
-                client,
-                attempt,
-                reply,
-            } => self.on_reply(client, attempt, reply),
-            SimEvent::ClientTimeout { client, attempt } => self.on_timeout(client, attempt),
-            SimEvent::ClientHedge { client, attempt } => self.on_hedge(client, attempt),
-            SimEvent::ClientRetry { client, attempt } => {
-                if self.clients[client].attempt == attempt {
-                    self.send_request(client);
-                }
-            }
-            SimEvent::SpaceBack(id) => self.space_back(id),
-            SimEvent::Resume(id) => self.resume(id),
             SimEvent::TransferBroken {
                 leader,
                 incarnation,
@@ -627,20 +648,21 @@ impl<W: Workload> Sim<W> {
             } if self.current(leader, incarnation) => {
                 self.drive(leader, |r, out| r.snapshot_send_aborted(peer, out));
             }
-            SimEvent::TransferBroken { .. } => {}
-            SimEvent::Restart(id) if self.node(id).live.is_none() => self.restart(id),
-            SimEvent::Restart(_) => {}
-            SimEvent::Fault if !self.healed => {
-                self.inject_fault();
-                let next = 100 + self.rng.below(2_000);
-                self.schedule(next, SimEvent::Fault);
-            }
-            SimEvent::Heal if !self.healed => {
-                self.links.cut.clear();
-                self.links.clogged.clear();
-                self.links_changed = self.now;
-            }
-            SimEvent::Fault | SimEvent::Heal => {}
+            SimEvent::Peer { .. }
+            | SimEvent::Synced { .. }
+            | SimEvent::Loaded { .. }
+            | SimEvent::SnapshotDurable { .. }
+            | SimEvent::TransferBroken { .. } => {}
+            SimEvent::Request { .. }
+            | SimEvent::Reply { .. }
+            | SimEvent::ClientTimeout { .. }
+            | SimEvent::ClientHedge { .. }
+            | SimEvent::ClientRetry { .. }
+            | SimEvent::SpaceBack(_)
+            | SimEvent::Resume(_)
+            | SimEvent::Restart(_)
+            | SimEvent::Fault
+            | SimEvent::Heal => unreachable!("handle passes only a node's own events"),
         }
     }
 
