@@ -456,6 +456,19 @@ async fn cases(
             passed,
         });
     };
+    frame_cases(client_port, &mut case).await;
+    handshake_cases(client_port, peer_port, seed, &mut case).await;
+    request_cases(config, client_port, &mut case).await;
+    role_cases(client_port, &mut case).await;
+    cases
+}
+
+/// What one case reports: its name, what it expects, and what it got and whether that passes.
+type CaseSink<'a> = &'a mut dyn FnMut(&'static str, &'static str, (String, bool));
+
+/// Frames that break the protocol after a good handshake: each refused with its reason, then
+/// closed.
+async fn frame_cases(client_port: SocketAddr, case: CaseSink<'_>) {
     case(
         "length 0",
         "refused: empty frame, closed",
@@ -488,6 +501,15 @@ async fn cases(
         )
         .await,
     );
+}
+
+/// Hellos a node must refuse, and bytes that are no handshake at all.
+async fn handshake_cases(
+    client_port: SocketAddr,
+    peer_port: SocketAddr,
+    seed: u64,
+    case: CaseSink<'_>,
+) {
     let old = Hello {
         version: PROTOCOL_VERSION + 1,
         ..client_hello()
@@ -530,6 +552,10 @@ async fn cases(
         "refused or closed",
         instead_of_handshake(client_port, &random, |_| true, true).await,
     );
+}
+
+/// Requests that a connection may send but the cluster refuses, or serves only in part.
+async fn request_cases(config: &ClientConfig, client_port: SocketAddr, case: CaseSink<'_>) {
     case(
         "request of 0 commands",
         "rejected: empty",
@@ -569,8 +595,6 @@ async fn cases(
         "every transfer failed",
         invalid_transfers(config).await,
     );
-    role_cases(client_port, &mut case).await;
-    cases
 }
 
 /// The operator requests refused above changed nothing: every node still runs Verify mode,
@@ -598,10 +622,7 @@ async fn unchanged_by_operator_requests(config: &ClientConfig, findings: &RefCel
 /// Requests a connection's role does not permit: every operator request from an
 /// application's connection, and a business request from an operator's. Each is refused as
 /// forbidden and the connection closed; the final checks find nothing changed.
-async fn role_cases(
-    client_port: SocketAddr,
-    case: &mut impl FnMut(&'static str, &'static str, (String, bool)),
-) {
+async fn role_cases(client_port: SocketAddr, case: CaseSink<'_>) {
     let application = Refusal::Forbidden {
         role: ClientRole::Application,
     };
@@ -948,6 +969,31 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
     }
 }
 
+/// One connection's garbage: random bytes, a plausible header with a random body, a
+/// well-framed body that is no message, or a header that claims much and then nothing.
+fn garbage_bytes(rng: &mut Rng) -> Vec<u8> {
+    let random = |rng: &mut Rng, count: u64| -> Vec<u8> {
+        (0..count).map(|_| rng.below(256) as u8).collect()
+    };
+    match rng.below(4) {
+        0 => {
+            let count = rng.below(64 * 1024) + 1;
+            random(rng, count)
+        }
+        1 => {
+            let length = rng.below(4096) + 1;
+            let mut out = header(length as u32, rng.below(u64::from(u32::MAX)) as u32);
+            out.extend(random(rng, length));
+            out
+        }
+        2 => {
+            let count = rng.below(512) + 1;
+            frame_of(CLUSTER_ID, &random(rng, count))
+        }
+        _ => header(1 << 20, 0),
+    }
+}
+
 /// Feeds node 1 garbage on both ports and watches its resident memory.
 async fn garbage(
     args: &HostileArgs,
@@ -980,29 +1026,7 @@ async fn garbage(
         } else {
             peer_port
         };
-        let kind = rng.below(4);
-        let bytes: Vec<u8> = match kind {
-            // Random bytes of random length.
-            0 => (0..rng.below(64 * 1024) + 1)
-                .map(|_| rng.below(256) as u8)
-                .collect(),
-            // A plausible header, then a random body: a crc mismatch.
-            1 => {
-                let length = rng.below(4096) + 1;
-                let mut out = header(length as u32, rng.below(u64::from(u32::MAX)) as u32);
-                out.extend((0..length).map(|_| rng.below(256) as u8));
-                out
-            }
-            // A well-framed body that is no message.
-            2 => frame_of(
-                CLUSTER_ID,
-                &(0..rng.below(512) + 1)
-                    .map(|_| rng.below(256) as u8)
-                    .collect::<Vec<u8>>(),
-            ),
-            // A header that claims much, then silence and a close.
-            _ => header(1 << 20, 0),
-        };
+        let bytes = garbage_bytes(&mut rng);
         if let Ok(mut stream) = TcpStream::connect(address).await {
             let _ = stream.write_all(&bytes).await;
             connections += 1;
