@@ -83,86 +83,30 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     compare_wals(&dir, &mut findings);
     let (rejoin_p50, rejoin_p99, rejoin_max) = findings.rejoin_ms(|_| true);
     let (_, single_p99, single_max) = findings.rejoin_ms(Rejoin::single);
-    println!(
-        "{:>8} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8} {:>9} {:>8} {:>12} {:>12} {:>12}",
-        "seconds",
-        "acknowledged",
-        "kills",
-        "pauses",
-        "terms",
-        "violations",
-        "unknown",
-        "stall_ms",
-        "rejoins",
-        "rejoin_p50",
-        "rejoin_p99",
-        "rejoin_max"
-    );
-    println!(
-        "{:>8.0} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8} {:>9.0} {:>8} {:>12.0} {:>12.0} {:>12.0}",
-        started.elapsed().as_secs_f64(),
-        acknowledged,
-        findings.kills,
-        findings.pauses,
-        findings.leaders.len(),
-        findings.violations.len(),
-        unknown,
-        longest_stall_ms,
-        findings.rejoins.len(),
-        rejoin_p50,
-        rejoin_p99,
-        rejoin_max
-    );
-    for violation in &findings.violations {
-        println!("violation: {violation}");
-    }
-    if let Some(checked) = &findings.linearizability {
-        println!(
-            "linearizability: {} operations checked in {:.0} ms: {}",
-            checked.operations,
-            checked.took_ms,
-            match checked.linearizable {
-                Some(true) => "linearizable",
-                Some(false) => "NOT linearizable",
-                None => "inconclusive",
-            }
-        );
-    }
-    print_stalls(&stalls, &findings.faults, started);
-    print_after_one_fault(&after_one_fault);
     let (while_stale, alone): (Vec<&OneFault>, Vec<&OneFault>) = after_one_fault
         .iter()
         .partition(|s| s.what.contains(WHILE_STALE));
-    let one_fault_stall_max_ms = alone.iter().map(|s| s.stall_ms).fold(0.0, f64::max);
-    let while_stale_stall_max_ms = while_stale.iter().map(|s| s.stall_ms).fold(0.0, f64::max);
+    let summary = Summary {
+        seconds: started.elapsed().as_secs_f64(),
+        acknowledged,
+        unknown,
+        longest_stall_ms,
+        rejoin_ms: [rejoin_p50, rejoin_p99, rejoin_max],
+        one_fault_stall_max_ms: alone.iter().map(|s| s.stall_ms).fold(0.0, f64::max),
+        one_faults: alone.len(),
+        while_stale: while_stale.len(),
+        while_stale_stall_max_ms: while_stale.iter().map(|s| s.stall_ms).fold(0.0, f64::max),
+    };
+    summary.print(&findings);
+    print_stalls(&stalls, &findings.faults, started);
+    print_after_one_fault(&after_one_fault);
     print_slowest_rejoins(&findings.rejoins, single_p99, single_max);
     if let Some(path) = &args.common.json {
-        let json = serde_json::json!({
-            "acknowledged": acknowledged,
-            "kills": findings.kills,
-            "pauses": findings.pauses,
-            "violations": findings.violations.len(),
-            "unknown": unknown,
-            "seed": seed,
-            "duration_s": args.duration,
-            "terms": findings.leaders.len(),
-            "longest_stall_ms": longest_stall_ms,
-            "one_fault_stall_max_ms": one_fault_stall_max_ms,
-            "one_faults": alone.len(),
-            "second_faults_while_stale": while_stale.len(),
-            "while_stale_stall_max_ms": while_stale_stall_max_ms,
-            "history_operations": findings.linearizability.as_ref().map(|l| l.operations),
-            "linearizable": findings.linearizability.as_ref().and_then(|l| l.linearizable),
-            "linearizability_ms": findings.linearizability.as_ref().map(|l| l.took_ms),
-            "rejoins": findings.rejoins.len(),
-            "rejoin_p50_ms": rejoin_p50,
-            "rejoin_p99_ms": rejoin_p99,
-            "rejoin_max_ms": rejoin_max,
-            "single_fault_rejoin_p99_ms": single_p99,
-            "single_fault_rejoin_max_ms": single_max,
-            "not_rejoined": findings.rejoining.len(),
-            "violation_list": findings.violations,
-        });
+        let mut json = summary.json(&findings);
+        json["seed"] = serde_json::json!(seed);
+        json["duration_s"] = serde_json::json!(args.duration);
+        json["single_fault_rejoin_p99_ms"] = serde_json::json!(single_p99);
+        json["single_fault_rejoin_max_ms"] = serde_json::json!(single_max);
         std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")?;
     }
     if args.keep {
@@ -174,6 +118,99 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         findings.violations.len()
     );
     Ok(())
+}
+
+/// What a chaos run ends with, for the table and the JSON summary.
+struct Summary {
+    seconds: f64,
+    acknowledged: u64,
+    unknown: u64,
+    longest_stall_ms: f64,
+    /// Rejoin times: p50, p99, max.
+    rejoin_ms: [f64; 3],
+    one_fault_stall_max_ms: f64,
+    one_faults: usize,
+    while_stale: usize,
+    while_stale_stall_max_ms: f64,
+}
+
+impl Summary {
+    /// The table, every violation, and the linearizability check.
+    fn print(&self, findings: &Findings) {
+        println!(
+            "{:>8} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8} {:>9} {:>8} {:>12} {:>12} {:>12}",
+            "seconds",
+            "acknowledged",
+            "kills",
+            "pauses",
+            "terms",
+            "violations",
+            "unknown",
+            "stall_ms",
+            "rejoins",
+            "rejoin_p50",
+            "rejoin_p99",
+            "rejoin_max"
+        );
+        let [p50, p99, max] = self.rejoin_ms;
+        println!(
+            "{:>8.0} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8} {:>9.0} {:>8} {:>12.0} {:>12.0} {:>12.0}",
+            self.seconds,
+            self.acknowledged,
+            findings.kills,
+            findings.pauses,
+            findings.leaders.len(),
+            findings.violations.len(),
+            self.unknown,
+            self.longest_stall_ms,
+            findings.rejoins.len(),
+            p50,
+            p99,
+            max
+        );
+        for violation in &findings.violations {
+            println!("violation: {violation}");
+        }
+        if let Some(checked) = &findings.linearizability {
+            let verdict = match checked.linearizable {
+                Some(true) => "linearizable",
+                Some(false) => "NOT linearizable",
+                None => "inconclusive",
+            };
+            println!(
+                "linearizability: {} operations checked in {:.0} ms: {verdict}",
+                checked.operations, checked.took_ms
+            );
+        }
+    }
+
+    /// The JSON summary's keys from the run and its findings.
+    fn json(&self, findings: &Findings) -> serde_json::Value {
+        let [p50, p99, max] = self.rejoin_ms;
+        let checked = findings.linearizability.as_ref();
+        serde_json::json!({
+            "acknowledged": self.acknowledged,
+            "kills": findings.kills,
+            "pauses": findings.pauses,
+            "violations": findings.violations.len(),
+            "unknown": self.unknown,
+            "terms": findings.leaders.len(),
+            "longest_stall_ms": self.longest_stall_ms,
+            "one_fault_stall_max_ms": self.one_fault_stall_max_ms,
+            "one_faults": self.one_faults,
+            "second_faults_while_stale": self.while_stale,
+            "while_stale_stall_max_ms": self.while_stale_stall_max_ms,
+            "history_operations": checked.map(|l| l.operations),
+            "linearizable": checked.and_then(|l| l.linearizable),
+            "linearizability_ms": checked.map(|l| l.took_ms),
+            "rejoins": findings.rejoins.len(),
+            "rejoin_p50_ms": p50,
+            "rejoin_p99_ms": p99,
+            "rejoin_max_ms": max,
+            "not_rejoined": findings.rejoining.len(),
+            "violation_list": findings.violations,
+        })
+    }
 }
 
 /// Stretches without an answer at least this long are listed with the faults before them.
