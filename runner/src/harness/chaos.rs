@@ -453,6 +453,26 @@ fn between(rng: &mut Rng, (low, high): (u64, u64)) -> u64 {
     low + rng.below(high - low + 1)
 }
 
+/// Pauses node `id` (SIGSTOP) for a while, when it runs and is not paused already.
+async fn pause(
+    rng: &mut Rng,
+    (id, role): (u8, &str),
+    processes: &RefCell<Processes>,
+    findings: &RefCell<Findings>,
+) {
+    if !processes.borrow().up(id) || processes.borrow().paused.contains(&id) {
+        return;
+    }
+    findings.borrow_mut().fault(format!("pause {role} {id}"));
+    processes.borrow_mut().pause(id);
+    findings.borrow_mut().pauses += 1;
+    let pause = between(rng, PAUSE_MS);
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+    processes.borrow_mut().resume(id);
+    findings.borrow_mut().back(id);
+    findings.borrow_mut().fault_ends.push(Instant::now());
+}
+
 /// One fault: kill the leader, a follower, two nodes or all three (each restarted after a
 /// while), or pause one node.
 async fn inject(
@@ -474,23 +494,12 @@ async fn inject(
         6 => vec![1, 2, 3],
         _ => {
             let id = leader.filter(|_| rng.chance(1, 2)).unwrap_or(random);
-            if processes.borrow().up(id) && !processes.borrow().paused.contains(&id) {
-                let role = if leader == Some(id) {
-                    "leader"
-                } else {
-                    "follower"
-                };
-                let what = format!("pause {role} {id}");
-                findings.borrow_mut().fault(what);
-                processes.borrow_mut().pause(id);
-                findings.borrow_mut().pauses += 1;
-                let pause = between(rng, PAUSE_MS);
-                tokio::time::sleep(Duration::from_millis(pause)).await;
-                processes.borrow_mut().resume(id);
-                findings.borrow_mut().back(id);
-                findings.borrow_mut().fault_ends.push(Instant::now());
-            }
-            return;
+            let role = if leader == Some(id) {
+                "leader"
+            } else {
+                "follower"
+            };
+            return pause(rng, (id, role), processes, findings).await;
         }
     };
     let roles: Vec<String> = victims
