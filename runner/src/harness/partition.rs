@@ -147,11 +147,50 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
         }
         outcomes.push(outcome);
     }
+    print_outcomes(&outcomes);
+    let violations: usize = outcomes.iter().map(|o| o.violations.len()).sum();
+    if let Some(path) = &args.common.json {
+        let scenarios: Vec<serde_json::Value> = outcomes.iter().map(Outcome::json).collect();
+        let json = serde_json::json!({
+            "seed": seed,
+            "seconds": args.duration,
+            "scenarios": scenarios,
+            "violations": violations,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")?;
+    }
+    anyhow::ensure!(violations == 0, "{violations} violations");
+    Ok(())
+}
+
+impl Outcome {
+    /// The scenario's entry in the JSON summary.
+    fn json(&self) -> serde_json::Value {
+        let latency = self.latency.map(|((p50, p99), (slow50, slow99))| {
+            serde_json::json!({
+                "healthy": {"p50": p50, "p99": p99},
+                "slow_follower_fsync": {"p50": slow50, "p99": slow99},
+            })
+        });
+        serde_json::json!({
+            "scenario": self.scenario.name(),
+            "acknowledged": self.acknowledged,
+            "acknowledged_during_partition": self.acknowledged_during,
+            "leader_stepped_down_ms": self.stepped_down_ms,
+            "terms": self.terms,
+            "latency_ms": latency,
+            "violations": self.violations,
+        })
+    }
+}
+
+/// The scenarios' table, then the latency each slow-follower scenario saw.
+fn print_outcomes(outcomes: &[Outcome]) {
     println!(
         "{:<26} {:>13} {:>13} {:>14} {:>6} {:>11}",
         "scenario", "acknowledged", "during cut", "stepped down", "terms", "violations"
     );
-    for o in &outcomes {
+    for o in outcomes {
         let stepped = match (o.scenario.isolates_leader(), o.stepped_down_ms) {
             (false, _) => "n/a".to_string(),
             (true, Some(ms)) => format!("after {ms} ms"),
@@ -167,7 +206,7 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
             o.violations.len()
         );
     }
-    for o in &outcomes {
+    for o in outcomes {
         if let Some(((p50, p99), (slow50, slow99))) = o.latency {
             println!(
                 "{}: request latency p50 {p50:.2} ms, p99 {p99:.2} ms healthy; p50 {slow50:.2} ms, p99 {slow99:.2} ms with one follower's fsync {SLOW_FSYNC_MS} ms slower",
@@ -175,35 +214,6 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let violations: usize = outcomes.iter().map(|o| o.violations.len()).sum();
-    if let Some(path) = &args.common.json {
-        let scenarios: Vec<serde_json::Value> = outcomes
-            .iter()
-            .map(|o| {
-                serde_json::json!({
-                    "scenario": o.scenario.name(),
-                    "acknowledged": o.acknowledged,
-                    "acknowledged_during_partition": o.acknowledged_during,
-                    "leader_stepped_down_ms": o.stepped_down_ms,
-                    "terms": o.terms,
-                    "latency_ms": o.latency.map(|((p50, p99), (slow50, slow99))| serde_json::json!({
-                        "healthy": {"p50": p50, "p99": p99},
-                        "slow_follower_fsync": {"p50": slow50, "p99": slow99},
-                    })),
-                    "violations": o.violations,
-                })
-            })
-            .collect();
-        let json = serde_json::json!({
-            "seed": seed,
-            "seconds": args.duration,
-            "scenarios": scenarios,
-            "violations": violations,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")?;
-    }
-    anyhow::ensure!(violations == 0, "{violations} violations");
-    Ok(())
 }
 
 fn run_scenario(
@@ -258,99 +268,20 @@ async fn partitioned(
     let mut workload = Workload::start(config, args.common.clients, seed).await?;
     tokio::time::sleep(Duration::from_millis(CALM_MS)).await;
     let leader = wait_for_leader(config).await?;
-    let followers: Vec<u8> = (1..=3).filter(|&n| n != leader).collect();
-    let mut violations = Vec::new();
-    let cut_at = Instant::now();
     let length = Duration::from_secs(args.duration);
-    let mut stepped_down_ms = None;
-    let mut latency = None;
-    let acknowledged_during;
-    if scenario == Scenario::SlowFsync {
-        let healthy_from = Instant::now();
-        tokio::time::sleep(length).await;
-        let healthy = workload.latency_since(healthy_from);
-        let slow = followers[0];
-        let file = processes.borrow().cluster_file(slow).to_path_buf();
-        let mut slowed = ClusterFile::parse(&file)?;
-        slowed.fsync_delay_ms = SLOW_FSYNC_MS;
-        slowed.write(&file)?;
-        processes.borrow_mut().kill(slow);
-        processes.borrow_mut().start(slow)?;
-        wait_caught_up(config, slow).await?;
-        let slow_from = Instant::now();
-        let before = workload.acknowledged.get();
-        tokio::time::sleep(length).await;
-        acknowledged_during = workload.acknowledged.get() - before;
-        latency = Some((healthy, workload.latency_since(slow_from)));
-    } else if scenario == Scenario::Flapping {
-        let mut rng = Rng::new(seed);
-        let end = Instant::now() + length * 4;
-        let mut isolated = None;
-        while Instant::now() < end {
-            match isolated.take() {
-                Some(_) => proxy.heal(),
-                None => {
-                    let current = leader_of(&statuses(config).await).unwrap_or(leader);
-                    isolate(proxy, current, LinkMode::Drop);
-                    isolated = Some(current);
-                }
-            }
-            let wait = FLAP_MS.0 + rng.below(FLAP_MS.1 - FLAP_MS.0 + 1);
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+    let during = match scenario {
+        Scenario::SlowFsync => slow_fsync(config, processes, &workload, (leader, length)).await?,
+        Scenario::Flapping => flapping(config, proxy, &workload, (leader, length), seed).await,
+        Scenario::LeaderIsolated
+        | Scenario::LeaderBlackholed
+        | Scenario::LeaderCannotSend
+        | Scenario::LeaderCannotHear
+        | Scenario::FollowerReachesOnePeer
+        | Scenario::SlowFollower => {
+            cut(scenario, proxy, leader);
+            cut_off(scenario, config, &workload, (leader, length)).await
         }
-        acknowledged_during = workload.acknowledged.get();
-    } else {
-        match scenario {
-            Scenario::LeaderIsolated => isolate(proxy, leader, LinkMode::Drop),
-            Scenario::LeaderBlackholed => isolate(proxy, leader, LinkMode::Blackhole),
-            Scenario::LeaderCannotSend => {
-                for &f in &followers {
-                    proxy.set(leader, f, LinkMode::Drop);
-                }
-            }
-            Scenario::LeaderCannotHear => {
-                for &f in &followers {
-                    proxy.set(f, leader, LinkMode::Drop);
-                }
-            }
-            Scenario::FollowerReachesOnePeer => {
-                proxy.set_both(followers[0], leader, LinkMode::Drop);
-            }
-            Scenario::SlowFollower => {
-                let delay = LinkMode::Delay(Duration::from_millis(SLOW_LINK_DELAY_MS));
-                proxy.set_both(followers[0], leader, delay);
-                proxy.set_both(followers[0], followers[1], delay);
-            }
-            Scenario::Flapping | Scenario::SlowFsync => unreachable!("handled above"),
-        }
-        let mut counted_from = None;
-        while cut_at.elapsed() < length {
-            let elapsed = cut_at.elapsed();
-            if stepped_down_ms.is_none()
-                && let Some(status) = statuses(config)
-                    .await
-                    .into_iter()
-                    .find(|s| s.node.0 == leader)
-                && status.role != Role::Leader
-            {
-                stepped_down_ms = Some(elapsed.as_millis() as u64);
-            }
-            // The majority side gets a second to elect a leader; then it must commit.
-            if counted_from.is_none() && elapsed >= Duration::from_secs(1) {
-                counted_from = Some(workload.acknowledged.get());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        acknowledged_during = workload.acknowledged.get() - counted_from.unwrap_or(0);
-        if scenario.isolates_leader() && stepped_down_ms.is_none_or(|ms| ms > STEP_DOWN_MS_MAX) {
-            violations.push(format!(
-                "the isolated leader (node {leader}) did not step down within {STEP_DOWN_MS_MAX} ms ({stepped_down_ms:?})"
-            ));
-        }
-        if acknowledged_during == 0 {
-            violations.push("the majority side committed nothing during the partition".into());
-        }
-    }
+    };
     proxy.heal();
     tokio::time::sleep(Duration::from_millis(CALM_MS)).await;
     let total = workload.acknowledged.clone();
@@ -360,13 +291,162 @@ async fn partitioned(
     check_accounts(config, &expected, findings).await;
     Ok(Outcome {
         scenario,
-        acknowledged_during,
+        acknowledged_during: during.acknowledged,
         acknowledged: total.get(),
-        stepped_down_ms,
+        stepped_down_ms: during.stepped_down_ms,
         terms: 0,
-        latency,
-        violations,
+        latency: during.latency,
+        violations: during.violations,
     })
+}
+
+/// What a scenario saw while its fault lasted.
+#[derive(Default)]
+struct During {
+    /// Requests acknowledged meanwhile (for a cut, from a second into it).
+    acknowledged: u64,
+    stepped_down_ms: Option<u64>,
+    /// Request latency (p50, p99, in ms) before and during a slow follower's fsyncs.
+    latency: Option<((f64, f64), (f64, f64))>,
+    violations: Vec<String>,
+}
+
+/// The two nodes that do not lead.
+fn followers_of(leader: u8) -> Vec<u8> {
+    (1..=3).filter(|&n| n != leader).collect()
+}
+
+/// Latency for `length` healthy, then for `length` with one follower restarted with a slow
+/// fsync.
+async fn slow_fsync(
+    config: &ClientConfig,
+    processes: &RefCell<Processes>,
+    workload: &Workload,
+    (leader, length): (u8, Duration),
+) -> anyhow::Result<During> {
+    let healthy_from = Instant::now();
+    tokio::time::sleep(length).await;
+    let healthy = workload.latency_since(healthy_from);
+    let slow = followers_of(leader)[0];
+    let file = processes.borrow().cluster_file(slow).to_path_buf();
+    let mut slowed = ClusterFile::parse(&file)?;
+    slowed.fsync_delay_ms = SLOW_FSYNC_MS;
+    slowed.write(&file)?;
+    processes.borrow_mut().kill(slow);
+    processes.borrow_mut().start(slow)?;
+    wait_caught_up(config, slow).await?;
+    let slow_from = Instant::now();
+    let before = workload.acknowledged.get();
+    tokio::time::sleep(length).await;
+    Ok(During {
+        acknowledged: workload.acknowledged.get() - before,
+        latency: Some((healthy, workload.latency_since(slow_from))),
+        ..During::default()
+    })
+}
+
+/// The current leader isolated and healed over and over, for four times `length`.
+async fn flapping(
+    config: &ClientConfig,
+    proxy: &Proxy,
+    workload: &Workload,
+    (leader, length): (u8, Duration),
+    seed: u64,
+) -> During {
+    let mut rng = Rng::new(seed);
+    let end = Instant::now() + length * 4;
+    let mut isolated = None;
+    while Instant::now() < end {
+        match isolated.take() {
+            Some(_) => proxy.heal(),
+            None => {
+                let current = leader_of(&statuses(config).await).unwrap_or(leader);
+                isolate(proxy, current, LinkMode::Drop);
+                isolated = Some(current);
+            }
+        }
+        let wait = FLAP_MS.0 + rng.below(FLAP_MS.1 - FLAP_MS.0 + 1);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+    During {
+        acknowledged: workload.acknowledged.get(),
+        ..During::default()
+    }
+}
+
+/// Cuts the links `scenario` names around `leader`.
+fn cut(scenario: Scenario, proxy: &Proxy, leader: u8) {
+    let followers = followers_of(leader);
+    match scenario {
+        Scenario::LeaderIsolated => isolate(proxy, leader, LinkMode::Drop),
+        Scenario::LeaderBlackholed => isolate(proxy, leader, LinkMode::Blackhole),
+        Scenario::LeaderCannotSend => {
+            for &f in &followers {
+                proxy.set(leader, f, LinkMode::Drop);
+            }
+        }
+        Scenario::LeaderCannotHear => {
+            for &f in &followers {
+                proxy.set(f, leader, LinkMode::Drop);
+            }
+        }
+        Scenario::FollowerReachesOnePeer => {
+            proxy.set_both(followers[0], leader, LinkMode::Drop);
+        }
+        Scenario::SlowFollower => {
+            let delay = LinkMode::Delay(Duration::from_millis(SLOW_LINK_DELAY_MS));
+            proxy.set_both(followers[0], leader, delay);
+            proxy.set_both(followers[0], followers[1], delay);
+        }
+        Scenario::Flapping | Scenario::SlowFsync => unreachable!("not a cut of links"),
+    }
+}
+
+/// Watches a cut for `length`: when the old leader steps down, and what the majority side
+/// commits; a leader that does not step down in time, or a majority that commits nothing, is
+/// a violation.
+async fn cut_off(
+    scenario: Scenario,
+    config: &ClientConfig,
+    workload: &Workload,
+    (leader, length): (u8, Duration),
+) -> During {
+    let cut_at = Instant::now();
+    let mut stepped_down_ms = None;
+    let mut counted_from = None;
+    while cut_at.elapsed() < length {
+        let elapsed = cut_at.elapsed();
+        if stepped_down_ms.is_none()
+            && let Some(status) = statuses(config)
+                .await
+                .into_iter()
+                .find(|s| s.node.0 == leader)
+            && status.role != Role::Leader
+        {
+            stepped_down_ms = Some(elapsed.as_millis() as u64);
+        }
+        // The majority side gets a second to elect a leader; then it must commit.
+        if counted_from.is_none() && elapsed >= Duration::from_secs(1) {
+            counted_from = Some(workload.acknowledged.get());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let acknowledged = workload.acknowledged.get() - counted_from.unwrap_or(0);
+    let mut violations = Vec::new();
+    if scenario.isolates_leader() && stepped_down_ms.is_none_or(|ms| ms > STEP_DOWN_MS_MAX) {
+        violations.push(format!(
+            "the isolated leader (node {leader}) did not step down within {STEP_DOWN_MS_MAX} ms ({stepped_down_ms:?})"
+        ));
+    }
+    if acknowledged == 0 {
+        violations.push("the majority side committed nothing during the partition".into());
+    }
+    During {
+        acknowledged,
+        stepped_down_ms,
+        latency: None,
+        violations,
+    }
 }
 
 /// Waits until node `id` answers and has applied what the cluster had committed when it
