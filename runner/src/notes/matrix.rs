@@ -128,22 +128,8 @@ fn on_storage(
     })?;
     let config = cluster.client_config();
     let operator = cluster.operator_config();
-    let seconds = args.matrix.matrix_duration;
-    let options = |batch, inflight, accounts, reads| BenchOptions {
-        accounts,
-        batch,
-        inflight,
-        duration: seconds,
-        commands: None,
-        runs: MATRIX_RUNS,
-        warmup: 1.0,
-        seed: args.bench.seed,
-        json: None,
-        reads,
-        reads_in_log: false,
-        rate: None,
-        prefill_rate: None,
-    };
+    let options =
+        |batch, inflight, accounts, reads| matrix_options(args, (batch, inflight), accounts, reads);
     let both = [Some(Mode::Verify), Some(Mode::Performance)];
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -191,6 +177,31 @@ fn on_storage(
     })?;
     drop(cluster);
     Ok(measured)
+}
+
+/// The benchmark of one cell: `batch` commands per request, `inflight` requests in flight,
+/// `accounts` accounts and `reads` percent of reads.
+fn matrix_options(
+    args: &LocalArgs,
+    (batch, inflight): (u32, u32),
+    accounts: u64,
+    reads: u64,
+) -> BenchOptions {
+    BenchOptions {
+        accounts,
+        batch,
+        inflight,
+        duration: args.matrix.matrix_duration,
+        commands: None,
+        runs: MATRIX_RUNS,
+        warmup: 1.0,
+        seed: args.bench.seed,
+        json: None,
+        reads,
+        reads_in_log: false,
+        rate: None,
+        prefill_rate: None,
+    }
 }
 
 /// The file system type `path` lives on, from /proc/mounts.
