@@ -65,6 +65,29 @@ impl Handler for Counting {
     }
 }
 
+/// Node `leader`'s status once it reports that it halted (the test fails after 20 s).
+async fn halted_status(
+    cluster: &LocalCluster<Counting>,
+    leader: engine::NodeId,
+) -> engine::client::NodeStatus {
+    let started = Instant::now();
+    loop {
+        let statuses = cluster.statuses().await;
+        if let Some(status) = statuses
+            .iter()
+            .flatten()
+            .find(|s| s.node == leader && s.halted.is_some())
+        {
+            return status.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the leader never halted: {statuses:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Proves the divergence is caught on the leader with its report, and that the answer the
 /// client gets is the two followers' agreed one, never the divergent execution.
 #[test]
@@ -101,23 +124,8 @@ fn verify_mode_stops_a_nondeterministic_leader() {
             .await;
 
         // The leader simulated Count (0) and executed it (1): it halted at command 1.
-        let started = Instant::now();
-        let halted = loop {
-            let statuses = cluster.statuses().await;
-            if let Some(status) = statuses
-                .iter()
-                .flatten()
-                .find(|s| s.node == leader && s.halted.is_some())
-            {
-                break status.clone();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the leader never halted: {statuses:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let report = halted.halted.unwrap();
+        let halted = halted_status(&cluster, leader).await;
+        let report = halted.halted.clone().unwrap();
         assert!(report.contains("command 1"), "{report}");
         assert!(
             report.contains(&format!("entry {}", halted.applied_index.next())),

@@ -371,6 +371,28 @@ fn leader_sends_a_snapshot_to_a_follower_behind_its_log_base() {
     );
 }
 
+/// Node 2 receives a chunk of node 1's snapshot of entry 4: it hands it to the driver to
+/// store, and takes node 1 for its leader.
+fn chunk_goes_to_the_driver(n2: &mut Core) {
+    let chunk = SnapshotChunk {
+        term: Term(1),
+        leader: N1,
+        index: EntryIndex(4),
+        offset: 0,
+        total: 10,
+        data: vec![0; 10],
+    };
+    let actions = step(
+        n2,
+        Event::Message {
+            from: N1,
+            message: PeerMessage::Snapshot(chunk.clone()),
+        },
+    );
+    assert_eq!(actions.last(), Some(&Action::StoreSnapshotChunk(chunk)));
+    assert_eq!(n2.leader(), Some(N1));
+}
+
 /// Proves a follower hands snapshot chunks to the driver, takes an installed snapshot in place
 /// of its log and acknowledges its index, then accepts appends after it, skipping entries the
 /// snapshot already covers.
@@ -381,24 +403,7 @@ fn follower_installs_a_snapshot_then_follows_the_log() {
         .map(|i| n1.entry(EntryIndex(i)).unwrap().clone())
         .collect();
     let mut n2 = core(N2);
-    let chunk = SnapshotChunk {
-        term: Term(1),
-        leader: N1,
-        index: EntryIndex(4),
-        offset: 0,
-        total: 10,
-        data: vec![0; 10],
-    };
-    let actions = step(
-        &mut n2,
-        Event::Message {
-            from: N1,
-            message: PeerMessage::Snapshot(chunk.clone()),
-        },
-    );
-    assert_eq!(actions.last(), Some(&Action::StoreSnapshotChunk(chunk)));
-    assert_eq!(n2.leader(), Some(N1));
-
+    chunk_goes_to_the_driver(&mut n2);
     let base = LogBase {
         index: EntryIndex(4),
         term: Term(1),
