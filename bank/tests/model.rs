@@ -25,21 +25,7 @@ impl Model {
 
     fn apply(&mut self, command: &BankCommand) -> Result<BankOutput, BankError> {
         match *command {
-            BankCommand::Open { id, balance, flags } => {
-                if id.0 == 0 {
-                    return Err(BankError::InvalidId);
-                }
-                if self.accounts.contains_key(&id.0) {
-                    return Err(BankError::AccountExists(id));
-                }
-                let account = Account {
-                    balance,
-                    version: 1,
-                    flags,
-                };
-                self.accounts.insert(id.0, account);
-                Ok(BankOutput::Account(account))
-            }
+            BankCommand::Open { id, balance, flags } => self.open(id, balance, flags),
             BankCommand::Deposit { id, amount } => {
                 let mut a = self.find(id)?;
                 if amount == 0 {
@@ -66,37 +52,60 @@ impl Model {
                 self.accounts.insert(id.0, a);
                 Ok(BankOutput::Account(a))
             }
-            BankCommand::Transfer { from, to, amount } => {
-                if from == to {
-                    return Err(BankError::SameAccount);
-                }
-                let (mut f, mut t) = (self.find(from)?, self.find(to)?);
-                if amount == 0 {
-                    return Err(BankError::ZeroAmount);
-                }
-                if f.balance < amount {
-                    return Err(BankError::InsufficientFunds {
-                        balance: f.balance,
-                        amount,
-                    });
-                }
-                t.balance = t.balance.checked_add(amount).ok_or(BankError::Overflow)?;
-                f.balance -= amount;
-                f.version += 1;
-                t.version += 1;
-                self.accounts.insert(from.0, f);
-                self.accounts.insert(to.0, t);
-                Ok(BankOutput::Transferred {
-                    from_balance: f.balance,
-                    to_balance: t.balance,
-                })
-            }
+            BankCommand::Transfer { from, to, amount } => self.transfer(from, to, amount),
             BankCommand::Get { id } => self.find(id).map(BankOutput::Account),
             BankCommand::Audit => Ok(BankOutput::Audit {
                 accounts: self.accounts.len() as u64,
                 total: self.accounts.values().map(|a| u128::from(a.balance)).sum(),
             }),
         }
+    }
+
+    fn open(&mut self, id: AccountId, balance: u64, flags: u32) -> Result<BankOutput, BankError> {
+        if id.0 == 0 {
+            return Err(BankError::InvalidId);
+        }
+        if self.accounts.contains_key(&id.0) {
+            return Err(BankError::AccountExists(id));
+        }
+        let account = Account {
+            balance,
+            version: 1,
+            flags,
+        };
+        self.accounts.insert(id.0, account);
+        Ok(BankOutput::Account(account))
+    }
+
+    fn transfer(
+        &mut self,
+        from: AccountId,
+        to: AccountId,
+        amount: u64,
+    ) -> Result<BankOutput, BankError> {
+        if from == to {
+            return Err(BankError::SameAccount);
+        }
+        let (mut f, mut t) = (self.find(from)?, self.find(to)?);
+        if amount == 0 {
+            return Err(BankError::ZeroAmount);
+        }
+        if f.balance < amount {
+            return Err(BankError::InsufficientFunds {
+                balance: f.balance,
+                amount,
+            });
+        }
+        t.balance = t.balance.checked_add(amount).ok_or(BankError::Overflow)?;
+        f.balance -= amount;
+        f.version += 1;
+        t.version += 1;
+        self.accounts.insert(from.0, f);
+        self.accounts.insert(to.0, t);
+        Ok(BankOutput::Transferred {
+            from_balance: f.balance,
+            to_balance: t.balance,
+        })
     }
 
     fn total(&self) -> u128 {
