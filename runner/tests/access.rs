@@ -24,6 +24,40 @@ fn peer_addresses(cluster_file: &Path) -> Vec<SocketAddr> {
     file.nodes.iter().map(numeric).collect()
 }
 
+/// The stray node 3 asks for (pre-)votes, in vain: it leads nothing and holds nothing, and
+/// nodes 1 and 2 are still in `term`.
+async fn stray_got_nothing(
+    config: &engine::client::ClientConfig,
+    what: &str,
+    term: net::ids::Term,
+) {
+    let mut stray_config = config.clone();
+    stray_config.nodes = vec![config.nodes[2].clone()];
+    if what == "cluster" {
+        stray_config.cluster_id = 10;
+    }
+    let stray_status = wait_for(&stray_config, "node 3 answering", |all| all.len() == 1).await;
+    assert_eq!(
+        stray_status[0].last_index.0, 0,
+        "{what}: node 3 got entries"
+    );
+    assert_ne!(stray_status[0].role, Role::Leader);
+    let all = statuses(config).await;
+    let leading: Vec<_> = all.iter().filter(|s| s.node.0 <= 2).collect();
+    assert_eq!(leading.len(), 2, "{all:?}");
+    assert!(
+        leading.iter().all(|s| s.term == term),
+        "{what}: the term moved: {all:?}"
+    );
+    if let Some(three) = all.iter().find(|s| s.node.0 == 3) {
+        assert_eq!(
+            three.last_index.0, 0,
+            "{what}: node 3 got entries: {three:?}"
+        );
+        assert_ne!(three.role, Role::Leader, "{three:?}");
+    }
+}
+
 /// Proves a third node started with the wrong secret, or with another cluster id, is refused
 /// by the other two: their term does not move however often it asks for votes (its requests
 /// never arrive), it receives no entry, the refusals are logged with its address, and the same node
@@ -71,33 +105,7 @@ fn a_node_with_the_wrong_secret_or_cluster_cannot_join_vote_or_append() {
                 refused(1) >= 2 && refused(2) >= 2
             })
             .await;
-            // It asks for (pre-)votes, in vain: it leads nothing, holds nothing.
-            let mut stray_config = config.clone();
-            stray_config.nodes = vec![config.nodes[2].clone()];
-            if what == "cluster" {
-                stray_config.cluster_id = 10;
-            }
-            let stray_status =
-                wait_for(&stray_config, "node 3 answering", |all| all.len() == 1).await;
-            assert_eq!(
-                stray_status[0].last_index.0, 0,
-                "{what}: node 3 got entries"
-            );
-            assert_ne!(stray_status[0].role, Role::Leader);
-            let all = statuses(&config).await;
-            let leading: Vec<_> = all.iter().filter(|s| s.node.0 <= 2).collect();
-            assert_eq!(leading.len(), 2, "{all:?}");
-            assert!(
-                leading.iter().all(|s| s.term == term),
-                "{what}: the term moved: {all:?}"
-            );
-            if let Some(three) = all.iter().find(|s| s.node.0 == 3) {
-                assert_eq!(
-                    three.last_index.0, 0,
-                    "{what}: node 3 got entries: {three:?}"
-                );
-                assert_ne!(three.role, Role::Leader, "{three:?}");
-            }
+            stray_got_nothing(&config, what, term).await;
             // Started with the right file, the same node joins and catches up. Its directory
             // was stamped by its first start: as another cluster's, it is refused until the
             // operator moves it away.

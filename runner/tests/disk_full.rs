@@ -51,6 +51,30 @@ fn the_same_with_the_wal_on_the_node_thread() {
     full_disks(WalIo::Inline);
 }
 
+/// Sends requests of transfers (recorded in `model` when answered) until one is refused for
+/// a full disk and the client gives up on it; false when none was, after
+/// [`REQUESTS_BEFORE_REFUSAL_MAX`].
+async fn refused_for_a_full_disk(client: &mut Client, rng: &mut Rng, model: &mut Model) -> bool {
+    for _ in 0..REQUESTS_BEFORE_REFUSAL_MAX {
+        let batch: Vec<BankCommand> = (0..TRANSFERS_PER_REQUEST)
+            .map(|_| common::random_transfer(rng))
+            .collect();
+        match client.submit::<Bank>(&batch).await {
+            Ok(outcomes) => {
+                for (command, outcome) in batch.iter().zip(&outcomes) {
+                    model.record(command, outcome);
+                }
+            }
+            Err(ClientError::GaveUp {
+                last_rejection: Some(Rejection::StorageFull),
+                ..
+            }) => return true,
+            Err(error) => panic!("unexpected: {error}"),
+        }
+    }
+    false
+}
+
 fn full_disks(wal_io: WalIo) {
     let dir = tempfile::tempdir().unwrap();
     let mut disks = Vec::new();
@@ -103,27 +127,7 @@ fn full_disks(wal_io: WalIo) {
         let mut impatient = config.clone();
         impatient.give_up_after = Some(GIVE_UP_WHEN_FULL);
         let mut full_client = Client::new(impatient, ClientId(5), client.next_request());
-        let mut refused = false;
-        for _ in 0..REQUESTS_BEFORE_REFUSAL_MAX {
-            let batch: Vec<BankCommand> = (0..TRANSFERS_PER_REQUEST)
-                .map(|_| common::random_transfer(&mut rng))
-                .collect();
-            match full_client.submit::<Bank>(&batch).await {
-                Ok(outcomes) => {
-                    for (command, outcome) in batch.iter().zip(&outcomes) {
-                        model.record(command, outcome);
-                    }
-                }
-                Err(ClientError::GaveUp {
-                    last_rejection: Some(Rejection::StorageFull),
-                    ..
-                }) => {
-                    refused = true;
-                    break;
-                }
-                Err(error) => panic!("unexpected: {error}"),
-            }
-        }
+        let refused = refused_for_a_full_disk(&mut full_client, &mut rng, &mut model).await;
         assert!(refused, "a full leader kept taking requests");
         // A retry of a request the sessions know is answered with its results, full disk or
         // not (it used to be refused, and the client gave its number back for other commands).

@@ -209,6 +209,26 @@ fn ran_cluster(dir: &Path) -> (Nodes, engine::client::ClientConfig, Model) {
     (nodes, config, model)
 }
 
+/// `runner recover` with a capacity smaller than the data of `data`: it says a start would
+/// refuse and that nothing was written; returns that line.
+fn recover_refuses_a_small_capacity(data: &Path) -> String {
+    let (status, text) = runner(&[
+        "recover",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--capacity-bytes",
+        "1048576",
+    ]);
+    assert!(
+        !status.success()
+            && text.contains("a start would refuse")
+            && text.contains("nothing was written"),
+        "{text}"
+    );
+    let line = text.lines().find(|l| l.starts_with("a start would refuse"));
+    line.unwrap().to_string()
+}
+
 /// Proves every mistake of the suite is refused with its message and leaves the data
 /// directory byte-identical; the newest snapshot damaged falls back to the older one and
 /// deletes nothing; and the cluster runs on afterwards.
@@ -234,27 +254,11 @@ fn every_mistake_is_refused_and_changes_nothing() {
     let small = variant(&file, "small", |file| file.capacity_bytes = 1 << 20);
     let message = refused_node(&small, SUBJECT, "raise capacity_bytes to at least");
     same(&mut table, "capacity smaller than the data", &message);
-    let (status, text) = runner(&[
-        "recover",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--capacity-bytes",
-        "1048576",
-    ]);
-    assert!(
-        !status.success()
-            && text.contains("a start would refuse")
-            && text.contains("nothing was written"),
-        "{text}"
-    );
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("a start would refuse"))
-        .unwrap();
+    let line = recover_refuses_a_small_capacity(&data);
     same(
         &mut table,
         "`runner recover --capacity-bytes 1048576` on the same data",
-        line,
+        &line,
     );
 
     let swapped = variant(&file, "swapped", |file| {

@@ -243,33 +243,33 @@ fn damaged_newest_snapshot_falls_back_to_the_one_before() {
     });
 }
 
-/// Proves a snapshot interrupted at each step of its writing leaves a data directory that
-/// recovers to the state the node had: before the fsync (a partial temporary file), before the
-/// rename (a whole temporary file), and after the rename (the new file in place).
-#[test]
-fn interrupted_snapshot_writes_recover() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut nodes, config) = cluster(dir.path());
+/// Runs a cluster under `dir` through 80 requests of transfers, stops it, and returns a
+/// follower's data directory.
+fn a_stopped_followers_data(dir: &std::path::Path) -> std::path::PathBuf {
+    let (mut nodes, config) = cluster(dir);
     let follower = runtime().block_on(async {
         let follower = a_follower(&config).await;
         let mut client = Client::new(config.clone(), ClientId(5), RequestNumber(1));
         let mut model = Model::open(&mut client).await;
         let acknowledged = Cell::new(0);
-        transfers(
-            &mut client,
-            &mut Rng::new(24),
-            &mut model,
-            80,
-            &acknowledged,
-        )
-        .await;
+        let mut rng = Rng::new(24);
+        transfers(&mut client, &mut rng, &mut model, 80, &acknowledged).await;
         converged(&config).await;
         follower
     });
     for id in 1..=3 {
         nodes.kill(id);
     }
-    let data = nodes.data_dir(follower.0);
+    nodes.data_dir(follower.0)
+}
+
+/// Proves a snapshot interrupted at each step of its writing leaves a data directory that
+/// recovers to the state the node had: before the fsync (a partial temporary file), before the
+/// rename (a whole temporary file), and after the rename (the new file in place).
+#[test]
+fn interrupted_snapshot_writes_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = a_stopped_followers_data(dir.path());
     let options = RecoveryOptions {
         capacity_bytes: 1 << 30,
         sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
