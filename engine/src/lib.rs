@@ -35,10 +35,29 @@ pub mod sandbox;
 pub mod sim;
 pub mod state;
 
+// The inner layers, in the order of the data path. Public only for the engine's own tests,
+// benches, fuzz targets and tools (through `internals`), hidden from the API.
+#[doc(hidden)]
+pub mod batcher;
+#[doc(hidden)]
+pub mod core;
+#[doc(hidden)]
+pub mod entry;
+#[doc(hidden)]
+pub mod handshake;
+#[doc(hidden)]
+pub mod replica;
+#[doc(hidden)]
+pub mod single;
+#[doc(hidden)]
+pub mod snapshot;
+#[doc(hidden)]
+pub mod storage;
+#[doc(hidden)]
+pub mod wal;
+
 #[doc(hidden)]
 pub mod internals;
-
-pub(crate) use internals::{batcher, core, entry, handshake, replica, snapshot, wal};
 
 pub use net::ids;
 

@@ -1,0 +1,102 @@
+//! The narrow interface every durable byte goes through: a directory tree of files read and
+//! written at offsets, fsynced, renamed and removed. The WAL, the hard state, the snapshot
+//! files and the recovery plan are written against [`Storage`], so that the same code runs
+//! over the real file system ([`Files`]) in a node and over a simulated disk that loses
+//! unsynced writes, tears them, flips bits and fills up ([`SimDisk`], feature `sim`) in the
+//! simulator. Both pass one conformance suite (`engine/tests/storage.rs`).
+//!
+//! The interface is the subset of POSIX the engine relies on, with the guarantees it relies
+//! on: a write is durable once an fsync of its file returns; a name (a file created, renamed
+//! or removed) once an fsync of its directory returns; nothing else is promised across a
+//! crash. What a crash keeps of the rest is up to the implementation, and the engine's code
+//! must be right for every choice.
+
+mod files;
+#[cfg(feature = "sim")]
+mod simulated;
+
+pub use files::Files;
+#[cfg(feature = "sim")]
+pub use simulated::{Crash, SimDisk};
+
+use crate::files::{parent_of, temporary_for};
+use std::fmt::Debug;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// How a file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// For reading and writing.
+    ReadWrite,
+    /// For reading only: nothing is ever written through it (`runner recover`).
+    ReadOnly,
+}
+
+/// A directory tree of files: the real file system, or a simulated disk.
+pub trait Storage: Clone + Debug + Send + Sync + 'static {
+    /// An open file.
+    type File: StorageFile;
+
+    /// Creates `dir` and every missing directory above it (owner-only); an existing one is
+    /// left as it is.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Whether a file or directory is at `path`.
+    fn exists(&self, path: &Path) -> io::Result<bool>;
+    /// Whether a directory is at `path`.
+    fn is_dir(&self, path: &Path) -> bool;
+    /// The files (not directories) directly in `dir`, in no particular order.
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+    /// Opens the existing file `path`.
+    fn open(&self, path: &Path, access: Access) -> io::Result<Self::File>;
+    /// Creates the file `path` for reading and writing, owner-only; an error
+    /// ([`io::ErrorKind::AlreadyExists`]) when something is at that name.
+    fn create_new(&self, path: &Path) -> io::Result<Self::File>;
+    /// The whole content of the file `path`.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Removes the file `path`.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Renames the file `from` to `to`, replacing what `to` names.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes the names in `dir` (files created, renamed or removed there) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// Writes `bytes` as the whole file `path`, durably: a temporary file beside it, fsynced,
+    /// renamed over `path`, and the directory fsynced, so that a crash leaves the old file or
+    /// the new one, never a mix. A temporary file an interrupted write left is replaced.
+    fn write_durably(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let temporary = temporary_for(path);
+        let file = match self.create_new(&temporary) {
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                self.remove_file(&temporary)?;
+                self.create_new(&temporary)?
+            }
+            created => created?,
+        };
+        file.write_all_at(bytes, 0)?;
+        file.sync_all()?;
+        drop(file);
+        self.rename(&temporary, path)?;
+        self.sync_dir(parent_of(path))
+    }
+}
+
+/// A file opened through a [`Storage`]. Reads and writes take an offset (no cursor), so a
+/// file can be shared by reference.
+pub trait StorageFile: Debug + Send + Sync {
+    /// Reads exactly `buf.len()` bytes at `offset` ([`io::ErrorKind::UnexpectedEof`] when the
+    /// file ends first).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `bytes` at `offset`, growing the file when they pass its end (the gap,
+    /// if any, reads as zeros). Not durable until a sync. A full disk is
+    /// [`io::ErrorKind::StorageFull`], and may leave part of `bytes` written.
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()>;
+    /// The file's length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Cuts the file to `len` bytes, or grows it with zeros. Not durable until a sync.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file's data (and its length) durable: fdatasync.
+    fn sync_data(&self) -> io::Result<()>;
+    /// Makes the file's data and metadata durable: fsync.
+    fn sync_all(&self) -> io::Result<()>;
+}
