@@ -316,7 +316,7 @@ fn compact(wal: &mut Wal, through: EntryIndex, disk: &mut Disk) {
     thread::spawn(move || {
         let _entered = span.entered();
         let _held = lock;
-        if let Err(error) = crate::wal::remove_segments(&dir, &segments) {
+        if let Err(error) = crate::wal::remove_segments(&crate::storage::Files, &dir, &segments) {
             tracing::warn!(%error, "cannot remove WAL segments behind a snapshot");
         }
     });

@@ -4,15 +4,14 @@
 mod record;
 mod recovery;
 
-pub use recovery::{Access, Damage, Recovery};
+pub use crate::storage::Access;
+pub use recovery::{Damage, Recovery};
 
 use crate::entry::{Entry, EntryHash};
-use crate::files;
 use crate::ids::{EntryIndex, Term};
+use crate::storage::{Files, Storage, StorageFile};
 use bytes::Bytes;
-use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The largest segment size a node may be configured with (a segment is closed and a new one
@@ -146,19 +145,21 @@ struct Located {
 }
 
 #[derive(Debug)]
-struct Segment {
+struct Segment<F> {
     path: PathBuf,
-    file: File,
+    file: F,
     /// Bytes of whole records: where the next record goes.
     bytes: u64,
     /// The file's length: `bytes` plus zeros written ahead (only the last segment has them).
     len: u64,
 }
 
-/// The write-ahead log of one node.
-pub struct Wal {
+/// The write-ahead log of one node, on the real file system or (in the simulator) on a
+/// simulated disk.
+pub struct Wal<S: Storage = Files> {
+    storage: S,
     dir: PathBuf,
-    segments: Vec<Segment>,
+    segments: Vec<Segment<S::File>>,
     /// Segments removed from the front so far (log compaction).
     segments_removed: usize,
     /// Index of `entries[0]`.
@@ -185,7 +186,7 @@ pub struct Wal {
     zero_ahead_bytes: u64,
 }
 
-impl Wal {
+impl Wal<Files> {
     /// Opens the log in `dir` (creating it if needed) and scans it: a torn tail is cut back to
     /// the last whole entry; damage before the tail is an error naming the entry's index.
     pub fn open(dir: &Path) -> Result<(Wal, Recovery), WalError> {
@@ -194,11 +195,7 @@ impl Wal {
 
     /// Opens the log with segments of at most `segment_bytes_max` (tests use small ones).
     pub fn open_with(dir: &Path, segment_bytes_max: u64) -> Result<(Wal, Recovery), WalError> {
-        files::create_dir_all(dir).map_err(|e| io_error(dir)(e.source))?;
-        let (mut wal, recovery) = recovery::scan(dir, false, Access::ReadWrite)?;
-        wal.segment_bytes_max = segment_bytes_max;
-        wal.settle()?;
-        Ok((wal, recovery))
+        Wal::open_in(Files, dir, segment_bytes_max)
     }
 
     /// Opens the log as [`Wal::open_with`] does, except that damage is not an error: the log
@@ -207,10 +204,7 @@ impl Wal {
     /// The damaged part stays on disk until [`Wal::cut_damage`]: persist what must survive
     /// the cut first (the repair obligation), then cut.
     pub fn open_repairing(dir: &Path, segment_bytes_max: u64) -> Result<(Wal, Recovery), WalError> {
-        files::create_dir_all(dir).map_err(|e| io_error(dir)(e.source))?;
-        let (mut wal, recovery) = Wal::scan_repairing(dir, segment_bytes_max, Access::ReadWrite)?;
-        wal.settle()?;
-        Ok((wal, recovery))
+        Wal::open_repairing_in(Files, dir, segment_bytes_max)
     }
 
     /// Scans the log as [`Wal::open_repairing`] does but changes nothing on disk: a torn tail
@@ -222,9 +216,52 @@ impl Wal {
         segment_bytes_max: u64,
         access: Access,
     ) -> Result<(Wal, Recovery), WalError> {
-        let (mut wal, recovery) = recovery::scan(dir, true, access)?;
+        Wal::scan_repairing_in(Files, dir, segment_bytes_max, access)
+    }
+}
+
+impl<S: Storage> Wal<S> {
+    /// [`Wal::open_with`] on `storage`.
+    pub fn open_in(
+        storage: S,
+        dir: &Path,
+        segment_bytes_max: u64,
+    ) -> Result<(Wal<S>, Recovery), WalError> {
+        storage.create_dir_all(dir).map_err(io_error(dir))?;
+        let (mut wal, recovery) = recovery::scan(storage, dir, false, Access::ReadWrite)?;
+        wal.segment_bytes_max = segment_bytes_max;
+        wal.settle()?;
+        Ok((wal, recovery))
+    }
+
+    /// [`Wal::open_repairing`] on `storage`.
+    pub fn open_repairing_in(
+        storage: S,
+        dir: &Path,
+        segment_bytes_max: u64,
+    ) -> Result<(Wal<S>, Recovery), WalError> {
+        storage.create_dir_all(dir).map_err(io_error(dir))?;
+        let access = Access::ReadWrite;
+        let (mut wal, recovery) = Wal::scan_repairing_in(storage, dir, segment_bytes_max, access)?;
+        wal.settle()?;
+        Ok((wal, recovery))
+    }
+
+    /// [`Wal::scan_repairing`] on `storage`.
+    pub fn scan_repairing_in(
+        storage: S,
+        dir: &Path,
+        segment_bytes_max: u64,
+        access: Access,
+    ) -> Result<(Wal<S>, Recovery), WalError> {
+        let (mut wal, recovery) = recovery::scan(storage, dir, true, access)?;
         wal.segment_bytes_max = segment_bytes_max;
         Ok((wal, recovery))
+    }
+
+    /// The storage the log is on.
+    pub fn storage(&self) -> &S {
+        &self.storage
     }
 
     /// Makes the scanned log the durable log: cuts a torn tail (an append that never
@@ -233,11 +270,12 @@ impl Wal {
     /// recovered entry as durable, so make it so before saying it).
     pub fn settle(&mut self) -> Result<(), WalError> {
         self.assert_writable();
-        if !self.dir.is_dir() {
+        if !self.storage.is_dir(&self.dir) {
             // A new log's directory, made durable in its parent.
-            files::create_dir_all(&self.dir).map_err(|e| io_error(&self.dir)(e.source))?;
+            let created = self.storage.create_dir_all(&self.dir);
+            created.map_err(io_error(&self.dir))?;
             if let Some(parent) = self.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                sync_dir(parent)?;
+                sync_dir(&self.storage, parent)?;
             }
         }
         if self.torn_tail_bytes > 0 {
@@ -255,7 +293,7 @@ impl Wal {
         for segment in &self.segments {
             segment.file.sync_all().map_err(io_error(&segment.path))?;
         }
-        sync_dir(&self.dir)
+        sync_dir(&self.storage, &self.dir)
     }
 
     /// Makes each append that would pass the end of the last segment's file first write
@@ -292,9 +330,9 @@ impl Wal {
         // Later segments first: a crash half way leaves the damaged segment whole, and a
         // scan finds the same damage again.
         for path in cut.later.iter().rev() {
-            fs::remove_file(path).map_err(io_error(path))?;
+            self.storage.remove_file(path).map_err(io_error(path))?;
         }
-        sync_dir(&self.dir)?;
+        sync_dir(&self.storage, &self.dir)?;
         if let Some(segment) = self.segments.last() {
             segment
                 .file
@@ -453,11 +491,12 @@ impl Wal {
         };
         let position = at.segment - self.segments_removed;
         for segment in self.segments.drain(position + 1..) {
-            fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
+            let removed = self.storage.remove_file(&segment.path);
+            removed.map_err(io_error(&segment.path))?;
         }
         // The removals are made durable first: a crash must not bring a later segment back
         // after the one before it was cut short.
-        sync_dir(&self.dir)?;
+        sync_dir(&self.storage, &self.dir)?;
         let segment = &mut self.segments[position];
         segment
             .file
@@ -475,7 +514,7 @@ impl Wal {
     /// covers them), keeping the last segment; returns the bytes freed.
     pub fn compact_through(&mut self, index: EntryIndex) -> Result<u64, WalError> {
         let (freed, segments) = self.release_through(index);
-        remove_segments(&self.dir, &segments)?;
+        remove_segments(&self.storage, &self.dir, &segments)?;
         Ok(freed)
     }
 
@@ -520,10 +559,11 @@ impl Wal {
         // Newest first: a crash half way leaves a log that still starts where it started,
         // not one that starts past the snapshot it continues.
         for segment in self.segments.drain(..).rev() {
-            fs::remove_file(&segment.path).map_err(io_error(&segment.path))?;
+            let removed = self.storage.remove_file(&segment.path);
+            removed.map_err(io_error(&segment.path))?;
             self.segments_removed += 1;
         }
-        sync_dir(&self.dir)?;
+        sync_dir(&self.storage, &self.dir)?;
         self.entries.clear();
         self.first_index = base.next();
         self.base_hash = base_hash;
@@ -548,11 +588,7 @@ impl Wal {
         if let Some(segment) = self.segments.last_mut() {
             // The file's own length, not `len`: a write that failed half way (a full disk)
             // may have left bytes past what was counted.
-            let file_len = segment
-                .file
-                .metadata()
-                .map_err(io_error(&segment.path))?
-                .len();
+            let file_len = segment.file.len().map_err(io_error(&segment.path))?;
             if file_len != segment.bytes {
                 segment
                     .file
@@ -563,23 +599,18 @@ impl Wal {
         }
         self.sync()?;
         let path = segment_path(&self.dir, first);
-        let file = files::owner_only()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(write_error(&path))?;
+        let file = self.storage.create_new(&path).map_err(write_error(&path))?;
         self.segments.push(Segment {
             path,
             file,
             bytes: 0,
             len: 0,
         });
-        sync_dir(&self.dir)
+        sync_dir(&self.storage, &self.dir)
     }
 }
 
-impl Segment {
+impl<F: StorageFile> Segment<F> {
     /// Writes `record` after the segment's records, first writing zeros up to `zeros_to`
     /// when the record would pass the file's end (0: none). Not synced.
     fn put_record(&mut self, record: &[u8], zeros_to: u64) -> Result<(), WalError> {
@@ -628,19 +659,21 @@ fn segment_path(dir: &Path, first: EntryIndex) -> PathBuf {
 }
 
 /// Deletes released segment files, oldest first, then fsyncs the directory.
-pub fn remove_segments(dir: &Path, segments: &[PathBuf]) -> Result<(), WalError> {
+pub fn remove_segments<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    segments: &[PathBuf],
+) -> Result<(), WalError> {
     for path in segments {
-        fs::remove_file(path).map_err(io_error(path))?;
+        storage.remove_file(path).map_err(io_error(path))?;
     }
     if !segments.is_empty() {
-        sync_dir(dir)?;
+        sync_dir(storage, dir)?;
     }
     Ok(())
 }
 
 /// fsyncs a directory, making file creations, renames and removals in it durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), WalError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error(dir))
+fn sync_dir<S: Storage>(storage: &S, dir: &Path) -> Result<(), WalError> {
+    storage.sync_dir(dir).map_err(io_error(dir))
 }

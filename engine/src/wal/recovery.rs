@@ -5,7 +5,7 @@ use super::record::{self, Parsed};
 use super::{Located, SEGMENT_SUFFIX, Segment, Wal, WalError, io_error};
 use crate::entry::{EntryHash, EntryHeader, chain_hash};
 use crate::ids::{EntryIndex, Term};
-use std::fs::{self, OpenOptions};
+use crate::storage::{Access, Storage};
 use std::path::{Path, PathBuf};
 
 /// What the recovery scan found.
@@ -49,15 +49,6 @@ pub(super) struct Cut {
     pub later: Vec<PathBuf>,
 }
 
-/// How a scan opens the segments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// For reading and writing: the log can be settled, cut and appended to afterwards.
-    ReadWrite,
-    /// For reading only: nothing is ever written (`runner recover`).
-    ReadOnly,
-}
-
 /// The outcome of scanning one segment.
 enum Scanned {
     /// Read to its end; the bytes of a torn tail to cut off (0 when only zeros follow the
@@ -68,10 +59,12 @@ enum Scanned {
 }
 
 /// Segment files in `dir`, ordered by the first index in their names.
-fn segment_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, WalError> {
+fn segment_files<S: Storage>(
+    storage: &S,
+    dir: &Path,
+) -> Result<Vec<(EntryIndex, PathBuf)>, WalError> {
     let mut found = Vec::new();
-    for item in fs::read_dir(dir).map_err(io_error(dir))? {
-        let path = item.map_err(io_error(dir))?.path();
+    for path in storage.list(dir).map_err(io_error(dir))? {
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
@@ -138,8 +131,8 @@ fn judge_unreadable(
 
 /// Takes the whole record (`header`, `payload`) at `at..end` of `segment` into `wal`, or says
 /// why it cannot follow the entries before it.
-fn take_record(
-    wal: &mut Wal,
+fn take_record<S: Storage>(
+    wal: &mut Wal<S>,
     (header, payload): (EntryHeader, &[u8]),
     segment: usize,
     (at, end): (usize, usize),
@@ -168,14 +161,15 @@ fn take_record(
 /// Scans the segments in `dir` without changing them: a torn tail is noted (cut by
 /// [`super::Wal::settle`]), damage is noted (cut by [`super::Wal::cut_damage`]) when
 /// `repairing`, an error otherwise. A missing directory is an empty log.
-pub(super) fn scan(
+pub(super) fn scan<S: Storage>(
+    storage: S,
     dir: &Path,
     repairing: bool,
     access: Access,
-) -> Result<(Wal, Recovery), WalError> {
-    let files = match dir.try_exists() {
+) -> Result<(Wal<S>, Recovery), WalError> {
+    let files = match storage.exists(dir) {
         Ok(false) => Vec::new(),
-        Ok(true) => segment_files(dir)?,
+        Ok(true) => segment_files(&storage, dir)?,
         Err(source) => {
             return Err(WalError::Io {
                 path: dir.to_path_buf(),
@@ -185,6 +179,7 @@ pub(super) fn scan(
     };
     let first_index = files.first().map_or(EntryIndex(1), |(first, _)| *first);
     let mut wal = Wal {
+        storage,
         dir: dir.to_path_buf(),
         segments: Vec::with_capacity(files.len()),
         segments_removed: 0,
@@ -241,15 +236,15 @@ pub(super) fn scan(
 /// Notes damage at `offset` of the first of `files` for a repair: what the records beyond it
 /// say, and the cut that waits for the repair obligation (the later files, and the damaged
 /// one too when it lies wholly beyond a `gap`).
-fn note_damage(
-    wal: &mut Wal,
+fn note_damage<S: Storage>(
+    wal: &mut Wal<S>,
     files: &[(EntryIndex, PathBuf)],
     (offset, reason): (usize, String),
     gap: bool,
 ) -> Result<Damage, WalError> {
     let path = &files[0].1;
     let mut later: Vec<PathBuf> = files[1..].iter().map(|(_, p)| p.clone()).collect();
-    let (last, committed) = beyond_damage(path, offset, &later)?;
+    let (last, committed) = beyond_damage(&wal.storage, path, offset, &later)?;
     if gap {
         later.insert(0, path.clone());
     }
@@ -267,14 +262,16 @@ fn note_damage(
 
 /// What the records found at or after a damage say: the last entry (index and term) whose
 /// header holds, and the highest commit index those headers carry.
-fn beyond_damage(
+fn beyond_damage<S: Storage>(
+    storage: &S,
     path: &Path,
     offset: usize,
     later: &[PathBuf],
 ) -> Result<(Option<(EntryIndex, Term)>, EntryIndex), WalError> {
-    let mut headers = headers_beyond(&fs::read(path).map_err(io_error(path))?, offset);
+    let read = |path: &Path| storage.read(path).map_err(io_error(path));
+    let mut headers = headers_beyond(&read(path)?, offset);
     for path in later {
-        headers.extend(headers_beyond(&fs::read(path).map_err(io_error(path))?, 0));
+        headers.extend(headers_beyond(&read(path)?, 0));
     }
     let last = headers
         .iter()
@@ -301,13 +298,13 @@ fn headers_beyond(data: &[u8], from: usize) -> Vec<EntryHeader> {
 /// Reads one segment into `wal`: to its end (the bytes of a torn tail cut off), or to a
 /// damaged record ([`judge_unreadable`] says which an unreadable record is). Zeros alone after
 /// the last record are no torn tail: they are space written ahead, and stay.
-fn scan_segment(
-    wal: &mut Wal,
+fn scan_segment<S: Storage>(
+    wal: &mut Wal<S>,
     path: &Path,
     is_last: bool,
     repairing: bool,
 ) -> Result<Scanned, WalError> {
-    let data = fs::read(path).map_err(io_error(path))?;
+    let data = wal.storage.read(path).map_err(io_error(path))?;
     let segment = wal.segments.len();
     let mut at = 0;
     let mut damaged = None;
@@ -344,11 +341,7 @@ fn scan_segment(
         }
         break;
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(wal.access == Access::ReadWrite)
-        .open(path)
-        .map_err(io_error(path))?;
+    let file = wal.storage.open(path, wal.access).map_err(io_error(path))?;
     // The bytes past `at` stay until the caller cuts them: a torn tail in `Wal::settle`, the
     // damaged part in `Wal::cut_damage` (after the repair obligation is durable).
     wal.segments.push(Segment {
