@@ -51,10 +51,10 @@ fn files_read_and_write<S: Storage>(storage: &S, dir: &Path) {
     let file = storage.create_new(&path).unwrap();
     let taken = storage.create_new(&path).unwrap_err().kind();
     assert_eq!(taken, ErrorKind::AlreadyExists);
-    assert_eq!(file.len().unwrap(), 0);
+    assert_eq!(file.size().unwrap(), 0);
     file.write_all_at(b"hello", 0).unwrap();
     file.write_all_at(b"world", 8).unwrap();
-    assert_eq!(file.len().unwrap(), 13);
+    assert_eq!(file.size().unwrap(), 13);
     assert_eq!(storage.read(&path).unwrap(), b"hello\0\0\0world");
     let mut buf = [0; 5];
     file.read_exact_at(&mut buf, 8).unwrap();
@@ -150,7 +150,7 @@ fn a_crash_keeps_what_was_synced() {
         file.write_all_at(&[3; 100], 14000).unwrap();
         let crash = disk.crash(&mut rng);
         assert!(
-            file.len().is_err(),
+            file.size().is_err(),
             "a handle from before the crash is dead"
         );
         let data = disk.read(&dir.join("f")).unwrap();

@@ -80,7 +80,7 @@ impl StorageFile for File {
         FileExt::write_all_at(self, bytes, offset)
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.metadata()?.len())
     }
 

@@ -92,7 +92,7 @@ pub trait StorageFile: Debug + Send + Sync {
     /// [`io::ErrorKind::StorageFull`], and may leave part of `bytes` written.
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()>;
     /// The file's length in bytes.
-    fn len(&self) -> io::Result<u64>;
+    fn size(&self) -> io::Result<u64>;
     /// Cuts the file to `len` bytes, or grows it with zeros. Not durable until a sync.
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes the file's data (and its length) durable: fdatasync.

@@ -422,7 +422,7 @@ impl StorageFile for SimFile {
         })
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         self.with(|_, inode| Ok(inode.now.len() as u64))
     }
 

@@ -588,7 +588,7 @@ impl<S: Storage> Wal<S> {
         if let Some(segment) = self.segments.last_mut() {
             // The file's own length, not `len`: a write that failed half way (a full disk)
             // may have left bytes past what was counted.
-            let file_len = segment.file.len().map_err(io_error(&segment.path))?;
+            let file_len = segment.file.size().map_err(io_error(&segment.path))?;
             if file_len != segment.bytes {
                 segment
                     .file
