@@ -2,7 +2,7 @@
 
 use super::connections::{PeerAddresses, PeerWakes, accept_clients, accept_peers, connect_peer};
 use super::data_dir::{self, DirLock};
-use super::install::{Incoming, SnapshotSend, stream_snapshot};
+use super::install::{SnapshotSend, stream_snapshot};
 use super::recovery::Restored;
 use super::storage::{self, SNAPSHOT_DIR};
 use super::wal_io::WalWorker;
@@ -15,9 +15,10 @@ use crate::ids::NodeId;
 use crate::members::Members;
 use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite};
 use crate::snapshot::{
-    SNAPSHOT_LOG_PERCENT, SNAPSHOT_SLICE_INTERVAL_MS, SNAPSHOT_SLICE_SLOTS, SNAPSHOT_WRITE_BYTES,
-    SnapshotWriter, snapshot_path,
+    Incoming, SNAPSHOT_LOG_PERCENT, SNAPSHOT_SLICE_INTERVAL_MS, SNAPSHOT_SLICE_SLOTS,
+    SNAPSHOT_WRITE_BYTES, SnapshotWriter, snapshot_path,
 };
+use crate::storage::Files;
 use net::message::{ClientReply, ClientRequest, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -232,7 +233,7 @@ struct Driver<H: Handler> {
     /// When the last slice of a snapshot ran.
     last_slice: Instant,
     /// Follower: a snapshot arriving from the leader.
-    incoming: Option<Incoming>,
+    incoming: Option<Incoming<Files>>,
     /// The data directory's lock (the WAL thread and the snapshot writer hold it too).
     lock: Arc<DirLock>,
     /// Wake-ups of the connections to peers.
@@ -604,7 +605,7 @@ impl<H: Handler> Driver<H> {
     fn store_snapshot_chunk(&mut self, chunk: SnapshotChunk, more: &mut Vec<Io<Waiter>>) {
         let dir = self.snapshot_dir();
         if chunk.offset == 0 {
-            self.incoming = Incoming::start(&dir, &chunk)
+            self.incoming = Incoming::start(Files, &dir, &chunk)
                 .map_err(|error| tracing::warn!(%error, "leader's snapshot refused"))
                 .ok();
         }

@@ -5,7 +5,7 @@ use super::NodeError;
 use crate::codec::{self, Decode, Encode};
 use crate::core::{HardState, LostVotes, MemberSet};
 use crate::ids::{EntryIndex, NodeId, Term};
-use std::fs;
+use crate::storage::{Files, Storage};
 use std::path::Path;
 
 /// File holding the hard state, inside the data directory.
@@ -121,8 +121,19 @@ impl HardStateRecord {
 
 /// Reads the hard state; a missing file is a fresh node.
 pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
+    read_hard_state_on(&Files, dir)
+}
+
+/// Makes the hard state durable: written to a temporary file, fsynced, renamed over the old
+/// one, and the directory fsynced.
+pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
+    write_hard_state_on(&Files, dir, state)
+}
+
+/// [`read_hard_state`] from `storage`.
+pub fn read_hard_state_on<S: Storage>(storage: &S, dir: &Path) -> Result<HardState, NodeError> {
     let path = dir.join(HARD_STATE_FILE);
-    let bytes = match fs::read(&path) {
+    let bytes = match storage.read(&path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HardState::default()),
         Err(source) => return Err(NodeError::Io { path, source }),
@@ -160,9 +171,12 @@ pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
     })
 }
 
-/// Makes the hard state durable: written to a temporary file, fsynced, renamed over the old
-/// one, and the directory fsynced.
-pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
+/// [`write_hard_state`] on `storage`.
+pub fn write_hard_state_on<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    state: HardState,
+) -> Result<(), NodeError> {
     let record = HardStateRecord {
         term: state.term,
         voted_for: state.voted_for,
@@ -180,16 +194,18 @@ pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
     let body = record.encode();
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
     bytes.extend_from_slice(&body);
-    crate::files::write_durably(&dir.join(HARD_STATE_FILE), &bytes).map_err(|e| NodeError::Io {
-        path: e.path,
-        source: e.source,
-    })
+    let path = dir.join(HARD_STATE_FILE);
+    match storage.write_durably(&path, &bytes) {
+        Ok(()) => Ok(()),
+        Err(source) => Err(NodeError::Io { path, source }),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::Repair;
+    use std::fs;
 
     /// Proves the hard state survives a rewrite and a damaged file is refused, not ignored.
     #[test]

@@ -8,11 +8,9 @@
 use super::SnapshotMeta;
 use crate::apply::Session;
 use crate::codec::{self, Decode, Encode};
-use crate::files;
 use crate::ids::{ClientId, EntryIndex};
 use crate::state::TableId;
-use std::fs;
-use std::io::Write;
+use crate::storage::{Files, Storage};
 use std::path::{Path, PathBuf};
 
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
@@ -224,14 +222,21 @@ pub fn snapshot_path(dir: &Path, index: EntryIndex) -> PathBuf {
 
 /// Snapshot files in `dir`, newest (highest index) first; none when `dir` does not exist.
 pub fn list_snapshots(dir: &Path) -> std::io::Result<Vec<(EntryIndex, PathBuf)>> {
-    let items = match fs::read_dir(dir) {
+    list_snapshots_on(&Files, dir)
+}
+
+/// [`list_snapshots`] on `storage`.
+pub fn list_snapshots_on<S: Storage>(
+    storage: &S,
+    dir: &Path,
+) -> std::io::Result<Vec<(EntryIndex, PathBuf)>> {
+    let items = match storage.list(dir) {
         Ok(items) => items,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let mut found = Vec::new();
-    for item in items {
-        let path = item?.path();
+    for path in items {
         let stem = path
             .file_name()
             .and_then(|name| name.to_str())
@@ -308,24 +313,34 @@ pub fn write_snapshot(
     index: EntryIndex,
     bytes: &[u8],
 ) -> Result<(PathBuf, u64), SnapshotError> {
+    write_snapshot_on(&Files, dir, index, bytes)
+}
+
+/// [`write_snapshot`] on `storage`.
+pub fn write_snapshot_on<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    index: EntryIndex,
+    bytes: &[u8],
+) -> Result<(PathBuf, u64), SnapshotError> {
     let path = snapshot_path(dir, index);
-    let temporary = path.with_extension("tmp");
-    let io = |error: files::FileError| SnapshotError::Io {
-        path: error.path,
-        source: error.source,
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SnapshotError::Io { path, source }
     };
-    files::create_dir_all(dir).map_err(io)?;
-    let mut file = files::create(&temporary).map_err(io)?;
-    file.write_all(bytes)
-        .map_err(files::at(&temporary))
-        .map_err(io)?;
-    files::publish(file, &temporary, &path).map_err(io)?;
+    storage.create_dir_all(dir).map_err(io(dir))?;
+    storage.write_durably(&path, bytes).map_err(io(&path))?;
     Ok((path, bytes.len() as u64))
 }
 
 /// Reads a snapshot file and verifies its digest and structure.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
-    let bytes = fs::read(path).map_err(|source| SnapshotError::Io {
+    read_snapshot_on(&Files, path)
+}
+
+/// [`read_snapshot`] from `storage`.
+pub fn read_snapshot_on<S: Storage>(storage: &S, path: &Path) -> Result<Snapshot, SnapshotError> {
+    let bytes = storage.read(path).map_err(|source| SnapshotError::Io {
         path: path.to_path_buf(),
         source,
     })?;

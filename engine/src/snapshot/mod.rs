@@ -7,18 +7,21 @@
 
 mod file;
 mod priority;
+mod receive;
 mod writer;
 
 pub use priority::WRITER_NICENESS;
 
 pub use file::{
     DIGEST_BYTES, ParseError, Part, SNAPSHOT_SUFFIX, Snapshot, SnapshotError, SnapshotTable,
-    StructureError, list_snapshots, parse_snapshot, read_snapshot, snapshot_path, write_snapshot,
+    StructureError, list_snapshots, list_snapshots_on, parse_snapshot, read_snapshot,
+    read_snapshot_on, snapshot_path, write_snapshot, write_snapshot_on,
 };
 pub(crate) use file::{
     encode_block, encode_head, encode_sessions, encode_table_end, encode_table_start,
 };
-pub use writer::{Durable, SnapshotWriter};
+pub use receive::{Incoming, ReceiveError};
+pub use writer::{Durable, SnapshotFiles, SnapshotWriter};
 
 use crate::codec::{Decode, Encode};
 use crate::entry::EntryHash;

@@ -3,11 +3,9 @@
 //! appends the digest, fsyncs, renames, fsyncs the directory, removes all but the newest few
 //! snapshots and reports the new one.
 
-use super::{SNAPSHOTS_KEPT, SnapshotError, SnapshotMeta, list_snapshots, snapshot_path};
-use crate::files;
+use super::{SNAPSHOTS_KEPT, SnapshotError, SnapshotMeta, list_snapshots_on, snapshot_path};
 use crate::ids::EntryIndex;
-use std::fs;
-use std::io::Write;
+use crate::storage::{Files, Storage, StorageFile};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -83,13 +81,88 @@ impl SnapshotWriter {
 }
 
 /// A snapshot file being written.
-struct Open {
+struct Open<F> {
     index: EntryIndex,
     temporary: PathBuf,
-    file: fs::File,
+    file: F,
     hasher: blake3::Hasher,
     bytes: u64,
     started: Instant,
+}
+
+/// A node's snapshot files as they are written, one snapshot at a time: the writer thread
+/// runs it over the real file system, the simulator over its simulated disk. After a failure
+/// the rest of that snapshot's work is skipped.
+pub struct SnapshotFiles<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    open: Option<Open<S::File>>,
+    failed: bool,
+}
+
+impl<S: Storage> SnapshotFiles<S> {
+    /// Snapshots written to `dir` on `storage`.
+    pub fn new(storage: S, dir: PathBuf) -> Self {
+        SnapshotFiles {
+            storage,
+            dir,
+            open: None,
+            failed: false,
+        }
+    }
+
+    /// Starts a snapshot of entry `index` in a temporary file (one in progress is dropped).
+    pub fn begin(&mut self, index: EntryIndex) -> Result<(), SnapshotError> {
+        self.drop_open();
+        self.failed = false;
+        let started = start(&self.storage, &self.dir, index);
+        self.open = Some(self.guard(started)?);
+        Ok(())
+    }
+
+    /// Writes the snapshot's next bytes.
+    pub fn bytes(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let Some(open) = self.open.as_mut().filter(|_| !self.failed) else {
+            return Ok(());
+        };
+        open.hasher.update(bytes);
+        let written = open.file.write_all_at(bytes, open.bytes);
+        open.bytes += bytes.len() as u64;
+        let written = written.map_err(io_error(&open.temporary));
+        self.guard(written)
+    }
+
+    /// Ends the snapshot: the digest appended, the file fsynced and renamed into place, the
+    /// directory fsynced, all but the newest [`SNAPSHOTS_KEPT`] removed. `None` when there
+    /// is no snapshot to finish (none begun, or it failed).
+    pub fn finish(&mut self, meta: SnapshotMeta) -> Result<Option<Durable>, SnapshotError> {
+        let open = match self.open.take() {
+            Some(open) if !self.failed => open,
+            Some(_) | None => return Ok(None),
+        };
+        let finished = finish(&self.storage, &self.dir, open, meta);
+        self.guard(finished).map(Some)
+    }
+
+    /// Drops the snapshot in progress.
+    pub fn abort(&mut self) {
+        self.drop_open();
+    }
+
+    fn guard<T>(&mut self, result: Result<T, SnapshotError>) -> Result<T, SnapshotError> {
+        if result.is_err() {
+            self.failed = true;
+            self.drop_open();
+        }
+        result
+    }
+
+    fn drop_open(&mut self) {
+        if let Some(open) = self.open.take() {
+            drop(open.file);
+            let _ = self.storage.remove_file(&open.temporary);
+        }
+    }
 }
 
 fn run(
@@ -98,53 +171,27 @@ fn run(
     report: impl Fn(Result<Durable, SnapshotError>) -> bool,
 ) {
     super::priority::lower_current_thread();
-    let mut open: Option<Open> = None;
-    // After a failure, the rest of that snapshot's work is skipped.
-    let mut failed = false;
+    let mut files = SnapshotFiles::new(Files, dir.to_path_buf());
     while let Ok(op) = queue.recv() {
         let outcome = match op {
-            WriterOp::Begin(index) => {
-                drop_open(&mut open);
-                failed = false;
-                start(dir, index).map(|started| {
-                    open = Some(started);
-                    None
-                })
-            }
-            WriterOp::Bytes(bytes) => match open.as_mut() {
-                Some(file) if !failed => {
-                    file.hasher.update(&bytes);
-                    file.bytes += bytes.len() as u64;
-                    file.file
-                        .write_all(&bytes)
-                        .map(|()| None)
-                        .map_err(io_error(&file.temporary))
-                }
-                Some(_) | None => Ok(None),
-            },
-            WriterOp::Finish(meta) => match open.take() {
-                Some(file) if !failed => finish(dir, file, meta).map(Some),
-                Some(_) | None => Ok(None),
-            },
+            WriterOp::Begin(index) => files.begin(index).map(|()| None),
+            WriterOp::Bytes(bytes) => files.bytes(&bytes).map(|()| None),
+            WriterOp::Finish(meta) => files.finish(meta),
             WriterOp::Abort => {
-                drop_open(&mut open);
+                files.abort();
                 Ok(None)
             }
         };
         let keep_going = match outcome {
             Ok(None) => true,
             Ok(Some(durable)) => report(Ok(durable)),
-            Err(error) => {
-                failed = true;
-                drop_open(&mut open);
-                report(Err(error))
-            }
+            Err(error) => report(Err(error)),
         };
         if !keep_going {
             return;
         }
     }
-    drop_open(&mut open);
+    files.abort();
 }
 
 /// The error of an operation on `path` that the file system refused (the path is copied only
@@ -156,18 +203,16 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
     }
 }
 
-fn file_error(error: files::FileError) -> SnapshotError {
-    SnapshotError::Io {
-        path: error.path,
-        source: error.source,
-    }
-}
-
-fn start(dir: &Path, index: EntryIndex) -> Result<Open, SnapshotError> {
+fn start<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    index: EntryIndex,
+) -> Result<Open<S::File>, SnapshotError> {
     let temporary = snapshot_path(dir, index).with_extension("tmp");
-    let file = files::create_dir_all(dir)
-        .and_then(|()| files::create(&temporary))
-        .map_err(file_error)?;
+    storage.create_dir_all(dir).map_err(io_error(dir))?;
+    let file = storage
+        .create_replacing(&temporary)
+        .map_err(io_error(&temporary))?;
     Ok(Open {
         index,
         temporary,
@@ -179,7 +224,12 @@ fn start(dir: &Path, index: EntryIndex) -> Result<Open, SnapshotError> {
 }
 
 /// Appends the digest, fsyncs, renames into place, fsyncs the directory, prunes.
-fn finish(dir: &Path, mut open: Open, meta: SnapshotMeta) -> Result<Durable, SnapshotError> {
+fn finish<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    open: Open<S::File>,
+    meta: SnapshotMeta,
+) -> Result<Durable, SnapshotError> {
     assert_eq!(
         meta.index, open.index,
         "the snapshot begun is the one finished"
@@ -188,15 +238,18 @@ fn finish(dir: &Path, mut open: Open, meta: SnapshotMeta) -> Result<Durable, Sna
     let path = snapshot_path(dir, open.index);
     let written = open
         .file
-        .write_all(digest.as_bytes())
-        .map_err(files::at(&open.temporary))
-        .and_then(|()| files::publish(open.file, &open.temporary, &path));
-    if let Err(error) = written {
+        .write_all_at(digest.as_bytes(), open.bytes)
+        .map_err(io_error(&open.temporary));
+    let published = written.and_then(|()| {
+        let publish = storage.publish(open.file, &open.temporary, &path);
+        publish.map_err(io_error(&path))
+    });
+    if let Err(error) = published {
         // A full disk or a failed fsync: the partial file goes (the WAL still holds the log).
-        let _ = fs::remove_file(&open.temporary);
-        return Err(file_error(error));
+        let _ = storage.remove_file(&open.temporary);
+        return Err(error);
     }
-    prune(dir);
+    prune(storage, dir);
     Ok(Durable {
         meta,
         path,
@@ -205,25 +258,15 @@ fn finish(dir: &Path, mut open: Open, meta: SnapshotMeta) -> Result<Durable, Sna
     })
 }
 
-fn drop_open(open: &mut Option<Open>) {
-    if let Some(open) = open.take() {
-        drop(open.file);
-        let _ = fs::remove_file(&open.temporary);
-    }
-}
-
 /// Removes all but the newest [`SNAPSHOTS_KEPT`] snapshots, and leftover temporary files.
-fn prune(dir: &Path) {
-    for (_, path) in list_snapshots(dir)
-        .unwrap_or_default()
-        .into_iter()
-        .skip(SNAPSHOTS_KEPT)
-    {
-        let _ = fs::remove_file(path);
+fn prune<S: Storage>(storage: &S, dir: &Path) {
+    let snapshots = list_snapshots_on(storage, dir).unwrap_or_default();
+    for (_, path) in snapshots.into_iter().skip(SNAPSHOTS_KEPT) {
+        let _ = storage.remove_file(&path);
     }
-    for item in fs::read_dir(dir).into_iter().flatten().flatten() {
-        if item.path().extension().is_some_and(|e| e == "tmp") {
-            let _ = fs::remove_file(item.path());
+    for path in storage.list(dir).unwrap_or_default() {
+        if path.extension().is_some_and(|e| e == "tmp") {
+            let _ = storage.remove_file(&path);
         }
     }
 }

@@ -66,17 +66,29 @@ pub trait Storage: Clone + Debug + Send + Sync + 'static {
     /// the new one, never a mix. A temporary file an interrupted write left is replaced.
     fn write_durably(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let temporary = temporary_for(path);
-        let file = match self.create_new(&temporary) {
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-                self.remove_file(&temporary)?;
-                self.create_new(&temporary)?
-            }
-            created => created?,
-        };
+        let file = self.create_replacing(&temporary)?;
         file.write_all_at(bytes, 0)?;
+        self.publish(file, &temporary, path)
+    }
+
+    /// Creates the temporary file `path` as [`Storage::create_new`] does, removing first what
+    /// sits at that name (a file an interrupted write left, or a link planted there).
+    fn create_replacing(&self, path: &Path) -> io::Result<Self::File> {
+        match self.create_new(path) {
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                self.remove_file(path)?;
+                self.create_new(path)
+            }
+            created => created,
+        }
+    }
+
+    /// Ends a write made in `temporary` (`file`): fsyncs it, renames it to `path` and fsyncs
+    /// the directory.
+    fn publish(&self, file: Self::File, temporary: &Path, path: &Path) -> io::Result<()> {
         file.sync_all()?;
         drop(file);
-        self.rename(&temporary, path)?;
+        self.rename(temporary, path)?;
         self.sync_dir(parent_of(path))
     }
 }
