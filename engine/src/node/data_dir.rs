@@ -10,6 +10,7 @@ use crate::entry::ENTRY_PAYLOAD_BYTES_MAX;
 use crate::files;
 use crate::ids::NodeId;
 use crate::state::Schema;
+use crate::storage::{Storage, StorageFile};
 use rustix::fs::{Access, FlockOperation};
 use std::fs::{self, File};
 use std::os::unix::fs::MetadataExt;
@@ -585,47 +586,60 @@ pub fn write_mode(dir: &Path, mode: Mode) -> Result<(), DataDirError> {
     write_durably(dir, MODE_FILE, text.as_bytes())
 }
 
-/// Moves `paths` (inside `dir`) into the folder `quarantine/<name>` of `dir`, keeping their
-/// paths relative to `dir`, durably; returns the folder. Nothing is deleted: an operator can
-/// move them back.
-pub fn quarantine(dir: &Path, name: &str, paths: &[PathBuf]) -> Result<PathBuf, DataDirError> {
+/// Moves `paths` (files or directories inside `dir`) into the folder `quarantine/<name>` of
+/// `dir`, keeping their paths relative to `dir`, durably; returns the folder. Nothing is
+/// deleted: an operator can move them back.
+pub fn quarantine<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    name: &str,
+    paths: &[PathBuf],
+) -> Result<PathBuf, DataDirError> {
     let folder = dir.join(QUARANTINE_DIR).join(name);
     for path in paths {
         let target = folder.join(path.strip_prefix(dir).unwrap_or(path));
-        create_dirs(dir, target.parent().expect("inside the folder"))?;
-        fs::rename(path, &target).map_err(io(path))?;
-        sync_dir(target.parent().expect("inside the folder"))?;
-        sync_dir(path.parent().unwrap_or(dir))?;
+        let parent = target.parent().expect("inside the folder");
+        create_dirs(storage, dir, parent)?;
+        storage.rename(path, &target).map_err(io(path))?;
+        storage.sync_dir(parent).map_err(io(parent))?;
+        let source = path.parent().unwrap_or(dir);
+        storage.sync_dir(source).map_err(io(source))?;
     }
     Ok(folder)
 }
 
 /// Copies `paths` (files inside `dir`) into the folder `quarantine/<name>` of `dir`, as
 /// [`quarantine`] moves them, durably (the copy is fsynced before the caller replaces them).
-pub fn quarantine_copy(dir: &Path, name: &str, paths: &[PathBuf]) -> Result<(), DataDirError> {
+pub fn quarantine_copy<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    name: &str,
+    paths: &[PathBuf],
+) -> Result<(), DataDirError> {
     let folder = dir.join(QUARANTINE_DIR).join(name);
     for path in paths {
         let target = folder.join(path.strip_prefix(dir).unwrap_or(path));
         let parent = target.parent().expect("inside the folder");
-        create_dirs(dir, parent)?;
-        fs::copy(path, &target).map_err(io(path))?;
-        File::open(&target)
-            .and_then(|f| f.sync_all())
+        create_dirs(storage, dir, parent)?;
+        let bytes = storage.read(path).map_err(io(path))?;
+        let file = storage.create_replacing(&target).map_err(io(&target))?;
+        file.write_all_at(&bytes, 0)
+            .and_then(|()| file.sync_all())
             .map_err(io(&target))?;
-        sync_dir(parent)?;
+        storage.sync_dir(parent).map_err(io(parent))?;
     }
     Ok(())
 }
 
 /// Creates `path` and any missing directory between `dir` and it, each made durable in its
 /// parent.
-fn create_dirs(dir: &Path, path: &Path) -> Result<(), DataDirError> {
+fn create_dirs<S: Storage>(storage: &S, dir: &Path, path: &Path) -> Result<(), DataDirError> {
     let mut at = dir.to_path_buf();
     for part in path.strip_prefix(dir).unwrap_or(path).components() {
         let next = at.join(part);
-        if !next.is_dir() {
-            files::create_dir(&next).map_err(|e| file_error(dir, e))?;
-            sync_dir(&at)?;
+        if !storage.is_dir(&next) {
+            storage.create_dir_all(&next).map_err(io(&next))?;
+            storage.sync_dir(&at).map_err(io(&at))?;
         }
         at = next;
     }

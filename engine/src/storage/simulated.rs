@@ -8,7 +8,7 @@
 //!   subset of its pages ([`SIM_PAGE_BYTES`]) kept.
 //! - A name (created, renamed, removed) is durable once a sync of its directory returns; a
 //!   crash restores the names of the last directory sync. Directories themselves are durable
-//!   once made.
+//!   once made, and once moved.
 //! - A failed sync makes nothing durable; what it covered stays at the crash's mercy.
 //! - A full disk refuses a write that would grow a file, with nothing written.
 
@@ -259,6 +259,25 @@ impl Device {
         }
     }
 
+    /// Moves the directory `from` and all it holds to `to`, durably at once (as a directory
+    /// is durable once made: this disk keeps no directory entries of its own).
+    fn move_dir(&mut self, from: &Path, to: &Path) {
+        let moved = |path: &Path| to.join(path.strip_prefix(from).expect("under the directory"));
+        let under = |path: &PathBuf| path.starts_with(from);
+        let dirs: Vec<PathBuf> = self.dirs.iter().filter(|d| under(d)).cloned().collect();
+        for dir in dirs {
+            self.dirs.remove(&dir);
+            self.dirs.insert(moved(&dir));
+        }
+        for names in [&mut self.names, &mut self.durable_names] {
+            let inside: Vec<PathBuf> = names.keys().filter(|n| under(n)).cloned().collect();
+            for name in inside {
+                let inode = names.remove(&name).expect("listed");
+                names.insert(moved(&name), inode);
+            }
+        }
+    }
+
     fn take_sync(&mut self) -> io::Result<()> {
         if self.failing_syncs == 0 {
             return Ok(());
@@ -349,6 +368,10 @@ impl Storage for SimDisk {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut device = self.device();
         device.check_dir(parent_of(to))?;
+        if device.dirs.contains(from) {
+            device.move_dir(from, to);
+            return Ok(());
+        }
         let inode = device.names.remove(from).ok_or_else(|| not_found(from))?;
         device.names.insert(to.to_path_buf(), inode);
         Ok(())

@@ -20,6 +20,7 @@ use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId};
 use crate::snapshot::{Durable, ParseError};
 use crate::state::InstallError;
+use crate::storage::Files;
 use crate::wal::{Access, Recovery, Wal};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -347,8 +348,8 @@ pub fn restore<H: Handler>(
     data_dir::check_writable(dir).map_err(Refusal::from)?;
     data_dir::warn_if_open(dir);
     let stamp = check_identity(dir, options, &handler)?;
-    let (mut plan, core) = match plan::plan(dir, handler, options, stamp.clone(), Access::ReadWrite)
-    {
+    let read_write = (stamp.clone(), Access::ReadWrite);
+    let (mut plan, core) = match plan::plan(&Files, dir, handler, options, read_write) {
         Ok(mut plan) => {
             plan.report.rebuild_ignored = options.rebuild_from_leader && state == DirState::Holds;
             let core = plan::replay(&mut plan)?;
@@ -357,7 +358,8 @@ pub fn restore<H: Handler>(
         Err((NodeError::Refused(refusal), handler))
             if options.rebuild_from_leader && refusal.rebuild_applies() =>
         {
-            let mut plan = rebuild::rebuild_from_leader(dir, handler, options, stamp, &refusal)?;
+            let why = (stamp, &refusal);
+            let mut plan = rebuild::rebuild_from_leader(&Files, dir, handler, options, why)?;
             let core = plan::replay(&mut plan)?;
             (plan, core)
         }
@@ -405,8 +407,8 @@ pub fn inspect<H: Handler>(
     let unstamped = data_dir::read_identity(dir)
         .map_err(Refusal::from)?
         .is_none();
-    let mut plan =
-        plan::plan(dir, handler, options, stamp, Access::ReadOnly).map_err(|(e, _)| e)?;
+    let read_only = (stamp, Access::ReadOnly);
+    let mut plan = plan::plan(&Files, dir, handler, options, read_only).map_err(|(e, _)| e)?;
     plan.report.first_start = state != DirState::Holds;
     // A start stamps a directory that holds no identity, whoever it is checked against.
     plan.report.stamped |= unstamped;

@@ -9,9 +9,10 @@ use crate::ids::Term;
 use crate::node::NodeError;
 use crate::node::data_dir::{self, Identity};
 use crate::node::storage::{
-    HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state, write_hard_state,
+    HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
 };
-use crate::snapshot::{Durable, Snapshot, SnapshotError, list_snapshots, read_snapshot};
+use crate::snapshot::{Durable, Snapshot, SnapshotError, list_snapshots_on, read_snapshot_on};
+use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
 use net::message::AppliedHash;
 use std::path::{Path, PathBuf};
@@ -21,9 +22,9 @@ use std::time::{Duration, Instant};
 const RECOVERY_PROGRESS_MS: u64 = 1_000;
 
 /// What the plan decided, before anything is written.
-pub(super) struct Plan<H: Handler> {
+pub(super) struct Plan<H: Handler, S: Storage = Files> {
     pub(super) machine: StateMachine<H>,
-    pub(super) wal: Wal,
+    pub(super) wal: Wal<S>,
     pub(super) recovery: Recovery,
     pub(super) hard_state: HardState,
     /// The hard state must be written before the damage is cut (a new repair obligation).
@@ -46,14 +47,14 @@ pub(super) type Failed<H> = (NodeError, H);
 /// Reads and decides, writing nothing: the hard state, the WAL scan (a torn tail and damage
 /// noted, with the repair obligation the damage needs), the snapshot to start from, the log's
 /// base.
-pub(super) fn plan<H: Handler>(
+pub(super) fn plan<S: Storage, H: Handler>(
+    storage: &S,
     dir: &Path,
     handler: H,
     options: &RecoveryOptions,
-    stamp: Option<Identity>,
-    access: Access,
-) -> Result<Plan<H>, Failed<H>> {
-    let (mut hard_state, wal, recovery) = match read_files(dir, options, access) {
+    (stamp, access): (Option<Identity>, Access),
+) -> Result<Plan<H, S>, Failed<H>> {
+    let (mut hard_state, wal, recovery) = match read_files(storage, dir, options, access) {
         Ok(read) => read,
         Err(error) => return Err((error, handler)),
     };
@@ -82,7 +83,7 @@ pub(super) fn plan<H: Handler>(
         ));
     }
     let mut machine = options.machine(handler);
-    let chosen = choose_snapshot(dir, &wal, &mut machine, &mut report);
+    let chosen = choose_snapshot(storage, dir, &wal, &mut machine, &mut report);
     let (chosen, damaged) = match chosen {
         Ok(chosen) => chosen,
         Err(error) => return Err((error, machine.into_handler())),
@@ -112,25 +113,26 @@ pub(super) fn plan<H: Handler>(
 /// The hard state and the WAL scan. A damaged hard state is refused; so is a missing one, or
 /// a missing log directory, beside data (a node writes its hard state before its first entry
 /// and keeps its log directory from its first start on).
-fn read_files(
+fn read_files<S: Storage>(
+    storage: &S,
     dir: &Path,
     options: &RecoveryOptions,
     access: Access,
-) -> Result<(HardState, Wal, Recovery), NodeError> {
-    let hard_state = match read_hard_state(dir) {
+) -> Result<(HardState, Wal<S>, Recovery), NodeError> {
+    let hard_state = match read_hard_state_on(storage, dir) {
         Ok(state) => state,
         Err(NodeError::Corrupt { path, reason }) => {
             return Err(Refusal::HardStateDamaged { path, reason }.into());
         }
         Err(other) => return Err(other),
     };
-    let exists = |path: PathBuf| match path.try_exists() {
+    let exists = |path: PathBuf| match storage.exists(&path) {
         Ok(exists) => Ok(exists),
         Err(source) => Err(NodeError::from(Refusal::Unreadable { path, source })),
     };
     let hard_state_file = exists(dir.join(HARD_STATE_FILE))?;
     let wal_dir = exists(dir.join(WAL_DIR))?;
-    let snapshots = !list_snapshots(&dir.join(SNAPSHOT_DIR))
+    let snapshots = !list_snapshots_on(storage, &dir.join(SNAPSHOT_DIR))
         .map_err(|source| Refusal::Unreadable {
             path: dir.join(SNAPSHOT_DIR),
             source,
@@ -142,8 +144,12 @@ fn read_files(
         }
         .into());
     }
-    let (wal, recovery) =
-        Wal::scan_repairing(&dir.join(WAL_DIR), options.wal_segment_bytes, access)?;
+    let (wal, recovery) = Wal::scan_repairing_in(
+        storage.clone(),
+        &dir.join(WAL_DIR),
+        options.wal_segment_bytes,
+        access,
+    )?;
     let holds_log = wal.last_index() >= wal.first_index() || recovery.damage.is_some();
     if !hard_state_file && (holds_log || snapshots) {
         return Err(Refusal::HardStateMissing {
@@ -176,17 +182,19 @@ pub(super) fn damage_repair(damage: &crate::wal::Damage) -> Repair {
 /// with the damaged snapshots passed over on the way. An intact snapshot that does not fit
 /// the configuration or the handler refuses the start: it is the configuration that is wrong,
 /// and an older snapshot replayed under it would not give the state the others have.
-fn choose_snapshot<H: Handler>(
+fn choose_snapshot<S: Storage, H: Handler>(
+    storage: &S,
     dir: &Path,
-    wal: &Wal,
+    wal: &Wal<S>,
     machine: &mut StateMachine<H>,
     report: &mut RecoveryReport,
 ) -> Result<(Option<Durable>, Vec<PathBuf>), NodeError> {
     let snapshots_dir = dir.join(SNAPSHOT_DIR);
-    let snapshots = list_snapshots(&snapshots_dir).map_err(|source| Refusal::Unreadable {
-        path: snapshots_dir.clone(),
-        source,
-    })?;
+    let snapshots =
+        list_snapshots_on(storage, &snapshots_dir).map_err(|source| Refusal::Unreadable {
+            path: snapshots_dir.clone(),
+            source,
+        })?;
     let mut damaged = Vec::new();
     for (index, path) in snapshots {
         if !replay::log_reaches(wal, index) {
@@ -197,7 +205,7 @@ fn choose_snapshot<H: Handler>(
             ));
             continue;
         }
-        let snapshot = match read_snapshot(&path) {
+        let snapshot = match read_snapshot_on(storage, &path) {
             Ok(snapshot) => snapshot,
             Err(SnapshotError::Invalid { path, problem }) if problem.is_damage() => {
                 report
@@ -240,9 +248,9 @@ fn install<H: Handler>(
 
 /// Where the log starts after the chosen snapshot, and whether the WAL must be emptied to get
 /// there; without a snapshot the log must start at entry 1, or the start is refused.
-fn log_base(
+fn log_base<S: Storage>(
     dir: &Path,
-    wal: &Wal,
+    wal: &Wal<S>,
     chosen: Option<&Durable>,
     report: &RecoveryReport,
 ) -> Result<(LogBase, bool), NodeError> {
@@ -259,15 +267,20 @@ fn log_base(
 /// Carries out what the plan proved garbage, in an order that a crash at any point leaves
 /// recoverable: the repair obligation before the damage is cut, the torn tail, damaged
 /// snapshots to quarantine, then a log behind the snapshot.
-pub(super) fn carry_out<H: Handler>(dir: &Path, mut plan: Plan<H>) -> Result<Plan<H>, NodeError> {
+pub(super) fn carry_out<S: Storage, H: Handler>(
+    dir: &Path,
+    mut plan: Plan<H, S>,
+) -> Result<Plan<H, S>, NodeError> {
+    let storage = plan.wal.storage().clone();
     if plan.repair_added {
-        write_hard_state(dir, plan.hard_state)?;
+        write_hard_state_on(&storage, dir, plan.hard_state)?;
         plan.wal.cut_damage()?;
     }
     plan.wal.settle()?;
     if !plan.damaged.is_empty() {
         let name = format!("{}-damaged-snapshots", super::rebuild::unix_ms());
-        let folder = data_dir::quarantine(dir, &name, &plan.damaged).map_err(Refusal::from)?;
+        let quarantined = data_dir::quarantine(&storage, dir, &name, &plan.damaged);
+        let folder = quarantined.map_err(Refusal::from)?;
         plan.report.quarantined = plan
             .damaged
             .iter()
@@ -283,7 +296,9 @@ pub(super) fn carry_out<H: Handler>(dir: &Path, mut plan: Plan<H>) -> Result<Pla
 /// Replays every entry the WAL shows committed after the base; returns what the consensus
 /// core needs. A log the plan empties (behind or conflicting with the snapshot) is taken as
 /// empty, emptied yet or not.
-pub(super) fn replay<H: Handler>(plan: &mut Plan<H>) -> Result<Recovered, NodeError> {
+pub(super) fn replay<S: Storage, H: Handler>(
+    plan: &mut Plan<H, S>,
+) -> Result<Recovered, NodeError> {
     let from = replay::ReplayFrom {
         hard_state: plan.hard_state,
         base: plan.base,

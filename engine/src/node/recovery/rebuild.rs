@@ -9,9 +9,10 @@ use crate::handler::Handler;
 use crate::node::NodeError;
 use crate::node::data_dir::{self, Identity};
 use crate::node::storage::{
-    HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state, write_hard_state,
+    HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
 };
-use crate::snapshot::list_snapshots;
+use crate::snapshot::list_snapshots_on;
+use crate::storage::Storage;
 use crate::wal::{Access, Wal};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -20,14 +21,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// reads; a repair obligation covering the log the node had is made durable first (a damaged
 /// hard state copied to quarantine before it is replaced); then the log and the snapshots are
 /// moved to quarantine. A crash at any step leaves the data, and the obligation once written.
-pub(super) fn rebuild_from_leader<H: Handler>(
+pub(super) fn rebuild_from_leader<S: Storage, H: Handler>(
+    storage: &S,
     dir: &Path,
     handler: H,
     options: &RecoveryOptions,
-    stamp: Option<Identity>,
-    refusal: &Refusal,
-) -> Result<Plan<H>, NodeError> {
-    let (mut hard_state, hard_damaged) = match read_hard_state(dir) {
+    (stamp, refusal): (Option<Identity>, &Refusal),
+) -> Result<Plan<H, S>, NodeError> {
+    let (mut hard_state, hard_damaged) = match read_hard_state_on(storage, dir) {
         Ok(state) => (state, false),
         // Its term and vote are lost: it votes again only above every term the others hold.
         Err(NodeError::Corrupt { .. }) => (
@@ -39,22 +40,24 @@ pub(super) fn rebuild_from_leader<H: Handler>(
         ),
         Err(other) => return Err(other),
     };
-    if let Some(repair) = rebuilt_repair(dir, options)? {
+    if let Some(repair) = rebuilt_repair(storage, dir, options)? {
         hard_state.repair = Some(hard_state.repair.map_or(repair, |r| r.merge(repair)));
     }
     let moved: Vec<PathBuf> = [WAL_DIR, SNAPSHOT_DIR]
         .iter()
         .map(|name| dir.join(name))
-        .filter(|path| path.exists())
+        .filter(|path| storage.exists(path).unwrap_or(true))
         .collect();
     let name = format!("{}-rebuild-from-leader", unix_ms());
     if hard_damaged {
         let copy = [dir.join(HARD_STATE_FILE)];
-        data_dir::quarantine_copy(dir, &name, &copy).map_err(Refusal::from)?;
+        data_dir::quarantine_copy(storage, dir, &name, &copy).map_err(Refusal::from)?;
     }
-    write_hard_state(dir, hard_state)?;
-    let folder = data_dir::quarantine(dir, &name, &moved).map_err(Refusal::from)?;
-    let (wal, recovery) = Wal::open_repairing(&dir.join(WAL_DIR), options.wal_segment_bytes)?;
+    write_hard_state_on(storage, dir, hard_state)?;
+    let folder = data_dir::quarantine(storage, dir, &name, &moved).map_err(Refusal::from)?;
+    let wal_dir = dir.join(WAL_DIR);
+    let segment_bytes = options.wal_segment_bytes;
+    let (wal, recovery) = Wal::open_repairing_in(storage.clone(), &wal_dir, segment_bytes)?;
     let mut kept: Vec<PathBuf> = moved.iter().map(|p| relative(dir, p)).collect();
     if hard_damaged {
         // Copied there before it was replaced.
@@ -124,15 +127,21 @@ fn relative(dir: &Path, path: &Path) -> PathBuf {
 /// The repair obligation of a node about to be rebuilt: the end of the log it may have
 /// acknowledged (the WAL's last entry, or beyond damage), or a snapshot's entry when only a
 /// snapshot is left (its term unknown: no candidate is taken for holding it).
-fn rebuilt_repair(dir: &Path, options: &RecoveryOptions) -> Result<Option<Repair>, NodeError> {
+fn rebuilt_repair<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    options: &RecoveryOptions,
+) -> Result<Option<Repair>, NodeError> {
     let wal_dir = dir.join(WAL_DIR);
+    let segment_bytes = options.wal_segment_bytes;
     let (wal, recovery) =
-        Wal::scan_repairing(&wal_dir, options.wal_segment_bytes, Access::ReadOnly)?;
+        Wal::scan_repairing_in(storage.clone(), &wal_dir, segment_bytes, Access::ReadOnly)?;
     let snapshots_dir = dir.join(SNAPSHOT_DIR);
-    let snapshots = list_snapshots(&snapshots_dir).map_err(|source| Refusal::Unreadable {
-        path: snapshots_dir,
-        source,
-    })?;
+    let snapshots =
+        list_snapshots_on(storage, &snapshots_dir).map_err(|source| Refusal::Unreadable {
+            path: snapshots_dir,
+            source,
+        })?;
     // `list_snapshots` lists the newest first.
     let newest = snapshots.first().map(|(index, _)| *index);
     let damage = recovery.damage.as_ref().map(damage_repair);

@@ -9,6 +9,7 @@ use crate::entry::{Entry, EntryHash};
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, Term};
 use crate::snapshot::SnapshotMeta;
+use crate::storage::Storage;
 use crate::wal::{Wal, WalError};
 use net::message::AppliedHash;
 
@@ -30,7 +31,7 @@ pub trait RecoveryLog {
     fn read(&self, index: EntryIndex) -> Result<Entry, Self::Error>;
 }
 
-impl RecoveryLog for Wal {
+impl<S: Storage> RecoveryLog for Wal<S> {
     type Error = WalError;
 
     fn first_index(&self) -> EntryIndex {
