@@ -20,8 +20,9 @@ use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId};
 use crate::snapshot::{Durable, ParseError};
 use crate::state::InstallError;
-use crate::storage::Files;
+use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
+use net::message::AppliedHash;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -348,36 +349,90 @@ pub fn restore<H: Handler>(
     data_dir::check_writable(dir).map_err(Refusal::from)?;
     data_dir::warn_if_open(dir);
     let stamp = check_identity(dir, options, &handler)?;
+    let started_on = recover_on(&Files, dir, handler, options, stamp, |_| {})?;
+    let Started {
+        machine,
+        wal,
+        core,
+        recovery,
+        snapshot,
+        mut report,
+        stamp,
+    } = started_on;
+    report.rebuild_ignored &= state == DirState::Holds;
+    report.first_start = state != DirState::Holds;
+    if let Some(identity) = &stamp {
+        data_dir::write_identity(dir, identity).map_err(Refusal::from)?;
+    }
+    report.took = started.elapsed();
+    Ok(Restored {
+        lock,
+        machine,
+        wal,
+        core,
+        recovery,
+        snapshot,
+        report,
+    })
+}
+
+/// What a start on any storage leaves a node with.
+pub struct Started<H: Handler, S: Storage> {
+    /// The state machine, at the last committed entry the log holds.
+    pub machine: StateMachine<H>,
+    /// The log, ready for appends.
+    pub wal: Wal<S>,
+    /// What the consensus core starts from.
+    pub core: Recovered,
+    /// What the WAL's scan found.
+    pub recovery: Recovery,
+    /// The snapshot started from.
+    pub snapshot: Option<Durable>,
+    /// What recovery did.
+    pub report: RecoveryReport,
+    /// The identity to stamp, if any.
+    pub stamp: Option<Identity>,
+}
+
+/// Recovers the data in `dir` on `storage` as a start does once the directory is locked and
+/// its identity checked (`stamp`): the plan and the replay in memory, then what the plan
+/// proved garbage. With `rebuild_from_leader`, data the plan refuses for a reason a rebuild
+/// answers is moved to quarantine and the node starts empty. `applied` hears each entry
+/// replayed with the state hash after it. The node runs it on its files, the simulator on
+/// its simulated disks.
+pub fn recover_on<S: Storage, H: Handler>(
+    storage: &S,
+    dir: &Path,
+    handler: H,
+    options: &RecoveryOptions,
+    stamp: Option<Identity>,
+    applied: impl FnMut(AppliedHash),
+) -> Result<Started<H, S>, NodeError> {
     let read_write = (stamp.clone(), Access::ReadWrite);
-    let (mut plan, core) = match plan::plan(&Files, dir, handler, options, read_write) {
+    let (plan, core) = match plan::plan(storage, dir, handler, options, read_write) {
         Ok(mut plan) => {
-            plan.report.rebuild_ignored = options.rebuild_from_leader && state == DirState::Holds;
-            let core = plan::replay(&mut plan)?;
+            plan.report.rebuild_ignored = options.rebuild_from_leader;
+            let core = plan::replay(&mut plan, applied)?;
             (plan::carry_out(dir, plan)?, core)
         }
         Err((NodeError::Refused(refusal), handler))
             if options.rebuild_from_leader && refusal.rebuild_applies() =>
         {
             let why = (stamp, &refusal);
-            let mut plan = rebuild::rebuild_from_leader(&Files, dir, handler, options, why)?;
-            let core = plan::replay(&mut plan)?;
+            let mut plan = rebuild::rebuild_from_leader(storage, dir, handler, options, why)?;
+            let core = plan::replay(&mut plan, applied)?;
             (plan, core)
         }
         Err((error, _)) => return Err(error),
     };
-    plan.report.first_start = state != DirState::Holds;
-    if let Some(identity) = &plan.stamp {
-        data_dir::write_identity(dir, identity).map_err(Refusal::from)?;
-    }
-    plan.report.took = started.elapsed();
-    Ok(Restored {
-        lock,
+    Ok(Started {
         machine: plan.machine,
         wal: plan.wal,
         core,
         recovery: plan.recovery,
         snapshot: plan.chosen,
         report: plan.report,
+        stamp: plan.stamp,
     })
 }
 
@@ -413,7 +468,7 @@ pub fn inspect<H: Handler>(
     // A start stamps a directory that holds no identity, whoever it is checked against.
     plan.report.stamped |= unstamped;
     plan.report.quarantined = plan.damaged.clone();
-    plan::replay(&mut plan)?;
+    plan::replay(&mut plan, |_| {})?;
     plan.report.took = started.elapsed();
     Ok(Inspection {
         machine: plan.machine,

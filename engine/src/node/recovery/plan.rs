@@ -298,6 +298,7 @@ pub(super) fn carry_out<S: Storage, H: Handler>(
 /// empty, emptied yet or not.
 pub(super) fn replay<S: Storage, H: Handler>(
     plan: &mut Plan<H, S>,
+    mut applied: impl FnMut(AppliedHash),
 ) -> Result<Recovered, NodeError> {
     let from = replay::ReplayFrom {
         hard_state: plan.hard_state,
@@ -310,7 +311,8 @@ pub(super) fn replay<S: Storage, H: Handler>(
     };
     let report = &mut plan.report;
     let mut last_progress = Instant::now();
-    let progress = |_: AppliedHash, total: u64| {
+    let progress = |done: AppliedHash, total: u64| {
+        applied(done);
         report.replayed += 1;
         if last_progress.elapsed() >= Duration::from_millis(RECOVERY_PROGRESS_MS) {
             last_progress = Instant::now();
