@@ -25,7 +25,7 @@
 //!   reference's. With I1 this compares every answer a client got with the model.
 
 use super::Workload;
-use super::disk::Disk;
+use super::disk::{Copies, Disk};
 use super::violation::{Invariant, Violation};
 use crate::apply::{Reply, ReplyStatus, StateMachine, decode_outcomes};
 use crate::entry::{Entry, EntryKind, FragmentHeader, encode_commands, parse_payload};
@@ -266,19 +266,13 @@ impl<W: Workload> Checker<W> {
     /// The first committed entry that no disk holds any more (damage struck every copy):
     /// lost for real, not by a bug. An entry is held by a log that has it, or by a snapshot
     /// that covers it.
-    pub(super) fn first_without_copy<'d>(
-        &self,
-        disks: impl Iterator<Item = &'d Disk> + Clone,
-    ) -> Option<EntryIndex> {
+    pub(super) fn first_without_copy(&self, disks: &[Copies]) -> Option<EntryIndex> {
         (1..=self.log.len() as u64)
             .find(|&index| {
                 let known = &self.log[index as usize - 1];
-                !disks.clone().any(|disk| {
-                    disk.base.index.0 >= index
-                        || disk
-                            .get(index)
-                            .is_some_and(|e| e.header.hash == known.header.hash)
-                })
+                !disks
+                    .iter()
+                    .any(|disk| disk.holds(index, &known.header.hash))
             })
             .map(EntryIndex)
     }
@@ -352,7 +346,7 @@ impl<W: Workload> Checker<W> {
     /// snapshot, whose state hash I2 compares.)
     pub(super) fn committed_on(&mut self, node: NodeId, commit: EntryIndex, disk: &Disk) {
         let checked = self.checked.get(&node).copied().unwrap_or(EntryIndex::ZERO);
-        let from = checked.max(disk.base.index);
+        let from = checked.max(EntryIndex(disk.first_index() - 1));
         if from.0 > self.log.len() as u64 {
             // A snapshot covers what the reference has not seen yet (the node compacted while
             // its log could not be read, behind a full disk): its entries after the snapshot

@@ -229,10 +229,10 @@ impl<W: Workload> Sim<W> {
     /// An fsync of node `id` failed: as the node's driver does, the replica halts (its waiting
     /// clients are told to go elsewhere) and the process exits, with what the fsync covered
     /// in an unknown state (a crash keeps a random part of it). The operator restarts it.
-    pub(super) fn fsync_failed(&mut self, id: NodeId) {
+    pub(super) fn fsync_failed(&mut self, id: NodeId, error: &WalError) {
         self.report.fsync_errors += 1;
         self.node(id).wal_failed = true;
-        let halt = Halt::WalFailed("simulated fsync error".into());
+        let halt = Halt::WalFailed(error.to_string());
         self.drive(id, |r, out| r.halt(halt, out));
         self.crash(id);
         let down = 10 + self.rng.below(2_000);
@@ -240,13 +240,13 @@ impl<W: Workload> Sim<W> {
     }
 
     /// Node `id` cannot start from its disk where the faults do not explain it.
-    fn unusable(&mut self, id: NodeId, reason: &disk::Unusable) {
+    fn unusable(&mut self, id: NodeId, reason: &NodeError) {
         self.checker
             .violation(Invariant::Storage, format!("node {}: {reason}", id.0));
     }
 
     pub(super) fn crash(&mut self, id: NodeId) {
-        let keep_draw = self.rng.next_u64();
+        let mut keep = Rng::new(self.rng.next_u64());
         let node = self.node(id);
         if node.live.take().is_none() {
             return;
@@ -255,7 +255,7 @@ impl<W: Workload> Sim<W> {
         node.stopped = false;
         node.stalled_until = 0;
         node.waiting.clear();
-        node.disk.crash(keep_draw);
+        node.disk.crash(&mut keep);
         self.report.crashes += 1;
         self.checker.crashed(id);
         self.transfers_broken_by(id);
@@ -280,55 +280,110 @@ impl<W: Workload> Sim<W> {
         let snapshot = damage
             .then(|| self.rng.chance(1, 6).then(|| self.rng.next_u64()))
             .flatten();
-        let hard_lost = damage && self.rng.chance(1, 12);
+        let hard_state = damage
+            .then(|| self.rng.chance(1, 12).then(|| self.rng.next_u64()))
+            .flatten();
         Damage {
-            // (Not with a damaged hard state: the simulated damage cuts the log at once, where
-            // the node's rebuild still reads the entries beyond it to size the obligation.)
-            entry: entry.filter(|_| !hard_lost),
+            entry,
             snapshot,
-            hard_lost,
+            hard_state,
             together,
         }
     }
 
-    /// Strikes node `id`'s disk with `damage` and recovers from it; a refusal that damage
-    /// explains is followed by the operator's rebuild.
+    /// Strikes node `id`'s disk with `damage` (bits flipped in its files) and starts it with
+    /// the node's own recovery; a refusal that the damage explains is followed by the
+    /// operator's rebuild (`--rebuild-from-leader`).
     fn recover_damaged(
         &mut self,
         id: NodeId,
         damage: &Damage,
-    ) -> Result<disk::Restored<W::H>, disk::Unusable> {
+    ) -> Result<Restored<W::H>, NodeError> {
         let node = &mut self.nodes[usize::from(id.0 - 1)];
         node.incarnation += 1;
         node.wal_failed = false;
-        let disk = &mut node.disk;
-        if let Some(draw) = damage.entry
-            && disk.damage(draw)
+        let disk = &node.disk;
+        let struck_log = damage.entry.is_some_and(|draw| disk.damage_log(draw));
+        let struck_snapshot = damage
+            .snapshot
+            .is_some_and(|draw| disk.damage_snapshot(draw));
+        let struck_hard = damage
+            .hard_state
+            .is_some_and(|draw| disk.damage_hard_state(draw));
+        self.report.snapshots_damaged += u64::from(struck_snapshot);
+        self.report.hard_states_damaged += u64::from(struck_hard);
+        let mut options = RecoveryOptions {
+            capacity_bytes: SIM_STATE_BYTES,
+            sessions_max: SESSIONS_MAX_DEFAULT,
+            wal_segment_bytes: SIM_WAL_SEGMENT_BYTES,
+            owner: None,
+            rebuild_from_leader: false,
+        };
+        let refusal = match self.start_from_disk(id, &options) {
+            Err(NodeError::Refused(refusal)) => refusal,
+            other => return self.count_damage(other, damage.together),
+        };
+        // Only damage explains a refusal: the operator rebuilds the node.
+        let explained = struck_log || struck_snapshot || struck_hard;
+        if !(explained && refusal.rebuild_applies()) {
+            return Err(NodeError::Refused(refusal));
+        }
+        self.report.rebuilds += 1;
+        options.rebuild_from_leader = true;
+        let rebuilt = self.start_from_disk(id, &options);
+        self.count_damage(rebuilt, damage.together)
+    }
+
+    /// Counts the damage a start found in the log.
+    fn count_damage(
+        &mut self,
+        started: Result<Restored<W::H>, NodeError>,
+        together: bool,
+    ) -> Result<Restored<W::H>, NodeError> {
+        if let Ok(restored) = &started
+            && restored.damage_found
         {
             self.report.damaged += 1;
-            self.report.damaged_together += u64::from(damage.together);
+            self.report.damaged_together += u64::from(together);
         }
-        if let Some(draw) = damage.snapshot
-            && disk.damage_snapshot(draw)
-        {
-            self.report.snapshots_damaged += 1;
+        started
+    }
+
+    /// Node `id`'s recovery from its disk, by the node's own code.
+    fn start_from_disk(
+        &mut self,
+        id: NodeId,
+        options: &RecoveryOptions,
+    ) -> Result<Restored<W::H>, NodeError> {
+        let handler = self.workload.handler();
+        let disk = &mut self.nodes[usize::from(id.0 - 1)].disk;
+        let mut replayed = Vec::new();
+        let device = disk.device.clone();
+        let started = recover_on(&device, disk::data_dir(), handler, options, None, |done| {
+            replayed.push(done)
+        })?;
+        let mut wal = started.wal;
+        if self.swarm.wal_zero_ahead {
+            wal.set_zero_ahead(disk::SIM_WAL_ZERO_AHEAD_BYTES);
         }
-        let recovered = if damage.hard_lost {
-            // The node refuses to start on a damaged hard state.
-            self.report.hard_states_damaged += 1;
-            Err(disk::Unusable::HardStateDamaged)
-        } else {
-            disk::recover(disk, self.workload.handler(), SIM_STATE_BYTES)
-        };
-        match recovered {
-            // Only damage explains a refusal: the operator rebuilds the node.
-            Err(reason) if reason.rebuild_applies() => {
-                self.report.rebuilds += 1;
-                disk.rebuild(matches!(reason, disk::Unusable::HardStateDamaged));
-                disk::recover(disk, self.workload.handler(), SIM_STATE_BYTES)
-            }
-            other => other,
+        disk.open(wal, started.core.hard_state);
+        let snapshot = started
+            .snapshot
+            .map(|durable| (durable.meta, durable.bytes));
+        if let Some((meta, _)) = &snapshot {
+            let installed = AppliedHash {
+                index: meta.index,
+                hash: meta.state_hash,
+            };
+            replayed.insert(0, installed);
         }
+        Ok(Restored {
+            machine: started.machine,
+            recovered: started.core,
+            latest: snapshot.map(|(meta, bytes)| (meta.index, bytes)),
+            replayed,
+            damage_found: started.report.damage.is_some(),
+        })
     }
 
     /// Cuts `node` off from every other node, both ways, for `lasting`.
@@ -352,15 +407,17 @@ impl<W: Workload> Sim<W> {
         let damage = self.draw_damage();
         let restored = match self.recover_damaged(id, &damage) {
             Ok(restored) => restored,
-            Err(reason) => return self.unusable(id, &reason),
+            Err(error) => return self.unusable(id, &error),
         };
         let together = damage.together;
         let node = &mut self.nodes[usize::from(id.0 - 1)];
-        let disk::Restored {
+        let device = node.disk.device.clone();
+        let Restored {
             mut machine,
             recovered,
             latest,
             replayed,
+            ..
         } = restored;
         machine.set_mode(swarm.mode);
         let committed = machine.applied_index();
@@ -377,7 +434,7 @@ impl<W: Workload> Sim<W> {
             leading_since: None,
             members_since: now,
             commit_before: committed,
-            writing: None,
+            snapshots: SnapshotFiles::new(device, disk::snapshot_dir()),
             incoming: None,
         });
         for done in replayed {
@@ -432,16 +489,28 @@ fn replica_config(
     }
 }
 
-/// The damage one restart finds (see `Sim::draw_damage`).
+/// The damage one restart finds (see `Sim::draw_damage`): bits flipped where the draws say.
 struct Damage {
-    /// A damaged entry, where the draw says.
+    /// In the log.
     entry: Option<u64>,
-    /// A bit flipped in the newest snapshot, where the draw says.
+    /// In the newest snapshot.
     snapshot: Option<u64>,
-    /// The hard state does not read.
-    hard_lost: bool,
+    /// In the hard state.
+    hard_state: Option<u64>,
     /// Another node still repairs its own damage.
     together: bool,
+}
+
+/// What a simulated node starts from.
+struct Restored<H: Handler> {
+    machine: StateMachine<H>,
+    recovered: Recovered,
+    /// The snapshot started from: its index and file size.
+    latest: Option<(EntryIndex, u64)>,
+    /// The snapshot installed (if any) and each entry replayed, with the state hash after it.
+    replayed: Vec<AppliedHash>,
+    /// The recovery scan found damage in the log.
+    damage_found: bool,
 }
 
 /// Tells a starting replica the protocol version of every other node's connections: the

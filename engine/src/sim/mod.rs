@@ -7,22 +7,26 @@
 //! I1-I10 after every event (see [`check`]).
 //!
 //! Everything that varies comes from one [`Rng`]: the same seed replays the same run, event for
-//! event. Time is a counter of [`Time`] units; nothing reads the clock.
+//! event. Time is a counter of [`Time`] units; the product's storage code reads the clock only
+//! to time its work and to name quarantine folders, which no decision depends on.
 //!
 //! What is simulated:
 //! - the network: per-message delay, loss, duplication and reordering (by delay), partitions
 //!   (both ways or one way) and clogged links (delays twenty times longer);
-//! - the disk: appends are written at once and become durable only when a simulated fsync
-//!   completes; acknowledgements wait for it; a crash keeps a random prefix of what was not
-//!   yet durable (writes lost or torn: recovery keeps only whole entries);
-//! - crashes and restarts: a restarted node recovers as `node::storage` does, from its hard
-//!   state and its log, replaying the entries its log shows committed;
-//! - damaged entries (a corrupted or misdirected sector, as the recovery scan finds it): on
-//!   one node at a time, a restart finds an entry damaged (mostly among the last few, one
-//!   time in four anywhere), cuts the log before it and repairs it from the leader
-//!   (`HardState::repair`);
-//! - damaged snapshots: a restart finds its newest snapshot damaged and passes it over, as
-//!   the node does; with nothing usable left, the operator rebuilds it from the leader;
+//! - the disk: each node's data directory on a [`crate::storage::SimDisk`], written and read
+//!   by the product's own storage code (the WAL, the hard state, the snapshot writer's files,
+//!   snapshot receiving); appends become durable when a simulated fsync completes, and
+//!   acknowledgements wait for it; a crash keeps, of what was not yet durable, what the
+//!   device draws (writes lost, or torn at page boundaries);
+//! - crashes and restarts: a restarted node runs the product's recovery
+//!   ([`crate::node::recovery::recover_on`]) over its disk: the WAL scan, the recovery plan,
+//!   the snapshot choice, the replay of the committed log;
+//! - damage at rest: bits flipped in a WAL segment (mostly the last), the newest snapshot or
+//!   the hard state, found by the product's scans at restart: damaged entries are cut and
+//!   repaired from the leader (`HardState::repair`), damaged snapshots passed over and
+//!   quarantined; where that leaves no usable state (or the hard state is damaged), the
+//!   operator rebuilds the node from the leader (`--rebuild-from-leader`, the product's
+//!   code);
 //! - fsync errors: the replica halts as the driver makes it, the process exits, and the
 //!   operator restarts it;
 //! - stopped processes, failing acknowledgement connections, and clients whose attempts time
@@ -31,17 +35,13 @@
 //!   requests in flight, one lane each, as `Client::submit_pipelined` sends them, so that
 //!   requests of one client arrive out of order and are answered "not yet".
 //!
-//! - snapshots: taken a slice at a time while entries apply (copy-on-write), durable after a
-//!   simulated write, logs compacted behind them, sent to a lagging follower in chunks and
-//!   installed; recovery starts from the newest snapshot its log continues.
+//! - snapshots: taken a slice at a time while entries apply (copy-on-write), written by the
+//!   product's snapshot files, logs compacted behind them, sent to a lagging follower in
+//!   chunks and installed;
 //!
 //! - full disks: appends (and the WAL work behind them) wait until the disk has room, and
 //!   the node refuses new requests meanwhile. The hard state and snapshot files are still
 //!   written on a full disk (the real node halts when its hard state cannot be written).
-//!
-//! - damaged hard states: a restart finds the hard state unreadable (term and vote lost);
-//!   the node refuses, and the operator rebuilds it with its votes marked lost
-//!   ([`crate::core::LostVotes`]).
 //!
 //! - damage on more than one node: one restart in four while another node still repairs
 //!   also finds damage. When that takes every copy of a committed entry (no disk holds it
@@ -63,20 +63,27 @@ mod storage;
 mod swarm;
 pub mod violation;
 
+use crate::apply::{SESSIONS_MAX_DEFAULT, StateMachine};
 use crate::core::{
-    APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT,
+    APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT, Recovered,
 };
 use crate::entry::Entry;
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{EntryIndex, NodeId, RequestNumber};
+use crate::node::NodeError;
+use crate::node::recovery::{RecoveryOptions, recover_on};
 use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalOp};
 use crate::rng::Rng;
-use crate::snapshot::{SnapshotMeta, parse_snapshot};
+use crate::snapshot::{Incoming, SnapshotFiles, snapshot_path};
 use crate::state::State;
+use crate::storage::{SimDisk, Storage};
+use crate::wal::WalError;
 use check::Checker;
 use clients::{SimClient, Token, Window};
 use disk::Disk;
+use disk::SIM_WAL_SEGMENT_BYTES;
 pub use faults::{FAULTS_UNITS_MAX, STALL_UNITS_MAX};
+use net::message::AppliedHash;
 use net::message::{ClientReply, PeerMessage, Read, Role, SnapshotChunk};
 use network::Links;
 pub use options::{SimOptions, SimReport};
@@ -177,8 +184,8 @@ enum SimEvent {
     SnapshotDurable {
         node: NodeId,
         incarnation: u64,
-        meta: SnapshotMeta,
-        bytes: Vec<u8>,
+        index: EntryIndex,
+        bytes: u64,
     },
     Request {
         node: NodeId,
@@ -256,10 +263,10 @@ struct Live<H: Handler> {
     members_since: Time,
     /// The commit index before the event being handled (what a truncation must stay above).
     commit_before: EntryIndex,
-    /// The snapshot being written: its bytes so far.
-    writing: Option<Vec<u8>>,
-    /// A snapshot arriving from the leader: its index, size and the bytes so far.
-    incoming: Option<(EntryIndex, u64, Vec<u8>)>,
+    /// The product's snapshot files, as the writer thread runs them.
+    snapshots: SnapshotFiles<SimDisk>,
+    /// A snapshot arriving from the leader, as the node assembles it.
+    incoming: Option<Incoming<SimDisk>>,
 }
 
 struct SimNode<H: Handler> {
@@ -638,9 +645,9 @@ impl<W: Workload> Sim<W> {
             SimEvent::SnapshotDurable {
                 node,
                 incarnation,
-                meta,
+                index,
                 bytes,
-            } if self.current(node, incarnation) => self.snapshot_durable(node, meta, bytes),
+            } if self.current(node, incarnation) => self.snapshot_durable(node, index, bytes),
             SimEvent::TransferBroken {
                 leader,
                 incarnation,
@@ -728,7 +735,12 @@ impl<W: Workload> Sim<W> {
                 }
                 self.send_peer(id, to, message);
             }
-            Io::PersistHardState(hard) => self.node(id).disk.hard = hard,
+            Io::PersistHardState(hard) => {
+                if let Err(error) = self.node(id).disk.persist(hard) {
+                    let message = format!("node {}: the hard state failed: {error}", id.0);
+                    self.checker.violation(Invariant::Storage, message);
+                }
+            }
             Io::Wal(op) => {
                 if let WalOp::Truncate(from) = op {
                     self.check_truncate(id, from);
@@ -801,9 +813,13 @@ impl<W: Workload> Sim<W> {
         if self.copies_lost.is_some() || self.report.damaged_together == 0 {
             return;
         }
-        self.copies_lost = self
-            .checker
-            .first_without_copy(self.nodes.iter().map(|n| &n.disk));
+        self.copies_lost = self.checker.first_without_copy(
+            &self
+                .nodes
+                .iter()
+                .map(|n| n.disk.copies())
+                .collect::<Vec<_>>(),
+        );
         if self.copies_lost.is_some() {
             self.report.copies_lost = 1;
             self.checker.stop();

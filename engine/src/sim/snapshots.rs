@@ -4,48 +4,44 @@
 use super::*;
 
 impl<W: Workload> Sim<W> {
-    /// The snapshot writer: the file's bytes gather until the finish, which seals them with
-    /// their digest; the file is durable after a simulated write.
+    /// The snapshot writer, as the node's writer thread runs it: the product's snapshot
+    /// files on the node's disk. The writer's report reaches the replica after a simulated
+    /// while.
     pub(super) fn write_snapshot(&mut self, id: NodeId, write: SnapshotWrite) {
         let write_delay = 1 + self.rng.below(100);
         let incarnation = self.node(id).incarnation;
         let Some(live) = self.live(id) else { return };
-        match write {
-            SnapshotWrite::Begin(_) => live.writing = Some(Vec::new()),
-            SnapshotWrite::Bytes(bytes) => {
-                if let Some(writing) = live.writing.as_mut() {
-                    writing.extend_from_slice(&bytes);
-                }
+        let files = &mut live.snapshots;
+        let written = match write {
+            SnapshotWrite::Begin(index) => files.begin(index).map(|()| None),
+            SnapshotWrite::Bytes(bytes) => files.bytes(&bytes).map(|()| None),
+            SnapshotWrite::Abort => {
+                files.abort();
+                Ok(None)
             }
-            SnapshotWrite::Abort => live.writing = None,
-            SnapshotWrite::Finish(meta) => {
-                let Some(mut bytes) = live.writing.take() else {
-                    return;
+            SnapshotWrite::Finish(meta) => files.finish(meta),
+        };
+        match written {
+            Ok(None) => {}
+            Ok(Some(durable)) => {
+                let durable = SimEvent::SnapshotDurable {
+                    node: id,
+                    incarnation,
+                    index: durable.meta.index,
+                    bytes: durable.bytes,
                 };
-                let digest = blake3::hash(&bytes);
-                bytes.extend_from_slice(digest.as_bytes());
-                self.schedule(
-                    write_delay,
-                    SimEvent::SnapshotDurable {
-                        node: id,
-                        incarnation,
-                        meta,
-                        bytes,
-                    },
-                );
+                self.schedule(write_delay, durable);
+            }
+            Err(error) => {
+                let message = format!("node {}: a snapshot write failed: {error}", id.0);
+                self.checker.violation(Invariant::Storage, message);
             }
         }
     }
 
-    /// A snapshot is durable: the disk keeps it, and the replica lets the log behind the one
-    /// before it go.
-    pub(super) fn snapshot_durable(&mut self, id: NodeId, meta: SnapshotMeta, bytes: Vec<u8>) {
+    /// A snapshot is durable: the replica lets the log behind the one before it go.
+    pub(super) fn snapshot_durable(&mut self, id: NodeId, index: EntryIndex, size: u64) {
         self.report.snapshots += 1;
-        let (index, size) = (meta.index, bytes.len() as u64);
-        let disk = &mut self.node(id).disk;
-        if disk.snapshots.last().is_none_or(|(m, _)| m.index < index) {
-            disk.keep_snapshot(meta, bytes);
-        }
         self.drive(id, |r, out| r.snapshot_durable(index, size, out));
     }
 
@@ -59,13 +55,8 @@ impl<W: Workload> Sim<W> {
         term: crate::ids::Term,
         more: &mut Vec<Io<Token>>,
     ) {
-        let found = self
-            .node(id)
-            .disk
-            .snapshots
-            .iter()
-            .find(|(m, _)| m.index == index);
-        let Some((_, bytes)) = found.cloned() else {
+        let path = snapshot_path(&disk::snapshot_dir(), index);
+        let Ok(bytes) = self.node(id).disk.device.read(&path) else {
             if let Some(live) = self.live(id) {
                 live.replica.snapshot_send_aborted(peer, more);
             }
@@ -144,47 +135,41 @@ impl<W: Workload> Sim<W> {
         }
     }
 
-    /// Follower: keeps a chunk; once the snapshot is whole and verifies, the disk keeps it and
-    /// the replica installs it.
+    /// Follower: keeps a chunk as the node does ([`Incoming`]); once the snapshot is whole,
+    /// durable and verified, the replica installs it.
     pub(super) fn store_snapshot_chunk(
         &mut self,
         id: NodeId,
         chunk: SnapshotChunk,
         more: &mut Vec<Io<Token>>,
     ) {
+        let device = self.node(id).disk.device.clone();
+        let dir = disk::snapshot_dir();
         let Some(live) = self.live(id) else { return };
         if chunk.offset == 0 {
-            live.incoming = Some((chunk.index, chunk.total, Vec::new()));
+            live.incoming = Incoming::start(device, &dir, &chunk).ok();
         }
-        let Some((index, total, bytes)) = live.incoming.as_mut() else {
+        let Some(incoming) = live.incoming.as_mut() else {
             return;
         };
-        if *index != chunk.index || *total != chunk.total || bytes.len() as u64 != chunk.offset {
-            live.incoming = None;
-            return;
+        match incoming.take(&chunk) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(_) => {
+                live.incoming = None;
+                return;
+            }
         }
-        bytes.extend_from_slice(&chunk.data);
-        if (bytes.len() as u64) < *total {
-            return;
-        }
-        let (_, _, bytes) = live.incoming.take().expect("just used");
-        let snapshot = match parse_snapshot(&bytes) {
-            Ok(snapshot) => snapshot,
+        let incoming = live.incoming.take().expect("just used");
+        match incoming.finish(&dir) {
+            Ok((snapshot, _, size)) => live.replica.snapshot_received(snapshot, size, more),
             Err(reason) => {
                 let message = format!(
                     "node {}: a leader's snapshot does not verify: {reason}",
                     id.0
                 );
                 self.checker.violation(Invariant::Storage, message);
-                return;
             }
-        };
-        let size = bytes.len() as u64;
-        self.node(id)
-            .disk
-            .keep_snapshot(snapshot.meta.clone(), bytes);
-        if let Some(live) = self.live(id) {
-            live.replica.snapshot_received(snapshot, size, more);
         }
     }
 }

@@ -16,26 +16,24 @@ impl<W: Workload> Sim<W> {
             return;
         }
         match op {
-            WalOp::Append(entries) => {
-                for entry in entries {
-                    if let Err(error) = self.node(id).disk.append(entry) {
-                        self.checker
-                            .violation(Invariant::Storage, format!("node {}: {error}", id.0));
-                        return;
-                    }
-                }
-                self.request_sync(id);
-            }
             WalOp::Ack { to, message } => {
                 self.node(id).disk.push_ack(to, message);
                 self.request_sync(id);
             }
-            WalOp::Truncate(from) => self.node(id).disk.truncate_from(from.0),
-            WalOp::Compact(through) => self.node(id).disk.compact(through.0),
-            WalOp::Reset(base) => self.node(id).disk.reset(base),
             WalOp::Load { peer, from, to } => self.load(id, peer, from, to),
             // The simulated nodes keep no apply journal (their replicas do not journal).
             WalOp::Journal { .. } => {}
+            WalOp::Append(_) | WalOp::Truncate(_) | WalOp::Compact(_) | WalOp::Reset(_) => {
+                let append = matches!(op, WalOp::Append(_));
+                if let Err(error) = self.node(id).disk.write(op) {
+                    let message = format!("node {}: the WAL failed: {error}", id.0);
+                    self.checker.violation(Invariant::Storage, message);
+                    return;
+                }
+                if append {
+                    self.request_sync(id);
+                }
+            }
         }
     }
 
@@ -68,7 +66,11 @@ impl<W: Workload> Sim<W> {
             return;
         }
         for index in from.0..=to.0.min(disk.last_index()) {
-            let entry = disk.get(index).expect("within the log").clone();
+            let Some(entry) = disk.get(index) else {
+                let message = format!("node {}: entry {index} of its log does not read", id.0);
+                self.checker.violation(Invariant::Storage, message);
+                return;
+            };
             bytes += entry.payload.len();
             entries.push(entry);
             if bytes >= APPEND_BYTES_MAX {
@@ -122,14 +124,17 @@ impl<W: Workload> Sim<W> {
         );
     }
 
-    /// An fsync completed: what it covered is durable, its acknowledgements go out.
+    /// An fsync completed: what it covered is durable, its acknowledgements go out; a failed
+    /// one halts the node.
     pub(super) fn synced(&mut self, id: NodeId) {
-        if self.fsync_fails() {
-            self.fsync_failed(id);
-            return;
-        }
-        let Some(synced) = self.node(id).disk.finish_sync() else {
-            return;
+        let fails = self.fsync_fails();
+        let synced = match self.node(id).disk.finish_sync(fails) {
+            Ok(synced) => synced,
+            Err(error) if fails => return self.fsync_failed(id, &error),
+            Err(error) => {
+                let message = format!("node {}: an fsync failed unasked: {error}", id.0);
+                return self.checker.violation(Invariant::Storage, message);
+            }
         };
         if let Some((index, term)) = synced.persisted {
             self.drive(id, |r, out| r.persisted(index, term, out));
@@ -141,9 +146,6 @@ impl<W: Workload> Sim<W> {
             } else {
                 self.send_peer(id, to, message);
             }
-        }
-        if synced.more {
-            self.request_sync(id);
         }
         self.deferred(id);
     }

@@ -41,6 +41,8 @@ pub struct Swarm {
     /// yet, as the others see it), so that leaders confirm reads with an entry instead; none:
     /// every node speaks read rounds.
     pub read_checks_unspoken_by: Option<u8>,
+    /// The nodes' WALs write zeros ahead of their appends (as on a disk; not in memory).
+    pub wal_zero_ahead: bool,
 }
 
 impl Swarm {
@@ -97,8 +99,10 @@ impl Swarm {
         let read_checks_unspoken_by = rng
             .chance(1, 4)
             .then(|| 1 + rng.below(u64::from(super::SIM_NODES)) as u8);
+        let wal_zero_ahead = rng.chance(1, 2);
         Swarm {
             read_checks_unspoken_by,
+            wal_zero_ahead,
             spares,
             pipeline,
             mode,
@@ -119,7 +123,7 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes, read rounds {}",
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes, read rounds {}, WAL zeros ahead {}",
             self.mode,
             self.snapshot_every,
             self.snapshot_retain_ticks,
@@ -138,7 +142,8 @@ impl fmt::Display for Swarm {
             self.read_checks_unspoken_by
                 .map_or("spoken by all".to_string(), |n| format!(
                     "not spoken by node {n}"
-                ))
+                )),
+            self.wal_zero_ahead
         )
     }
 }
