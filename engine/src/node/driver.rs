@@ -143,11 +143,7 @@ pub(super) async fn run<H: Handler>(
             // replies): simulation, a follower's apply and a busy node's snapshot slice then
             // run while those travel.
             tokio::task::yield_now().await;
-            driver.replica.simulate();
-            driver.catch_up();
-            if driver.snapshot_slice_due() {
-                driver.snapshot_slice();
-            }
+            driver.idle_work();
         }
     }
 }
@@ -408,9 +404,13 @@ impl<H: Handler> Driver<H> {
         self.carry_out(out);
     }
 
-    fn catch_up(&mut self) {
+    fn idle_work(&mut self) {
+        let slice_due = self.snapshot_slice_due();
+        if slice_due {
+            self.last_slice = Instant::now();
+        }
         let mut out = Vec::new();
-        self.replica.catch_up(&mut out);
+        self.replica.idle_work(slice_due, &mut out);
         self.carry_out(out);
     }
 
@@ -423,8 +423,7 @@ impl<H: Handler> Driver<H> {
         while let Some(io) = queue.pop_front() {
             let mut more = Vec::new();
             if let Err(halt) = self.execute(io, &mut more) {
-                queue.retain(|io| matches!(io, Io::Answer { .. }));
-                self.replica.halt(halt, &mut more);
+                self.replica.io_failed(halt, &mut queue, &mut more);
             }
             queue.extend(more);
         }

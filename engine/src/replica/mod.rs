@@ -704,6 +704,27 @@ impl<H: Handler, T> Replica<H, T> {
         !self.unsimulated.is_empty() || self.commit_to > self.machine.applied_index()
     }
 
+    /// Work for a moment with nothing else to do, in the order a node does it: the leader
+    /// simulates what it proposed (so that its apply can reuse the simulation), a follower
+    /// applies what committed, then, when `slice_due`, a slice of the snapshot in progress is
+    /// scanned. The driver runs it after each round of inputs, the simulator when it draws a
+    /// quiet moment.
+    pub fn idle_work(&mut self, slice_due: bool, out: &mut Vec<Io<T>>) {
+        self.simulate();
+        self.catch_up(out);
+        if slice_due && self.snapshotting() {
+            self.snapshot_slice(out);
+        }
+    }
+
+    /// The rule for IO that failed with `halt`: of the IO still `queued` after it only the
+    /// answers to clients are carried out (their waiters are taken already), then the replica
+    /// halts. A vote must not leave after its persistence failed.
+    pub fn io_failed(&mut self, halt: Halt, queued: &mut VecDeque<Io<T>>, out: &mut Vec<Io<T>>) {
+        queued.retain(|io| matches!(io, Io::Answer { .. }));
+        self.halt(halt, out);
+    }
+
     /// Simulates the entries proposed since the last call, in order (only while still leading
     /// and not yet applied: an entry applied first has nothing left to gain).
     pub fn simulate(&mut self) {

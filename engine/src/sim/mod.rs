@@ -722,12 +722,23 @@ impl<W: Workload> Sim<W> {
                 return;
             }
             let mut more = Vec::new();
-            self.execute(id, io, &mut more);
+            if let Err(halt) = self.execute(id, io, &mut more)
+                && let Some(live) = self.live(id)
+            {
+                live.replica.io_failed(halt, &mut queue, &mut more);
+            }
             queue.extend(more);
         }
     }
 
-    fn execute(&mut self, id: NodeId, io: Io<Token>, more: &mut Vec<Io<Token>>) {
+    /// Carries out one IO, as the node's driver does; what the replica asks for meanwhile
+    /// goes to `more`.
+    fn execute(
+        &mut self,
+        id: NodeId,
+        io: Io<Token>,
+        more: &mut Vec<Io<Token>>,
+    ) -> Result<(), Halt> {
         match io {
             Io::Send { to, message } => {
                 if let PeerMessage::Vote(vote) = &message {
@@ -736,10 +747,7 @@ impl<W: Workload> Sim<W> {
                 self.send_peer(id, to, message);
             }
             Io::PersistHardState(hard) => {
-                if let Err(error) = self.node(id).disk.persist(hard) {
-                    let message = format!("node {}: the hard state failed: {error}", id.0);
-                    self.checker.violation(Invariant::Storage, message);
-                }
+                self.node(id).disk.persist(hard).map_err(Halt::HardState)?
             }
             Io::Wal(op) => {
                 if let WalOp::Truncate(from) = op {
@@ -766,6 +774,7 @@ impl<W: Workload> Sim<W> {
             Io::StoreSnapshotChunk(chunk) => self.store_snapshot_chunk(id, chunk, more),
             Io::Note(note) => self.note(id, note),
         }
+        Ok(())
     }
 
     fn note(&mut self, id: NodeId, note: Note) {

@@ -90,22 +90,12 @@ impl<W: Workload> Sim<W> {
         );
     }
 
-    /// Work a node does when it has a moment: the leader simulates what it proposed, a
-    /// follower applies what committed, a slice of a snapshot in progress is scanned.
+    /// A moment with nothing else to do, three times in four (the work may also wait for a
+    /// later one): the replica's idle work, in its own order.
     pub(super) fn deferred(&mut self, id: NodeId) {
-        let simulate_now = self.rng.chance(1, 2);
-        let apply_now = self.rng.chance(1, 2);
-        self.drive(id, |replica, out| {
-            if simulate_now {
-                replica.simulate();
-            }
-            if apply_now {
-                replica.catch_up(out);
-            }
-            if replica.snapshotting() {
-                replica.snapshot_slice(out);
-            }
-        });
+        if self.rng.chance(3, 4) {
+            self.drive(id, |replica, out| replica.idle_work(true, out));
+        }
     }
 
     pub(super) fn request_sync(&mut self, id: NodeId) {
