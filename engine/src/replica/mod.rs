@@ -255,6 +255,17 @@ pub struct Replica<H: Handler, T> {
 }
 
 impl<H: Handler, T> Replica<H, T> {
+    /// Checks every invariant of the replica and the parts it owns (the consensus core, the
+    /// state machine with its sessions, the batcher); panics naming the first one broken. The
+    /// simulator calls it after every event, the node after each round of inputs in debug
+    /// builds: it walks whole structures, too slow for every step of a release build.
+    pub fn check_invariants(&self) {
+        self.check_step();
+        self.core.check_invariants();
+        self.machine.check_invariants();
+        self.batcher.check_invariants();
+    }
+
     /// A replica from what recovery found: the core's durable state, the state machine with
     /// the committed log replayed, and the newest durable snapshot's entry and size.
     pub fn new(

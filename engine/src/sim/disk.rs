@@ -110,6 +110,14 @@ impl Disk {
         held.then(|| wal.read(EntryIndex(index)).ok()).flatten()
     }
 
+    /// The open WAL's invariants (see [`Wal::check_invariants`]); none while the process is
+    /// down.
+    pub fn check_invariants(&self) {
+        if let Some(wal) = &self.wal {
+            wal.check_invariants();
+        }
+    }
+
     /// Carries out one of the replica's WAL operations that write.
     pub fn write(&mut self, op: WalOp) -> Result<(), WalError> {
         let wal = self.wal();

@@ -357,9 +357,22 @@ pub struct Sim<W: Workload> {
 }
 
 /// Runs one simulation of `workload` and returns what it found.
+/// A panic of the product's code (an assertion that tripped) ends the run as a violation of
+/// [`Invariant::Assertion`], naming the event it happened at.
 pub fn run<W: Workload>(workload: W, options: SimOptions) -> SimReport {
     let mut sim = Sim::new(workload, options);
-    sim.run();
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.run()));
+    if let Err(panic) = ran {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic without a message");
+        let detail = format!("at event {}: {message}", sim.report.events);
+        sim.report
+            .violations
+            .push(Violation::new(Invariant::Assertion, detail));
+    }
     sim.report
 }
 
@@ -926,8 +939,15 @@ impl<W: Workload> Sim<W> {
         });
     }
 
-    /// Compares what each live node committed and applied with the reference.
+    /// Checks every live node's own invariants, then compares what each committed and applied
+    /// with the reference.
     fn check_nodes(&mut self) {
+        for node in &self.nodes {
+            if let Some(live) = &node.live {
+                live.replica.check_invariants();
+                node.disk.check_invariants();
+            }
+        }
         for node in &self.nodes {
             if let Some(live) = &node.live {
                 self.checker.learn_committed(live.replica.core());

