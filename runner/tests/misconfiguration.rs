@@ -355,7 +355,7 @@ fn second_process_under_load(
 }
 
 /// A read-only data directory and a full disk at start, each on a tmpfs of its own holding a
-/// copy of the subject's directory (skipped where tmpfs cannot be mounted).
+/// copy of the subject's directory (a row of the table says when tmpfs cannot be mounted).
 fn on_a_small_disk(
     dir: &Path,
     file: &Path,
@@ -364,6 +364,8 @@ fn on_a_small_disk(
     before: &BTreeMap<PathBuf, String>,
 ) {
     let Some(disk) = SmallDisk::mount(&dir.join("ro"), 64 << 20) else {
+        let not_run = "NOT RUN: mounting a tmpfs needs root";
+        table.add("a read-only data directory, a full disk at start", not_run, true);
         return;
     };
     let copy = disk.path.join("node2");

@@ -387,12 +387,27 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A tmpfs of a given size mounted for one test, so that a node's file system really fills
-/// up (ENOSPC). Mounting needs root (or CAP_SYS_ADMIN); elsewhere the test says so and skips.
+/// up (ENOSPC). Mounting needs root (or CAP_SYS_ADMIN): tests that need it are
+/// `#[ignore = "needs root"]`, which `.ci/run` runs as root.
 pub struct SmallDisk {
     pub path: PathBuf,
 }
 
 impl SmallDisk {
+    /// Mounts the disk for a test that cannot run without it: failing to is the test's
+    /// failure, with the reason.
+    pub fn mount_as_root(path: &Path, bytes: u64) -> SmallDisk {
+        SmallDisk::mount(path, bytes).unwrap_or_else(|| {
+            panic!(
+                "cannot mount a tmpfs at {}: this test needs root (it is ignored unless asked: \
+                 `cargo test -- --ignored` as root)",
+                path.display()
+            )
+        })
+    }
+
+    /// Mounts the disk, or says why not and returns `None` (for a part of a larger test that
+    /// reports it as not run).
     pub fn mount(path: &Path, bytes: u64) -> Option<SmallDisk> {
         std::fs::create_dir_all(path).unwrap();
         let status = Command::new("mount")
@@ -402,7 +417,7 @@ impl SmallDisk {
             .status()
             .ok()?;
         if !status.success() {
-            eprintln!("SKIPPED: cannot mount a small tmpfs here (needs root)");
+            eprintln!("NOT RUN: cannot mount a small tmpfs here (needs root)");
             return None;
         }
         Some(SmallDisk {
