@@ -709,6 +709,74 @@ pub enum ClientReply {
     },
 }
 
+impl ClientReply {
+    /// The variant's name, for an "unexpected answer" error or a log line. The one match
+    /// that lists every kind of answer: code that takes a few kinds asks the methods below.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClientReply::Results { .. } => "results",
+            ClientReply::NotLeader { .. } => "not the leader",
+            ClientReply::Rejected { .. } => "rejected",
+            ClientReply::Stale { .. } => "stale",
+            ClientReply::Expired { .. } => "expired",
+            ClientReply::Reused { .. } => "reused",
+            ClientReply::NotYet { .. } => "not yet",
+            ClientReply::Session { .. } => "session",
+            ClientReply::Status(_) => "status",
+            ClientReply::ModeSet(_) => "mode set",
+            ClientReply::Refused(_) => "refused",
+            ClientReply::BackupChunk(_) => "backup chunk",
+            ClientReply::NoBackup { .. } => "no backup",
+            ClientReply::MembersChanging { .. } => "members changing",
+            ClientReply::MembersRefused(_) => "members refused",
+            ClientReply::Upgrading { .. } => "upgrading",
+            ClientReply::UpgradeRefused(_) => "upgrade refused",
+            ClientReply::Versions(_) => "versions",
+            ClientReply::ReadResults { .. } => "read results",
+        }
+    }
+
+    /// The refusal that ends the connection, if this answer is one.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        let ClientReply::Refused(refusal) = self else {
+            return None;
+        };
+        Some(refusal)
+    }
+
+    /// The outcomes of a request or a read: their count and encoded bytes.
+    pub fn outcomes(&self) -> Option<(u32, &[u8])> {
+        let (ClientReply::Results {
+            command_count,
+            results,
+            ..
+        }
+        | ClientReply::ReadResults {
+            command_count,
+            results,
+        }) = self
+        else {
+            return None;
+        };
+        Some((*command_count, results))
+    }
+
+    /// The request an answer about one request names (results, rejected, stale, expired,
+    /// reused, not yet).
+    pub fn request(&self) -> Option<RequestNumber> {
+        let (ClientReply::Results { request, .. }
+        | ClientReply::Rejected { request, .. }
+        | ClientReply::Stale { request }
+        | ClientReply::Expired { request }
+        | ClientReply::Reused { request }
+        | ClientReply::NotYet { request }) = self
+        else {
+            return None;
+        };
+        Some(*request)
+    }
+}
+
 /// Why a leader refused to put a handler version in force.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
 #[codec(crate = "crate::codec")]

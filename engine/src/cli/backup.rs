@@ -238,27 +238,16 @@ async fn piece(
     let reply = tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| FetchError::Timeout)??;
-    match reply {
-        ClientReply::BackupChunk(chunk) => Ok(chunk),
-        ClientReply::NoBackup { reason } => Err(FetchError::NoBackup(reason)),
-        ClientReply::Refused(refusal) => Err(FetchError::Refused(refusal)),
-        other @ (ClientReply::Results { .. }
-        | ClientReply::NotLeader { .. }
-        | ClientReply::Rejected { .. }
-        | ClientReply::Stale { .. }
-        | ClientReply::Expired { .. }
-        | ClientReply::Reused { .. }
-        | ClientReply::NotYet { .. }
-        | ClientReply::Session { .. }
-        | ClientReply::Status(_)
-        | ClientReply::ModeSet(_)
-        | ClientReply::MembersChanging { .. }
-        | ClientReply::MembersRefused(_)
-        | ClientReply::Upgrading { .. }
-        | ClientReply::UpgradeRefused(_)
-        | ClientReply::Versions(_)
-        | ClientReply::ReadResults { .. }) => Err(FetchError::Unexpected(format!("{other:?}"))),
+    if let ClientReply::BackupChunk(chunk) = reply {
+        return Ok(chunk);
     }
+    if let ClientReply::NoBackup { reason } = reply {
+        return Err(FetchError::NoBackup(reason));
+    }
+    Err(match reply.refusal() {
+        Some(refusal) => FetchError::Refused(refusal.clone()),
+        None => FetchError::Unexpected(reply.name().to_string()),
+    })
 }
 
 /// Checks the backup file and seeds every node's data directory of the new cluster from it

@@ -400,42 +400,46 @@ pub fn answer_to<A>(
     request: RequestNumber,
     locate: impl FnOnce(Option<NodeId>, Option<String>) -> Option<A>,
 ) -> Option<Answer<A>> {
+    if let Some(refusal) = reply.refusal() {
+        return Some(Answer::Closed(refusal.clone()));
+    }
+    if let ClientReply::NotLeader { leader, address } = reply {
+        return Some(Answer::Redirect(locate(leader, address)));
+    }
+    // A read is request 0; any other answer names the request it is about.
+    let about = match matches!(reply, ClientReply::ReadResults { .. }) {
+        true => Some(RequestNumber(0)),
+        false => reply.request(),
+    };
+    if about != Some(request) {
+        return None;
+    }
     match reply {
         ClientReply::Results {
-            request: r,
             command_count,
             results,
             ..
-        } if r == request => Some(Answer::Results(command_count, results)),
-        ClientReply::ReadResults {
+        }
+        | ClientReply::ReadResults {
             command_count,
             results,
-        } if request == RequestNumber(0) => Some(Answer::Results(command_count, results)),
-        ClientReply::Rejected { request: r, reason } if r == request => {
-            Some(Answer::Refused(reason))
-        }
-        ClientReply::Stale { request: r } if r == request => Some(Answer::Stale),
-        ClientReply::Expired { request: r } if r == request => Some(Answer::Expired),
-        ClientReply::Reused { request: r } if r == request => Some(Answer::Reused),
-        ClientReply::NotYet { request: r } if r == request => Some(Answer::NotYet),
-        ClientReply::NotLeader { leader, address } => {
-            Some(Answer::Redirect(locate(leader, address)))
-        }
-        ClientReply::Refused(refusal) => Some(Answer::Closed(refusal)),
-        ClientReply::Results { .. }
-        | ClientReply::Rejected { .. }
-        | ClientReply::Stale { .. }
-        | ClientReply::Expired { .. }
-        | ClientReply::Reused { .. }
-        | ClientReply::NotYet { .. }
+        } => Some(Answer::Results(command_count, results)),
+        ClientReply::Rejected { reason, .. } => Some(Answer::Refused(reason)),
+        ClientReply::Stale { .. } => Some(Answer::Stale),
+        ClientReply::Expired { .. } => Some(Answer::Expired),
+        ClientReply::Reused { .. } => Some(Answer::Reused),
+        ClientReply::NotYet { .. } => Some(Answer::NotYet),
+        // Not about a request: ruled out above.
+        ClientReply::NotLeader { .. }
+        | ClientReply::Refused(_)
         | ClientReply::Session { .. }
         | ClientReply::Status(_)
         | ClientReply::ModeSet(_)
         | ClientReply::MembersChanging { .. }
         | ClientReply::MembersRefused(_)
-        | ClientReply::ReadResults { .. } => None,
-        ClientReply::BackupChunk(_) | ClientReply::NoBackup { .. } => None,
-        ClientReply::Upgrading { .. }
+        | ClientReply::BackupChunk(_)
+        | ClientReply::NoBackup { .. }
+        | ClientReply::Upgrading { .. }
         | ClientReply::UpgradeRefused(_)
         | ClientReply::Versions(_) => None,
     }

@@ -261,29 +261,17 @@ impl std::fmt::Display for Heard {
         match self {
             Heard::Admission(Admission::Refused(r)) => write!(f, "refused: {r}"),
             Heard::Admission(Admission::Accepted) => f.write_str("admitted"),
-            Heard::Reply(reply) => match reply.as_ref() {
-                ClientReply::Refused(r) => write!(f, "refused: {r}"),
-                ClientReply::Results { command_count, .. }
-                | ClientReply::ReadResults { command_count, .. } => {
-                    write!(f, "results of {command_count}")
+            Heard::Reply(reply) => {
+                if let Some(refusal) = reply.refusal() {
+                    write!(f, "refused: {refusal}")
+                } else if let Some((count, _)) = reply.outcomes() {
+                    write!(f, "results of {count}")
+                } else if let ClientReply::Rejected { reason, .. } = reply.as_ref() {
+                    write!(f, "rejected: {reason:?}")
+                } else {
+                    f.write_str(reply.name())
                 }
-                ClientReply::Rejected { reason, .. } => write!(f, "rejected: {reason:?}"),
-                other @ (ClientReply::NotLeader { .. }
-                | ClientReply::Stale { .. }
-                | ClientReply::Expired { .. }
-                | ClientReply::Reused { .. }
-                | ClientReply::NotYet { .. }
-                | ClientReply::Session { .. }
-                | ClientReply::Status(_)
-                | ClientReply::ModeSet(_)
-                | ClientReply::MembersChanging { .. }
-                | ClientReply::MembersRefused(_)
-                | ClientReply::BackupChunk(_)
-                | ClientReply::NoBackup { .. }
-                | ClientReply::Upgrading { .. }
-                | ClientReply::UpgradeRefused(_)
-                | ClientReply::Versions(_)) => write!(f, "{other:?}"),
-            },
+            }
             Heard::Closed => f.write_str("closed"),
             Heard::Silence => f.write_str("no answer"),
         }
@@ -940,27 +928,10 @@ fn decode_refusal(bytes: &[u8], after_handshake: bool) -> Option<Refusal> {
     }
     let frame = last?;
     if after_handshake {
-        match net::codec::decode::<ClientReply>(&frame).ok()? {
-            ClientReply::Refused(r) => Some(r),
-            ClientReply::Results { .. }
-            | ClientReply::ReadResults { .. }
-            | ClientReply::NotLeader { .. }
-            | ClientReply::Rejected { .. }
-            | ClientReply::Stale { .. }
-            | ClientReply::Expired { .. }
-            | ClientReply::Reused { .. }
-            | ClientReply::NotYet { .. }
-            | ClientReply::Session { .. }
-            | ClientReply::Status(_)
-            | ClientReply::ModeSet(_)
-            | ClientReply::MembersChanging { .. }
-            | ClientReply::MembersRefused(_)
-            | ClientReply::BackupChunk(_)
-            | ClientReply::NoBackup { .. }
-            | ClientReply::Upgrading { .. }
-            | ClientReply::UpgradeRefused(_)
-            | ClientReply::Versions(_) => None,
-        }
+        net::codec::decode::<ClientReply>(&frame)
+            .ok()?
+            .refusal()
+            .cloned()
     } else {
         match net::codec::decode::<Admission>(&frame).ok()? {
             Admission::Refused(r) => Some(r),
