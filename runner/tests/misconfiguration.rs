@@ -365,7 +365,11 @@ fn on_a_small_disk(
 ) {
     let Some(disk) = SmallDisk::mount(&dir.join("ro"), 64 << 20) else {
         let not_run = "NOT RUN: mounting a tmpfs needs root";
-        table.add("a read-only data directory, a full disk at start", not_run, true);
+        table.add(
+            "a read-only data directory, a full disk at start",
+            not_run,
+            true,
+        );
         return;
     };
     let copy = disk.path.join("node2");
