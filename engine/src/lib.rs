@@ -8,7 +8,7 @@
 //! What an author and an operator use:
 //! - [`handler`], [`state`] and [`codec`] (the derives): the handler and its tables;
 //! - [`Sandbox`]: the handler run in one process, for its tests;
-//! - [`cli`]: a node binary's whole command line in one call;
+//! - `cli` (feature `cli`, off by default): a node binary's whole command line in one call;
 //! - [`node`]: the cluster file, a node's configuration and start, a local cluster;
 //! - [`client`]: the client library (registration, exactly-once requests, pipelining), async
 //!   or blocking ([`client::blocking`], for programs without tokio);

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// The `wal_io` setting: where the WAL's writes and fsyncs run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum WalIo {
     /// On the node's thread when the WAL's file system keeps its files in memory (tmpfs,
@@ -124,9 +125,13 @@ mod tests {
         assert!(WalIo::Auto.inline_for(shm, 0));
         assert!(!WalIo::Auto.inline_for(shm, 5));
         assert!(!WalIo::Thread.inline_for(shm, 0));
-        for io in [WalIo::Auto, WalIo::Thread, WalIo::Inline] {
-            let spelled = serde_json::to_value(io).unwrap();
-            assert_eq!(spelled, io.as_str());
+        #[derive(Serialize)]
+        struct Setting {
+            wal_io: WalIo,
+        }
+        for wal_io in [WalIo::Auto, WalIo::Thread, WalIo::Inline] {
+            let spelled = toml::to_string(&Setting { wal_io }).unwrap();
+            assert_eq!(spelled.trim(), format!("wal_io = \"{}\"", wal_io.as_str()));
         }
     }
 
