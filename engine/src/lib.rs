@@ -9,7 +9,8 @@
 //! - [`handler`], [`state`] and [`codec`] (the derives): the handler and its tables;
 //! - [`Sandbox`]: the handler run in one process, for its tests;
 //! - `cli` (feature `cli`, off by default): a node binary's whole command line in one call;
-//! - [`node`]: the cluster file, a node's configuration and start, a local cluster;
+//! - [`node`]: a node's configuration and start, a local cluster;
+//! - [`operator`]: the cluster file, client files, secrets, the data directory, backups;
 //! - [`client`]: the client library (registration, exactly-once requests, pipelining), async
 //!   or blocking ([`client::blocking`], for programs without tokio);
 //! - `sim` (feature `sim`): the deterministic simulator with the author's workload;
@@ -29,6 +30,7 @@ pub mod files;
 pub mod handler;
 pub mod members;
 pub mod node;
+pub mod operator;
 pub mod rng;
 pub mod sandbox;
 #[cfg(feature = "sim")]

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use engine::client::{Client, ClientConfig, node_status, node_versions};
-use engine::node::secrets::SecretText;
 use engine::node::{ClientFile, ClusterFile, NodeEntry};
+use engine::operator::secrets::SecretText;
 use net::auth::Key;
 use net::frame::FrameCodec;
 use net::message::{

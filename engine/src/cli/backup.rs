@@ -10,7 +10,7 @@ use crate::codec;
 use crate::handler::Handler;
 use crate::handshake::HandshakeError;
 use crate::node::ClusterFile;
-use crate::node::backup::{Backup, BackupHeader, Seed, seed_data_dirs, write_file};
+use crate::operator::backup::{Backup, BackupHeader, Seed, seed_data_dirs, write_file};
 use crate::snapshot::SNAPSHOT_BYTES_MAX;
 use clap::Args;
 use futures::{SinkExt, StreamExt};
@@ -70,7 +70,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
     let file = super::read_cluster_file(&args.cluster)?;
     let client = file.operator_config()?;
     if !args.force && args.out.symlink_metadata().is_ok() {
-        return Err(crate::node::backup::BackupError::Exists(args.out.clone()).into());
+        return Err(crate::operator::backup::BackupError::Exists(args.out.clone()).into());
     }
     let mut failures = Vec::new();
     let fetched = runtime()?.block_on(async {

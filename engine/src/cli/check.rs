@@ -202,7 +202,7 @@ fn rotating(file: &ClusterFile) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::cluster_file::loopback_node;
+    use crate::operator::cluster_file::loopback_node;
 
     /// Proves `check --json FILE` writes the verdict to FILE, and a file with an error is
     /// refused with the error in the JSON.

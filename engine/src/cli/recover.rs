@@ -5,8 +5,8 @@
 use crate::handler::Handler;
 use crate::node::ClusterFile;
 use crate::node::NodeError;
-use crate::node::data_dir::read_identity;
 use crate::node::recovery::{Inspection, Owner, RecoveryOptions, RecoveryReport, inspect};
+use crate::operator::data_dir::read_identity;
 use crate::state::STATE_BYTES_DEFAULT;
 use anyhow::Context;
 use clap::Args;

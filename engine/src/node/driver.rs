@@ -694,7 +694,7 @@ impl<H: Handler> Driver<H> {
             ClientRequest::Backup(request) => {
                 // Read off the event loop; the connection gets one piece per request.
                 let who = (self.config.id, self.replica.machine().mode());
-                let serve = super::backup::serve(self.snapshot_dir(), who, request, reply);
+                let serve = super::install::serve_backup(self.snapshot_dir(), who, request, reply);
                 tokio::spawn(serve);
             }
         }

@@ -1,11 +1,15 @@
-//! Sending a snapshot to a follower: the leader streams its newest durable snapshot file in
-//! chunks over the peer connection (the follower assembles them with
-//! [`crate::snapshot::Incoming`]).
+//! Sending snapshots: the leader streams its newest durable snapshot file in chunks over the
+//! peer connection to a follower (which assembles them with [`crate::snapshot::Incoming`]),
+//! and any node answers an operator's backup with pieces of a durable snapshot.
 
+use crate::apply::Mode;
 use crate::ids::{EntryIndex, NodeId, Term};
-use crate::snapshot::SNAPSHOT_CHUNK_BYTES;
-use net::message::{PeerMessage, SnapshotChunk};
-use std::path::PathBuf;
+use crate::operator::backup::BACKUP_CHUNK_BYTES;
+use crate::snapshot::{SNAPSHOT_CHUNK_BYTES, list_snapshots, snapshot_path};
+use net::message::{BackupChunk, BackupRequest, ClientReply, PeerMessage, SnapshotChunk};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::AsyncReadExt;
@@ -83,4 +87,64 @@ impl SnapshotSend {
     fn superseded(&self) -> bool {
         self.sends.load(Ordering::Relaxed) != self.number
     }
+}
+
+/// Node side: answers `request` with a piece of a durable snapshot in `snapshot_dir` (the
+/// newest, for `index` `None`), read off the event loop; [`ClientReply::NoBackup`] when there
+/// is none or it was replaced meanwhile.
+pub(super) async fn serve_backup(
+    snapshot_dir: PathBuf,
+    (node, mode): (NodeId, Mode),
+    request: BackupRequest,
+    reply: mpsc::Sender<ClientReply>,
+) {
+    let read = tokio::task::spawn_blocking(move || read_piece(&snapshot_dir, node, mode, request));
+    let answer = match read.await {
+        Ok(Ok(chunk)) => ClientReply::BackupChunk(chunk),
+        Ok(Err(reason)) => ClientReply::NoBackup { reason },
+        Err(error) => ClientReply::NoBackup {
+            reason: error.to_string(),
+        },
+    };
+    let _ = reply.send(answer).await;
+}
+
+fn read_piece(
+    dir: &Path,
+    node: NodeId,
+    mode: Mode,
+    request: BackupRequest,
+) -> Result<BackupChunk, String> {
+    let index = match request.index {
+        Some(index) => index,
+        None => match list_snapshots(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+            snapshots if snapshots.is_empty() => {
+                return Err(format!("node {node} has no durable snapshot yet"));
+            }
+            snapshots => snapshots[0].0,
+        },
+    };
+    let path = snapshot_path(dir, index);
+    let describe = |e: std::io::Error| format!("snapshot {}: {e}", path.display());
+    let mut file = File::open(&path).map_err(describe)?;
+    let total = file.metadata().map_err(describe)?.len();
+    if request.offset > total {
+        return Err(format!(
+            "offset {} is past the end ({total})",
+            request.offset
+        ));
+    }
+    let length = (total - request.offset).min(BACKUP_CHUNK_BYTES as u64) as usize;
+    let mut data = vec![0; length];
+    file.seek(SeekFrom::Start(request.offset))
+        .and_then(|_| file.read_exact(&mut data))
+        .map_err(describe)?;
+    Ok(BackupChunk {
+        node,
+        index,
+        mode,
+        offset: request.offset,
+        total,
+        data,
+    })
 }

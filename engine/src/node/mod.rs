@@ -2,12 +2,8 @@
 //! consensus core, the state machine, the batcher and the connections, and turns the core's
 //! actions into sends, WAL work (on the WAL's own thread) and applies.
 
-pub mod backup;
-pub mod client_file;
-pub mod cluster_file;
 pub mod config;
 mod connections;
-pub mod data_dir;
 mod driver;
 mod install;
 pub mod journal;
@@ -15,7 +11,6 @@ pub mod local;
 pub mod metrics;
 pub mod recovery;
 pub mod rehearsal;
-pub mod secrets;
 /// The data directory's files as the driver keeps them: an inner layer (see `crate::internals`),
 /// public for the fault tools and tests.
 #[doc(hidden)]
@@ -24,8 +19,12 @@ pub mod storage;
 mod wal_io;
 mod wal_thread;
 
-pub use client_file::{ClientFile, ClientNode};
-pub use cluster_file::{ClusterFile, ClusterFileError, ModeSetting, NodeEntry};
+pub use crate::operator::{
+    ClientFile, ClientNode, ClusterFile, ClusterFileError, ModeSetting, NodeEntry,
+};
+/// The operator's files, where they were before they had a module of their own.
+#[doc(hidden)]
+pub use crate::operator::{backup, client_file, cluster_file, data_dir, secrets};
 pub use connections::{
     CLIENT_CONNECTIONS_MAX, CLIENT_REPLIES_QUEUED_MAX, HANDSHAKE_TIMEOUT_MS,
     PEER_QUEUE_MESSAGES_MAX, RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN,

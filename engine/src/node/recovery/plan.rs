@@ -7,10 +7,10 @@ use crate::core::{HardState, LogBase, Recovered, Repair};
 use crate::handler::Handler;
 use crate::ids::Term;
 use crate::node::NodeError;
-use crate::node::data_dir::{self, Identity};
 use crate::node::storage::{
     HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
 };
+use crate::operator::data_dir::{self, Identity};
 use crate::snapshot::{Durable, Snapshot, SnapshotError, list_snapshots_on, read_snapshot_on};
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};

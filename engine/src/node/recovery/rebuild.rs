@@ -7,10 +7,10 @@ use super::{RecoveryOptions, RecoveryReport, Refusal};
 use crate::core::{HardState, LogBase, LostVotes, Repair};
 use crate::handler::Handler;
 use crate::node::NodeError;
-use crate::node::data_dir::{self, Identity};
 use crate::node::storage::{
     HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
 };
+use crate::operator::data_dir::{self, Identity};
 use crate::snapshot::list_snapshots_on;
 use crate::storage::Storage;
 use crate::wal::{Access, Wal};

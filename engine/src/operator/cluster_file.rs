@@ -55,14 +55,14 @@
 //! operator secret; operator hosts the operator file (`client-file --operator`), which holds
 //! neither the peer nor the client secret (`notes/decisions/access.md`).
 
+use super::client_file::{ClientFile, ClientNode};
+use super::secrets::{self, SecretError, SecretSource, SecretText};
 use crate::address::Address;
 use crate::apply::Mode;
 use crate::client::{ClientConfig, OperatorConfig};
 use crate::ids::NodeId;
 use crate::node::WalIo;
-use crate::node::client_file::{ClientFile, ClientNode};
 use crate::node::config::ConfigError;
-use crate::node::secrets::{self, SecretError, SecretSource, SecretText};
 use crate::node::{NodeAddress, NodeConfig};
 use net::auth::{Credentials, Key, KeyRing, OperatorKey, SECRET_BYTES_MIN};
 use net::tls::{Tls, TlsError, TlsFiles};

@@ -5,19 +5,16 @@
 //! after it, a hard state of its term, an identity and the mode.
 
 use super::data_dir::{self, DataDirError, DirState, Identity};
-use super::storage::{self, SNAPSHOT_DIR, WAL_DIR};
 use crate::apply::Mode;
 use crate::codec::{self, Decode, Encode};
 use crate::core::HardState;
 use crate::files;
 use crate::ids::{EntryIndex, NodeId, StateHash, Term};
-use crate::snapshot::{ParseError, SnapshotError, list_snapshots, parse_snapshot, snapshot_path};
+use crate::node::storage::{self, SNAPSHOT_DIR, WAL_DIR};
+use crate::snapshot::{ParseError, SnapshotError, parse_snapshot};
 use crate::state::Schema;
-use net::message::{BackupChunk, BackupRequest, ClientReply};
-use std::fs::{self, File};
-use std::io::{Read, Seek, SeekFrom};
+use std::fs;
 use std::path::{Path, PathBuf};
-use tokio::sync::mpsc;
 
 /// Bytes of snapshot a node sends per backup answer: one piece in flight per connection.
 pub const BACKUP_CHUNK_BYTES: usize = 1024 * 1024;
@@ -355,70 +352,11 @@ fn seed_one(
     Ok(())
 }
 
-/// Node side: answers `request` with a piece of a durable snapshot in `snapshot_dir` (the
-/// newest, for `index` `None`), read off the event loop; [`ClientReply::NoBackup`] when there
-/// is none or it was replaced meanwhile.
-pub(super) async fn serve(
-    snapshot_dir: PathBuf,
-    (node, mode): (NodeId, Mode),
-    request: BackupRequest,
-    reply: mpsc::Sender<ClientReply>,
-) {
-    let read = tokio::task::spawn_blocking(move || read_piece(&snapshot_dir, node, mode, request));
-    let answer = match read.await {
-        Ok(Ok(chunk)) => ClientReply::BackupChunk(chunk),
-        Ok(Err(reason)) => ClientReply::NoBackup { reason },
-        Err(error) => ClientReply::NoBackup {
-            reason: error.to_string(),
-        },
-    };
-    let _ = reply.send(answer).await;
-}
-
-fn read_piece(
-    dir: &Path,
-    node: NodeId,
-    mode: Mode,
-    request: BackupRequest,
-) -> Result<BackupChunk, String> {
-    let index = match request.index {
-        Some(index) => index,
-        None => match list_snapshots(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
-            snapshots if snapshots.is_empty() => {
-                return Err(format!("node {node} has no durable snapshot yet"));
-            }
-            snapshots => snapshots[0].0,
-        },
-    };
-    let path = snapshot_path(dir, index);
-    let describe = |e: std::io::Error| format!("snapshot {}: {e}", path.display());
-    let mut file = File::open(&path).map_err(describe)?;
-    let total = file.metadata().map_err(describe)?.len();
-    if request.offset > total {
-        return Err(format!(
-            "offset {} is past the end ({total})",
-            request.offset
-        ));
-    }
-    let length = (total - request.offset).min(BACKUP_CHUNK_BYTES as u64) as usize;
-    let mut data = vec![0; length];
-    file.seek(SeekFrom::Start(request.offset))
-        .and_then(|_| file.read_exact(&mut data))
-        .map_err(describe)?;
-    Ok(BackupChunk {
-        node,
-        index,
-        mode,
-        offset: request.offset,
-        total,
-        data,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::entry::EntryHash;
+    use crate::snapshot::snapshot_path;
     use crate::snapshot::{SnapshotMeta, encode_head, encode_sessions};
     use crate::state::StreamHasher;
 
