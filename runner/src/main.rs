@@ -1,8 +1,7 @@
 //! The runner: the engine with the Bank handler, from the command line.
 //!
 //! - `runner local`: three nodes in this process over loopback TCP (data under /dev/shm), a
-//!   prefill, then the benchmark; the README's main job. `--matrix` runs the benchmark matrix
-//!   and writes it into the notes.
+//!   prefill, then the benchmark; the README's main job.
 //! - `runner node --cluster FILE --id N`: one node of a cluster, in its own process.
 //! - `runner bench --cluster FILE`: the benchmark against a running cluster.
 //! - `runner client --cluster FILE <command>`: one Bank command, JSON out (FILE a cluster
@@ -11,6 +10,9 @@
 //!   secret.
 //! - `runner status --cluster FILE [--json]`: every node's role, term, indexes, state hash.
 //! - `runner single`: the Bank on one node without replication (a ceiling to compare with).
+//!
+//! Forwarded to `runner-harness` (the test harnesses, a binary of their own):
+//! - `runner local --matrix|--floor|--rate-sweep`: the notes generator's reports.
 //! - `runner sim --seeds N [--seed S] --json FILE`: the deterministic cluster simulator.
 //! - `runner chaos --duration SECS --json FILE`: kill -9 and pause chaos on real processes.
 //! - `runner partition [--scenario NAME] --json FILE`: partitions through our TCP proxy.
@@ -26,18 +28,22 @@
 //! - `runner rolling --from OLD_RUNNER`: a rolling upgrade from an earlier build to this one,
 //!   under load, then a handler upgrade through the log.
 
-mod harness;
-mod notes;
-mod product;
-
-use harness::{chaos, emulate, hostile, partition, rolling, sim};
-use product::{commands, single};
+use runner::product::{commands, single};
 
 use bank::Bank;
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 
-/// The engine with the Bank handler: nodes, a client, benchmarks, and the fault and load tools.
+/// The commands of the harness binary, which this one forwards to it unchanged.
+const HARNESS_COMMANDS: [&str; 6] = ["sim", "chaos", "partition", "hostile", "emulate", "rolling"];
+/// The options of `local` that run a report of the notes generator (in the harness binary).
+const NOTES_OPTIONS: [&str; 3] = ["--matrix", "--floor", "--rate-sweep"];
+
+/// The engine with the Bank handler: nodes, a client, benchmarks. The test harnesses live in
+/// the binary `runner-harness` beside this one: `runner sim`, `chaos`, `partition`,
+/// `hostile`, `emulate`, `rolling` and `local --matrix|--floor|--rate-sweep` are forwarded to
+/// it with their arguments (`runner-harness --help` lists their options).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Cli {
@@ -49,7 +55,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Three nodes in this process, prefill, then the transfer benchmark.
+    /// Three nodes in this process, prefill, then the transfer benchmark. With --matrix,
+    /// --floor or --rate-sweep, forwarded to runner-harness (the notes generator's reports).
     Local(commands::LocalArgs),
     /// One node of a cluster described by a cluster file.
     Node(engine::cli::NodeArgs),
@@ -82,37 +89,62 @@ enum Command {
     /// Re-executes a stopped node's committed log with this build's Bank and reports the first
     /// entry and command that differ from what the node recorded; writes nothing.
     Replay(engine::cli::ReplayArgs),
-    /// The deterministic cluster simulator on many seeds (faults, crashes, invariant checks).
-    Sim(engine::cli::SimArgs),
-    /// Three node processes killed, restarted and paused at random under a Bank workload.
-    Chaos(chaos::ChaosArgs),
-    /// Partition scenarios between three node processes, through our loopback proxy.
-    Partition(partition::PartitionArgs),
-    /// Hostile clients and garbage against three node processes, with normal clients beside.
-    Hostile(hostile::HostileArgs),
-    /// Three node processes whose peer links add a one-way delay (three machines, emulated),
-    /// with the benchmark, beside the same without the delay.
-    Emulate(emulate::EmulateArgs),
-    /// A rolling upgrade: three node processes of an earlier build (--from) restarted one at a
-    /// time on this one under load, checked, then a handler upgrade through the log.
-    Rolling(rolling::RollingArgs),
+    /// Forwarded to runner-harness: the deterministic cluster simulator on many seeds.
+    Sim(Forwarded),
+    /// Forwarded to runner-harness: node processes killed, restarted and paused at random.
+    Chaos(Forwarded),
+    /// Forwarded to runner-harness: partition scenarios through a loopback proxy.
+    Partition(Forwarded),
+    /// Forwarded to runner-harness: hostile clients and garbage beside normal clients.
+    Hostile(Forwarded),
+    /// Forwarded to runner-harness: three node processes over links with an added delay.
+    Emulate(Forwarded),
+    /// Forwarded to runner-harness: a rolling upgrade from an earlier build to this one.
+    Rolling(Forwarded),
 }
 
-/// Where data goes when `--dir` is not given: tmpfs, as the reference runs do.
-pub const DATA_DIR_DEFAULT: &str = "/dev/shm";
+/// The arguments of a command this binary forwards to `runner-harness`, unread here.
+#[derive(clap::Args, Debug)]
+struct Forwarded {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
+}
 
-/// A fresh run directory under `base` (or under [`DATA_DIR_DEFAULT`]), removed when dropped.
-pub fn run_dir(base: Option<PathBuf>) -> anyhow::Result<tempfile::TempDir> {
-    let base = base.unwrap_or_else(|| PathBuf::from(DATA_DIR_DEFAULT));
-    std::fs::create_dir_all(&base)?;
-    Ok(tempfile::Builder::new()
-        .prefix("replicated-bank-")
-        .tempdir_in(base)?)
+/// True when the command line is one the harness binary runs.
+fn for_the_harness(args: &[OsString]) -> bool {
+    let Some(command) = args.get(1).and_then(|c| c.to_str()) else {
+        return false;
+    };
+    let report = |a: &OsString| {
+        let a = a.to_string_lossy();
+        NOTES_OPTIONS
+            .iter()
+            .any(|o| a == *o || a.starts_with(&format!("{o}=")))
+    };
+    HARNESS_COMMANDS.contains(&command) || command == "local" && args.iter().any(report)
+}
+
+/// Replaces this process with the harness binary beside it, the arguments unchanged; it
+/// must come from the same build.
+fn forward(args: &[OsString]) -> anyhow::Error {
+    let harness = match runner::sibling_binary(runner::HARNESS_BINARY) {
+        Ok(path) => path,
+        Err(error) => return error,
+    };
+    let error = std::process::Command::new(&harness)
+        .args(&args[1..])
+        .env(runner::FORWARDED_BUILD_VARIABLE, runner::BUILD_ID)
+        .exec();
+    anyhow::anyhow!("cannot run {}: {error}", harness.display())
 }
 
 /// Runs the command; an error is printed on one line (its causes joined, no backtrace: the
 /// messages name what went wrong) and the process exits 1.
 fn main() -> std::process::ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if for_the_harness(&args) {
+        return engine::cli::exit_code(Err(forward(&args)));
+    }
     let cli = Cli::parse();
     engine::cli::logging::init(cli.log.log_format);
     engine::cli::exit_code(run(cli.command))
@@ -135,12 +167,12 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Restore(args) => engine::cli::restore(args, Bank),
         Command::Upgrade(args) => engine::cli::upgrade(args),
         Command::Replay(args) => engine::cli::replay(args, Bank),
-        Command::Sim(args) => sim::run(args),
-        Command::Chaos(args) => chaos::run(args),
-        Command::Partition(args) => partition::run(args),
-        Command::Hostile(args) => hostile::run(args),
-        Command::Emulate(args) => emulate::run(args),
-        Command::Rolling(args) => rolling::run(args),
+        Command::Sim(_)
+        | Command::Chaos(_)
+        | Command::Partition(_)
+        | Command::Hostile(_)
+        | Command::Emulate(_)
+        | Command::Rolling(_) => unreachable!("forwarded before parsing"),
     }
 }
 

@@ -15,7 +15,7 @@
 //!   in an order consistent with real time (`linearize::check`); the first window that does
 //!   not is reported.
 
-use crate::harness::faults::{
+use crate::faults::{
     Addresses, FaultArgs, Findings, Processes, Rejoin, Workload, check_accounts, compare_wals,
     converge, leader_of, seed_or_clock, statuses, watch, write_cluster_files,
 };
@@ -49,7 +49,7 @@ pub struct ChaosArgs {
 /// Runs the chaos test; prints a table and writes the JSON summary.
 pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let seed = seed_or_clock(args.common.seed);
-    let run_dir = crate::run_dir(args.common.dir.clone())?;
+    let run_dir = runner::run_dir(args.common.dir.clone())?;
     let dir = run_dir.path().to_path_buf();
     eprintln!(
         "chaos: {} s of faults, seed {seed}, {} clients, in {}",

@@ -8,7 +8,7 @@
 //! slack) until a chunk is nearly due, spins the last few microseconds, and writes it. Bytes in
 //! flight do not wait for each other: a link carries as much as it would without the delay.
 
-use crate::harness::faults::RelayListeners;
+use crate::faults::RelayListeners;
 use engine::rng::Rng;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -8,14 +8,14 @@
 //! delays to each request, and the expected throughput is the 0 us run's scaled by its latency
 //! over that latency plus the two delays.
 
-use crate::harness::delay_line::{DelayLines, DelayRange};
-use crate::harness::faults::{Addresses, Processes, leader_of, statuses, write_cluster_files};
-use crate::product::bench::{self, BenchOptions};
-use crate::product::commands::ModeArg;
-use crate::product::report::Run;
+use crate::delay_line::{DelayLines, DelayRange};
+use crate::faults::{Addresses, Processes, leader_of, statuses, write_cluster_files};
 use anyhow::Context;
 use engine::Mode;
 use engine::client::ClientConfig;
+use runner::product::bench::{self, BenchOptions};
+use runner::product::commands::ModeArg;
+use runner::product::report::Run;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -131,7 +131,7 @@ pub fn run(args: EmulateArgs) -> anyhow::Result<()> {
 
 /// Three node processes, their links direct or through delay lines, and the benchmark.
 fn one(args: &EmulateArgs, delay: Option<DelayRange>) -> anyhow::Result<Vec<Run>> {
-    let run_dir = crate::run_dir(args.dir.clone())?;
+    let run_dir = runner::run_dir(args.dir.clone())?;
     let dir = run_dir.path();
     let (addresses, relays) = Addresses::with_relays()?;
     let lines = delay

@@ -1,9 +1,9 @@
 //! What the real-process fault runs (`runner chaos`, `runner partition`) share: the node
 //! processes, the cluster files (optionally through our proxy), a Bank workload whose clients
 //! never give up, and the checks of I1-I7 at the end, with the history of every operation
-//! checked for linearizability against a sequential Bank ([`crate::harness::linearize`]).
+//! checked for linearizability against a sequential Bank ([`crate::linearize`]).
 
-use crate::harness::linearize::{self, BankModel, NotLinearizable, Operation};
+use crate::linearize::{self, BankModel, NotLinearizable, Operation};
 use anyhow::Context;
 use bank::workload::account_id;
 use bank::{Bank, BankCommand, BankOutput};
@@ -118,7 +118,7 @@ impl Processes {
             None => BTreeMap::new(),
         };
         let mut processes = Processes {
-            exe: std::env::current_exe()?,
+            exe: runner::sibling_binary(runner::PRODUCT_BINARY)?,
             binaries,
             cluster_files,
             dir: dir.to_path_buf(),

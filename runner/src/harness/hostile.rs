@@ -7,7 +7,7 @@
 //! against the clients' model, the replicas' state hashes and their WALs are checked: nothing
 //! but the valid commands changed anything.
 
-use crate::harness::faults::{
+use crate::faults::{
     Addresses, CLUSTER_ID, FAULT_COMMANDS_PER_REQUEST, FaultArgs, Findings, Processes, Workload,
     check_accounts, compare_wals, converge, seed_or_clock, write_cluster_files,
 };
@@ -79,7 +79,7 @@ struct Case {
 /// Runs the suite; prints tables and writes the JSON summary.
 pub fn run(args: HostileArgs) -> anyhow::Result<()> {
     let seed = seed_or_clock(args.common.seed);
-    let run_dir = crate::run_dir(args.common.dir.clone())?;
+    let run_dir = runner::run_dir(args.common.dir.clone())?;
     let dir = run_dir.path().to_path_buf();
     eprintln!(
         "hostile: windows of {} s, {} trickling connections, {} s of garbage, seed {seed}, in {}",

@@ -4,11 +4,11 @@
 //! committing and that an isolated leader steps down, heals, and checks I1-I7 as
 //! `runner chaos` does.
 
-use crate::harness::faults::{
+use crate::faults::{
     Addresses, FaultArgs, Findings, Processes, Workload, check_accounts, compare_wals, converge,
     leader_of, seed_or_clock, statuses, watch, write_cluster_files,
 };
-use crate::harness::proxy::{LinkMode, Proxy};
+use crate::proxy::{LinkMode, Proxy};
 use engine::client::ClientConfig;
 use engine::node::ClusterFile;
 use engine::rng::Rng;
@@ -135,7 +135,7 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<()> {
     );
     let mut outcomes = Vec::new();
     for scenario in scenarios {
-        let run_dir = crate::run_dir(args.common.dir.clone())?;
+        let run_dir = runner::run_dir(args.common.dir.clone())?;
         eprintln!("{} in {}", scenario.name(), run_dir.path().display());
         let outcome = run_scenario(&args, scenario, seed, run_dir.path())?;
         for violation in &outcome.violations {
@@ -452,7 +452,7 @@ async fn cut_off(
 /// Waits until node `id` answers and has applied what the cluster had committed when it
 /// restarted (under load a slow follower may stay behind after that: the others commit).
 async fn wait_caught_up(config: &ClientConfig, id: u8) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(crate::harness::faults::SETTLE_SECS);
+    let deadline = Instant::now() + Duration::from_secs(crate::faults::SETTLE_SECS);
     let commit = statuses(config).await.iter().map(|s| s.commit_index).max();
     loop {
         let all = statuses(config).await;
@@ -475,7 +475,7 @@ fn isolate(proxy: &Proxy, node: u8, mode: LinkMode) {
 }
 
 async fn wait_for_leader(config: &ClientConfig) -> anyhow::Result<u8> {
-    let deadline = Instant::now() + Duration::from_secs(crate::harness::faults::SETTLE_SECS);
+    let deadline = Instant::now() + Duration::from_secs(crate::faults::SETTLE_SECS);
     loop {
         if let Some(leader) = leader_of(&statuses(config).await) {
             return Ok(leader);

@@ -6,7 +6,7 @@
 //! node answers over its own connection), so cutting the link from `a` to `b` cuts exactly
 //! what `a` says to `b`.
 
-use crate::harness::faults::RelayListeners;
+use crate::faults::RelayListeners;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;

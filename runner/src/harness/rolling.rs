@@ -7,7 +7,7 @@
 //! the log under a second load; every node must switch (one state hash), and the audit's total
 //! must be unchanged. The nodes' WALs are compared at the end, as `runner chaos` does.
 
-use crate::harness::faults::{
+use crate::faults::{
     Addresses, CLUSTER_ID, FAULT_ACCOUNTS, FAULT_OPENING_BALANCE, FaultArgs, Findings, Processes,
     Workload, check_accounts, compare_wals, converge, leader_of, seed_or_clock, statuses, watch,
     write_cluster_files,
@@ -66,9 +66,9 @@ pub fn run(args: RollingArgs) -> anyhow::Result<()> {
     let seed = seed_or_clock(args.common.seed);
     let to = match &args.to {
         Some(path) => path.clone(),
-        None => std::env::current_exe()?,
+        None => runner::sibling_binary(runner::PRODUCT_BINARY)?,
     };
-    let run_dir = crate::run_dir(args.common.dir.clone())?;
+    let run_dir = runner::run_dir(args.common.dir.clone())?;
     eprintln!(
         "rolling upgrade in {}, seed {seed}",
         run_dir.path().display()

@@ -1,7 +1,7 @@
 //! `runner sim`: the deterministic cluster simulator (`engine::sim`) driving the Bank, over
 //! many seeds; each failing seed is printed and replays with `--seed S --seeds 1`.
 
-use crate::harness::sim_oracle::BankOracle;
+use crate::sim_oracle::BankOracle;
 use bank::workload::account_id;
 use bank::{ACCOUNTS, AccountId, Bank, BankCommand, BankError, BankOutput};
 use engine::Outcome;

@@ -180,15 +180,6 @@ pub struct LocalArgs {
     /// The benchmark.
     #[command(flatten)]
     pub bench: BenchOptions,
-    /// The benchmark matrix.
-    #[command(flatten)]
-    pub matrix: crate::notes::matrix::MatrixOptions,
-    /// The floor report.
-    #[command(flatten)]
-    pub floor: crate::notes::floor::FloorOptions,
-    /// The open-loop rate sweep.
-    #[command(flatten)]
-    pub rates: crate::notes::rates::RateOptions,
 }
 
 /// `--mode` values.
@@ -209,22 +200,19 @@ impl From<ModeArg> for Mode {
     }
 }
 
-/// Three nodes in this process over loopback TCP, then the benchmark against them.
-pub fn local(args: LocalArgs) -> anyhow::Result<()> {
+/// Refuses options of `local` that do not fit together.
+pub fn check_local(args: &LocalArgs) -> anyhow::Result<()> {
     let range = engine::internals::entry::ENTRY_COMMANDS_CONFIG_MIN
         ..=engine::internals::entry::ENTRY_COMMANDS_MAX;
     if !range.contains(&args.entry_commands) {
         bail!("--entry-commands must lie in {range:?}");
     }
-    if args.matrix.matrix {
-        return crate::notes::matrix::run(&args);
-    }
-    if args.floor.floor {
-        return crate::notes::floor::run(&args);
-    }
-    if !args.rates.rate_sweep.is_empty() {
-        return crate::notes::rates::run(&args);
-    }
+    Ok(())
+}
+
+/// Three nodes in this process over loopback TCP, then the benchmark against them.
+pub fn local(args: LocalArgs) -> anyhow::Result<()> {
+    check_local(&args)?;
     let dir = crate::run_dir(args.dir.clone())?;
     let modes: Vec<Option<Mode>> = match args.mode {
         Some(mode) => vec![Some(mode.into())],

@@ -3,15 +3,15 @@
 //! completed throughput goes into `notes/benchmarks.md` (between its rates markers) and
 //! `notes/plots/rate-latency.svg`, beside the matrix's plots.
 
+use super::NotesArgs;
 use crate::notes::matrix::{machine, plot_error, spread, today, write_section};
-use crate::product::bench::{self, BenchOptions};
-use crate::product::commands::LocalArgs;
-use crate::product::report::Run;
 use anyhow::Context;
 use bank::Bank;
 use engine::Mode;
 use engine::node::local::LocalCluster;
 use plotters::prelude::*;
+use runner::product::bench::{self, BenchOptions};
+use runner::product::report::Run;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
@@ -44,12 +44,12 @@ struct Point {
 }
 
 /// Runs the sweep, prints every run as it goes, and writes the notes.
-pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
+pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
     let rates = &args.rates.rate_sweep;
     if let Some(bad) = rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
         anyhow::bail!("--rate-sweep: {bad} is not a positive number of requests per second");
     }
-    let dir = crate::run_dir(args.dir.clone())?;
+    let dir = runner::run_dir(args.dir.clone())?;
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
         config.entry_commands_max = args.entry_commands;
         config.pipeline_entries_max = args.pipeline_entries;

@@ -3,14 +3,14 @@
 //! throughput is printed as a ratio to the floor's best layout for each shape of the
 //! performance targets' table (`notes/benchmarks.md`): absolute numbers on a shared machine move from hour to hour, ratios much less.
 
+use super::NotesArgs;
 use crate::notes::matrix::{filesystem, machine, spread};
-use crate::product::bench::{self, BenchOptions};
-use crate::product::commands::LocalArgs;
-use crate::product::report::Run;
 use anyhow::{Context, anyhow, bail};
 use bank::Bank;
 use engine::Mode;
 use engine::node::local::LocalCluster;
+use runner::product::bench::{self, BenchOptions};
+use runner::product::report::Run;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -136,7 +136,7 @@ struct ShapeReport {
 }
 
 /// Runs the report, prints its table, and writes JSON if asked.
-pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
+pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
     let probe = build_probe(&args.floor.floor_dir)?;
     let disk_base = args
         .matrix
@@ -189,7 +189,7 @@ fn build_probe(dir: &Path) -> anyhow::Result<PathBuf> {
 /// The shapes on one storage: one cluster, prefilled once, and for each of the runs every
 /// shape's probe run followed by its engine run.
 fn on_storage(
-    args: &LocalArgs,
+    args: &NotesArgs,
     probe: &Path,
     base: &Path,
     shapes: &[Shape],
@@ -197,7 +197,7 @@ fn on_storage(
     std::fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
     let storage = filesystem(base);
     println!("== {storage}: {}", base.display());
-    let dir = crate::run_dir(Some(base.to_path_buf()))?;
+    let dir = runner::run_dir(Some(base.to_path_buf()))?;
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
         config.entry_commands_max = args.entry_commands;
         config.pipeline_entries_max = args.pipeline_entries;
@@ -239,7 +239,7 @@ fn on_storage(
         .collect())
 }
 
-fn engine_options(args: &LocalArgs, shape: &Shape, run: u32) -> BenchOptions {
+fn engine_options(args: &NotesArgs, shape: &Shape, run: u32) -> BenchOptions {
     BenchOptions {
         accounts: FLOOR_ACCOUNTS,
         batch: shape.batch,

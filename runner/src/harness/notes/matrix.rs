@@ -7,14 +7,14 @@
 //! 1,024; Performance mode, one in flight) and a contended mix in the shape of a well-known
 //! ledger benchmark (2,000 accounts, half single-account reads, half transfers).
 
-use crate::product::bench::{self, BenchOptions};
-use crate::product::commands::LocalArgs;
-use crate::product::report::Run;
+use super::NotesArgs;
 use anyhow::{Context, anyhow};
 use bank::Bank;
 use engine::Mode;
 use engine::node::local::LocalCluster;
 use plotters::prelude::*;
+use runner::product::bench::{self, BenchOptions};
+use runner::product::report::Run;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -71,7 +71,7 @@ enum Group {
 }
 
 /// Runs the matrix, prints every run as it goes, and writes the notes.
-pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
+pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
     let options = &args.matrix;
     let disk = options
         .disk_dir
@@ -115,12 +115,12 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<()> {
 
 /// The matrix on one storage (and, when `extras`, the sweep and the contended mix).
 fn on_storage(
-    args: &LocalArgs,
+    args: &NotesArgs,
     storage: &str,
     base: &Path,
     extras: bool,
 ) -> anyhow::Result<Vec<Measured>> {
-    let dir = crate::run_dir(Some(base.to_path_buf()))?;
+    let dir = runner::run_dir(Some(base.to_path_buf()))?;
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
         config.entry_commands_max = engine::internals::entry::ENTRY_COMMANDS_MAX;
         config.capacity_bytes = args.capacity_bytes;
@@ -182,7 +182,7 @@ fn on_storage(
 /// The benchmark of one cell: `batch` commands per request, `inflight` requests in flight,
 /// `accounts` accounts and `reads` percent of reads.
 fn matrix_options(
-    args: &LocalArgs,
+    args: &NotesArgs,
     (batch, inflight): (u32, u32),
     accounts: u64,
     reads: u64,
