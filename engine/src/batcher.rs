@@ -40,6 +40,23 @@ impl Queued {
     fn command_count(&self) -> u32 {
         self.ends.len() as u32
     }
+
+    /// Its commands were checked ([`command_ends`]): at most [`REQUEST_COMMANDS_MAX`] of them,
+    /// the last ending where the bytes end.
+    fn check(&self) {
+        assert!(
+            self.ends.len() <= REQUEST_COMMANDS_MAX as usize,
+            "request {} of {} commands",
+            self.request,
+            self.ends.len()
+        );
+        assert_eq!(
+            self.ends.last().map_or(0, |&end| end as usize),
+            self.commands.len(),
+            "request {}: its commands end where its bytes do not",
+            self.request
+        );
+    }
 }
 
 /// The queue of requests and the head request's progress.
@@ -56,7 +73,43 @@ pub struct Batcher {
 impl Batcher {
     /// Checks every invariant of the batcher; panics naming the first one broken (see
     /// [`crate::replica::Replica::check_invariants`]).
-    pub fn check_invariants(&self) {}
+    /// Walks the queue (bounded by [`BATCHER_COMMANDS_MAX`]), not each command.
+    pub fn check_invariants(&self) {
+        assert!(
+            (ENTRY_COMMANDS_CONFIG_MIN..=ENTRY_COMMANDS_MAX).contains(&self.entry_commands_max),
+            "commands per entry {}",
+            self.entry_commands_max
+        );
+        let (mut commands, mut bytes) = (0usize, 0usize);
+        for queued in &self.queue {
+            queued.check();
+            commands += queued.ends.len();
+            bytes += queued.commands.len();
+        }
+        let head = self.queue.front().map_or(0, Queued::command_count);
+        assert!(
+            self.head_sent < head || self.head_sent == 0,
+            "{} commands of a head request of {head} sent",
+            self.head_sent
+        );
+        assert_eq!(
+            self.queued_commands,
+            commands - self.head_sent as usize,
+            "commands counted waiting"
+        );
+        assert_eq!(self.queued_bytes, bytes, "bytes counted waiting");
+        assert!(
+            self.queued_commands <= BATCHER_COMMANDS_MAX && self.queued_bytes <= BATCHER_BYTES_MAX,
+            "the batcher holds {} commands, {} bytes: over its limits",
+            self.queued_commands,
+            self.queued_bytes
+        );
+    }
+
+    /// The queued requests, oldest first.
+    pub fn queued(&self) -> impl Iterator<Item = &Queued> {
+        self.queue.iter()
+    }
 
     /// A batcher packing at most `entry_commands_max` (16 to 1,024) commands per entry.
     pub fn new(entry_commands_max: u32) -> Self {
@@ -90,6 +143,13 @@ impl Batcher {
         if over_commands || over_bytes {
             return Err(request);
         }
+        request.check();
+        // A walk of its commands: debug builds only.
+        debug_assert!(
+            request.ends.windows(2).all(|w| w[0] < w[1]),
+            "request {}: command ends out of order",
+            request.request
+        );
         self.queued_commands += request.ends.len();
         self.queued_bytes += request.commands.len();
         self.queue.push_back(request);
@@ -135,6 +195,11 @@ impl Batcher {
                 digest: head.digest,
             };
             payload.push(&fragment, &head.commands[start as usize..end as usize]);
+            assert!(
+                payload.command_count() <= self.entry_commands_max,
+                "an entry of {} commands",
+                payload.command_count()
+            );
             self.queued_commands -= count as usize;
             if fragment.is_last() {
                 let done = self.queue.pop_front().expect("the head");
@@ -144,6 +209,12 @@ impl Batcher {
                 self.head_sent += count;
             }
         }
+        assert!(
+            self.queue
+                .front()
+                .is_none_or(|head| self.head_sent < head.command_count() || self.head_sent == 0),
+            "the head request's commands all sent, yet it waits"
+        );
         Some(payload.finish())
     }
 

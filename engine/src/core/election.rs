@@ -6,11 +6,12 @@
 //! away, and on its return its messages do not depose a leader the others follow.
 
 use super::{Action, Core};
-use net::message::{Vote, VoteReply};
+use net::message::{Role, Vote, VoteReply};
 
 impl Core {
     /// The election timer ran out: ask for pre-votes (a lone replica campaigns at once).
     pub(super) fn ask_pre_votes(&mut self, out: &mut Vec<Action>) {
+        assert_ne!(self.role, Role::Leader, "a leader asks for pre-votes");
         self.reset_election_timer();
         self.pre_votes = Some(vec![self.config.id]);
         if self.quorum() <= 1 {
@@ -39,6 +40,7 @@ impl Core {
         let Some(granted) = self.pre_votes.as_mut().filter(|_| reply.granted) else {
             return;
         };
+        assert_ne!(self.role, Role::Leader, "a leader counting pre-votes");
         if self.hard.votes_lost == Some(super::LostVotes::Unknown) {
             // Asked only to learn the others' terms: it does not campaign yet.
             return;

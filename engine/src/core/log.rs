@@ -56,6 +56,11 @@ impl Log {
                 "window in order"
             );
         }
+        assert!(
+            window_start > base.index,
+            "window starts at {window_start}, inside the snapshot's base {}",
+            base.index
+        );
         let window_bytes = window.iter().map(|e| e.payload.len()).sum();
         Log {
             base,
@@ -117,6 +122,20 @@ impl Log {
             self.last_index().next(),
             "log appends in order"
         );
+        assert!(
+            entry.term() >= self.last_term(),
+            "entry {} of term {} after one of term {}: terms never decrease along a log",
+            entry.index(),
+            entry.term(),
+            self.last_term()
+        );
+        // Hashing the payload again costs real time on the hot path: debug builds only. The
+        // callers verified (a follower) or sealed (the leader) the entry against this hash.
+        debug_assert!(
+            entry.verify(&self.last_hash()).is_ok(),
+            "entry {} does not chain to the log's last hash",
+            entry.index()
+        );
         self.terms.push(entry.term());
         self.hashes.push(entry.header.hash);
         self.window_bytes += entry.payload.len();
@@ -136,6 +155,11 @@ impl Log {
         if self.window.is_empty() {
             self.window_start = self.last_index().next();
         }
+        assert_eq!(
+            self.last_index(),
+            index.prev(),
+            "truncation ends the log before it"
+        );
     }
 
     /// Moves the base up to `through` (a durable snapshot covers it): the terms and hashes up
@@ -157,6 +181,12 @@ impl Log {
             self.window_bytes -= dropped.payload.len();
         }
         self.window_start = self.window_start.max(through.next());
+        assert!(
+            self.window_start > self.base.index,
+            "window starts at {} inside the base {}",
+            self.window_start,
+            self.base.index
+        );
     }
 
     /// Replaces the whole log with a snapshot's base (an installed snapshot).
@@ -178,5 +208,82 @@ impl Log {
             self.window.pop_front();
             self.window_start = self.window_start.next();
         }
+        // Only applied entries leave memory: what is left to apply is still here.
+        assert!(
+            self.window_start <= applied.next(),
+            "trimmed the window to {} past the applied entry {applied}",
+            self.window_start
+        );
+    }
+
+    /// Checks the log's invariants against `term`, the replica's current term: the window is
+    /// the log's tail after the base, its entries agree with the terms and hashes kept for
+    /// them, and terms never decrease. Walks the window (bounded), not the whole log.
+    pub(crate) fn check_invariants(&self, term: Term) {
+        assert_eq!(
+            self.terms.len(),
+            self.hashes.len(),
+            "a term and a hash per entry"
+        );
+        assert!(
+            self.window_start > self.base.index,
+            "window starts at {} inside the base {}",
+            self.window_start,
+            self.base.index
+        );
+        assert_eq!(
+            self.window_start.0 + self.window.len() as u64,
+            self.last_index().0 + 1,
+            "the window (from {}, {} entries) is not the log's tail (last {})",
+            self.window_start,
+            self.window.len(),
+            self.last_index()
+        );
+        assert!(
+            self.last_term() <= term,
+            "the log's last term {} is above the current term {term}",
+            self.last_term()
+        );
+        let first = self.terms.first().copied().unwrap_or(self.base.term);
+        assert!(
+            self.base.term <= first,
+            "the first entry's term {first} is below the base's term {}",
+            self.base.term
+        );
+        let mut bytes = 0;
+        let mut previous = self
+            .term_at(self.window_start.prev())
+            .unwrap_or(self.base.term);
+        for (offset, entry) in self.window.iter().enumerate() {
+            let index = EntryIndex(self.window_start.0 + offset as u64);
+            self.check_window_entry(index, entry, previous);
+            previous = entry.term();
+            bytes += entry.payload.len();
+        }
+        assert_eq!(self.window_bytes, bytes, "the window's byte count");
+    }
+
+    /// One entry of the window at `index`, after an entry of term `previous`.
+    fn check_window_entry(&self, index: EntryIndex, entry: &Entry, previous: Term) {
+        assert_eq!(entry.index(), index, "window entries are contiguous");
+        assert_eq!(
+            self.term_at(index),
+            Some(entry.term()),
+            "entry {index}'s term disagrees with the term kept for it"
+        );
+        assert_eq!(
+            self.hash_at(index),
+            Some(entry.header.hash),
+            "entry {index}'s hash disagrees with the hash kept for it"
+        );
+        assert!(
+            previous <= entry.term(),
+            "entry {index} of term {} follows one of term {previous}",
+            entry.term()
+        );
+        assert!(
+            entry.header.commit < index,
+            "entry {index} claims itself committed"
+        );
     }
 }

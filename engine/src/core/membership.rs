@@ -130,6 +130,10 @@ impl Configs {
             self.settled = newest;
             self.settled_first = false;
         }
+        assert!(
+            self.pending.first().is_none_or(|(i, _)| *i > commit),
+            "a committed members entry left pending"
+        );
     }
 
     /// A snapshot through `index` replaced the log: `members` were in force there (`first`:
@@ -149,6 +153,34 @@ impl Configs {
     /// True while a change is appended but not committed.
     pub(super) fn has_pending(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// The settled list is committed; the pending ones follow it in log order, none committed,
+    /// each at a members entry that the log holds after `commit` (so in memory: `log`).
+    fn check_invariants(&self, commit: EntryIndex, log: &super::Log) {
+        assert!(
+            self.settled.0 <= commit,
+            "members of entry {} settled past the commit {commit}",
+            self.settled.0
+        );
+        let mut after = commit.max(self.settled.0);
+        for (index, members) in &self.pending {
+            assert!(
+                *index > after && *index <= log.last_index(),
+                "pending members at {index}: not after {after}, or past the log's last {}",
+                log.last_index()
+            );
+            assert!(
+                log.entry(*index)
+                    .is_some_and(|e| e.kind() == EntryKind::Members),
+                "pending members at {index} without a members entry in memory there"
+            );
+            assert!(
+                !members.is_empty(),
+                "pending members at {index}: an empty list"
+            );
+            after = *index;
+        }
     }
 }
 
@@ -196,6 +228,18 @@ impl Core {
         RepairView {
             judges: self.judges(),
             log_ends: self.log_ends.iter().map(|(&n, &end)| (n, end)).collect(),
+        }
+    }
+
+    /// The member lists agree with the log and the commit index; the hard state keeps a list.
+    pub(super) fn check_members(&self) {
+        self.configs.check_invariants(self.commit, &self.log);
+        assert!(
+            self.hard.members.is_some(),
+            "the hard state keeps no members"
+        );
+        if self.role == Role::Leader {
+            assert!(!self.members().is_empty(), "a leader of no members");
         }
     }
 
@@ -258,6 +302,7 @@ impl Core {
             return Err(ChangeRefused::NotSettled);
         }
         let members = self.members().changed(change)?;
+        assert!(!members.is_empty(), "a change leaves members");
         let payload = Bytes::from(members.encode());
         Ok(self
             .propose(EntryKind::Members, 0, payload, out)
@@ -294,6 +339,10 @@ impl Core {
                 snapshot: None,
             });
         }
+        assert!(
+            !self.peers.contains_key(&self.config.id),
+            "a leader is no peer of itself"
+        );
     }
 
     /// Commits settle the lists up to `commit`; a leader that is no member of the settled list

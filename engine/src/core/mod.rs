@@ -14,6 +14,7 @@
 //! comes back at its old term and cannot depose a leader the others still follow.
 
 mod election;
+mod invariants;
 mod log;
 mod membership;
 mod quorum;
@@ -349,7 +350,17 @@ pub struct Core {
 impl Core {
     /// Checks every invariant of the consensus state; panics naming the first one broken
     /// (see [`crate::replica::Replica::check_invariants`]).
-    pub fn check_invariants(&self) {}
+    /// Walks the in-memory log window, the peers and the member lists, never the whole log.
+    pub fn check_invariants(&self) {
+        self.log.check_invariants(self.hard.term);
+        self.check_indexes();
+        self.check_role();
+        self.check_timers();
+        self.check_peers();
+        self.check_members();
+        self.check_read_rounds();
+        self.check_repair();
+    }
 
     /// A replica starting from what it recovered, as a follower of no known leader.
     pub fn new(config: CoreConfig, recovered: Recovered) -> Self {
@@ -501,6 +512,11 @@ impl Core {
         }
     }
 
+    /// The chained hash of the entry at `index`, if the log holds it (or it is the base).
+    pub fn hash_at(&self, index: EntryIndex) -> Option<EntryHash> {
+        self.log.hash_at(index)
+    }
+
     /// True when the log holds `base`'s entry with its hash (so everything up to it matches).
     pub fn holds(&self, base: LogBase) -> bool {
         self.log.hash_at(base.index) == Some(base.hash)
@@ -532,7 +548,13 @@ impl Core {
     pub fn compact(&mut self, through: EntryIndex) {
         let applied = self.applied.map_or(EntryIndex::ZERO, |a| a.index);
         assert!(through <= applied, "a snapshot covers applied entries only");
+        let base = self.log.base().index;
         self.log.compact(through);
+        assert!(
+            self.log.base().index >= base.max(through),
+            "compaction through {through} left the base at {} (was {base})",
+            self.log.base().index
+        );
     }
 
     /// As leader, appends a new entry to the log and starts replicating it.
@@ -719,6 +741,7 @@ impl Core {
             return;
         }
         let before = self.members().clone();
+        let old_base = self.log.base().index;
         if self.holds(base) {
             // The log continues the snapshot (the hashes chain): keep what follows it.
             self.log.compact(base.index);
@@ -734,6 +757,12 @@ impl Core {
             self.forget_first_members(base.index);
         }
         self.members_maybe_changed(&before, out);
+        assert!(
+            self.log.base().index == base.index && base.index > old_base,
+            "an installed snapshot of {} left the base at {} (was {old_base})",
+            base.index,
+            self.log.base().index
+        );
         self.commit = base.index;
         self.confirmed = self.confirmed.max(base.index);
         self.applied = Some(applied);
@@ -775,6 +804,11 @@ impl Core {
     }
 
     fn set_role(&mut self, role: Role, leader: Option<NodeId>, out: &mut Vec<Action>) {
+        assert_eq!(
+            role == Role::Leader,
+            leader == Some(self.config.id),
+            "role {role:?} with leader {leader:?}"
+        );
         if self.role != role || self.leader != leader {
             self.role = role;
             self.leader = leader;
@@ -787,6 +821,12 @@ impl Core {
     }
 
     fn become_follower(&mut self, term: Term, leader: Option<NodeId>, out: &mut Vec<Action>) {
+        assert!(
+            term >= self.hard.term,
+            "following term {term} from term {}",
+            self.hard.term
+        );
+        assert_ne!(leader, Some(self.config.id), "a follower of itself");
         if term > self.hard.term {
             self.hard = HardState {
                 term,
@@ -821,6 +861,7 @@ impl Core {
             Some(LostVotes::Unknown) | None => self.hard.term,
         };
         let term = Term(above.0 + 1);
+        assert_ne!(self.role, Role::Leader, "a leader campaigns");
         self.hard = HardState {
             term,
             voted_for: Some(self.config.id),
@@ -861,6 +902,24 @@ impl Core {
     }
 
     fn become_leader(&mut self, out: &mut Vec<Action>) {
+        assert_eq!(
+            self.role,
+            Role::Candidate,
+            "only a candidate becomes leader"
+        );
+        assert_eq!(
+            self.hard.voted_for,
+            Some(self.config.id),
+            "a leader of term {} that did not vote for itself",
+            self.hard.term
+        );
+        assert!(
+            self.hard.repair.is_none() && self.hard.votes_lost.is_none(),
+            "a replica that may have lost entries or votes leads"
+        );
+        // A pre-vote round its campaign's timer opened ends here: a late grant must not make
+        // the new leader campaign again.
+        self.pre_votes = None;
         self.peers.clear();
         self.follow_members();
         self.heartbeat_elapsed = 0;
@@ -884,6 +943,13 @@ impl Core {
             out.push(Action::PersistHardState(self.hard));
         }
         if granted {
+            // Never two candidates in one term: the vote granted is the one kept.
+            assert_eq!(
+                self.hard.voted_for,
+                Some(vote.candidate),
+                "a second vote in term {}",
+                self.hard.term
+            );
             self.reset_election_timer();
         }
         self.answer_vote(vote.candidate, false, granted, out);
@@ -1115,9 +1181,7 @@ impl Core {
         }
         let commit = append.commit.min(covered);
         if commit > self.commit {
-            self.commit = commit;
-            out.push(Action::Commit(commit));
-            self.settle_members(out);
+            self.raise_commit(commit, out);
         }
         // Every append that brings nothing new to persist is answered at once, with what is
         // durable so far: a heartbeat, and a resend of entries still on their way to disk (the
@@ -1183,6 +1247,11 @@ impl Core {
                     self.persist(fresh, out);
                     return Err(self.commit);
                 }
+                assert!(
+                    index > self.commit,
+                    "truncating from {index}, at or below the commit {}",
+                    self.commit
+                );
                 self.log.truncate_from(index);
                 self.configs.truncated(index);
                 self.durable = self.durable.min(index.prev());
@@ -1251,6 +1320,13 @@ impl Core {
                     progress.snapshot = None;
                 }
                 progress.next = progress.next.max(progress.matched.next());
+                assert!(
+                    progress.matched <= last && progress.next <= last.next(),
+                    "peer {}: match {} next {} past the log's last {last}",
+                    reply.from,
+                    progress.matched,
+                    progress.next
+                );
                 let behind = progress.next <= last && !progress.loading && !lagging;
                 self.advance_commit(out);
                 if behind {
@@ -1264,6 +1340,13 @@ impl Core {
                     progress.matched = hint;
                 }
                 progress.next = hint.next().max(progress.matched.next()).min(last.next());
+                assert!(
+                    progress.matched < progress.next,
+                    "peer {}: match {} not below next {}",
+                    reply.from,
+                    progress.matched,
+                    progress.next
+                );
                 if !progress.loading {
                     self.send_append(reply.from, out);
                 }
@@ -1278,10 +1361,22 @@ impl Core {
         }
         let quorum = quorum_index(&mut matched);
         if quorum > self.commit && self.log.term_at(quorum) == Some(self.hard.term) {
-            self.commit = quorum;
-            out.push(Action::Commit(quorum));
-            self.settle_members(out);
+            self.raise_commit(quorum, out);
         }
+    }
+
+    /// Moves the commit index forward to `commit`, an index the log holds, and settles the
+    /// member lists up to it.
+    fn raise_commit(&mut self, commit: EntryIndex, out: &mut Vec<Action>) {
+        assert!(
+            commit > self.commit && commit <= self.log.last_index(),
+            "commit moving from {} to {commit} (last {})",
+            self.commit,
+            self.log.last_index()
+        );
+        self.commit = commit;
+        out.push(Action::Commit(commit));
+        self.settle_members(out);
     }
 
     fn heartbeat(&mut self, out: &mut Vec<Action>) {
@@ -1400,8 +1495,20 @@ impl Core {
             .log
             .term_at(prev_index)
             .expect("the leader holds every index below next");
+        // Walking the entries costs time on the replication path: debug builds only.
+        debug_assert!(
+            entries
+                .iter()
+                .enumerate()
+                .all(|(k, e)| e.index().0 == next.0 + k as u64),
+            "entries sent to {peer} from {next} are not consecutive"
+        );
         let progress = self.peers.get_mut(&peer).expect("a peer of the leader");
         progress.next = EntryIndex(next.0 + entries.len() as u64);
+        assert!(
+            progress.next <= self.log.last_index().next(),
+            "sent {peer} entries past the log's last"
+        );
         let append = Append {
             term: self.hard.term,
             leader: self.config.id,
@@ -1445,6 +1552,12 @@ impl Core {
         assert!(
             applied.index <= self.commit,
             "only committed entries are applied"
+        );
+        let before = self.applied.map_or(EntryIndex::ZERO, |a| a.index);
+        assert_eq!(
+            applied.index,
+            before.next(),
+            "entries are applied one after the other"
         );
         self.applied = Some(applied);
         self.forget_first_members(applied.index);

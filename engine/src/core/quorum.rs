@@ -10,7 +10,13 @@ pub fn majority(nodes: usize) -> usize {
 pub fn quorum_index<T: Ord + Copy>(matched: &mut [T]) -> T {
     assert!(!matched.is_empty(), "a cluster has at least one replica");
     matched.sort_unstable_by(|a, b| b.cmp(a));
-    matched[majority(matched.len()) - 1]
+    let quorum = matched[majority(matched.len()) - 1];
+    // A walk of the replicas, for every commit: debug builds only.
+    debug_assert!(
+        matched.iter().filter(|&&m| m >= quorum).count() >= majority(matched.len()),
+        "the quorum index is held by fewer than a majority"
+    );
+    quorum
 }
 
 #[cfg(test)]

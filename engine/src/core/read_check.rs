@@ -65,9 +65,38 @@ impl Core {
     /// A new leadership: no answer of an earlier one counts.
     pub(super) fn begin_read_rounds(&mut self) {
         let rounds = &mut self.read_rounds;
+        assert!(
+            rounds.first <= rounds.started + 1,
+            "rounds counted back: first {} after started {}",
+            rounds.first,
+            rounds.started
+        );
         rounds.first = rounds.started + 1;
         rounds.confirmed = rounds.started;
         rounds.answered.clear();
+    }
+
+    /// Rounds only move forward: first - 1 <= confirmed <= started, and every answer counted
+    /// is of a round of this leadership that was started.
+    pub(super) fn check_read_rounds(&self) {
+        let rounds = &self.read_rounds;
+        assert!(
+            rounds.first <= rounds.started + 1
+                && rounds.first.saturating_sub(1) <= rounds.confirmed
+                && rounds.confirmed <= rounds.started,
+            "read rounds out of order: first {}, confirmed {}, started {}",
+            rounds.first,
+            rounds.confirmed,
+            rounds.started
+        );
+        for (node, &round) in &rounds.answered {
+            assert!(
+                (rounds.first..=rounds.started).contains(&round),
+                "node {node} answered round {round} outside {}..={}",
+                rounds.first,
+                rounds.started
+            );
+        }
     }
 
     /// A member's answer to a leader's check: its term, taken from the check if newer (the
@@ -134,6 +163,10 @@ impl Core {
         );
         let moved = confirmed > rounds.confirmed;
         self.read_rounds.confirmed = confirmed.max(rounds.confirmed);
+        assert!(
+            self.read_rounds.confirmed >= self.read_rounds.first.saturating_sub(1),
+            "confirmed a round before this leadership"
+        );
         moved
     }
 }

@@ -6,9 +6,9 @@
 //! that never campaign (no member in a log the damage cut, or rebuilt knowing no members) are
 //! heard too.
 
-use super::{Action, Core, MemberSet};
+use super::{Action, Core, LostVotes, MemberSet};
 use crate::ids::EntryIndex;
-use net::message::{LogEnd, PeerMessage};
+use net::message::{LogEnd, PeerMessage, Role};
 
 impl Core {
     /// Ends a repair once the log is durable through the index the damage may have cost:
@@ -21,6 +21,27 @@ impl Core {
         {
             self.hard.repair = None;
             out.push(Action::PersistHardState(self.hard));
+        }
+    }
+
+    /// A replica that may lack entries it acknowledged, or may have cast votes it lost, never
+    /// leads; lost votes it bounded are in terms at or above its own.
+    pub(super) fn check_repair(&self) {
+        if self.hard.repair.is_some() || self.hard.votes_lost.is_some() {
+            assert_ne!(
+                self.role,
+                Role::Leader,
+                "a leader with repair {:?} and lost votes {:?}",
+                self.hard.repair,
+                self.hard.votes_lost
+            );
+        }
+        if let Some(LostVotes::Through(lost)) = self.hard.votes_lost {
+            assert!(
+                lost >= self.hard.term,
+                "votes lost through term {lost}, below the current term {}",
+                self.hard.term
+            );
         }
     }
 
@@ -49,6 +70,7 @@ impl Core {
             // One last round of vote requests tells the others where this log ends, so that
             // each of them can come to the same conclusion before this replica halts.
             self.campaign(out);
+            assert_ne!(self.role, Role::Leader, "a replica repairing damage won");
             out.push(Action::Unrecoverable(first_lost));
         } else {
             // The lost entries are nowhere: the members they may have named are gone with them.

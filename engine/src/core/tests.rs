@@ -31,9 +31,11 @@ fn core(id: NodeId) -> Core {
     Core::new(config(id), Recovered::default())
 }
 
+/// Steps `core` and checks its invariants after the step.
 fn step(core: &mut Core, event: Event) -> Vec<Action> {
     let mut out = Vec::new();
     core.step(event, &mut out);
+    core.check_invariants();
     out
 }
 
@@ -1248,6 +1250,7 @@ impl Cluster {
             }
             let mut out = Vec::new();
             self.cores[Self::at(to)].step(event, &mut out);
+            self.cores[Self::at(to)].check_invariants();
             self.carry_out(to, out);
         }
     }
@@ -1256,6 +1259,7 @@ impl Cluster {
         for id in [N1, N2, N3] {
             let mut out = Vec::new();
             self.cores[Self::at(id)].step(Event::Tick, &mut out);
+            self.cores[Self::at(id)].check_invariants();
             self.carry_out(id, out);
         }
         self.deliver_all();
@@ -1405,6 +1409,38 @@ fn a_pre_vote_changes_nothing_until_a_majority_grants_it() {
         .position(|a| matches!(a, Action::Send { message: PeerMessage::Vote(v), .. } if !v.pre))
         .expect("real vote requests");
     assert!(persisted < first_request, "{actions:?}");
+}
+
+/// Proves a candidate that won its election while a later pre-vote round of its own was still
+/// open leads on: the round ends when it becomes leader, and a late pre-vote grant does not
+/// make it campaign again (raise its term and drop its clients). The simulator found this.
+#[test]
+fn a_late_pre_vote_does_not_depose_a_new_leader() {
+    let mut n1 = pre_voting(N1);
+    tick_until_active(&mut n1);
+    let pre_granted = |term| Event::Message {
+        from: N3,
+        message: PeerMessage::VoteReply(VoteReply {
+            term: Term(term),
+            pre: true,
+            from: N3,
+            granted: true,
+        }),
+    };
+    step(&mut n1, pre_granted(0));
+    assert_eq!((n1.role(), n1.term()), (Role::Candidate, Term(1)));
+    // Its campaign's timer runs out: a pre-vote round for term 2 opens, still a candidate.
+    tick_until_active(&mut n1);
+    assert_eq!((n1.role(), n1.term()), (Role::Candidate, Term(1)));
+    // A late vote of term 1 elects it; then a late grant of the round for term 2 arrives.
+    step(&mut n1, vote_granted(1, N2));
+    assert_eq!(n1.role(), Role::Leader);
+    let actions = step(&mut n1, pre_granted(1));
+    assert_eq!(
+        (n1.role(), n1.term()),
+        (Role::Leader, Term(1)),
+        "{actions:?}"
+    );
 }
 
 /// Proves a replica grants a pre-vote only when it has not heard from a leader lately and the

@@ -81,7 +81,9 @@ impl<H: Handler, T> Replica<H, T> {
             return reject(token, Rejection::Busy);
         }
         self.timing.request_queued();
-        self.waiters.insert(key, (digest, token));
+        let replaced = self.waiters.insert(key, (digest, token));
+        // A second waiter would silently take the first one's answer.
+        assert!(replaced.is_none(), "request {request} waited for twice");
         Ok(())
     }
 
@@ -96,7 +98,12 @@ impl<H: Handler, T> Replica<H, T> {
             });
             return;
         }
-        self.resumes.push((self.core.last_index(), client, token));
+        let at = self.core.last_index();
+        assert!(
+            self.resumes.last().is_none_or(|(index, ..)| *index <= at),
+            "the leader's log shrank below a resume"
+        );
+        self.resumes.push((at, client, token));
         self.answer_resumes(out);
     }
 

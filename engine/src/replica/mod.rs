@@ -264,6 +264,65 @@ impl<H: Handler, T> Replica<H, T> {
         self.core.check_invariants();
         self.machine.check_invariants();
         self.batcher.check_invariants();
+        self.check_waiting();
+        self.check_reads();
+        self.check_snapshots();
+    }
+
+    /// What waits for the leader: nothing on a replica that does not lead or halted; each
+    /// request queued once, the waiter still here for it waiting for the same commands; each
+    /// resume for an entry the log holds and that has not applied yet.
+    fn check_waiting(&self) {
+        let leading = self.core.role() == Role::Leader && self.halted.is_none();
+        if !leading {
+            assert!(
+                self.batcher.is_empty() && self.waiters.is_empty() && self.resumes.is_empty(),
+                "a replica that does not lead holds {} requests, {} waiters, {} resumes",
+                self.batcher.queued().count(),
+                self.waiters.len(),
+                self.resumes.len()
+            );
+        }
+        if self.core.role() != Role::Leader {
+            assert!(
+                self.unsimulated.is_empty(),
+                "a follower with entries to simulate"
+            );
+        }
+        let mut queued = std::collections::BTreeSet::new();
+        for request in self.batcher.queued() {
+            let key = (request.client, request.request);
+            assert!(
+                queued.insert(key),
+                "request {} of client {} queued twice",
+                key.1,
+                key.0
+            );
+            assert!(
+                self.waiters
+                    .get(&key)
+                    .is_none_or(|(d, _)| *d == request.digest),
+                "request {} of client {} waits for other commands than it queued",
+                key.1,
+                key.0
+            );
+        }
+        let (applied, last) = (self.machine.applied_index(), self.core.last_index());
+        for (index, client, _) in &self.resumes {
+            assert!(
+                *index > applied && *index <= last,
+                "client {client}'s resume at {index} (applied {applied}, last {last})"
+            );
+        }
+        // Entries proposed and applied before their simulation ran stay listed (and skipped).
+        let mut after = EntryIndex::ZERO;
+        for &index in &self.unsimulated {
+            assert!(
+                index > after && index <= last,
+                "entry {index} to simulate after {after} (last {last})"
+            );
+            after = index;
+        }
     }
 
     /// A replica from what recovery found: the core's durable state, the state machine with
@@ -367,9 +426,21 @@ impl<H: Handler, T> Replica<H, T> {
         self.check_step();
     }
 
-    /// The step's postconditions.
+    /// The step's postconditions (cheap: checked after every step, in release builds too).
     fn check_step(&self) {
         let core = &self.core;
+        let applied = self.machine.applied_index();
+        assert_eq!(
+            core.applied().map_or(EntryIndex::ZERO, |a| a.index),
+            applied,
+            "the core and the state machine disagree on the entry applied"
+        );
+        assert!(
+            self.commit_to <= core.commit_index(),
+            "applying up to {} past the commit index {}",
+            self.commit_to,
+            core.commit_index()
+        );
         assert!(
             core.durable_index() <= core.last_index(),
             "durable past the log's end"
@@ -402,22 +473,24 @@ impl<H: Handler, T> Replica<H, T> {
         match action {
             Action::Send { to, message } => out.push(Io::Send { to, message }),
             Action::PersistHardState(state) => out.push(Io::PersistHardState(state)),
-            Action::Persist(entries) => out.push(Io::Wal(WalOp::Append(entries))),
+            Action::Persist(entries) => {
+                self.check_appended(&entries);
+                out.push(Io::Wal(WalOp::Append(entries)));
+            }
             Action::AckWhenDurable { to, reply } => out.push(Io::Wal(WalOp::Ack {
                 to,
                 message: PeerMessage::AppendReply(reply),
             })),
-            Action::Truncate(from) => out.push(Io::Wal(WalOp::Truncate(from))),
-            Action::Load { peer, from, to } => out.push(Io::Wal(WalOp::Load { peer, from, to })),
-            Action::Commit(index) => {
-                self.timing.committed(index);
-                if self.core.role() == Role::Leader {
-                    self.apply_committed(index, queue, out);
-                } else {
-                    // A follower applies once its acknowledgements are out (see `catch_up`).
-                    self.commit_to = self.commit_to.max(index);
-                }
+            Action::Truncate(from) => {
+                assert!(
+                    from > self.machine.applied_index(),
+                    "truncating from {from}, at or below the applied {}",
+                    self.machine.applied_index()
+                );
+                out.push(Io::Wal(WalOp::Truncate(from)));
             }
+            Action::Load { peer, from, to } => out.push(Io::Wal(WalOp::Load { peer, from, to })),
+            Action::Commit(index) => self.committed(index, queue, out),
             Action::RoleChanged { role, term, leader } => {
                 self.role_changed(role, out);
                 out.push(Io::Note(Note::RoleChanged { role, term, leader }));
@@ -457,6 +530,26 @@ impl<H: Handler, T> Replica<H, T> {
         }
     }
 
+    /// Entries up to `index` are committed: the leader applies them now, a follower once its
+    /// acknowledgements are out (see `catch_up`).
+    fn committed(&mut self, index: EntryIndex, queue: &mut VecDeque<Action>, out: &mut Vec<Io<T>>) {
+        assert!(
+            index <= self.core.commit_index(),
+            "told to apply up to {index} past the commit index {}",
+            self.core.commit_index()
+        );
+        self.timing.committed(index);
+        if self.core.role() == Role::Leader {
+            self.apply_committed(index, queue, out);
+            assert!(
+                self.halted.is_some() || self.machine.applied_index() >= index,
+                "the leader left committed entries up to {index} unapplied"
+            );
+        } else {
+            self.commit_to = self.commit_to.max(index);
+        }
+    }
+
     fn role_changed(&mut self, role: Role, out: &mut Vec<Io<T>>) {
         self.machine.set_replying(role == Role::Leader);
         if role != Role::Leader {
@@ -465,6 +558,28 @@ impl<H: Handler, T> Replica<H, T> {
             self.machine.discard_simulations();
             self.timing.forget();
         }
+    }
+
+    /// Entries handed to the WAL to append: consecutive, after what was applied, and (checked
+    /// in debug builds only: it hashes every payload again) each chained to the one before.
+    fn check_appended(&self, entries: &[Entry]) {
+        let Some(first) = entries.first() else {
+            return;
+        };
+        assert!(
+            first.index() > self.machine.applied_index(),
+            "appending entry {} at or below the applied {}",
+            first.index(),
+            self.machine.applied_index()
+        );
+        debug_assert!(
+            entries.windows(2).all(|pair| {
+                pair[1].index() == pair[0].index().next()
+                    && pair[1].verify(&pair[0].header.hash).is_ok()
+            }),
+            "entries appended from {} do not chain",
+            first.index()
+        );
     }
 
     /// Applies committed entries in order, answers the requests they finish, and tells the
@@ -481,6 +596,7 @@ impl<H: Handler, T> Replica<H, T> {
                 self.halt(Halt::NotInMemory(next), out);
                 return;
             };
+            self.check_applying(&entry, next);
             let started = Instant::now();
             let applied = match self.machine.apply(&entry) {
                 Ok(applied) => applied,
@@ -513,6 +629,28 @@ impl<H: Handler, T> Replica<H, T> {
             queue.extend(actions);
             self.maybe_start_snapshot(out);
         }
+    }
+
+    /// An entry about to be applied as `next`: committed, and the one the log holds there,
+    /// chained to the entry before it (that check hashes the payload: debug builds only).
+    fn check_applying(&self, entry: &Entry, next: EntryIndex) {
+        assert!(
+            entry.index() == next && next <= self.core.commit_index(),
+            "applying entry {} as {next} (commit {})",
+            entry.index(),
+            self.core.commit_index()
+        );
+        assert_eq!(
+            self.core.hash_at(next),
+            Some(entry.header.hash),
+            "entry {next} to apply is not the one the log holds"
+        );
+        debug_assert!(
+            self.core
+                .hash_at(next.prev())
+                .is_some_and(|prev| entry.verify(&prev).is_ok()),
+            "entry {next} does not chain to the entry before it"
+        );
     }
 
     /// Answers the client waiting for `reply`'s request, if one waits here.
@@ -595,6 +733,7 @@ impl<H: Handler, T> Replica<H, T> {
                 .core
                 .propose(kind, count, payload, &mut actions)
                 .expect("the leader proposes");
+            assert_eq!(index, self.core.last_index(), "a proposal ends the log");
             self.timing.proposed(index, !self.batcher.is_empty());
             // An empty entry is simulated too, so that the speculations after it go on.
             self.unsimulated.push(index);
@@ -706,6 +845,12 @@ impl<H: Handler, T> Replica<H, T> {
         if (idle || behind >= FOLLOWER_APPLY_LAG_ENTRIES_MAX) && behind > 0 {
             let mut queue = VecDeque::new();
             self.apply_committed(self.commit_to, &mut queue, out);
+            assert!(
+                self.halted.is_some() || self.machine.applied_index() >= self.commit_to,
+                "caught up to {} of {}",
+                self.machine.applied_index(),
+                self.commit_to
+            );
             self.take_actions(queue.into(), out);
         }
     }
@@ -744,6 +889,7 @@ impl<H: Handler, T> Replica<H, T> {
                 continue;
             }
             if let Some(entry) = self.core.entry(index).cloned() {
+                assert_eq!(entry.index(), index, "simulating another entry");
                 let started = Instant::now();
                 self.machine.simulate(&entry);
                 self.timing.simulated(started);

@@ -87,6 +87,45 @@ impl<T> Reads<T> {
         std::mem::take(&mut self.tokens).into_values()
     }
 
+    /// Every read held waits to run or has run, once, with its token; the answers kept are
+    /// counted right and within their bounds.
+    fn check_held(&self) {
+        assert!(
+            self.tokens.len() <= READS_HELD_MAX,
+            "{} reads held",
+            self.tokens.len()
+        );
+        assert_eq!(
+            self.tokens.len(),
+            self.waiting.len() + self.run.len(),
+            "reads held: {} tokens for {} waiting and {} run",
+            self.tokens.len(),
+            self.waiting.len(),
+            self.run.len()
+        );
+        let waiting = self.waiting.iter().map(|read| (read.client, read.read));
+        for key in waiting.chain(self.run.iter().map(|(_, key, _)| *key)) {
+            assert!(
+                self.tokens.contains_key(&key),
+                "read {} of client {} held without a token",
+                key.1,
+                key.0
+            );
+        }
+        assert!(
+            self.answered.len() == self.sent.len() && self.sent.len() <= READS_ANSWERED_KEPT,
+            "{} answers kept, {} in their order",
+            self.answered.len(),
+            self.sent.len()
+        );
+        let bytes: usize = self.answered.values().map(reply_bytes).sum();
+        assert!(
+            self.answered_bytes == bytes && bytes <= READS_ANSWERED_BYTES_MAX,
+            "answers kept counted as {} bytes, hold {bytes}",
+            self.answered_bytes
+        );
+    }
+
     /// True when a new read (one not held already) must be refused: [`READS_HELD_MAX`] are.
     fn full(&self, key: &ReadKey) -> bool {
         self.tokens.len() >= READS_HELD_MAX && !self.tokens.contains_key(key)
@@ -111,6 +150,14 @@ impl<T> Reads<T> {
                 self.answered_bytes -= reply_bytes(&dropped);
             }
         }
+        assert!(
+            self.answered_bytes <= READS_ANSWERED_BYTES_MAX
+                && self.answered.len() == self.sent.len(),
+            "answers kept: {} bytes, {} answers, {} in their order",
+            self.answered_bytes,
+            self.answered.len(),
+            self.sent.len()
+        );
     }
 }
 
@@ -124,6 +171,48 @@ fn reply_bytes(reply: &ClientReply) -> usize {
 }
 
 impl<H: Handler, T> Replica<H, T> {
+    /// The reads held: none on a replica that does not lead or halted; none waiting to run
+    /// once this leader applied an entry of its term; each run waiting for an entry or a round
+    /// that can still come.
+    pub(super) fn check_reads(&self) {
+        let reads = &self.reads;
+        reads.check_held();
+        let leading = self.core.role() == Role::Leader && self.halted.is_none();
+        if !leading {
+            assert!(
+                reads.tokens.is_empty() && reads.answered.is_empty(),
+                "a replica that does not lead holds {} reads, {} answers",
+                reads.tokens.len(),
+                reads.answered.len()
+            );
+        }
+        if self.machine.applied_term() == self.core.term() {
+            assert!(
+                reads.waiting.is_empty(),
+                "{} reads wait to run though this leader applied an entry of its term",
+                reads.waiting.len()
+            );
+        }
+        let last = self.core.last_index();
+        assert!(
+            reads.entry_wanted <= last.next(),
+            "a read waits for entry {}, past the next to propose (last {last})",
+            reads.entry_wanted
+        );
+        let started = self.core.read_round_started();
+        for (release, key, _) in &reads.run {
+            let ok = match *release {
+                Release::Entry(at) => at <= reads.entry_wanted,
+                Release::Round { round, .. } => round <= started,
+            };
+            assert!(ok, "read {} waits for {release:?}", key.1);
+        }
+        assert!(
+            reads.round_started_tick <= self.ticks,
+            "a read round started in the future"
+        );
+    }
+
     /// A client's read, to be answered through `token`: refused at once, or run now (or once
     /// this leader applied an entry of its term) and answered once an entry proposed after
     /// it has applied.
@@ -152,6 +241,10 @@ impl<H: Handler, T> Replica<H, T> {
                 self.reads.waiting.push(read);
                 self.serve_reads(out);
             }
+            assert!(
+                self.reads.tokens.len() <= READS_HELD_MAX,
+                "reads held past the bound"
+            );
             return;
         };
         out.push(Io::Answer { to: token, reply });
@@ -195,6 +288,12 @@ impl<H: Handler, T> Replica<H, T> {
         };
         for read in std::mem::take(&mut self.reads.waiting) {
             let key = (read.client, read.read);
+            assert!(
+                self.reads.tokens.contains_key(&key),
+                "read {} of client {} runs for nobody",
+                key.1,
+                key.0
+            );
             match self.run_read(&read) {
                 Ok(reply) => self.reads.run.push_back((release, key, reply)),
                 Err(reason) => self.answer_read(key, refused(reason), out),
@@ -217,6 +316,11 @@ impl<H: Handler, T> Replica<H, T> {
     fn start_read_round(&mut self, out: &mut Vec<Io<T>>) -> u64 {
         let mut actions = Vec::new();
         let round = self.core.start_read_round(&mut actions);
+        assert_eq!(
+            round,
+            self.core.read_round_started(),
+            "the round just started"
+        );
         self.reads.round_started_tick = self.ticks;
         self.take_actions(actions, out);
         round
@@ -267,6 +371,11 @@ impl<H: Handler, T> Replica<H, T> {
 
     /// Sends a read's answer, and keeps it for a retry that may come after.
     fn answer_read(&mut self, key: ReadKey, reply: ClientReply, out: &mut Vec<Io<T>>) {
+        assert_eq!(
+            self.core.role(),
+            Role::Leader,
+            "a read answered by a replica that does not lead"
+        );
         self.reads.keep(key, reply.clone());
         if let Some(to) = self.reads.tokens.remove(&key) {
             out.push(Io::Answer { to, reply });

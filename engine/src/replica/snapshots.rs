@@ -49,6 +49,42 @@ impl Snapshots {
 }
 
 impl<H: Handler, T> Replica<H, T> {
+    /// The snapshot policy's facts: its starts and the newest durable snapshot are at or below
+    /// the entry applied, the log's base at or below that snapshot, and bytes wait for the
+    /// writer only while a snapshot is scanned, fewer than one write's worth.
+    pub(super) fn check_snapshots(&self) {
+        let policy = &self.snapshots;
+        let applied = self.machine.applied_index();
+        let latest = policy.latest.map_or(EntryIndex::ZERO, |(index, _)| index);
+        assert!(
+            policy.last_start <= applied && latest <= applied,
+            "snapshot started at {}, newest durable at {latest}, past the applied {applied}",
+            policy.last_start
+        );
+        let base = self.core.log_base().index;
+        assert!(
+            base <= latest,
+            "the log dropped entries through {base}, past the newest durable snapshot {latest}"
+        );
+        assert!(
+            policy.durable_at.is_none_or(|at| at <= self.ticks),
+            "a snapshot durable in the future"
+        );
+        if !policy.pending.is_empty() {
+            assert!(
+                self.machine.snapshotting(),
+                "{} snapshot bytes wait with no snapshot in progress",
+                policy.pending.len()
+            );
+            assert!(
+                policy.pending.len() < self.config.snapshot_write_bytes,
+                "{} snapshot bytes wait, a write is {}",
+                policy.pending.len(),
+                self.config.snapshot_write_bytes
+            );
+        }
+    }
+
     /// Starts a snapshot when the applied index crossed a multiple of the snapshot interval
     /// since the last start, the newest durable snapshot has been kept the retention period,
     /// and the log applied since the last start is at least the configured percent of the
@@ -69,6 +105,10 @@ impl<H: Handler, T> Replica<H, T> {
         }
         // `None`: a pending speculation is in the way; the next applied entry tries again.
         if let Some(meta) = self.machine.begin_snapshot() {
+            assert_eq!(
+                meta.index, applied,
+                "a snapshot starts at the entry applied"
+            );
             self.snapshots.last_start = applied;
             self.snapshots.log_bytes_at_start = self.machine.applied_bytes();
             self.snapshots.pending.clear();
@@ -134,6 +174,11 @@ impl<H: Handler, T> Replica<H, T> {
         }
         if let Some((previous, _)) = self.snapshots.latest.replace((index, bytes)) {
             let through = self.core.compactable(previous);
+            // The log is kept from the snapshot before the newest: never past it.
+            assert!(
+                through <= previous && previous < index,
+                "compacting through {through} with snapshots {previous} and {index}"
+            );
             if through > self.core.log_base().index {
                 self.core.compact(through);
                 out.push(Io::Wal(WalOp::Compact(through)));
@@ -159,6 +204,11 @@ impl<H: Handler, T> Replica<H, T> {
             self.halt(Halt::Install { index, error }, out);
             return;
         }
+        assert_eq!(
+            self.machine.applied_index(),
+            meta.index,
+            "an installed snapshot's state is at its entry"
+        );
         let base = LogBase {
             index: meta.index,
             term: meta.term,
@@ -193,6 +243,15 @@ impl<H: Handler, T> Replica<H, T> {
                 members,
             },
             out,
+        );
+        assert!(
+            self.halted.is_some()
+                || (self.core.commit_index() >= meta.index
+                    && self.core.log_base().index == meta.index),
+            "the snapshot of {} installed: commit {}, base {}",
+            meta.index,
+            self.core.commit_index(),
+            self.core.log_base().index
         );
     }
 }

@@ -91,6 +91,10 @@ impl Timing {
         if self.proposed.len() == TRACKED_ENTRIES_MAX {
             self.proposed.pop_front();
         }
+        assert!(
+            self.proposed.back().is_none_or(|(last, ..)| *last < index),
+            "entry {index} proposed after a later one in one leadership"
+        );
         self.proposed.push_back((index, now, false));
     }
 
