@@ -4,6 +4,7 @@
 //! simulation is confirmed and reused (Performance mode) or rolled back, executed again and
 //! compared (Verify mode).
 
+mod invariants;
 mod sessions;
 mod speculate;
 
@@ -259,12 +260,27 @@ pub struct StateMachine<H: Handler> {
     journaling: bool,
     /// The entry being run: each command's outcome fingerprint, by position.
     fingerprints: Vec<u32>,
+    /// An entry failed to apply ([`StateMachine::apply`] returned an error): it may have
+    /// stopped part way, its writes left pending. Nothing more applies; only the checks of
+    /// what holds at an entry's edge look at it, and pass over what it left.
+    stopped: bool,
 }
 
 impl<H: Handler> StateMachine<H> {
     /// Checks every invariant of the state machine, its sessions and its state; panics naming
     /// the first one broken (see [`crate::replica::Replica::check_invariants`]).
-    pub fn check_invariants(&self) {}
+    pub fn check_invariants(&self) {
+        self.check_applied();
+        self.check_speculations();
+        self.check_scan();
+        // An entry that failed part way opened its sessions at its own index.
+        let active_max = match self.stopped {
+            true => self.speculated_index().next(),
+            false => self.speculated_index(),
+        };
+        self.sessions.check_invariants(active_max);
+        self.state.check_invariants();
+    }
 
     /// A state machine with an empty state of `capacity_bytes`.
     pub fn new(handler: H, capacity_bytes: u64) -> Self {
@@ -290,6 +306,7 @@ impl<H: Handler> StateMachine<H> {
             handler_version: crate::handler::HANDLER_VERSION_FIRST,
             journaling: false,
             fingerprints: Vec::new(),
+            stopped: false,
         }
     }
 
@@ -452,6 +469,12 @@ impl<H: Handler> StateMachine<H> {
 
     /// Applies the next committed entry.
     pub fn apply(&mut self, entry: &Entry) -> Result<Applied, ApplyError> {
+        let applied = self.apply_members(entry);
+        self.stopped |= applied.is_err();
+        applied
+    }
+
+    fn apply_members(&mut self, entry: &Entry) -> Result<Applied, ApplyError> {
         let applied = self.apply_any(entry)?;
         if entry.kind() == EntryKind::Members {
             let members = Members::decode(&entry.payload).map_err(|_| ApplyError::Members {
@@ -527,6 +550,11 @@ impl<H: Handler> StateMachine<H> {
 
     /// Records `entry` as the last applied for good.
     fn settle(&mut self, entry: &Entry) {
+        assert_eq!(
+            entry.index(),
+            self.applied.next(),
+            "the entries applied go forward one at a time"
+        );
         self.applied = entry.index();
         self.applied_term = entry.term();
         self.applied_entry = entry.header.hash;
@@ -633,6 +661,12 @@ impl<H: Handler> StateMachine<H> {
                 ScanProgress::Done(meta) => {
                     let digest = blake3::hash(&bytes);
                     bytes.extend_from_slice(digest.as_bytes());
+                    // Debug builds only: it parses the whole file.
+                    debug_assert_eq!(
+                        snapshot::parse_snapshot(&bytes).map(|s| s.meta).as_ref(),
+                        Ok(&meta),
+                        "a snapshot file reads back as what it covers"
+                    );
                     return Some((meta, bytes));
                 }
                 ScanProgress::Idle | ScanProgress::Void => return None,
@@ -694,6 +728,12 @@ impl<H: Handler> StateMachine<H> {
     /// Replaces the whole state, the sessions and any speculation with what `snapshot` holds,
     /// checked against the state hash it recorded; on error nothing changed.
     pub fn install(&mut self, snapshot: Snapshot) -> Result<(), InstallError> {
+        assert!(
+            snapshot.meta.index >= self.applied,
+            "a snapshot of entry {} would take the machine back from entry {}",
+            snapshot.meta.index,
+            self.applied
+        );
         self.check_install(&snapshot)?;
         let mut state = State::new(self.handler.schema(), self.state.capacity_bytes());
         for table in &snapshot.tables {
@@ -761,6 +801,11 @@ impl<H: Handler> StateMachine<H> {
                 replies.push(reply);
             }
         }
+        assert_eq!(
+            first,
+            self.commands.len(),
+            "entry {index}: every command decoded belongs to a fragment"
+        );
         Ok(replies)
     }
 
@@ -787,6 +832,11 @@ impl<H: Handler> StateMachine<H> {
             if whole && !rest.is_empty() {
                 self.commands[start..].fill_with(|| None);
             }
+            assert_eq!(
+                self.commands.len() - start,
+                fragment.command_count as usize,
+                "a fragment gets one slot per command it declares"
+            );
         }
     }
 
@@ -804,8 +854,23 @@ impl<H: Handler> StateMachine<H> {
             Decision::Reused => return Ok(self.skipped(fragment, ReplyStatus::Reused)),
             Decision::NotYet => return Ok(self.skipped(fragment, ReplyStatus::NotYet)),
         };
+        assert!(
+            skip <= commands.len(),
+            "a fragment of {} commands skips {skip}",
+            commands.len()
+        );
         let commands = commands.start + skip..commands.end;
         self.sessions.open(fragment, index);
+        // Debug builds only: a second lookup of the session per fragment.
+        let opened = self
+            .sessions
+            .get(fragment.client)
+            .map(|s| s.applied_commands);
+        debug_assert_eq!(
+            opened,
+            Some(fragment.first_command + skip as u32),
+            "the session opened stands where the decision to run the fragment found it"
+        );
         // The sessions count in the capacity, as they stand before this fragment's results.
         self.state.set_outside_bytes(self.sessions.bytes());
         let mut results = self.sessions.take_results(fragment.client);

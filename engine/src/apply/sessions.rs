@@ -69,6 +69,62 @@ impl Session {
         self.expired
     }
 
+    /// Checks one session's numbers (`client`'s): no more commands applied than its request
+    /// has, active no later than `active_max`, the finished requests it keeps older than its
+    /// own, in order and within the window, each applied command's outcome kept (an outcome
+    /// encodes to a byte at least), and an expired session stripped to its numbers.
+    fn check_invariants(&self, client: ClientId, active_max: EntryIndex) {
+        assert!(
+            self.applied_commands <= self.request_commands,
+            "client {client:?}: {} commands applied of request {}'s {}",
+            self.applied_commands,
+            self.request.0,
+            self.request_commands
+        );
+        assert!(
+            self.last_active <= active_max,
+            "client {client:?}: active at entry {}, after entry {active_max}",
+            self.last_active
+        );
+        assert!(
+            self.earlier.len() < PIPELINE_REQUESTS_MAX,
+            "client {client:?}: {} finished requests kept",
+            self.earlier.len()
+        );
+        let mut requests = self.earlier.iter().map(|f| f.request.0);
+        let ordered = requests
+            .clone()
+            .zip(requests.clone().skip(1))
+            .all(|(a, b)| a < b);
+        assert!(
+            ordered
+                && requests
+                    .next_back()
+                    .is_none_or(|last| last < self.request.0),
+            "client {client:?}: finished requests {:?} before request {}",
+            self.earlier.iter().map(|f| f.request.0).collect::<Vec<_>>(),
+            self.request.0
+        );
+        if self.expired {
+            assert!(
+                self.results.is_empty() && self.earlier.is_empty() && self.is_complete(),
+                "client {client:?}: an expired session keeps only the numbers of a finished \
+                 request"
+            );
+            return;
+        }
+        assert!(
+            self.results.len() >= self.applied_commands as usize,
+            "client {client:?}: {} bytes of results for {} commands applied",
+            self.results.len(),
+            self.applied_commands
+        );
+        assert!(
+            (self.earlier.iter()).all(|f| f.results.len() >= f.request_commands as usize),
+            "client {client:?}: a finished request keeps fewer bytes of results than commands"
+        );
+    }
+
     /// Bytes of the results it keeps.
     fn results_bytes(&self) -> u64 {
         let earlier: usize = self.earlier.iter().map(|f| f.results.len()).sum();
@@ -107,6 +163,11 @@ impl Session {
             dropped += u64::from(!keep) * finished.results.len() as u64;
             keep
         });
+        assert!(
+            self.earlier.len() < PIPELINE_REQUESTS_MAX,
+            "{} finished requests kept, the window is {PIPELINE_REQUESTS_MAX}",
+            self.earlier.len()
+        );
         dropped
     }
 
@@ -206,6 +267,32 @@ impl Sessions {
         );
     }
 
+    /// Checks every session (see [`Session::check_invariants`], none active after entry
+    /// `active_max`), that no journal is open between entries, that at most
+    /// [`EXPIRED_SESSIONS_PER_SESSION`] expired sessions per live one allowed are remembered,
+    /// and that the running count of the results' bytes is their sum. Walks every session.
+    pub(crate) fn check_invariants(&self, active_max: EntryIndex) {
+        assert!(
+            self.journal.is_none(),
+            "no session journal is open between entries"
+        );
+        let (mut expired, mut results_bytes) = (0, 0);
+        for (client, session) in &self.by_client {
+            session.check_invariants(*client, active_max);
+            expired += usize::from(session.is_expired());
+            results_bytes += session.results_bytes();
+        }
+        let expired_max = EXPIRED_SESSIONS_PER_SESSION.saturating_mul(self.limit);
+        assert!(
+            expired <= expired_max,
+            "{expired} expired sessions remembered, at most {expired_max}"
+        );
+        assert_eq!(
+            self.results_bytes, results_bytes,
+            "the sessions' results bytes are counted as held"
+        );
+    }
+
     /// Sessions held.
     pub fn len(&self) -> usize {
         self.by_client.len()
@@ -247,6 +334,12 @@ impl Sessions {
     pub(crate) fn take_results(&mut self, client: ClientId) -> Vec<u8> {
         let session = self.by_client.get_mut(&client).expect("an open session");
         let results = std::mem::take(&mut session.results);
+        assert!(
+            self.results_bytes >= results.len() as u64,
+            "{} bytes of results taken of {} counted",
+            results.len(),
+            self.results_bytes
+        );
         self.results_bytes -= results.len() as u64;
         results
     }
@@ -261,6 +354,10 @@ impl Sessions {
 
     /// Starts journaling changes (a speculative entry begins).
     pub(crate) fn journal_start(&mut self) {
+        assert!(
+            self.journal.is_none(),
+            "one speculative entry journals at a time"
+        );
         self.journal = Some(Vec::new());
     }
 
@@ -430,7 +527,13 @@ impl Sessions {
             });
         if fragment.request != session.request {
             let oldest = fragment.oldest_pending.min(fragment.request);
-            self.results_bytes -= session.retire_latest(oldest);
+            let dropped = session.retire_latest(oldest);
+            assert!(
+                self.results_bytes >= dropped,
+                "{dropped} bytes of results dropped of {} counted",
+                self.results_bytes
+            );
+            self.results_bytes -= dropped;
         }
         if fragment.request != session.request || session.applied_commands == 0 {
             session.request = fragment.request;

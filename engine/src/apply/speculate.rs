@@ -17,7 +17,7 @@
 
 use super::{Applied, ApplyError, Mode, Reply, StateMachine};
 use crate::codec;
-use crate::entry::{Entry, EntryHash};
+use crate::entry::{Entry, EntryHash, chain_hash};
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::EntryIndex;
 use crate::state::TxMark;
@@ -136,7 +136,29 @@ impl<H: Handler> StateMachine<H> {
     /// Applies `entry` speculatively; on any failure the attempt leaves no trace (apply will
     /// execute the entry when it commits).
     fn speculate(&mut self, entry: &Entry) {
+        assert_eq!(
+            entry.index(),
+            self.speculated_index().next(),
+            "speculations run in index order, on top of each other"
+        );
+        // Debug builds only: it hashes the payload again. The leader sealed the entry on top
+        // of the log the state stands at.
+        let previous = self
+            .speculations
+            .back()
+            .map_or(self.applied_entry, |s| s.hash);
+        debug_assert_eq!(
+            chain_hash(&previous, &entry.header, &entry.payload),
+            entry.header.hash,
+            "entry {} chains to the entry the state stands at",
+            entry.index()
+        );
         let start = self.state.begin();
+        let previous_end = self.speculations.back().map_or(start, |s| s.end);
+        assert_eq!(
+            start, previous_end,
+            "a speculation starts where the one before it ended"
+        );
         self.sessions.journal_start();
         self.pass = Pass::Speculate(Recording::default());
         let simulated_before = self.counters.simulated;
@@ -173,6 +195,11 @@ impl<H: Handler> StateMachine<H> {
             .speculations
             .pop_front()
             .expect("a speculation to confirm");
+        assert_eq!(
+            speculation.index,
+            self.applied.next(),
+            "the speculation confirmed is the next entry"
+        );
         self.hash = self.state.confirm_through(speculation.end);
         self.applied = speculation.index;
         self.applied_term = speculation.term;
@@ -231,11 +258,63 @@ impl<H: Handler> StateMachine<H> {
     /// Forgets every simulation (leadership lost, or another leader's entry committed): the
     /// state is rolled back to exactly the committed one.
     pub fn discard_simulations(&mut self) {
+        let committed = self.speculations.front().map(|s| s.start);
         while let Some(speculation) = self.speculations.pop_back() {
             self.sessions.restore(speculation.sessions);
             self.state.rollback(speculation.start);
         }
+        assert!(
+            committed.is_none_or(|start| start == self.state.begin()),
+            "discarded speculations leave the committed state"
+        );
         self.unsimulated.clear();
+    }
+
+    /// What holds of the speculations: Verify keeps one at a time and Performance queues
+    /// none; they follow the last entry applied without a gap, in terms that never go back,
+    /// each starting where the one before ended, the oldest at the committed end of the
+    /// state, the newest where the state stands now.
+    pub(super) fn check_speculations(&self) {
+        assert!(
+            self.mode == Mode::Performance || self.speculations.len() <= 1,
+            "Verify mode keeps one speculation at a time, not {}",
+            self.speculations.len()
+        );
+        assert!(
+            self.mode == Mode::Verify || self.unsimulated.is_empty(),
+            "Performance mode queues no entry to simulate ({} are)",
+            self.unsimulated.len()
+        );
+        let (mut index, mut term, mut end) = (self.applied, self.applied_term, None);
+        for speculation in &self.speculations {
+            assert_eq!(
+                speculation.index,
+                index.next(),
+                "speculations follow the last entry applied without a gap"
+            );
+            assert!(
+                speculation.term >= term,
+                "speculation {} of term {} after term {}",
+                speculation.index,
+                speculation.term.0,
+                term.0
+            );
+            assert!(
+                end.is_none_or(|end| end == speculation.start),
+                "speculation {} starts where the one before it ended",
+                speculation.index
+            );
+            (index, term, end) = (speculation.index, speculation.term, Some(speculation.end));
+        }
+        if self.stopped {
+            // An entry that failed part way left its writes: nothing is at an entry's edge.
+            return;
+        }
+        assert!(
+            end.is_none_or(|end| end == self.state.begin()),
+            "the state stands at the end of the newest speculation"
+        );
+        (self.state).check_pending_since(self.speculations.front().map(|s| s.start));
     }
 
     /// Runs command `at` of entry `index` in the current pass, appending its encoded outcome to

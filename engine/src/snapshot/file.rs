@@ -9,7 +9,7 @@ use super::SnapshotMeta;
 use crate::apply::Session;
 use crate::codec::{self, Decode, Encode};
 use crate::ids::{ClientId, EntryIndex};
-use crate::state::TableId;
+use crate::state::{SLOTS_INITIAL, TABLES_MAX, TableId};
 use crate::storage::{Files, Storage};
 use std::path::{Path, PathBuf};
 
@@ -252,6 +252,11 @@ pub fn list_snapshots_on<S: Storage>(
 
 /// Appends the start of a snapshot file: magic, meta and the number of tables.
 pub(crate) fn encode_head(meta: &SnapshotMeta, tables: usize, out: &mut Vec<u8>) {
+    assert!(
+        tables <= TABLES_MAX,
+        "a snapshot of {tables} tables, at most {TABLES_MAX}"
+    );
+    let start = out.len();
     if meta.handler_version == crate::handler::HANDLER_VERSION_FIRST {
         out.extend_from_slice(&MAGIC_V5);
         let v5 = MetaV5 {
@@ -268,10 +273,31 @@ pub(crate) fn encode_head(meta: &SnapshotMeta, tables: usize, out: &mut Vec<u8>)
         codec::encode_into(meta, out).expect("meta encodes");
     }
     codec::encode_into(&(tables as u16), out).expect("u16 encodes");
+    // Debug builds only: it decodes the meta again. The head written reads back as the meta
+    // and the table count given, whichever format it took.
+    debug_assert!(
+        parse_head(&out[start..]).is_ok_and(|(read, count)| read == *meta && count == tables),
+        "a snapshot's head reads back as its meta"
+    );
+}
+
+/// The meta and the table count of a snapshot head (`head`: from its magic on).
+fn parse_head(head: &[u8]) -> Result<(SnapshotMeta, usize), StructureError> {
+    let v5 = head.get(..MAGIC.len()) == Some(&MAGIC_V5[..]);
+    let mut at = MAGIC.len();
+    let meta = parse_meta(head, &mut at, v5)?;
+    let count: u16 = decode_part(head, &mut at, Part::TableCount)?;
+    Ok((meta, count as usize))
 }
 
 /// Appends the start of a table: its id and slot count.
 pub(crate) fn encode_table_start(id: TableId, slots: u64, out: &mut Vec<u8>) {
+    // A slot count the account charged: what a table loading the snapshot must accept.
+    assert!(
+        (id.0 as usize) < TABLES_MAX && slots.is_power_of_two() && slots >= SLOTS_INITIAL as u64,
+        "table {} of {slots} slots",
+        id.0
+    );
     codec::encode_into(&(id.0, slots), out).expect("a table start encodes");
 }
 
@@ -281,6 +307,10 @@ pub(crate) fn encode_block<T>(out: &mut Vec<u8>, fill: impl FnOnce(&mut Vec<u8>)
     let header_at = out.len();
     out.resize(header_at + BLOCK_HEADER_BYTES, 0);
     let (outcome, records) = fill(out);
+    assert!(
+        out.len() >= header_at + BLOCK_HEADER_BYTES,
+        "a block's records only add to the file"
+    );
     if records == 0 {
         out.truncate(header_at);
         return outcome;
@@ -298,12 +328,29 @@ pub(crate) fn encode_block<T>(out: &mut Vec<u8>, fill: impl FnOnce(&mut Vec<u8>)
 
 /// Appends the empty block that ends a table.
 pub(crate) fn encode_table_end(out: &mut Vec<u8>) {
+    let start = out.len();
     codec::encode_into(&(0u64, 0u64), out).expect("header encodes");
+    assert_eq!(
+        out.len() - start,
+        BLOCK_HEADER_BYTES,
+        "the empty block is a block header"
+    );
 }
 
 /// Appends the sessions, which end the snapshot's content (the digest follows).
 pub(crate) fn encode_sessions(sessions: &[(ClientId, Session)], out: &mut Vec<u8>) {
+    // Every replica writes the same bytes for the same sessions.
+    assert!(
+        sessions.windows(2).all(|w| w[0].0 < w[1].0),
+        "a snapshot's sessions are in client order, each once"
+    );
+    let start = out.len();
     codec::encode_into(&sessions, out).expect("sessions encode");
+    // Debug builds only: it decodes every session again.
+    debug_assert!(
+        codec::decode::<Vec<(ClientId, Session)>>(&out[start..]).is_ok_and(|read| read == sessions),
+        "a snapshot's sessions read back as written"
+    );
 }
 
 /// Writes a snapshot durably: temporary file, fsync, rename, directory fsync. Returns its
@@ -330,6 +377,12 @@ pub fn write_snapshot_on<S: Storage>(
     };
     storage.create_dir_all(dir).map_err(io(dir))?;
     storage.write_durably(&path, bytes).map_err(io(&path))?;
+    // Debug builds only: it reads the whole file back.
+    debug_assert!(
+        storage.read(&path).is_ok_and(|read| read == bytes),
+        "{}: the snapshot written reads back as written",
+        path.display()
+    );
     Ok((path, bytes.len() as u64))
 }
 
@@ -395,20 +448,7 @@ type Content = (SnapshotMeta, Vec<SnapshotTable>, Vec<(ClientId, Session)>);
 /// Decodes the content between the magic and the digest (of format 5 when `v5`).
 fn parse_body(body: &[u8], v5: bool) -> Result<Content, StructureError> {
     let mut at = MAGIC.len();
-    let meta: SnapshotMeta = if v5 {
-        let meta: MetaV5 = decode_part(body, &mut at, Part::Meta)?;
-        SnapshotMeta {
-            index: meta.index,
-            term: meta.term,
-            entry_hash: meta.entry_hash,
-            state_hash: meta.state_hash,
-            hasher: meta.hasher,
-            members: meta.members,
-            handler_version: crate::handler::HANDLER_VERSION_FIRST,
-        }
-    } else {
-        decode_part(body, &mut at, Part::Meta)?
-    };
+    let meta = parse_meta(body, &mut at, v5)?;
     let count: u16 = decode_part(body, &mut at, Part::TableCount)?;
     let mut tables = Vec::with_capacity(count as usize);
     for position in 0..count {
@@ -428,6 +468,23 @@ fn parse_body(body: &[u8], v5: bool) -> Result<Content, StructureError> {
     Ok((meta, tables, sessions))
 }
 
+/// Decodes the meta at `at` (of format 5 when `v5`), and moves `at` past it.
+fn parse_meta(body: &[u8], at: &mut usize, v5: bool) -> Result<SnapshotMeta, StructureError> {
+    if !v5 {
+        return decode_part(body, at, Part::Meta);
+    }
+    let meta: MetaV5 = decode_part(body, at, Part::Meta)?;
+    Ok(SnapshotMeta {
+        index: meta.index,
+        term: meta.term,
+        entry_hash: meta.entry_hash,
+        state_hash: meta.state_hash,
+        hasher: meta.hasher,
+        members: meta.members,
+        handler_version: crate::handler::HANDLER_VERSION_FIRST,
+    })
+}
+
 /// Decodes `part` from `at`, and moves `at` past it.
 fn decode_part<T: codec::Decode<()>>(
     body: &[u8],
@@ -436,6 +493,11 @@ fn decode_part<T: codec::Decode<()>>(
 ) -> Result<T, StructureError> {
     let (value, used) =
         codec::decode_prefix(&body[*at..]).map_err(|e| decode_error(part, *at, &e))?;
+    assert!(
+        used <= body.len() - *at,
+        "{part} at byte {at} decoded from {used} bytes, past the content's end at {}",
+        body.len()
+    );
     *at += used;
     Ok(value)
 }

@@ -133,6 +133,12 @@ impl<S: Storage> Incoming<S> {
         let path = dir.join(INCOMING_FILE);
         storage.create_dir_all(dir).map_err(receive_io(dir))?;
         let file = storage.create_replacing(&path).map_err(receive_io(&path))?;
+        // Debug builds only: it asks the file system. A snapshot is assembled from nothing.
+        debug_assert!(
+            file.size().is_ok_and(|size| size == 0),
+            "{}: an incoming snapshot starts in an empty file",
+            path.display()
+        );
         Ok(Incoming {
             storage,
             index: chunk.index,
@@ -147,10 +153,24 @@ impl<S: Storage> Incoming<S> {
     /// out of order, is an error (the leader sends the snapshot again).
     pub fn take(&mut self, chunk: &SnapshotChunk) -> Result<bool, ReceiveError> {
         self.check(chunk)?;
+        // Debug builds only: it asks the file system. The file holds what was received.
+        debug_assert!(
+            self.file.size().is_ok_and(|size| size == self.received),
+            "snapshot {}: the incoming file holds the {} bytes received",
+            self.index,
+            self.received
+        );
         self.file
             .write_all_at(&chunk.data, self.received)
             .map_err(receive_io(&self.path))?;
         self.received += chunk.data.len() as u64;
+        assert!(
+            self.received <= self.total,
+            "snapshot {}: {} bytes received of {}",
+            self.index,
+            self.received,
+            self.total
+        );
         Ok(self.received == self.total)
     }
 
@@ -193,10 +213,20 @@ impl<S: Storage> Incoming<S> {
     /// Makes the complete file durable, verifies it, and renames it into place; returns the
     /// snapshot read back, its final path and its size.
     pub fn finish(self, dir: &Path) -> Result<(Snapshot, PathBuf, u64), ReceiveError> {
+        assert_eq!(
+            self.received, self.total,
+            "snapshot {}: finished once every byte is in",
+            self.index
+        );
         // Durable before it is read back: what is verified is what a crash would leave.
         self.file.sync_all().map_err(receive_io(&self.path))?;
         let read = read_snapshot_on(&self.storage, &self.path);
         let snapshot = read.map_err(ReceiveError::Unreadable)?;
+        assert_eq!(
+            snapshot.file_bytes, self.total,
+            "snapshot {}: the file read back is the size its chunks announced",
+            self.index
+        );
         if snapshot.meta.index != self.index {
             return Err(ReceiveError::WrongIndex {
                 announced: self.index,

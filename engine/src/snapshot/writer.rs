@@ -3,7 +3,9 @@
 //! appends the digest, fsyncs, renames, fsyncs the directory, removes all but the newest few
 //! snapshots and reports the new one.
 
-use super::{SNAPSHOTS_KEPT, SnapshotError, SnapshotMeta, list_snapshots_on, snapshot_path};
+use super::{
+    DIGEST_BYTES, SNAPSHOTS_KEPT, SnapshotError, SnapshotMeta, list_snapshots_on, snapshot_path,
+};
 use crate::ids::EntryIndex;
 use crate::storage::{Files, Storage, StorageFile};
 use std::path::{Path, PathBuf};
@@ -113,6 +115,7 @@ impl<S: Storage> SnapshotFiles<S> {
 
     /// Starts a snapshot of entry `index` in a temporary file (one in progress is dropped).
     pub fn begin(&mut self, index: EntryIndex) -> Result<(), SnapshotError> {
+        self.check_invariants();
         self.drop_open();
         self.failed = false;
         let started = start(&self.storage, &self.dir, index);
@@ -122,12 +125,19 @@ impl<S: Storage> SnapshotFiles<S> {
 
     /// Writes the snapshot's next bytes.
     pub fn bytes(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        self.check_invariants();
         let Some(open) = self.open.as_mut().filter(|_| !self.failed) else {
             return Ok(());
         };
         open.hasher.update(bytes);
         let written = open.file.write_all_at(bytes, open.bytes);
         open.bytes += bytes.len() as u64;
+        assert_eq!(
+            open.hasher.count(),
+            open.bytes,
+            "snapshot {}: the digest covers the bytes written",
+            open.index
+        );
         let written = written.map_err(io_error(&open.temporary));
         self.guard(written)
     }
@@ -136,6 +146,7 @@ impl<S: Storage> SnapshotFiles<S> {
     /// directory fsynced, all but the newest [`SNAPSHOTS_KEPT`] removed. `None` when there
     /// is no snapshot to finish (none begun, or it failed).
     pub fn finish(&mut self, meta: SnapshotMeta) -> Result<Option<Durable>, SnapshotError> {
+        self.check_invariants();
         let open = match self.open.take() {
             Some(open) if !self.failed => open,
             Some(_) | None => return Ok(None),
@@ -147,6 +158,14 @@ impl<S: Storage> SnapshotFiles<S> {
     /// Drops the snapshot in progress.
     pub fn abort(&mut self) {
         self.drop_open();
+    }
+
+    /// A failed snapshot keeps no file open: the rest of its work is skipped.
+    fn check_invariants(&self) {
+        assert!(
+            !(self.failed && self.open.is_some()),
+            "a failed snapshot keeps no file open"
+        );
     }
 
     fn guard<T>(&mut self, result: Result<T, SnapshotError>) -> Result<T, SnapshotError> {
@@ -209,6 +228,12 @@ fn start<S: Storage>(
     index: EntryIndex,
 ) -> Result<Open<S::File>, SnapshotError> {
     let temporary = snapshot_path(dir, index).with_extension("tmp");
+    // A temporary file is never listed as a snapshot, and pruning removes it.
+    assert_ne!(
+        temporary,
+        snapshot_path(dir, index),
+        "a snapshot is written under another name first"
+    );
     storage.create_dir_all(dir).map_err(io_error(dir))?;
     let file = storage
         .create_replacing(&temporary)
@@ -234,7 +259,19 @@ fn finish<S: Storage>(
         meta.index, open.index,
         "the snapshot begun is the one finished"
     );
+    assert!(
+        open.bytes > 0,
+        "snapshot {}: its content comes before its digest",
+        open.index
+    );
+    assert_eq!(
+        open.hasher.count(),
+        open.bytes,
+        "snapshot {}: the digest covers the bytes written",
+        open.index
+    );
     let digest = open.hasher.finalize();
+    assert_eq!(digest.as_bytes().len(), DIGEST_BYTES, "the digest's size");
     let path = snapshot_path(dir, open.index);
     let written = open
         .file
@@ -249,6 +286,16 @@ fn finish<S: Storage>(
         let _ = storage.remove_file(&open.temporary);
         return Err(error);
     }
+    // Debug builds only: it reads the whole file back. What a restart will read verifies.
+    debug_assert!(
+        storage.read(&path).is_ok_and(|file| {
+            let body = file.len() - DIGEST_BYTES.min(file.len());
+            file.len() as u64 == open.bytes + DIGEST_BYTES as u64
+                && blake3::hash(&file[..body]).as_bytes()[..] == file[body..]
+        }),
+        "{}: the snapshot reads back whole, its digest holding",
+        path.display()
+    );
     prune(storage, dir);
     Ok(Durable {
         meta,

@@ -142,6 +142,22 @@ impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
             });
         }
         self.undo.clear();
+        // Every record went in, into the slots the snapshot gave (they hold them: no growth).
+        assert_eq!(
+            self.map.len() as u64,
+            count,
+            "a table loaded with {count} records"
+        );
+        assert_eq!(
+            self.map.slot_count() as u64,
+            slots,
+            "a table loaded into {slots} slots"
+        );
+        assert_eq!(
+            O::index_len(&self.index) as u64,
+            if O::KEEPS_KEYS { count } else { 0 },
+            "the index of a table loaded with {count} records"
+        );
         Ok(bytes)
     }
 }

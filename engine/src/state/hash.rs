@@ -161,6 +161,27 @@ impl StreamHasher {
     pub fn stream_bytes(&self) -> u64 {
         self.folded_bytes + self.hashed as u64
     }
+
+    /// Checks the hasher's shape: the absorbed part of the page is inside the page and short
+    /// of a whole one (a whole page is folded at once), and only whole pages were folded.
+    pub(crate) fn check_invariants(&self) {
+        assert!(
+            self.hashed <= self.page.len(),
+            "{} bytes of a page of {} absorbed",
+            self.hashed,
+            self.page.len()
+        );
+        assert!(
+            self.hashed < HASH_PAGE_BYTES,
+            "{} bytes of the current page absorbed: a whole page is folded",
+            self.hashed
+        );
+        assert_eq!(
+            self.folded_bytes % HASH_PAGE_BYTES as u64,
+            0,
+            "only whole pages are folded"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,10 @@
 
 pub(crate) mod capture;
 mod hash;
+mod invariants;
 mod memory;
 mod slots;
-pub(crate) use slots::{MIGRATE_SLOTS_PER_SNAPSHOT_TRY, ScanStep};
+pub(crate) use slots::{MIGRATE_SLOTS_PER_SNAPSHOT_TRY, SLOTS_INITIAL, ScanStep};
 mod table;
 #[cfg(test)]
 mod tests;
@@ -351,6 +352,10 @@ impl State {
     /// Starts a copy-on-write scan of every table's committed records; returns the hasher's
     /// committed state, to continue the write stream from.
     pub(crate) fn begin_scan(&mut self) -> HasherState {
+        assert!(
+            self.can_scan(),
+            "a scan begins only when it can see the committed records"
+        );
         for table in self.tables.iter_mut().flatten() {
             table.begin_scan();
         }
@@ -449,6 +454,18 @@ impl State {
                 reason,
             })?;
         let after = array_bytes(table.slot_bytes(), slots);
+        assert_eq!(
+            table.counted_slots(),
+            slots,
+            "table {} loaded counts its snapshot's slots",
+            id.0
+        );
+        assert!(
+            self.bytes_used >= before,
+            "the account ({} bytes) holds table {}'s array ({before} bytes)",
+            self.bytes_used,
+            id.0
+        );
         self.bytes_used = (self.bytes_used - before)
             .saturating_add(after)
             .saturating_add(heap);
@@ -483,6 +500,8 @@ impl State {
     pub(crate) fn rollback(&mut self, mark: TxMark) {
         let uncounted = self.undo_since(mark);
         self.give_back_slots(uncounted);
+        // Debug builds only: a rollback ends every failed command.
+        debug_assert_eq!(self.begin(), mark, "a rollback returns to its mark");
     }
 
     /// Undoes every change made since `mark`, but keeps the slots of growths it undid (no
@@ -491,11 +510,19 @@ impl State {
     /// twice for nothing would also void a snapshot scan in progress).
     pub(crate) fn rollback_keeping_slots(&mut self, mark: TxMark) {
         self.oversized_tables |= self.undo_since(mark);
+        assert_eq!(self.begin(), mark, "a rollback returns to its mark");
     }
 
     /// Undoes every change made since `mark`; returns the tables whose growths it uncounted
     /// (bit `t` for table `t`).
     fn undo_since(&mut self, mark: TxMark) -> u64 {
+        // Debug builds only: it runs for every failed command.
+        debug_assert!(
+            mark.undo >= self.undo_forgotten,
+            "a rollback to undo record {} reaches past the final ones ({})",
+            mark.undo,
+            self.undo_forgotten
+        );
         while self.undo_forgotten + self.undo.len() as u64 > mark.undo {
             let id = self.undo.pop_back().expect("longer than the mark");
             table_slot(&mut self.tables, id).undo_last();
@@ -536,6 +563,15 @@ impl State {
             self.growths.pop_front();
         }
         self.hasher.absorb_through(mark.stream);
+        assert_eq!(
+            self.hasher.stream_bytes(),
+            mark.stream,
+            "the stream is absorbed through the confirmed mark"
+        );
+        assert_eq!(
+            self.undo_forgotten, mark.undo,
+            "the undo records are final through the confirmed mark"
+        );
         self.hasher.digest()
     }
 
@@ -617,6 +653,7 @@ impl State {
             return self.abandon_write(start, StateError::MemoryExhausted);
         }
         if let Some(slots) = cost.slots_after {
+            debug_assert!(slots > slots_before, "a growth counts more slots");
             typed.counted_slots = slots;
             self.growths.push_back(Growth {
                 undo: self.undo_forgotten + self.undo.len() as u64,
@@ -626,6 +663,14 @@ impl State {
         }
         self.note_undo(table.id());
         self.bytes_used = bytes_used;
+        // Debug builds only: it runs for every write.
+        debug_assert!(
+            bytes_used + self.outside_bytes <= self.capacity_bytes,
+            "a write admitted takes the account to {bytes_used} bytes beside {} outside, \
+             over the capacity of {} bytes",
+            self.outside_bytes,
+            self.capacity_bytes
+        );
         Ok(())
     }
 
@@ -647,8 +692,15 @@ impl State {
         };
         self.note_undo(table.id());
         let encoded = key_bytes + codec::encoded_len(&old).unwrap_or(0);
-        self.bytes_used -= heap_bytes(encoded, TypedTable::<K, R, O>::INLINE_BYTES);
-        self.bytes_used -= O::index_bytes(key_bytes);
+        let charged = heap_bytes(encoded, TypedTable::<K, R, O>::INLINE_BYTES);
+        let charged = charged + O::index_bytes(key_bytes);
+        // Debug builds only: it runs for every write.
+        debug_assert!(
+            self.bytes_used >= charged,
+            "a removal gives back {charged} bytes of an account of {}",
+            self.bytes_used
+        );
+        self.bytes_used -= charged;
         Ok(Some(old))
     }
 

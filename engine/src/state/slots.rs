@@ -267,6 +267,11 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
             saved: rustc_hash::FxHashMap::default(),
         };
         for (position, content) in committed {
+            assert!(
+                position < self.slots.len(),
+                "a committed record at slot {position} of {}",
+                self.slots.len()
+            );
             scan.saved_bits[position >> 6] |= 1 << (position & 63);
             scan.saved.insert(position as u32, content);
         }
@@ -303,6 +308,11 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
     /// True while a scan is in progress.
     #[cfg(test)]
     pub(crate) fn scanning(&self) -> bool {
+        self.scan.is_some() || self.scan_void
+    }
+
+    /// True while a scan is in progress, or was made void and not yet found so.
+    pub(crate) fn scan_pending(&self) -> bool {
         self.scan.is_some() || self.scan_void
     }
 
@@ -476,6 +486,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         self.removals += 1;
         if let Some(at) = position.checked_sub(self.slots.len()) {
             // No scan runs during a growth: nothing to save first.
+            debug_assert!(self.scan.is_none(), "no scan runs during a growth");
             let old = self.old.as_mut().expect("a position in the old array");
             return Some(remove_at(&mut old.slots, at, old.shift, |_, _| {}));
         }
@@ -524,6 +535,12 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         self.finish_migration();
         self.begin_growth(count)?;
         self.finish_migration();
+        assert!(
+            self.old.is_none() && self.slots.len() == count,
+            "a resize to {count} slots ends with {} slots, the old array gone: {}",
+            self.slots.len(),
+            self.old.is_none()
+        );
         Ok(())
     }
 
@@ -531,6 +548,11 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
     /// one until [`Slots::migrate_step`]s move them. A scan in progress is void.
     fn begin_growth(&mut self, count: usize) -> Result<(), TryReserveError> {
         assert!(self.old.is_none(), "one growth at a time");
+        assert!(
+            count.is_power_of_two() && count > self.len,
+            "a new array of {count} slots for {} records",
+            self.len
+        );
         let prepared = self.next.take().and_then(Next::take);
         let mut slots = match prepared {
             Some(next) if next.capacity() == count => next,
@@ -632,9 +654,80 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         if old.remaining > 0 {
             self.old = Some(old);
         } else {
+            // Debug builds only: it reads the whole drained array.
+            debug_assert!(
+                old.slots.iter().all(|slot| slot.0.is_none()),
+                "a drained array holds no record"
+            );
             let bytes = old.slots.capacity() * size_of::<Slot<K, V>>();
             self.freeing = free_off_thread(old, bytes);
         }
+    }
+}
+
+impl<K, V> Slots<K, V> {
+    /// Checks the map's shape: a power-of-two array within the load limit, its shift, a
+    /// growth in progress (a doubling, draining its old array) and a scan in progress (never
+    /// during a growth, its bookkeeping sized to the array). Walks no slot.
+    pub(crate) fn check_invariants(&self) {
+        let slots = self.slots.len();
+        assert!(
+            slots.is_power_of_two() && slots >= SLOTS_INITIAL,
+            "{slots} slots: a power of two, at least {SLOTS_INITIAL}"
+        );
+        assert_eq!(
+            self.shift,
+            64 - slots.trailing_zeros(),
+            "the shift of {slots} slots"
+        );
+        assert!(
+            slots_hold(slots as u64, self.len as u64),
+            "{slots} slots hold {} records within the load limit",
+            self.len
+        );
+        assert!(
+            self.old.is_none() || self.next.is_none(),
+            "no next array is prepared while a growth drains the old one"
+        );
+        if let Some(old) = &self.old {
+            assert_eq!(old.slots.len() * 2, slots, "a growth doubles the array");
+            assert_eq!(
+                old.shift,
+                64 - old.slots.len().trailing_zeros(),
+                "the old array's shift"
+            );
+            assert!(
+                old.remaining <= old.slots.len() && old.cursor < old.slots.len(),
+                "a drain at slot {} with {} of {} slots left",
+                old.cursor,
+                old.remaining,
+                old.slots.len()
+            );
+        }
+        if let Some(scan) = &self.scan {
+            self.check_scan(scan);
+        }
+    }
+
+    fn check_scan(&self, scan: &Scan<K, V>) {
+        let slots = self.slots.len();
+        assert!(
+            self.old.is_none() && !self.scan_void,
+            "a scan runs neither during a growth ({}) nor beside a void one ({})",
+            self.old.is_some(),
+            self.scan_void
+        );
+        assert_eq!(
+            scan.saved_bits.len(),
+            slots.div_ceil(64),
+            "a scan's saved bits cover the {slots} slots"
+        );
+        assert!(
+            scan.cursor <= slots && scan.saved.len() <= slots - scan.cursor,
+            "a scan at slot {} of {slots} keeps {} saved slots, only slots ahead of it",
+            scan.cursor,
+            scan.saved.len()
+        );
     }
 }
 

@@ -2,7 +2,7 @@
 //! engine stores them.
 
 use super::capture::LoadError;
-use super::slots::{SLOTS_INITIAL, ScanStep, Slots, slot_bytes};
+use super::slots::{SLOTS_INITIAL, ScanStep, Slots, slot_bytes, slots_hold};
 use crate::codec::{Decode, Encode};
 use std::any::Any;
 use std::collections::{BTreeSet, TryReserveError, VecDeque};
@@ -111,6 +111,10 @@ pub trait Order<K>: sealed::Sealed + Send + Sync + 'static {
     /// Bytes the capacity account charges the index for one key that encodes to `key_bytes`.
     #[doc(hidden)]
     fn index_bytes(key_bytes: usize) -> u64;
+    /// Whether the index holds the table's keys (an ordered table's does; a hashed table's
+    /// holds none).
+    #[doc(hidden)]
+    const KEEPS_KEYS: bool;
 }
 
 mod sealed {
@@ -130,6 +134,7 @@ pub struct Ordered;
 
 impl<K> Order<K> for Hashed {
     type Index = ();
+    const KEEPS_KEYS: bool = false;
 
     #[inline(always)]
     fn index_insert((): &mut (), _: &K) {}
@@ -149,6 +154,7 @@ impl<K> Order<K> for Hashed {
 
 impl<K: Key + Ord> Order<K> for Ordered {
     type Index = BTreeSet<K>;
+    const KEEPS_KEYS: bool = true;
 
     fn index_insert(index: &mut BTreeSet<K>, key: &K) {
         let added = index.insert(key.clone());
@@ -308,6 +314,13 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     /// an ordered table's index from their keys); returns the bytes the account charges for
     /// them beyond the slots (see [`TypedTable::loaded_bytes`]).
     fn load(&mut self, records: &[u8], count: u64, slots: u64) -> Result<u64, LoadError>;
+    /// Undo records held (changes not yet final).
+    fn undo_len(&self) -> usize;
+    /// True while a snapshot scan is in progress, or was made void and not yet found so.
+    fn scan_pending(&self) -> bool;
+    /// Checks the table's own invariants (table `id` of the state); panics naming the first
+    /// one broken.
+    fn check_invariants(&self, id: TableId);
 }
 
 /// A table's records, its keys' index (an ordered table's) and the undo log of the running
@@ -480,6 +493,11 @@ impl<K: Key, R: Record, O: Order<K>> AnyTable for TypedTable<K, R, O> {
     }
 
     fn uncount_growth(&mut self, slots: u64) {
+        assert!(
+            slots < self.counted_slots,
+            "a growth undone counts fewer slots: {slots}, not fewer than {}",
+            self.counted_slots
+        );
         self.counted_slots = slots;
     }
 
@@ -487,7 +505,46 @@ impl<K: Key, R: Record, O: Order<K>> AnyTable for TypedTable<K, R, O> {
         if self.map.slot_count() as u64 > self.counted_slots {
             // Failure keeps the larger array (see the trait).
             let _ = self.map.resize_to(self.counted_slots as usize);
+            assert!(
+                self.map.slot_count() as u64 >= self.counted_slots,
+                "giving slots back leaves {} slots, fewer than the {} counted",
+                self.map.slot_count(),
+                self.counted_slots
+            );
         }
+    }
+
+    fn undo_len(&self) -> usize {
+        self.undo.len()
+    }
+
+    fn scan_pending(&self) -> bool {
+        self.map.scan_pending()
+    }
+
+    fn check_invariants(&self, id: TableId) {
+        let records = self.map.len() as u64;
+        let indexed = O::index_len(&self.index) as u64;
+        assert_eq!(
+            indexed,
+            if O::KEEPS_KEYS { records } else { 0 },
+            "table {}: the index holds {indexed} keys, the table {records} records",
+            id.0
+        );
+        assert!(
+            slots_hold(self.counted_slots, records),
+            "table {}: {} counted slots cannot hold {records} records",
+            id.0,
+            self.counted_slots
+        );
+        assert!(
+            self.map.removals() >= self.removals_final,
+            "table {}: {} removals, fewer than the {} counted when last final",
+            id.0,
+            self.map.removals(),
+            self.removals_final
+        );
+        self.map.check_invariants();
     }
 }
 

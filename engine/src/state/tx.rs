@@ -40,6 +40,11 @@ impl<'a> Tx<'a> {
     /// Commits when `ok` and no write failed; rolls back otherwise. Returns the failed write's
     /// error when there was one.
     pub(crate) fn finish(self, ok: bool) -> Option<StateError> {
+        // A read-only command's writes are refused before they touch the state.
+        debug_assert!(
+            !self.read_only || self.state.begin() == self.mark,
+            "a read-only command changed the state"
+        );
         if !ok || self.failed.is_some() {
             self.state.rollback(self.mark);
         }

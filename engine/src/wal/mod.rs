@@ -1,13 +1,14 @@
 //! The write-ahead log: entries appended to segment files and fdatasynced before they are
 //! reported durable, with a recovery scan that cuts a torn tail and reports damage in the middle.
 
+mod invariants;
 mod record;
 mod recovery;
 
 pub use crate::storage::Access;
 pub use recovery::{Damage, Recovery};
 
-use crate::entry::{Entry, EntryHash};
+use crate::entry::{ENTRY_PAYLOAD_BYTES_MAX, Entry, EntryHash, chain_hash};
 use crate::ids::{EntryIndex, Term};
 use crate::storage::{Files, Storage, StorageFile};
 use bytes::Bytes;
@@ -224,7 +225,9 @@ impl<S: Storage> Wal<S> {
     /// Checks every invariant of the log's index (entries contiguous, each inside its
     /// segment, segments in order); panics naming the first one broken. The simulator calls
     /// it after every event, the node's WAL in debug builds.
-    pub fn check_invariants(&self) {}
+    pub fn check_invariants(&self) {
+        self.check_index();
+    }
 
     /// [`Wal::open_with`] on `storage`.
     pub fn open_in(
@@ -410,9 +413,33 @@ impl<S: Storage> Wal<S> {
             Ok(()),
             "entry {expected}: payload does not match its header"
         );
+        // A record a scan would call damaged must never be written.
+        assert!(
+            entry.payload.len() <= ENTRY_PAYLOAD_BYTES_MAX as usize,
+            "entry {expected}: a payload of {} bytes, over the limit",
+            entry.payload.len()
+        );
+        // Debug builds only: it hashes the payload again. A log whose start follows a
+        // snapshot it never saw does not know the hash its first entry chains to.
+        let base_known = !self.entries.is_empty()
+            || self.first_index == EntryIndex(1)
+            || self.base_hash != EntryHash::default();
+        debug_assert!(
+            !base_known
+                || chain_hash(&self.last_hash(), &entry.header, &entry.payload)
+                    == entry.header.hash,
+            "entry {expected} chains to the last entry of the log"
+        );
         self.buf.clear();
         record::encode(entry, &mut self.buf);
         let record_bytes = self.buf.len() as u64;
+        // Debug builds only: it checks the payload's crc32 again. What goes to the disk
+        // parses back as the entry, whole.
+        debug_assert!(
+            matches!(record::parse(&self.buf, 0), record::Parsed::Record { header, end, .. }
+                if header == entry.header && end == self.buf.len()),
+            "entry {expected}: its record parses back as itself"
+        );
         if self
             .segments
             .last()
@@ -429,6 +456,11 @@ impl<S: Storage> Wal<S> {
             ahead => (offset + record_bytes + ahead).min(self.segment_bytes_max),
         };
         segment.put_record(&self.buf, zeros_to)?;
+        assert_eq!(
+            segment.bytes,
+            offset + record_bytes,
+            "entry {expected}: the segment's records end after its record"
+        );
         self.entries.push(Located {
             term: entry.term(),
             hash: entry.header.hash,
@@ -459,6 +491,13 @@ impl<S: Storage> Wal<S> {
     pub fn read(&self, index: EntryIndex) -> Result<Entry, WalError> {
         let at = *self.locate(index).ok_or(WalError::Missing(index))?;
         let segment = &self.segments[at.segment - self.segments_removed];
+        assert!(
+            at.offset + u64::from(at.record_bytes) <= segment.bytes,
+            "entry {index}: a read of {} bytes at byte {} past the records' end at {}",
+            at.record_bytes,
+            at.offset,
+            segment.bytes
+        );
         let mut data = vec![0; at.record_bytes as usize];
         segment
             .file
@@ -472,8 +511,22 @@ impl<S: Storage> Wal<S> {
         };
         match record::parse(&data, 0) {
             record::Parsed::Record {
-                header, payload, ..
+                header,
+                payload,
+                end,
             } if header.index == index => {
+                // The checksums held: what differs from what the log noted when it wrote or
+                // scanned the record is the log's bug, not the disk's.
+                assert!(
+                    header.term == at.term && header.hash == at.hash && end == data.len(),
+                    "entry {index}: read back as term {} and hash {:?} in {end} bytes, \
+                     noted as term {} and hash {:?} in {} bytes",
+                    header.term.0,
+                    header.hash,
+                    at.term.0,
+                    at.hash,
+                    at.record_bytes
+                );
                 let payload = Bytes::from(data).slice(payload);
                 Ok(Entry { header, payload })
             }
@@ -494,6 +547,11 @@ impl<S: Storage> Wal<S> {
         let Some(at) = self.locate(index).copied() else {
             return Ok(());
         };
+        assert!(
+            index > self.max_commit,
+            "truncating from entry {index} would remove committed entries (through {})",
+            self.max_commit
+        );
         let position = at.segment - self.segments_removed;
         for segment in self.segments.drain(position + 1..) {
             let removed = self.storage.remove_file(&segment.path);
@@ -503,6 +561,12 @@ impl<S: Storage> Wal<S> {
         // after the one before it was cut short.
         sync_dir(&self.storage, &self.dir)?;
         let segment = &mut self.segments[position];
+        assert!(
+            at.offset < segment.bytes,
+            "entry {index}: a cut at byte {} outside the records, which end at {}",
+            at.offset,
+            segment.bytes
+        );
         segment
             .file
             .set_len(at.offset)
@@ -512,6 +576,11 @@ impl<S: Storage> Wal<S> {
         segment.len = at.offset;
         self.entries
             .truncate((index.0 - self.first_index.0) as usize);
+        assert_eq!(
+            self.last_index().next(),
+            index,
+            "a log truncated from entry {index} ends before it"
+        );
         Ok(())
     }
 
@@ -549,6 +618,11 @@ impl<S: Storage> Wal<S> {
             self.entries.drain(..held as usize);
             self.first_index = EntryIndex(self.first_index.0 + held);
         }
+        assert!(
+            released.is_empty() || self.first_index <= index.next(),
+            "compaction through entry {index} released entries up to {}",
+            self.first_index.0 - 1
+        );
         (freed, released)
     }
 
@@ -603,6 +677,11 @@ impl<S: Storage> Wal<S> {
             segment.len = segment.bytes;
         }
         self.sync()?;
+        assert_eq!(
+            first,
+            self.last_index().next(),
+            "a new segment is named for the entry it will hold first"
+        );
         let path = segment_path(&self.dir, first);
         let file = self.storage.create_new(&path).map_err(write_error(&path))?;
         self.segments.push(Segment {
@@ -643,6 +722,13 @@ impl<F: StorageFile> Segment<F> {
         written.map_err(write_error(&self.path))?;
         self.bytes = end;
         self.len = self.len.max(end);
+        assert!(
+            self.bytes <= self.len,
+            "{}: records end at byte {} of a file of {}",
+            self.path.display(),
+            self.bytes,
+            self.len
+        );
         Ok(())
     }
 

@@ -11,11 +11,17 @@ pub(crate) const RECORD_HEADER_BYTES: usize = 4 + ENTRY_HEADER_BYTES + 4;
 
 /// Appends the record of `entry` to `out`.
 pub(crate) fn encode(entry: &Entry, out: &mut Vec<u8>) {
+    let start = out.len();
     out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
     let header_start = out.len();
     codec::encode_into(&entry.header, out).expect("fixed-size header encodes");
     let crc = crc32fast::hash(&out[header_start..]);
     out.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(
+        out.len() - start,
+        RECORD_HEADER_BYTES,
+        "a record header's fixed size"
+    );
     out.extend_from_slice(&entry.payload);
 }
 
@@ -103,6 +109,11 @@ pub(crate) const WRITE_PAGE_BYTES: usize = 4096;
 /// a page boundary inside it: its bytes are zeros from its start, or from that boundary, to
 /// its end (or to the end of `data` if that comes first).
 pub(crate) fn header_unwritten(data: &[u8], at: usize) -> bool {
+    debug_assert!(
+        at < data.len(),
+        "a record at byte {at} of {} bytes",
+        data.len()
+    );
     let end = (at + RECORD_HEADER_BYTES).min(data.len());
     let from = match at % WRITE_PAGE_BYTES {
         0 => at,

@@ -138,6 +138,12 @@ fn take_record<S: Storage>(
     (at, end): (usize, usize),
 ) -> Result<(), &'static str> {
     let index = wal.last_index().next();
+    assert_eq!(
+        end - at,
+        record::RECORD_HEADER_BYTES + payload.len(),
+        "entry {}: a whole record is its header and its payload",
+        header.index
+    );
     if header.index != index {
         return Err("entry index out of sequence");
     }
@@ -223,6 +229,12 @@ pub(super) fn scan<S: Storage>(
             }
         }
     }
+    assert_eq!(
+        damage.is_some(),
+        wal.pending_cut.is_some(),
+        "damage found is cut after the repair, and only damage"
+    );
+    wal.check_invariants();
     let recovery = Recovery {
         entries: wal.entries.len() as u64,
         last_index: wal.last_index(),
@@ -242,6 +254,10 @@ fn note_damage<S: Storage>(
     (offset, reason): (usize, String),
     gap: bool,
 ) -> Result<Damage, WalError> {
+    assert!(
+        wal.pending_cut.is_none(),
+        "a scan stops at the first damage it finds"
+    );
     let path = &files[0].1;
     let mut later: Vec<PathBuf> = files[1..].iter().map(|(_, p)| p.clone()).collect();
     let (last, committed) = beyond_damage(&wal.storage, path, offset, &later)?;
@@ -341,6 +357,12 @@ fn scan_segment<S: Storage>(
         }
         break;
     }
+    assert!(
+        at <= data.len(),
+        "{}: a scan stopped at byte {at} of {}",
+        path.display(),
+        data.len()
+    );
     let file = wal.storage.open(path, wal.access).map_err(io_error(path))?;
     // The bytes past `at` stay until the caller cuts them: a torn tail in `Wal::settle`, the
     // damaged part in `Wal::cut_damage` (after the repair obligation is durable).
