@@ -3,6 +3,8 @@
 //! entry whenever the pipeline has room, and gets whatever is queued. A request larger than the
 //! room left in an entry is split into fragments across entries.
 
+#![warn(clippy::disallowed_methods)] // sans-IO: no clock, threads or randomness (clippy.toml)
+
 use crate::codec;
 use crate::entry::{
     COMMAND_BYTES_MAX, ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX, FragmentHeader,

@@ -2,6 +2,8 @@
 //! parsed by every replica. The entry format itself (header, checksums, hash chain, limits) is
 //! shared with the network layer and lives in `net::entry`.
 
+#![warn(clippy::disallowed_methods)] // sans-IO: no clock, threads or randomness (clippy.toml)
+
 pub use net::entry::*;
 
 use crate::codec::{self, Decode, Encode};

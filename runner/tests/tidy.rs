@@ -92,3 +92,149 @@ fn no_comment_cites_an_issue() {
         found.join("\n")
     );
 }
+
+/// The folders of the engine's stateful core whose invariants must be code, with at least one
+/// assertion per [`LINES_PER_ASSERTION_MAX`] lines.
+const DENSE_DIRS: [&str; 6] = ["core", "replica", "apply", "wal", "snapshot", "state"];
+/// Lines of code (not blank, not comments, not tests) per assertion, at most, in [`DENSE_DIRS`].
+const LINES_PER_ASSERTION_MAX: usize = 40;
+/// The macros counted as assertions.
+const ASSERTIONS: [&str; 6] = [
+    "assert!(",
+    "assert_eq!(",
+    "assert_ne!(",
+    "debug_assert!(",
+    "debug_assert_eq!(",
+    "debug_assert_ne!(",
+];
+
+/// Lines of code and assertions of one source file, its tests left out (a `tests.rs` file,
+/// and everything from a `#[cfg(test)]` module on).
+fn density_of(text: &str) -> (usize, usize) {
+    let code = match text.find("#[cfg(test)]\nmod ") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    let lines = code
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with("//"))
+        .count();
+    let assertions = ASSERTIONS
+        .iter()
+        .map(|name| {
+            code.match_indices(name)
+                .filter(|(at, _)| !code[..*at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+                .count()
+        })
+        .sum();
+    (lines, assertions)
+}
+
+/// Proves the counting rules: tests and comments left out, `debug_assert` counted once.
+#[test]
+fn the_density_count_counts_what_it_should() {
+    let text = "fn f(x: u8) {\n    // why\n    assert!(x > 0);\n    debug_assert_eq!(x, 1);\n}\n\n#[cfg(test)]\nmod tests {\n    fn g() { assert!(true); }\n}\n";
+    assert_eq!(density_of(text), (4, 2));
+}
+
+/// Proves the engine's stateful layers state their invariants as code, at least one assertion
+/// per [`LINES_PER_ASSERTION_MAX`] lines of each folder, and prints the table
+/// (`scripts/assertion-density` shows it).
+#[test]
+fn assertion_density() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/src");
+    println!(
+        "{:<10} {:>6} {:>10} {:>14}",
+        "folder", "lines", "assertions", "lines/assert"
+    );
+    let mut sparse = Vec::new();
+    for dir in DENSE_DIRS {
+        let mut files = Vec::new();
+        sources(&root.join(dir), &mut files);
+        assert!(
+            !files.is_empty(),
+            "{dir}: no sources under {}",
+            root.display()
+        );
+        let (mut lines, mut assertions) = (0, 0);
+        for file in files.iter().filter(|f| !f.ends_with("tests.rs")) {
+            let (l, a) = density_of(&std::fs::read_to_string(file).unwrap());
+            lines += l;
+            assertions += a;
+        }
+        let per = lines / assertions.max(1);
+        println!("{dir:<10} {lines:>6} {assertions:>10} {per:>14}");
+        if per > LINES_PER_ASSERTION_MAX {
+            sparse.push(format!("{dir}: {assertions} assertions in {lines} lines"));
+        }
+    }
+    assert!(
+        sparse.is_empty(),
+        "fewer than one assertion per {LINES_PER_ASSERTION_MAX} lines:\n{}",
+        sparse.join("\n")
+    );
+}
+
+/// The house drawing in `notes/decisions/tree.md`: the paths its first column names.
+fn drawn_paths(drawing: &str) -> Vec<String> {
+    let block = drawing.split("```text").nth(1).expect("a text block");
+    let block = block.split("```").next().expect("closed");
+    let mut paths = Vec::new();
+    let mut top = String::new();
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        let name = line.split_whitespace().next().expect("a path");
+        let name = name.trim_matches('`');
+        if line.starts_with(' ') {
+            paths.push(format!("{top}{name}"));
+        } else {
+            top = name.to_string();
+            paths.push(name.to_string());
+        }
+    }
+    paths
+}
+
+/// Proves the house drawing matches the tree: every path it names exists, and every folder
+/// and module file of `engine/src` is in it.
+#[test]
+fn the_house_drawing_matches_the_tree() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let drawing = std::fs::read_to_string(root.join("notes/decisions/tree.md")).unwrap();
+    let paths = drawn_paths(&drawing);
+    let missing: Vec<&String> = paths.iter().filter(|p| !root.join(p).exists()).collect();
+    assert!(missing.is_empty(), "drawn but not in the tree: {missing:?}");
+    let mut undrawn = Vec::new();
+    for item in std::fs::read_dir(root.join("engine/src"))
+        .unwrap()
+        .flatten()
+    {
+        let name = item.file_name().to_string_lossy().into_owned();
+        let drawn = match item.path().is_dir() {
+            true => format!("engine/src/{name}/"),
+            false => format!("engine/src/{name}"),
+        };
+        if name != "lib.rs" && !paths.contains(&drawn) {
+            undrawn.push(drawn);
+        }
+    }
+    assert!(undrawn.is_empty(), "in the tree but not drawn: {undrawn:?}");
+}
+
+/// Proves no module is mounted from elsewhere by a path attribute: the folder tree and the
+/// module tree say the same thing.
+#[test]
+fn no_module_is_mounted_by_path() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for dir in SOURCE_DIRS {
+        sources(&root.join(dir), &mut files);
+    }
+    let attribute = ["#[", "path"].concat();
+    let mounted: Vec<String> = files
+        .iter()
+        .filter(|file| std::fs::read_to_string(file).unwrap().contains(&attribute))
+        .map(|file| file.display().to_string())
+        .collect();
+    assert!(mounted.is_empty(), "modules mounted by path: {mounted:?}");
+}

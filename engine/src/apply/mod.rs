@@ -4,6 +4,8 @@
 //! simulation is confirmed and reused (Performance mode) or rolled back, executed again and
 //! compared (Verify mode).
 
+#![warn(clippy::disallowed_methods)] // sans-IO: no clock, threads or randomness (clippy.toml)
+
 mod invariants;
 mod sessions;
 mod speculate;

@@ -13,6 +13,8 @@
 //! whether it could win, without raising its term; a replica cut off from the others therefore
 //! comes back at its old term and cannot depose a leader the others still follow.
 
+#![warn(clippy::disallowed_methods)] // sans-IO: no clock, threads or randomness (clippy.toml)
+
 mod election;
 mod invariants;
 mod log;

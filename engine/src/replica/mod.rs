@@ -12,6 +12,8 @@
 //! The one clock it reads is for the stage statistics in [`NodeStatus`] (`timing`), never for
 //! a decision; the time that handlers see (`Tx::now_ms`) is given to [`Replica::propose`].
 
+#![warn(clippy::disallowed_methods)] // sans-IO: no clock, threads or randomness (clippy.toml)
+
 mod admit;
 mod reads;
 mod snapshots;
@@ -35,7 +37,6 @@ use net::message::{
 };
 use snapshots::Snapshots;
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Instant;
 use timing::Timing;
 pub use timing::{LATENCY_BUCKETS, Latencies, StageLatencies};
 
@@ -597,7 +598,7 @@ impl<H: Handler, T> Replica<H, T> {
                 return;
             };
             self.check_applying(&entry, next);
-            let started = Instant::now();
+            let started = timing::now();
             let applied = match self.machine.apply(&entry) {
                 Ok(applied) => applied,
                 Err(error) => {
@@ -890,7 +891,7 @@ impl<H: Handler, T> Replica<H, T> {
             }
             if let Some(entry) = self.core.entry(index).cloned() {
                 assert_eq!(entry.index(), index, "simulating another entry");
-                let started = Instant::now();
+                let started = timing::now();
                 self.machine.simulate(&entry);
                 self.timing.simulated(started);
             }

@@ -1,6 +1,8 @@
 //! The state the engine owns on behalf of a handler: typed tables, per-command transactions
 //! (undo log), a capacity in bytes and the running state hash.
 
+#![warn(clippy::disallowed_methods)] // sans-IO: no clock, threads or randomness (clippy.toml)
+
 pub(crate) mod capture;
 mod hash;
 mod invariants;
