@@ -111,8 +111,13 @@ const ASSERTIONS: [&str; 6] = [
 /// Lines of code and assertions of one source file, its tests left out (a `tests.rs` file,
 /// and everything from a `#[cfg(test)]` module on).
 fn density_of(text: &str) -> (usize, usize) {
-    let code = match text.find("#[cfg(test)]\nmod ") {
-        Some(at) => &text[..at],
+    // An inline test module ends the code; `mod tests;` (tests in a file of their own, which
+    // the caller leaves out) does not.
+    let inline_tests = text
+        .match_indices("#[cfg(test)]\nmod ")
+        .find(|(at, _)| text[*at..].lines().nth(1).is_some_and(|l| l.ends_with('{')));
+    let code = match inline_tests {
+        Some((at, _)) => &text[..at],
         None => text,
     };
     let lines = code
@@ -136,6 +141,12 @@ fn density_of(text: &str) -> (usize, usize) {
 fn the_density_count_counts_what_it_should() {
     let text = "fn f(x: u8) {\n    // why\n    assert!(x > 0);\n    debug_assert_eq!(x, 1);\n}\n\n#[cfg(test)]\nmod tests {\n    fn g() { assert!(true); }\n}\n";
     assert_eq!(density_of(text), (4, 2));
+    let declared = "#[cfg(test)]\nmod tests;\n\nfn f(x: u8) {\n    assert!(x > 0);\n}\n";
+    assert_eq!(
+        density_of(declared),
+        (5, 1),
+        "a declared test module ends nothing"
+    );
 }
 
 /// Proves the engine's stateful layers state their invariants as code, at least one assertion
