@@ -25,26 +25,26 @@ pub fn open_command(n: u64) -> BankCommand {
     }
 }
 
-/// Random transfers between `accounts` prefilled accounts, from a seed.
-#[derive(Clone, Debug)]
-pub struct Transfers {
-    rng: Rng,
+/// The mix of the transfer stream, without its generator: random transfers between
+/// `accounts` prefilled accounts, and as many single-account reads as asked. A load client
+/// that owns its generator (the engine's benchmark hands each its own) draws from it.
+#[derive(Clone, Copy, Debug)]
+pub struct TransferMix {
     accounts: u64,
     reads_percent: u64,
 }
 
-impl Transfers {
-    /// A stream over the accounts `0..accounts` (at least two).
-    pub fn new(seed: u64, accounts: u64) -> Self {
+impl TransferMix {
+    /// Transfers only, over the accounts `0..accounts` (at least two).
+    pub fn new(accounts: u64) -> Self {
         assert!(accounts >= 2, "transfers need two accounts");
-        Transfers {
-            rng: Rng::new(seed),
+        TransferMix {
             accounts,
             reads_percent: 0,
         }
     }
 
-    /// The same stream with `percent` of its commands (0 to 100) single-account reads instead
+    /// The same mix with `percent` of its commands (0 to 100) single-account reads instead
     /// of transfers (a contended mix: few accounts, half reads). With 0 it is the plain
     /// stream, command for command.
     pub fn with_reads(mut self, percent: u64) -> Self {
@@ -52,44 +52,81 @@ impl Transfers {
         self
     }
 
-    /// The next command: a read of a random account (as often as asked), or a transfer
-    /// between two distinct random accounts of a random amount.
-    pub fn next_command(&mut self) -> BankCommand {
-        if self.reads_percent > 0 && self.rng.below(100) < self.reads_percent {
-            return self.read();
+    /// The next command drawn from `rng`: a read of a random account (as often as asked), or
+    /// a transfer between two distinct random accounts of a random amount.
+    pub fn command(&self, rng: &mut Rng) -> BankCommand {
+        if self.reads_percent > 0 && rng.below(100) < self.reads_percent {
+            return self.read(rng);
         }
-        self.transfer()
+        self.transfer(rng)
     }
 
-    /// The next request of `commands` commands into `out`: with reads asked for, reads only
-    /// (as often as asked, per request) or transfers only, as a client reading balances sends
-    /// its reads on their own (a request of reads only is answered off the log); with none,
-    /// `commands` transfers of the stream, as [`Transfers::next_command`] gives them.
-    pub fn next_request(&mut self, commands: u32, out: &mut Vec<BankCommand>) {
-        let reads = self.reads_percent > 0 && self.rng.below(100) < self.reads_percent;
+    /// The next request of `commands` commands drawn from `rng` into `out`: with reads asked
+    /// for, reads only (as often as asked, per request) or transfers only, as a client
+    /// reading balances sends its reads on their own (a request of reads only is answered off
+    /// the log); with none, `commands` transfers, as [`TransferMix::command`] gives them.
+    pub fn request(&self, rng: &mut Rng, commands: u32, out: &mut Vec<BankCommand>) {
+        let reads = self.reads_percent > 0 && rng.below(100) < self.reads_percent;
         for _ in 0..commands {
-            out.push(if reads { self.read() } else { self.transfer() });
+            out.push(if reads {
+                self.read(rng)
+            } else {
+                self.transfer(rng)
+            });
         }
     }
 
-    fn read(&mut self) -> BankCommand {
+    fn read(&self, rng: &mut Rng) -> BankCommand {
         BankCommand::Get {
-            id: account_id(self.rng.below(self.accounts)),
+            id: account_id(rng.below(self.accounts)),
         }
     }
 
-    fn transfer(&mut self) -> BankCommand {
-        let from = self.rng.below(self.accounts);
-        let mut to = self.rng.below(self.accounts - 1);
+    fn transfer(&self, rng: &mut Rng) -> BankCommand {
+        let from = rng.below(self.accounts);
+        let mut to = rng.below(self.accounts - 1);
         if to >= from {
             to += 1;
         }
-        let amount = 1 + self.rng.below(TRANSFER_AMOUNT_MAX);
+        let amount = 1 + rng.below(TRANSFER_AMOUNT_MAX);
         BankCommand::Transfer {
             from: account_id(from),
             to: account_id(to),
             amount,
         }
+    }
+}
+
+/// The reference transfer stream: a [`TransferMix`] with a generator of its own, from a seed.
+#[derive(Clone, Debug)]
+pub struct Transfers {
+    rng: Rng,
+    mix: TransferMix,
+}
+
+impl Transfers {
+    /// A stream over the accounts `0..accounts` (at least two).
+    pub fn new(seed: u64, accounts: u64) -> Self {
+        Transfers {
+            rng: Rng::new(seed),
+            mix: TransferMix::new(accounts),
+        }
+    }
+
+    /// The same stream with `percent` of its commands reads ([`TransferMix::with_reads`]).
+    pub fn with_reads(mut self, percent: u64) -> Self {
+        self.mix = self.mix.with_reads(percent);
+        self
+    }
+
+    /// The next command ([`TransferMix::command`]).
+    pub fn next_command(&mut self) -> BankCommand {
+        self.mix.command(&mut self.rng)
+    }
+
+    /// The next request of `commands` commands into `out` ([`TransferMix::request`]).
+    pub fn next_request(&mut self, commands: u32, out: &mut Vec<BankCommand>) {
+        self.mix.request(&mut self.rng, commands, out);
     }
 }
 

@@ -51,7 +51,10 @@ pub use backup::{
     restore,
 };
 pub use bench::open_loop::{OPEN_LOOP_OUTSTANDING_MAX, Pacer, open_loop};
-pub use bench::{BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, LatencyMs, bench};
+pub use bench::{
+    BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, LATENCY_US_MAX, LatencyMs,
+    Load as BenchLoad, Measured as BenchMeasured, bench, measure as measure_load,
+};
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
 pub use client_file::{ClientFileArgs, client_file};

@@ -1,21 +1,25 @@
-//! The load client: prefill accounts (or reuse them), then timed runs of random transfers with
-//! N requests in flight, then an audit and a check that every replica has the same state hash.
+//! The Bank's benchmark: prefill accounts (or reuse them), then timed runs of random transfers
+//! measured by the engine's one load client (`engine::cli::measure_load`, the one `bench`
+//! uses for any handler), then an audit and a check that every replica has the same state
+//! hash. What is the Bank's own stays here: the prefill, the modes, the CPU and stage
+//! timings, the audit and the table.
 
 use crate::product::report::{self, LatencyMs, Run, StageAverages};
 use anyhow::{Context, bail};
-use bank::workload::{PREFILL_BALANCE, Transfers, account_id, open_command};
+use bank::workload::{PREFILL_BALANCE, TransferMix, account_id, open_command};
 use bank::{Bank, BankCommand, BankError, BankOutput};
 use clap::Args;
+use engine::cli::{BenchLoad, BenchMeasured, BenchWorkload, LATENCY_US_MAX, measure_load};
 use engine::client::{
     Client, ClientConfig, ClientError, OperatorConfig, node_status, set_node_mode,
 };
-use engine::internals::entry::encode_commands;
-use engine::{ClientId, Mode, Outcome, RequestNumber, decode_outcomes};
+use engine::rng::Rng;
+use engine::{ClientId, Mode, Outcome, RequestNumber};
 use futures::future::join_all;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use net::message::{NodeStatus, Stages};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -23,8 +27,6 @@ use std::time::{Duration, Instant};
 const PREFILL_REQUEST_COMMANDS: u64 = 1024;
 /// Prefill requests in flight.
 const PREFILL_CLIENTS: usize = 4;
-/// Latency histogram: 1 us to 60 s, three significant digits.
-const LATENCY_US_MAX: u64 = 60_000_000;
 /// A benchmark request that has no answer after this long counts as unknown.
 const BENCH_GIVE_UP_S: u64 = 30;
 /// How long to wait for every replica to apply the last entry.
@@ -256,234 +258,67 @@ async fn prefill_open(
     Ok(latency_us.into_inner())
 }
 
-/// What one worker saw in the measured window.
-#[derive(Default)]
-struct Tally {
-    commands: u64,
-    failed: u64,
-    unknown: u64,
-    first_done: Option<Instant>,
-    last_done: Option<Instant>,
-    /// Open loop: how late after its due time each measured request was sent, in us.
-    send_late_us: Option<Histogram<u64>>,
-}
+/// The Bank's transfer mix as the engine's load client draws it: each load client from its
+/// own generator.
+struct BankLoad(TransferMix);
 
-async fn worker(
-    config: &ClientConfig,
-    options: &BenchOptions,
-    salt: u64,
-    warm_until: Instant,
-    stop_at: Instant,
-    measured: &Cell<u64>,
-    latency: &std::cell::RefCell<Histogram<u64>>,
-) -> Tally {
-    let mut client = client(config);
-    let mut transfers = Transfers::new(
-        options.seed ^ salt.wrapping_mul(0x2545_F491_4F6C_DD1D),
-        options.accounts,
-    )
-    .with_reads(options.reads);
-    let target = options.commands.unwrap_or(u64::MAX);
-    let mut tally = Tally::default();
-    let mut batch = Vec::with_capacity(options.batch as usize);
-    while Instant::now() < stop_at && measured.get() < target {
-        batch.clear();
-        transfers.next_request(options.batch, &mut batch);
-        let sent = Instant::now();
-        let answer = send(&mut client, &batch, options).await;
-        let done = Instant::now();
-        if done >= warm_until {
-            tally.record(answer, options.batch, done - sent, measured, latency);
-            tally.first_done.get_or_insert(sent.max(warm_until));
-            tally.last_done = Some(done);
-        }
+impl BenchWorkload for BankLoad {
+    type H = Bank;
+
+    fn next_request(&mut self, _client: u32, rng: &mut Rng, commands: u32) -> Vec<BankCommand> {
+        let mut request = Vec::with_capacity(commands as usize);
+        self.0.request(rng, commands, &mut request);
+        request
     }
-    tally
 }
 
-impl Tally {
-    /// Counts one request's answer, and its latency when it has one.
-    fn record(
-        &mut self,
-        answer: Result<(u32, Vec<u8>), ClientError>,
-        batch: u32,
-        latency: Duration,
-        measured: &Cell<u64>,
-        histogram: &std::cell::RefCell<Histogram<u64>>,
-    ) {
-        match answer {
-            Ok((count, results)) => {
-                let outcomes = decode_outcomes::<Bank>(&results, count).unwrap_or_default();
-                self.failed += outcomes
-                    .iter()
-                    .filter(|o| matches!(o, Outcome::Invalid))
-                    .count() as u64;
-                self.commands += u64::from(count);
-                measured.set(measured.get() + u64::from(count));
-                histogram
-                    .borrow_mut()
-                    .saturating_record(latency.as_micros() as u64);
-            }
-            Err(ClientError::GaveUp { .. }) => self.unknown += u64::from(batch),
-            Err(_) => self.failed += u64::from(batch),
+impl BenchOptions {
+    /// The shape of each timed run.
+    fn load(&self) -> BenchLoad {
+        BenchLoad {
+            batch: self.batch,
+            inflight: self.inflight,
+            warmup_s: self.warmup,
+            duration_s: self.duration,
+            commands: self.commands,
+            seed: self.seed,
+            rate: self.rate,
+            reads_in_log: self.reads_in_log,
         }
     }
 }
 
-/// Sends `commands` as one request: as a read when they only read (unless
-/// `--reads-in-log`), else through the log.
-async fn send(
-    client: &mut Client,
-    commands: &[BankCommand],
-    options: &BenchOptions,
-) -> Result<(u32, Vec<u8>), ClientError> {
-    let count = commands.len() as u32;
-    let read = commands.iter().all(<Bank as engine::Handler>::read_only);
-    if read && !options.reads_in_log {
-        client.read_encoded(encode_commands(commands), count).await
-    } else {
-        client
-            .submit_encoded(encode_commands(commands), count)
-            .await
-    }
-}
-
-/// The open loop (`--rate`): requests due at fixed times from the start of the warm-up; those
-/// due after it are measured, with latency from their due time.
-async fn open_loop(
-    config: &ClientConfig,
-    options: &BenchOptions,
-    rate: f64,
-    salt: u64,
-    (warm_until, stop_at): (Instant, Instant),
-    measured: &Cell<u64>,
-    latency: &std::cell::RefCell<Histogram<u64>>,
-) -> Tally {
-    let transfers = std::cell::RefCell::new(
-        Transfers::new(
-            options.seed ^ salt.wrapping_mul(0x2545_F491_4F6C_DD1D),
-            options.accounts,
-        )
-        .with_reads(options.reads),
-    );
-    let tally = std::cell::RefCell::new(Tally {
-        send_late_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).ok(),
-        ..Tally::default()
-    });
-    let start = Instant::now();
-    let to_tokio = tokio::time::Instant::from_std;
-    let batch = options.batch;
-    let send = |mut session: Client, due: tokio::time::Instant| {
-        let mut commands = Vec::with_capacity(batch as usize);
-        transfers.borrow_mut().next_request(batch, &mut commands);
-        if due.into_std() >= warm_until {
-            let late = Instant::now().saturating_duration_since(due.into_std());
-            if let Some(histogram) = tally.borrow_mut().send_late_us.as_mut() {
-                histogram.saturating_record(late.as_micros() as u64);
-            }
-        }
-        async move {
-            let answer = send(&mut session, &commands, options).await;
-            (session, due, answer)
-        }
-    };
-    let answered = |due: tokio::time::Instant, answer| {
-        if due.into_std() < warm_until {
-            return;
-        }
-        let done = Instant::now();
-        let mut tally = tally.borrow_mut();
-        tally.record(answer, batch, done - due.into_std(), measured, latency);
-        tally.first_done.get_or_insert(warm_until);
-        tally.last_done = Some(done);
-    };
-    let pacer = engine::cli::Pacer::Thread;
-    let window = (to_tokio(start), to_tokio(stop_at));
-    engine::cli::open_loop(
-        pacer,
-        rate,
-        window.0,
-        window.1,
-        || client(config),
-        send,
-        answered,
-    )
-    .await;
-    tally.into_inner()
-}
-
-/// One timed run.
+/// One timed run, measured by the engine's load client; with the CPU this process took and
+/// the nodes' stage timings around it.
 pub async fn measure(
     config: &ClientConfig,
     options: &BenchOptions,
     run: u32,
     mode: &str,
 ) -> anyhow::Result<Run> {
-    let warm_until = Instant::now() + Duration::from_secs_f64(options.warmup);
-    let stages_before = stages(config).await;
-    let length = if options.commands.is_some() {
-        Duration::from_secs(3600)
-    } else {
-        Duration::from_secs_f64(options.duration)
-    };
-    let stop_at = warm_until + length;
-    let measured = Cell::new(0u64);
-    let latency = std::cell::RefCell::new(Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?);
-    let bar = bar(
-        (options.warmup + options.duration) as u64,
-        &format!("run {}", run + 1),
-    );
-    let ticker = async {
-        let started = Instant::now();
-        while Instant::now() < stop_at {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            bar.set_position(started.elapsed().as_secs());
-        }
-    };
-    let workers = (0..options.inflight).map(|w| {
-        let salt = (u64::from(run) << 32) | (u64::from(w) + 1);
-        worker(
-            config, options, salt, warm_until, stop_at, &measured, &latency,
-        )
-    });
-    let load = async {
-        match options.rate {
-            Some(rate) => {
-                let window = (warm_until, stop_at);
-                let salt = u64::from(run) << 32;
-                vec![open_loop(config, options, rate, salt, window, &measured, &latency).await]
-            }
-            None => join_all(workers).await,
-        }
-    };
+    let mut config = config.clone();
+    config.give_up_after = Some(Duration::from_secs(BENCH_GIVE_UP_S));
+    let stages_before = stages(&config).await;
+    let mix = TransferMix::new(options.accounts).with_reads(options.reads);
+    let workload = RefCell::new(BankLoad(mix));
     let cpu_before = process_cpu_seconds();
-    let (tallies, ()) = futures::join!(load, ticker);
+    let measured = measure_load(&config, &options.load(), &workload, run).await?;
     let cpu_seconds = process_cpu_seconds() - cpu_before;
-    bar.finish_and_clear();
-    let stages = StageAverages::between(&stages_before, &stages(config).await);
-    let latency = latency.into_inner();
-    tally_run((options, mode), &tallies, (cpu_seconds, &latency), stages)
+    let stages = StageAverages::between(&stages_before, &stages(&config).await);
+    tally_run((options, mode), &measured, cpu_seconds, stages)
 }
 
-/// A run from its workers' tallies, the CPU it took and its latencies.
+/// A run from what the load client measured and the CPU it took.
 fn tally_run(
     (options, mode): (&BenchOptions, &str),
-    tallies: &[Tally],
-    (cpu_seconds, latency): (f64, &Histogram<u64>),
+    measured: &BenchMeasured,
+    cpu_seconds: f64,
     stages: StageAverages,
 ) -> anyhow::Result<Run> {
-    let commands: u64 = tallies.iter().map(|t| t.commands).sum();
-    let first = tallies.iter().filter_map(|t| t.first_done).min();
-    let last = tallies.iter().filter_map(|t| t.last_done).max();
-    let seconds = match (first, last) {
-        (Some(first), Some(last)) if last > first => (last - first).as_secs_f64(),
-        _ => bail!("no request completed in the measured window"),
-    };
-    let latency_ms = LatencyMs::from_us(latency);
-    let send_late_ms = tallies
-        .iter()
-        .find_map(|t| t.send_late_us.as_ref())
-        .map(LatencyMs::from_us);
+    let (commands, seconds) = (measured.commands, measured.seconds);
+    if seconds <= 0.0 {
+        bail!("no request completed in the measured window");
+    }
     Ok(Run {
         mode: mode.to_string(),
         batch: options.batch,
@@ -491,17 +326,17 @@ fn tally_run(
         accounts: options.accounts,
         commands,
         seconds,
-        commands_per_s: commands as f64 / seconds,
+        commands_per_s: measured.commands_per_s(),
         // The warm-up is in the CPU time and not in the count: scale it to the measured part.
         cpu_s_per_million: cpu_seconds * seconds
             / (seconds + options.warmup).max(f64::MIN_POSITIVE)
             / (commands.max(1) as f64 / 1e6),
         reads_percent: options.reads,
         offered_requests_per_s: options.rate,
-        send_late_ms,
-        latency_ms,
-        failed: tallies.iter().map(|t| t.failed).sum(),
-        unknown: tallies.iter().map(|t| t.unknown).sum(),
+        send_late_ms: measured.send_late_us.as_ref().map(LatencyMs::from_us),
+        latency_ms: LatencyMs::from_us(&measured.latency_us),
+        failed: measured.errors,
+        unknown: measured.unknown,
         replicas_converged: false,
         state_hashes: Vec::new(),
         stages,

@@ -1,107 +1,169 @@
-//! One timed run: `--inflight` load clients, each with its own session and generator,
-//! sending the workload's requests until the run's end; latencies into one histogram.
+//! The load client: one timed run of `inflight` load clients (each with its own session and
+//! generator) or of an open loop, sending a [`BenchWorkload`]'s requests until the run's end;
+//! latencies into one histogram. `bench` and the Bank's benchmark (`runner local`, `runner
+//! bench`) both measure with it.
 
-use super::report::{LatencyMs, Run};
-use super::{BENCH_BATCH_MAX, BenchArgs, BenchWorkload, new_client};
+use super::{BENCH_BATCH_MAX, BenchWorkload, new_client};
 use crate::client::{Client, ClientConfig, ClientError};
-use crate::handler::Outcome;
+use crate::entry::encode_commands;
+use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::rng::Rng;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 /// Latencies recorded: 1 us to 60 s, three significant digits.
-const LATENCY_US_MAX: u64 = 60_000_000;
+pub const LATENCY_US_MAX: u64 = 60_000_000;
 /// Milliseconds between two updates of the progress bar.
 const PROGRESS_MS: u64 = 200;
+/// Seconds a run given a command count instead of a duration may last at most.
+const COUNTED_RUN_S_MAX: u64 = 3600;
+
+/// The shape of one timed run.
+#[derive(Debug, Clone)]
+pub struct Load {
+    /// Commands per request (1 to [`BENCH_BATCH_MAX`]).
+    pub batch: u32,
+    /// Load clients, each with one request in flight (closed loop).
+    pub inflight: u32,
+    /// Seconds before the measured window, whose answers are not counted.
+    pub warmup_s: f64,
+    /// Seconds measured (unless `commands` is given).
+    pub duration_s: f64,
+    /// Commands measured, instead of a duration: the run ends once they are answered.
+    pub commands: Option<u64>,
+    /// Seed of the load clients' generators.
+    pub seed: u64,
+    /// Open loop: requests per second, at fixed due times, latency from each due time.
+    pub rate: Option<f64>,
+    /// Sends requests of read-only commands through the log, as any request, instead of as
+    /// reads answered off the log (to compare the two).
+    pub reads_in_log: bool,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// Commands answered in the measured window (done or refused by the business).
+    pub commands: u64,
+    /// Commands the business refused (results, not errors).
+    pub refused: u64,
+    /// Commands that failed: invalid ones, and those of requests the cluster did not take.
+    pub errors: u64,
+    /// Commands of requests that went unanswered: their outcome is unknown.
+    pub unknown: u64,
+    /// The first measured request's start to the last one's answer; 0 when none completed.
+    pub seconds: f64,
+    /// Each measured request's completion latency, in microseconds.
+    pub latency_us: Histogram<u64>,
+    /// Open loop: how late after its due time each measured request left, in microseconds.
+    pub send_late_us: Option<Histogram<u64>>,
+}
+
+impl Measured {
+    /// Answered commands per second (0 when nothing was measured).
+    pub fn commands_per_s(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.commands as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
 
 /// What one load client saw in the measured window.
 #[derive(Default)]
 struct Tally {
-    /// Commands answered (done or refused by the business).
     commands: u64,
-    /// Commands the business refused (a result, not an error).
     refused: u64,
-    /// Commands that failed: invalid, or in a request the cluster did not take.
     errors: u64,
-    /// Commands of requests that went unanswered (their outcome is unknown).
     unknown: u64,
     first_done: Option<Instant>,
     last_done: Option<Instant>,
+    send_late_us: Option<Histogram<u64>>,
 }
 
 /// What every load client of a run shares.
 struct Shared<'a, W> {
     config: &'a ClientConfig,
-    args: &'a BenchArgs,
+    load: &'a Load,
     workload: &'a RefCell<W>,
     latency_us: RefCell<Histogram<u64>>,
+    /// Commands answered in the measured window so far, over every client.
+    measured: Cell<u64>,
     warm_until: Instant,
     stop_at: Instant,
 }
 
-/// Run `run` (from 0): warm-up, then `args.duration` seconds measured.
+impl<W> Shared<'_, W> {
+    fn running(&self) -> bool {
+        Instant::now() < self.stop_at
+            && self.measured.get() < self.load.commands.unwrap_or(u64::MAX)
+    }
+}
+
+/// Run `run` (from 0) of `load`: warm-up, then the measured window.
 pub async fn measure<W: BenchWorkload>(
     config: &ClientConfig,
-    args: &BenchArgs,
+    load: &Load,
     workload: &RefCell<W>,
     run: u32,
-) -> anyhow::Result<Run> {
-    let warm_until = Instant::now() + Duration::from_secs_f64(args.warmup);
+) -> anyhow::Result<Measured> {
+    let warm_until = Instant::now() + Duration::from_secs_f64(load.warmup_s);
+    let length = match load.commands {
+        Some(_) => Duration::from_secs(COUNTED_RUN_S_MAX),
+        None => Duration::from_secs_f64(load.duration_s),
+    };
     let shared = Shared {
         config,
-        args,
+        load,
         workload,
         latency_us: RefCell::new(Histogram::new_with_bounds(1, LATENCY_US_MAX, 3)?),
+        measured: Cell::new(0),
         warm_until,
-        stop_at: warm_until + Duration::from_secs_f64(args.duration),
+        stop_at: warm_until + length,
     };
-    let bar = progress(args, run);
+    let bar = progress(load, run);
     let ticker = async {
-        while Instant::now() < shared.stop_at {
+        while shared.running() {
             tokio::time::sleep(Duration::from_millis(PROGRESS_MS)).await;
             bar.set_position(bar.elapsed().as_millis() as u64);
         }
     };
-    let load = async {
-        match args.rate {
-            Some(rate) => Ok(vec![open_loop(&shared, run, rate).await]),
+    let runs = async {
+        match load.rate {
+            Some(rate) => Ok(vec![open_loop(&shared, run, rate).await?]),
             None => closed_loop(&shared, run).await,
         }
     };
-    let (tallies, ()) = futures::join!(load, ticker);
-    let tallies = tallies?;
+    let (tallies, ()) = futures::join!(runs, ticker);
     bar.finish_and_clear();
+    Ok(sum(tallies?, shared.latency_us.into_inner()))
+}
+
+/// The run's measure from its load clients' tallies.
+fn sum(tallies: Vec<Tally>, latency_us: Histogram<u64>) -> Measured {
     let first = tallies.iter().filter_map(|t| t.first_done).min();
     let last = tallies.iter().filter_map(|t| t.last_done).max();
     let seconds = match (first, last) {
         (Some(first), Some(last)) if last > first => (last - first).as_secs_f64(),
         _ => 0.0,
     };
-    let commands = tallies.iter().map(|t| t.commands).sum();
-    Ok(Run {
-        run: run + 1,
-        batch: args.batch,
-        inflight: args.inflight,
-        offered_requests_per_s: args.rate,
-        commands,
-        seconds,
-        commands_per_s: if seconds > 0.0 {
-            commands as f64 / seconds
-        } else {
-            0.0
-        },
-        latency_ms: LatencyMs::from_us(&shared.latency_us.borrow()),
+    Measured {
+        commands: tallies.iter().map(|t| t.commands).sum(),
         refused: tallies.iter().map(|t| t.refused).sum(),
         errors: tallies.iter().map(|t| t.errors).sum(),
         unknown: tallies.iter().map(|t| t.unknown).sum(),
-    })
+        seconds,
+        latency_us,
+        send_late_us: tallies.into_iter().find_map(|t| t.send_late_us),
+    }
 }
 
 /// The progress bar of a run (drawn only on a terminal), in milliseconds.
-fn progress(args: &BenchArgs, run: u32) -> ProgressBar {
-    let total_ms = ((args.warmup + args.duration) * 1000.0) as u64;
+fn progress(load: &Load, run: u32) -> ProgressBar {
+    let total_ms = ((load.warmup_s + load.duration_s) * 1000.0) as u64;
     let bar = ProgressBar::new(total_ms);
     let style = ProgressStyle::with_template("{msg:>8} [{bar:40}] {elapsed}/{duration}")
         .expect("a valid template")
@@ -117,33 +179,72 @@ fn client_seed(seed: u64, run: u32, client: u32) -> u64 {
     seed ^ salt.wrapping_add(1).wrapping_mul(0x2545_F491_4F6C_DD1D)
 }
 
-/// `--inflight` load clients, each with a session of its own.
+/// `inflight` load clients, each with a session of its own.
 async fn closed_loop<W: BenchWorkload>(
     shared: &Shared<'_, W>,
     run: u32,
 ) -> anyhow::Result<Vec<Tally>> {
-    let sessions: Vec<Client> = (0..shared.args.inflight)
+    let sessions: Vec<Client> = (0..shared.load.inflight)
         .map(|_| new_client(shared.config))
         .collect::<anyhow::Result<_>>()?;
-    let clients = (0..shared.args.inflight)
+    let clients = (0..shared.load.inflight)
         .zip(sessions)
         .map(|(client, session)| load_client(shared, run, client, session));
     Ok(futures::future::join_all(clients).await)
 }
 
-/// The open loop (`--rate`): requests due at fixed times from the warm-up's start, drawn as
+/// The next request of load client `client`, checked against the engine's limit.
+fn next_request<W: BenchWorkload>(
+    shared: &Shared<'_, W>,
+    client: u32,
+    rng: &mut Rng,
+) -> Vec<<W::H as Handler>::Command> {
+    let commands = shared
+        .workload
+        .borrow_mut()
+        .next_request(client, rng, shared.load.batch);
+    assert!(
+        (1..=BENCH_BATCH_MAX as usize).contains(&commands.len()),
+        "the workload's request has {} commands",
+        commands.len()
+    );
+    commands
+}
+
+/// Sends `commands` as one request: as a read when the handler marks every one read-only
+/// (unless `reads_in_log`), else through the log.
+async fn send<H: Handler>(
+    session: &mut Client,
+    commands: &[H::Command],
+    reads_in_log: bool,
+) -> Result<Vec<OutcomeOf<H>>, ClientError> {
+    if !reads_in_log {
+        return session.submit::<H>(commands).await;
+    }
+    let count = commands.len() as u32;
+    let (count, results) = session
+        .submit_encoded(encode_commands(commands), count)
+        .await?;
+    Ok(crate::apply::decode_outcomes::<H>(&results, count)?)
+}
+
+/// The open loop (`rate`): requests due at fixed times from the warm-up's start, drawn as
 /// load client 0's; those due after the warm-up are measured, latency from their due time.
-async fn open_loop<W: BenchWorkload>(shared: &Shared<'_, W>, run: u32, rate: f64) -> Tally {
-    let rng = RefCell::new(Rng::new(client_seed(shared.args.seed, run, 0)));
-    let tally = RefCell::new(Tally::default());
-    let batch = shared.args.batch;
+async fn open_loop<W: BenchWorkload>(
+    shared: &Shared<'_, W>,
+    run: u32,
+    rate: f64,
+) -> anyhow::Result<Tally> {
+    let rng = RefCell::new(Rng::new(client_seed(shared.load.seed, run, 0)));
+    let tally = RefCell::new(Tally {
+        send_late_us: Some(Histogram::new_with_bounds(1, LATENCY_US_MAX, 3)?),
+        ..Tally::default()
+    });
     let send = |mut session: Client, due: tokio::time::Instant| {
-        let commands = shared
-            .workload
-            .borrow_mut()
-            .next_request(0, &mut rng.borrow_mut(), batch);
+        let commands = next_request(shared, 0, &mut rng.borrow_mut());
+        tally.borrow_mut().note_send(shared, due.into_std());
         async move {
-            let answer = session.submit::<W::H>(&commands).await;
+            let answer = send::<W::H>(&mut session, &commands, shared.load.reads_in_log).await;
             (session, due, (commands.len() as u64, answer))
         }
     };
@@ -163,7 +264,7 @@ async fn open_loop<W: BenchWorkload>(shared: &Shared<'_, W>, run: u32, rate: f64
     let (start, stop_at) = (to_tokio(Instant::now()), to_tokio(shared.stop_at));
     let pacer = crate::cli::Pacer::Thread;
     crate::cli::open_loop(pacer, rate, start, stop_at, new_session, send, answered).await;
-    tally.into_inner()
+    Ok(tally.into_inner())
 }
 
 /// One load client: a session of its own, one request in flight, until the run ends.
@@ -173,24 +274,15 @@ async fn load_client<W: BenchWorkload>(
     client: u32,
     mut session: Client,
 ) -> Tally {
-    let mut rng = Rng::new(client_seed(shared.args.seed, run, client));
-    let batch = shared.args.batch;
+    let mut rng = Rng::new(client_seed(shared.load.seed, run, client));
     let mut tally = Tally::default();
-    while Instant::now() < shared.stop_at {
-        let commands = shared
-            .workload
-            .borrow_mut()
-            .next_request(client, &mut rng, batch);
-        let count = commands.len() as u64;
-        assert!(
-            (1..=u64::from(BENCH_BATCH_MAX)).contains(&count),
-            "the workload's request has {count} commands"
-        );
+    while shared.running() {
+        let commands = next_request(shared, client, &mut rng);
         let sent = Instant::now();
-        let answer = session.submit::<W::H>(&commands).await;
+        let answer = send::<W::H>(&mut session, &commands, shared.load.reads_in_log).await;
         let done = Instant::now();
         if done >= shared.warm_until {
-            tally.record(shared, count, answer, done - sent);
+            tally.record(shared, commands.len() as u64, answer, done - sent);
             tally.first_done.get_or_insert(sent.max(shared.warm_until));
             tally.last_done = Some(done);
         }
@@ -204,17 +296,32 @@ impl Tally {
         &mut self,
         shared: &Shared<'_, W>,
         count: u64,
-        answer: Result<Vec<crate::handler::OutcomeOf<W::H>>, ClientError>,
+        answer: Result<Vec<OutcomeOf<W::H>>, ClientError>,
         latency: Duration,
     ) {
         match answer {
             Ok(outcomes) => {
+                let before = self.commands;
                 count_outcomes(self, &outcomes);
+                shared
+                    .measured
+                    .set(shared.measured.get() + self.commands - before);
                 let latency_us = latency.as_micros() as u64;
                 shared.latency_us.borrow_mut().saturating_record(latency_us);
             }
             Err(ClientError::GaveUp { .. }) => self.unknown += count,
             Err(_) => self.errors += count,
+        }
+    }
+
+    /// Open loop: notes how late after `due` a measured request leaves.
+    fn note_send<W>(&mut self, shared: &Shared<'_, W>, due: Instant) {
+        if due < shared.warm_until {
+            return;
+        }
+        let late = Instant::now().saturating_duration_since(due);
+        if let Some(histogram) = self.send_late_us.as_mut() {
+            histogram.saturating_record(late.as_micros() as u64);
         }
     }
 }

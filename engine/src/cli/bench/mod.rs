@@ -1,23 +1,25 @@
 //! `bench`: a benchmark of a running cluster with the handler author's workload
 //! ([`BenchWorkload`]): its prefill once, then timed runs of its requests from `--inflight`
 //! client sessions at once, then its check and a check that every replica holds the same
-//! state hash. A table for people, `--json` for programs. The Bank's own benchmark
-//! (`runner bench`) is the model: the same option names, the same measures.
+//! state hash. A table for people, `--json` for programs. The timed runs are the one load
+//! client of the project ([`measure`]): the Bank's benchmark (`runner local`, `runner bench`)
+//! runs it too, with the same option names and measures.
 
 mod load;
 pub mod open_loop;
 mod report;
 
+pub use load::{LATENCY_US_MAX, Load, Measured, measure};
 pub use report::LatencyMs;
 
-use super::{CliHandler, runtime};
+use super::runtime;
 use crate::client::{Client, ClientConfig, node_status};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber};
 use crate::rng::Rng;
 use anyhow::{Context, bail};
 use clap::Args;
-use report::{BenchReport, Convergence, Prefill};
+use report::{BenchReport, Convergence, Prefill, Run};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -35,7 +37,7 @@ const CONVERGENCE_WAIT_S: u64 = 30;
 /// value serves every load client (they run on one thread, one request at a time each).
 pub trait BenchWorkload {
     /// The handler the cluster runs.
-    type H: CliHandler;
+    type H: Handler;
 
     /// Requests sent once, in order, before anything is timed (accounts opened, a book
     /// seeded); none by default. A business refusal of one is counted, not fatal (a rerun
@@ -82,9 +84,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(BENCH_INFLIGHT_MAX)))]
     pub inflight: u32,
-    /// Seconds measured per run.
+    /// Seconds measured per run (ignored when --commands is given).
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
+    /// Commands measured per run, instead of a duration.
+    #[arg(long)]
+    pub commands: Option<u64>,
     /// Runs.
     #[arg(long, default_value_t = 2)]
     pub runs: u32,
@@ -99,6 +104,10 @@ pub struct BenchArgs {
     /// ignored: as many sessions as the queue needs, up to 1,024).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Sends requests of read-only commands through the log as any request, instead of as
+    /// reads answered off the log, for comparison.
+    #[arg(long)]
+    pub reads_in_log: bool,
     /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
     /// table).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
@@ -117,8 +126,10 @@ pub fn bench<W: BenchWorkload>(args: BenchArgs, mut workload: W) -> anyhow::Resu
         let prefill = prefill(&config, &mut workload).await.context("prefill")?;
         let mut runs = Vec::new();
         let workload = std::cell::RefCell::new(workload);
+        let load = args.load();
         for run in 0..args.runs {
-            runs.push(load::measure(&config, &args, &workload, run).await?);
+            let measured = load::measure(&config, &load, &workload, run).await?;
+            runs.push(Run::new(&load, run, &measured));
         }
         let mut workload = workload.into_inner();
         let check = final_check(&config, &mut workload).await?;
@@ -133,6 +144,22 @@ pub fn bench<W: BenchWorkload>(args: BenchArgs, mut workload: W) -> anyhow::Resu
         report.print();
     }
     report.verdict()
+}
+
+impl BenchArgs {
+    /// The shape of each timed run.
+    fn load(&self) -> Load {
+        Load {
+            batch: self.batch,
+            inflight: self.inflight,
+            warmup_s: self.warmup,
+            duration_s: self.duration,
+            commands: self.commands,
+            seed: self.seed,
+            rate: self.rate,
+            reads_in_log: self.reads_in_log,
+        }
+    }
 }
 
 /// Refuses options no run could use.
@@ -151,12 +178,15 @@ fn check_args(args: &BenchArgs) -> anyhow::Result<()> {
     {
         bail!("--rate must be above 0 requests per second, not {rate}");
     }
+    if args.rate.is_some() && args.commands.is_some() {
+        bail!("--rate runs for --duration; it does not take --commands");
+    }
     Ok(())
 }
 
 /// A new client session with a random id (sessions are per client id, so every run starts
 /// fresh; the first request opens the session, with no registration round trip before the
-/// timed run). Every client `bench` uses comes from here.
+/// timed run). Every client the load uses comes from here.
 fn new_client(config: &ClientConfig) -> anyhow::Result<Client> {
     let id = ClientId::random().context("drawing a client id")?;
     Ok(Client::new(config.clone(), id, RequestNumber(1)))

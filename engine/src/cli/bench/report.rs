@@ -58,6 +58,25 @@ pub struct Run {
     pub unknown: u64,
 }
 
+impl Run {
+    /// Run `run` (from 0) of `load`, from what it measured.
+    pub fn new(load: &super::Load, run: u32, measured: &super::Measured) -> Self {
+        Run {
+            run: run + 1,
+            batch: load.batch,
+            inflight: load.inflight,
+            offered_requests_per_s: load.rate,
+            commands: measured.commands,
+            seconds: measured.seconds,
+            commands_per_s: measured.commands_per_s(),
+            latency_ms: LatencyMs::from_us(&measured.latency_us),
+            refused: measured.refused,
+            errors: measured.errors,
+            unknown: measured.unknown,
+        }
+    }
+}
+
 /// The prefill: what was sent and how long it took.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Prefill {
