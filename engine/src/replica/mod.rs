@@ -17,6 +17,8 @@
 mod admit;
 mod reads;
 mod snapshots;
+#[cfg(test)]
+mod tests;
 mod timing;
 
 use crate::apply::{ApplyError, Reply, ReplyStatus, StateMachine};

@@ -414,97 +414,17 @@ fn refused(reason: Rejection) -> ClientReply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::StateMachine;
-    use crate::core::{CoreConfig, Recovered};
     use crate::ids::{ClientId, Term};
-    use crate::replica::{ReplicaConfig, WalOp};
-    use crate::state::{Schema, StateError, Tx};
-    use net::message::{AppendOutcome, AppendReply, PeerMessage, ReadCheckReply, VoteReply};
+    use crate::replica::tests::{Echo, HEARTBEAT_TICKS, N2, N3, appended, matched};
+    use net::message::{PeerMessage, ReadCheckReply};
 
-    /// Bad input, for the echo handler.
-    #[derive(Debug, crate::codec::Encode, crate::codec::Decode, serde::Serialize)]
-    #[codec(crate = "crate::codec")]
-    struct Refused;
-
-    impl From<StateError> for Refused {
-        fn from(_: StateError) -> Self {
-            Refused
-        }
-    }
-
-    /// A handler whose every command only reads: it answers its own number.
-    struct Echo;
-
-    impl Handler for Echo {
-        type Command = u64;
-        type Output = u64;
-        type Error = Refused;
-        fn schema(&self) -> Schema {
-            Schema::new()
-        }
-        fn execute(&self, _: &mut Tx<'_>, command: &u64) -> Result<u64, Refused> {
-            Ok(*command)
-        }
-        fn read_only(_: &u64) -> bool {
-            true
-        }
-    }
-
-    const N1: NodeId = NodeId(1);
-    const HEARTBEAT_TICKS: u32 = 2;
-
-    /// Node 1 of three, leading term 1 with its no-op applied; every peer speaks read rounds.
+    /// Node 1 leading term 1, with every peer speaking read rounds.
     fn leader() -> Replica<Echo, u32> {
-        let config = ReplicaConfig {
-            core: CoreConfig {
-                id: N1,
-                nodes: vec![N1, NodeId(2), NodeId(3)],
-                election_ticks_min: 10,
-                heartbeat_ticks: HEARTBEAT_TICKS,
-                seed: 7,
-                lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
-                pre_vote: false,
-            },
-            entry_commands_max: 64,
-            pipeline_entries_max: 8,
-            snapshot_every: 0,
-            snapshot_retain_ticks: 0,
-            snapshot_log_percent: 0,
-            snapshot_slice_slots: 64,
-            snapshot_write_bytes: 4096,
-            client_addresses: Default::default(),
-        };
-        let machine = StateMachine::new(Echo, 1 << 20);
-        let mut replica = Replica::new(config, Recovered::default(), machine, None);
-        for peer in [NodeId(2), NodeId(3)] {
+        let mut replica = crate::replica::tests::leader();
+        for peer in [N2, N3] {
             replica.peer_protocol(peer, PROTOCOL_VERSION_READ_CHECK);
         }
-        let mut out = Vec::new();
-        while replica.core().role() != Role::Candidate {
-            replica.tick(0, &mut out);
-        }
-        let granted = PeerMessage::VoteReply(VoteReply {
-            term: Term(1),
-            pre: false,
-            from: NodeId(2),
-            granted: true,
-        });
-        replica.receive(NodeId(2), granted, &mut out);
-        let noop = appended(&out).expect("the new leader's no-op");
-        replica.persisted(noop.index, noop.term, &mut out);
-        replica.receive(NodeId(2), matched(noop.index), &mut out);
-        assert_eq!(replica.machine().applied_index(), noop.index);
         replica
-    }
-
-    /// Node 2's acknowledgement of the log through `index`, in term 1.
-    fn matched(index: EntryIndex) -> PeerMessage {
-        PeerMessage::AppendReply(AppendReply {
-            term: Term(1),
-            from: NodeId(2),
-            outcome: AppendOutcome::Matched { index },
-            applied: None,
-        })
     }
 
     /// A client's read of one command.
@@ -515,16 +435,6 @@ mod tests {
             command_count: 1,
             commands: crate::entry::encode_commands(&[42u64]),
         }
-    }
-
-    /// The first entry `out` appends to the WAL.
-    fn appended(out: &[Io<u32>]) -> Option<crate::entry::EntryHeader> {
-        out.iter().find_map(|io| {
-            let Io::Wal(WalOp::Append(entries)) = io else {
-                return None;
-            };
-            Some(entries[0].header)
-        })
     }
 
     /// The rounds of the checks in `out`, and the answers.
@@ -647,7 +557,7 @@ mod tests {
         let noop = appended(&out).expect("an empty entry for the read");
         replica.persisted(noop.index, noop.term, &mut out);
         out.clear();
-        replica.receive(NodeId(2), matched(noop.index), &mut out);
+        replica.receive(NodeId(2), matched(N2, noop.index), &mut out);
         let (_, answers) = checks_and_answers(&out);
         assert!(
             matches!(answers[..], [ClientReply::ReadResults { .. }]),
