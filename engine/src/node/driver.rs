@@ -1,4 +1,6 @@
-//! The node's event loop: inputs in, core steps, actions carried out.
+//! The node's event loop: inputs in, each handed to the replica, and the IO it returns carried
+//! out in order (a failed one halts the replica by its rule, `Replica::io_failed`); idle work
+//! (`Replica::idle_work`) once the inputs that arrived together are handled.
 
 use super::connections::{PeerAddresses, PeerWakes, accept_clients, accept_peers, connect_peer};
 use super::data_dir::{self, DirLock};

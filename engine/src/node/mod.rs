@@ -1,6 +1,9 @@
-//! The node driver on tokio: the only place that reads the clock and does IO. It owns the
-//! consensus core, the state machine, the batcher and the connections, and turns the core's
-//! actions into sends, WAL work (on the WAL's own thread) and applies.
+//! The IO shell of a node, on tokio: the only place that reads the clock and does IO. The
+//! driver owns a [`crate::replica::Replica`] (the whole protocol, sans-IO) and the
+//! connections, feeds it what arrives (ticks, peers' messages, clients' requests, the WAL's and
+//! the snapshot writer's reports) and carries out the IO it returns: sends, WAL work (on the
+//! WAL's own thread, or inline on tmpfs), snapshot files, answers. Recovery at start is
+//! `recovery`; the operator's files it reads live in `crate::operator`.
 
 pub mod config;
 mod connections;

@@ -285,6 +285,10 @@ fn carry_out(
     }
     sync(wal, unsynced, events, disk)?;
     disk.journal(JournalWriter::flush);
+    // Walks the WAL's whole index: debug builds only, as the driver's check of the replica.
+    if cfg!(debug_assertions) {
+        wal.check_invariants();
+    }
     Ok(())
 }
 

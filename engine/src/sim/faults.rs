@@ -1,6 +1,7 @@
 //! The faults the simulator injects (crashes, partitions, clogged links, full disks, stopped
 //! processes, failing acknowledgement connections, damaged entries found at restart), the
-//! restarts that recover a node as `node::storage` does, and the healing at the end.
+//! restarts that recover a node with the product's own recovery over its simulated disk
+//! (`node::recovery::recover_on`), and the healing at the end.
 
 use super::*;
 use crate::members::{Member, MemberChange};

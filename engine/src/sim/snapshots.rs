@@ -1,5 +1,7 @@
-//! Snapshots in the simulator: written a slice at a time, made durable, sent to a lagging
-//! follower in chunks over one connection that a crash or a cut breaks, and installed.
+//! Snapshots in the simulator: written a slice at a time by the product's snapshot files
+//! (`snapshot::SnapshotFiles`) on the node's simulated disk, made durable, sent to a lagging
+//! follower in chunks over one connection that a crash or a cut breaks, received by the
+//! product's `snapshot::Incoming` and installed.
 
 use super::*;
 
