@@ -1,5 +1,5 @@
-//! `Encode`: fields in declaration order; an enum's variant index (a `u32`, the variant's
-//! position) before the variant's fields.
+//! `Encode`: fields in declaration order; an enum's variant tag (a `u32`: the variant's
+//! `#[codec(tag = N)]`, or else its position) before the variant's fields.
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -18,9 +18,11 @@ pub(crate) fn expand(shape: &Shape<'_>) -> TokenStream {
     let (_, type_generics, _) = shape.generics.split_for_impl();
     let body = match shape.body {
         Body::Struct(fields) => struct_body(codec, fields),
-        Body::Enum(variants) => enum_body(codec, variants),
+        Body::Enum(variants) => enum_body(shape, variants),
     };
+    let distinct = shape.distinct_tags_check();
     quote! {
+        #distinct
         #[automatically_derived]
         impl #impl_generics #codec::Encode for #ident #type_generics #where_clause {
             #[inline]
@@ -38,13 +40,13 @@ fn struct_body(codec: &Path, fields: &Fields) -> TokenStream {
     }
 }
 
-fn enum_body(codec: &Path, variants: &Punctuated<Variant, Comma>) -> TokenStream {
+fn enum_body(shape: &Shape<'_>, variants: &Punctuated<Variant, Comma>) -> TokenStream {
+    let codec = &shape.codec;
     if variants.is_empty() {
         return quote! { match *self {} };
     }
     let arms = variants.iter().enumerate().map(|(position, variant)| {
-        // Shape::read checked that the count fits a u32.
-        let index = u32::try_from(position).expect("variant count checked");
+        let tag = shape.tag(position);
         let name = &variant.ident;
         let bindings: Vec<_> = (0..variant.fields.len())
             .map(|i| format_ident!("__field_{}", i))
@@ -59,7 +61,7 @@ fn enum_body(codec: &Path, variants: &Punctuated<Variant, Comma>) -> TokenStream
         };
         quote! {
             #pattern => {
-                <u32 as #codec::Encode>::encode(&(#index), out);
+                <u32 as #codec::Encode>::encode(&(#tag), out);
                 #( #codec::Encode::encode(#bindings, out); )*
             }
         }

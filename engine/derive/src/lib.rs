@@ -15,8 +15,15 @@
 //! The impls they generate are `net::codec`'s `Encode` and `Decode<__Context>` (the project's
 //! own format, `notes/decisions/encoding.md`), reached through `::engine::codec` (or the path
 //! given by `#[codec(crate = "path")]`), with one bound per type parameter: fields in
-//! declaration order; an enum's variant index, its position, as a `u32` before the variant's
-//! fields. A codec change rewrites this crate's output; the types that derive it do not change.
+//! declaration order; an enum's variant tag, as a `u32` before the variant's fields. A codec
+//! change rewrites this crate's output; the types that derive it do not change.
+//!
+//! The tag is the variant's position, unless the variants carry `#[codec(tag = N)]`, where `N`
+//! is an integer literal or a path to a `u32` const. Then every variant must carry one (tags
+//! are all explicit or all positions: a variant added without one is a compile error, not a
+//! silent position), and no two may be equal (a compile error: at expansion for literals, by
+//! a const assertion for consts). Explicit tags let a type that goes on the wire keep its
+//! bytes whatever the order of its variants in the source; handler types need not use them.
 //!
 //! Supported: structs (named, tuple, unit) and enums (unit, tuple and struct variants, and none),
 //! generic over lifetimes, types and constants. Not supported: unions, and bincode's own options
