@@ -22,6 +22,219 @@ pub const PROTOCOL_VERSION_OLDEST: u16 = 3;
 /// only once every other member has shown, by its handshake, that it speaks this version.
 pub const PROTOCOL_VERSION_READ_CHECK: u16 = 4;
 
+/// The tag of every variant of every enum that goes on the wire: the `u32` written before the
+/// variant's fields (`notes/protocol.md` lists them with the fields).
+///
+/// A tag is the variant's name on the wire, so it never changes and is never given to another
+/// variant: a new variant takes a number no variant of its enum had, and a variant removed
+/// leaves its number unused. They equal the variants' positions in their enums as of protocol
+/// version 4, which is what the derive wrote before the tags were explicit, so no byte changed.
+pub mod tags {
+    /// Tags of [`Admission`](super::Admission): the listener's last word in a handshake.
+    pub mod admission {
+        /// [`Admission::Accepted`](crate::message::Admission::Accepted).
+        pub const ACCEPTED: u32 = 0;
+        /// [`Admission::Refused`](crate::message::Admission::Refused).
+        pub const REFUSED: u32 = 1;
+    }
+
+    /// Tags of [`Refusal`](super::Refusal): why a node closes a connection.
+    pub mod refusal {
+        /// [`Refusal::Version`](crate::message::Refusal::Version).
+        pub const VERSION: u32 = 0;
+        /// [`Refusal::WrongCluster`](crate::message::Refusal::WrongCluster).
+        pub const WRONG_CLUSTER: u32 = 1;
+        /// [`Refusal::NotAPeer`](crate::message::Refusal::NotAPeer).
+        pub const NOT_A_PEER: u32 = 2;
+        /// [`Refusal::NodeOnClientPort`](crate::message::Refusal::NodeOnClientPort).
+        pub const NODE_ON_CLIENT_PORT: u32 = 3;
+        /// [`Refusal::Unauthenticated`](crate::message::Refusal::Unauthenticated).
+        pub const UNAUTHENTICATED: u32 = 4;
+        /// [`Refusal::TooManyConnections`](crate::message::Refusal::TooManyConnections).
+        pub const TOO_MANY_CONNECTIONS: u32 = 5;
+        /// [`Refusal::HandshakeTimeout`](crate::message::Refusal::HandshakeTimeout).
+        pub const HANDSHAKE_TIMEOUT: u32 = 6;
+        /// [`Refusal::ReadTimeout`](crate::message::Refusal::ReadTimeout).
+        pub const READ_TIMEOUT: u32 = 7;
+        /// [`Refusal::IdleTimeout`](crate::message::Refusal::IdleTimeout).
+        pub const IDLE_TIMEOUT: u32 = 8;
+        /// [`Refusal::EmptyFrame`](crate::message::Refusal::EmptyFrame).
+        pub const EMPTY_FRAME: u32 = 9;
+        /// [`Refusal::FrameTooLarge`](crate::message::Refusal::FrameTooLarge).
+        pub const FRAME_TOO_LARGE: u32 = 10;
+        /// [`Refusal::BadCrc`](crate::message::Refusal::BadCrc).
+        pub const BAD_CRC: u32 = 11;
+        /// [`Refusal::Undecodable`](crate::message::Refusal::Undecodable).
+        pub const UNDECODABLE: u32 = 12;
+        /// [`Refusal::Forbidden`](crate::message::Refusal::Forbidden).
+        pub const FORBIDDEN: u32 = 13;
+    }
+
+    /// Tags of [`ClientRole`](super::ClientRole): what a client connection may ask.
+    pub mod client_role {
+        /// [`ClientRole::Application`](crate::message::ClientRole::Application).
+        pub const APPLICATION: u32 = 0;
+        /// [`ClientRole::Operator`](crate::message::ClientRole::Operator).
+        pub const OPERATOR: u32 = 1;
+    }
+
+    /// Tags of [`PeerMessage`](super::PeerMessage): messages between replicas.
+    pub mod peer_message {
+        /// [`PeerMessage::Append`](crate::message::PeerMessage::Append).
+        pub const APPEND: u32 = 0;
+        /// [`PeerMessage::AppendReply`](crate::message::PeerMessage::AppendReply).
+        pub const APPEND_REPLY: u32 = 1;
+        /// [`PeerMessage::Vote`](crate::message::PeerMessage::Vote).
+        pub const VOTE: u32 = 2;
+        /// [`PeerMessage::VoteReply`](crate::message::PeerMessage::VoteReply).
+        pub const VOTE_REPLY: u32 = 3;
+        /// [`PeerMessage::Snapshot`](crate::message::PeerMessage::Snapshot).
+        pub const SNAPSHOT: u32 = 4;
+        /// [`PeerMessage::LogEnd`](crate::message::PeerMessage::LogEnd).
+        pub const LOG_END: u32 = 5;
+        /// [`PeerMessage::ReadCheck`](crate::message::PeerMessage::ReadCheck).
+        pub const READ_CHECK: u32 = 6;
+        /// [`PeerMessage::ReadCheckReply`](crate::message::PeerMessage::ReadCheckReply).
+        pub const READ_CHECK_REPLY: u32 = 7;
+    }
+
+    /// Tags of [`AppendOutcome`](super::AppendOutcome): what a follower did with an append.
+    pub mod append_outcome {
+        /// [`AppendOutcome::Matched`](crate::message::AppendOutcome::Matched).
+        pub const MATCHED: u32 = 0;
+        /// [`AppendOutcome::Conflict`](crate::message::AppendOutcome::Conflict).
+        pub const CONFLICT: u32 = 1;
+    }
+
+    /// Tags of [`ClientRequest`](super::ClientRequest): what a client asks of a node.
+    pub mod client_request {
+        /// [`ClientRequest::Submit`](crate::message::ClientRequest::Submit).
+        pub const SUBMIT: u32 = 0;
+        /// [`ClientRequest::Status`](crate::message::ClientRequest::Status).
+        pub const STATUS: u32 = 1;
+        /// [`ClientRequest::SetMode`](crate::message::ClientRequest::SetMode).
+        pub const SET_MODE: u32 = 2;
+        /// [`ClientRequest::Resume`](crate::message::ClientRequest::Resume).
+        pub const RESUME: u32 = 3;
+        /// [`ClientRequest::Backup`](crate::message::ClientRequest::Backup).
+        pub const BACKUP: u32 = 4;
+        /// [`ClientRequest::ChangeMembers`](crate::message::ClientRequest::ChangeMembers).
+        pub const CHANGE_MEMBERS: u32 = 5;
+        /// [`ClientRequest::Upgrade`](crate::message::ClientRequest::Upgrade).
+        pub const UPGRADE: u32 = 6;
+        /// [`ClientRequest::Versions`](crate::message::ClientRequest::Versions).
+        pub const VERSIONS: u32 = 7;
+        /// [`ClientRequest::Read`](crate::message::ClientRequest::Read).
+        pub const READ: u32 = 8;
+    }
+
+    /// Tags of [`ClientReply`](super::ClientReply): what a node answers a client.
+    pub mod client_reply {
+        /// [`ClientReply::Results`](crate::message::ClientReply::Results).
+        pub const RESULTS: u32 = 0;
+        /// [`ClientReply::NotLeader`](crate::message::ClientReply::NotLeader).
+        pub const NOT_LEADER: u32 = 1;
+        /// [`ClientReply::Rejected`](crate::message::ClientReply::Rejected).
+        pub const REJECTED: u32 = 2;
+        /// [`ClientReply::Stale`](crate::message::ClientReply::Stale).
+        pub const STALE: u32 = 3;
+        /// [`ClientReply::Expired`](crate::message::ClientReply::Expired).
+        pub const EXPIRED: u32 = 4;
+        /// [`ClientReply::Reused`](crate::message::ClientReply::Reused).
+        pub const REUSED: u32 = 5;
+        /// [`ClientReply::NotYet`](crate::message::ClientReply::NotYet).
+        pub const NOT_YET: u32 = 6;
+        /// [`ClientReply::Session`](crate::message::ClientReply::Session).
+        pub const SESSION: u32 = 7;
+        /// [`ClientReply::Status`](crate::message::ClientReply::Status).
+        pub const STATUS: u32 = 8;
+        /// [`ClientReply::ModeSet`](crate::message::ClientReply::ModeSet).
+        pub const MODE_SET: u32 = 9;
+        /// [`ClientReply::Refused`](crate::message::ClientReply::Refused).
+        pub const REFUSED: u32 = 10;
+        /// [`ClientReply::BackupChunk`](crate::message::ClientReply::BackupChunk).
+        pub const BACKUP_CHUNK: u32 = 11;
+        /// [`ClientReply::NoBackup`](crate::message::ClientReply::NoBackup).
+        pub const NO_BACKUP: u32 = 12;
+        /// [`ClientReply::MembersChanging`](crate::message::ClientReply::MembersChanging).
+        pub const MEMBERS_CHANGING: u32 = 13;
+        /// [`ClientReply::MembersRefused`](crate::message::ClientReply::MembersRefused).
+        pub const MEMBERS_REFUSED: u32 = 14;
+        /// [`ClientReply::Upgrading`](crate::message::ClientReply::Upgrading).
+        pub const UPGRADING: u32 = 15;
+        /// [`ClientReply::UpgradeRefused`](crate::message::ClientReply::UpgradeRefused).
+        pub const UPGRADE_REFUSED: u32 = 16;
+        /// [`ClientReply::Versions`](crate::message::ClientReply::Versions).
+        pub const VERSIONS: u32 = 17;
+        /// [`ClientReply::ReadResults`](crate::message::ClientReply::ReadResults).
+        pub const READ_RESULTS: u32 = 18;
+    }
+
+    /// Tags of [`Rejection`](super::Rejection): why a node refused a request without applying it.
+    pub mod rejection {
+        /// [`Rejection::Empty`](crate::message::Rejection::Empty).
+        pub const EMPTY: u32 = 0;
+        /// [`Rejection::TooManyCommands`](crate::message::Rejection::TooManyCommands).
+        pub const TOO_MANY_COMMANDS: u32 = 1;
+        /// [`Rejection::Malformed`](crate::message::Rejection::Malformed).
+        pub const MALFORMED: u32 = 2;
+        /// [`Rejection::Halted`](crate::message::Rejection::Halted).
+        pub const HALTED: u32 = 3;
+        /// [`Rejection::Busy`](crate::message::Rejection::Busy).
+        pub const BUSY: u32 = 4;
+        /// [`Rejection::StorageFull`](crate::message::Rejection::StorageFull).
+        pub const STORAGE_FULL: u32 = 5;
+        /// [`Rejection::NotReadOnly`](crate::message::Rejection::NotReadOnly).
+        pub const NOT_READ_ONLY: u32 = 6;
+    }
+
+    /// Tags of [`Mode`](super::Mode): the execution mode of a leader.
+    pub mod mode {
+        /// [`Mode::Verify`](crate::message::Mode::Verify).
+        pub const VERIFY: u32 = 0;
+        /// [`Mode::Performance`](crate::message::Mode::Performance).
+        pub const PERFORMANCE: u32 = 1;
+    }
+
+    /// Tags of [`Role`](super::Role): a replica's role.
+    pub mod role {
+        /// [`Role::Follower`](crate::message::Role::Follower).
+        pub const FOLLOWER: u32 = 0;
+        /// [`Role::Candidate`](crate::message::Role::Candidate).
+        pub const CANDIDATE: u32 = 1;
+        /// [`Role::Leader`](crate::message::Role::Leader).
+        pub const LEADER: u32 = 2;
+    }
+
+    /// Tags of [`MemberChange`](super::MemberChange): a change of one member.
+    pub mod member_change {
+        /// [`MemberChange::Add`](crate::message::MemberChange::Add).
+        pub const ADD: u32 = 0;
+        /// [`MemberChange::Remove`](crate::message::MemberChange::Remove).
+        pub const REMOVE: u32 = 1;
+    }
+
+    /// Tags of [`MembersRefusal`](super::MembersRefusal): why a change of members was refused.
+    pub mod members_refusal {
+        /// [`MembersRefusal::Pending`](crate::message::MembersRefusal::Pending).
+        pub const PENDING: u32 = 0;
+        /// [`MembersRefusal::NotSettled`](crate::message::MembersRefusal::NotSettled).
+        pub const NOT_SETTLED: u32 = 1;
+        /// [`MembersRefusal::Invalid`](crate::message::MembersRefusal::Invalid).
+        pub const INVALID: u32 = 2;
+    }
+
+    /// Tags of [`UpgradeRefusal`](super::UpgradeRefusal): why a handler upgrade was refused.
+    pub mod upgrade_refusal {
+        /// [`UpgradeRefusal::Unsupported`](crate::message::UpgradeRefusal::Unsupported).
+        pub const UNSUPPORTED: u32 = 0;
+        /// [`UpgradeRefusal::NotNewer`](crate::message::UpgradeRefusal::NotNewer).
+        pub const NOT_NEWER: u32 = 1;
+        /// [`UpgradeRefusal::Halted`](crate::message::UpgradeRefusal::Halted).
+        pub const HALTED: u32 = 2;
+    }
+}
+
 /// The first frame on every connection: who is calling.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 #[codec(crate = "crate::codec")]
@@ -56,8 +269,10 @@ pub struct Proof {
 #[codec(crate = "crate::codec")]
 pub enum Admission {
     /// The connection may carry messages.
+    #[codec(tag = tags::admission::ACCEPTED)]
     Accepted,
     /// The connection is refused, and closes.
+    #[codec(tag = tags::admission::REFUSED)]
     Refused(Refusal),
 }
 
@@ -68,6 +283,7 @@ pub enum Admission {
 pub enum Refusal {
     /// Another protocol version.
     #[error("protocol version {theirs}, this node speaks {ours}")]
+    #[codec(tag = tags::refusal::VERSION)]
     Version {
         /// The caller's version.
         theirs: u16,
@@ -76,6 +292,7 @@ pub enum Refusal {
     },
     /// Another cluster.
     #[error("cluster {theirs}, this node belongs to cluster {ours}")]
+    #[codec(tag = tags::refusal::WRONG_CLUSTER)]
     WrongCluster {
         /// The caller's cluster.
         theirs: u64,
@@ -84,36 +301,45 @@ pub enum Refusal {
     },
     /// The peer port takes only this cluster's nodes.
     #[error("not a node of this cluster: {caller:?}")]
+    #[codec(tag = tags::refusal::NOT_A_PEER)]
     NotAPeer {
         /// Who the caller said it was.
         caller: Option<NodeId>,
     },
     /// The client port takes only clients.
     #[error("a node on the client port")]
+    #[codec(tag = tags::refusal::NODE_ON_CLIENT_PORT)]
     NodeOnClientPort,
     /// The proof did not match the challenge with this cluster's key.
     #[error("the handshake proof does not match this cluster's key")]
+    #[codec(tag = tags::refusal::UNAUTHENTICATED)]
     Unauthenticated,
     /// The node holds as many connections of this kind as it takes.
     #[error("too many connections (the limit is {limit})")]
+    #[codec(tag = tags::refusal::TOO_MANY_CONNECTIONS)]
     TooManyConnections {
         /// The limit.
         limit: u32,
     },
     /// The handshake did not finish in time.
     #[error("no handshake in time")]
+    #[codec(tag = tags::refusal::HANDSHAKE_TIMEOUT)]
     HandshakeTimeout,
     /// A frame started but did not finish in time.
     #[error("a frame did not finish in time")]
+    #[codec(tag = tags::refusal::READ_TIMEOUT)]
     ReadTimeout,
     /// Nothing arrived for too long.
     #[error("idle for too long")]
+    #[codec(tag = tags::refusal::IDLE_TIMEOUT)]
     IdleTimeout,
     /// A frame of length zero.
     #[error("empty frame")]
+    #[codec(tag = tags::refusal::EMPTY_FRAME)]
     EmptyFrame,
     /// A frame longer than this port takes.
     #[error("frame of {bytes} bytes is over the limit of {limit}")]
+    #[codec(tag = tags::refusal::FRAME_TOO_LARGE)]
     FrameTooLarge {
         /// Bytes the frame claimed.
         bytes: u64,
@@ -122,9 +348,11 @@ pub enum Refusal {
     },
     /// A frame whose crc32 does not match.
     #[error("frame crc32 mismatch")]
+    #[codec(tag = tags::refusal::BAD_CRC)]
     BadCrc,
     /// A frame whose body is not a message of this protocol (or not the one expected here).
     #[error("not a message of this protocol")]
+    #[codec(tag = tags::refusal::UNDECODABLE)]
     Undecodable,
     /// A request the connection's role may not make: operator requests need the operator
     /// credential, business requests the client credential (added after the protocol's
@@ -133,6 +361,7 @@ pub enum Refusal {
         "an {role} connection may not make this request (operator requests need the operator \
          credential, business requests the client credential)"
     )]
+    #[codec(tag = tags::refusal::FORBIDDEN)]
     Forbidden {
         /// The role the connection's handshake proved.
         role: ClientRole,
@@ -145,9 +374,11 @@ pub enum Refusal {
 pub enum ClientRole {
     /// The client secret (or no proof, where the cluster sets no client secret): business
     /// requests (submit, read, resume) and the node's status and versions.
+    #[codec(tag = tags::client_role::APPLICATION)]
     Application,
     /// The operator credential: mode, membership, handler upgrades, backups, and the node's
     /// status and versions; never a business request.
+    #[codec(tag = tags::client_role::OPERATOR)]
     Operator,
 }
 
@@ -242,11 +473,13 @@ pub enum Mode {
     /// Execute every command again and compare its result and writes with the simulation; a
     /// difference stops the node.
     #[default]
+    #[codec(tag = tags::mode::VERIFY)]
     Verify,
     /// Reuse the simulation of an entry when the committed entry is the one simulated (same
     /// index and hash) and was simulated on the committed state before it (the leader's
     /// simulations run in log order on top of the committed state, and are discarded when
     /// its leadership ends); execute any other committed entry. No read sets are compared.
+    #[codec(tag = tags::mode::PERFORMANCE)]
     Performance,
 }
 
@@ -255,10 +488,13 @@ pub enum Mode {
 #[codec(crate = "crate::codec")]
 pub enum Role {
     /// Follows a leader (or waits for one).
+    #[codec(tag = tags::role::FOLLOWER)]
     Follower,
     /// Asks for votes.
+    #[codec(tag = tags::role::CANDIDATE)]
     Candidate,
     /// Leads its term.
+    #[codec(tag = tags::role::LEADER)]
     Leader,
 }
 
@@ -277,24 +513,32 @@ pub struct AppliedHash {
 #[codec(crate = "crate::codec")]
 pub enum PeerMessage {
     /// Leader to follower: entries to append (none for a heartbeat).
+    #[codec(tag = tags::peer_message::APPEND)]
     Append(Append),
     /// Follower to leader: what it now durably holds.
+    #[codec(tag = tags::peer_message::APPEND_REPLY)]
     AppendReply(AppendReply),
     /// Candidate to replica: a vote request.
+    #[codec(tag = tags::peer_message::VOTE)]
     Vote(Vote),
     /// Replica to candidate: the vote.
+    #[codec(tag = tags::peer_message::VOTE_REPLY)]
     VoteReply(VoteReply),
     /// Leader to follower: a piece of a snapshot, for a follower that needs entries the
     /// leader's log no longer holds.
+    #[codec(tag = tags::peer_message::SNAPSHOT)]
     Snapshot(SnapshotChunk),
     /// Replica to replica: where the sender's log ends. A replica repairing damage asks the
     /// replicas that may hold what it lost, whether or not they campaign, and each answers
     /// (added after the protocol's third version; every earlier message keeps its bytes).
+    #[codec(tag = tags::peer_message::LOG_END)]
     LogEnd(LogEnd),
     /// Leader to follower: does the receiver still take this leader's term? Sent only to
     /// nodes that speak [`PROTOCOL_VERSION_READ_CHECK`].
+    #[codec(tag = tags::peer_message::READ_CHECK)]
     ReadCheck(ReadCheck),
     /// Follower to leader: its answer to a [`ReadCheck`].
+    #[codec(tag = tags::peer_message::READ_CHECK_REPLY)]
     ReadCheckReply(ReadCheckReply),
 }
 
@@ -384,11 +628,13 @@ pub struct Append {
 #[codec(crate = "crate::codec")]
 pub enum AppendOutcome {
     /// The follower's log matches the leader's up to `index`, durably.
+    #[codec(tag = tags::append_outcome::MATCHED)]
     Matched {
         /// The last index known to match, and fsynced.
         index: EntryIndex,
     },
     /// The entry before the append did not match; retry from `hint + 1`.
+    #[codec(tag = tags::append_outcome::CONFLICT)]
     Conflict {
         /// An index at or below which the logs may still match.
         hint: EntryIndex,
@@ -446,27 +692,36 @@ pub struct VoteReply {
 #[codec(crate = "crate::codec")]
 pub enum ClientRequest {
     /// Apply a request of commands, exactly once.
+    #[codec(tag = tags::client_request::SUBMIT)]
     Submit(Submit),
     /// Report the node's status.
+    #[codec(tag = tags::client_request::STATUS)]
     Status,
     /// Set the execution mode this node uses whenever it leads (operators set it on every node).
+    #[codec(tag = tags::client_request::SET_MODE)]
     SetMode(Mode),
     /// Where a client's session stands (a client restarted with its id asks before its first
     /// request): answered by the leader once it has applied everything committed before.
+    #[codec(tag = tags::client_request::RESUME)]
     Resume(ClientId),
     /// A piece of the node's newest durable snapshot, for a backup (added after the
     /// protocol's third version; every earlier message keeps its bytes).
+    #[codec(tag = tags::client_request::BACKUP)]
     Backup(BackupRequest),
     /// Change the cluster's members by one node (an operator's command, to the leader).
+    #[codec(tag = tags::client_request::CHANGE_MEMBERS)]
     ChangeMembers(MemberChange),
     /// Put this handler version in force from an entry of the log (an operator's command, to
     /// the leader).
+    #[codec(tag = tags::client_request::UPGRADE)]
     Upgrade(u32),
     /// Which handler versions the node runs, and which is in force on it.
+    #[codec(tag = tags::client_request::VERSIONS)]
     Versions,
     /// Run commands the handler marks read-only and answer them without a log entry, as
     /// linearizable as a logged request (added after the protocol's third version; every
     /// earlier message keeps its bytes).
+    #[codec(tag = tags::client_request::READ)]
     Read(Read),
 }
 
@@ -535,13 +790,16 @@ pub struct Member {
 pub enum MembersRefusal {
     /// An earlier change is not committed yet (ask again shortly).
     #[error("an earlier change of members is not committed yet")]
+    #[codec(tag = tags::members_refusal::PENDING)]
     Pending,
     /// The leader has not committed an entry of its own term yet (ask again shortly).
     #[error("the leader has not committed an entry of its term yet")]
+    #[codec(tag = tags::members_refusal::NOT_SETTLED)]
     NotSettled,
     /// The change itself is wrong (a node already a member, or not one, the last member, too
     /// many members, an empty address): the reason.
     #[error("{0}")]
+    #[codec(tag = tags::members_refusal::INVALID)]
     Invalid(String),
 }
 
@@ -550,8 +808,10 @@ pub enum MembersRefusal {
 #[codec(crate = "crate::codec")]
 pub enum MemberChange {
     /// A node joins (it runs already, started to join).
+    #[codec(tag = tags::member_change::ADD)]
     Add(Member),
     /// A node leaves.
+    #[codec(tag = tags::member_change::REMOVE)]
     Remove(NodeId),
 }
 
@@ -579,25 +839,32 @@ pub struct Submit {
 #[codec(crate = "crate::codec")]
 pub enum Rejection {
     /// A request with no commands (other than a registration, request number 0).
+    #[codec(tag = tags::rejection::EMPTY)]
     Empty,
     /// More commands than a request may carry.
+    #[codec(tag = tags::rejection::TOO_MANY_COMMANDS)]
     TooManyCommands {
         /// Commands in the request.
         count: u32,
     },
     /// A command that does not decode as one of this cluster's commands.
+    #[codec(tag = tags::rejection::MALFORMED)]
     Malformed {
         /// Its position in the request.
         command: u32,
     },
     /// The node stopped applying (divergence or a fault) and takes no requests.
+    #[codec(tag = tags::rejection::HALTED)]
     Halted,
     /// The leader's queue of waiting commands is full; retry shortly.
+    #[codec(tag = tags::rejection::BUSY)]
     Busy,
     /// The leader's disk is full: it takes no new request until space returns (nothing of
     /// this request was logged).
+    #[codec(tag = tags::rejection::STORAGE_FULL)]
     StorageFull,
     /// A read holds a command the handler does not mark read-only (send it as a request).
+    #[codec(tag = tags::rejection::NOT_READ_ONLY)]
     NotReadOnly {
         /// Its position in the read.
         command: u32,
@@ -609,6 +876,7 @@ pub enum Rejection {
 #[codec(crate = "crate::codec")]
 pub enum ClientReply {
     /// The request applied (now or before): each command's outcome, encoded back to back.
+    #[codec(tag = tags::client_reply::RESULTS)]
     Results {
         /// The client.
         client: ClientId,
@@ -620,6 +888,7 @@ pub enum ClientReply {
         results: Vec<u8>,
     },
     /// This node is not the leader; try the leader, if known.
+    #[codec(tag = tags::client_reply::NOT_LEADER)]
     NotLeader {
         /// The leader, if known.
         leader: Option<NodeId>,
@@ -627,6 +896,7 @@ pub enum ClientReply {
         address: Option<String>,
     },
     /// The request was refused.
+    #[codec(tag = tags::client_reply::REJECTED)]
     Rejected {
         /// The request.
         request: RequestNumber,
@@ -634,18 +904,21 @@ pub enum ClientReply {
         reason: Rejection,
     },
     /// The client has since sent a newer request; this one will not be applied.
+    #[codec(tag = tags::client_reply::STALE)]
     Stale {
         /// The request.
         request: RequestNumber,
     },
     /// The cluster keeps no session for this client (evicted, or it did not start at request
     /// 1): this request was not applied now; whether an earlier attempt was is not known.
+    #[codec(tag = tags::client_reply::EXPIRED)]
     Expired {
         /// The request.
         request: RequestNumber,
     },
     /// The request's number is the client's latest, but that request had other commands:
     /// these were not applied (a client id used again, or numbers given out twice).
+    #[codec(tag = tags::client_reply::REUSED)]
     Reused {
         /// The request.
         request: RequestNumber,
@@ -653,12 +926,14 @@ pub enum ClientReply {
     /// An earlier request of the client that it still waits for (from its oldest pending on)
     /// has not run yet: this one was not applied, so that the client's requests apply in
     /// order; send it again.
+    #[codec(tag = tags::client_reply::NOT_YET)]
     NotYet {
         /// The request.
         request: RequestNumber,
     },
     /// Where the client's session stands, as committed: the number its next request takes
     /// (1 for a client the cluster has no session of), or that the session expired.
+    #[codec(tag = tags::client_reply::SESSION)]
     Session {
         /// The client.
         client: ClientId,
@@ -668,39 +943,50 @@ pub enum ClientReply {
         expired: bool,
     },
     /// The node's status.
+    #[codec(tag = tags::client_reply::STATUS)]
     Status(Box<NodeStatus>),
     /// The mode is set.
+    #[codec(tag = tags::client_reply::MODE_SET)]
     ModeSet(Mode),
     /// The connection broke the protocol and closes; nothing of what it sent after its last
     /// answered request was applied.
+    #[codec(tag = tags::client_reply::REFUSED)]
     Refused(Refusal),
     /// A piece of a durable snapshot, for a backup.
+    #[codec(tag = tags::client_reply::BACKUP_CHUNK)]
     BackupChunk(BackupChunk),
     /// The node has no such snapshot (none durable yet, or the one asked for was replaced):
     /// a backup starts again from the newest.
+    #[codec(tag = tags::client_reply::NO_BACKUP)]
     NoBackup {
         /// Why, as the node says.
         reason: String,
     },
     /// The change of members is in the log at this index: in force now, done once committed
     /// (the status's `members_pending` turns false).
+    #[codec(tag = tags::client_reply::MEMBERS_CHANGING)]
     MembersChanging {
         /// Its entry.
         index: EntryIndex,
     },
     /// The change of members was refused, and why.
+    #[codec(tag = tags::client_reply::MEMBERS_REFUSED)]
     MembersRefused(MembersRefusal),
     /// The handler version is in the log at this index: every replica switches there once it
     /// is committed.
+    #[codec(tag = tags::client_reply::UPGRADING)]
     Upgrading {
         /// Its entry.
         index: EntryIndex,
     },
     /// The upgrade was refused, and why (nothing entered the log).
+    #[codec(tag = tags::client_reply::UPGRADE_REFUSED)]
     UpgradeRefused(UpgradeRefusal),
     /// The node's handler versions.
+    #[codec(tag = tags::client_reply::VERSIONS)]
     Versions(HandlerVersions),
     /// A read's outcomes, encoded back to back (see [`ClientRequest::Read`]).
+    #[codec(tag = tags::client_reply::READ_RESULTS)]
     ReadResults {
         /// Outcomes in `results`.
         command_count: u32,
@@ -783,6 +1069,7 @@ impl ClientReply {
 pub enum UpgradeRefusal {
     /// The leader's build does not run this version.
     #[error("the leader runs handler versions {oldest} to {newest}, not {version}")]
+    #[codec(tag = tags::upgrade_refusal::UNSUPPORTED)]
     Unsupported {
         /// The version asked for.
         version: u32,
@@ -794,6 +1081,7 @@ pub enum UpgradeRefusal {
     /// The version is not newer than the one in force or already on its way (a downgrade
     /// would run later entries under rules older than earlier ones').
     #[error("handler version {in_force} is in force or on its way; {version} is not newer")]
+    #[codec(tag = tags::upgrade_refusal::NOT_NEWER)]
     NotNewer {
         /// The version asked for.
         version: u32,
@@ -802,6 +1090,7 @@ pub enum UpgradeRefusal {
     },
     /// The node stopped applying.
     #[error("the leader has halted")]
+    #[codec(tag = tags::upgrade_refusal::HALTED)]
     Halted,
 }
 
