@@ -283,9 +283,20 @@ fn carry_out(
             }
         }
     }
+    finish_batch(wal, unsynced, events, disk)
+}
+
+/// The end of a batch: one fsync for its appends, the apply journal flushed, and (in debug
+/// builds, as the driver checks the replica: it walks the WAL's whole index) the WAL's
+/// invariants checked.
+fn finish_batch(
+    wal: &mut Wal,
+    unsynced: &mut Option<(EntryIndex, Term)>,
+    events: &mut Vec<WalEvent>,
+    disk: &mut Disk,
+) -> Result<(), WalError> {
     sync(wal, unsynced, events, disk)?;
     disk.journal(JournalWriter::flush);
-    // Walks the WAL's whole index: debug builds only, as the driver's check of the replica.
     if cfg!(debug_assertions) {
         wal.check_invariants();
     }
