@@ -3,12 +3,13 @@
 //! challenge.
 //!
 //! The exchange, one frame each: the caller sends [`Hello`]; the listener answers with a
-//! [`Challenge`] (a fresh random nonce), or with an [`Admission::Refused`] if the hello is
-//! refused; the caller sends a [`Proof`] (the MAC of the cluster id, its own identity, the
-//! identity of the node it means to reach and the nonce); the listener answers with an
-//! [`Admission`]. A recorded handshake is worthless on another connection, since its nonce
-//! differs, and a proof meant for one node does not open another (a relay of one node's
-//! challenge to a caller that dialed a different node fails).
+//! [`Challenge`] (a fresh random nonce), or with an
+//! [`Admission::Refused`](crate::message::Admission::Refused) if the hello is refused; the
+//! caller sends a [`Proof`] (the MAC of the cluster id, its own identity, the identity of the
+//! node it means to reach and the nonce); the listener answers with an
+//! [`Admission`](crate::message::Admission). A recorded handshake is worthless on another
+//! connection, since its nonce differs, and a proof meant for one node does not open another
+//! (a relay of one node's challenge to a caller that dialed a different node fails).
 //!
 //! Three credentials, three roles. Peers always prove a key derived from the cluster's secret.
 //! On the client port, a proof made with the operator key admits an operator connection
