@@ -10,7 +10,9 @@
 //! - a struct or tuple its fields in order, an array its elements, no length;
 //! - a sequence (`Vec`, a slice, `String`) its length as a `u64`, then its elements;
 //! - an `Option` a byte 0 (none) or 1 then the value;
-//! - an enum its variant's position as a `u32`, then the variant's fields.
+//! - an enum its variant's tag as a `u32`, then the variant's fields; the tag is the variant's
+//!   position unless the variants carry `#[codec(tag = N)]` (all of an enum's or none), which
+//!   keeps a variant's number when others are added, removed or reordered.
 //!
 //! Types derive [`Encode`] and [`Decode`] with the project's own derives (`engine-derive`);
 //! `net`'s types with `#[codec(crate = "crate::codec")]`.
@@ -171,14 +173,15 @@ pub enum DecodeError {
         /// Bytes left.
         left: usize,
     },
-    /// An enum's variant index names no variant.
-    #[error("variant {found} of {type_name}: the variants are 0 to {max}")]
+    /// An enum's tag names none of its variants. Explicit tags may leave gaps, so `max` bounds
+    /// the tags without saying that every smaller one is taken.
+    #[error("{found} is not a tag of {type_name} (its largest tag is {max})")]
     UnexpectedVariant {
         /// The enum.
         type_name: &'static str,
-        /// The index read.
+        /// The tag read.
         found: u32,
-        /// The last variant's index.
+        /// The enum's largest tag.
         max: u32,
     },
     /// An enum without variants cannot be decoded.
