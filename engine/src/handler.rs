@@ -62,15 +62,34 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+/// The tag of each variant of [`Outcome`]: the `u32` a client reads before the variant's
+/// fields, in every language (`notes/protocol.md` lists them).
+///
+/// Clients decode outcomes from replies and replicas store them in sessions and snapshots, so
+/// a tag never changes and is never given to another variant: a new variant takes a number
+/// `Outcome` never used. They equal the positions the variants were written with before the
+/// tags were explicit, so no byte changed.
+pub mod outcome_tags {
+    /// [`Outcome::Done`](super::Outcome::Done).
+    pub const DONE: u32 = 0;
+    /// [`Outcome::Failed`](super::Outcome::Failed).
+    pub const FAILED: u32 = 1;
+    /// [`Outcome::Invalid`](super::Outcome::Invalid).
+    pub const INVALID: u32 = 2;
+}
+
 /// What became of one command, as its client learns it.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 #[codec(crate = "crate::codec")]
 pub enum Outcome<O, E> {
     /// The command applied and returned this output.
+    #[codec(tag = outcome_tags::DONE)]
     Done(O),
     /// The handler refused the command with this business error; it changed nothing.
+    #[codec(tag = outcome_tags::FAILED)]
     Failed(E),
     /// The command's bytes did not decode as a command of this handler; it changed nothing.
+    #[codec(tag = outcome_tags::INVALID)]
     Invalid,
 }
 

@@ -5,6 +5,7 @@
 //! positions of protocol version 4 (the tags were made explicit without changing a byte).
 
 use engine::codec::{self, Decode, DecodeError, Encode};
+use engine::handler::outcome_tags;
 use engine::{ClientId, EntryIndex, NodeId, Outcome, RequestNumber, Term};
 use net::auth::{Key, NONCE_BYTES};
 use net::entry::EntryKind;
@@ -691,6 +692,7 @@ fn reply_tags() -> Vec<(&'static str, Tags)> {
 }
 
 fn answer_tags() -> Vec<(&'static str, Tags)> {
+    use counter::Error::Overflow;
     use tags::{mode, rejection as r, role};
     let rejections = vec![
         (r::EMPTY, Rejection::Empty),
@@ -714,9 +716,9 @@ fn answer_tags() -> Vec<(&'static str, Tags)> {
         (role::LEADER, Role::Leader),
     ];
     let outcomes: Vec<(u32, CounterOutcome)> = vec![
-        (0, Outcome::Done(1)),
-        (1, Outcome::Failed(counter::Error::Overflow)),
-        (2, Outcome::Invalid),
+        (outcome_tags::DONE, Outcome::Done(1)),
+        (outcome_tags::FAILED, Outcome::Failed(Overflow)),
+        (outcome_tags::INVALID, Outcome::Invalid),
     ];
     vec![
         tags_of("Rejection", rejections),
