@@ -527,18 +527,19 @@ fn other_peer_messages() -> Vec<(u32, PeerMessage)> {
 }
 
 fn peer_tags() -> Vec<(&'static str, Tags)> {
+    use net::entry::entry_kind_tags as k;
     use tags::append_outcome as o;
     let index = EntryIndex(9);
     let outcomes = vec![
         (o::MATCHED, AppendOutcome::Matched { index }),
         (o::CONFLICT, AppendOutcome::Conflict { hint: index }),
     ];
-    // Positions, untagged: the Rust discriminants (1 to 4) do not count.
+    // The codec tags: the Rust discriminants (1 to 4) are what the hash chain takes.
     let kinds = vec![
-        (0, EntryKind::Commands),
-        (1, EntryKind::Noop),
-        (2, EntryKind::Members),
-        (3, EntryKind::Upgrade),
+        (k::COMMANDS, EntryKind::Commands),
+        (k::NOOP, EntryKind::Noop),
+        (k::MEMBERS, EntryKind::Members),
+        (k::UPGRADE, EntryKind::Upgrade),
     ];
     vec![
         tags_of("PeerMessage", peer_messages()),

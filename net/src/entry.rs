@@ -43,19 +43,45 @@ impl fmt::Debug for EntryHash {
     }
 }
 
+/// The codec tag of each variant of [`EntryKind`]: the `u32` an entry's header carries, in
+/// `Append` messages and in the WAL.
+///
+/// A tag never changes and is never given to another kind: a new kind takes a number
+/// `EntryKind` never used. They equal the positions the kinds were written with before the
+/// tags were explicit, so no byte changed on the wire or on disk.
+pub mod entry_kind_tags {
+    /// [`EntryKind::Commands`](super::EntryKind::Commands).
+    pub const COMMANDS: u32 = 0;
+    /// [`EntryKind::Noop`](super::EntryKind::Noop).
+    pub const NOOP: u32 = 1;
+    /// [`EntryKind::Members`](super::EntryKind::Members).
+    pub const MEMBERS: u32 = 2;
+    /// [`EntryKind::Upgrade`](super::EntryKind::Upgrade).
+    pub const UPGRADE: u32 = 3;
+}
+
 /// What an entry carries.
+///
+/// A kind has two numbers, both fixed by logs already written. The codec tag (0 to 3) is what
+/// the header's encoding carries; the Rust discriminant (1 to 4) is the byte [`chain_hash`]
+/// hashes, so changing either breaks every stored entry: the tag its decoding, the
+/// discriminant its hash chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
 #[codec(crate = "crate::codec")]
 #[repr(u8)]
 pub enum EntryKind {
     /// Client commands.
+    #[codec(tag = entry_kind_tags::COMMANDS)]
     Commands = 1,
     /// Nothing: a new leader's first entry, which commits the entries of earlier terms.
+    #[codec(tag = entry_kind_tags::NOOP)]
     Noop = 2,
     /// The cluster's members from here on (the engine's `members::Members`, encoded).
+    #[codec(tag = entry_kind_tags::MEMBERS)]
     Members = 3,
     /// The handler version in force from here on (a `u32`, encoded): every replica switches
     /// at this entry.
+    #[codec(tag = entry_kind_tags::UPGRADE)]
     Upgrade = 4,
 }
 
@@ -198,6 +224,7 @@ pub fn chain_hash(prev_hash: &EntryHash, header: &EntryHeader, payload: &[u8]) -
     hasher.update(&prev_hash.0);
     hasher.update(&header.index.0.to_le_bytes());
     hasher.update(&header.term.0.to_le_bytes());
+    // The discriminant, not the codec tag: the hashes of every stored entry are made so.
     hasher.update(&[header.kind as u8]);
     hasher.update(&header.commit.0.to_le_bytes());
     hasher.update(&header.command_count.to_le_bytes());
@@ -205,4 +232,29 @@ pub fn chain_hash(prev_hash: &EntryHash, header: &EntryHeader, payload: &[u8]) -
     hasher.update(&header.payload_crc32.to_le_bytes());
     hasher.update(payload);
     EntryHash(*hasher.finalize().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves each kind's two numbers are the ones stored entries were made with: the codec
+    /// tag in the header's bytes, the discriminant in the hash.
+    #[test]
+    fn kinds_keep_their_tags_and_discriminants() {
+        use entry_kind_tags as t;
+        let kinds = [
+            (EntryKind::Commands, t::COMMANDS, 1),
+            (EntryKind::Noop, t::NOOP, 2),
+            (EntryKind::Members, t::MEMBERS, 3),
+            (EntryKind::Upgrade, t::UPGRADE, 4),
+        ];
+        for (position, (kind, tag, discriminant)) in kinds.into_iter().enumerate() {
+            let bytes = codec::encode_to_vec(&kind).unwrap();
+            assert_eq!(bytes, tag.to_le_bytes(), "{kind:?}'s tag");
+            assert_eq!(tag as usize, position, "{kind:?}'s tag is its old position");
+            assert_eq!(kind as u8, discriminant, "{kind:?}'s hashed byte");
+            assert_eq!(codec::decode::<EntryKind>(&bytes).unwrap(), kind);
+        }
+    }
 }
