@@ -11,11 +11,24 @@ use engine::codec::{Decode, Encode};
 use engine::{Handler, Prefetch, Schema, StateError, Table, Tx};
 
 /// An account's id; zero is not a valid id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Encode,
+    Decode,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct AccountId(pub u64);
 
 /// One account.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode, serde::Serialize)]
 pub struct Account {
     /// The balance, in the smallest unit of the currency.
     pub balance: u64,
@@ -40,7 +53,7 @@ pub const TRANSFER_FEE: u64 = 1;
 pub const FEE_ACCOUNT: AccountId = AccountId(u64::MAX);
 
 /// A Bank command.
-#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, serde::Serialize, serde::Deserialize)]
 pub enum BankCommand {
     /// Opens an account; a nonzero `balance` counts as a first deposit.
     Open {
@@ -84,7 +97,7 @@ pub enum BankCommand {
 }
 
 /// What a command that applied returns.
-#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, serde::Serialize)]
 pub enum BankOutput {
     /// The account as it stands after an open, deposit or withdrawal, or as read by a get.
     Account(Account),
@@ -105,7 +118,7 @@ pub enum BankOutput {
 }
 
 /// Why a command was refused. It changed nothing.
-#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error, serde::Serialize)]
 pub enum BankError {
     /// Account id zero.
     #[error("account id 0 is not valid")]

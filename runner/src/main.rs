@@ -89,6 +89,9 @@ enum Command {
     /// Re-executes a stopped node's committed log with this build's Bank and reports the first
     /// entry and command that differ from what the node recorded; writes nothing.
     Replay(engine::cli::ReplayArgs),
+    /// The cluster over HTTP with JSON, for callers in any language: batches concurrent
+    /// callers' commands, exactly once across retries by Idempotency-Key.
+    Gateway(engine::cli::GatewayArgs),
     /// Forwarded to runner-harness: the deterministic cluster simulator on many seeds.
     Sim(Forwarded),
     /// Forwarded to runner-harness: node processes killed, restarted and paused at random.
@@ -167,6 +170,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Restore(args) => engine::cli::restore(args, Bank),
         Command::Upgrade(args) => engine::cli::upgrade(args),
         Command::Replay(args) => engine::cli::replay(args, Bank),
+        Command::Gateway(args) => engine::cli::gateway::<Bank>(args),
         Command::Sim(_)
         | Command::Chaos(_)
         | Command::Partition(_)

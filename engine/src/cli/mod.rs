@@ -35,6 +35,7 @@ mod check;
 mod check_tls;
 mod client;
 mod client_file;
+pub mod gateway;
 pub mod logging;
 mod member;
 mod mode;
@@ -58,6 +59,7 @@ pub use bench::{
 pub use check::{CheckArgs, check};
 pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
 pub use client_file::{ClientFileArgs, client_file};
+pub use gateway::{GatewayArgs, gateway};
 pub use member::{MemberAction, MemberArgs, MemberError, member};
 pub use mode::{ModeArgs, ModeChoice, mode};
 pub use node::{NodeArgs, StorageOptions, node};
@@ -119,6 +121,9 @@ pub enum Command {
     /// Re-executes a stopped node's committed log with this build's handler and reports the
     /// first entry and command that differ from what the node recorded; writes nothing.
     Replay(ReplayArgs),
+    /// The cluster over HTTP with JSON, for callers in any language: batches concurrent
+    /// callers' commands, exactly once across retries by Idempotency-Key.
+    Gateway(GatewayArgs),
 }
 
 impl Command {
@@ -137,6 +142,7 @@ impl Command {
             Command::Restore(args) => restore(args, make()),
             Command::Upgrade(args) => upgrade(args),
             Command::Replay(args) => replay(args, make()),
+            Command::Gateway(args) => gateway::<H>(args),
         }
     }
 }

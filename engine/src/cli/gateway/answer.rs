@@ -1,0 +1,225 @@
+//! What a caller is told when it gets no outcomes: each failure with its HTTP status and a
+//! JSON body `{"error": CODE, "message": TEXT}` (with `"path"` for a body that names a field
+//! wrongly). A status says what the caller may do: 4xx never succeeds as sent, 503 may be
+//! retried after `Retry-After` seconds (with the same `Idempotency-Key`, safely).
+
+use crate::client::ClientError;
+use crate::handler::OutcomeOf;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use net::message::Rejection;
+use serde_json::json;
+
+/// Seconds a caller is asked to wait before it tries again (`Retry-After`).
+pub const RETRY_AFTER_S: u64 = 1;
+
+/// Why a caller's commands have no outcomes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// The body is not a JSON array of the handler's commands.
+    #[error("{message}")]
+    BadBody {
+        /// The parser's message.
+        message: String,
+        /// Where in the body (`[2].Transfer.amount`), when known.
+        path: Option<String>,
+    },
+    /// The array holds no command, or more than a request may.
+    #[error("a request holds 1 to {max} commands, not {count}")]
+    CommandCount {
+        /// Commands sent.
+        count: usize,
+        /// The most a request holds.
+        max: usize,
+    },
+    /// A command sent to `/v1/reads` that only a write may run.
+    #[error("command {index} is not read-only: send it to /v1/commands")]
+    NotReadOnly {
+        /// Its position in the array.
+        index: usize,
+    },
+    /// The body is over the limit.
+    #[error("the body is over {max} bytes")]
+    TooLarge {
+        /// The limit.
+        max: usize,
+    },
+    /// The body did not arrive in time.
+    #[error("the body did not arrive within {seconds} s")]
+    SlowBody {
+        /// The limit.
+        seconds: u64,
+    },
+    /// No `Authorization: Bearer` header, or another token.
+    #[error("this gateway needs the caller's token (Authorization: Bearer ...)")]
+    Unauthorized,
+    /// The `Idempotency-Key` header is empty, too long or not visible ASCII.
+    #[error("an Idempotency-Key is 1 to {max} visible ASCII characters")]
+    BadKey {
+        /// The longest key.
+        max: usize,
+    },
+    /// The key was used before with another body: these commands did not run.
+    #[error("this Idempotency-Key was used with other commands; these did not run")]
+    KeyReused,
+    /// The key is older than the cluster keeps keys: not run now, and whether its first
+    /// attempt ran is not known here.
+    #[error(
+        "this Idempotency-Key is older than the cluster keeps keys; the commands did not run now"
+    )]
+    KeyExpired,
+    /// Another request with this key is in flight through this gateway.
+    #[error("a request with this Idempotency-Key is in flight; try again once it is answered")]
+    KeyInFlight,
+    /// Too many commands wait already.
+    #[error("the gateway has too many commands waiting")]
+    QueueFull,
+    /// The cluster did not answer in time (no leader, busy, full disk): the outcome is not
+    /// known.
+    #[error("the cluster did not answer in time ({reason}); the outcome is unknown")]
+    Unavailable {
+        /// What the cluster said last.
+        reason: String,
+    },
+    /// The cluster refused the request as sent (a bug in the gateway, or a halted node).
+    #[error("the cluster refused the request: {0}")]
+    Rejected(String),
+    /// The cluster refused this gateway (credentials, cluster, version) or answered wrongly.
+    #[error("the cluster refused this gateway: {0}")]
+    Cluster(String),
+    /// No random bytes for a session id.
+    #[error("the operating system gave no random bytes")]
+    NoRandomness,
+    /// The gateway is stopping.
+    #[error("the gateway is stopping")]
+    Stopped,
+}
+
+impl Failure {
+    /// The status a caller gets.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Failure::BadBody { .. }
+            | Failure::CommandCount { .. }
+            | Failure::NotReadOnly { .. }
+            | Failure::BadKey { .. } => StatusCode::BAD_REQUEST,
+            Failure::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Failure::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
+            Failure::Unauthorized => StatusCode::UNAUTHORIZED,
+            Failure::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Failure::KeyExpired => StatusCode::GONE,
+            Failure::KeyInFlight => StatusCode::CONFLICT,
+            Failure::QueueFull | Failure::Unavailable { .. } | Failure::Stopped => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Failure::Rejected(_) | Failure::Cluster(_) | Failure::NoRandomness => {
+                StatusCode::BAD_GATEWAY
+            }
+        }
+    }
+
+    /// The failure's code in the body: one word per kind.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Failure::BadBody { .. } => "bad_body",
+            Failure::CommandCount { .. } => "command_count",
+            Failure::NotReadOnly { .. } => "not_read_only",
+            Failure::TooLarge { .. } => "too_large",
+            Failure::SlowBody { .. } => "slow_body",
+            Failure::Unauthorized => "unauthorized",
+            Failure::BadKey { .. } => "bad_idempotency_key",
+            Failure::KeyReused => "idempotency_key_reused",
+            Failure::KeyExpired => "idempotency_key_expired",
+            Failure::KeyInFlight => "idempotency_key_in_flight",
+            Failure::QueueFull => "queue_full",
+            Failure::Unavailable { .. } => "unavailable",
+            Failure::Rejected(_) => "rejected",
+            Failure::Cluster(_) => "cluster",
+            Failure::NoRandomness => "no_randomness",
+            Failure::Stopped => "stopped",
+        }
+    }
+
+    /// True when the session that sent a request answered so may send the next one: one the
+    /// cluster forgot, or whose commands it holds for others, is dropped.
+    pub fn keeps_session<T>(answer: &Result<T, ClientError>) -> bool {
+        !matches!(
+            answer,
+            Err(ClientError::SessionExpired(_) | ClientError::Reused(_) | ClientError::Stale(_))
+        )
+    }
+}
+
+impl Failure {
+    /// What an error of a pooled (unkeyed) session means to its callers: a session the
+    /// cluster evicted, or whose number another process took, ran none of these commands, so
+    /// they may be sent again (on a new session).
+    pub fn pooled(error: ClientError) -> Failure {
+        match error {
+            ClientError::SessionExpired(_) | ClientError::Reused(_) | ClientError::Stale(_) => {
+                Failure::Unavailable {
+                    reason: "the gateway's session ended; nothing ran".into(),
+                }
+            }
+            other @ (ClientError::Rejected(_)
+            | ClientError::OutcomeCount { .. }
+            | ClientError::Decode(_)
+            | ClientError::GaveUp { .. }
+            | ClientError::NoRandomness(_)
+            | ClientError::Unreachable(_)
+            | ClientError::Refused(_)) => Failure::from(other),
+        }
+    }
+}
+
+impl From<ClientError> for Failure {
+    fn from(error: ClientError) -> Self {
+        match error {
+            ClientError::GaveUp { last_rejection, .. } => Failure::Unavailable {
+                reason: match last_rejection {
+                    Some(Rejection::Busy) => "busy".into(),
+                    Some(Rejection::StorageFull) => "storage full".into(),
+                    Some(other) => format!("{other:?}"),
+                    None => "no leader answered".into(),
+                },
+            },
+            ClientError::Rejected(Rejection::Halted) => Failure::Unavailable {
+                reason: "the leader halted".into(),
+            },
+            ClientError::Rejected(rejection) => Failure::Rejected(format!("{rejection:?}")),
+            ClientError::SessionExpired(_) => Failure::KeyExpired,
+            ClientError::Reused(_) | ClientError::Stale(_) => Failure::KeyReused,
+            ClientError::NoRandomness(_) => Failure::NoRandomness,
+            other @ (ClientError::OutcomeCount { .. }
+            | ClientError::Decode(_)
+            | ClientError::Unreachable(_)
+            | ClientError::Refused(_)) => Failure::Cluster(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.code(), "message": self.to_string() });
+        if let Failure::BadBody {
+            path: Some(path), ..
+        } = &self
+        {
+            body["path"] = json!(path);
+        }
+        let mut response = (self.status(), axum::Json(body)).into_response();
+        if self.status() == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+        }
+        response
+    }
+}
+
+/// The outcomes as the caller gets them: a JSON array, one object per command, in order.
+pub fn outcomes_json<H: crate::cli::CliHandler>(outcomes: &[OutcomeOf<H>]) -> Response {
+    let array: Vec<serde_json::Value> =
+        outcomes.iter().map(crate::cli::outcome_json::<H>).collect();
+    (StatusCode::OK, axum::Json(array)).into_response()
+}
