@@ -81,7 +81,7 @@ fn list(problems: &[Problem]) -> String {
 type Statuses = Vec<(NodeId, Result<NodeStatus, ClientError>)>;
 
 /// Prints every node's role, term, indexes and state hash (after waiting, with `--wait`, for
-/// the cluster to be healthy); an unhealthy cluster is an [`Unhealthy`] error.
+/// the cluster to be healthy); an unhealthy cluster is an `Unhealthy` error.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let file = super::read_client_file(&args.cluster)?;
     let wait = Duration::from_secs_f64(args.wait.unwrap_or(0.0));

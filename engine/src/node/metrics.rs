@@ -4,7 +4,7 @@
 //! The hot path pays next to nothing new: what the node keeps anyway (its status: role, term,
 //! indexes, the cumulative [`Stages`], commands executed or reused; each stage's per-entry
 //! [`Latencies`]; its sessions) is read once per scrape, through the driver's inbox
-//! ([`Input::Scrape`]), and copied into the registry then. Per entry the replica adds one
+//! (`Input::Scrape`), and copied into the registry then. Per entry the replica adds one
 //! bucket count per stage to the sums it kept already; per fsync the WAL thread one
 //! uncontended lock ([`WalCounters`]). Rare events (a refusal, a snapshot installed or
 //! written, a role change, a connection, a repair) bump a counter where they happen.

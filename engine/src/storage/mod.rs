@@ -2,7 +2,7 @@
 //! written at offsets, fsynced, renamed and removed. The WAL, the hard state, the snapshot
 //! files and the recovery plan are written against [`Storage`], so that the same code runs
 //! over the real file system ([`Files`]) in a node and over a simulated disk that loses
-//! unsynced writes, tears them, flips bits and fills up ([`SimDisk`], feature `sim`) in the
+//! unsynced writes, tears them, flips bits and fills up (`SimDisk`, feature `sim`) in the
 //! simulator. Both pass one conformance suite (`engine/tests/storage.rs`).
 //!
 //! The interface is the subset of POSIX the engine relies on, with the guarantees it relies

@@ -11,8 +11,8 @@
 //!   (`notes/decisions/gateway.md`).
 //! - `GET /livez`, `GET /readyz` (a leader answers), `GET /metrics` (Prometheus).
 //!
-//! Errors are HTTP statuses with a JSON body (see [`answer`]); every limit is a constant
-//! below or in [`coalesce`].
+//! Errors are HTTP statuses with a JSON body (see [`Failure`]); every limit is a constant
+//! below or beside it ([`GATEWAY_QUEUED_COMMANDS_MAX`]).
 
 mod answer;
 mod coalesce;
