@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod gateway;
+
 use bank::workload::account_id;
 use bank::{Bank, BankCommand, BankOutput};
 use engine::client::{Client, ClientConfig, node_status};
