@@ -69,22 +69,7 @@ impl Gateway {
         token: Option<&str>,
         headers: &[&str],
     ) -> (u16, Value) {
-        let mut request = format!(
-            "POST {path} HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        if let Some(token) = token {
-            request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-        }
-        for header in headers {
-            request.push_str(&format!("{header}\r\n"));
-        }
-        request.push_str("\r\n");
-        request.push_str(body);
-        let (status, text) = exchange(&self.address, request.as_bytes()).expect("an answer");
-        let value = serde_json::from_str(&text).unwrap_or_else(|_| json!({ "text": text }));
-        (status, value)
+        post_to(&self.address, path, body, token, headers).expect("an answer")
     }
 
     /// `POST /v1/commands` with the token; the outcomes, checked to be a 200.
@@ -95,11 +80,52 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Stops the process (SIGSTOP): what it sent the cluster goes on, what it would answer
+    /// waits.
+    pub fn pause(&self) {
+        let pid = self.child.id().to_string();
+        let stopped = Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+        assert!(stopped.success(), "kill -STOP {pid}");
+    }
+}
+
 impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `POST path` with `body`, the token (unless None) and `headers` to the gateway at
+/// `address`: the status and the body's JSON; None when no answer came (the gateway is gone
+/// or died while answering).
+pub fn post_to(
+    address: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+    headers: &[&str],
+) -> Option<(u16, Value)> {
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    for header in headers {
+        request.push_str(&format!("{header}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    let (status, text) = exchange(address, request.as_bytes()).ok()?;
+    if status == 0 {
+        return None;
+    }
+    let value = serde_json::from_str(&text).unwrap_or_else(|_| json!({ "text": text }));
+    Some((status, value))
 }
 
 /// One HTTP/1.1 exchange on a new connection (`Connection: close`): status and body.
