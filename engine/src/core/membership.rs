@@ -22,6 +22,9 @@ pub enum ChangeRefused {
     /// This leader has not committed an entry of its own term yet.
     #[error("the leader has not committed an entry of its term yet")]
     NotSettled,
+    /// Too few of the new members hold the log yet (see [`Core::propose_members`]).
+    #[error("too few of the new members hold the log yet")]
+    Unheld,
     /// The change itself is wrong.
     #[error(transparent)]
     Invalid(#[from] MembersError),
@@ -303,10 +306,40 @@ impl Core {
         }
         let members = self.members().changed(change)?;
         assert!(!members.is_empty(), "a change leaves members");
+        if !self.electable_without_newcomer(&members) {
+            return Err(ChangeRefused::Unheld);
+        }
         let payload = Bytes::from(members.encode());
         Ok(self
             .propose(EntryKind::Members, 0, payload, out)
             .expect("proposed by the leader"))
+    }
+
+    /// True when enough of `members`, counting only members now, hold the log through the
+    /// newest committed members entry (through entry 1 while the first members are in
+    /// force) for a majority of `members` (all of those, for a cluster of one). The list is
+    /// in force from its append on, and until it commits, only such nodes can elect a leader
+    /// after a restart: an empty log votes for no candidate with entries, and a node its own
+    /// log does not name (the newcomer, until its log holds the change) votes for none.
+    /// Without it, the leader lost, no leader could be elected again (simulator seed 1672:
+    /// a follower on a full disk held nothing, and [1, 2, 3, 4] needed 3 votes of 2 voters).
+    fn electable_without_newcomer(&self, members: &Members) -> bool {
+        let needed = self.configs.settled_entry().unwrap_or(EntryIndex(1));
+        let now = members.ids().filter(|&n| self.members().contains(n));
+        let candidates = now.clone().count();
+        let holding = now.filter(|&n| self.matched_of(n) >= needed).count();
+        holding >= super::majority(members.len()).min(candidates)
+    }
+
+    /// The end of the log known to match the leader's and be durable on `node` (this
+    /// replica's own durable end for itself).
+    fn matched_of(&self, node: NodeId) -> EntryIndex {
+        if node == self.config.id {
+            return self.durable;
+        }
+        self.peers
+            .get(&node)
+            .map_or(EntryIndex::ZERO, |p| p.matched)
     }
 
     /// After the log changed: tells the driver when the members in force changed, and a leader

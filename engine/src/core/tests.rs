@@ -1820,9 +1820,11 @@ fn a_restart_after_losing_an_appended_members_entry_starts_from_the_members_befo
     assert_eq!(member_ids(&restarted), vec![N1, N2, N3]);
 }
 
-/// The leader adds node 4: what it did.
+/// The leader adds node 4 (`N2` acknowledging its log first): what it did.
 fn add_node_4(leader: &mut Core) -> Vec<Action> {
     use crate::members::{Member, MemberChange};
+    let last = leader.last_index().0;
+    step(leader, matched(leader.term().0, N2, last));
     let change = MemberChange::Add(Member {
         id: NodeId(4),
         peer_address: "n4".into(),
@@ -1880,6 +1882,7 @@ fn a_members_entry_cut_after_a_restart_leaves_the_members_before_it() {
         peer_address: "n4".into(),
         client_address: "n4".into(),
     });
+    step(&mut n1, matched(1, N2, 5));
     n1.propose_members(&change, &mut Vec::new())
         .expect("settled");
     let entries: Vec<Entry> = (1..=6)
@@ -2106,4 +2109,27 @@ fn a_repairing_replica_votes_by_the_members_its_hard_state_kept() {
     assert!(granted(&step(&mut named, vote.clone())));
     let mut unnamed = repairing(&[N1, N3, NodeId(4)]);
     assert!(!granted(&step(&mut unnamed, vote)));
+}
+
+/// Proves a leader takes no change of members while fewer than a majority of the new members,
+/// counting only members now, hold the log through the entry that made them members. Until the
+/// change commits, only such nodes can vote after a restart (an empty log refuses every
+/// candidate with entries; a node its own log does not name refuses all): here N2 has
+/// acknowledged nothing, and had N1 taken the change, [1, 2, 3, 4] would need 3 votes where
+/// only N1 and N3 could give one, for good (simulator seed 1672).
+#[test]
+fn a_leader_adds_no_member_while_a_majority_of_the_new_members_lacks_the_log() {
+    use crate::members::{Member, MemberChange};
+    let change = MemberChange::Add(Member {
+        id: NodeId(4),
+        peer_address: "n4".into(),
+        client_address: "n4".into(),
+    });
+    let mut n1 = leader_with_five_applied();
+    let refused = n1.propose_members(&change, &mut Vec::new());
+    assert_eq!(refused, Err(ChangeRefused::Unheld), "N2 holds nothing");
+    assert!(!n1.members_pending());
+    step(&mut n1, matched(1, N2, 5));
+    let taken = n1.propose_members(&change, &mut Vec::new());
+    assert_eq!(taken, Ok(EntryIndex(6)), "N1, N2 and N3 hold the log");
 }

@@ -768,7 +768,9 @@ impl<H: Handler, T> Replica<H, T> {
             Ok(index) => ClientReply::MembersChanging { index },
             Err(ChangeRefused::NotLeader(_)) => self.not_leader(),
             Err(ChangeRefused::Pending) => ClientReply::MembersRefused(MembersRefusal::Pending),
-            Err(ChangeRefused::NotSettled) => {
+            // Too few holders is a wait like an unsettled leader's: the wire keeps one answer
+            // for both (asked again), and no protocol change is needed.
+            Err(ChangeRefused::NotSettled | ChangeRefused::Unheld) => {
                 ClientReply::MembersRefused(MembersRefusal::NotSettled)
             }
             Err(ChangeRefused::Invalid(error)) => {
