@@ -387,19 +387,12 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Failure> {
 /// The body as 1 to [`REQUEST_COMMANDS_MAX`] of the handler's commands; a body that is not
 /// one is described with the parser's message and the path to the first wrong field.
 fn parse_commands<H: CliHandler>(body: &[u8]) -> Result<Vec<H::Command>, Failure> {
-    let mut parser = serde_json::Deserializer::from_slice(body);
-    let commands: Vec<H::Command> =
-        serde_path_to_error::deserialize(&mut parser).map_err(|error| {
-            let path = error.path().to_string();
-            Failure::BadBody {
-                message: error.into_inner().to_string(),
-                path: (path != ".").then_some(path),
-            }
-        })?;
-    parser.end().map_err(|error| Failure::BadBody {
-        message: error.to_string(),
-        path: None,
-    })?;
+    // The plain parser first: tracking the path costs on every field, and only a body that
+    // fails needs it.
+    let commands = match serde_json::from_slice::<Vec<H::Command>>(body) {
+        Ok(commands) => commands,
+        Err(_) => return Err(describe_bad_body::<H>(body)),
+    };
     let max = REQUEST_COMMANDS_MAX as usize;
     if commands.is_empty() || commands.len() > max {
         return Err(Failure::CommandCount {
@@ -408,4 +401,26 @@ fn parse_commands<H: CliHandler>(body: &[u8]) -> Result<Vec<H::Command>, Failure
         });
     }
     Ok(commands)
+}
+
+/// Why `body` is not an array of the handler's commands: the parser's message and the path
+/// to the first wrong field.
+fn describe_bad_body<H: CliHandler>(body: &[u8]) -> Failure {
+    let mut parser = serde_json::Deserializer::from_slice(body);
+    let parsed: Result<Vec<H::Command>, _> = serde_path_to_error::deserialize(&mut parser);
+    let error = match parsed {
+        Err(error) => error,
+        Ok(_) => {
+            let trailing = parser.end().err();
+            return Failure::BadBody {
+                message: trailing.map_or_else(|| "not a JSON array".into(), |e| e.to_string()),
+                path: None,
+            };
+        }
+    };
+    let path = error.path().to_string();
+    Failure::BadBody {
+        message: error.into_inner().to_string(),
+        path: (path != ".").then_some(path),
+    }
 }
