@@ -240,11 +240,16 @@ fn open_to_others(path: &Path) -> Option<u32> {
 
 /// The CA's certificates as a root store.
 fn roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    roots_named("tls_ca_file", path)
+}
+
+/// The certificates of the PEM file `path`, named by `key`, as a root store.
+fn roots_named(key: &'static str, path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
     let mut store = RootCertStore::empty();
-    for certificate in read_certificates("tls_ca_file", path)? {
+    for certificate in read_certificates(key, path)? {
         store
             .add(certificate)
-            .map_err(rustls_error(format!("tls_ca_file {}", path.display())))?;
+            .map_err(rustls_error(format!("{key} {}", path.display())))?;
     }
     Ok(Arc::new(store))
 }
@@ -401,6 +406,94 @@ fn acceptor(
         .with_single_cert(chain.clone(), key.clone_key())
         .map_err(rustls_error("the node's certificate"))?;
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The ALPN protocols an HTTP listener offers, preferred first: HTTP/2, then HTTP/1.1.
+pub const HTTP_ALPN_PROTOCOLS: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+/// The files of a TLS listener for HTTP callers (the gateway's): its own certificate and key,
+/// and the CA whose certificate every caller must present, when callers need one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpFiles {
+    /// The listener's certificate chain (PEM), leaf first.
+    pub cert: PathBuf,
+    /// The private key of `cert` (PEM, owner-only).
+    pub key: PathBuf,
+    /// The CA that signs the callers' certificates (mutual TLS); `None` asks callers for none.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// A TLS listener for HTTP callers: TLS 1.3, ALPN [`HTTP_ALPN_PROTOCOLS`], and the caller's
+/// certificate required when its files name a client CA.
+#[derive(Clone)]
+pub struct HttpAcceptor {
+    acceptor: tokio_rustls::TlsAcceptor,
+    /// The facts of the listener's own certificate (the leaf).
+    facts: CertificateFacts,
+}
+
+impl std::fmt::Debug for HttpAcceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpAcceptor")
+            .field("subject", &self.facts.subject)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpAcceptor {
+    /// Loads `files` as [`Tls::load`] loads a node's: bounded PEM files, an owner-only key
+    /// that matches its certificate, the client CA's certificates.
+    pub fn load(files: &HttpFiles) -> Result<HttpAcceptor, TlsError> {
+        let own = TlsFiles {
+            ca: PathBuf::new(),
+            cert: Some(files.cert.clone()),
+            key: Some(files.key.clone()),
+            require_client_cert: files.client_ca.is_some(),
+        };
+        let (chain, key) = identity(&own)?.expect("a certificate and a key are given");
+        let leaf = chain.first().expect("read_certificates finds one");
+        let facts = certificate_facts(leaf).map_err(|reason| TlsError::Unparsable {
+            key: "tls_cert_file",
+            path: files.cert.clone(),
+            reason,
+        })?;
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(rustls_error("TLS versions"))?;
+        let builder = match &files.client_ca {
+            Some(ca) => {
+                let roots = roots_named("tls_client_ca_file", ca)?;
+                let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider())
+                    .build()
+                    .map_err(|error| TlsError::Rustls {
+                        context: "the caller certificate verifier".into(),
+                        reason: error.to_string(),
+                    })?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder
+            .with_single_cert(chain, key)
+            .map_err(rustls_error("the listener's certificate"))?;
+        config.alpn_protocols = HTTP_ALPN_PROTOCOLS.iter().map(|p| p.to_vec()).collect();
+        Ok(HttpAcceptor {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            facts,
+        })
+    }
+
+    /// The facts of the listener's own certificate (to warn of its end).
+    pub fn certificate(&self) -> &CertificateFacts {
+        &self.facts
+    }
+
+    /// Runs the server's side of the TLS handshake on `stream` (unbounded in time: the
+    /// caller bounds it).
+    pub async fn accept(&self, stream: TcpStream) -> std::io::Result<Stream> {
+        let tls = self.acceptor.accept(stream).await?;
+        Ok(Stream::Tls(Box::new(tokio_rustls::TlsStream::Server(tls))))
+    }
 }
 
 /// The name a certificate must hold for `host` (brackets of an IPv6 address dropped).

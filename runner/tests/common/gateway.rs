@@ -81,6 +81,55 @@ impl Gateway {
 }
 
 impl Gateway {
+    /// Starts `runner gateway` for the cluster of `cluster_file` on `address`, with the test
+    /// token and the `extra` options, and returns at once (it may not be ready, or may exit
+    /// on its options). Its log is `dir/NAME.log`.
+    pub fn spawn(
+        dir: &Path,
+        cluster_file: &Path,
+        name: &str,
+        address: &str,
+        extra: &[&std::ffi::OsStr],
+    ) -> Gateway {
+        let token = dir.join("token");
+        std::fs::write(&token, TOKEN).unwrap();
+        std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["gateway", "--cluster"])
+            .arg(cluster_file)
+            .args(["--listen", address, "--token-file"])
+            .arg(&token)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("runner gateway starts");
+        Gateway {
+            child,
+            address: address.to_string(),
+            token_file: token,
+        }
+    }
+
+    /// The process's exit status, once it has ended; None while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+}
+
+/// `127.0.0.1:PORT` for the first port from `first` on (trying 100) that is free now: for
+/// tests that keep their listeners in a port range of their own, below the kernel's
+/// ephemeral ports.
+pub fn free_port_from(first: u16) -> String {
+    (first..first + 100)
+        .map(|port| format!("127.0.0.1:{port}"))
+        .find(|address| std::net::TcpListener::bind(address).is_ok())
+        .unwrap_or_else(|| panic!("no free port from {first} on"))
+}
+
+impl Gateway {
     /// Stops the process (SIGSTOP): what it sent the cluster goes on, what it would answer
     /// waits.
     pub fn pause(&self) {

@@ -18,9 +18,11 @@ mod answer;
 mod coalesce;
 mod listener;
 mod metrics;
+mod tls;
 
 pub use answer::{Failure, RETRY_AFTER_S};
 pub use coalesce::GATEWAY_QUEUED_COMMANDS_MAX;
+pub use tls::{GATEWAY_TLS_HANDSHAKE_S, GatewayTlsError};
 
 use super::CliHandler;
 use crate::client::{Client, ClientConfig, node_status};
@@ -67,7 +69,7 @@ pub struct GatewayArgs {
     /// The client file (or the cluster file) of the cluster to serve.
     #[arg(long, env = crate::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
     pub cluster: PathBuf,
-    /// Where to listen for HTTP (HTTP/1.1 and HTTP/2 in clear).
+    /// Where to listen for HTTP (HTTP/1.1 and HTTP/2; in TLS only, with `--tls-cert-file`).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Commands per engine request at most, over every caller it carries.
@@ -84,6 +86,17 @@ pub struct GatewayArgs {
     /// `Authorization: Bearer <token>`. Without it any caller that reaches the port is served.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// The gateway's certificate chain (PEM, leaf first): the listener then speaks TLS only
+    /// (TLS 1.3; HTTP/2 or HTTP/1.1 by ALPN). Needs `--tls-key-file`.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `--tls-cert-file` (PEM, owner-only).
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// A CA's certificates (PEM): every caller must present a certificate it signed, or its
+    /// TLS handshake fails (mutual TLS). With a `--token-file` callers need both.
+    #[arg(long)]
+    pub tls_client_ca_file: Option<PathBuf>,
 }
 
 /// What every HTTP request of a gateway shares.
@@ -108,6 +121,9 @@ enum Endpoint {
 
 /// Serves `args.listen` until SIGINT or SIGTERM.
 pub fn gateway<H: CliHandler>(args: GatewayArgs) -> anyhow::Result<()> {
+    // The listener's own options first: a mistake there is the operator's, whatever the
+    // cluster.
+    let tls = tls::from_options(&args, std::time::SystemTime::now())?;
     let mut config = crate::cli::read_client_file(&args.cluster)?.client_config()?;
     config.give_up_after = Some(Duration::from_secs(GATEWAY_GIVE_UP_S));
     let token = match &args.token_file {
@@ -117,7 +133,7 @@ pub fn gateway<H: CliHandler>(args: GatewayArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve::<H>(args, config, token))
+    runtime.block_on(serve::<H>(args, config, token, tls))
 }
 
 /// The token of `--token-file`, as its hash.
@@ -140,6 +156,7 @@ async fn serve<H: CliHandler>(
     args: GatewayArgs,
     config: ClientConfig,
     token: Option<blake3::Hash>,
+    tls: Option<net::tls::HttpAcceptor>,
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(GatewayMetrics::default());
     let shape = Shape {
@@ -157,10 +174,12 @@ async fn serve<H: CliHandler>(
         metrics,
     });
     tokio::spawn(probe_readiness(gateway.clone()));
-    let listener = listener::Limited::bind(args.listen, GATEWAY_CONNECTIONS_MAX)
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mutual = args.tls_client_ca_file.is_some();
+    let listener = listener::Limited::bind(args.listen, GATEWAY_CONNECTIONS_MAX, tls)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
-    tracing::info!(listen = %listener.address(), "gateway serving");
+    tracing::info!(listen = %listener.address(), scheme, mutual, "gateway serving");
     axum::serve(listener, router(gateway))
         .with_graceful_shutdown(stop_signal())
         .await?;
