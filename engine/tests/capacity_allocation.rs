@@ -1,14 +1,21 @@
 //! The capacity account against the memory really allocated, measured by a counting global
-//! allocator (this binary's only test, so that nothing else allocates while it measures).
+//! allocator (this binary's tests take turns through [`MEASURING`], so that nothing else
+//! allocates while one measures).
 // The allocator trait is unsafe to implement; this file only forwards to the system allocator.
 #![allow(unsafe_code)]
 
 mod common;
 
 use common::tables::{Chain, Command, Shelves};
+use common::{Former, Ledger};
 use engine::StateMachine;
+use engine::apply::SESSION_BYTES_FIXED;
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicIsize, Ordering};
+
+/// Held by the test measuring: one at a time.
+static MEASURING: Mutex<()> = Mutex::new(());
 
 /// Bytes currently allocated through [`Counting`] (requested sizes, the allocator's own headers
 /// and rounding left out).
@@ -106,6 +113,7 @@ fn measure(commands: &[Command]) -> Measured {
 /// use. (At 100,000 and 400,000 records a drain is under way.)
 #[test]
 fn the_account_counts_what_the_tables_allocate() {
+    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let shapes: [(&str, &dyn Fn(u64) -> Command); 3] = [
         ("orders (80 bytes)", &|id| Command::Order { id }),
         ("accounts (Bank)", &|id| Command::Account { id }),
@@ -140,6 +148,59 @@ fn the_account_counts_what_the_tables_allocate() {
                 report.join("\n")
             );
         }
+    }
+    println!("{}", report.join("\n"));
+}
+
+/// Bytes the state machine allocated to apply `entries` (live after them), and the sessions'
+/// bytes its account counts.
+fn measure_sessions(entries: &[engine::internals::entry::Entry]) -> (i64, u64) {
+    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let mut machine = StateMachine::new(Ledger, CAPACITY_BYTES);
+    machine.set_sessions_max(engine::apply::SESSIONS_MAX_LIMIT);
+    machine.set_replying(false);
+    for entry in entries {
+        machine.apply(entry).expect("entries apply");
+    }
+    let allocated = LIVE_BYTES.load(Ordering::Relaxed) - before;
+    (allocated as i64, machine.sessions().bytes())
+}
+
+/// Proves [`SESSION_BYTES_FIXED`] is within 0.8..1.25 of what a session really allocates (its
+/// map entry, the session and its key in the age index) at 20,000 and 200,000 sessions of
+/// random ids, registered 256 to an entry. What the sessions allocate is the machine's
+/// allocation less that of an equal run of entries whose registrations are all one client's
+/// (the per-entry buffers and one session).
+#[test]
+fn the_account_counts_what_the_sessions_allocate() {
+    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut report = Vec::new();
+    for sessions in [20_000u64, 200_000] {
+        let mut rng = engine::rng::Rng::new(sessions);
+        let ids: Vec<u128> = (0..sessions)
+            .map(|_| u128::from(rng.next_u64()) << 64 | u128::from(rng.next_u64()))
+            .collect();
+        let registrations = |ids: &[u128]| {
+            let mut former = Former::new(1);
+            let chunks = ids.chunks(256);
+            let entries = chunks
+                .map(|c| former.entry(&c.iter().map(|id| (*id, 0, vec![])).collect::<Vec<_>>()));
+            entries.collect::<Vec<_>>()
+        };
+        let (allocated, counted) = measure_sessions(&registrations(&ids));
+        let (baseline, _) = measure_sessions(&registrations(&vec![ids[0]; ids.len()]));
+        let per_session = (allocated - baseline) as f64 / sessions as f64;
+        let factor = per_session / SESSION_BYTES_FIXED as f64;
+        report.push(format!(
+            "{sessions} sessions: counted {counted}, allocated {allocated} less {baseline}: \
+             {per_session:.1} bytes a session, {factor:.3} of SESSION_BYTES_FIXED"
+        ));
+        assert_eq!(counted, sessions * SESSION_BYTES_FIXED);
+        assert!(
+            (FACTOR_MIN..=FACTOR_MAX).contains(&factor),
+            "{}",
+            report.join("\n")
+        );
     }
     println!("{}", report.join("\n"));
 }

@@ -9,6 +9,8 @@
 mod invariants;
 mod sessions;
 mod speculate;
+#[cfg(test)]
+mod tests;
 
 pub use sessions::{
     EXPIRED_SESSIONS_PER_SESSION, Finished, PIPELINE_REQUESTS_MAX, SESSION_BYTES_FIXED,

@@ -4,7 +4,10 @@
 use crate::codec::{Decode, Encode};
 use crate::entry::{FragmentHeader, RequestDigest};
 use crate::ids::{ClientId, EntryIndex, RequestNumber};
+use index::{AgeIndex, Standing};
 use std::collections::{BTreeMap, BTreeSet};
+
+mod index;
 
 /// Client sessions the state keeps unless the cluster file says otherwise (`sessions_max`); a
 /// new client beyond the limit evicts the least recently active one (ties broken by client
@@ -12,16 +15,28 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const SESSIONS_MAX_DEFAULT: usize = 4096;
 /// Fewest sessions a cluster may be configured to keep.
 pub const SESSIONS_MAX_MIN: usize = 16;
-/// Most sessions a cluster may be configured to keep (eviction scans them all, once per new
-/// client beyond the limit).
-pub const SESSIONS_MAX_LIMIT: usize = 1 << 16;
+/// Most sessions a cluster may be configured to keep. Picking a session to evict looks at the
+/// front of an ordered index (O(log n)), so the bound is memory, not time: at the limit, with
+/// [`EXPIRED_SESSIONS_PER_SESSION`] expired marks per live session, the sessions alone count
+/// about 1.2 GB ([`SESSION_BYTES_FIXED`] each) of the state's capacity, which must fit in the
+/// default capacity beside the tables (asserted below). A snapshot copies the sessions when it
+/// starts, which also grows with their number.
+pub const SESSIONS_MAX_LIMIT: usize = 1 << 20;
 /// Evicted sessions remembered as expired (a client id and its last request, no results), per
 /// live session allowed, so that such a client is told its session expired rather than having
 /// a retry run again as a new client's first request; past this the oldest is forgotten.
 pub const EXPIRED_SESSIONS_PER_SESSION: usize = 4;
 /// Bytes a session is counted in the state's capacity besides its results: its map entry, the
-/// session itself and the allocator's share (measured: `capacity_allocation` tests).
-pub const SESSION_BYTES_FIXED: u64 = 160;
+/// session itself, its key in the age index and the allocator's share (measured: the
+/// `capacity_allocation` tests, 220 to 232 bytes a session at 20,000 to 200,000 sessions).
+pub const SESSION_BYTES_FIXED: u64 = 232;
+
+// The sessions at the largest limit, expired marks included, fit in three fifths of the
+// default capacity.
+const _: () = assert!(
+    SESSIONS_MAX_LIMIT as u64 * (1 + EXPIRED_SESSIONS_PER_SESSION as u64) * SESSION_BYTES_FIXED
+        <= crate::state::STATE_BYTES_DEFAULT * 3 / 5
+);
 
 /// Requests a client may have in flight at once: a session keeps the results of this many of
 /// its latest requests, so that a retry of any of them is answered with its results.
@@ -171,6 +186,25 @@ impl Session {
         dropped
     }
 
+    /// Moves the session to the request a fragment to execute at entry `index` starts or
+    /// continues; returns the bytes of results dropped.
+    fn start(&mut self, fragment: &FragmentHeader, index: EntryIndex) -> u64 {
+        let mut dropped = 0;
+        if fragment.request != self.request {
+            dropped += self.retire_latest(fragment.oldest_pending.min(fragment.request));
+        }
+        if fragment.request != self.request || self.applied_commands == 0 {
+            self.request = fragment.request;
+            self.request_commands = fragment.request_commands;
+            self.digest = fragment.digest;
+            self.applied_commands = 0;
+            dropped += self.results.len() as u64;
+            self.results.clear();
+        }
+        self.last_active = index;
+        dropped
+    }
+
     fn expired(&self) -> Session {
         Session {
             request: self.request,
@@ -218,6 +252,8 @@ pub(crate) type Journal = Vec<(ClientId, Option<Session>)>;
 #[derive(Clone, Debug)]
 pub struct Sessions {
     by_client: BTreeMap<ClientId, Session>,
+    /// Every session of `by_client` in order of last activity, by standing.
+    index: AgeIndex,
     /// While an entry runs speculatively: what each change replaced.
     journal: Option<Journal>,
     /// Live sessions kept at most.
@@ -237,6 +273,7 @@ impl Sessions {
     pub fn new(limit: usize) -> Self {
         Sessions {
             by_client: BTreeMap::new(),
+            index: AgeIndex::default(),
             journal: None,
             limit,
             results_bytes: 0,
@@ -270,7 +307,8 @@ impl Sessions {
     /// Checks every session (see [`Session::check_invariants`], none active after entry
     /// `active_max`), that no journal is open between entries, that at most
     /// [`EXPIRED_SESSIONS_PER_SESSION`] expired sessions per live one allowed are remembered,
-    /// and that the running count of the results' bytes is their sum. Walks every session.
+    /// that the running count of the results' bytes is their sum, and that the age index holds
+    /// every session where it stands and nothing else. Walks every session.
     pub(crate) fn check_invariants(&self, active_max: EntryIndex) {
         assert!(
             self.journal.is_none(),
@@ -279,9 +317,18 @@ impl Sessions {
         let (mut expired, mut results_bytes) = (0, 0);
         for (client, session) in &self.by_client {
             session.check_invariants(*client, active_max);
+            assert!(
+                self.index.holds(*client, session),
+                "client {client:?}: the age index holds its session where it stands"
+            );
             expired += usize::from(session.is_expired());
             results_bytes += session.results_bytes();
         }
+        assert_eq!(
+            self.index.total(),
+            self.by_client.len(),
+            "the age index holds the sessions and nothing else"
+        );
         let expired_max = EXPIRED_SESSIONS_PER_SESSION.saturating_mul(self.limit);
         assert!(
             expired <= expired_max,
@@ -346,10 +393,41 @@ impl Sessions {
 
     /// Puts `client`'s results back after a fragment applied `applied` more commands.
     pub(crate) fn put_results(&mut self, client: ClientId, results: Vec<u8>, applied: u32) {
-        let session = self.by_client.get_mut(&client).expect("an open session");
         self.results_bytes += results.len() as u64;
-        session.results = results;
-        session.applied_commands += applied;
+        self.update(client, |session| {
+            session.results = results;
+            session.applied_commands += applied;
+        });
+    }
+
+    /// Changes `client`'s session in place with `change`, keeping the age index in step (its
+    /// key and standing may change); the caller keeps the count of results' bytes.
+    fn update<R>(&mut self, client: ClientId, change: impl FnOnce(&mut Session) -> R) -> R {
+        let session = self.by_client.get_mut(&client).expect("an open session");
+        self.index.remove(client, session);
+        let changed = change(session);
+        self.index.insert(client, session);
+        changed
+    }
+
+    /// Puts `session` in `client`'s place (none: removes it), keeping the age index and the
+    /// count of results' bytes in step; returns what it replaced.
+    fn replace(&mut self, client: ClientId, session: Option<Session>) -> Option<Session> {
+        let replaced = self.by_client.remove(&client);
+        if let Some(replaced) = &replaced {
+            self.index.remove(client, replaced);
+            assert!(
+                self.results_bytes >= replaced.results_bytes(),
+                "client {client:?}: its replaced results were counted"
+            );
+            self.results_bytes -= replaced.results_bytes();
+        }
+        if let Some(session) = session {
+            self.index.insert(client, &session);
+            self.results_bytes += session.results_bytes();
+            self.by_client.insert(client, session);
+        }
+        replaced
     }
 
     /// Starts journaling changes (a speculative entry begins).
@@ -402,25 +480,18 @@ impl Sessions {
         limit: usize,
         sessions: impl IntoIterator<Item = (ClientId, Session)>,
     ) -> Self {
-        let by_client: BTreeMap<ClientId, Session> = sessions.into_iter().collect();
-        let results_bytes = by_client.values().map(Session::results_bytes).sum();
-        Sessions {
-            by_client,
-            journal: None,
-            limit,
-            results_bytes,
+        let mut loaded = Sessions::new(limit);
+        for (client, session) in sessions {
+            let replaced = loaded.replace(client, Some(session));
+            assert!(replaced.is_none(), "client {client:?}: one session each");
         }
+        loaded
     }
 
     /// Undoes the changes a journal recorded.
     pub(crate) fn restore(&mut self, journal: Journal) {
         for (client, before) in journal.into_iter().rev() {
-            self.results_bytes += before.as_ref().map_or(0, Session::results_bytes);
-            let replaced = match before {
-                Some(session) => self.by_client.insert(client, session),
-                None => self.by_client.remove(&client),
-            };
-            self.results_bytes -= replaced.as_ref().map_or(0, Session::results_bytes);
+            self.replace(client, before);
         }
         self.debug_assert_bytes();
     }
@@ -430,28 +501,30 @@ impl Sessions {
     /// [`EXPIRED_SESSIONS_PER_SESSION`] times the limit are expired, the oldest of those is
     /// forgotten.
     fn evict(&mut self) {
-        let oldest = |sessions: &BTreeMap<ClientId, Session>, expired: bool| {
-            sessions
-                .iter()
-                .filter(|(_, s)| s.is_expired() == expired && s.is_complete())
-                .min_by_key(|(c, s)| (s.last_active, **c))
-                .map(|(c, _)| *c)
-        };
-        let live = self.by_client.values().filter(|s| !s.is_expired()).count();
+        let live = self.index.len(Standing::Finished) + self.index.len(Standing::Unfinished);
         if live >= self.limit
-            && let Some(client) = oldest(&self.by_client, false)
+            && let Some(client) = self.index.oldest(Standing::Finished)
         {
-            self.note(client);
-            let session = self.by_client.get_mut(&client).expect("found");
-            self.results_bytes -= session.results_bytes();
-            *session = session.expired();
+            self.expire(client);
         }
-        let expired = self.by_client.values().filter(|s| s.is_expired()).count();
-        if expired > EXPIRED_SESSIONS_PER_SESSION * self.limit
-            && let Some(client) = oldest(&self.by_client, true)
+    }
+
+    /// Turns `client`'s live session into an expired mark; and when more than
+    /// [`EXPIRED_SESSIONS_PER_SESSION`] times the limit are then expired, forgets the oldest
+    /// mark.
+    fn expire(&mut self, client: ClientId) {
+        self.note(client);
+        let dropped = self.update(client, |session| {
+            let dropped = session.results_bytes();
+            *session = session.expired();
+            dropped
+        });
+        self.results_bytes -= dropped;
+        if self.index.len(Standing::Expired) > EXPIRED_SESSIONS_PER_SESSION * self.limit
+            && let Some(oldest) = self.index.oldest(Standing::Expired)
         {
-            self.note(client);
-            self.by_client.remove(&client);
+            self.note(oldest);
+            self.replace(oldest, None);
         }
     }
 
@@ -508,14 +581,14 @@ impl Sessions {
     /// recently active session whose request finished when a new client would exceed
     /// [`Sessions::limit`] (a session in the middle of a request is never evicted).
     pub(crate) fn open(&mut self, fragment: &FragmentHeader, index: EntryIndex) {
-        if !self.by_client.contains_key(&fragment.client) && self.by_client.len() >= self.limit {
+        let client = fragment.client;
+        let new = !self.by_client.contains_key(&client);
+        if new && self.by_client.len() >= self.limit {
             self.evict();
         }
-        self.note(fragment.client);
-        let session = self
-            .by_client
-            .entry(fragment.client)
-            .or_insert_with(|| Session {
+        self.note(client);
+        if new {
+            let session = Session {
                 request: fragment.request,
                 request_commands: fragment.request_commands,
                 digest: fragment.digest,
@@ -524,26 +597,16 @@ impl Sessions {
                 last_active: index,
                 expired: false,
                 earlier: Vec::new(),
-            });
-        if fragment.request != session.request {
-            let oldest = fragment.oldest_pending.min(fragment.request);
-            let dropped = session.retire_latest(oldest);
-            assert!(
-                self.results_bytes >= dropped,
-                "{dropped} bytes of results dropped of {} counted",
-                self.results_bytes
-            );
-            self.results_bytes -= dropped;
+            };
+            self.replace(client, Some(session));
         }
-        if fragment.request != session.request || session.applied_commands == 0 {
-            session.request = fragment.request;
-            session.request_commands = fragment.request_commands;
-            session.digest = fragment.digest;
-            session.applied_commands = 0;
-            self.results_bytes -= session.results.len() as u64;
-            session.results.clear();
-        }
-        session.last_active = index;
+        let dropped = self.update(client, |session| session.start(fragment, index));
+        assert!(
+            self.results_bytes >= dropped,
+            "{dropped} bytes of results dropped of {} counted",
+            self.results_bytes
+        );
+        self.results_bytes -= dropped;
     }
 }
 
