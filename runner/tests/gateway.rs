@@ -142,6 +142,37 @@ fn assert_oversized_is_refused(gateway: &Gateway) {
     let (status, text) = exchange(&gateway.address, oversized.as_bytes()).unwrap();
     assert_eq!(status, 413, "{text}");
     assert!(text.contains("too_large"), "{text}");
+    let long_head = format!(
+        "POST /v1/commands HTTP/1.1\r\nHost: gateway\r\nX-Long: {}\r\n\r\n",
+        "a".repeat(engine::cli::gateway::GATEWAY_HEADER_BYTES_MAX)
+    );
+    let (status, _) = exchange(&gateway.address, long_head.as_bytes()).unwrap();
+    assert_eq!(status, 431, "a head over the limit");
+    let many = (0..=engine::cli::gateway::GATEWAY_HEADERS_MAX)
+        .map(|i| format!("X-Field-{i}: 1\r\n"))
+        .collect::<String>();
+    let many_fields = format!("POST /v1/commands HTTP/1.1\r\nHost: gateway\r\n{many}\r\n");
+    let (status, _) = exchange(&gateway.address, many_fields.as_bytes()).unwrap();
+    assert_eq!(status, 431, "more header fields than the limit");
+}
+
+/// Proves a caller that starts a request's head and never finishes it is cut off once
+/// `GATEWAY_HEADER_READ_S` has passed, not before: it holds a connection, nothing more.
+#[test]
+fn a_caller_slow_to_send_its_head_is_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, _) = start_cluster(dir.path(), |_| {});
+    let gateway = Gateway::start(dir.path(), &nodes.cluster_file, "gateway");
+    let started = std::time::Instant::now();
+    let (status, _) = exchange(&gateway.address, b"POST /v1/commands HTTP/1.1\r\nHost: g").unwrap();
+    let limit = std::time::Duration::from_secs(engine::cli::gateway::GATEWAY_HEADER_READ_S);
+    assert!(
+        started.elapsed() >= limit,
+        "cut after {:?}",
+        started.elapsed()
+    );
+    assert!(status == 0 || status == 408, "status {status}");
+    assert_eq!(gateway.get("/livez").0, 200, "the gateway still serves");
 }
 
 /// Proves an idempotency key runs its commands once: a retry through a second gateway, after

@@ -18,10 +18,15 @@ mod answer;
 mod coalesce;
 mod listener;
 mod metrics;
+mod serve;
 mod tls;
 
 pub use answer::{Failure, RETRY_AFTER_S};
 pub use coalesce::GATEWAY_QUEUED_COMMANDS_MAX;
+pub use serve::{
+    GATEWAY_DRAIN_S, GATEWAY_HEADER_BYTES_MAX, GATEWAY_HEADER_READ_S, GATEWAY_HEADERS_MAX,
+    GATEWAY_STREAMS_MAX,
+};
 pub use tls::{GATEWAY_TLS_HANDSHAKE_S, GatewayTlsError};
 
 use super::CliHandler;
@@ -180,9 +185,7 @@ async fn serve<H: CliHandler>(
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!(listen = %listener.address(), scheme, mutual, "gateway serving");
-    axum::serve(listener, router(gateway))
-        .with_graceful_shutdown(stop_signal())
-        .await?;
+    serve::serve(listener, router(gateway), stop_signal()).await;
     Ok(())
 }
 
