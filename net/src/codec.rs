@@ -15,8 +15,10 @@
 //!   keeps a variant's number when others are added, removed or reordered.
 //!
 //! Types derive [`Encode`] and [`Decode`] with the project's own derives (`engine-derive`);
-//! `net`'s types with `#[codec(crate = "crate::codec")]`.
+//! `net`'s types with `#[codec(crate = "crate::codec")]`. The `Encode` derive also writes
+//! [`Describe`]: the JSON serde's derives make of the type, for the gateway's schema.
 
+pub use describe::{Definition, Definitions, Describe, JsonShape, Object, Property, Variant};
 pub use engine_derive::{Decode, Encode};
 
 /// Largest length a decoded sequence may claim, in bytes or elements: a guard against length
@@ -279,6 +281,7 @@ pub fn encode_into_bytes<T: Encode + ?Sized>(
     Ok(())
 }
 
+mod describe;
 mod impls;
 
 #[cfg(test)]

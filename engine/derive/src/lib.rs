@@ -25,6 +25,15 @@
 //! a const assertion for consts). Explicit tags let a type that goes on the wire keep its
 //! bytes whatever the order of its variants in the source; handler types need not use them.
 //!
+//! `Encode` also writes the type's `Describe` (`net::codec`'s): the JSON that serde's derives
+//! make of the same fields, for the gateway's schema, so that a handler author writes nothing
+//! for it. It mirrors serde's default mapping and the `#[serde(...)]` options that rename or
+//! skip (`rename`, `rename_all`, `rename_all_fields`, `skip`, `default`,
+//! `skip_serializing_if`, `deny_unknown_fields`, `transparent`); under any other option that
+//! changes the JSON (`tag`, `untagged`, `flatten`, `with`, ...) the part it touches is
+//! described as any value, never as a shape serde does not write. A hand-written `Serialize`
+//! it cannot see (`notes/decisions/gateway.md`, "The schema").
+//!
 //! Supported: structs (named, tuple, unit) and enums (unit, tuple and struct variants, and none),
 //! generic over lifetimes, types and constants. Not supported: unions, and bincode's own options
 //! (`bounds`, `decode_context`, `with_serde`, ...), which are compile errors rather than silently
@@ -36,15 +45,21 @@ use syn::{DeriveInput, parse_macro_input};
 
 mod attr;
 mod decode;
+mod describe;
 mod encode;
+mod serde_attr;
 mod shape;
 
-/// Derives the codec's `Encode` for a struct or an enum.
+/// Derives the codec's `Encode` for a struct or an enum, and its `Describe`.
 #[proc_macro_derive(Encode, attributes(codec, bincode))]
 pub fn derive_encode(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     shape::Shape::read(&input)
-        .map(|shape| encode::expand(&shape))
+        .map(|shape| {
+            let mut impls = encode::expand(&shape);
+            impls.extend(describe::expand(&shape));
+            impls
+        })
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

@@ -5,7 +5,7 @@ use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 use syn::punctuated::Punctuated;
 use syn::token::Comma;
-use syn::{Data, DeriveInput, Fields, Generics, LitStr, Path, Variant, WherePredicate};
+use syn::{Attribute, Data, DeriveInput, Fields, Generics, LitStr, Path, Variant, WherePredicate};
 
 use crate::attr::{self, Tag};
 
@@ -18,6 +18,8 @@ pub(crate) enum Body<'a> {
 /// A type to derive for.
 pub(crate) struct Shape<'a> {
     pub ident: &'a Ident,
+    /// The type's own attributes (its documentation and serde's, for `Describe`).
+    pub attrs: &'a [Attribute],
     pub generics: &'a Generics,
     /// The path of the codec module (`net::codec` as re-exported), through which the impls are
     /// written.
@@ -45,6 +47,7 @@ impl<'a> Shape<'a> {
         };
         let mut shape = Shape {
             ident: &input.ident,
+            attrs: &input.attrs,
             generics: &input.generics,
             codec,
             body,
