@@ -71,6 +71,7 @@ pub use status::{StatusArgs, status};
 pub use upgrade::{UpgradeArgs, UpgradeError, upgrade};
 
 use crate::apply::Mode;
+use crate::codec::Describe;
 use crate::handler::Handler;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Serialize;
@@ -79,14 +80,23 @@ use std::process::ExitCode;
 
 /// A handler the command line can drive: its commands read from JSON and its outcomes print
 /// as JSON (derive serde's `Deserialize` on the command type, `Serialize` on the output and
-/// error types). Every such handler is one.
+/// error types), described by the gateway's OpenAPI document ([`Describe`], which the `Encode`
+/// derive writes). Every such handler is one.
 pub trait CliHandler:
-    Handler<Command: DeserializeOwned, Output: Serialize, Error: Serialize>
+    Handler<
+        Command: DeserializeOwned + Describe,
+        Output: Serialize + Describe,
+        Error: Serialize + Describe,
+    >
 {
 }
 
 impl<H> CliHandler for H where
-    H: Handler<Command: DeserializeOwned, Output: Serialize, Error: Serialize>
+    H: Handler<
+            Command: DeserializeOwned + Describe,
+            Output: Serialize + Describe,
+            Error: Serialize + Describe,
+        >
 {
 }
 

@@ -18,11 +18,13 @@ mod answer;
 mod coalesce;
 mod listener;
 mod metrics;
+mod openapi;
 mod serve;
 mod tls;
 
 pub use answer::{Failure, RETRY_AFTER_S};
 pub use coalesce::GATEWAY_QUEUED_COMMANDS_MAX;
+pub use openapi::{SchemaMismatch, json_schema, openapi_document, openapi_json, validate};
 pub use serve::{
     GATEWAY_DRAIN_S, GATEWAY_HEADER_BYTES_MAX, GATEWAY_HEADER_READ_S, GATEWAY_HEADERS_MAX,
     GATEWAY_STREAMS_MAX,
