@@ -186,20 +186,23 @@ fn snapshot(machine: &mut StateMachine<Bank>) -> Vec<u8> {
     bytes
 }
 
-/// Proves a snapshot keeps the version in force: format 5 before the upgrade (readable by
-/// builds from before handler versions), format 6 after it, restored with the fee in force.
+/// Proves a snapshot keeps the version in force (format 7, which every state is written in,
+/// holds it in its meta): the first before the upgrade, the fee's after it, restored with the
+/// fee in force.
 #[test]
 fn snapshots_keep_the_version_in_force() {
     let entries = log();
     let mut machine = StateMachine::new(Bank, CAPACITY_BYTES);
     machine.apply(&entries[0]).unwrap();
     let before = snapshot(&mut machine);
-    assert_eq!(&before[..8], b"SNAPv005");
+    assert_eq!(&before[..8], b"SNAPv007");
+    let first = parse_snapshot(&before).unwrap().meta.handler_version;
+    assert_eq!(first, engine::handler::HANDLER_VERSION_FIRST);
     entries[1..]
         .iter()
         .for_each(|e| drop(machine.apply(e).unwrap()));
     let after = snapshot(&mut machine);
-    assert_eq!(&after[..8], b"SNAPv006");
+    assert_eq!(&after[..8], b"SNAPv007");
     let parsed = parse_snapshot(&after).unwrap();
     assert_eq!(parsed.meta.handler_version, VERSION_TRANSFER_FEE);
     let mut restored = StateMachine::restore(Bank, CAPACITY_BYTES, parsed).unwrap();

@@ -16,12 +16,9 @@ fn snapshot_and_first_count() -> (Vec<u8>, usize) {
     }
     let (meta, bytes) = machine.snapshot_file().unwrap();
     // magic | meta | table count (u16) | table id (u16) | slot count (u64) | block: record
-    // count (u64) ... The file is of format 5 (the first handler version): its meta lacks the
-    // handler version.
-    assert_eq!(&bytes[..8], b"SNAPv005");
-    let meta_bytes =
-        codec::encoded_len(&meta).unwrap() - codec::encoded_len(&meta.handler_version).unwrap();
-    let at = 8 + meta_bytes + 2 + 2 + 8;
+    // count (u64) ... (format 7).
+    assert_eq!(&bytes[..8], b"SNAPv007");
+    let at = 8 + codec::encoded_len(&meta).unwrap() + 2 + 2 + 8;
     (bytes, at)
 }
 

@@ -2,9 +2,12 @@
 //! this build must still read as they were meant. One file per format and version:
 //!
 //! - `wal-v1.wal`: a WAL segment of Bank entries (records `WAL1`);
-//! - `snapshot-v5.snap`: a snapshot of the Bank state after those entries (`SNAPv005`, still
-//!   written for a state at the first handler version);
-//! - `snapshot-v6.snap`: the same after an upgrade entry to the Bank's version 2 (`SNAPv006`);
+//! - `snapshot-v5.snap`: a snapshot of the Bank state after those entries (`SNAPv005`, written
+//!   for a state at the first handler version by builds before format 7);
+//! - `snapshot-v6.snap`: the same after an upgrade entry to the Bank's version 2 (`SNAPv006`,
+//!   written by builds before format 7);
+//! - `snapshot-v7.snap`: the Bank state after those entries (`SNAPv007`: the state clock and
+//!   each session's time of last activity);
 //! - `protocol-v3.frames`: frames of protocol version 3, peer and client messages back to back.
 //!
 //! The content is regenerated here from fixed seeds, so each test checks both ways: the file
@@ -47,7 +50,6 @@ enum Version {
     /// `GOLDEN_WRITE=1` writes it.
     Current,
     /// An earlier build wrote it: only read.
-    #[allow(dead_code)]
     Earlier,
 }
 
@@ -167,17 +169,19 @@ fn golden_snapshot(entries: &[Entry]) -> (StateMachine<Bank>, Vec<u8>) {
 }
 
 /// Proves this build restores a snapshot of format version 5 to the state it was taken of
-/// (the same state hash, the same outcomes for the next entry).
+/// (the same state hash, the same outcomes for the next entry), its sessions without times
+/// (the state clock 0: none applied yet).
 #[test]
 fn snapshot_v5_restores() {
-    let (mut machine, fresh) = golden_snapshot(&golden_entries());
-    let bytes = golden_bytes("snapshot-v5.snap", Version::Current, || fresh.clone());
+    let (mut machine, _) = golden_snapshot(&golden_entries());
+    let bytes = golden_bytes("snapshot-v5.snap", Version::Earlier, Vec::new);
     assert_eq!(&bytes[..8], b"SNAPv005");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("00000000000000000012.snap");
     std::fs::write(&path, &bytes).unwrap();
     let snapshot = read_snapshot(&path).unwrap();
     assert_eq!(snapshot.meta.index, EntryIndex(ENTRIES));
+    assert_eq!(snapshot.clock_ms, 0, "format 5 kept no times");
     let mut restored = StateMachine::restore(Bank, CAPACITY_BYTES, snapshot).unwrap();
     assert_eq!(restored.state_hash(), machine.state_hash());
     let next = golden_entry(ENTRIES + 1, &golden_entries().last().unwrap().header.hash);
@@ -204,8 +208,8 @@ fn snapshot_v6_restores_with_its_handler_version() {
         version.into(),
         &prev,
     ));
-    let (mut machine, fresh) = golden_snapshot(&entries);
-    let bytes = golden_bytes("snapshot-v6.snap", Version::Current, || fresh.clone());
+    let (mut machine, _) = golden_snapshot(&entries);
+    let bytes = golden_bytes("snapshot-v6.snap", Version::Earlier, Vec::new);
     assert_eq!(&bytes[..8], b"SNAPv006");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("00000000000000000013.snap");
@@ -215,6 +219,30 @@ fn snapshot_v6_restores_with_its_handler_version() {
     assert_eq!(restored.handler_version(), bank::VERSION_TRANSFER_FEE);
     assert_eq!(restored.state_hash(), machine.state_hash());
     let next = golden_entry(ENTRIES + 2, &entries.last().unwrap().header.hash);
+    assert_eq!(
+        restored.apply(&next).unwrap(),
+        machine.apply(&next).unwrap()
+    );
+}
+
+/// Proves this build writes a snapshot of format version 7 as the golden file has it and
+/// restores it to the state it was taken of: the same state hash, the state clock at the last
+/// entry's time, the same outcomes for the next entry.
+#[test]
+fn snapshot_v7_restores_with_its_clock() {
+    let (mut machine, fresh) = golden_snapshot(&golden_entries());
+    let bytes = golden_bytes("snapshot-v7.snap", Version::Current, || fresh.clone());
+    assert_eq!(&bytes[..8], b"SNAPv007");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("00000000000000000012.snap");
+    std::fs::write(&path, &bytes).unwrap();
+    let snapshot = read_snapshot(&path).unwrap();
+    let last_ms = 1_764_000_000_000 + ENTRIES;
+    assert_eq!(snapshot.clock_ms, last_ms);
+    let mut restored = StateMachine::restore(Bank, CAPACITY_BYTES, snapshot).unwrap();
+    assert_eq!(restored.sessions().clock_ms(), last_ms);
+    assert_eq!(restored.state_hash(), machine.state_hash());
+    let next = golden_entry(ENTRIES + 1, &golden_entries().last().unwrap().header.hash);
     assert_eq!(
         restored.apply(&next).unwrap(),
         machine.apply(&next).unwrap()

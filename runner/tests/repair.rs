@@ -76,6 +76,7 @@ fn assert_cut_with_obligation(data: &Path, scratch: &Path, last: u64, at: Where)
     let options = RecoveryOptions {
         capacity_bytes: 1 << 30,
         sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
+        session_retention_s: engine::apply::SESSION_RETENTION_S_DEFAULT,
         wal_segment_bytes: 16384,
         owner: None,
         rebuild_from_leader: false,

@@ -82,6 +82,7 @@ fn options() -> RehearsalOptions {
     RehearsalOptions {
         capacity_bytes: 1 << 26,
         sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
+        session_retention_s: engine::apply::SESSION_RETENTION_S_DEFAULT,
         wal_segment_bytes: 1 << 16,
         from_start: false,
     }

@@ -273,6 +273,7 @@ fn interrupted_snapshot_writes_recover() {
     let options = RecoveryOptions {
         capacity_bytes: 1 << 30,
         sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
+        session_retention_s: engine::apply::SESSION_RETENTION_S_DEFAULT,
         wal_segment_bytes: SEGMENT_BYTES,
         owner: None,
         rebuild_from_leader: false,

@@ -49,6 +49,7 @@ fuzz_target!(|input: &[u8]| {
     let options = RecoveryOptions {
         capacity_bytes: CAPACITY_BYTES,
         sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
+        session_retention_s: engine::apply::SESSION_RETENTION_S_DEFAULT,
         wal_segment_bytes: WAL_SEGMENT_BYTES_MIN,
         owner: None,
         rebuild_from_leader: false,

@@ -91,6 +91,13 @@ impl<H: Handler> StateMachine<H> {
             "a snapshot of entry {} holds a session active at {active:?}",
             meta.index
         );
+        // The state clock never goes back, so the committed one is not ahead of the state's.
+        assert!(
+            scan.clock_ms <= self.sessions.clock_ms(),
+            "a snapshot's state clock {} ms is ahead of the state's {} ms",
+            scan.clock_ms,
+            self.sessions.clock_ms()
+        );
         self.state.check_scans(scan.table);
     }
 }

@@ -14,7 +14,9 @@ mod tests;
 
 pub use sessions::{
     EXPIRED_SESSIONS_PER_SESSION, Finished, PIPELINE_REQUESTS_MAX, SESSION_BYTES_FIXED,
-    SESSIONS_MAX_DEFAULT, SESSIONS_MAX_LIMIT, SESSIONS_MAX_MIN, Session, Sessions,
+    SESSION_RETENTION_S_DEFAULT, SESSION_RETENTION_S_MAX, SESSION_RETENTION_S_MIN,
+    SESSIONS_AGED_PER_ENTRY_MAX, SESSIONS_MAX_DEFAULT, SESSIONS_MAX_LIMIT, SESSIONS_MAX_MIN,
+    Session, Sessions,
 };
 
 use crate::codec;
@@ -128,9 +130,10 @@ pub enum ReplyStatus {
     Results(Vec<u8>),
     /// The client had moved on to a newer request; this one was not applied.
     Stale,
-    /// The cluster keeps no session for the client (evicted past the session limit, or a
-    /// first request that was neither a registration nor number 1): this request was not applied now, and whether an earlier
-    /// attempt of it was is not known.
+    /// The cluster keeps no session for the client (evicted past the session limit, inactive
+    /// for longer than the retention, or a first request that was neither a registration nor
+    /// number 1): this request was not applied now, and whether an earlier attempt of it was is
+    /// not known.
     Expired,
     /// An earlier request the client still waits for has not run: this one was not applied
     /// (pipelined requests apply in the client's order).
@@ -161,7 +164,8 @@ pub struct Reply {
 pub enum CommittedAnswer {
     /// The client has gone on to a newer request.
     Stale,
-    /// The client's session was evicted (see [`ReplyStatus::Expired`]).
+    /// The client's session was evicted or outlived the retention (see
+    /// [`ReplyStatus::Expired`]).
     Expired,
     /// The number is the client's latest request's, whose commands were other ones (see
     /// [`ReplyStatus::Reused`]).
@@ -214,6 +218,8 @@ pub struct ApplyCounters {
 /// encoding has come.
 struct ScanState {
     meta: SnapshotMeta,
+    /// The state clock as committed then, in ms.
+    clock_ms: u64,
     sessions: Vec<(ClientId, Session)>,
     /// Each table's committed slot count, in the schema's order.
     slots: Vec<u64>,
@@ -332,7 +338,18 @@ impl<H: Handler> StateMachine<H> {
             self.sessions.is_empty() && self.applied == EntryIndex::ZERO,
             "the session limit is set before anything applies"
         );
-        self.sessions = Sessions::new(limit);
+        self.sessions = Sessions::new(limit, self.sessions.retention_s());
+    }
+
+    /// Keeps a client session at most `retention_s` seconds inactive, by the state clock (the
+    /// cluster's `session_retention_s`; every replica must have the same, so set it before
+    /// the first entry applies).
+    pub fn set_session_retention_s(&mut self, retention_s: u64) {
+        assert!(
+            self.sessions.is_empty() && self.applied == EntryIndex::ZERO,
+            "the session retention is set before anything applies"
+        );
+        self.sessions = Sessions::new(self.sessions.limit(), retention_s);
     }
 
     /// Whether applying produces replies (on by default; a follower turns it off to save the
@@ -396,8 +413,12 @@ impl<H: Handler> StateMachine<H> {
         digest: RequestDigest,
     ) -> CommittedAnswer {
         let pending = self.speculations.iter().map(|s| s.journal());
+        let clock_ms = self.sessions.committed_clock_ms(pending.clone());
         match self.sessions.committed_one(client, pending) {
             Some(session) if session.is_expired() => CommittedAnswer::Expired,
+            Some(session) if self.sessions.outlived_at(session, clock_ms) => {
+                CommittedAnswer::Expired
+            }
             Some(session) if request < session.request => match session.earlier(request) {
                 Some(finished) if finished.digest != digest => CommittedAnswer::Reused,
                 Some(finished) => {
@@ -419,8 +440,12 @@ impl<H: Handler> StateMachine<H> {
     /// there is no session), and whether it expired.
     pub fn committed_session(&self, client: ClientId) -> (RequestNumber, bool) {
         let pending = self.speculations.iter().map(|s| s.journal());
+        let clock_ms = self.sessions.committed_clock_ms(pending.clone());
         match self.sessions.committed_one(client, pending) {
-            Some(session) => (RequestNumber(session.request.0 + 1), session.is_expired()),
+            Some(session) => {
+                let expired = session.is_expired() || self.sessions.outlived_at(session, clock_ms);
+                (RequestNumber(session.request.0 + 1), expired)
+            }
             None => (RequestNumber(1), false),
         }
     }
@@ -580,6 +605,7 @@ impl<H: Handler> StateMachine<H> {
         let journals: Vec<&sessions::Journal> =
             self.speculations.iter().map(|s| s.journal()).collect();
         let sessions = self.sessions.committed(&journals);
+        let clock_ms = (self.sessions).committed_clock_ms(journals.iter().copied());
         let slots = self.state.committed_slots();
         let hasher = self.state.begin_scan();
         let meta = SnapshotMeta {
@@ -593,6 +619,7 @@ impl<H: Handler> StateMachine<H> {
         };
         self.scan = Some(ScanState {
             meta: meta.clone(),
+            clock_ms,
             sessions,
             slots,
             table: 0,
@@ -634,7 +661,7 @@ impl<H: Handler> StateMachine<H> {
             }
             return ScanProgress::More;
         }
-        snapshot::encode_sessions(&scan.sessions, out);
+        snapshot::encode_sessions(scan.clock_ms, &scan.sessions, out);
         let meta = scan.meta.clone();
         self.scan = None;
         ScanProgress::Done(meta)
@@ -754,7 +781,8 @@ impl<H: Handler> StateMachine<H> {
         }
         self.scan = None;
         self.state = state;
-        self.sessions = Sessions::from_records(self.sessions.limit(), snapshot.sessions);
+        let limits = (self.sessions.limit(), self.sessions.retention_s());
+        self.sessions = Sessions::from_records(limits, snapshot.clock_ms, snapshot.sessions);
         self.speculations.clear();
         self.unsimulated.clear();
         self.pass = Pass::Execute;
@@ -789,6 +817,7 @@ impl<H: Handler> StateMachine<H> {
     ) -> Result<Vec<Reply>, ApplyError> {
         let (header, fragments) =
             parse_payload(payload).map_err(|error| ApplyError::Payload { index, error })?;
+        self.sessions.advance_clock(header.now_ms);
         self.decode_commands(&fragments);
         if self.journaling {
             self.fingerprints.resize(self.commands.len(), 0);

@@ -63,8 +63,8 @@ pub(super) struct Speculation {
     /// The state before and after it.
     start: TxMark,
     end: TxMark,
-    /// The sessions it changed, as they were before.
-    sessions: Vec<(crate::ids::ClientId, Option<super::sessions::Session>)>,
+    /// The sessions it changed, as they were before, and the state clock before it.
+    sessions: super::sessions::Journal,
     replies: Vec<Reply>,
     commands: u64,
     recording: Recording,

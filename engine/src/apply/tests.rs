@@ -1,7 +1,7 @@
-//! Unit tests of the apply path's client sessions: eviction through the age index, and that
-//! replicas fed the same entries keep the same sessions.
+//! Unit tests of the apply path's client sessions: eviction through the age index, expiry by
+//! age on the state clock, and that replicas fed the same entries keep the same sessions.
 
-use super::{ReplyStatus, StateMachine};
+use super::{CommittedAnswer, Mode, ReplyStatus, SESSIONS_AGED_PER_ENTRY_MAX, StateMachine};
 use crate::entry::{
     Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest, encode_commands,
 };
@@ -45,6 +45,35 @@ fn machine(limit: usize) -> StateMachine<Writer> {
     let mut machine = StateMachine::new(Writer, 1 << 26);
     machine.set_sessions_max(limit);
     machine
+}
+
+/// Seconds of retention in the age tests.
+const RETENTION_S: u64 = 1;
+/// The leader's clock at the start of the age tests, in ms since the Unix epoch.
+const T0_MS: u64 = 1_764_000_000_000;
+
+/// A state machine keeping sessions [`RETENTION_S`] inactive, and many of them.
+fn aging() -> StateMachine<Writer> {
+    let mut machine = machine(1 << 16);
+    machine.set_session_retention_s(RETENTION_S);
+    machine
+}
+
+/// The outcome of a request answered with one command's results, decoded.
+fn answered(statuses: &[ReplyStatus]) -> Vec<u64> {
+    let [ReplyStatus::Results(results)] = statuses else {
+        panic!("one request answered with results: {statuses:?}")
+    };
+    let outcomes = super::decode_outcomes::<Writer>(results, 1).expect("outcomes decode");
+    outcomes
+        .into_iter()
+        .map(|o| match o {
+            crate::handler::Outcome::Done(n) => n,
+            other @ (crate::handler::Outcome::Failed(_) | crate::handler::Outcome::Invalid) => {
+                panic!("{other:?}")
+            }
+        })
+        .collect()
 }
 
 /// The whole request `number` of `client`, of `commands`: its fragment and encoded commands.
@@ -190,4 +219,218 @@ fn unfinished_sessions_stay_and_the_oldest_mark_goes() {
         apply(&mut machine, &log.entry(3, &[request(3, 2, &[1])])),
         vec![ReplyStatus::Expired]
     );
+}
+
+/// Proves a session inactive for longer than the retention, by the leaders' times in the log,
+/// answers a retry of its request `Expired` and runs nothing (at apply and at admission), while
+/// one inactive exactly the retention still answers with the first results.
+#[test]
+fn a_session_past_the_retention_answers_expired() {
+    let mut machine = aging();
+    let mut log = Log::new();
+    let first = request(1, 1, &[7]);
+    assert_eq!(
+        answered(&apply(
+            &mut machine,
+            &log.entry(T0_MS, std::slice::from_ref(&first))
+        )),
+        [7]
+    );
+    let at_retention = T0_MS + RETENTION_S * 1_000;
+    let retry = apply(
+        &mut machine,
+        &log.entry(at_retention, std::slice::from_ref(&first)),
+    );
+    assert_eq!(answered(&retry), [7], "kept for the retention itself");
+    // A retry is not activity: the session was last active at T0.
+    let other = request(2, 1, &[8]);
+    apply(&mut machine, &log.entry(at_retention + 1, &[other]));
+    assert!(machine.sessions().get(ClientId(1)).unwrap().is_expired());
+    let (digest, hash) = (first.0.digest, machine.state_hash());
+    assert_eq!(
+        machine.committed_answer(ClientId(1), RequestNumber(1), digest),
+        CommittedAnswer::Expired
+    );
+    let retry = apply(&mut machine, &log.entry(at_retention + 2, &[first]));
+    assert_eq!(retry, [ReplyStatus::Expired]);
+    let next = apply(
+        &mut machine,
+        &log.entry(at_retention + 3, &[request(1, 2, &[9])]),
+    );
+    assert_eq!(next, [ReplyStatus::Expired]);
+    assert_eq!(machine.state_hash(), hash, "nothing ran");
+    assert_eq!(
+        machine.committed_session(ClientId(1)),
+        (RequestNumber(2), true)
+    );
+}
+
+/// Proves an entry expires at most [`SESSIONS_AGED_PER_ENTRY_MAX`] sessions, least recently
+/// active first, the rest with the next entries; and that a session past the retention not
+/// yet marked is answered `Expired` all the same.
+#[test]
+fn expiry_is_bounded_per_entry_and_exact() {
+    let mut machine = aging();
+    let mut log = Log::new();
+    let clients = SESSIONS_AGED_PER_ENTRY_MAX as u128 + 10;
+    let requests: Vec<_> = (1..=clients).map(|c| request(c, 1, &[1])).collect();
+    for chunk in requests.chunks(256) {
+        apply(&mut machine, &log.entry(T0_MS, chunk));
+    }
+    let later = T0_MS + 2_000;
+    let last = requests.last().unwrap().clone();
+    assert_eq!(
+        apply(&mut machine, &log.entry(later, &[last])),
+        [ReplyStatus::Expired]
+    );
+    let expired = |m: &StateMachine<Writer>| {
+        (1..=clients)
+            .filter(|c| m.sessions().get(ClientId(*c)).unwrap().is_expired())
+            .count()
+    };
+    assert_eq!(expired(&machine), SESSIONS_AGED_PER_ENTRY_MAX);
+    assert!(
+        machine.sessions().get(ClientId(1)).unwrap().is_expired(),
+        "oldest first"
+    );
+    assert!(
+        !machine
+            .sessions()
+            .get(ClientId(clients))
+            .unwrap()
+            .is_expired()
+    );
+    assert!(
+        machine.committed_session(ClientId(clients)).1,
+        "answered expired"
+    );
+    apply(&mut machine, &log.entry(later + 1, &[]));
+    assert_eq!(expired(&machine), clients as usize);
+}
+
+/// Proves the state clock never goes back: an entry of a new leader whose clock is behind the
+/// old one's leaves the state clock where it was, and a session it opens counts as active at
+/// the state clock, not at the older time (it would otherwise expire early).
+#[test]
+fn the_state_clock_never_goes_back() {
+    let mut machine = aging();
+    let mut log = Log::new();
+    apply(
+        &mut machine,
+        &log.entry(T0_MS + 10_000, &[request(1, 1, &[1])]),
+    );
+    assert_eq!(machine.sessions().clock_ms(), T0_MS + 10_000);
+    apply(
+        &mut machine,
+        &log.entry(T0_MS + 5_000, &[request(2, 1, &[2])]),
+    );
+    assert_eq!(
+        machine.sessions().clock_ms(),
+        T0_MS + 10_000,
+        "behind: ignored"
+    );
+    let two = machine.sessions().get(ClientId(2)).unwrap();
+    assert_eq!(two.last_active_ms, T0_MS + 10_000);
+    apply(&mut machine, &log.entry(T0_MS + 10_900, &[]));
+    assert!(!machine.sessions().get(ClientId(2)).unwrap().is_expired());
+    apply(&mut machine, &log.entry(T0_MS + 11_001, &[]));
+    assert!(machine.sessions().get(ClientId(2)).unwrap().is_expired());
+}
+
+/// The entries of the agreement test: clients 1 to 3 at T0, a snapshot point, then a retry of
+/// client 1 past the retention and a new request of each.
+fn agreement_entries() -> (Vec<Entry>, Vec<Entry>) {
+    let mut log = Log::new();
+    let before = vec![
+        log.entry(T0_MS, &[request(1, 1, &[1]), request(2, 1, &[2])]),
+        log.entry(T0_MS + 600, &[request(3, 1, &[3])]),
+    ];
+    let after = vec![
+        log.entry(T0_MS + 1_500, &[request(1, 1, &[1])]),
+        log.entry(T0_MS + 1_600, &[request(1, 2, &[4]), request(3, 2, &[5])]),
+        log.entry(T0_MS + 1_700, &[request(2, 2, &[6])]),
+    ];
+    (before, after)
+}
+
+/// Proves replicas that apply the same entries agree on expiry by age, one of them restarted
+/// from a snapshot in between (the state clock and the sessions' times travel in it): the same
+/// answers, state hash and snapshot bytes. A replica that lost the clock would count clients 1
+/// and 2 as active at the restart and run their requests 2.
+#[test]
+fn replicas_agree_on_expiry_across_a_snapshot() {
+    let (before, after) = agreement_entries();
+    let (mut whole, mut restarted) = (aging(), aging());
+    for entry in &before {
+        apply(&mut whole, entry);
+        apply(&mut restarted, entry);
+    }
+    let (_, file) = restarted.snapshot_file().expect("a snapshot");
+    let snapshot = crate::snapshot::parse_snapshot(&file).expect("it parses");
+    assert_eq!(snapshot.clock_ms, T0_MS + 600);
+    // A node sets its limits, then installs, as recovery does.
+    let mut restarted = aging();
+    restarted.install(snapshot).expect("it installs");
+    restarted.check_invariants();
+    let mut answers = Vec::new();
+    for entry in &after {
+        let answer = apply(&mut whole, entry);
+        assert_eq!(
+            answer,
+            apply(&mut restarted, entry),
+            "entry {}",
+            entry.index()
+        );
+        answers.push(answer);
+    }
+    let expired = ReplyStatus::Expired;
+    assert_eq!(
+        answers[0],
+        [ReplyStatus::Expired],
+        "client 1's retry, 1.5 s on"
+    );
+    assert_eq!(answers[1][0], expired, "client 1's next request");
+    assert_eq!(
+        answered(&answers[1][1..]),
+        [5],
+        "client 3, active 1 s before"
+    );
+    assert_eq!(answers[2], [expired], "client 2");
+    assert_eq!(whole.state_hash(), restarted.state_hash());
+    assert_eq!(
+        whole.snapshot_file().unwrap().1,
+        restarted.snapshot_file().unwrap().1
+    );
+}
+
+/// Proves the state clock and the expiry it causes are undone with a leader's speculation:
+/// while an entry that expires a session is only simulated, the committed answers still find
+/// the session; discarded, the session and the clock are as committed.
+#[test]
+fn a_discarded_speculation_undoes_the_clock_and_its_expiry() {
+    let mut machine = aging();
+    machine.set_mode(Mode::Performance);
+    let mut log = Log::new();
+    let first = request(1, 1, &[7]);
+    apply(
+        &mut machine,
+        &log.entry(T0_MS, std::slice::from_ref(&first)),
+    );
+    machine.simulate(&log.entry(T0_MS + 5_000, &[request(2, 1, &[1])]));
+    assert_eq!(machine.sessions().clock_ms(), T0_MS + 5_000, "speculated");
+    assert!(machine.sessions().get(ClientId(1)).unwrap().is_expired());
+    let digest = first.0.digest;
+    let answer = machine.committed_answer(ClientId(1), RequestNumber(1), digest);
+    assert!(
+        matches!(answer, CommittedAnswer::Finished(1, _)),
+        "{answer:?}"
+    );
+    assert_eq!(
+        machine.committed_session(ClientId(1)),
+        (RequestNumber(2), false)
+    );
+    machine.discard_simulations();
+    machine.check_invariants();
+    assert_eq!(machine.sessions().clock_ms(), T0_MS);
+    assert!(!machine.sessions().get(ClientId(1)).unwrap().is_expired());
 }

@@ -144,6 +144,7 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
         ("entry_commands_max", json!(file.entry_commands_max)),
         ("capacity_bytes", json!(file.capacity_bytes)),
         ("sessions_max", json!(file.sessions_max)),
+        ("session_retention_s", json!(file.session_retention_s)),
         ("pipeline_entries_max", json!(file.pipeline_entries_max)),
         ("tick_ms", json!(file.tick_ms)),
         ("election_ticks_min", json!(file.election_ticks_min)),

@@ -67,6 +67,7 @@ fn target(args: &RecoverArgs) -> anyhow::Result<(PathBuf, RecoveryOptions)> {
         None => RecoveryOptions {
             capacity_bytes: STATE_BYTES_DEFAULT,
             sessions_max: crate::apply::SESSIONS_MAX_DEFAULT,
+            session_retention_s: crate::apply::SESSION_RETENTION_S_DEFAULT,
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
             owner: None,
             rebuild_from_leader: false,

@@ -64,12 +64,14 @@ fn target(args: &ReplayArgs) -> anyhow::Result<(PathBuf, RehearsalOptions)> {
     let mut options = RehearsalOptions {
         capacity_bytes: STATE_BYTES_DEFAULT,
         sessions_max: crate::apply::SESSIONS_MAX_DEFAULT,
+        session_retention_s: crate::apply::SESSION_RETENTION_S_DEFAULT,
         wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
         from_start: args.from_start,
     };
     if let Some(config) = config {
         options.capacity_bytes = config.capacity_bytes;
         options.sessions_max = config.sessions_max;
+        options.session_retention_s = config.session_retention_s;
         options.wal_segment_bytes = config.wal_segment_bytes;
     }
     if let Some(capacity) = args.node.capacity_bytes {

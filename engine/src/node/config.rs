@@ -4,6 +4,7 @@
 
 use super::{NodeAddress, NodeConfig};
 use crate::address::Address;
+use crate::apply::{SESSION_RETENTION_S_MAX, SESSION_RETENTION_S_MIN};
 use crate::apply::{SESSIONS_MAX_LIMIT, SESSIONS_MAX_MIN};
 use crate::core::PEER_INFLIGHT_ENTRIES_MAX;
 use crate::entry::{ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX};
@@ -202,6 +203,13 @@ impl NodeConfig {
                 SESSIONS_MAX_MIN as u64,
                 SESSIONS_MAX_LIMIT as u64,
                 "sessions",
+            ),
+            Bounds::of(
+                "session_retention_s",
+                self.session_retention_s,
+                SESSION_RETENTION_S_MIN,
+                SESSION_RETENTION_S_MAX,
+                "seconds",
             ),
             Bounds::of(
                 "tick_ms",
@@ -415,6 +423,30 @@ mod tests {
                 .any(|t| t.contains("must be below election_ticks_min"))
         );
         assert!(text.iter().any(|t| t.contains("node 4 is not listed")));
+    }
+
+    /// Proves the session settings' ranges: a million sessions and a retention from a second to
+    /// 30 days pass; one more session, no retention or a retention in milliseconds by mistake
+    /// is refused.
+    #[test]
+    fn session_limits_are_checked() {
+        let mut config = config();
+        config.sessions_max = 1 << 20;
+        config.session_retention_s = SESSION_RETENTION_S_MIN;
+        assert_eq!(config.validate(), Vec::new());
+        config.session_retention_s = SESSION_RETENTION_S_MAX;
+        assert_eq!(config.validate(), Vec::new());
+        config.sessions_max = (1 << 20) + 1;
+        config.session_retention_s = 0;
+        let text: Vec<String> = config.validate().iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 2, "{text:#?}");
+        assert!(text[0].contains("sessions_max = 1048577 is out of range"));
+        assert!(
+            text[1].contains("session_retention_s = 0 is out of range: it must lie in 1..=2592000")
+        );
+        config.sessions_max = 1 << 20;
+        config.session_retention_s = 86_400_000;
+        assert_eq!(config.validate().len(), 1);
     }
 
     /// Proves repeated ids and addresses are found, a wildcard colliding with a port too.

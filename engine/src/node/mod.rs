@@ -96,6 +96,8 @@ pub struct NodeConfig {
     pub capacity_bytes: u64,
     /// Live client sessions the state keeps (the same on every node).
     pub sessions_max: usize,
+    /// Seconds a client session is kept inactive, by the state clock (the same on every node).
+    pub session_retention_s: u64,
     /// Milliseconds per tick.
     pub tick_ms: u64,
     /// Minimum election timeout in ticks.
@@ -158,6 +160,7 @@ impl NodeConfig {
             entry_commands_max: ENTRY_COMMANDS_MAX,
             capacity_bytes: STATE_BYTES_DEFAULT,
             sessions_max: crate::apply::SESSIONS_MAX_DEFAULT,
+            session_retention_s: crate::apply::SESSION_RETENTION_S_DEFAULT,
             tick_ms: TICK_MS_DEFAULT,
             election_ticks_min: ELECTION_TICKS_MIN_DEFAULT,
             heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
@@ -183,6 +186,7 @@ impl NodeConfig {
         recovery::RecoveryOptions {
             capacity_bytes: self.capacity_bytes,
             sessions_max: self.sessions_max,
+            session_retention_s: self.session_retention_s,
             wal_segment_bytes: self.wal_segment_bytes,
             owner: Some(recovery::Owner {
                 cluster_id: self.cluster_id,

@@ -27,6 +27,8 @@ pub struct RehearsalOptions {
     pub capacity_bytes: u64,
     /// Live sessions the state keeps (the node's `sessions_max`).
     pub sessions_max: usize,
+    /// Seconds a session is kept inactive (the node's `session_retention_s`).
+    pub session_retention_s: u64,
     /// Bytes per WAL segment (the node's `wal_segment_bytes`).
     pub wal_segment_bytes: u64,
     /// Start from the log's first entry even when a snapshot is usable (the log must start at
@@ -148,6 +150,7 @@ pub fn rehearse<H: Handler>(
         })?;
     let mut machine = StateMachine::new(handler, options.capacity_bytes);
     machine.set_sessions_max(options.sessions_max);
+    machine.set_session_retention_s(options.session_retention_s);
     machine.set_journaling(true);
     let (from_snapshot, recorded, passed_over) = start(&mut machine, &wal, &snapshots, options)?;
     let last = journal

@@ -27,6 +27,8 @@
 //!                                # WAL's writes and fsyncs run (auto: the node's thread on tmpfs)
 //! capacity_bytes = 2147483648    # optional; state capacity of every node (the same on all)
 //! sessions_max = 4096             # optional; live client sessions kept (the same on all)
+//! session_retention_s = 86400    # optional; seconds a client session is kept inactive, by the
+//!                                # leaders' clocks in the log (the same on all)
 //! pipeline_entries_max = 8       # optional; entries a leader keeps in flight
 //! tick_ms = 10                   # optional; milliseconds per tick of the consensus clock
 //! election_ticks_min = 15        # optional; least election timeout, in ticks
@@ -340,6 +342,13 @@ pub struct ClusterFile {
     /// Live client sessions the state keeps (the same on all; each counts in the capacity).
     #[serde(default = "default_sessions_max")]
     pub sessions_max: usize,
+    /// Seconds a client session is kept inactive before it expires (the same on all; left out
+    /// of the file at the default, so that a build from before the setting reads the file too).
+    #[serde(
+        default = "default_session_retention_s",
+        skip_serializing_if = "is_default_session_retention_s"
+    )]
+    pub session_retention_s: u64,
     /// Entries a leader keeps in flight.
     #[serde(default = "default_pipeline_entries_max")]
     pub pipeline_entries_max: u64,
@@ -395,6 +404,14 @@ fn default_sessions_max() -> usize {
     crate::apply::SESSIONS_MAX_DEFAULT
 }
 
+fn default_session_retention_s() -> u64 {
+    crate::apply::SESSION_RETENTION_S_DEFAULT
+}
+
+fn is_default_session_retention_s(seconds: &u64) -> bool {
+    *seconds == default_session_retention_s()
+}
+
 fn default_pipeline_entries_max() -> u64 {
     crate::node::PIPELINE_ENTRIES_DEFAULT
 }
@@ -444,6 +461,7 @@ impl ClusterFile {
             wal_io: WalIo::Auto,
             capacity_bytes: default_capacity_bytes(),
             sessions_max: default_sessions_max(),
+            session_retention_s: default_session_retention_s(),
             pipeline_entries_max: default_pipeline_entries_max(),
             tick_ms: default_tick_ms(),
             election_ticks_min: default_election_ticks_min(),
@@ -656,6 +674,7 @@ impl ClusterFile {
         config.wal_io = self.wal_io;
         config.capacity_bytes = self.capacity_bytes;
         config.sessions_max = self.sessions_max;
+        config.session_retention_s = self.session_retention_s;
         config.pipeline_entries_max = self.pipeline_entries_max;
         config.tick_ms = self.tick_ms;
         config.election_ticks_min = self.election_ticks_min;
@@ -992,6 +1011,27 @@ pub(crate) fn loopback_node(id: u8, peer_base: u16, data_dir: PathBuf) -> NodeEn
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Proves `session_retention_s` reaches every node's configuration, defaults to
+    /// [`crate::apply::SESSION_RETENTION_S_DEFAULT`] when absent (and is then left out of a
+    /// file written, which earlier builds read), and is checked against its range.
+    #[test]
+    fn session_retention_is_a_setting() {
+        let nodes = vec![loopback_node(1, 7000, "/tmp/n1".into())];
+        let mut file = ClusterFile::new("sixteen bytes at least", nodes);
+        let default = crate::apply::SESSION_RETENTION_S_DEFAULT;
+        assert_eq!(file.node_config(1).unwrap().session_retention_s, default);
+        assert!(!file.to_toml().contains("session_retention_s"));
+        file.session_retention_s = 60;
+        let text = file.to_toml();
+        assert!(text.contains("session_retention_s = 60"), "{text}");
+        let read: ClusterFile = toml::from_str(&text).unwrap();
+        assert_eq!(read.node_config(1).unwrap().session_retention_s, 60);
+        let zero = text.replace("session_retention_s = 60", "session_retention_s = 0");
+        let errors = toml::from_str::<ClusterFile>(&zero).unwrap().errors();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("session_retention_s = 0 is out of range"));
+    }
 
     /// Proves a well-formed file parses and bad ones are refused with a reason.
     #[test]

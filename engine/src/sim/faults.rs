@@ -316,6 +316,7 @@ impl<W: Workload> Sim<W> {
         let mut options = RecoveryOptions {
             capacity_bytes: SIM_STATE_BYTES,
             sessions_max: SESSIONS_MAX_DEFAULT,
+            session_retention_s: SESSION_RETENTION_S_DEFAULT,
             wal_segment_bytes: SIM_WAL_SEGMENT_BYTES,
             owner: None,
             rebuild_from_leader: false,

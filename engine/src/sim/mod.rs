@@ -63,7 +63,7 @@ mod storage;
 mod swarm;
 pub mod violation;
 
-use crate::apply::{SESSIONS_MAX_DEFAULT, StateMachine};
+use crate::apply::{SESSION_RETENTION_S_DEFAULT, SESSIONS_MAX_DEFAULT, StateMachine};
 use crate::core::{
     APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT, Recovered,
 };

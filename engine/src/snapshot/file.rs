@@ -1,5 +1,6 @@
-//! The snapshot file: `magic | meta | table count | tables | sessions | blake3 digest of all
-//! before it`, where a table is `id | slot count | blocks | an empty block`, and a block is
+//! The snapshot file: `magic | meta | table count | tables | state clock | sessions | blake3
+//! digest of all before it`, where a table is `id | slot count | blocks | an empty block`, and a
+//! block is
 //! `record count | byte count | records` (a snapshot is written in blocks as a scan goes
 //! through the table). The slot count is the table's as the capacity account counted it, so
 //! that a restored state's account is the writer's (version 3; version 2 had none).
@@ -15,17 +16,55 @@ use std::path::{Path, PathBuf};
 
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
-/// Version 6: the handler version in force in the meta. Written only for a state whose handler
-/// version is not the first: a state at the first version is written as version 5, which
-/// builds from before handler versions read, so that a cluster upgraded one node at a time
-/// exchanges snapshots both ways until an operator commits a newer handler version (which
-/// only builds that read version 6 accept).
-const MAGIC: [u8; 8] = *b"SNAPv006";
+/// Version 7: the state clock before the sessions, and each session's time of last activity
+/// (the sessions' age bound needs both, and every replica must judge age alike). Written for
+/// every state.
+const MAGIC: [u8; 8] = *b"SNAPv007";
+/// Version 6: the handler version in force in the meta. Read only (it was written for a state
+/// whose handler version was not the first).
+const MAGIC_V6: [u8; 8] = *b"SNAPv006";
 /// Version 5: the members in force in the meta (version 4: 128-bit client ids, and a session's
 /// expiry its own flag (version 3: each session keeps its request's digest, and each table its
-/// counted slot count; version 2: expired marks)). Read, and written for the first handler
-/// version.
+/// counted slot count; version 2: expired marks)). Read only (it was written for the first
+/// handler version).
 const MAGIC_V5: [u8; 8] = *b"SNAPv005";
+
+/// The snapshot formats this build reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// [`MAGIC_V5`]: no handler version, no times.
+    V5,
+    /// [`MAGIC_V6`]: no times.
+    V6,
+    /// [`MAGIC`].
+    V7,
+}
+
+impl Format {
+    /// The format a magic names, if this build reads it.
+    fn of(magic: &[u8]) -> Option<Format> {
+        match magic {
+            m if m == MAGIC => Some(Format::V7),
+            m if m == MAGIC_V6 => Some(Format::V6),
+            m if m == MAGIC_V5 => Some(Format::V5),
+            _ => None,
+        }
+    }
+}
+
+/// A session as formats 5 and 6 kept it: without its time of last activity.
+#[derive(Encode, Decode)]
+#[codec(crate = "crate::codec")]
+struct SessionV6 {
+    request: crate::ids::RequestNumber,
+    request_commands: u32,
+    digest: crate::entry::RequestDigest,
+    applied_commands: u32,
+    results: Vec<u8>,
+    last_active: EntryIndex,
+    expired: bool,
+    earlier: Vec<crate::apply::Finished>,
+}
 
 /// The meta of format 5: format 6's without the handler version.
 #[derive(Encode, Decode)]
@@ -196,6 +235,9 @@ pub struct Snapshot {
     pub meta: SnapshotMeta,
     /// Each table's slot count and records.
     pub tables: Vec<SnapshotTable>,
+    /// The state clock: the highest leader's time applied, in ms since the Unix epoch (0 for
+    /// a file of format 5 or 6, which kept no times).
+    pub clock_ms: u64,
     /// Every client session.
     pub sessions: Vec<(ClientId, Session)>,
     /// Bytes of the file.
@@ -257,24 +299,11 @@ pub(crate) fn encode_head(meta: &SnapshotMeta, tables: usize, out: &mut Vec<u8>)
         "a snapshot of {tables} tables, at most {TABLES_MAX}"
     );
     let start = out.len();
-    if meta.handler_version == crate::handler::HANDLER_VERSION_FIRST {
-        out.extend_from_slice(&MAGIC_V5);
-        let v5 = MetaV5 {
-            index: meta.index,
-            term: meta.term,
-            entry_hash: meta.entry_hash,
-            state_hash: meta.state_hash,
-            hasher: meta.hasher.clone(),
-            members: meta.members.clone(),
-        };
-        codec::encode_into(&v5, out).expect("meta encodes");
-    } else {
-        out.extend_from_slice(&MAGIC);
-        codec::encode_into(meta, out).expect("meta encodes");
-    }
+    out.extend_from_slice(&MAGIC);
+    codec::encode_into(meta, out).expect("meta encodes");
     codec::encode_into(&(tables as u16), out).expect("u16 encodes");
     // Debug builds only: it decodes the meta again. The head written reads back as the meta
-    // and the table count given, whichever format it took.
+    // and the table count given.
     debug_assert!(
         parse_head(&out[start..]).is_ok_and(|(read, count)| read == *meta && count == tables),
         "a snapshot's head reads back as its meta"
@@ -283,9 +312,9 @@ pub(crate) fn encode_head(meta: &SnapshotMeta, tables: usize, out: &mut Vec<u8>)
 
 /// The meta and the table count of a snapshot head (`head`: from its magic on).
 fn parse_head(head: &[u8]) -> Result<(SnapshotMeta, usize), StructureError> {
-    let v5 = head.get(..MAGIC.len()) == Some(&MAGIC_V5[..]);
+    let format = head.get(..MAGIC.len()).and_then(Format::of);
     let mut at = MAGIC.len();
-    let meta = parse_meta(head, &mut at, v5)?;
+    let meta = parse_meta(head, &mut at, format == Some(Format::V5))?;
     let count: u16 = decode_part(head, &mut at, Part::TableCount)?;
     Ok((meta, count as usize))
 }
@@ -337,18 +366,20 @@ pub(crate) fn encode_table_end(out: &mut Vec<u8>) {
     );
 }
 
-/// Appends the sessions, which end the snapshot's content (the digest follows).
-pub(crate) fn encode_sessions(sessions: &[(ClientId, Session)], out: &mut Vec<u8>) {
+/// Appends the state clock (`clock_ms`) and the sessions, which end the snapshot's content
+/// (the digest follows).
+pub(crate) fn encode_sessions(clock_ms: u64, sessions: &[(ClientId, Session)], out: &mut Vec<u8>) {
     // Every replica writes the same bytes for the same sessions.
     assert!(
         sessions.windows(2).all(|w| w[0].0 < w[1].0),
         "a snapshot's sessions are in client order, each once"
     );
     let start = out.len();
-    codec::encode_into(&sessions, out).expect("sessions encode");
+    codec::encode_into(&(clock_ms, sessions), out).expect("sessions encode");
     // Debug builds only: it decodes every session again.
     debug_assert!(
-        codec::decode::<Vec<(ClientId, Session)>>(&out[start..]).is_ok_and(|read| read == sessions),
+        codec::decode::<(u64, Vec<(ClientId, Session)>)>(&out[start..])
+            .is_ok_and(|(clock, read)| clock == clock_ms && read == sessions),
         "a snapshot's sessions read back as written"
     );
 }
@@ -406,12 +437,13 @@ pub fn read_snapshot_on<S: Storage>(storage: &S, path: &Path) -> Result<Snapshot
 /// Verifies and decodes a snapshot file's bytes (the digest and the magic first, then the
 /// structure).
 pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ParseError> {
-    let v5 = check_head(bytes)?;
+    let format = check_head(bytes)?;
     let body = &bytes[..bytes.len() - DIGEST_BYTES];
-    parse_body(body, v5)
-        .map(|(meta, tables, sessions)| Snapshot {
+    parse_body(body, format)
+        .map(|(meta, tables, (clock_ms, sessions))| Snapshot {
             meta,
             tables,
+            clock_ms,
             sessions,
             file_bytes: bytes.len() as u64,
         })
@@ -419,8 +451,8 @@ pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ParseError> {
 }
 
 /// Checks the length, the digest and the magic (the digest first: a damaged file is damaged
-/// whichever byte was hit, the magic's included); true for a file of format 5.
-fn check_head(bytes: &[u8]) -> Result<bool, ParseError> {
+/// whichever byte was hit, the magic's included); the format the magic names.
+fn check_head(bytes: &[u8]) -> Result<Format, ParseError> {
     if bytes.len() < MAGIC.len() + DIGEST_BYTES {
         return Err(ParseError::TooShort { bytes: bytes.len() });
     }
@@ -429,8 +461,8 @@ fn check_head(bytes: &[u8]) -> Result<bool, ParseError> {
         return Err(ParseError::Digest);
     }
     let magic = &bytes[..MAGIC.len()];
-    if magic == MAGIC || magic == MAGIC_V5 {
-        return Ok(magic == MAGIC_V5);
+    if let Some(format) = Format::of(magic) {
+        return Ok(format);
     }
     // Same family, another version: an intact file of another format.
     if magic[..MAGIC_FAMILY_BYTES] == MAGIC[..MAGIC_FAMILY_BYTES] {
@@ -442,13 +474,16 @@ fn check_head(bytes: &[u8]) -> Result<bool, ParseError> {
     Err(ParseError::Magic)
 }
 
-/// What a snapshot's content decodes to: its meta, tables and sessions.
-type Content = (SnapshotMeta, Vec<SnapshotTable>, Vec<(ClientId, Session)>);
+/// The state clock and every session, as a snapshot keeps them.
+type SessionRecords = (u64, Vec<(ClientId, Session)>);
 
-/// Decodes the content between the magic and the digest (of format 5 when `v5`).
-fn parse_body(body: &[u8], v5: bool) -> Result<Content, StructureError> {
+/// What a snapshot's content decodes to: its meta, tables, state clock and sessions.
+type Content = (SnapshotMeta, Vec<SnapshotTable>, SessionRecords);
+
+/// Decodes the content between the magic and the digest, of `format`.
+fn parse_body(body: &[u8], format: Format) -> Result<Content, StructureError> {
     let mut at = MAGIC.len();
-    let meta = parse_meta(body, &mut at, v5)?;
+    let meta = parse_meta(body, &mut at, format == Format::V5)?;
     let count: u16 = decode_part(body, &mut at, Part::TableCount)?;
     let mut tables = Vec::with_capacity(count as usize);
     for position in 0..count {
@@ -463,9 +498,68 @@ fn parse_body(body: &[u8], v5: bool) -> Result<Content, StructureError> {
             bytes,
         });
     }
-    let sessions: Vec<(ClientId, Session)> =
-        codec::decode(&body[at..]).map_err(|e| decode_error(Part::Sessions, at, &e))?;
-    Ok((meta, tables, sessions))
+    let records = parse_sessions(&body[at..], format).map_err(|reason| StructureError::Decode {
+        part: Part::Sessions,
+        at,
+        reason,
+    })?;
+    Ok((meta, tables, records))
+}
+
+/// Decodes the state clock and the sessions (`bytes`: the rest of the content), of `format`,
+/// and checks what the sessions must hold to be loaded (see [`check_sessions`]). A format
+/// that kept no times gives the clock 0 and every session time 0: no time applied yet.
+fn parse_sessions(bytes: &[u8], format: Format) -> Result<SessionRecords, String> {
+    let records = match format {
+        Format::V7 => codec::decode(bytes).map_err(|e| e.to_string())?,
+        Format::V5 | Format::V6 => {
+            let sessions: Vec<(ClientId, SessionV6)> =
+                codec::decode(bytes).map_err(|e| e.to_string())?;
+            (0, sessions.into_iter().map(untimed).collect())
+        }
+    };
+    check_sessions(&records)?;
+    Ok(records)
+}
+
+/// A session of format 5 or 6, with no time of last activity.
+fn untimed((client, old): (ClientId, SessionV6)) -> (ClientId, Session) {
+    let session = Session {
+        request: old.request,
+        request_commands: old.request_commands,
+        digest: old.digest,
+        applied_commands: old.applied_commands,
+        results: old.results,
+        last_active: old.last_active,
+        last_active_ms: 0,
+        expired: old.expired,
+        earlier: old.earlier,
+    };
+    (client, session)
+}
+
+/// What the sessions of a file whose digest holds must be for the state to take them: in
+/// client order, each once, none active after the state clock, and their times in the order
+/// of their last activity (the state clock never goes back).
+fn check_sessions((clock_ms, sessions): &SessionRecords) -> Result<(), String> {
+    if !sessions.windows(2).all(|w| w[0].0 < w[1].0) {
+        return Err("the sessions are not in client order, each once".into());
+    }
+    if let Some((client, s)) = sessions.iter().find(|(_, s)| s.last_active_ms > *clock_ms) {
+        return Err(format!(
+            "client {client:?} was active at {} ms, after the state clock's {clock_ms} ms",
+            s.last_active_ms
+        ));
+    }
+    let mut by_age: Vec<(EntryIndex, u64)> = sessions
+        .iter()
+        .map(|(_, s)| (s.last_active, s.last_active_ms))
+        .collect();
+    by_age.sort_unstable();
+    if !by_age.windows(2).all(|w| w[0].1 <= w[1].1) {
+        return Err("a session active at a later entry has an earlier time".into());
+    }
+    Ok(())
 }
 
 /// Decodes the meta at `at` (of format 5 when `v5`), and moves `at` past it.

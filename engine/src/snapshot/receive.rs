@@ -274,7 +274,7 @@ mod tests {
         };
         let mut out = Vec::new();
         encode_head(&meta, 0, &mut out);
-        encode_sessions(&[], &mut out);
+        encode_sessions(0, &[], &mut out);
         let digest = blake3::hash(&out);
         out.extend_from_slice(digest.as_bytes());
         out

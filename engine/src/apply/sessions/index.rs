@@ -82,6 +82,19 @@ impl AgeIndex {
         self.order(standing).first().map(|(_, client)| *client)
     }
 
+    /// The key of the least recently active session of `standing`.
+    pub(super) fn oldest_key(&self, standing: Standing) -> Option<(EntryIndex, ClientId)> {
+        self.order(standing).first().copied()
+    }
+
+    /// The keys of `standing`, least recently active first.
+    pub(super) fn iter(
+        &self,
+        standing: Standing,
+    ) -> impl Iterator<Item = &(EntryIndex, ClientId)> + '_ {
+        self.order(standing).iter()
+    }
+
     /// Sessions of `standing`.
     pub(super) fn len(&self, standing: Standing) -> usize {
         self.order(standing).len()

@@ -4,9 +4,12 @@
 use crate::codec::{Decode, Encode};
 use crate::entry::{FragmentHeader, RequestDigest};
 use crate::ids::{ClientId, EntryIndex, RequestNumber};
+pub use age::SESSIONS_AGED_PER_ENTRY_MAX;
+pub use age::{SESSION_RETENTION_S_DEFAULT, SESSION_RETENTION_S_MAX, SESSION_RETENTION_S_MIN};
 use index::{AgeIndex, Standing};
 use std::collections::{BTreeMap, BTreeSet};
 
+mod age;
 mod index;
 
 /// Client sessions the state keeps unless the cluster file says otherwise (`sessions_max`); a
@@ -18,18 +21,25 @@ pub const SESSIONS_MAX_MIN: usize = 16;
 /// Most sessions a cluster may be configured to keep. Picking a session to evict looks at the
 /// front of an ordered index (O(log n)), so the bound is memory, not time: at the limit, with
 /// [`EXPIRED_SESSIONS_PER_SESSION`] expired marks per live session, the sessions alone count
-/// about 1.2 GB ([`SESSION_BYTES_FIXED`] each) of the state's capacity, which must fit in the
+/// about 1.3 GB ([`SESSION_BYTES_FIXED`] each) of the state's capacity, which must fit in the
 /// default capacity beside the tables (asserted below). A snapshot copies the sessions when it
 /// starts, which also grows with their number.
 pub const SESSIONS_MAX_LIMIT: usize = 1 << 20;
-/// Evicted sessions remembered as expired (a client id and its last request, no results), per
-/// live session allowed, so that such a client is told its session expired rather than having
-/// a retry run again as a new client's first request; past this the oldest is forgotten.
+/// Expired sessions remembered (a client id and its last request, no results), per live
+/// session allowed, so that such a client is told its session expired rather than having a
+/// retry run again as a new client's first request; past this the oldest is forgotten.
+///
+/// A session expires when evicted (a new client beyond `sessions_max`) or when inactive for
+/// longer than the retention (`session_retention_s`). While its mark is kept, every request
+/// of it is answered `Expired` (the gateway's 410 for an idempotency key). The marks are
+/// bounded in count only: a mark lasts until this many times `sessions_max` sessions expired
+/// after it, so at `r` new clients (keys) a second about `4 * sessions_max / r` seconds.
+/// After that the id is unknown again, and its request 1 would run as a new client's.
 pub const EXPIRED_SESSIONS_PER_SESSION: usize = 4;
 /// Bytes a session is counted in the state's capacity besides its results: its map entry, the
 /// session itself, its key in the age index and the allocator's share (measured: the
-/// `capacity_allocation` tests, 220 to 232 bytes a session at 20,000 to 200,000 sessions).
-pub const SESSION_BYTES_FIXED: u64 = 232;
+/// `capacity_allocation` tests, 233 to 245 bytes a session at 200,000 to 20,000 sessions).
+pub const SESSION_BYTES_FIXED: u64 = 240;
 
 // The sessions at the largest limit, expired marks included, fit in three fifths of the
 // default capacity.
@@ -57,7 +67,11 @@ pub struct Session {
     /// Encoded outcomes of the applied commands of `request`, in order.
     pub(crate) results: Vec<u8>,
     pub(crate) last_active: EntryIndex,
-    /// Evicted: the client is answered that its session expired.
+    /// The state clock when it was last active: the highest leader's time applied up to
+    /// `last_active`, in ms since the Unix epoch (0: no time applied yet).
+    pub(crate) last_active_ms: u64,
+    /// Evicted, or inactive longer than the retention: the client is answered that its
+    /// session expired.
     pub(crate) expired: bool,
     /// The requests that finished before `request`, oldest first (at most
     /// [`PIPELINE_REQUESTS_MAX`] - 1).
@@ -85,10 +99,11 @@ impl Session {
     }
 
     /// Checks one session's numbers (`client`'s): no more commands applied than its request
-    /// has, active no later than `active_max`, the finished requests it keeps older than its
-    /// own, in order and within the window, each applied command's outcome kept (an outcome
-    /// encodes to a byte at least), and an expired session stripped to its numbers.
-    fn check_invariants(&self, client: ClientId, active_max: EntryIndex) {
+    /// has, active no later than `active_max` nor after the state clock `clock_ms`, the
+    /// finished requests it keeps older than its own, in order and within the window, each
+    /// applied command's outcome kept (an outcome encodes to a byte at least), and an expired
+    /// session stripped to its numbers.
+    fn check_invariants(&self, client: ClientId, (active_max, clock_ms): (EntryIndex, u64)) {
         assert!(
             self.applied_commands <= self.request_commands,
             "client {client:?}: {} commands applied of request {}'s {}",
@@ -100,6 +115,11 @@ impl Session {
             self.last_active <= active_max,
             "client {client:?}: active at entry {}, after entry {active_max}",
             self.last_active
+        );
+        assert!(
+            self.last_active_ms <= clock_ms,
+            "client {client:?}: active at {} ms, after the state clock's {clock_ms} ms",
+            self.last_active_ms
         );
         assert!(
             self.earlier.len() < PIPELINE_REQUESTS_MAX,
@@ -121,10 +141,10 @@ impl Session {
             self.request.0
         );
         if self.expired {
+            // A session expired by age may have been in the middle of a request.
             assert!(
-                self.results.is_empty() && self.earlier.is_empty() && self.is_complete(),
-                "client {client:?}: an expired session keeps only the numbers of a finished \
-                 request"
+                self.results.is_empty() && self.earlier.is_empty(),
+                "client {client:?}: an expired session keeps only its numbers"
             );
             return;
         }
@@ -187,8 +207,8 @@ impl Session {
     }
 
     /// Moves the session to the request a fragment to execute at entry `index` starts or
-    /// continues; returns the bytes of results dropped.
-    fn start(&mut self, fragment: &FragmentHeader, index: EntryIndex) -> u64 {
+    /// continues, the state clock then at `clock_ms`; returns the bytes of results dropped.
+    fn start(&mut self, fragment: &FragmentHeader, (index, clock_ms): (EntryIndex, u64)) -> u64 {
         let mut dropped = 0;
         if fragment.request != self.request {
             dropped += self.retire_latest(fragment.oldest_pending.min(fragment.request));
@@ -202,6 +222,7 @@ impl Session {
             self.results.clear();
         }
         self.last_active = index;
+        self.last_active_ms = clock_ms;
         dropped
     }
 
@@ -213,6 +234,7 @@ impl Session {
             applied_commands: self.applied_commands,
             results: Vec::new(),
             last_active: self.last_active,
+            last_active_ms: self.last_active_ms,
             expired: true,
             earlier: Vec::new(),
         }
@@ -244,9 +266,14 @@ pub(crate) enum Decision {
     NotYet,
 }
 
-/// The sessions as they were before a speculative entry changed them, in the order it changed
-/// them (restored in reverse).
-pub(crate) type Journal = Vec<(ClientId, Option<Session>)>;
+/// What a speculative entry changed in the sessions, to be undone: the state clock before it,
+/// and the sessions as they were before it changed them, in the order it changed them
+/// (restored in reverse).
+#[derive(Clone, Debug)]
+pub(crate) struct Journal {
+    clock_ms: u64,
+    sessions: Vec<(ClientId, Option<Session>)>,
+}
 
 /// All client sessions.
 #[derive(Clone, Debug)]
@@ -258,24 +285,32 @@ pub struct Sessions {
     journal: Option<Journal>,
     /// Live sessions kept at most.
     limit: usize,
+    /// Ms a session is kept inactive before it expires (the cluster's `session_retention_s`).
+    retention_ms: u64,
+    /// The state clock: the highest leader's time the applied entries carried, in ms since the
+    /// Unix epoch (0 before any). Replicated state: it only follows the log, never goes back
+    /// (a new leader's clock may be behind its predecessor's) and a snapshot keeps it.
+    clock_ms: u64,
     /// Bytes of every session's results.
     results_bytes: u64,
 }
 
 impl Default for Sessions {
     fn default() -> Self {
-        Sessions::new(SESSIONS_MAX_DEFAULT)
+        Sessions::new(SESSIONS_MAX_DEFAULT, SESSION_RETENTION_S_DEFAULT)
     }
 }
 
 impl Sessions {
-    /// No sessions; at most `limit` live ones.
-    pub fn new(limit: usize) -> Self {
+    /// No sessions; at most `limit` live ones, each kept at most `retention_s` inactive.
+    pub fn new(limit: usize, retention_s: u64) -> Self {
         Sessions {
             by_client: BTreeMap::new(),
             index: AgeIndex::default(),
             journal: None,
             limit,
+            retention_ms: retention_s.saturating_mul(1_000),
+            clock_ms: 0,
             results_bytes: 0,
         }
     }
@@ -283,6 +318,16 @@ impl Sessions {
     /// Live sessions kept at most.
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// Seconds a session is kept inactive.
+    pub fn retention_s(&self) -> u64 {
+        self.retention_ms / 1_000
+    }
+
+    /// The state clock, in ms since the Unix epoch (0 before any time was applied).
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
     }
 
     /// Bytes the sessions are counted in the state's capacity: [`SESSION_BYTES_FIXED`] each
@@ -305,10 +350,11 @@ impl Sessions {
     }
 
     /// Checks every session (see [`Session::check_invariants`], none active after entry
-    /// `active_max`), that no journal is open between entries, that at most
-    /// [`EXPIRED_SESSIONS_PER_SESSION`] expired sessions per live one allowed are remembered,
-    /// that the running count of the results' bytes is their sum, and that the age index holds
-    /// every session where it stands and nothing else. Walks every session.
+    /// `active_max` nor after the state clock), that no journal is open between entries, that
+    /// at most [`EXPIRED_SESSIONS_PER_SESSION`] expired sessions per live one allowed are
+    /// remembered, that the running count of the results' bytes is their sum, and that the age
+    /// index holds every session where it stands and nothing else, their times in its order.
+    /// Walks every session.
     pub(crate) fn check_invariants(&self, active_max: EntryIndex) {
         assert!(
             self.journal.is_none(),
@@ -316,7 +362,7 @@ impl Sessions {
         );
         let (mut expired, mut results_bytes) = (0, 0);
         for (client, session) in &self.by_client {
-            session.check_invariants(*client, active_max);
+            session.check_invariants(*client, (active_max, self.clock_ms));
             assert!(
                 self.index.holds(*client, session),
                 "client {client:?}: the age index holds its session where it stands"
@@ -329,6 +375,7 @@ impl Sessions {
             self.by_client.len(),
             "the age index holds the sessions and nothing else"
         );
+        self.check_age_order();
         let expired_max = EXPIRED_SESSIONS_PER_SESSION.saturating_mul(self.limit);
         assert!(
             expired <= expired_max,
@@ -436,12 +483,15 @@ impl Sessions {
             self.journal.is_none(),
             "one speculative entry journals at a time"
         );
-        self.journal = Some(Vec::new());
+        self.journal = Some(Journal {
+            clock_ms: self.clock_ms,
+            sessions: Vec::new(),
+        });
     }
 
     /// Stops journaling; returns what the changes replaced.
     pub(crate) fn journal_take(&mut self) -> Journal {
-        self.journal.take().unwrap_or_default()
+        self.journal.take().expect("a journal was started")
     }
 
     /// `client`'s session as committed: when a pending speculation changed it, the value the
@@ -452,11 +502,21 @@ impl Sessions {
         pending: impl IntoIterator<Item = &'a Journal>,
     ) -> Option<&'a Session> {
         for journal in pending {
-            if let Some((_, before)) = journal.iter().find(|(c, _)| *c == client) {
+            if let Some((_, before)) = journal.sessions.iter().find(|(c, _)| *c == client) {
                 return before.as_ref();
             }
         }
         self.by_client.get(&client)
+    }
+
+    /// The state clock as committed: the one before the oldest pending speculation, if any.
+    pub(crate) fn committed_clock_ms<'a>(
+        &self,
+        mut pending: impl Iterator<Item = &'a Journal>,
+    ) -> u64 {
+        pending
+            .next()
+            .map_or(self.clock_ms, |oldest| oldest.clock_ms)
     }
 
     /// Every session as committed: a session a pending speculation changed has the value its
@@ -464,7 +524,7 @@ impl Sessions {
     pub(crate) fn committed(&self, pending: &[&Journal]) -> Vec<(ClientId, Session)> {
         let mut committed = self.by_client.clone();
         let mut fixed = BTreeSet::new();
-        for (client, before) in pending.iter().flat_map(|journal| journal.iter()) {
+        for (client, before) in pending.iter().flat_map(|journal| journal.sessions.iter()) {
             if fixed.insert(*client) {
                 match before {
                     Some(session) => committed.insert(*client, session.clone()),
@@ -475,12 +535,15 @@ impl Sessions {
         committed.into_iter().collect()
     }
 
-    /// Every session, for a snapshot loaded from its records.
+    /// Every session and the state clock `clock_ms`, for a snapshot loaded from its records;
+    /// at most `limit` live, kept `retention_s` inactive.
     pub(crate) fn from_records(
-        limit: usize,
+        (limit, retention_s): (usize, u64),
+        clock_ms: u64,
         sessions: impl IntoIterator<Item = (ClientId, Session)>,
     ) -> Self {
-        let mut loaded = Sessions::new(limit);
+        let mut loaded = Sessions::new(limit, retention_s);
+        loaded.clock_ms = clock_ms;
         for (client, session) in sessions {
             let replaced = loaded.replace(client, Some(session));
             assert!(replaced.is_none(), "client {client:?}: one session each");
@@ -490,9 +553,10 @@ impl Sessions {
 
     /// Undoes the changes a journal recorded.
     pub(crate) fn restore(&mut self, journal: Journal) {
-        for (client, before) in journal.into_iter().rev() {
+        for (client, before) in journal.sessions.into_iter().rev() {
             self.replace(client, before);
         }
+        self.clock_ms = journal.clock_ms;
         self.debug_assert_bytes();
     }
 
@@ -531,7 +595,8 @@ impl Sessions {
     /// Journals `client`'s session before a change.
     fn note(&mut self, client: ClientId) {
         if let Some(journal) = &mut self.journal {
-            journal.push((client, self.by_client.get(&client).cloned()));
+            let before = self.by_client.get(&client).cloned();
+            journal.sessions.push((client, before));
         }
     }
 
@@ -539,7 +604,7 @@ impl Sessions {
         let first = fragment.first_command;
         let end = first + fragment.command_count;
         match self.by_client.get(&fragment.client) {
-            Some(s) if s.is_expired() => Decision::Expired,
+            Some(s) if s.is_expired() || self.outlived(s) => Decision::Expired,
             // A client's first request is its registration (number 0, no commands) or number
             // 1: a session that is gone (evicted) is never silently restarted, so nothing it
             // sent before can be applied twice.
@@ -595,12 +660,14 @@ impl Sessions {
                 applied_commands: 0,
                 results: Vec::new(),
                 last_active: index,
+                last_active_ms: self.clock_ms,
                 expired: false,
                 earlier: Vec::new(),
             };
             self.replace(client, Some(session));
         }
-        let dropped = self.update(client, |session| session.start(fragment, index));
+        let now = (index, self.clock_ms);
+        let dropped = self.update(client, |session| session.start(fragment, now));
         assert!(
             self.results_bytes >= dropped,
             "{dropped} bytes of results dropped of {} counted",

@@ -42,6 +42,8 @@ pub struct RecoveryOptions {
     pub capacity_bytes: u64,
     /// Live client sessions the state keeps.
     pub sessions_max: usize,
+    /// Seconds a client session is kept inactive.
+    pub session_retention_s: u64,
     /// Bytes after which the WAL starts a new segment.
     pub wal_segment_bytes: u64,
     /// Whose the directory must be; `None` checks no identity and stamps none.
@@ -53,10 +55,11 @@ pub struct RecoveryOptions {
 }
 
 impl RecoveryOptions {
-    /// An empty state machine for `handler` with these options' capacity and session limit.
+    /// An empty state machine for `handler` with these options' capacity and session limits.
     pub fn machine<H: Handler>(&self, handler: H) -> StateMachine<H> {
         let mut machine = StateMachine::new(handler, self.capacity_bytes);
         machine.set_sessions_max(self.sessions_max);
+        machine.set_session_retention_s(self.session_retention_s);
         machine
     }
 }
