@@ -148,7 +148,8 @@ fn sandbox_outcomes_validate() {
 }
 
 /// Proves the gateway's own answers over HTTP validate against the document: the outcomes
-/// of `/v1/commands` and `/v1/reads` (done and failed) and the bodies of a 400 and a 401.
+/// of `/v1/commands` and `/v1/reads` (done and failed) and the bodies of a 400 and a 401;
+/// and that `GET /v1/openapi.json` serves the document itself, to callers without a token.
 #[test]
 fn gateway_answers_validate() {
     let document = openapi_document::<Bank>();
@@ -188,5 +189,12 @@ fn gateway_answers_validate() {
         &document,
         answer_schema(&document, "/v1/reads", 401),
         &refused,
+    );
+    let (status, served) = gateway.get("/v1/openapi.json");
+    assert_eq!(status, 200, "served without the token: {served}");
+    let served: Value = serde_json::from_str(&served).unwrap();
+    assert_eq!(
+        served, document,
+        "the gateway serves the handler's document"
     );
 }

@@ -198,6 +198,7 @@ fn router<H: CliHandler>(gateway: Arc<Gateway<H>>) -> Router {
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz::<H>))
         .route("/metrics", get(metrics_text::<H>))
+        .route("/v1/openapi.json", get(openapi_json::<H>))
         .with_state(gateway)
 }
 
