@@ -250,6 +250,29 @@ impl Client {
         self.requests.id()
     }
 
+    /// A client of session `id` (next request `first_request`) on this client's connection and
+    /// aimed where this one last reached: a connection carries no session, so a caller with
+    /// many short-lived sessions (the gateway's idempotency keys) need not connect and prove
+    /// its key once per session. [`Client::reclaim`] takes the connection back.
+    pub(crate) fn lend(&mut self, id: ClientId, first_request: RequestNumber) -> Client {
+        let mut lent = Client::new(self.config.clone(), id, first_request);
+        lent.requests.aim_at(self.requests.target().clone());
+        // Aiming asks for a new connection; this one is to that same node.
+        lent.requests.take_reconnect();
+        lent.connection = self.connection.take();
+        lent
+    }
+
+    /// Takes back the connection of a client made by [`Client::lend`], with its aim, when it
+    /// is still open and this client has none.
+    pub(crate) fn reclaim(&mut self, lent: Client) {
+        if self.connection.is_none() && lent.connection.is_some() {
+            self.requests.aim_at(lent.requests.target().clone());
+            self.requests.take_reconnect();
+            self.connection = lent.connection;
+        }
+    }
+
     /// Sends typed commands as one request; returns each command's outcome. Commands the
     /// handler all marks read-only ([`Handler::read_only`]) go as a read, answered by the
     /// leader without a log entry and with no number of the session.

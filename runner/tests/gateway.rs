@@ -219,3 +219,50 @@ fn a_key_runs_once_across_gateways() {
         "{fresh}"
     );
 }
+
+/// Proves keyed requests ride the gateway's pooled connections: a key is a session of its own,
+/// and a session needs no connection of its own, so forty keys open a handful of client
+/// connections in all (the pool's and the readiness probe's), not one or two per key.
+#[test]
+fn keyed_requests_share_the_gateways_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = engine::node::local::free_loopback_addresses(3).unwrap();
+    let metrics: Vec<_> = metrics
+        .iter()
+        .map(|a| a.peer_address.socket_addr().expect("numeric"))
+        .collect();
+    let (nodes, _) = start_cluster(dir.path(), |file| {
+        for (node, address) in file.nodes.iter_mut().zip(&metrics) {
+            node.metrics_address = Some(*address);
+        }
+    });
+    let gateway = Gateway::start(dir.path(), &nodes.cluster_file, "gateway");
+    gateway.commands(r#"[{"Open": {"id": 7, "balance": 1000, "flags": 0}}, {"Open": {"id": 8, "balance": 0, "flags": 0}}]"#, &[]);
+    let before = client_connections(&metrics);
+    const KEYS: u64 = 40;
+    for key in 0..KEYS {
+        let answered = gateway.commands(TRANSFER, &[&format!("Idempotency-Key: pool-{key}")]);
+        assert_eq!(answered[0]["outcome"], "done", "{answered}");
+    }
+    assert_eq!(balance(&gateway, 8), 5 * KEYS, "each key ran once");
+    let opened = client_connections(&metrics) - before;
+    assert!(
+        opened < KEYS / 4,
+        "{opened} client connections for {KEYS} keys"
+    );
+}
+
+/// Client connections the nodes have accepted, from their metrics.
+fn client_connections(metrics: &[std::net::SocketAddr]) -> u64 {
+    let mut total = 0;
+    for address in metrics {
+        let request = b"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n";
+        let (status, text) = exchange(&address.to_string(), request).unwrap();
+        assert_eq!(status, 200, "{text}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("engine_connections_total{kind=\"client\"}"));
+        total += line.map_or(0, |l| l.split_whitespace().last().unwrap().parse().unwrap());
+    }
+    total
+}

@@ -23,6 +23,10 @@ use tokio::time::Instant;
 /// answered 503 at once rather than buffered without bound.
 pub const GATEWAY_QUEUED_COMMANDS_MAX: usize = 65_536;
 
+/// Keyed requests (each its own session, never coalesced) in flight at once at most: each
+/// holds a connection to the leader, which counts its clients' connections.
+pub const GATEWAY_KEYED_INFLIGHT_MAX: usize = 256;
+
 /// What one caller's commands get: their outcomes, or why there are none.
 pub type Answer<H> = Result<Vec<OutcomeOf<H>>, Failure>;
 
@@ -49,6 +53,8 @@ pub struct Coalescer<H: Handler> {
     queued: Arc<Semaphore>,
     /// Engine requests in flight, shared with the coalescer's task.
     in_flight: Arc<Semaphore>,
+    /// Keyed requests in flight.
+    keyed: Semaphore,
     sessions: Sessions,
     shape: Shape,
     metrics: Arc<GatewayMetrics>,
@@ -72,6 +78,7 @@ impl<H: Handler> Coalescer<H> {
             queue,
             queued: Arc::new(Semaphore::new(GATEWAY_QUEUED_COMMANDS_MAX)),
             in_flight,
+            keyed: Semaphore::new(GATEWAY_KEYED_INFLIGHT_MAX),
             sessions,
             shape,
             metrics,
@@ -93,6 +100,18 @@ impl<H: Handler> Coalescer<H> {
             return Err(Failure::Stopped);
         }
         answer.await.unwrap_or(Err(Failure::Stopped))
+    }
+
+    /// Sends `commands` as request 1 of session `id` (an idempotency key's), on a pooled
+    /// session's connection; counted in the queue's bound like any caller's commands. The
+    /// session's own answers (expired, reused) are the caller's, not the pool's.
+    pub async fn submit_keyed(&self, id: ClientId, commands: Vec<H::Command>) -> Answer<H> {
+        let count = u32::try_from(commands.len()).map_err(|_| Failure::QueueFull)?;
+        let Ok(_room) = self.queued.clone().try_acquire_many_owned(count) else {
+            return Err(Failure::QueueFull);
+        };
+        let _permit = self.keyed.acquire().await;
+        self.sessions.submit_as::<H>(id, &commands).await
     }
 
     /// Sends a caller's commands that fill an engine request by themselves from the caller's
@@ -137,6 +156,17 @@ impl Sessions {
     /// dropped: the next request starts a new one).
     fn put(&self, client: Client) {
         self.idle.lock().expect("not poisoned").push(client);
+    }
+
+    /// Sends `commands` as request 1 of session `id` on a pooled session's connection, which
+    /// goes back to the pool after.
+    async fn submit_as<H: Handler>(&self, id: ClientId, commands: &[H::Command]) -> Answer<H> {
+        let mut pooled = self.take()?;
+        let mut keyed = pooled.lend(id, RequestNumber(1));
+        let answer = keyed.submit::<H>(commands).await;
+        pooled.reclaim(keyed);
+        self.put(pooled);
+        answer.map_err(Failure::from)
     }
 
     /// Sends `commands` as one engine request on a pooled session.

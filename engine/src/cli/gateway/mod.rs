@@ -32,10 +32,10 @@ pub use serve::{
 pub use tls::{GATEWAY_TLS_HANDSHAKE_S, GatewayTlsError};
 
 use super::CliHandler;
-use crate::client::{Client, ClientConfig, node_status};
+use crate::client::{ClientConfig, node_status};
 use crate::entry::REQUEST_COMMANDS_MAX;
 use crate::handler::Handler;
-use crate::ids::{ClientId, RequestNumber};
+use crate::ids::ClientId;
 use anyhow::Context;
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -329,8 +329,9 @@ impl<H: CliHandler> Gateway<H> {
         }
     }
 
-    /// Sends a keyed request on the key's own session, as request 1: the cluster's session of
-    /// that id answers a retry (from any gateway) with the first attempt's outcomes.
+    /// Sends a keyed request on the key's own session, as request 1 (over a pooled session's
+    /// connection): the cluster's session of that id answers a retry (from any gateway) with
+    /// the first attempt's outcomes.
     async fn submit_keyed(
         &self,
         key: &str,
@@ -341,8 +342,7 @@ impl<H: CliHandler> Gateway<H> {
             return Err(Failure::KeyInFlight);
         }
         let _done = KeyInFlight { gateway: self, id };
-        let mut client = Client::new(self.config.clone(), id, RequestNumber(1));
-        Ok(client.submit::<H>(&commands).await?)
+        self.commands.submit_keyed(id, commands).await
     }
 }
 
