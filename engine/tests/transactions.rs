@@ -143,9 +143,10 @@ fn failed_command_is_rolled_back() {
 /// lets writes succeed again.
 #[test]
 fn capacity_exhaustion_is_a_business_error() {
-    // The empty table's slots, and 200 bytes of heap for notes beyond their slots.
+    // The empty table's slots, the sandbox's session, and 40 bytes of heap for the session's
+    // results and the notes beyond their slots.
     let empty = Sandbox::new(Kv, 1 << 20).state().bytes_used();
-    let mut driver = Sandbox::new(Kv, empty + 200);
+    let mut driver = Sandbox::new(Kv, empty + engine::apply::SESSION_BYTES_FIXED + 40);
     assert_eq!(
         run(&mut driver, &[put(&[(1, "a")])]),
         vec![Outcome::Done(1)]
