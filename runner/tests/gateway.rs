@@ -156,22 +156,34 @@ fn assert_oversized_is_refused(gateway: &Gateway) {
     assert_eq!(status, 431, "more header fields than the limit");
 }
 
-/// Proves a caller that starts a request's head and never finishes it is cut off once
-/// `GATEWAY_HEADER_READ_S` has passed, not before: it holds a connection, nothing more.
+/// Proves a caller that starts a request's head and never finishes it, and one that connects
+/// and sends nothing at all, are cut off once `GATEWAY_HEADER_READ_S` has passed, not before:
+/// each holds a connection, nothing more.
 #[test]
 fn a_caller_slow_to_send_its_head_is_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let (nodes, _) = start_cluster(dir.path(), |_| {});
     let gateway = Gateway::start(dir.path(), &nodes.cluster_file, "gateway");
+    let limit = std::time::Duration::from_secs(engine::cli::gateway::GATEWAY_HEADER_READ_S);
+    let silent = {
+        let address = gateway.address.clone();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let answer = exchange(&address, b"").unwrap();
+            (answer, started.elapsed())
+        })
+    };
     let started = std::time::Instant::now();
     let (status, _) = exchange(&gateway.address, b"POST /v1/commands HTTP/1.1\r\nHost: g").unwrap();
-    let limit = std::time::Duration::from_secs(engine::cli::gateway::GATEWAY_HEADER_READ_S);
     assert!(
         started.elapsed() >= limit,
         "cut after {:?}",
         started.elapsed()
     );
     assert!(status == 0 || status == 408, "status {status}");
+    let ((status, _), waited) = silent.join().unwrap();
+    assert!(waited >= limit, "a silent caller cut after {waited:?}");
+    assert_eq!(status, 0, "a silent caller gets no answer");
     assert_eq!(gateway.get("/livez").0, 200, "the gateway still serves");
 }
 

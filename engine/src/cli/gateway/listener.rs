@@ -7,8 +7,10 @@
 //! one place among the open connections for that long, never the accepting of the others.
 //! A place is taken before the TCP accept and held by the handshake, then by the connection.
 
+use super::serve::GATEWAY_HEADER_READ_S;
 use super::tls::GATEWAY_TLS_HANDSHAKE_S;
 use net::tls::{HttpAcceptor, Stream};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -102,13 +104,7 @@ impl axum::serve::Listener for Limited {
                 let open = open.expect("the semaphore is never closed");
                 let (stream, address) = accept_tcp(listener).await;
                 let stream = Stream::Plain(stream);
-                (
-                    Connection {
-                        stream,
-                        _open: open,
-                    },
-                    address,
-                )
+                (Connection::new(stream, open), address)
             }
             Accepted::Tls { handshaken, .. } => {
                 let next = handshaken.recv().await;
@@ -173,15 +169,7 @@ async fn handshake(
     match tokio::time::timeout(limit, acceptor.accept(stream)).await {
         Ok(Ok(stream)) => {
             // Fails only when the server stopped: the connection is dropped with it.
-            let _ = ready
-                .send((
-                    Connection {
-                        stream,
-                        _open: open,
-                    },
-                    address,
-                ))
-                .await;
+            let _ = ready.send((Connection::new(stream, open), address)).await;
         }
         Ok(Err(error)) => {
             tracing::warn!(%address, %error, "gateway: connection refused: TLS failed");
@@ -201,6 +189,21 @@ async fn handshake(
 pub struct Connection {
     stream: Stream,
     _open: OwnedSemaphorePermit,
+    /// Until the caller's first bytes: when they must have come. hyper waits for them
+    /// without a limit (to tell HTTP/1.1 from HTTP/2), and a caller that sends nothing would
+    /// hold its place among the open connections for good.
+    first_bytes_by: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Connection {
+    fn new(stream: Stream, open: OwnedSemaphorePermit) -> Connection {
+        let limit = Duration::from_secs(GATEWAY_HEADER_READ_S);
+        Connection {
+            stream,
+            _open: open,
+            first_bytes_by: Some(Box::pin(tokio::time::sleep(limit))),
+        }
+    }
 }
 
 impl AsyncRead for Connection {
@@ -209,7 +212,21 @@ impl AsyncRead for Connection {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        let Some(deadline) = self.first_bytes_by.as_mut() else {
+            return read;
+        };
+        match read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.first_bytes_by = None;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if deadline.as_mut().poll(cx).is_ready() => Poll::Ready(Err(
+                io::Error::new(io::ErrorKind::TimedOut, "the caller sent nothing in time"),
+            )),
+            other @ (Poll::Ready(_) | Poll::Pending) => other,
+        }
     }
 }
 

@@ -16,9 +16,11 @@ use std::time::Duration;
 /// Bytes of a request's head (request line and header fields) at most: hyper's read buffer
 /// for HTTP/1.1 and the header list for HTTP/2. Past it the request is refused (431).
 pub const GATEWAY_HEADER_BYTES_MAX: usize = 64 << 10;
+const _: () = assert!(GATEWAY_HEADER_BYTES_MAX <= u32::MAX as usize);
 /// Header fields of an HTTP/1.1 request at most (431 past it).
 pub const GATEWAY_HEADERS_MAX: usize = 100;
-/// Seconds a caller may take to send an HTTP/1.1 request's head; then the connection closes.
+/// Seconds a caller may take to send an HTTP/1.1 request's head, and any caller its first
+/// bytes after it connects (or after its TLS handshake); then the connection closes.
 pub const GATEWAY_HEADER_READ_S: u64 = 10;
 /// HTTP/2 streams (requests) one connection may have open at once.
 pub const GATEWAY_STREAMS_MAX: u32 = 256;
