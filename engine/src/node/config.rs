@@ -442,7 +442,8 @@ mod tests {
         assert_eq!(text.len(), 2, "{text:#?}");
         assert!(text[0].contains("sessions_max = 1048577 is out of range"));
         assert!(
-            text[1].contains("session_retention_s = 0 is out of range: it must lie in 1..=2592000")
+            text[1]
+                .contains("session_retention_s = 0 is out of range: it must lie in 60..=2592000")
         );
         config.sessions_max = 1 << 20;
         config.session_retention_s = 86_400_000;

@@ -11,8 +11,10 @@ use crate::ids::{ClientId, EntryIndex};
 /// (`session_retention_s`): a day, so that a caller's retries with one idempotency key over a
 /// day are answered from its session.
 pub const SESSION_RETENTION_S_DEFAULT: u64 = 86_400;
-/// Fewest seconds a cluster may keep an inactive session (short, for tests of the age bound).
-pub const SESSION_RETENTION_S_MIN: u64 = 1;
+/// Fewest seconds a cluster may keep an inactive session: longer than any client keeps
+/// retrying one request (a gateway gives up after 10 s and drops a pooled session idle for
+/// 30 s), so that a retry of a request that applied finds its session alive.
+pub const SESSION_RETENTION_S_MIN: u64 = 60;
 /// Most seconds a cluster may keep an inactive session: 30 days, longer than any caller keeps
 /// retrying, and finite so that a value in milliseconds by mistake is refused.
 pub const SESSION_RETENTION_S_MAX: u64 = 30 * 86_400;

@@ -16,7 +16,7 @@ use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 /// Commands queued for an engine request at most, over every caller; past it a caller is
@@ -34,6 +34,9 @@ pub type Answer<H> = Result<Vec<OutcomeOf<H>>, Failure>;
 struct Pending<H: Handler> {
     commands: Vec<H::Command>,
     reply: oneshot::Sender<Answer<H>>,
+    /// The commands' room in the queue's bound, held until they are answered, whether or not
+    /// the caller still waits.
+    room: OwnedSemaphorePermit,
 }
 
 /// How engine requests are formed.
@@ -54,7 +57,7 @@ pub struct Coalescer<H: Handler> {
     /// Engine requests in flight, shared with the coalescer's task.
     in_flight: Arc<Semaphore>,
     /// Keyed requests in flight.
-    keyed: Semaphore,
+    keyed: Arc<Semaphore>,
     sessions: Sessions,
     shape: Shape,
     metrics: Arc<GatewayMetrics>,
@@ -78,7 +81,7 @@ impl<H: Handler> Coalescer<H> {
             queue,
             queued: Arc::new(Semaphore::new(GATEWAY_QUEUED_COMMANDS_MAX)),
             in_flight,
-            keyed: Semaphore::new(GATEWAY_KEYED_INFLIGHT_MAX),
+            keyed: Arc::new(Semaphore::new(GATEWAY_KEYED_INFLIGHT_MAX)),
             sessions,
             shape,
             metrics,
@@ -89,14 +92,19 @@ impl<H: Handler> Coalescer<H> {
     pub async fn submit(&self, commands: Vec<H::Command>) -> Answer<H> {
         let count = u32::try_from(commands.len()).map_err(|_| Failure::QueueFull)?;
         // Held until the answer: what waits in the queue or in flight stays bounded.
-        let Ok(_room) = self.queued.clone().try_acquire_many_owned(count) else {
+        let Ok(room) = self.queued.clone().try_acquire_many_owned(count) else {
             return Err(Failure::QueueFull);
         };
         if commands.len() >= self.shape.batch_max {
-            return self.submit_alone(commands).await;
+            return self.submit_alone(commands, room).await;
         }
         let (reply, answer) = oneshot::channel();
-        if self.queue.send(Pending { commands, reply }).is_err() {
+        let pending = Pending {
+            commands,
+            reply,
+            room,
+        };
+        if self.queue.send(pending).is_err() {
             return Err(Failure::Stopped);
         }
         answer.await.unwrap_or(Err(Failure::Stopped))
@@ -107,32 +115,65 @@ impl<H: Handler> Coalescer<H> {
     /// session's own answers (expired, reused) are the caller's, not the pool's.
     pub async fn submit_keyed(&self, id: ClientId, commands: Vec<H::Command>) -> Answer<H> {
         let count = u32::try_from(commands.len()).map_err(|_| Failure::QueueFull)?;
-        let Ok(_room) = self.queued.clone().try_acquire_many_owned(count) else {
+        let Ok(room) = self.queued.clone().try_acquire_many_owned(count) else {
             return Err(Failure::QueueFull);
         };
-        let _permit = self.keyed.acquire().await;
-        self.sessions.submit_as::<H>(id, &commands).await
+        let permit = self.keyed.clone().acquire_owned().await;
+        let permit = permit.expect("the semaphore is never closed");
+        let sessions = self.sessions.clone();
+        let work = async move { sessions.submit_as::<H>(id, &commands).await };
+        detached::<H, _>((room, permit), work).await
     }
 
-    /// Sends a caller's commands that fill an engine request by themselves from the caller's
-    /// own task: nobody could share the request, and the hops through the coalescer's task
-    /// cost a large request a tenth of its time in the gateway.
-    async fn submit_alone(&self, commands: Vec<H::Command>) -> Answer<H> {
-        let _permit = self
-            .in_flight
-            .acquire()
-            .await
-            .expect("the semaphore is never closed");
+    /// Sends a caller's commands that fill an engine request by themselves at once, without
+    /// the hops through the coalescer's task: nobody could share the request.
+    async fn submit_alone(
+        &self,
+        commands: Vec<H::Command>,
+        room: OwnedSemaphorePermit,
+    ) -> Answer<H> {
+        let permit = self.in_flight.clone().acquire_owned().await;
+        let permit = permit.expect("the semaphore is never closed");
         self.metrics.formed(commands.len(), Duration::ZERO);
-        self.sessions.submit::<H>(&commands).await
+        let sessions = self.sessions.clone();
+        let work = async move { sessions.submit::<H>(&commands).await };
+        detached::<H, _>((room, permit), work).await
     }
 }
 
-/// Idle client sessions, each with its own random id: one engine request at a time each.
+/// Runs `work` (an engine request) in a task of its own that holds `bounds` until it ends, and
+/// waits for its answer: a caller that goes away (its connection closed) leaves the request
+/// to finish, still counted in the bounds, rather than cut off mid-exchange.
+async fn detached<H: Handler, B: Send + 'static>(
+    bounds: B,
+    work: impl Future<Output = Answer<H>> + Send + 'static,
+) -> Answer<H> {
+    let (reply, answer) = oneshot::channel();
+    tokio::spawn(async move {
+        let answered = work.await;
+        drop(bounds);
+        // A caller that went away needs no answer.
+        let _ = reply.send(answered);
+    });
+    answer.await.unwrap_or(Err(Failure::Stopped))
+}
+
+/// Seconds a pooled session may stay unused before it is dropped rather than used again: the
+/// cluster expires a session idle for `session_retention_s` (at least
+/// `SESSION_RETENTION_S_MIN`), and a pooled session must never meet its own expiry, even
+/// with a request retried until [`super::GATEWAY_GIVE_UP_S`].
+pub const GATEWAY_SESSION_IDLE_S: u64 = 30;
+
+const _: () = assert!(
+    GATEWAY_SESSION_IDLE_S + super::GATEWAY_GIVE_UP_S < crate::apply::SESSION_RETENTION_S_MIN
+);
+
+/// Idle client sessions, each with its own random id and when it was last used, the most
+/// recently used last: one engine request at a time each.
 #[derive(Clone)]
 struct Sessions {
     config: ClientConfig,
-    idle: Arc<Mutex<Vec<Client>>>,
+    idle: Arc<Mutex<Vec<(Client, Instant)>>>,
 }
 
 impl Sessions {
@@ -143,11 +184,18 @@ impl Sessions {
         }
     }
 
-    /// An idle session, or a new one.
+    /// The most recently used idle session, or a new one when none was used within
+    /// [`GATEWAY_SESSION_IDLE_S`] (those are dropped).
     fn take(&self) -> Result<Client, Failure> {
-        if let Some(client) = self.idle.lock().expect("not poisoned").pop() {
-            return Ok(client);
+        let mut idle = self.idle.lock().expect("not poisoned");
+        if let Some((client, used)) = idle.pop() {
+            if used.elapsed() < Duration::from_secs(GATEWAY_SESSION_IDLE_S) {
+                return Ok(client);
+            }
+            // Every other idle session was used before this one.
+            idle.clear();
         }
+        drop(idle);
         let id = ClientId::random().map_err(|_| Failure::NoRandomness)?;
         Ok(Client::new(self.config.clone(), id, RequestNumber(1)))
     }
@@ -155,7 +203,8 @@ impl Sessions {
     /// Gives a session back for the next request (a session the cluster no longer keeps is
     /// dropped: the next request starts a new one).
     fn put(&self, client: Client) {
-        self.idle.lock().expect("not poisoned").push(client);
+        let used = Instant::now();
+        self.idle.lock().expect("not poisoned").push((client, used));
     }
 
     /// Sends `commands` as request 1 of session `id` on a pooled session's connection, which
@@ -260,14 +309,18 @@ async fn gather<H: Handler>(
 async fn send<H: Handler>(batch: Vec<Pending<H>>, sessions: &Sessions) {
     let mut counts = Vec::with_capacity(batch.len());
     let mut replies = Vec::with_capacity(batch.len());
+    let mut rooms = Vec::with_capacity(batch.len());
     let mut commands = Vec::new();
     for pending in batch {
         counts.push(pending.commands.len());
         commands.extend(pending.commands);
         replies.push(pending.reply);
+        rooms.push(pending.room);
     }
     let answer = sessions.submit::<H>(&commands).await;
     hand_out::<H>(answer, &counts, replies);
+    // Only now do the callers' commands leave the queue's bound.
+    drop(rooms);
 }
 
 /// Splits an engine request's outcomes among its callers, in order; or gives each the
