@@ -817,7 +817,7 @@ impl<H: Handler> StateMachine<H> {
     ) -> Result<Vec<Reply>, ApplyError> {
         let (header, fragments) =
             parse_payload(payload).map_err(|error| ApplyError::Payload { index, error })?;
-        self.sessions.advance_clock(header.now_ms);
+        self.sessions.advance_clock(header.now_ms, index);
         self.decode_commands(&fragments);
         if self.journaling {
             self.fingerprints.resize(self.commands.len(), 0);

@@ -221,6 +221,38 @@ fn unfinished_sessions_stay_and_the_oldest_mark_goes() {
     );
 }
 
+/// Proves expired marks are forgotten in the order they were made: a session left in the
+/// middle of a request, which expires by age long after its last activity, gets a mark's
+/// whole life like any other, rather than being forgotten at once for its old activity.
+#[test]
+fn a_mark_is_forgotten_in_the_order_it_was_made() {
+    const LIMIT: usize = 16;
+    let mut machine = machine(LIMIT);
+    machine.set_session_retention_s(RETENTION_S);
+    let mut log = Log::new();
+    let half = part(1, 1, &[1, 2], 1);
+    apply(&mut machine, &log.entry(T0_MS, &[half]));
+    // Every mark the cap allows, made by count eviction, all at T0.
+    let marks = super::EXPIRED_SESSIONS_PER_SESSION * LIMIT;
+    for client in 2..=(LIMIT + marks) as u128 {
+        apply(&mut machine, &log.entry(T0_MS, &[request(client, 1, &[9])]));
+    }
+    assert!(machine.sessions().get(ClientId(2)).unwrap().is_expired());
+    // Past the retention every live session expires, the unfinished one first.
+    let later = T0_MS + RETENTION_S * 1_000 + 1;
+    let next = (LIMIT + marks + 1) as u128;
+    apply(&mut machine, &log.entry(later, &[request(next, 1, &[9])]));
+    let unfinished = machine.sessions().get(ClientId(1));
+    assert!(
+        unfinished.is_some_and(|s| s.is_expired()),
+        "the unfinished session's mark is kept: {unfinished:?}"
+    );
+    assert!(
+        machine.sessions().get(ClientId(2)).is_none(),
+        "the first mark made goes"
+    );
+}
+
 /// Proves a session inactive for longer than the retention, by the leaders' times in the log,
 /// answers a retry of its request `Expired` and runs nothing (at apply and at admission), while
 /// one inactive exactly the retention still answers with the first results.

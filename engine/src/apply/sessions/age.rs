@@ -44,8 +44,8 @@ impl Sessions {
     /// A command entry stamped `now_ms` by its leader begins: the state clock moves to it
     /// unless it is behind (a new leader's clock may be), and up to
     /// [`SESSIONS_AGED_PER_ENTRY_MAX`] of the sessions past the retention expire, least
-    /// recently active first.
-    pub(crate) fn advance_clock(&mut self, now_ms: u64) {
+    /// recently active first, into marks made at entry `at`.
+    pub(crate) fn advance_clock(&mut self, now_ms: u64, at: EntryIndex) {
         if now_ms <= self.clock_ms {
             return;
         }
@@ -55,7 +55,7 @@ impl Sessions {
         self.clock_ms = now_ms;
         for _ in 0..SESSIONS_AGED_PER_ENTRY_MAX {
             match self.oldest_live() {
-                Some(client) if self.outlived(&self.by_client[&client]) => self.expire(client),
+                Some(client) if self.outlived(&self.by_client[&client]) => self.expire(client, at),
                 Some(_) | None => break,
             }
         }

@@ -226,15 +226,19 @@ impl Session {
         dropped
     }
 
-    fn expired(&self) -> Session {
+    /// The session's expired mark, made at entry `at` when the state clock read `clock_ms`:
+    /// a mark's time is when it expired, so that marks are forgotten in the order they were
+    /// made (a session left in the middle of a request may expire long after its last
+    /// activity, and must get a mark's whole life all the same).
+    fn expired(&self, at: EntryIndex, clock_ms: u64) -> Session {
         Session {
             request: self.request,
             request_commands: self.request_commands,
             digest: RequestDigest::default(),
             applied_commands: self.applied_commands,
             results: Vec::new(),
-            last_active: self.last_active,
-            last_active_ms: self.last_active_ms,
+            last_active: at.max(self.last_active),
+            last_active_ms: clock_ms.max(self.last_active_ms),
             expired: true,
             earlier: Vec::new(),
         }
@@ -564,23 +568,24 @@ impl Sessions {
     /// recently active finished one is marked expired; and when more than
     /// [`EXPIRED_SESSIONS_PER_SESSION`] times the limit are expired, the oldest of those is
     /// forgotten.
-    fn evict(&mut self) {
+    fn evict(&mut self, at: EntryIndex) {
         let live = self.index.len(Standing::Finished) + self.index.len(Standing::Unfinished);
         if live >= self.limit
             && let Some(client) = self.index.oldest(Standing::Finished)
         {
-            self.expire(client);
+            self.expire(client, at);
         }
     }
 
-    /// Turns `client`'s live session into an expired mark; and when more than
-    /// [`EXPIRED_SESSIONS_PER_SESSION`] times the limit are then expired, forgets the oldest
-    /// mark.
-    fn expire(&mut self, client: ClientId) {
+    /// Turns `client`'s live session into an expired mark at entry `at`; and when more than
+    /// [`EXPIRED_SESSIONS_PER_SESSION`] times the limit are then expired, forgets the mark
+    /// made first.
+    fn expire(&mut self, client: ClientId, at: EntryIndex) {
         self.note(client);
+        let clock_ms = self.clock_ms;
         let dropped = self.update(client, |session| {
             let dropped = session.results_bytes();
-            *session = session.expired();
+            *session = session.expired(at, clock_ms);
             dropped
         });
         self.results_bytes -= dropped;
@@ -649,7 +654,7 @@ impl Sessions {
         let client = fragment.client;
         let new = !self.by_client.contains_key(&client);
         if new && self.by_client.len() >= self.limit {
-            self.evict();
+            self.evict(index);
         }
         self.note(client);
         if new {
