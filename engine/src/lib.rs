@@ -27,6 +27,7 @@ pub mod cli;
 pub mod client;
 pub mod codec;
 pub mod files;
+pub mod formats;
 pub mod handler;
 pub mod members;
 pub mod node;

@@ -37,6 +37,17 @@ use std::os::unix::process::CommandExt;
 
 /// The commands of the harness binary, which this one forwards to it unchanged.
 const HARNESS_COMMANDS: [&str; 6] = ["sim", "chaos", "partition", "hostile", "emulate", "rolling"];
+/// What `--version` prints: the crate's version, the commit it was built from, and the
+/// versions of the protocol and of every file format.
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} (commit {}; {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("RUNNER_GIT_COMMIT"),
+        engine::formats::describe()
+    )
+});
+
 /// The options of `local` that run a report of the notes generator (in the harness binary).
 const NOTES_OPTIONS: [&str; 3] = ["--matrix", "--floor", "--rate-sweep"];
 
@@ -45,7 +56,7 @@ const NOTES_OPTIONS: [&str; 3] = ["--matrix", "--floor", "--rate-sweep"];
 /// `hostile`, `emulate`, `rolling` and `local --matrix|--floor|--rate-sweep` are forwarded to
 /// it with their arguments (`runner-harness --help` lists their options).
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(version, long_version = LONG_VERSION.as_str())]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -481,6 +481,11 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
     // Every line the node logs, on any of its threads, is inside this span.
     let span = tracing::info_span!("node", id = config.id.0);
     let _entered = span.enter();
+    tracing::info!(
+        engine = env!("CARGO_PKG_VERSION"),
+        formats = %crate::formats::describe(),
+        "node starting"
+    );
     let (peer_address, client_address) = bind_addresses(&config)?;
     let mut restored = recovery::restore(&config.data_dir, handler, &config.recovery_options())?;
     let mut config = config;

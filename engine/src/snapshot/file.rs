@@ -29,6 +29,9 @@ const MAGIC_V6: [u8; 8] = *b"SNAPv006";
 /// handler version).
 const MAGIC_V5: [u8; 8] = *b"SNAPv005";
 
+const _: () = assert!(crate::formats::magic_number(&MAGIC) == crate::formats::SNAPSHOT);
+const _: () = assert!(crate::formats::magic_number(&MAGIC_V5) == crate::formats::SNAPSHOT_OLDEST);
+
 /// The snapshot formats this build reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Format {

@@ -6,6 +6,7 @@ use std::ops::Range;
 
 /// Marks the start of every record ("WAL1").
 pub(crate) const RECORD_MAGIC: u32 = 0x5741_4C31;
+const _: () = assert!(crate::formats::digit(RECORD_MAGIC.to_be_bytes()[3]) == crate::formats::WAL);
 /// Bytes before a record's payload: magic, entry header, header crc32.
 pub(crate) const RECORD_HEADER_BYTES: usize = 4 + ENTRY_HEADER_BYTES + 4;
 
