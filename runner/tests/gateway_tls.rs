@@ -7,7 +7,7 @@
 mod common;
 
 use common::gateway::{Gateway, TOKEN, exchange, free_port_from};
-use common::{WAIT, start_cluster, until, write_cluster_file};
+use common::{WAIT, certificate, start_cluster, until, write_cluster_file};
 use engine::cli::gateway::GATEWAY_TLS_HANDSHAKE_S;
 use serde_json::Value;
 use std::ffi::OsStr;
@@ -17,26 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The certificate script `notes/operations.md` teaches.
-const CERTS_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/tls-certs.sh");
 /// Seconds curl may take for one exchange: a committed request on a busy machine, with room.
 const CURL_MAX_S: u64 = 30;
 const OPEN: &str = r#"[{"Open": {"id": 7, "balance": 100, "flags": 0}},
                        {"Open": {"id": 8, "balance": 0, "flags": 0}}]"#;
 const TRANSFER: &str = r#"[{"Transfer": {"from": 7, "to": 8, "amount": 5}}]"#;
-
-/// Makes certificate `name` for `hosts` (none: a caller's) in `dir`, and the CA the first
-/// time, with openssl.
-fn certificate(dir: &Path, name: &str, hosts: &[&str]) {
-    let made = Command::new("sh")
-        .arg(CERTS_SCRIPT)
-        .arg(dir)
-        .arg(name)
-        .args(hosts)
-        .output()
-        .expect("sh runs the certificate script");
-    assert!(made.status.success(), "openssl (CI installs it): {made:?}");
-}
 
 /// Fails the test when curl is missing: these tests call the gateway with it.
 fn curl_is_installed() {

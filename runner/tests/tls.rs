@@ -21,22 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// The certificate script `notes/operations.md` teaches.
-const CERTS_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/tls-certs.sh");
 /// The applications' secret of these clusters (TLS does not replace it).
 const CLIENT_SECRET: &str = "the applications of this cluster hold this";
-
-/// Makes certificate `name` for `hosts` in `dir` (and the CA, the first time) with openssl.
-fn certificate(dir: &Path, name: &str, hosts: &[&str]) {
-    let made = Command::new("sh")
-        .arg(CERTS_SCRIPT)
-        .arg(dir)
-        .arg(name)
-        .args(hosts)
-        .output()
-        .expect("sh runs the certificate script");
-    assert!(made.status.success(), "openssl (CI installs it): {made:?}");
-}
 
 /// A client's TLS: the CA of `dir`.
 fn client_tls(dir: &Path) -> Tls {

@@ -534,3 +534,19 @@ pub fn assert_owner_only(path: &Path) -> usize {
     );
     1
 }
+
+/// The script that makes a test cluster's CA and certificates with openssl.
+pub const CERTS_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/tls-certs.sh");
+
+/// Makes certificate `name` for `hosts` (none: a caller's) in `dir`, and the CA the first
+/// time, with openssl.
+pub fn certificate(dir: &Path, name: &str, hosts: &[&str]) {
+    let made = Command::new("sh")
+        .arg(CERTS_SCRIPT)
+        .arg(dir)
+        .arg(name)
+        .args(hosts)
+        .output()
+        .expect("sh runs the certificate script");
+    assert!(made.status.success(), "openssl (CI installs it): {made:?}");
+}
