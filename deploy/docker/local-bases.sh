@@ -24,6 +24,13 @@ container=$(docker create runner-local/bookworm sleep infinity)
 trap 'docker rm -f "$container" >/dev/null' EXIT
 docker start "$container" >/dev/null
 docker exec "$container" sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev ca-certificates git >/dev/null && rm -rf /var/lib/apt/lists/*'
+# A host that reaches crates.io through a TLS-inspecting proxy trusts that proxy's CA in
+# /usr/local/share/ca-certificates: the builder trusts what the host trusts (the builder
+# only; the runtime image gets none of it).
+for ca in /usr/local/share/ca-certificates/*.crt; do
+  [ -e "$ca" ] && docker cp "$ca" "$container:/usr/local/share/ca-certificates/"
+done
+docker exec "$container" update-ca-certificates >/dev/null
 docker exec "$container" mkdir -p /usr/local/rust
 tar -C "$toolchain" --exclude=./share/doc --exclude=./lib/rustlib/src -c . \
   | docker exec -i "$container" tar -C /usr/local/rust -x
