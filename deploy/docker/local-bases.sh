@@ -39,3 +39,17 @@ docker commit --change 'ENV PATH=/usr/local/rust/bin:/usr/local/sbin:/usr/local/
   --change 'ENV CARGO_HOME=/usr/local/cargo' --change 'CMD ["/bin/bash"]' \
   "$container" runner-local/rust-bookworm >/dev/null
 echo "made runner-local/rust-bookworm"
+
+# Prometheus for the compose file (PROMETHEUS_IMAGE=runner-local/prometheus): Debian's
+# package, laid out as prom/prometheus is (entrypoint the server, data in /prometheus).
+docker build -q -t runner-local/prometheus - <<'DOCKERFILE'
+FROM runner-local/bookworm
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+ && rm -rf /var/lib/apt/lists/* && install -d -o prometheus -g prometheus /prometheus
+USER prometheus
+WORKDIR /prometheus
+ENTRYPOINT ["/usr/bin/prometheus"]
+DOCKERFILE
+echo "made runner-local/prometheus"
+# Grafana has no Debian package: the compose file's grafana service needs Docker Hub (or a
+# registry mirror) for grafana/grafana.
