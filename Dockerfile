@@ -12,7 +12,14 @@ ARG RUNTIME_IMAGE=debian:bookworm-slim
 
 FROM ${BUILDER_IMAGE} AS build
 WORKDIR /src
-COPY . .
+# The workspace's crates only (not deploy/, notes/): a change to the packaging does not
+# rebuild the binary. README.md is the Bank crate's documentation (include_str!).
+COPY Cargo.toml Cargo.lock README.md ./
+COPY net net
+COPY engine engine
+COPY bank bank
+COPY runner runner
+COPY benches benches
 # One job per core by default; CARGO_BUILD_JOBS=1 keeps a shared build host responsive.
 ARG CARGO_BUILD_JOBS=
 RUN if [ -n "$CARGO_BUILD_JOBS" ]; then export CARGO_BUILD_JOBS; else unset CARGO_BUILD_JOBS; fi \
