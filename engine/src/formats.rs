@@ -27,6 +27,25 @@ pub fn describe() -> String {
     )
 }
 
+/// The binary's version and commit, as its `main` named them ([`set_binary`]).
+static BINARY: std::sync::OnceLock<(&'static str, &'static str)> = std::sync::OnceLock::new();
+
+/// Names the binary this process runs, for the metrics' `engine_build_info` and the build a
+/// node reports to `status`: its version and the commit it was built from (`unknown` when
+/// not built from git). A binary calls it once, first thing; later calls change nothing.
+pub fn set_binary(version: &'static str, commit: &'static str) {
+    let _ = BINARY.set((version, commit));
+}
+
+/// The binary's version and commit: as [`set_binary`] named them, else the engine's version
+/// and `unknown`.
+pub fn binary() -> (&'static str, &'static str) {
+    BINARY
+        .get()
+        .copied()
+        .unwrap_or((env!("CARGO_PKG_VERSION"), "unknown"))
+}
+
 /// The number a magic's last three ASCII digits spell (`SNAPv007` is 7).
 pub(crate) const fn magic_number(magic: &[u8]) -> u16 {
     let n = magic.len();

@@ -155,6 +155,7 @@ fn forward(args: &[OsString]) -> anyhow::Error {
 /// Runs the command; an error is printed on one line (its causes joined, no backtrace: the
 /// messages name what went wrong) and the process exits 1.
 fn main() -> std::process::ExitCode {
+    engine::formats::set_binary(env!("CARGO_PKG_VERSION"), env!("RUNNER_GIT_COMMIT"));
     let args: Vec<OsString> = std::env::args_os().collect();
     if for_the_harness(&args) {
         return engine::cli::exit_code(Err(forward(&args)));

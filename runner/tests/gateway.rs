@@ -273,7 +273,7 @@ fn client_connections(metrics: &[std::net::SocketAddr]) -> u64 {
         assert_eq!(status, 200, "{text}");
         let line = text
             .lines()
-            .find(|l| l.starts_with("engine_connections_total{kind=\"client\"}"));
+            .find(|l| l.starts_with("engine_connections_total{handler=\"bank\",kind=\"client\"}"));
         total += line.map_or(0, |l| l.split_whitespace().last().unwrap().parse().unwrap());
     }
     total

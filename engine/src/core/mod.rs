@@ -461,6 +461,14 @@ impl Core {
         self.log.last_index()
     }
 
+    /// On a leader: the highest index each follower is known to hold durably.
+    pub fn matched(&self) -> impl Iterator<Item = (NodeId, EntryIndex)> + '_ {
+        let leading = self.role == Role::Leader;
+        (self.peers.iter())
+            .filter(move |_| leading)
+            .map(|(&id, progress)| (id, progress.matched))
+    }
+
     /// The last index its WAL has made durable.
     pub fn durable_index(&self) -> EntryIndex {
         self.durable

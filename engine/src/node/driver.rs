@@ -63,6 +63,15 @@ pub(super) async fn bind(
     })
 }
 
+/// The `handler` label of the node's metrics: the handler type's name, in lower case
+/// (`bank::Bank` gives `bank`).
+fn handler_label<H>() -> String {
+    let name = std::any::type_name::<H>();
+    let name = name.split('<').next().unwrap_or(name);
+    let name = name.rsplit("::").next().unwrap_or(name);
+    name.to_lowercase()
+}
+
 /// The wall clock, read only here: it stamps entries for handlers (`Tx::now_ms`).
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -85,7 +94,8 @@ pub(super) async fn run<H: Handler>(
             .map(|n| n.id)
             .filter(|&id| id != config.id),
     );
-    let metrics = super::metrics::NodeMetrics::new();
+    let metrics = super::metrics::NodeMetrics::new(&handler_label::<H>());
+    let board = super::probe::Board::default();
     tokio::spawn(accept_peers(
         listeners.peer,
         config.access(),
@@ -98,13 +108,15 @@ pub(super) async fn run<H: Handler>(
         (inbox.clone(), metrics.clone()),
     ));
     if let Some(listener) = listeners.metrics {
-        tokio::spawn(super::metrics::serve(
-            listener,
-            metrics.clone(),
-            inbox.clone(),
-        ));
+        let endpoints = super::http::Endpoints {
+            board: board.clone(),
+            metrics: metrics.clone(),
+            data_dir: config.data_dir.clone(),
+        };
+        tokio::spawn(super::http::serve(listener, endpoints));
     }
-    let mut driver = Driver::new(config, restored, inbox, wakes, metrics)?;
+    let mut driver = Driver::new(config, restored, inbox, wakes, (metrics, board))?;
+    driver.publish();
     let mut ticker = tokio::time::interval(Duration::from_millis(driver.config.tick_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -245,6 +257,10 @@ struct Driver<H: Handler> {
     repairing: bool,
     /// What `GET /metrics` serves (the rare events are counted here).
     metrics: super::metrics::NodeMetrics,
+    /// Where the figures the HTTP endpoints read are published, and when they last were.
+    board: (super::probe::Board, Instant),
+    /// When the last snapshot became durable (or the node started).
+    snapshot_at: Instant,
     /// The WAL's queued work is being carried out on this thread (see `flush_wal`).
     flushing: bool,
 }
@@ -255,7 +271,7 @@ impl<H: Handler> Driver<H> {
         restored: Restored<H>,
         inbox: mpsc::Sender<Input>,
         wakes: PeerWakes,
-        metrics: super::metrics::NodeMetrics,
+        (metrics, board): (super::metrics::NodeMetrics, super::probe::Board),
     ) -> Option<Self> {
         // The data directory stays locked until the last thread that writes in it ends: the
         // WAL's and the snapshot writer's hold it beside this one.
@@ -298,6 +314,8 @@ impl<H: Handler> Driver<H> {
             found,
             repairing,
             metrics,
+            board: (board, Instant::now()),
+            snapshot_at: Instant::now(),
             flushing: false,
             config,
         };
@@ -386,13 +404,11 @@ impl<H: Handler> Driver<H> {
                 let ms = took.as_secs_f64() * 1e3;
                 tracing::debug!(index = index.0, bytes, ms, "snapshot written");
                 self.metrics.snapshot_written(bytes, took);
+                self.snapshot_at = Instant::now();
                 replica.snapshot_durable(index, bytes, &mut out)
             }
             Input::Snapshot(Err(error)) => tracing::warn!(%error, "a snapshot failed"),
             Input::SnapshotAborted(peer) => replica.snapshot_send_aborted(peer, &mut out),
-            Input::Scrape(reply) => {
-                let _ = reply.send(self.scrape());
-            }
         }
         self.carry_out(out);
     }
@@ -401,6 +417,9 @@ impl<H: Handler> Driver<H> {
         let mut out = Vec::new();
         self.replica.tick(now_ms(), &mut out);
         self.carry_out(out);
+        if self.board.1.elapsed() >= Duration::from_millis(super::probe::PUBLISH_INTERVAL_MS) {
+            self.publish();
+        }
     }
 
     fn propose(&mut self) {
@@ -649,14 +668,27 @@ impl<H: Handler> Driver<H> {
         }
     }
 
-    /// What a metrics scrape copies.
-    fn scrape(&self) -> super::metrics::Scrape {
-        let sessions = self.replica.machine().sessions();
-        super::metrics::Scrape {
+    /// Publishes what the HTTP endpoints answer from.
+    fn publish(&mut self) {
+        let machine = self.replica.machine();
+        let sessions = machine.sessions();
+        let state = machine.state();
+        let figures = super::probe::Figures {
+            at: Instant::now(),
             status: self.replica.status(),
             latencies: self.replica.latencies().clone(),
-            sessions: (sessions.len() as u64, sessions.bytes()),
-        }
+            sessions: (
+                sessions.len() as u64,
+                sessions.bytes(),
+                sessions.limit() as u64,
+            ),
+            state: (state.bytes_used(), state.capacity_bytes()),
+            handler_version: machine.handler_version(),
+            peers: self.replica.peer_lags(),
+            snapshot_age: self.snapshot_at.elapsed(),
+        };
+        self.board.0.publish(figures);
+        self.board.1 = Instant::now();
     }
 
     /// Logs and counts a repair's end: the hard state no longer holds one.

@@ -1,16 +1,19 @@
 //! A node's Prometheus metrics: one `prometheus-client` registry per node, served as text at
-//! `GET /metrics` on the node's `metrics_address` by a minimal HTTP/1.1 responder.
+//! `GET /metrics` on the node's metrics address ([`super::http`]).
 //!
 //! The hot path pays next to nothing new: what the node keeps anyway (its status: role, term,
-//! indexes, the cumulative [`Stages`], commands executed or reused; each stage's per-entry
-//! [`Latencies`]; its sessions) is read once per scrape, through the driver's inbox
-//! (`Input::Scrape`), and copied into the registry then. Per entry the replica adds one
-//! bucket count per stage to the sums it kept already; per fsync the WAL thread one
-//! uncontended lock ([`WalCounters`]). Rare events (a refusal, a snapshot installed or
-//! written, a role change, a connection, a repair) bump a counter where they happen.
+//! indexes, commands executed or reused; each stage's per-entry [`Latencies`]; its sessions;
+//! each follower's lag) is published by the driver every
+//! [`PUBLISH_INTERVAL_MS`](super::probe::PUBLISH_INTERVAL_MS) and copied into the registry at
+//! each scrape. Per entry the replica adds one bucket count per stage to the sums it kept
+//! already; per fsync the WAL thread one uncontended lock ([`WalCounters`]). Rare events (a
+//! refusal, a snapshot installed or written, a role change, a connection, a repair) bump a
+//! counter where they happen. Every series carries the label `handler`, which the binary
+//! names.
 
-use super::Input;
-use crate::replica::{Latencies, StageLatencies};
+use super::probe::Figures;
+use super::process::ProcessFigures;
+use crate::replica::{Latencies, PeerLag};
 use net::message::{NodeStatus, Refusal, Rejection, Role, Stages};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
@@ -20,20 +23,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-
-/// Most bytes of a scrape's request head read before it is answered (or refused).
-pub const METRICS_REQUEST_BYTES_MAX: usize = 8 * 1024;
-
-/// Longest a scrape connection may take to send its request head, in milliseconds.
-pub const METRICS_REQUEST_TIMEOUT_MS: u64 = 2_000;
-
-/// Longest a scrape waits for the driver's status, in milliseconds.
-pub const METRICS_STATUS_TIMEOUT_MS: u64 = 2_000;
 
 /// A label with one value, `reason` or `kind` or `stage`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -121,34 +112,80 @@ impl WalCounters {
     }
 }
 
-/// What a scrape copies from the driver.
-pub(crate) struct Scrape {
-    pub(crate) status: NodeStatus,
-    pub(crate) latencies: StageLatencies,
-    /// Live client sessions, and the bytes they count in the state's capacity.
-    pub(crate) sessions: (u64, u64),
+/// A follower, on the leader's per-peer series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Peer {
+    peer: String,
 }
 
-/// Every metric of one node. Cloning shares the counters.
-#[derive(Clone)]
-pub struct NodeMetrics {
-    registry: Arc<std::sync::Mutex<Registry>>,
+/// The build that serves the metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Build {
+    version: String,
+    commit: String,
+    protocol: String,
+}
+
+/// The node's gauges of its status, set from each publication.
+#[derive(Clone, Default)]
+struct StatusGauges {
     role: Gauge,
+    leader_known: Gauge,
     term: Gauge,
     last_index: Gauge,
     commit_index: Gauge,
     applied_index: Gauge,
     storage_full: Gauge,
     halted: Gauge,
+    diverged: Gauge,
+    ready: Gauge,
+    handler_version: Gauge,
+}
+
+/// What the operator watches fill up: the state, the sessions, the disk, the snapshots.
+#[derive(Clone, Default)]
+struct Room {
+    state_bytes: Gauge,
+    state_capacity_bytes: Gauge,
+    sessions: Gauge,
+    sessions_max: Gauge,
+    session_bytes: Gauge,
+    disk_free_bytes: Gauge,
+    disk_size_bytes: Gauge,
+    snapshot_age: Gauge<f64, AtomicU64>,
+}
+
+/// On the leader, each follower's replication.
+#[derive(Clone, Default)]
+struct PeerFamilies {
+    lag_entries: Family<Peer, Gauge>,
+    lag_seconds: Family<Peer, Gauge<f64, AtomicU64>>,
+    round_trip_seconds: Family<Peer, Gauge<f64, AtomicU64>>,
+}
+
+/// The process: CPU, memory, descriptors (the conventional `process_` names).
+#[derive(Clone, Default)]
+struct ProcessGauges {
+    cpu_seconds: Counter<f64, AtomicU64>,
+    resident_bytes: Gauge,
+    open_fds: Gauge,
+    max_fds: Gauge,
+}
+
+/// Every metric of one node. Cloning shares the counters.
+#[derive(Clone)]
+pub struct NodeMetrics {
+    registry: Arc<std::sync::Mutex<Registry>>,
+    status: StatusGauges,
+    room: Room,
+    peers: PeerFamilies,
+    process: ProcessGauges,
+    build: Family<Build, Gauge>,
     entries_committed: Counter,
     entries_applied: Counter,
     commands: Family<Kind, Counter>,
-    stage_seconds: Family<Stage, Counter<f64>>,
-    stage_entries: Family<Stage, Counter>,
     stage_latency: Family<Stage, LatencyHistogram>,
     wal: WalCounters,
-    sessions: Gauge,
-    session_bytes: Gauge,
     snapshot_duration: LatencyHistogram,
     refusals: Family<Reason, Counter>,
     connections: Family<Kind, Counter>,
@@ -160,33 +197,25 @@ pub struct NodeMetrics {
     repairs: Counter,
 }
 
-impl Default for NodeMetrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl NodeMetrics {
-    /// A registry with every metric at zero, under the prefix `engine`.
-    pub fn new() -> Self {
+    /// A registry with every metric at zero, the series labelled `handler="<handler>"`:
+    /// `engine_*` for the node, `process_*` for its process.
+    pub fn new(handler: &str) -> Self {
+        let label = [("handler".into(), handler.to_string().into())];
         let metrics = NodeMetrics {
-            registry: Arc::new(std::sync::Mutex::new(Registry::with_prefix("engine"))),
-            role: Gauge::default(),
-            term: Gauge::default(),
-            last_index: Gauge::default(),
-            commit_index: Gauge::default(),
-            applied_index: Gauge::default(),
-            storage_full: Gauge::default(),
-            halted: Gauge::default(),
+            registry: Arc::new(std::sync::Mutex::new(Registry::with_labels(
+                label.into_iter(),
+            ))),
+            status: StatusGauges::default(),
+            room: Room::default(),
+            peers: PeerFamilies::default(),
+            process: ProcessGauges::default(),
+            build: Family::default(),
             entries_committed: Counter::default(),
             entries_applied: Counter::default(),
             commands: Family::default(),
-            stage_seconds: Family::default(),
-            stage_entries: Family::default(),
             stage_latency: Family::default(),
             wal: WalCounters::default(),
-            sessions: Gauge::default(),
-            session_bytes: Gauge::default(),
             snapshot_duration: LatencyHistogram::default(),
             refusals: Family::default(),
             connections: Family::default(),
@@ -197,35 +226,145 @@ impl NodeMetrics {
             snapshot_written_bytes: Counter::default(),
             repairs: Counter::default(),
         };
+        let (version, commit) = crate::formats::binary();
+        let build = Build {
+            version: version.to_string(),
+            commit: commit.to_string(),
+            protocol: crate::formats::PROTOCOL.to_string(),
+        };
+        metrics.build.get_or_create(&build).set(1);
         metrics.register();
         metrics
     }
 
     fn register(&self) {
-        let mut r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let mut root = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let r = root.sub_registry_with_prefix("engine");
+        r.register(
+            "build_info",
+            "1, labelled with the binary's version and commit and the protocol it speaks",
+            self.build.clone(),
+        );
+        self.register_status(r);
+        self.register_room(r);
+        self.register_peers(r);
+        self.register_data_path(r);
+        self.register_events(r);
+        let p = root.sub_registry_with_prefix("process");
+        let process = &self.process;
+        p.register_with_unit(
+            "cpu",
+            "user and system CPU time",
+            Unit::Seconds,
+            process.cpu_seconds.clone(),
+        );
+        p.register_with_unit(
+            "resident_memory",
+            "resident memory",
+            Unit::Bytes,
+            process.resident_bytes.clone(),
+        );
+        p.register("open_fds", "open descriptors", process.open_fds.clone());
+        p.register(
+            "max_fds",
+            "the open-descriptor limit",
+            process.max_fds.clone(),
+        );
+    }
+
+    fn register_status(&self, r: &mut Registry) {
+        let g = &self.status;
         let gauges = [
-            ("role", "0 follower, 1 candidate, 2 leader", &self.role),
-            ("term", "the current term", &self.term),
-            ("last_index", "the last log index", &self.last_index),
-            ("commit_index", "the commit index", &self.commit_index),
+            ("role", "0 follower, 1 candidate, 2 leader", &g.role),
             (
-                "applied_index",
-                "the last entry applied",
-                &self.applied_index,
+                "leader_known",
+                "1 while the node knows a leader",
+                &g.leader_known,
             ),
+            ("term", "the current term", &g.term),
+            ("last_index", "the last log index", &g.last_index),
+            ("commit_index", "the commit index", &g.commit_index),
+            ("applied_index", "the last entry applied", &g.applied_index),
+            ("storage_full", "1 while the disk is full", &g.storage_full),
+            ("halted", "1 once the node stopped applying", &g.halted),
             (
-                "storage_full",
-                "1 while the disk is full",
-                &self.storage_full,
+                "diverged",
+                "1 when its state differs from the leader's",
+                &g.diverged,
             ),
-            ("halted", "1 once the node stopped applying", &self.halted),
-            ("sessions", "live client sessions", &self.sessions),
+            ("ready", "1 while /readyz answers 200", &g.ready),
+            (
+                "handler_version",
+                "the handler version in force",
+                &g.handler_version,
+            ),
         ];
         for (name, help, gauge) in gauges {
             r.register(name, help, gauge.clone());
         }
-        self.register_data_path(&mut r);
-        self.register_events(&mut r);
+    }
+
+    fn register_room(&self, r: &mut Registry) {
+        let room = &self.room;
+        let bytes = [
+            ("state", "bytes the state uses", &room.state_bytes),
+            (
+                "state_capacity",
+                "the state's capacity",
+                &room.state_capacity_bytes,
+            ),
+            (
+                "session",
+                "bytes the live sessions count",
+                &room.session_bytes,
+            ),
+            (
+                "disk_free",
+                "bytes free on the data directory's disk",
+                &room.disk_free_bytes,
+            ),
+            (
+                "disk_size",
+                "the data directory's disk",
+                &room.disk_size_bytes,
+            ),
+        ];
+        for (name, help, gauge) in bytes {
+            r.register_with_unit(name, help, Unit::Bytes, gauge.clone());
+        }
+        r.register("sessions", "live client sessions", room.sessions.clone());
+        r.register(
+            "sessions_max",
+            "the sessions kept at most",
+            room.sessions_max.clone(),
+        );
+        r.register_with_unit(
+            "snapshot_age",
+            "since the last durable snapshot (since the start, before the first)",
+            Unit::Seconds,
+            room.snapshot_age.clone(),
+        );
+    }
+
+    fn register_peers(&self, r: &mut Registry) {
+        let peers = &self.peers;
+        r.register(
+            "peer_lag_entries",
+            "on the leader: entries a follower has not acknowledged",
+            peers.lag_entries.clone(),
+        );
+        r.register_with_unit(
+            "peer_lag",
+            "on the leader: how long the oldest entry a follower lacks has waited",
+            Unit::Seconds,
+            peers.lag_seconds.clone(),
+        );
+        r.register_with_unit(
+            "peer_round_trip",
+            "on the leader: proposal to a follower's durable acknowledgement, last entry",
+            Unit::Seconds,
+            peers.round_trip_seconds.clone(),
+        );
     }
 
     /// The entries, commands and bytes along the data path, and each stage's time.
@@ -246,27 +385,10 @@ impl NodeMetrics {
             self.commands.clone(),
         );
         r.register_with_unit(
-            "stage",
-            "time entries spent in each stage of the data path, summed",
-            Unit::Seconds,
-            self.stage_seconds.clone(),
-        );
-        r.register(
-            "stage_entries",
-            "entries each stage's sum covers",
-            self.stage_entries.clone(),
-        );
-        r.register_with_unit(
             "stage_latency",
             "per-entry time of each stage of the data path",
             Unit::Seconds,
             self.stage_latency.clone(),
-        );
-        r.register_with_unit(
-            "session",
-            "bytes the live sessions count in the state's capacity",
-            Unit::Bytes,
-            self.session_bytes.clone(),
         );
         r.register_with_unit(
             "wal_written",
@@ -391,10 +513,26 @@ impl NodeMetrics {
         self.wal.clone()
     }
 
-    /// Copies what a scrape took from the driver into the registry.
-    pub(crate) fn observe_scrape(&self, scrape: &Scrape) {
-        self.observe(&scrape.status);
-        let l = &scrape.latencies;
+    /// Counts `count` damaged entries repaired.
+    pub fn repaired(&self, count: u64) {
+        self.repairs.inc_by(count);
+    }
+
+    /// Copies the driver's last publication, the node's readiness and the process's figures
+    /// into the registry (at each scrape).
+    pub(crate) fn observe_published(
+        &self,
+        figures: Option<&Figures>,
+        ready: bool,
+        process: &ProcessFigures,
+    ) {
+        self.status.ready.set(i64::from(ready));
+        self.observe_process(process);
+        let Some(figures) = figures else {
+            return;
+        };
+        self.observe(&figures.status);
+        let l = &figures.latencies;
         let stages = [
             ("batch_wait", &l.batch_wait),
             ("wal", &l.wal),
@@ -408,37 +546,89 @@ impl NodeMetrics {
                 .get_or_create(&Stage { stage })
                 .set(latencies);
         }
-        let (sessions, bytes) = scrape.sessions;
-        self.sessions.set(sessions as i64);
-        self.session_bytes.set(bytes as i64);
+        let room = &self.room;
+        let (sessions, bytes, max) = figures.sessions;
+        room.sessions.set(sessions as i64);
+        room.session_bytes.set(bytes as i64);
+        room.sessions_max.set(max as i64);
+        room.state_bytes.set(figures.state.0 as i64);
+        room.state_capacity_bytes.set(figures.state.1 as i64);
+        room.snapshot_age.set(figures.snapshot_age.as_secs_f64());
+        (self.status.handler_version).set(i64::from(figures.handler_version));
+        self.observe_peers(&figures.peers);
     }
 
-    /// Counts `count` damaged entries repaired.
-    pub fn repaired(&self, count: u64) {
-        self.repairs.inc_by(count);
+    /// Sets the per-peer series to `lags`; a follower no longer reported (this node stopped
+    /// leading) has its series removed rather than frozen.
+    fn observe_peers(&self, lags: &[PeerLag]) {
+        let peers = &self.peers;
+        peers.lag_entries.clear();
+        peers.lag_seconds.clear();
+        peers.round_trip_seconds.clear();
+        for lag in lags {
+            let peer = Peer {
+                peer: lag.peer.0.to_string(),
+            };
+            peers
+                .lag_entries
+                .get_or_create(&peer)
+                .set(lag.entries as i64);
+            (peers.lag_seconds.get_or_create(&peer)).set(lag.us as f64 / 1e6);
+            if let Some(us) = lag.round_trip_us {
+                (peers.round_trip_seconds.get_or_create(&peer)).set(us as f64 / 1e6);
+            }
+        }
+    }
+
+    fn observe_process(&self, figures: &ProcessFigures) {
+        let process = &self.process;
+        if let Some(seconds) = figures.cpu_seconds {
+            (process.cpu_seconds.inner()).store(seconds.to_bits(), Ordering::Relaxed);
+        }
+        let gauges = [
+            (&process.resident_bytes, figures.resident_bytes),
+            (&process.open_fds, figures.open_fds),
+            (&process.max_fds, figures.max_fds),
+            (
+                &self.room.disk_free_bytes,
+                figures.disk.map(|(free, _)| free),
+            ),
+            (
+                &self.room.disk_size_bytes,
+                figures.disk.map(|(_, size)| size),
+            ),
+        ];
+        for (gauge, value) in gauges {
+            if let Some(value) = value {
+                gauge.set(value as i64);
+            }
+        }
     }
 
     /// Copies what `status` holds into the registry.
     pub fn observe(&self, status: &NodeStatus) {
+        let g = &self.status;
         let role = match status.role {
             Role::Follower => 0,
             Role::Candidate => 1,
             Role::Leader => 2,
         };
-        self.role.set(role);
-        self.term.set(status.term.0 as i64);
-        self.last_index.set(status.last_index.0 as i64);
-        self.commit_index.set(status.commit_index.0 as i64);
-        self.applied_index.set(status.applied_index.0 as i64);
-        self.storage_full.set(i64::from(status.storage_full));
-        self.halted.set(i64::from(status.halted.is_some()));
+        g.role.set(role);
+        g.leader_known.set(i64::from(status.leader.is_some()));
+        g.term.set(status.term.0 as i64);
+        g.last_index.set(status.last_index.0 as i64);
+        g.commit_index.set(status.commit_index.0 as i64);
+        g.applied_index.set(status.applied_index.0 as i64);
+        g.storage_full.set(i64::from(status.storage_full));
+        g.halted.set(i64::from(status.halted.is_some()));
+        g.diverged.set(i64::from(status.divergence.is_some()));
         // Counters that the status keeps cumulatively: copied, never counted twice.
         set(&self.entries_committed, status.commit_index.0);
         set(&self.entries_applied, status.stages.applied);
-        self.observe_stages(&status.stages);
+        self.observe_commands(&status.stages);
     }
 
-    fn observe_stages(&self, stages: &Stages) {
+    fn observe_commands(&self, stages: &Stages) {
         let commands = [
             ("simulated", stages.simulated_commands),
             ("executed", stages.executed_commands),
@@ -447,21 +637,6 @@ impl NodeMetrics {
         ];
         for (kind, count) in commands {
             set(&self.commands.get_or_create(&Kind { kind }), count);
-        }
-        let times = [
-            ("batch_wait", stages.batch_wait_us, stages.proposed),
-            ("wal", stages.wal_us, stages.proposed),
-            ("quorum", stages.quorum_us, stages.proposed),
-            ("simulate", stages.simulate_us, stages.proposed),
-            ("apply", stages.apply_us, stages.applied),
-            ("follower_wal", stages.follower_wal_us, stages.received),
-        ];
-        for (stage, us, entries) in times {
-            let seconds = self.stage_seconds.get_or_create(&Stage { stage });
-            seconds
-                .inner()
-                .store((us as f64 / 1e6).to_bits(), Ordering::Relaxed);
-            set(&self.stage_entries.get_or_create(&Stage { stage }), entries);
         }
     }
 
@@ -509,91 +684,15 @@ pub fn role_name(role: Role) -> &'static str {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until the node stops: each scrape asks the driver for
-/// its status through `inbox`, copies it into `metrics` and answers the text.
-pub(super) async fn serve(listener: TcpListener, metrics: NodeMetrics, inbox: mpsc::Sender<Input>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let (metrics, inbox) = (metrics.clone(), inbox.clone());
-        tokio::spawn(async move {
-            if let Err(error) = answer(stream, &metrics, &inbox).await {
-                tracing::debug!(%error, "metrics scrape failed");
-            }
-        });
-    }
-}
-
-/// Reads one request head and answers it.
-async fn answer(
-    mut stream: TcpStream,
-    metrics: &NodeMetrics,
-    inbox: &mpsc::Sender<Input>,
-) -> std::io::Result<()> {
-    let timeout = Duration::from_millis(METRICS_REQUEST_TIMEOUT_MS);
-    let head = tokio::time::timeout(timeout, read_head(&mut stream))
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-    let response = if head.starts_with(b"GET /metrics ") || head.starts_with(b"GET /metrics?") {
-        match scrape(inbox).await {
-            Some(scrape) => metrics.observe_scrape(&scrape),
-            None => tracing::debug!("metrics: no status from the driver; serving the last"),
-        }
-        let body = metrics.text();
-        let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-        response("200 OK", kind, &body)
-    } else {
-        response(
-            "404 Not Found",
-            "text/plain",
-            "only GET /metrics is served\n",
-        )
-    };
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
-}
-
-/// The request head, up to the blank line (or [`METRICS_REQUEST_BYTES_MAX`] bytes).
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut head = Vec::with_capacity(1024);
-    let mut buffer = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < METRICS_REQUEST_BYTES_MAX {
-        let read = stream.read(&mut buffer).await?;
-        if read == 0 {
-            break;
-        }
-        head.extend_from_slice(&buffer[..read]);
-    }
-    Ok(head)
-}
-
-fn response(status: &str, kind: &str, body: &str) -> String {
-    format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-/// What the driver keeps, asked through its inbox.
-async fn scrape(inbox: &mpsc::Sender<Input>) -> Option<Scrape> {
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    inbox.send(Input::Scrape(reply)).await.ok()?;
-    let timeout = Duration::from_millis(METRICS_STATUS_TIMEOUT_MS);
-    tokio::time::timeout(timeout, answer).await.ok()?.ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replica::StageLatencies;
     use net::ids::{EntryIndex, NodeId, Term};
+    use std::time::Instant;
 
-    /// Proves the text names every metric with the node's values, counters copied from the
-    /// status (not added up over scrapes), refusals by reason.
-    #[test]
-    fn text_holds_the_status_and_the_counters() {
-        let metrics = NodeMetrics::new();
-        let mut status = NodeStatus {
+    fn status() -> NodeStatus {
+        NodeStatus {
             node: NodeId(2),
             role: Role::Leader,
             term: Term(7),
@@ -606,14 +705,35 @@ mod tests {
             halted: None,
             storage_full: false,
             mode: Default::default(),
-            stages: Stages {
-                proposed: 4,
-                wal_us: 2_500_000,
-                ..Stages::default()
-            },
+            stages: Stages::default(),
             members: vec![NodeId(1), NodeId(2), NodeId(3)],
             members_pending: false,
-        };
+        }
+    }
+
+    fn process() -> ProcessFigures {
+        ProcessFigures {
+            cpu_seconds: Some(1.5),
+            resident_bytes: Some(4096),
+            open_fds: Some(12),
+            max_fds: Some(65_536),
+            disk: Some((10, 100)),
+        }
+    }
+
+    fn assert_lines(text: &str, lines: &[&str]) {
+        for line in lines {
+            assert!(text.lines().any(|l| l == *line), "{line} not in\n{text}");
+        }
+    }
+
+    /// Proves the text names every metric with the node's values and the handler's label,
+    /// counters copied from the status (not added up over scrapes), refusals by reason, and
+    /// the build.
+    #[test]
+    fn text_holds_the_status_and_the_counters() {
+        let metrics = NodeMetrics::new("bank");
+        let mut status = status();
         metrics.observe(&status);
         status.commit_index = EntryIndex(20);
         metrics.observe(&status);
@@ -621,75 +741,106 @@ mod tests {
         metrics.refused(&Rejection::Busy);
         metrics.connected("client");
         let text = metrics.text();
-        for line in [
-            "engine_role 2",
-            "engine_term 7",
-            "engine_commit_index 20",
-            "engine_applied_index 10",
-            "engine_entries_committed_total 20",
-            "engine_refusals_total{reason=\"busy\"} 2",
-            "engine_connections_total{kind=\"client\"} 1",
-            "engine_stage_seconds_total{stage=\"wal\"} 2.5",
-            "engine_stage_entries_total{stage=\"wal\"} 4",
-        ] {
-            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
-        }
+        let (version, commit) = crate::formats::binary();
+        let build = format!(
+            "engine_build_info{{handler=\"bank\",version=\"{version}\",commit=\"{commit}\",\
+             protocol=\"{}\"}} 1",
+            crate::formats::PROTOCOL
+        );
+        assert_lines(
+            &text,
+            &[
+                "engine_role{handler=\"bank\"} 2",
+                "engine_leader_known{handler=\"bank\"} 1",
+                "engine_term{handler=\"bank\"} 7",
+                "engine_commit_index{handler=\"bank\"} 20",
+                "engine_applied_index{handler=\"bank\"} 10",
+                "engine_entries_committed_total{handler=\"bank\"} 20",
+                "engine_refusals_total{handler=\"bank\",reason=\"busy\"} 2",
+                "engine_connections_total{handler=\"bank\",kind=\"client\"} 1",
+                &build,
+            ],
+        );
         assert!(text.ends_with("# EOF\n"));
+        // The stage sums live in the histograms alone: no family repeats their _sum/_count.
+        assert!(!text.contains("engine_stage_seconds") && !text.contains("stage_entries"));
     }
 
-    /// Proves the histograms (a stage's per-entry times, the WAL's fsyncs, snapshot writes)
-    /// come out in seconds with cumulative buckets, and the WAL bytes, sessions and connection
-    /// refusals with them.
+    /// Proves a publication's figures land in their series: the histograms (a stage's
+    /// per-entry times, the WAL's fsyncs, snapshot writes) in seconds with cumulative
+    /// buckets, the state, sessions, disk and process figures, each follower's lag, and that
+    /// a follower no longer reported loses its series.
     #[test]
-    fn histograms_and_wal_counters_are_exported() {
-        let metrics = NodeMetrics::new();
+    fn a_publication_and_the_process_figures_are_exported() {
+        let metrics = NodeMetrics::new("bank");
         let mut latencies = StageLatencies::default();
         for us in [3, 3, 700] {
             latencies.quorum.record(us);
         }
-        let status = NodeStatus {
-            node: NodeId(1),
-            role: Role::Follower,
-            term: Term(1),
-            leader: None,
-            last_index: EntryIndex(0),
-            commit_index: EntryIndex(0),
-            applied_index: EntryIndex(0),
-            state_hash: Default::default(),
-            divergence: None,
-            halted: None,
-            storage_full: false,
-            mode: Default::default(),
-            stages: Stages::default(),
-            members: vec![],
-            members_pending: false,
+        let lag = PeerLag {
+            peer: NodeId(3),
+            entries: 4,
+            us: 1_500,
+            round_trip_us: Some(250),
         };
-        let scrape = Scrape {
-            status,
+        let mut figures = Figures {
+            at: Instant::now(),
+            status: status(),
             latencies,
-            sessions: (5, 640),
+            sessions: (5, 640, 4096),
+            state: (1_000, 8_000),
+            handler_version: 3,
+            peers: vec![lag],
+            snapshot_age: Duration::from_millis(2_500),
         };
-        metrics.observe_scrape(&scrape);
+        let process = process();
+        metrics.observe_published(Some(&figures), true, &process);
         let wal = metrics.wal();
         wal.synced(40);
         wal.written(16_384);
         metrics.snapshot_written(1 << 20, Duration::from_millis(3));
         metrics.connection_refused(&Refusal::Unauthenticated);
+        let h = "handler=\"bank\"";
         let text = metrics.text();
-        for line in [
-            "engine_stage_latency_seconds_bucket{le=\"0.000002\",stage=\"quorum\"} 0",
-            "engine_stage_latency_seconds_bucket{le=\"0.000004\",stage=\"quorum\"} 2",
-            "engine_stage_latency_seconds_bucket{le=\"0.001024\",stage=\"quorum\"} 3",
-            "engine_stage_latency_seconds_count{stage=\"quorum\"} 3",
-            "engine_stage_latency_seconds_sum{stage=\"quorum\"} 0.000706",
-            "engine_wal_fsync_seconds_count 1",
-            "engine_wal_written_bytes_total 16384",
-            "engine_snapshot_write_seconds_count 1",
-            "engine_sessions 5",
-            "engine_session_bytes 640",
-            "engine_refusals_total{reason=\"unauthenticated\"} 1",
-        ] {
-            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
-        }
+        let expected = [
+            format!(
+                "engine_stage_latency_seconds_bucket{{{h},le=\"0.000002\",stage=\"quorum\"}} 0"
+            ),
+            format!(
+                "engine_stage_latency_seconds_bucket{{{h},le=\"0.000004\",stage=\"quorum\"}} 2"
+            ),
+            format!("engine_stage_latency_seconds_count{{{h},stage=\"quorum\"}} 3"),
+            format!("engine_stage_latency_seconds_sum{{{h},stage=\"quorum\"}} 0.000706"),
+            format!("engine_wal_fsync_seconds_count{{{h}}} 1"),
+            format!("engine_wal_written_bytes_total{{{h}}} 16384"),
+            format!("engine_snapshot_write_seconds_count{{{h}}} 1"),
+            format!("engine_sessions{{{h}}} 5"),
+            format!("engine_sessions_max{{{h}}} 4096"),
+            format!("engine_session_bytes{{{h}}} 640"),
+            format!("engine_state_bytes{{{h}}} 1000"),
+            format!("engine_state_capacity_bytes{{{h}}} 8000"),
+            format!("engine_handler_version{{{h}}} 3"),
+            format!("engine_ready{{{h}}} 1"),
+            format!("engine_snapshot_age_seconds{{{h}}} 2.5"),
+            format!("engine_disk_free_bytes{{{h}}} 10"),
+            format!("engine_disk_size_bytes{{{h}}} 100"),
+            format!("engine_peer_lag_entries{{{h},peer=\"3\"}} 4"),
+            format!("engine_peer_lag_seconds{{{h},peer=\"3\"}} 0.0015"),
+            format!("engine_peer_round_trip_seconds{{{h},peer=\"3\"}} 0.00025"),
+            format!("engine_refusals_total{{{h},reason=\"unauthenticated\"}} 1"),
+            format!("process_cpu_seconds_total{{{h}}} 1.5"),
+            format!("process_resident_memory_bytes{{{h}}} 4096"),
+            format!("process_open_fds{{{h}}} 12"),
+            format!("process_max_fds{{{h}}} 65536"),
+        ];
+        assert_lines(
+            &text,
+            &expected.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        figures.peers.clear();
+        metrics.observe_published(Some(&figures), false, &process);
+        let text = metrics.text();
+        assert!(!text.contains("peer=\"3\""), "{text}");
+        assert_lines(&text, &[&format!("engine_ready{{{h}}} 0")]);
     }
 }

@@ -8,10 +8,13 @@
 pub mod config;
 mod connections;
 mod driver;
+mod http;
 mod install;
 pub mod journal;
 pub mod local;
 pub mod metrics;
+pub mod probe;
+pub mod process;
 pub mod recovery;
 pub mod rehearsal;
 /// The data directory's files as the driver keeps them: an inner layer (see `crate::internals`),
@@ -296,8 +299,6 @@ pub(crate) enum Input {
     Snapshot(Result<crate::snapshot::Durable, crate::snapshot::SnapshotError>),
     /// Sending a snapshot to a follower failed.
     SnapshotAborted(NodeId),
-    /// A metrics scrape asks for what the driver keeps.
-    Scrape(tokio::sync::oneshot::Sender<metrics::Scrape>),
 }
 
 /// Longest a stop waits, after the node's thread ended, for its WAL thread and snapshot writer
@@ -334,6 +335,7 @@ impl NodeHandle {
 
     fn shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
+            notify_supervisor(sd_notify::NotifyState::Stopping, "stopping");
             let _ = stop.send(());
         }
         if let Some(thread) = self.thread.take() {
@@ -349,6 +351,14 @@ impl NodeHandle {
 impl Drop for NodeHandle {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Tells systemd (a `Type=notify` unit) that the node is `state`; nothing happens where no
+/// supervisor listens (`NOTIFY_SOCKET` unset).
+fn notify_supervisor(state: sd_notify::NotifyState<'_>, what: &str) {
+    if let Err(error) = sd_notify::notify(false, &[state]) {
+        tracing::warn!(%error, what, "could not notify systemd");
     }
 }
 
@@ -517,12 +527,15 @@ pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, N
             source,
         })?;
     match started.recv() {
-        Ok(Ok(())) => Ok(NodeHandle {
-            stop: Some(stop),
-            thread: Some(thread),
-            failed: Some(failed),
-            released: Some(released),
-        }),
+        Ok(Ok(())) => {
+            notify_supervisor(sd_notify::NotifyState::Ready, "recovered and listening");
+            Ok(NodeHandle {
+                stop: Some(stop),
+                thread: Some(thread),
+                failed: Some(failed),
+                released: Some(released),
+            })
+        }
         Ok(Err(error)) => {
             // The thread gives up the directory as it ends: wait, so that a retry finds it free.
             let _ = thread.join();

@@ -40,7 +40,7 @@ use net::message::{
 use snapshots::Snapshots;
 use std::collections::{BTreeMap, VecDeque};
 use timing::Timing;
-pub use timing::{LATENCY_BUCKETS, Latencies, StageLatencies};
+pub use timing::{LATENCY_BUCKETS, Latencies, PeerLag, StageLatencies};
 
 /// Committed entries a follower leaves unapplied at most while its WAL is busy.
 pub const FOLLOWER_APPLY_LAG_ENTRIES_MAX: u64 = 64;
@@ -393,7 +393,14 @@ impl<H: Handler, T> Replica<H, T> {
                 self.timing.received(entry.index());
             }
         }
+        let acknowledgement = matches!(message, PeerMessage::AppendReply(_));
         self.step(Event::Message { from, message }, out);
+        if acknowledgement {
+            let matched = self.core.matched().find(|&(peer, _)| peer == from);
+            if let Some((peer, matched)) = matched {
+                self.timing.peer_matched(peer, matched);
+            }
+        }
     }
 
     /// The WAL made every entry up to `index` durable.
@@ -905,6 +912,11 @@ impl<H: Handler, T> Replica<H, T> {
     /// Each stage's distribution of per-entry times (the metrics' histograms).
     pub fn latencies(&self) -> &StageLatencies {
         &self.timing.latencies
+    }
+
+    /// On a leader, each follower's lag and round trip (the metrics' figures).
+    pub fn peer_lags(&self) -> Vec<PeerLag> {
+        (self.timing).peer_lags(self.core.last_index(), self.core.matched())
     }
 
     /// What `runner status` shows.

@@ -4,9 +4,9 @@
 // The stage table's timings decide nothing, so the sans-IO replica may read the clock here.
 #![allow(clippy::disallowed_methods)]
 
-use crate::ids::EntryIndex;
+use crate::ids::{EntryIndex, NodeId};
 use net::message::Stages;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 /// Entries tracked at once; older ones are forgotten (their stages are simply not counted).
@@ -80,6 +80,34 @@ pub(crate) struct Timing {
     proposed: VecDeque<(EntryIndex, Instant, bool)>,
     /// Entries this follower received and has not seen fsynced.
     received: VecDeque<(EntryIndex, Instant)>,
+    /// The entries this leader proposed last, committed or not, with their proposal times:
+    /// what a follower's lag in seconds is read from.
+    recent: VecDeque<(EntryIndex, Instant)>,
+    /// Each follower's replication as this leader saw it.
+    peers: BTreeMap<NodeId, PeerTiming>,
+}
+
+/// A follower's replication, seen from the leader.
+#[derive(Clone, Copy, Debug, Default)]
+struct PeerTiming {
+    matched: EntryIndex,
+    /// From an entry's proposal to the follower's acknowledgement that it is durable there,
+    /// for the last entry acknowledged.
+    round_trip_us: Option<u64>,
+}
+
+/// A follower's replication as the leader sees it, for the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerLag {
+    /// The follower.
+    pub peer: NodeId,
+    /// Entries the leader holds and the follower has not acknowledged.
+    pub entries: u64,
+    /// How long the oldest entry it has not acknowledged has waited, in microseconds (at
+    /// least, when that entry is older than the proposals kept).
+    pub us: u64,
+    /// From proposal to the follower's acknowledgement, for the last entry acknowledged.
+    pub round_trip_us: Option<u64>,
 }
 
 impl Timing {
@@ -104,6 +132,48 @@ impl Timing {
             "entry {index} proposed after a later one in one leadership"
         );
         self.proposed.push_back((index, now, false));
+        if self.recent.len() == TRACKED_ENTRIES_MAX {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((index, now));
+    }
+
+    /// A follower acknowledged everything up to `matched`.
+    pub(crate) fn peer_matched(&mut self, peer: NodeId, matched: EntryIndex) {
+        let timing = self.peers.entry(peer).or_default();
+        if matched <= timing.matched {
+            return;
+        }
+        timing.matched = matched;
+        if let Some(at) = proposal_time(&self.recent, matched) {
+            timing.round_trip_us = Some(micros(at, Instant::now()));
+        }
+    }
+
+    /// Each follower's lag behind `last` (this leader's last index), given what the followers
+    /// acknowledged (`matched`).
+    pub(crate) fn peer_lags(
+        &self,
+        last: EntryIndex,
+        matched: impl Iterator<Item = (NodeId, EntryIndex)>,
+    ) -> Vec<PeerLag> {
+        let now = Instant::now();
+        matched
+            .map(|(peer, matched)| {
+                let entries = last.0.saturating_sub(matched.0);
+                let oldest_missing = (entries > 0)
+                    .then(|| proposal_time(&self.recent, EntryIndex(matched.0 + 1)))
+                    .map(|at| at.or(self.recent.front().map(|&(_, at)| at)));
+                let us = oldest_missing.flatten().map_or(0, |at| micros(at, now));
+                let round_trip_us = self.peers.get(&peer).and_then(|t| t.round_trip_us);
+                PeerLag {
+                    peer,
+                    entries,
+                    us,
+                    round_trip_us,
+                }
+            })
+            .collect()
     }
 
     pub(crate) fn received(&mut self, index: EntryIndex) {
@@ -162,8 +232,19 @@ impl Timing {
     pub(crate) fn forget(&mut self) {
         self.proposed.clear();
         self.received.clear();
+        self.recent.clear();
+        self.peers.clear();
         self.waiting_since = None;
     }
+}
+
+/// When the entry at `index` was proposed, if it is among the `recent` proposals (whose
+/// indexes are consecutive within one leadership).
+fn proposal_time(recent: &VecDeque<(EntryIndex, Instant)>, index: EntryIndex) -> Option<Instant> {
+    let &(first, _) = recent.front()?;
+    let position = usize::try_from(index.0.checked_sub(first.0)?).ok()?;
+    let &(found, at) = recent.get(position)?;
+    (found == index).then_some(at)
 }
 
 #[cfg(test)]
@@ -186,5 +267,32 @@ mod tests {
         assert_eq!(latencies.count, 10);
         assert_eq!(Latencies::upper_us(10), Some(1_024));
         assert_eq!(Latencies::upper_us(LATENCY_BUCKETS - 1), None);
+    }
+
+    /// Proves a follower's lag counts the entries it has not acknowledged and the age of the
+    /// oldest of them, and its round trip is set by its acknowledgements.
+    #[test]
+    fn a_followers_lag_is_the_entries_and_the_wait_it_has_not_acknowledged() {
+        let mut timing = Timing::default();
+        for index in 1..=5 {
+            timing.proposed(EntryIndex(index), false);
+        }
+        let (fast, slow) = (NodeId(2), NodeId(3));
+        timing.peer_matched(fast, EntryIndex(5));
+        timing.peer_matched(slow, EntryIndex(2));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let matched = [(fast, EntryIndex(5)), (slow, EntryIndex(2))];
+        let lags = timing.peer_lags(EntryIndex(5), matched.into_iter());
+        assert_eq!((lags[0].entries, lags[0].us), (0, 0));
+        assert!(lags[0].round_trip_us.is_some());
+        assert_eq!(lags[1].entries, 3);
+        assert!(lags[1].us >= 2_000, "{:?}", lags[1]);
+        // Nothing acknowledged since the lag was read keeps the same round trip.
+        let before = lags[1].round_trip_us;
+        timing.peer_matched(slow, EntryIndex(2));
+        let again = timing.peer_lags(EntryIndex(5), matched.into_iter());
+        assert_eq!(again[1].round_trip_us, before);
+        timing.forget();
+        assert!(timing.peer_lags(EntryIndex(5), [].into_iter()).is_empty());
     }
 }
