@@ -215,6 +215,16 @@ fn a_client_file_made_into_a_cluster_file_is_no_operator() {
         assert_eq!(refusals(&scrape(metrics), "forbidden"), forbidden + 1);
         runtime().block_on(unchanged(&config));
         operator_file_works(&cluster, dir, &config);
+        // Each operator request is in the log with the address it came from.
+        let logs: String = (1..=3).map(|id| nodes.log(id)).collect();
+        for request in ["set mode", "backup"] {
+            let logged = |l: &&str| {
+                l.contains("operator request")
+                    && l.contains("caller=127.0.0.1:")
+                    && l.contains(&format!("request=\"{request}\""))
+            };
+            assert!(logs.lines().any(|l| logged(&l)), "{request} not logged:\n{logs}");
+        }
     }
 }
 

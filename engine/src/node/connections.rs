@@ -639,7 +639,7 @@ pub(crate) async fn accept_clients(
         let (open, inbox, access) = (open.clone(), inbox.clone(), access.clone());
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            if let Err(error) = serve_client(stream, &access, inbox).await {
+            if let Err(error) = serve_client(stream, &access, inbox, address).await {
                 count_refusal(&metrics, &error);
                 log_closed("client", &address, &error);
             }
@@ -652,6 +652,7 @@ async fn serve_client(
     stream: TcpStream,
     access: &Access,
     inbox: mpsc::Sender<Input>,
+    address: SocketAddr,
 ) -> Result<(), ConnectionError> {
     let stream = accept_tls(access, TlsPort::Client, stream).await?;
     let mut framed = Framed::new(stream, FrameCodec::new(access.cluster));
@@ -667,6 +668,7 @@ async fn serve_client(
         early: parts.read_buf,
         inbox,
         cluster: access.cluster,
+        address,
     };
     match parts.io {
         Stream::Plain(tcp) => {
@@ -680,13 +682,46 @@ async fn serve_client(
     }
 }
 
+/// Logs a request only the operator's role may make (a mode switch, a backup, a member
+/// change, a handler upgrade) with the address it came from: who changed the cluster, and
+/// from where, is in every node's log.
+fn log_operator_action(request: &ClientRequest, caller: SocketAddr) {
+    if ClientRole::Application.permits(request) {
+        return;
+    }
+    match request {
+        ClientRequest::SetMode(mode) => {
+            tracing::info!(%caller, request = request.name(), ?mode, "operator request");
+        }
+        ClientRequest::ChangeMembers(change) => {
+            tracing::info!(%caller, request = request.name(), ?change, "operator request");
+        }
+        ClientRequest::Upgrade(upgrade) => {
+            tracing::info!(%caller, request = request.name(), ?upgrade, "operator request");
+        }
+        // A backup is read in pieces: its first names it.
+        ClientRequest::Backup(piece) if piece.offset == 0 => {
+            tracing::info!(%caller, request = request.name(), index = ?piece.index, "operator request");
+        }
+        ClientRequest::Backup(_) => {}
+        ClientRequest::Status
+        | ClientRequest::Versions
+        | ClientRequest::Submit(_)
+        | ClientRequest::Read(_)
+        | ClientRequest::Resume(_) => {
+            tracing::info!(%caller, request = request.name(), "operator request");
+        }
+    }
+}
+
 /// An admitted client connection: its role, the bytes read past its handshake, where its
-/// requests go.
+/// requests go, where it comes from.
 struct Admitted {
     role: ClientRole,
     early: bytes::BytesMut,
     inbox: mpsc::Sender<Input>,
     cluster: u64,
+    address: SocketAddr,
 }
 
 /// Reads an admitted client's requests into the node's inbox and writes the node's replies,
@@ -701,6 +736,7 @@ where
         early,
         inbox,
         cluster,
+        address,
     } = admitted;
     // Requests up to the largest a client may send; replies up to the largest frame.
     let requests = FrameCodec::with_limit(cluster, CLIENT_FRAME_BODY_BYTES_MAX);
@@ -734,6 +770,7 @@ where
             let request = request.name();
             break Err(ConnectionError::Forbidden { role, request });
         }
+        log_operator_action(&request, address);
         let input = Input::Client {
             request,
             role,
