@@ -31,8 +31,8 @@ FROM ${RUNTIME_IMAGE}
 # The service user: a fixed uid/gid (10001) so volumes and Kubernetes' runAsUser/fsGroup
 # agree; /data (the nodes' data directories) and /etc/runner (the cluster file, secrets)
 # belong to it, 0700, as the node keeps its own files.
-RUN groupadd --system --gid 10001 runner \
- && useradd --system --uid 10001 --gid runner --home-dir /data --no-create-home \
+RUN groupadd --gid 10001 runner \
+ && useradd --uid 10001 --gid runner --home-dir /data --no-create-home \
       --shell /usr/sbin/nologin runner \
  && install -d -m 0700 -o runner -g runner /data /etc/runner
 COPY --from=build /out/runner /usr/local/bin/runner
