@@ -677,6 +677,20 @@ pub async fn node_versions(
     Err(unexpected(address, &reply))
 }
 
+/// Asks one node which build it runs. A node of a build from before the question existed
+/// cannot decode it and refuses it (`Undecodable`): an error here.
+pub async fn node_build(
+    config: &impl Connects,
+    address: &Address,
+    timeout: Duration,
+) -> Result<net::message::BuildInfo, ClientError> {
+    let reply = ask(config, address, &ClientRequest::Build, timeout).await?;
+    if let ClientReply::Build(build) = reply {
+        return Ok(build);
+    }
+    Err(unexpected(address, &reply))
+}
+
 /// Asks one node for its status.
 pub async fn node_status(
     config: &impl Connects,

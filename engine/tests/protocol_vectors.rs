@@ -579,6 +579,7 @@ fn request_tags() -> Vec<(&'static str, Tags)> {
         (q::UPGRADE, Q::Upgrade(2)),
         (q::VERSIONS, Q::Versions),
         (q::READ, Q::Read(read)),
+        (q::BUILD, Q::Build),
     ];
     vec![tags_of("ClientRequest", requests)]
 }
@@ -659,6 +660,11 @@ fn other_replies() -> Vec<(u32, ClientReply)> {
         newest: 1,
     };
     let (command_count, results, reason) = (0, Vec::new(), String::new());
+    let build = net::message::BuildInfo {
+        version: "0.1.0".into(),
+        commit: "unknown".into(),
+        formats: engine::formats::describe(),
+    };
     vec![
         (y::STATUS, Y::Status(Box::new(status()))),
         (y::MODE_SET, Y::ModeSet(mode)),
@@ -683,6 +689,7 @@ fn other_replies() -> Vec<(u32, ClientReply)> {
                 results,
             },
         ),
+        (y::BUILD, Y::Build(build)),
     ]
 }
 

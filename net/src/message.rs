@@ -126,6 +126,8 @@ pub mod tags {
         pub const VERSIONS: u32 = 7;
         /// [`ClientRequest::Read`](crate::message::ClientRequest::Read).
         pub const READ: u32 = 8;
+        /// [`ClientRequest::Build`](crate::message::ClientRequest::Build).
+        pub const BUILD: u32 = 9;
     }
 
     /// Tags of [`ClientReply`](super::ClientReply): what a node answers a client.
@@ -168,6 +170,8 @@ pub mod tags {
         pub const VERSIONS: u32 = 17;
         /// [`ClientReply::ReadResults`](crate::message::ClientReply::ReadResults).
         pub const READ_RESULTS: u32 = 18;
+        /// [`ClientReply::Build`](crate::message::ClientReply::Build).
+        pub const BUILD: u32 = 19;
     }
 
     /// Tags of [`Rejection`](super::Rejection): why a node refused a request without applying it.
@@ -395,6 +399,7 @@ impl ClientRequest {
             ClientRequest::Upgrade(_) => "upgrade",
             ClientRequest::Versions => "versions",
             ClientRequest::Read(_) => "read",
+            ClientRequest::Build => "build",
         }
     }
 }
@@ -403,7 +408,7 @@ impl ClientRole {
     /// True when a connection of this role may make `request`.
     pub fn permits(self, request: &ClientRequest) -> bool {
         match request {
-            ClientRequest::Status | ClientRequest::Versions => true,
+            ClientRequest::Status | ClientRequest::Versions | ClientRequest::Build => true,
             ClientRequest::Submit(_) | ClientRequest::Read(_) | ClientRequest::Resume(_) => {
                 self == ClientRole::Application
             }
@@ -723,6 +728,10 @@ pub enum ClientRequest {
     /// earlier message keeps its bytes).
     #[codec(tag = tags::client_request::READ)]
     Read(Read),
+    /// Which build the node runs (added within the fourth version: a node of an older build
+    /// cannot decode it, answers `Refused(Undecodable)` and closes).
+    #[codec(tag = tags::client_request::BUILD)]
+    Build,
 }
 
 /// A request of read-only commands, answered off the log by the leader: it has no request
@@ -993,6 +1002,22 @@ pub enum ClientReply {
         /// The encoded outcomes.
         results: Vec<u8>,
     },
+    /// The build the node runs.
+    #[codec(tag = tags::client_reply::BUILD)]
+    Build(BuildInfo),
+}
+
+/// A node's build: what `status` shows of each node, so that mixed builds in a rolling
+/// upgrade are visible.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct BuildInfo {
+    /// The binary's version.
+    pub version: String,
+    /// The commit it was built from (`unknown` when not built from git).
+    pub commit: String,
+    /// The protocol, WAL, snapshot and backup format versions, in one line.
+    pub formats: String,
 }
 
 impl ClientReply {
@@ -1019,6 +1044,7 @@ impl ClientReply {
             ClientReply::UpgradeRefused(_) => "upgrade refused",
             ClientReply::Versions(_) => "versions",
             ClientReply::ReadResults { .. } => "read results",
+            ClientReply::Build(_) => "build",
         }
     }
 
@@ -1313,5 +1339,20 @@ mod tests {
         let bytes = codec::encode_to_vec(&versions).unwrap();
         assert_eq!(tag(bytes.clone()), 17);
         assert_eq!(codec::decode::<ClientReply>(&bytes).unwrap(), versions);
+    }
+
+    /// Proves the build question and its answer take the next tags and round-trip.
+    #[test]
+    fn the_build_question_takes_new_tags() {
+        let tag = |bytes: Vec<u8>| u32::from_le_bytes(bytes[..4].try_into().unwrap());
+        assert_eq!(tag(codec::encode_to_vec(&ClientRequest::Build).unwrap()), 9);
+        let build = ClientReply::Build(BuildInfo {
+            version: "0.1.0".into(),
+            commit: "unknown".into(),
+            formats: "protocol 4".into(),
+        });
+        let bytes = codec::encode_to_vec(&build).unwrap();
+        assert_eq!(tag(bytes.clone()), 19);
+        assert_eq!(codec::decode::<ClientReply>(&bytes).unwrap(), build);
     }
 }

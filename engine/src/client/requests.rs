@@ -441,7 +441,8 @@ pub fn answer_to<A>(
         | ClientReply::NoBackup { .. }
         | ClientReply::Upgrading { .. }
         | ClientReply::UpgradeRefused(_)
-        | ClientReply::Versions(_) => None,
+        | ClientReply::Versions(_)
+        | ClientReply::Build(_) => None,
     }
 }
 

@@ -706,6 +706,7 @@ fn log_operator_action(request: &ClientRequest, caller: SocketAddr) {
         ClientRequest::Backup(_) => {}
         ClientRequest::Status
         | ClientRequest::Versions
+        | ClientRequest::Build
         | ClientRequest::Submit(_)
         | ClientRequest::Read(_)
         | ClientRequest::Resume(_) => {

@@ -725,6 +725,14 @@ impl<H: Handler> Driver<H> {
             ClientRequest::Versions => {
                 let _ = reply.try_send(ClientReply::Versions(self.replica.versions()));
             }
+            ClientRequest::Build => {
+                let (version, commit) = crate::formats::binary();
+                let _ = reply.try_send(ClientReply::Build(net::message::BuildInfo {
+                    version: version.to_string(),
+                    commit: commit.to_string(),
+                    formats: crate::formats::describe(),
+                }));
+            }
             ClientRequest::Backup(request) => {
                 // Read off the event loop; the connection gets one piece per request.
                 let who = (self.config.id, self.replica.machine().mode());
