@@ -68,3 +68,33 @@ fn the_changelog_names_the_formats_of_this_build() {
     );
     assert_eq!(row("backups"), format!("{BACKUP} / -"));
 }
+
+/// Proves the compatibility table in `notes/operations.md` has a row for this build whose
+/// formats are the engine's constants: a format changed without its row fails here.
+#[test]
+fn the_compatibility_table_names_this_builds_formats() {
+    use engine::formats::{BACKUP, PROTOCOL, PROTOCOL_OLDEST, SNAPSHOT, SNAPSHOT_OLDEST, WAL};
+    let operations = include_str!("../../notes/operations.md");
+    let version = env!("CARGO_PKG_VERSION");
+    let row = operations
+        .lines()
+        .find(|l| l.starts_with(&format!("| {version} |")))
+        .unwrap_or_else(|| panic!("no row for {version} in the compatibility table"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).skip(1).collect();
+    let expected = [
+        version.to_string(),
+        format!("{PROTOCOL_OLDEST}-{PROTOCOL}"),
+        WAL.to_string(),
+        SNAPSHOT.to_string(),
+        format!("{SNAPSHOT_OLDEST}-{SNAPSHOT}"),
+        BACKUP.to_string(),
+    ];
+    assert_eq!(cells[..expected.len()], expected, "{row}");
+    let can_roll_from = cells[expected.len()];
+    assert!(!can_roll_from.is_empty(), "{row}: say which builds it rolls from");
+    let header = operations
+        .lines()
+        .find(|l| l.starts_with("| build |"))
+        .expect("the table's header");
+    assert!(header.contains("can roll from"), "{header}");
+}
