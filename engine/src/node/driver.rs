@@ -152,6 +152,7 @@ pub(super) async fn run<H: Handler>(
             return Some(reason);
         }
         driver.propose();
+        driver.publish_if_due();
         if cfg!(debug_assertions) {
             driver.replica.check_invariants();
         }
@@ -417,6 +418,14 @@ impl<H: Handler> Driver<H> {
         let mut out = Vec::new();
         self.replica.tick(now_ms(), &mut out);
         self.carry_out(out);
+        self.publish_if_due();
+    }
+
+    /// Publishes when the last publication is [`PUBLISH_INTERVAL_MS`] old: from ticks, and
+    /// from the input loop too, since a busy inbox can hold ticks back.
+    ///
+    /// [`PUBLISH_INTERVAL_MS`]: super::probe::PUBLISH_INTERVAL_MS
+    fn publish_if_due(&mut self) {
         if self.board.1.elapsed() >= Duration::from_millis(super::probe::PUBLISH_INTERVAL_MS) {
             self.publish();
         }
