@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The runner (the Bank's node, client and operator commands) in a small image.
-#   docker build -t runner .
+#   docker build --build-arg GIT_COMMIT=$(git rev-parse HEAD) -t runner .
 #   docker run --rm runner --version
 # A node: the cluster file at /etc/runner/cluster.toml (ENGINE_CLUSTER_FILE), its data_dir
 # under the volume /data; deploy/compose/compose.yml runs three. Without Docker Hub, make the
@@ -22,6 +22,9 @@ COPY runner runner
 COPY benches benches
 # One job per core by default; CARGO_BUILD_JOBS=1 keeps a shared build host responsive.
 ARG CARGO_BUILD_JOBS=
+# The commit `--version` names: the build context has no .git, so it is passed in.
+ARG GIT_COMMIT=unknown
+ENV GIT_COMMIT=${GIT_COMMIT}
 RUN if [ -n "$CARGO_BUILD_JOBS" ]; then export CARGO_BUILD_JOBS; else unset CARGO_BUILD_JOBS; fi \
  && cargo build --release -p runner --locked --bin runner \
  && install -D -m 0755 target/release/runner /out/runner \

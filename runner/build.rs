@@ -1,8 +1,9 @@
 //! Gives each build of the runner an identity (`runner::BUILD_ID`), so that the product
 //! binary never forwards a command to a harness binary left from an older build; and names
 //! the commit it was built from (`RUNNER_GIT_COMMIT`, `unknown` outside a git checkout), which
-//! `--version` shows. Cargo runs this again when a file of the package changes or the
-//! checkout's commit moves.
+//! `--version` shows; `GIT_COMMIT` in the environment names it where there is no checkout (a
+//! container build). Cargo runs this again when a file of the package changes, the
+//! checkout's commit moves, or `GIT_COMMIT` changes.
 
 use std::path::Path;
 
@@ -14,6 +15,7 @@ fn main() {
     println!("cargo:rustc-env=RUNNER_GIT_COMMIT={}", commit());
     // Naming what to watch replaces cargo's default (every file of the package): name the
     // package's files as well as git's pointer to the commit.
+    println!("cargo:rerun-if-env-changed=GIT_COMMIT");
     for path in ["src", "build.rs", "Cargo.toml"] {
         println!("cargo:rerun-if-changed={path}");
     }
@@ -28,8 +30,14 @@ fn main() {
     }
 }
 
-/// The commit checked out, from git; `unknown` when there is no git or no checkout.
+/// The commit: `GIT_COMMIT` when set, else the one checked out, from git; `unknown` when
+/// there is neither.
 fn commit() -> String {
+    if let Ok(commit) = std::env::var("GIT_COMMIT")
+        && !commit.trim().is_empty()
+    {
+        return commit.trim().to_string();
+    }
     let output = std::process::Command::new("git")
         .args(["rev-parse", "HEAD"])
         .output();

@@ -74,7 +74,9 @@ impl EncodeMetric for LatencyHistogram {
         let latencies = self.lock().clone();
         let buckets: Vec<(f64, u64)> = (latencies.buckets.iter().enumerate())
             .map(|(i, &count)| {
-                let upper = Latencies::upper_us(i).map_or(f64::INFINITY, |us| us as f64 / 1e6);
+                // prometheus-client writes `le="+Inf"` for f64::MAX only (infinity would
+                // come out as `inf`, which no query for `+Inf` finds).
+                let upper = Latencies::upper_us(i).map_or(f64::MAX, |us| us as f64 / 1e6);
                 (upper, count)
             })
             .collect();
@@ -809,6 +811,7 @@ mod tests {
             format!(
                 "engine_stage_latency_seconds_bucket{{{h},le=\"0.000004\",stage=\"quorum\"}} 2"
             ),
+            format!("engine_stage_latency_seconds_bucket{{{h},le=\"+Inf\",stage=\"quorum\"}} 3"),
             format!("engine_stage_latency_seconds_count{{{h},stage=\"quorum\"}} 3"),
             format!("engine_stage_latency_seconds_sum{{{h},stage=\"quorum\"}} 0.000706"),
             format!("engine_wal_fsync_seconds_count{{{h}}} 1"),
