@@ -9,6 +9,7 @@
 //! - `runner client-file --cluster FILE --out CLIENT`: what a client host needs, no peer
 //!   secret.
 //! - `runner status --cluster FILE [--json]`: every node's role, term, indexes, state hash.
+//! - `runner completions SHELL`, `runner man --out DIR`: shell completions and man pages.
 //! - `runner single`: the Bank on one node without replication (a ceiling to compare with).
 //!
 //! Forwarded to `runner-harness` (the test harnesses, a binary of their own):
@@ -31,7 +32,7 @@
 use runner::product::{commands, single};
 
 use bank::Bank;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 
@@ -103,6 +104,10 @@ enum Command {
     /// The cluster over HTTP with JSON, for callers in any language: batches concurrent
     /// callers' commands, exactly once across retries by Idempotency-Key.
     Gateway(engine::cli::GatewayArgs),
+    /// Prints a shell's completion script for runner (bash, zsh, fish, elvish, powershell).
+    Completions(engine::cli::CompletionsArgs),
+    /// Writes runner's man pages (one per command) into a directory.
+    Man(engine::cli::ManArgs),
     /// Forwarded to runner-harness: the deterministic cluster simulator on many seeds.
     Sim(Forwarded),
     /// Forwarded to runner-harness: node processes killed, restarted and paused at random.
@@ -152,15 +157,19 @@ fn forward(args: &[OsString]) -> anyhow::Error {
     anyhow::anyhow!("cannot run {}: {error}", harness.display())
 }
 
-/// Runs the command; an error is printed on one line (its causes joined, no backtrace: the
-/// messages name what went wrong) and the process exits 1.
+/// Runs the command; an error is logged on one line (its causes joined, no backtrace: the
+/// messages name what went wrong) and the process exits with the code of the table in
+/// `notes/operations.md` (`engine::cli::Exit`; a bad command line exits 3).
 fn main() -> std::process::ExitCode {
     engine::formats::set_binary(env!("CARGO_PKG_VERSION"), env!("RUNNER_GIT_COMMIT"));
     let args: Vec<OsString> = std::env::args_os().collect();
     if for_the_harness(&args) {
         return engine::cli::exit_code(Err(forward(&args)));
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return engine::cli::parse_failed(&error),
+    };
     engine::cli::logging::init(cli.log.log_format);
     engine::cli::exit_code(run(cli.command))
 }
@@ -183,6 +192,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Upgrade(args) => engine::cli::upgrade(args),
         Command::Replay(args) => engine::cli::replay(args, Bank),
         Command::Gateway(args) => engine::cli::gateway::<Bank>(args),
+        Command::Completions(args) => engine::cli::completions(args, Cli::command()),
+        Command::Man(args) => engine::cli::man(args, Cli::command()),
         Command::Sim(_)
         | Command::Chaos(_)
         | Command::Partition(_)

@@ -37,9 +37,9 @@ pub struct BackupArgs {
     /// Replace `--out` if it exists.
     #[arg(long)]
     pub force: bool,
-    /// Print JSON instead of a line.
-    #[arg(long)]
-    pub json: bool,
+    /// The line, or one JSON document.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// Options of `restore`.
@@ -51,9 +51,9 @@ pub struct RestoreArgs {
     /// The cluster file of the new cluster, whose nodes' data directories are seeded.
     #[arg(long)]
     pub cluster: PathBuf,
-    /// Print JSON instead of a line.
-    #[arg(long)]
-    pub json: bool,
+    /// The line, or one JSON document.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// Why `backup` wrote nothing.
@@ -102,9 +102,8 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
         &digest,
         bytes.len() as u64,
         &args.out,
-        args.json,
-    );
-    Ok(())
+        &args.output,
+    )
 }
 
 fn header_json(header: &BackupHeader, digest: &str, bytes: u64) -> Value {
@@ -122,13 +121,19 @@ fn header_json(header: &BackupHeader, digest: &str, bytes: u64) -> Value {
     })
 }
 
-fn report(header: &BackupHeader, digest: &str, bytes: u64, out: &std::path::Path, json: bool) {
-    if json {
-        let mut value = header_json(header, digest, bytes);
-        value["file"] = json!(out.display().to_string());
-        println!("{value}");
-        return;
-    }
+fn report(
+    header: &BackupHeader,
+    digest: &str,
+    bytes: u64,
+    out: &std::path::Path,
+    output: &super::OutputArgs,
+) -> anyhow::Result<()> {
+    let mut value = header_json(header, digest, bytes);
+    value["file"] = json!(out.display().to_string());
+    output.emit(&value, || print_report(header, digest, bytes, out))
+}
+
+fn print_report(header: &BackupHeader, digest: &str, bytes: u64, out: &std::path::Path) {
     println!(
         "backup {}: cluster {}, node {}, entry {} (term {}), state hash {}, digest {}, {} bytes",
         out.display(),
@@ -254,7 +259,9 @@ async fn piece(
 /// (refusing, before writing anything, if any already holds data); prints what it restored.
 pub fn restore<H: Handler>(args: RestoreArgs, handler: H) -> anyhow::Result<()> {
     let file = ClusterFile::read(&args.cluster)?;
-    let backup = Backup::read(&args.from)?;
+    // A backup file that is missing or damaged is a bad file, as a bad cluster file is.
+    let backup =
+        Backup::read(&args.from).map_err(|error| super::coded(super::Exit::Usage, error))?;
     let bytes = std::fs::metadata(&args.from)?.len();
     let seeds: Vec<Seed> = file
         .nodes
@@ -270,23 +277,20 @@ pub fn restore<H: Handler>(args: RestoreArgs, handler: H) -> anyhow::Result<()> 
         Backup::digest_hex(&raw)
     };
     let header = &backup.header;
-    if args.json {
-        let mut value = header_json(header, &digest, bytes);
-        value["restored_cluster_id"] = json!(file.cluster_id);
-        let dirs: Vec<String> = seeds.iter().map(|s| s.dir.display().to_string()).collect();
-        value["data_dirs"] = json!(dirs);
-        println!("{value}");
-        return Ok(());
-    }
+    let mut value = header_json(header, &digest, bytes);
+    value["restored_cluster_id"] = json!(file.cluster_id);
+    let dirs: Vec<String> = seeds.iter().map(|s| s.dir.display().to_string()).collect();
+    value["data_dirs"] = json!(dirs);
+    args.output.emit(&value, || {
+        print_restored(header, file.cluster_id, seeds.len())
+    })
+}
+
+/// The line `restore` prints for a person.
+fn print_restored(header: &BackupHeader, cluster_id: u64, seeded: usize) {
     println!(
         "restored entry {} (term {}, state hash {}, cluster {}) into cluster {}: {} data \
          directories seeded; start the nodes",
-        header.index,
-        header.term,
-        header.state_hash,
-        header.cluster_id,
-        file.cluster_id,
-        seeds.len()
+        header.index, header.term, header.state_hash, header.cluster_id, cluster_id, seeded
     );
-    Ok(())
 }

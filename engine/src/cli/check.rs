@@ -1,9 +1,9 @@
 //! `check --cluster FILE`: what each node of a cluster file would run with, or every
-//! error the file holds (exit 1), without starting anything.
+//! error the file holds (exit 3, a bad file), without starting anything.
 
 use super::check_tls::NodeTls;
 use crate::node::ClusterFile;
-use anyhow::bail;
+use anyhow::anyhow;
 use clap::Args;
 use serde_json::json;
 use std::path::PathBuf;
@@ -14,13 +14,12 @@ pub struct CheckArgs {
     /// The cluster file.
     #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
-    /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
-    /// table), as the commands that run for a while do.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
-    pub json: Option<PathBuf>,
+    /// The table, or one JSON document.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
-/// Checks the file; prints the nodes' settings, or every error and exits 1.
+/// Checks the file; prints the nodes' settings, or every error and exits 3.
 pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let mut file = ClusterFile::parse(&args.cluster)?;
     super::warn_if_secrets_open(&args.cluster, file.has_inline_secret());
@@ -28,19 +27,14 @@ pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let mut errors = file.errors();
     let tls = super::check_tls::report(&file, std::time::SystemTime::now());
     errors.extend(super::check_tls::errors(&tls));
-    let printed = match &args.json {
-        Some(target) => super::emit_json(target, &as_json(&args.cluster, &file, &errors, &tls))?,
-        None => false,
-    };
-    if !printed && errors.is_empty() {
-        print_nodes(&file, &tls);
-    } else if !printed {
-        for error in &errors {
-            println!("error: {error}");
-        }
-    }
+    let json = as_json(&args.cluster, &file, &errors, &tls);
+    args.output.emit(&json, || match errors.is_empty() {
+        true => print_nodes(&file, &tls),
+        false => errors.iter().for_each(|error| println!("error: {error}")),
+    })?;
     if !errors.is_empty() {
-        bail!("{}: {} error(s)", args.cluster.display(), errors.len());
+        let error = anyhow!("{}: {} error(s)", args.cluster.display(), errors.len());
+        return Err(super::coded(super::Exit::Usage, error));
     }
     Ok(())
 }
@@ -219,7 +213,10 @@ mod tests {
         file.write(&cluster).unwrap();
         let args = |json: &std::path::Path| CheckArgs {
             cluster: cluster.clone(),
-            json: Some(json.to_path_buf()),
+            output: crate::cli::OutputArgs {
+                output: crate::cli::Output::Table,
+                json: Some(json.to_path_buf()),
+            },
         };
         check(args(&json)).unwrap();
         let value: serde_json::Value =
@@ -227,7 +224,8 @@ mod tests {
         assert_eq!(value["valid"], true);
         file.tick_ms = 0;
         file.write(&cluster).unwrap();
-        assert!(check(args(&json)).is_err());
+        let refused = check(args(&json)).unwrap_err();
+        assert_eq!(crate::cli::Exit::of(&refused), crate::cli::Exit::Usage);
         let value: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(value["valid"], false);

@@ -1,8 +1,10 @@
 //! `client`: commands read as JSON, sent as requests, outcomes printed as JSON: a handler's
-//! commands scripted from a shell, with no client code of the author's.
+//! commands scripted from a shell, with no client code of the author's. A command the
+//! handler refused makes the exit code 1 (unless `--allow-refused`); no answer within
+//! `--timeout`, 2.
 
-use super::{CliHandler, runtime};
-use crate::client::Client;
+use super::{CliHandler, Output, runtime};
+use crate::client::{Client, ClientError};
 use crate::handler::Outcome;
 use anyhow::Context;
 use clap::Args;
@@ -11,8 +13,21 @@ use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Seconds `client` keeps trying a request by default before it gives up.
+/// Seconds `client` keeps trying a request by default before it gives up (`--timeout`).
 pub const CLIENT_GIVE_UP_SECS_DEFAULT: f64 = 30.0;
+
+/// A command the handler refused (an outcome `failed` or `invalid`), or several.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{refused} of {commands} commands refused (the outcomes are printed; --allow-refused \
+         exits 0 for them)"
+)]
+pub struct Refused {
+    /// Commands refused.
+    pub refused: usize,
+    /// Commands sent.
+    pub commands: usize,
+}
 
 /// Options of `client`.
 #[derive(Args, Debug)]
@@ -24,35 +39,109 @@ pub struct ClientArgs {
     /// serde spells the handler's command type). Without any, standard input is read: one
     /// request per line, a command or a JSON array of commands.
     pub commands: Vec<String>,
-    /// Seconds to keep trying a request before giving up (its outcome is then unknown).
-    #[arg(long, default_value_t = CLIENT_GIVE_UP_SECS_DEFAULT)]
-    pub give_up_after: f64,
+    /// Seconds to keep trying a request before giving up (its outcome is then unknown, and
+    /// the exit code 2).
+    #[arg(long, alias = "give-up-after", value_name = "SECS",
+          value_parser = super::status::timeout_seconds, default_value_t = CLIENT_GIVE_UP_SECS_DEFAULT)]
+    pub timeout: f64,
+    /// Exit 0 even when the handler refused a command (the outcomes say so); without it,
+    /// a refused command makes the exit code 1.
+    #[arg(long)]
+    pub allow_refused: bool,
+    /// What standard output holds for each request: `json` (the default: one JSON array of
+    /// its outcomes, on one line) or `table` (one line per outcome, for a person).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Output::Json)]
+    pub output: Output,
 }
 
-/// Sends the commands; prints each request's outcomes as one JSON array per line.
+/// Sends the commands; prints each request's outcomes as one JSON array per line; fails
+/// (exit 1) when the handler refused any, unless `--allow-refused`.
 pub fn client<H: CliHandler>(args: ClientArgs) -> anyhow::Result<()> {
     let mut config = super::read_client_file(&args.cluster)?.client_config()?;
-    config.give_up_after = Some(Duration::from_secs_f64(args.give_up_after));
+    let timeout = Duration::from_secs_f64(args.timeout);
+    config.give_up_after = Some(timeout);
     let runtime = runtime()?;
     // A fresh id per run, registered through the log: its requests are numbered from 1.
-    let mut client = runtime.block_on(Client::register(config))?;
+    let mut client = runtime.block_on(within(timeout, Client::register(config)))?;
+    let (mut refused, mut sent) = (0, 0);
     let mut send = |commands: Vec<H::Command>| -> anyhow::Result<()> {
-        let outcomes = runtime.block_on(client.submit::<H>(&commands))?;
-        let json: Vec<Value> = outcomes.iter().map(outcome_json::<H>).collect();
-        println!("{}", serde_json::to_string(&json)?);
+        let outcomes = runtime.block_on(within(timeout, client.submit::<H>(&commands)))?;
+        print_outcomes::<H>(&outcomes, args.output)?;
+        sent += outcomes.len();
+        refused += outcomes.iter().filter(|o| is_refused(o)).count();
         Ok(())
     };
     if !args.commands.is_empty() {
         let commands = args.commands.iter().map(|text| parse::<H>(text));
-        return send(commands.collect::<anyhow::Result<_>>()?);
-    }
-    for (number, line) in std::io::stdin().lock().lines().enumerate() {
-        let line = line.context("reading standard input")?;
-        if line.trim().is_empty() {
-            continue;
+        send(commands.collect::<anyhow::Result<_>>()?)?;
+    } else {
+        for (number, line) in std::io::stdin().lock().lines().enumerate() {
+            let line = line.context("reading standard input")?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let commands =
+                parse_line::<H>(&line).with_context(|| format!("line {}", number + 1))?;
+            send(commands)?;
         }
-        let commands = parse_line::<H>(&line).with_context(|| format!("line {}", number + 1))?;
-        send(commands)?;
+    }
+    match (refused, args.allow_refused) {
+        (0, _) | (_, true) => Ok(()),
+        (_, false) => Err(Refused {
+            refused,
+            commands: sent,
+        }
+        .into()),
+    }
+}
+
+/// `work`, or [`ClientError::GaveUp`] when it takes longer than `timeout` and a little: the
+/// client gives up on its own at `timeout`; this bounds a connection that hangs as well.
+pub async fn within<T>(
+    timeout: Duration,
+    work: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    let bound = timeout + Duration::from_millis(CLIENT_TIMEOUT_GRACE_MS);
+    match tokio::time::timeout(bound, work).await {
+        Ok(result) => result,
+        Err(_) => Err(ClientError::GaveUp {
+            attempts: 0,
+            seconds: bound.as_secs_f64(),
+            last_rejection: None,
+        }),
+    }
+}
+
+/// Time past `--timeout` that `client` waits for the client library to give up on its own,
+/// in milliseconds.
+pub const CLIENT_TIMEOUT_GRACE_MS: u64 = 500;
+
+/// True for an outcome the handler refused (`failed`) or could not take (`invalid`).
+pub fn is_refused<O, E>(outcome: &Outcome<O, E>) -> bool {
+    match outcome {
+        Outcome::Done(_) => false,
+        Outcome::Failed(_) | Outcome::Invalid => true,
+    }
+}
+
+/// One request's outcomes: a JSON array on one line, or a line each for a person.
+fn print_outcomes<H: CliHandler>(
+    outcomes: &[Outcome<H::Output, H::Error>],
+    output: Output,
+) -> anyhow::Result<()> {
+    let json: Vec<Value> = outcomes.iter().map(outcome_json::<H>).collect();
+    match output {
+        Output::Json => println!("{}", serde_json::to_string(&json)?),
+        Output::Table => {
+            for value in &json {
+                let said = value.get("output").or_else(|| value.get("error"));
+                println!(
+                    "{} {}",
+                    value["outcome"].as_str().unwrap_or("?"),
+                    said.unwrap_or(&Value::Null)
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -38,18 +38,34 @@ pub enum LogFormat {
     Json,
 }
 
+/// The environment variable that gives `--log-format` when the option is left out.
+pub const LOG_FORMAT_ENV: &str = "ENGINE_LOG_FORMAT";
+
 /// The global `--log-format` flag, for a binary's clap command line.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct LogArgs {
-    /// How log lines on standard error look: human (default) or json (one object a line).
-    /// `RUST_LOG` filters them (default info).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    /// How log lines on standard error look: human (default) or json (one object a line,
+    /// every line: the start and stop lines and a fatal error included). `RUST_LOG` filters
+    /// them (default info).
+    #[arg(long, global = true, value_enum, env = LOG_FORMAT_ENV, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
+}
+
+/// The format [`init`] set first (human before any call).
+static FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// The format of the process's log lines: what [`init`] set, human before it.
+pub fn format() -> LogFormat {
+    FORMAT.get().copied().unwrap_or_default()
 }
 
 /// Sets the process's subscriber: `format` on standard error, filtered by `RUST_LOG` (or
 /// [`LOG_FILTER_DEFAULT`]), rate-limited per callsite. A second call changes nothing.
 pub fn init(format: LogFormat) {
+    if FORMAT.set(format).is_err() {
+        // Already set (a test, or a binary that called this twice): the first one stays.
+        return;
+    }
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(LOG_FILTER_DEFAULT));
     let registry = tracing_subscriber::registry().with(filter);

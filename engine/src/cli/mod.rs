@@ -35,11 +35,14 @@ mod check;
 mod check_tls;
 mod client;
 mod client_file;
+mod exit;
 pub mod gateway;
 pub mod logging;
+mod manual;
 mod member;
 mod mode;
 mod node;
+mod output;
 mod recover;
 mod replay;
 #[cfg(feature = "sim")]
@@ -57,17 +60,23 @@ pub use bench::{
     Load as BenchLoad, Measured as BenchMeasured, bench, measure as measure_load,
 };
 pub use check::{CheckArgs, check};
-pub use client::{CLIENT_GIVE_UP_SECS_DEFAULT, ClientArgs, client, outcome_json};
+pub use client::{
+    CLIENT_GIVE_UP_SECS_DEFAULT, CLIENT_TIMEOUT_GRACE_MS, ClientArgs, Refused as ClientRefused,
+    client, is_refused, outcome_json, within,
+};
 pub use client_file::{ClientFileArgs, client_file};
+pub use exit::{Coded, Exit, coded, exit_code, parse_failed};
 pub use gateway::{GatewayArgs, gateway};
+pub use manual::{CompletionsArgs, ManArgs, completions, man};
 pub use member::{MemberAction, MemberArgs, MemberError, member};
 pub use mode::{ModeArgs, ModeChoice, mode};
 pub use node::{NodeArgs, StorageOptions, node};
+pub use output::{JSON_STDOUT, Output, OutputArgs};
 pub use recover::{RecoverArgs, StoppedNode, recover};
 pub use replay::{Differs, ReplayArgs, replay};
 #[cfg(feature = "sim")]
 pub use sim::{SimArgs, sim};
-pub use status::{StatusArgs, status};
+pub use status::{STATUS_TIMEOUT_S_DEFAULT, StatusArgs, TIMEOUT_S_MAX, status, timeout_seconds};
 pub use upgrade::{UpgradeArgs, UpgradeError, upgrade};
 
 use crate::apply::Mode;
@@ -134,11 +143,27 @@ pub enum Command {
     /// The cluster over HTTP with JSON, for callers in any language: batches concurrent
     /// callers' commands, exactly once across retries by Idempotency-Key.
     Gateway(GatewayArgs),
+    /// Prints a shell's completion script for this binary (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions(CompletionsArgs),
+    /// Writes this binary's man pages (one per command) into a directory.
+    Man(ManArgs),
 }
 
 impl Command {
-    /// Runs the command with the handler `make` builds.
+    /// Runs the command with the handler `make` builds. `completions` and `man` describe the
+    /// commands of this enum under the binary's name; a binary with commands of its own
+    /// calls [`completions`] and [`man`] with its whole command line instead.
     pub fn run<H: CliHandler>(self, make: impl Fn() -> H) -> anyhow::Result<()> {
+        self.run_in(make, Cli::command().name(binary_name()))
+    }
+
+    /// Runs the command; `completions` and `man` describe `line`, the binary's command line.
+    fn run_in<H: CliHandler>(
+        self,
+        make: impl Fn() -> H,
+        line: clap::Command,
+    ) -> anyhow::Result<()> {
         match self {
             Command::Node(args) => node(args, make()),
             Command::Status(args) => status(args),
@@ -153,6 +178,8 @@ impl Command {
             Command::Upgrade(args) => upgrade(args),
             Command::Replay(args) => replay(args, make()),
             Command::Gateway(args) => gateway::<H>(args),
+            Command::Completions(args) => completions(args, line),
+            Command::Man(args) => man(args, line),
         }
     }
 }
@@ -167,12 +194,10 @@ struct Cli {
 }
 
 /// A node binary's `main`: parses the command line (`about` is its one-line description),
-/// runs the command with the handler `make` builds, and on an error prints it on one line (its
-/// causes joined) and exits 1.
+/// runs the command with the handler `make` builds, and on an error logs it on one line (its
+/// causes joined) and exits with the code [`Exit::of`] gives it.
 pub fn main<H: CliHandler>(about: &'static str, make: impl Fn() -> H) -> ExitCode {
-    let cli: Cli = parse(about);
-    logging::init(cli.log.log_format);
-    exit_code(cli.command.run(make))
+    App::new(about, make).run()
 }
 
 /// [`main`], and a `sim` command that runs the deterministic simulator with the workload
@@ -270,13 +295,26 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
         self
     }
 
-    /// Parses the command line and runs the command; on an error prints it on one line (its
-    /// causes joined) and exits 1.
+    /// Parses the command line and runs the command; on an error logs it on one line (its
+    /// causes joined) and exits with the code [`Exit::of`] gives it (a bad command line:
+    /// [`Exit::Usage`]).
     pub fn run(self) -> ExitCode {
-        let matches = command_line(self.about, self.has_sim(), self.bench.is_some()).get_matches();
-        let log = logging::LogArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        let line = self.command_line();
+        let matches = match line.try_get_matches() {
+            Ok(matches) => matches,
+            Err(error) => return parse_failed(&error),
+        };
+        let log = match logging::LogArgs::from_arg_matches(&matches) {
+            Ok(log) => log,
+            Err(error) => return parse_failed(&error),
+        };
         logging::init(log.log_format);
         exit_code(self.dispatch(&matches))
+    }
+
+    /// This binary's whole command line.
+    fn command_line(&self) -> clap::Command {
+        command_line(self.about, self.has_sim(), self.bench.is_some())
     }
 
     #[cfg(feature = "sim")]
@@ -307,8 +345,9 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
             }
             Some(_) | None => {}
         }
-        let cli = Cli::from_arg_matches(matches).unwrap_or_else(|error| error.exit());
-        cli.command.run(self.make)
+        let line = self.command_line();
+        let cli = Cli::from_arg_matches(matches)?;
+        cli.command.run_in(self.make, line)
     }
 }
 
@@ -331,12 +370,6 @@ fn command_line(about: &'static str, with_sim: bool, with_bench: bool) -> clap::
     command
 }
 
-/// The command line parsed under the binary's own name and `about`.
-fn parse<C: CommandFactory + FromArgMatches>(about: &'static str) -> C {
-    let matches = C::command().name(binary_name()).about(about).get_matches();
-    C::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
-}
-
 /// This binary's file name (what its usage lines and replay hints say).
 pub fn binary_name() -> String {
     std::env::args()
@@ -348,20 +381,16 @@ pub fn binary_name() -> String {
         .unwrap_or_else(|| "node".into())
 }
 
-/// Exit 0, or print the error on one line and exit 1.
-pub fn exit_code(result: anyhow::Result<()>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("Error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// The environment variable that gives `--cluster` to every command that reads a cluster
 /// file (or a client file) when the option is left out.
 pub const CLUSTER_FILE_ENV: &str = "ENGINE_CLUSTER_FILE";
+
+/// The environment variable that gives `node --id` when the option is left out (one unit
+/// file for every node of a host's service manager).
+pub const NODE_ID_ENV: &str = "ENGINE_NODE_ID";
+
+/// The environment variable that gives `gateway --token-file` when the option is left out.
+pub const GATEWAY_TOKEN_FILE_ENV: &str = "ENGINE_GATEWAY_TOKEN_FILE";
 
 /// The environment as the secrets' lookup reads it.
 fn environment(name: &str) -> Option<String> {
@@ -398,22 +427,6 @@ fn warn_if_secrets_open(path: &std::path::Path, holds_secret: bool) {
              the secret into a file of its own (the *_file keys)"
         );
     }
-}
-
-/// The `--json` value that means standard output (`--json` given without a file).
-pub const JSON_STDOUT: &str = "-";
-
-/// Writes `value` where `--json` said: to standard output (true: the table is not printed) or
-/// to a file (false).
-fn emit_json(target: &std::path::Path, value: &serde_json::Value) -> anyhow::Result<bool> {
-    let text = serde_json::to_string_pretty(value)?;
-    if target == std::path::Path::new(JSON_STDOUT) {
-        println!("{text}");
-        return Ok(true);
-    }
-    std::fs::write(target, text + "\n")
-        .map_err(|error| anyhow::anyhow!("writing {}: {error}", target.display()))?;
-    Ok(false)
 }
 
 /// A runtime for one command's client work.
@@ -467,13 +480,13 @@ mod tests {
         assert_eq!(name, "bench");
         let args = BenchArgs::from_arg_matches(options).unwrap();
         assert_eq!((args.batch, args.inflight, args.runs), (256, 1, 2));
-        assert_eq!(args.json, None);
+        assert_eq!(args.output.json, None);
         let bench = |extra: &[&str]| {
             let line = ["node", "bench", "--cluster", "c.toml"].iter().chain(extra);
             let matches = command_line("about", true, true).try_get_matches_from(line)?;
             BenchArgs::from_arg_matches(matches.subcommand().unwrap().1)
         };
-        let json = bench(&["--json"]).unwrap().json.unwrap();
+        let json = bench(&["--json"]).unwrap().output.json.unwrap();
         assert_eq!(json, std::path::Path::new(JSON_STDOUT));
         assert!(bench(&["--batch", "0"]).is_err() && bench(&["--batch", "1025"]).is_err());
         assert_eq!(bench(&["--batch", "1024"]).unwrap().batch, BENCH_BATCH_MAX);

@@ -13,7 +13,7 @@ pub struct NodeArgs {
     #[arg(long, env = crate::cli::CLUSTER_FILE_ENV)]
     pub cluster: PathBuf,
     /// This node's id in the cluster file.
-    #[arg(long)]
+    #[arg(long, env = crate::cli::NODE_ID_ENV)]
     pub id: u8,
     /// Snapshot and WAL options (over the cluster file's).
     #[command(flatten)]
@@ -89,22 +89,35 @@ pub fn node<H: Handler>(args: NodeArgs, handler: H) -> anyhow::Result<()> {
     let mut handle = crate::node::start(config, handler).map_err(|error| {
         anyhow::anyhow!("node {} of {}: {error}", args.id, args.cluster.display())
     })?;
-    eprintln!(
-        "node {}: peers on {}, clients on {}, data in {}",
-        args.id,
-        me.peer_address,
-        me.client_address,
-        data_dir.display()
+    // Through tracing, so that with `--log-format json` every line on stderr is JSON.
+    tracing::info!(
+        node = args.id,
+        version = env!("CARGO_PKG_VERSION"),
+        peer_address = %me.peer_address,
+        client_address = %me.client_address,
+        data_dir = %data_dir.display(),
+        "node started"
     );
-    runtime()?.block_on(async {
+    let stopped_by = runtime()?.block_on(async {
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => Ok(()),
-            _ = terminate.recv() => Ok(()),
+            _ = tokio::signal::ctrl_c() => Ok("SIGINT"),
+            _ = terminate.recv() => Ok("SIGTERM"),
             reason = handle.failure() => Err(anyhow::anyhow!("node {}: {reason}", args.id)),
         }
     })?;
+    tracing::info!(
+        node = args.id,
+        version = env!("CARGO_PKG_VERSION"),
+        signal = stopped_by,
+        "node stopping"
+    );
     handle.stop();
+    tracing::info!(
+        node = args.id,
+        version = env!("CARGO_PKG_VERSION"),
+        "node stopped"
+    );
     Ok(())
 }

@@ -53,10 +53,9 @@ pub struct RecoverArgs {
     /// The node.
     #[command(flatten)]
     pub node: StoppedNode,
-    /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
-    /// table), as the commands that run for a while do.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
-    pub json: Option<PathBuf>,
+    /// The table, or one JSON document.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// Where and how to recover, from the arguments.
@@ -100,18 +99,17 @@ pub fn recover<H: Handler>(args: RecoverArgs, handler: H) -> anyhow::Result<()> 
         Err(error) => error.to_string(),
     };
     let inspected = inspect(&dir, handler, &options);
-    let json = match &args.json {
-        Some(target) => super::emit_json(target, &as_json(&dir, &identity, &inspected))?,
-        None => false,
-    };
-    if !json {
-        print_table(&identity, &inspected, options.owner);
+    let json = as_json(&dir, &identity, &inspected);
+    args.output
+        .emit(&json, || print_table(&identity, &inspected, options.owner))?;
+    match inspected {
+        // The refusal is printed above; the exit code tells scripts.
+        Err(error) => Err(super::coded(
+            super::Exit::Negative,
+            anyhow::anyhow!("a start would refuse: {}", refusal(&error)),
+        )),
+        Ok(_) => Ok(()),
     }
-    if inspected.is_err() {
-        // The refusal is printed above; the status tells scripts.
-        std::process::exit(1);
-    }
-    Ok(())
 }
 
 /// The refusal itself, without the "refused:" a node's error puts before it.

@@ -3,7 +3,6 @@
 //! node recorded, or that there is no difference (`engine::node::rehearsal`). Writes nothing;
 //! exits 1 on a difference.
 
-use super::JSON_STDOUT;
 use super::recover::StoppedNode;
 use crate::handler::Handler;
 use crate::node::rehearsal::{Difference, Rehearsal, RehearsalOptions, rehearse};
@@ -24,9 +23,9 @@ pub struct ReplayArgs {
     /// start at entry 1).
     #[arg(long)]
     pub from_start: bool,
-    /// Print JSON instead of the lines; `--json FILE` writes it to FILE (and prints them).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = JSON_STDOUT)]
-    pub json: Option<PathBuf>,
+    /// The lines, or one JSON document.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// `replay` found a difference.
@@ -40,19 +39,14 @@ pub fn replay<H: Handler>(args: ReplayArgs, handler: H) -> anyhow::Result<()> {
     let mut said = Instant::now();
     let progress = |done: u64, total: u64| {
         if said.elapsed() >= Duration::from_secs(1) {
-            eprintln!("replay: {done} of {total} entries");
+            tracing::info!(done, total, "replay: {done} of {total} entries");
             said = Instant::now();
         }
     };
     let rehearsal = rehearse(&dir, handler, &options, progress)
         .with_context(|| format!("replaying {}", dir.display()))?;
-    let json_only = match &args.json {
-        Some(target) => super::emit_json(target, &as_json(&dir, &rehearsal))?,
-        None => false,
-    };
-    if !json_only {
-        print(&rehearsal);
-    }
+    args.output
+        .emit(&as_json(&dir, &rehearsal), || print(&rehearsal))?;
     match rehearsal.difference {
         Some(difference) => Err(Differs(difference).into()),
         None => Ok(()),

@@ -1,5 +1,6 @@
 //! `status`: every node's role, term, indexes and state hash, and whether the cluster is
-//! healthy (exit 1 when it is not); `--wait SECS` waits until it is, for scripts.
+//! healthy (exit 0), degraded (1) or unreachable (2: no node answered within `--timeout`);
+//! `--wait SECS` waits until it is healthy, for scripts.
 
 use super::{mode_name, runtime};
 use crate::client::{ClientError, Connects, node_status};
@@ -11,8 +12,11 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// How long one node has to answer `status`, in milliseconds.
-pub const STATUS_TIMEOUT_MS: u64 = 2_000;
+/// How long the nodes have to answer `status` by default (`--timeout`), in seconds.
+pub const STATUS_TIMEOUT_S_DEFAULT: f64 = 2.0;
+
+/// The longest `--timeout` of `status` and `client`, in seconds (a day).
+pub const TIMEOUT_S_MAX: f64 = 86_400.0;
 
 /// Time between two looks at the cluster while `--wait` lasts, in milliseconds.
 pub const STATUS_POLL_MS: u64 = 200;
@@ -26,21 +30,26 @@ pub struct StatusArgs {
     /// The cluster file, or a client file (`client-file` writes one).
     #[arg(long, env = crate::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
     pub cluster: PathBuf,
-    /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
-    /// table), as the commands that run for a while do.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
-    pub json: Option<PathBuf>,
+    /// The table, or one JSON document.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
     /// Wait up to SECS for the cluster to be healthy (every node reachable, none halted,
     /// diverged or out of disk, a leader a majority follows), then report; without it,
-    /// report at once. Either way the exit code is 1 when the cluster is not healthy.
+    /// report at once. Either way the exit code is 1 when the cluster is degraded, 2 when no
+    /// node answered.
     #[arg(long, value_name = "SECS", value_parser = wait_seconds)]
     pub wait: Option<f64>,
+    /// Seconds the nodes have to answer each look (they are asked at once); a node silent
+    /// past it is unreachable.
+    #[arg(long, value_name = "SECS", value_parser = timeout_seconds,
+          default_value_t = STATUS_TIMEOUT_S_DEFAULT)]
+    pub timeout: f64,
 }
 
 /// What makes a cluster unhealthy.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Problem {
-    /// The node did not answer within [`STATUS_TIMEOUT_MS`].
+    /// The node did not answer within `--timeout`.
     #[error("node {0} is unreachable")]
     Unreachable(NodeId),
     /// The node stopped applying.
@@ -69,8 +78,27 @@ pub enum Problem {
 
 /// `status` found the cluster not healthy.
 #[derive(Debug, thiserror::Error)]
-#[error("the cluster is not healthy: {}", list(.0))]
-pub struct Unhealthy(pub Vec<Problem>);
+#[error("the cluster is not healthy: {}", list(.problems))]
+pub struct Unhealthy {
+    /// What is wrong.
+    pub problems: Vec<Problem>,
+    /// How many nodes answered (none: the cluster is unreachable, not degraded).
+    pub answered: usize,
+    /// How many nodes refused this credential (another cluster, version or key).
+    pub refused: usize,
+}
+
+impl Unhealthy {
+    /// Degraded when some node answered; when none did, refused if any refused the
+    /// credential, else unreachable.
+    pub fn exit(&self) -> super::Exit {
+        match (self.answered, self.refused) {
+            (0, 0) => super::Exit::Unreachable,
+            (0, _) => super::Exit::Refused,
+            (_, _) => super::Exit::Negative,
+        }
+    }
+}
 
 fn list(problems: &[Problem]) -> String {
     let words: Vec<String> = problems.iter().map(Problem::to_string).collect();
@@ -85,6 +113,7 @@ type Statuses = Vec<(NodeId, Result<NodeStatus, ClientError>)>;
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let file = super::read_client_file(&args.cluster)?;
     let wait = Duration::from_secs_f64(args.wait.unwrap_or(0.0));
+    let timeout = Duration::from_secs_f64(args.timeout);
     // The client secret where the file has one; else, from a cluster file (an operator's
     // copy, with no client secret), the operator credential: either role may ask.
     let operator = match (&file.client_secret, ClusterFile::parse(&args.cluster)) {
@@ -92,56 +121,79 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         (Some(_), _) | (None, Err(_)) => None,
     };
     let statuses = match operator {
-        Some(operator) => runtime()?.block_on(look_until_healthy(&file, &operator, wait)),
+        Some(operator) => runtime()?.block_on(look_until_healthy(&file, &operator, wait, timeout)),
         None => {
             let client = file.client_config()?;
-            runtime()?.block_on(look_until_healthy(&file, &client, wait))
+            runtime()?.block_on(look_until_healthy(&file, &client, wait, timeout))
         }
     };
     let found = problems(&answered(&statuses));
-    let printed_json = match &args.json {
-        Some(target) => super::emit_json(target, &status_json(&statuses, &found))?,
-        None => false,
-    };
-    if !printed_json {
-        print_table(&statuses);
-    }
+    let json = status_json(&statuses, &found);
+    args.output.emit(&json, || print_table(&statuses))?;
     if found.is_empty() {
-        Ok(())
-    } else {
-        Err(Unhealthy(found).into())
+        return Ok(());
+    }
+    let answered = statuses.iter().filter(|(_, s)| s.is_ok()).count();
+    let refused = statuses.iter().filter(|(_, s)| is_refusal(s)).count();
+    Err(Unhealthy {
+        problems: found,
+        answered,
+        refused,
+    }
+    .into())
+}
+
+/// True for a node that refused the credential.
+fn is_refusal(status: &Result<NodeStatus, ClientError>) -> bool {
+    match status {
+        Err(error) => super::Exit::of_client(error) == super::Exit::Refused,
+        Ok(_) => false,
     }
 }
 
-/// Looks at every node until the cluster is healthy or `wait` has passed; says on standard
-/// error, once a second, what it still waits for.
-async fn look_until_healthy(file: &ClientFile, client: &impl Connects, wait: Duration) -> Statuses {
+/// Looks at every node until the cluster is healthy or `wait` has passed; logs, once a
+/// second, what it still waits for.
+async fn look_until_healthy(
+    file: &ClientFile,
+    client: &impl Connects,
+    wait: Duration,
+    timeout: Duration,
+) -> Statuses {
     let started = Instant::now();
     let mut said = Instant::now();
     loop {
-        let statuses = look(file, client).await;
+        let statuses = look(file, client, timeout).await;
         let found = problems(&answered(&statuses));
         if found.is_empty() || started.elapsed() >= wait {
             return statuses;
         }
         if said.elapsed() >= Duration::from_secs(1) {
             let waited = started.elapsed().as_secs_f64();
-            eprintln!("status: {waited:.0} s, waiting: {}", list(&found));
+            tracing::info!(
+                waited_s = waited.round(),
+                "status: waiting: {}",
+                list(&found)
+            );
             said = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
     }
 }
 
-/// Every node's answer, asked in turn.
-async fn look(file: &ClientFile, client: &impl Connects) -> Statuses {
-    let timeout = Duration::from_millis(STATUS_TIMEOUT_MS);
-    let mut statuses = Vec::new();
-    for node in &file.nodes {
-        let status = node_status(client, &node.client_address, timeout).await;
-        statuses.push((NodeId(node.id), status));
-    }
-    statuses
+/// Every node's answer, all asked at once, each within `timeout`.
+async fn look(file: &ClientFile, client: &impl Connects, timeout: Duration) -> Statuses {
+    let asks = file.nodes.iter().map(|node| async move {
+        let asked = node_status(client, &node.client_address, timeout);
+        let status = match tokio::time::timeout(timeout, asked).await {
+            Ok(status) => status,
+            Err(_) => Err(ClientError::Unreachable(format!(
+                "no answer within {:.1} s",
+                timeout.as_secs_f64()
+            ))),
+        };
+        (NodeId(node.id), status)
+    });
+    futures::future::join_all(asks).await
 }
 
 fn answered(statuses: &Statuses) -> Vec<(NodeId, Option<&NodeStatus>)> {
@@ -274,6 +326,16 @@ fn wait_seconds(text: &str) -> Result<f64, String> {
     }
 }
 
+/// `--timeout`'s value: seconds, above 0 and at most [`TIMEOUT_S_MAX`].
+pub fn timeout_seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if seconds > 0.0 && seconds <= TIMEOUT_S_MAX {
+        Ok(seconds)
+    } else {
+        Err(format!("above 0 and at most {TIMEOUT_S_MAX} seconds"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,5 +426,7 @@ mod tests {
         assert_eq!(wait_seconds("2.5"), Ok(2.5));
         assert!(wait_seconds("-1").is_err() && wait_seconds("100000").is_err());
         assert!(wait_seconds("soon").is_err());
+        assert_eq!(timeout_seconds("0.5"), Ok(0.5));
+        assert!(timeout_seconds("0").is_err() && timeout_seconds("1e9").is_err());
     }
 }

@@ -28,6 +28,19 @@ pub struct ClientArgs {
     /// The cluster file, or a client file (`runner client-file` writes one).
     #[arg(long, env = engine::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
     pub cluster: PathBuf,
+    /// Seconds to keep trying before giving up (the outcome is then unknown, and the exit
+    /// code 2).
+    #[arg(long, value_name = "SECS", value_parser = engine::cli::timeout_seconds,
+          default_value_t = engine::cli::CLIENT_GIVE_UP_SECS_DEFAULT)]
+    pub timeout: f64,
+    /// Exit 0 even when the Bank refused the command (the outcome says so); without it, a
+    /// refused command makes the exit code 1.
+    #[arg(long)]
+    pub allow_refused: bool,
+    /// What standard output holds: `json` (the default: one JSON document, the outcome) or
+    /// `table` (one line for a person).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = engine::cli::Output::Json)]
+    pub output: engine::cli::Output,
     /// The command.
     #[command(subcommand)]
     pub command: ClientCommand,
@@ -123,29 +136,50 @@ fn output_json(output: &BankOutput) -> Value {
     }
 }
 
-/// The JSON form of one command's outcome.
+/// The JSON form of one command's outcome: `{"outcome": "done", "output": {...}}`,
+/// `{"outcome": "failed", "error": <the BankError as serde writes it>, "message": "..."}`
+/// or `{"outcome": "invalid"}`.
 pub fn outcome_json(outcome: &Outcome<BankOutput, BankError>) -> Value {
     match outcome {
         Outcome::Done(output) => json!({ "outcome": "done", "output": output_json(output) }),
         Outcome::Failed(error) => {
-            json!({ "outcome": "failed", "error": format!("{error:?}"), "message": error.to_string() })
+            let value = serde_json::to_value(error).unwrap_or_else(|e| json!(e.to_string()));
+            json!({ "outcome": "failed", "error": value, "message": error.to_string() })
         }
         Outcome::Invalid => json!({ "outcome": "invalid" }),
     }
 }
 
-/// Sends one command and prints its outcome as JSON.
+/// Sends one command and prints its outcome as JSON; a refused command exits 1 unless
+/// `--allow-refused`.
 pub fn client(args: ClientArgs) -> anyhow::Result<()> {
     let mut config = engine::cli::read_client_file(&args.cluster)?.client_config()?;
-    config.give_up_after = Some(Duration::from_secs(30));
+    let timeout = Duration::from_secs_f64(args.timeout);
+    config.give_up_after = Some(timeout);
     let command = args.command.to_bank();
     let runtime = runtime()?;
-    let mut client = runtime.block_on(Client::register(config))?;
-    let outcome = runtime.block_on(client.submit::<Bank>(std::slice::from_ref(&command)))?;
+    let mut client = runtime.block_on(engine::cli::within(timeout, Client::register(config)))?;
+    let submitted = client.submit::<Bank>(std::slice::from_ref(&command));
+    let outcome = runtime.block_on(engine::cli::within(timeout, submitted))?;
     let Some(outcome) = outcome.first() else {
         bail!("no outcome")
     };
-    println!("{}", serde_json::to_string_pretty(&outcome_json(outcome))?);
+    let value = outcome_json(outcome);
+    match args.output {
+        engine::cli::Output::Json => println!("{}", serde_json::to_string_pretty(&value)?),
+        engine::cli::Output::Table => match outcome {
+            Outcome::Done(output) => println!("done: {}", output_json(output)),
+            Outcome::Failed(error) => println!("refused: {error}"),
+            Outcome::Invalid => println!("invalid"),
+        },
+    }
+    if engine::cli::is_refused(outcome) && !args.allow_refused {
+        let refused = engine::cli::ClientRefused {
+            refused: 1,
+            commands: 1,
+        };
+        return Err(refused.into());
+    }
     Ok(())
 }
 

@@ -108,10 +108,9 @@ pub struct BenchArgs {
     /// reads answered off the log, for comparison.
     #[arg(long)]
     pub reads_in_log: bool,
-    /// Print JSON instead of the table; `--json FILE` writes it to FILE (and prints the
-    /// table).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = super::JSON_STDOUT)]
-    pub json: Option<PathBuf>,
+    /// The table, or one JSON document.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// Runs the benchmark with `workload` against the cluster of `args.cluster`: prefill, runs,
@@ -136,13 +135,7 @@ pub fn bench<W: BenchWorkload>(args: BenchArgs, mut workload: W) -> anyhow::Resu
         let convergence = converge(&config).await;
         anyhow::Ok(BenchReport::new(&args, prefill, runs, check, convergence))
     })?;
-    let json_only = match &args.json {
-        Some(target) => super::emit_json(target, &report.to_json())?,
-        None => false,
-    };
-    if !json_only {
-        report.print();
-    }
+    args.output.emit(&report.to_json(), || report.print())?;
     report.verdict()
 }
 

@@ -93,7 +93,7 @@ pub struct GatewayArgs {
     pub inflight: u32,
     /// A file holding the callers' token (one line, owner-only): callers then send
     /// `Authorization: Bearer <token>`. Without it any caller that reaches the port is served.
-    #[arg(long)]
+    #[arg(long, env = crate::cli::GATEWAY_TOKEN_FILE_ENV)]
     pub token_file: Option<PathBuf>,
     /// The gateway's certificate chain (PEM, leaf first): the listener then speaks TLS only
     /// (TLS 1.3; HTTP/2 or HTTP/1.1 by ALPN). Needs `--tls-key-file`.
