@@ -26,8 +26,11 @@ pub struct ManArgs {
 /// Prints the completion script of `line` for the shell asked for.
 pub fn completions(args: CompletionsArgs, mut line: clap::Command) -> anyhow::Result<()> {
     let name = line.get_name().to_string();
-    clap_complete::generate(args.shell, &mut line, name, &mut std::io::stdout());
-    Ok(())
+    // Into memory first: clap_complete panics on a failed write (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut line, name, &mut script);
+    std::io::Write::write_all(&mut std::io::stdout().lock(), &script)
+        .map_err(|error| anyhow::anyhow!("writing the completion script: {error}"))
 }
 
 /// Writes the man pages of `line` and of each of its commands into `--out`.

@@ -54,7 +54,10 @@ enum Command {
 
 /// Runs the command; an error is printed on one line and the process exits 1.
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return engine::cli::parse_failed(&error),
+    };
     engine::cli::logging::init(cli.log.log_format);
     if let Err(error) = runner::check_forwarded_build() {
         return engine::cli::exit_code(Err(error));
