@@ -448,6 +448,37 @@ pub fn mode_name(mode: Mode) -> &'static str {
 mod tests {
     use super::*;
 
+    /// Proves every binary made with `engine::cli` has `completions` and `man`, and that both
+    /// describe its whole command line (`sim` and `bench` included when it has them).
+    #[test]
+    fn completions_and_man_pages_cover_the_whole_command_line() {
+        let line = || command_line("about", true, true).name("book");
+        let mut script = Vec::new();
+        clap_complete::generate(clap_complete::Shell::Bash, &mut line(), "book", &mut script);
+        let script = String::from_utf8(script).unwrap();
+        for word in [
+            "status",
+            "client",
+            "bench",
+            "completions",
+            "man",
+            "--output",
+        ] {
+            assert!(script.contains(word), "the script lacks {word}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("man");
+        man(ManArgs { out: out.clone() }, line()).unwrap();
+        for page in [
+            "book.1",
+            "book-status.1",
+            "book-bench.1",
+            "book-completions.1",
+        ] {
+            assert!(out.join(page).exists(), "no {page}");
+        }
+    }
+
     /// Proves the command line with `sim` and `bench` added passes clap's own checks (a
     /// clash of option names panics only in a debug build, at parse time) and that each is
     /// added only when asked for.

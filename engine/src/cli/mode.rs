@@ -20,6 +20,9 @@ pub struct ModeArgs {
     /// The mode every node uses when it leads: `verify` or `performance`.
     #[arg(value_enum)]
     pub mode: ModeChoice,
+    /// A line per node, or one JSON document.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// The modes `mode` sets.
@@ -60,16 +63,26 @@ pub fn mode(args: ModeArgs) -> anyhow::Result<()> {
         }
         answers
     });
-    let mut failed = Vec::new();
-    for (id, answer) in answers {
-        match answer {
-            Ok(()) => println!("node {id}: {}", mode_name(mode)),
-            Err(error) => {
-                println!("node {id}: not set: {error}");
-                failed.push(format!("node {id}: {error}"));
+    let failed: Vec<String> = answers
+        .iter()
+        .filter_map(|(id, answer)| answer.as_ref().err().map(|e| format!("node {id}: {e}")))
+        .collect();
+    let nodes: Vec<serde_json::Value> = answers
+        .iter()
+        .map(|(id, answer)| {
+            let error = answer.as_ref().err().map(|e| e.to_string());
+            serde_json::json!({ "id": id, "set": answer.is_ok(), "error": error })
+        })
+        .collect();
+    let json = serde_json::json!({ "mode": mode_name(mode), "nodes": nodes });
+    args.output.emit(&json, || {
+        for (id, answer) in &answers {
+            match answer {
+                Ok(()) => println!("node {id}: {}", mode_name(mode)),
+                Err(error) => println!("node {id}: not set: {error}"),
             }
         }
-    }
+    })?;
     if failed.is_empty() {
         Ok(())
     } else {
