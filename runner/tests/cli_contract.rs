@@ -173,6 +173,25 @@ fn a_running_cluster_answers_with_the_table() {
     let healthy = runner(&["status", "--wait", "60", "--output", "json"], &env);
     assert_eq!(healthy.exit(), Some(Exit::Success), "{healthy:#?}");
     assert_eq!(healthy.json()["healthy"], true);
+    // Each node tells its build: this binary's version and commit, one build throughout.
+    let commit = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8(commit.stdout).unwrap();
+    assert_eq!(healthy.json()["mixed_builds"], false);
+    for node in healthy.json()["nodes"].as_array().unwrap() {
+        let build = &node["build"];
+        assert_eq!(build["version"], env!("CARGO_PKG_VERSION"), "{node}");
+        let commit = build["commit"].as_str().unwrap();
+        assert!(
+            version.contains(&format!("(commit {commit};")),
+            "{version} / {node}"
+        );
+        assert_eq!(build["formats"], engine::formats::describe(), "{node}");
+    }
+    let table = runner(&["status", "--output", "table"], &env);
+    assert!(table.stdout.contains(" build "), "{table:#?}");
     let opened = runner(&["client", "open", "7", "--balance", "100"], &env);
     assert_eq!(opened.exit(), Some(Exit::Success), "{opened:#?}");
     assert_eq!(opened.json()["output"]["balance"], 100);

@@ -3,11 +3,11 @@
 //! `--wait SECS` waits until it is healthy, for scripts.
 
 use super::{mode_name, runtime};
-use crate::client::{ClientError, Connects, node_status};
+use crate::client::{ClientError, Connects, node_build, node_status};
 use crate::ids::{EntryIndex, NodeId};
 use crate::node::{ClientFile, ClusterFile};
 use clap::Args;
-use net::message::{NodeStatus, Role};
+use net::message::{BuildInfo, NodeStatus, Role};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -108,6 +108,10 @@ fn list(problems: &[Problem]) -> String {
 /// Each node of the cluster file with its answer.
 type Statuses = Vec<(NodeId, Result<NodeStatus, ClientError>)>;
 
+/// Each node's build, in the order of [`Statuses`]: `None` where the node did not answer its
+/// status, an error where it did not answer the question (a build from before it existed).
+type Builds = Vec<Option<Result<BuildInfo, ClientError>>>;
+
 /// Prints every node's role, term, indexes and state hash (after waiting, with `--wait`, for
 /// the cluster to be healthy); an unhealthy cluster is an `Unhealthy` error.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
@@ -120,16 +124,17 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         (None, Ok(cluster)) => cluster.operator_config().ok(),
         (Some(_), _) | (None, Err(_)) => None,
     };
-    let statuses = match operator {
-        Some(operator) => runtime()?.block_on(look_until_healthy(&file, &operator, wait, timeout)),
+    let (statuses, builds) = match operator {
+        Some(operator) => runtime()?.block_on(look_with_builds(&file, &operator, wait, timeout)),
         None => {
             let client = file.client_config()?;
-            runtime()?.block_on(look_until_healthy(&file, &client, wait, timeout))
+            runtime()?.block_on(look_with_builds(&file, &client, wait, timeout))
         }
     };
     let found = problems(&answered(&statuses));
-    let json = status_json(&statuses, &found);
-    args.output.emit(&json, || print_table(&statuses))?;
+    let json = status_json(&statuses, &builds, &found);
+    args.output
+        .emit(&json, || print_table(&statuses, &builds))?;
     if found.is_empty() {
         return Ok(());
     }
@@ -178,6 +183,33 @@ async fn look_until_healthy(
         }
         tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
     }
+}
+
+/// The statuses once healthy (or once `wait` passed), then the build of each node that
+/// answered.
+async fn look_with_builds(
+    file: &ClientFile,
+    client: &impl Connects,
+    wait: Duration,
+    timeout: Duration,
+) -> (Statuses, Builds) {
+    let statuses = look_until_healthy(file, client, wait, timeout).await;
+    let asks = file
+        .nodes
+        .iter()
+        .zip(&statuses)
+        .map(|(node, (_, status))| async move {
+            if status.is_err() {
+                return None;
+            }
+            let asked = node_build(client, &node.client_address, timeout);
+            Some(match tokio::time::timeout(timeout, asked).await {
+                Ok(build) => build,
+                Err(_) => Err(ClientError::Unreachable("no answer about its build".into())),
+            })
+        });
+    let builds = futures::future::join_all(asks).await;
+    (statuses, builds)
 }
 
 /// Every node's answer, all asked at once, each within `timeout`.
@@ -241,16 +273,54 @@ pub fn problems(nodes: &[(NodeId, Option<&NodeStatus>)]) -> Vec<Problem> {
     found
 }
 
-fn status_json(statuses: &Statuses, found: &[Problem]) -> Value {
+fn status_json(statuses: &Statuses, builds: &Builds, found: &[Problem]) -> Value {
     let nodes: Vec<Value> = statuses
         .iter()
-        .map(|(id, status)| match status {
-            Ok(s) => node_json(*id, s),
+        .zip(builds)
+        .map(|((id, status), build)| match status {
+            Ok(s) => {
+                let mut node = node_json(*id, s);
+                node["build"] = build_json(build.as_ref());
+                node
+            }
             Err(error) => json!({ "id": id.0, "reachable": false, "error": error.to_string() }),
         })
         .collect();
     let problems: Vec<String> = found.iter().map(Problem::to_string).collect();
-    json!({ "healthy": found.is_empty(), "problems": problems, "nodes": nodes })
+    json!({
+        "healthy": found.is_empty(),
+        "problems": problems,
+        "mixed_builds": mixed(builds),
+        "nodes": nodes,
+    })
+}
+
+/// A node's build as JSON: its version, commit and formats, or why it is not known.
+fn build_json(build: Option<&Result<BuildInfo, ClientError>>) -> Value {
+    match build {
+        Some(Ok(b)) => json!({ "version": b.version, "commit": b.commit, "formats": b.formats }),
+        Some(Err(error)) => json!({ "unknown": error.to_string() }),
+        None => Value::Null,
+    }
+}
+
+/// True when the nodes that told their build do not all run the same one (a rolling
+/// upgrade in progress, or one left half done).
+fn mixed(builds: &Builds) -> bool {
+    let mut known = builds.iter().flatten().flatten();
+    let Some(first) = known.next() else {
+        return false;
+    };
+    known.any(|b| b != first)
+}
+
+/// A build in a table cell: the version and the commit's first 10 digits.
+fn build_cell(build: Option<&Result<BuildInfo, ClientError>>) -> String {
+    match build {
+        Some(Ok(b)) => format!("{} {}", b.version, b.commit.get(..10).unwrap_or(&b.commit)),
+        Some(Err(_)) => "older".into(),
+        None => "-".into(),
+    }
 }
 
 fn node_json(id: NodeId, s: &NodeStatus) -> Value {
@@ -277,15 +347,15 @@ fn node_json(id: NodeId, s: &NodeStatus) -> Value {
     })
 }
 
-fn print_table(statuses: &Statuses) {
+fn print_table(statuses: &Statuses, builds: &Builds) {
     println!(
-        "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} notes",
-        "node", "role", "term", "leader", "last", "commit", "applied", "state hash"
+        "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} {:<17} notes",
+        "node", "role", "term", "leader", "last", "commit", "applied", "state hash", "build"
     );
-    for (id, status) in statuses {
+    for ((id, status), build) in statuses.iter().zip(builds) {
         match status {
             Ok(s) => println!(
-                "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} {}",
+                "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} {:<17} {}",
                 id,
                 format!("{:?}", s.role).to_lowercase(),
                 s.term.0,
@@ -294,10 +364,14 @@ fn print_table(statuses: &Statuses) {
                 s.commit_index.0,
                 s.applied_index.0,
                 s.state_hash.to_string(),
+                build_cell(build.as_ref()),
                 notes(s)
             ),
             Err(error) => println!("{id:>4} unreachable: {error}"),
         }
+    }
+    if mixed(builds) {
+        println!("mixed builds: the nodes run different builds (a rolling upgrade?)");
     }
 }
 
