@@ -215,16 +215,7 @@ fn a_client_file_made_into_a_cluster_file_is_no_operator() {
         assert_eq!(refusals(&scrape(metrics), "forbidden"), forbidden + 1);
         runtime().block_on(unchanged(&config));
         operator_file_works(&cluster, dir, &config);
-        // Each operator request is in the log with the address it came from.
-        let logs: String = (1..=3).map(|id| nodes.log(id)).collect();
-        for request in ["set mode", "backup"] {
-            let logged = |l: &&str| {
-                l.contains("operator request")
-                    && l.contains("caller=127.0.0.1:")
-                    && l.contains(&format!("request=\"{request}\""))
-            };
-            assert!(logs.lines().any(|l| logged(&l)), "{request} not logged:\n{logs}");
-        }
+        operator_requests_logged(&nodes);
     }
 }
 
@@ -248,6 +239,22 @@ fn forgery_refused(forged: &Path, dir: &Path, config: &ClientConfig) {
     refused("backup", &backup);
     assert!(!out.exists(), "a backup was written");
     runtime().block_on(unchanged(config));
+}
+
+/// Each operator request is in some node's log with the address it came from.
+fn operator_requests_logged(nodes: &common::Nodes) {
+    let logs: String = (1..=3).map(|id| nodes.log(id)).collect();
+    for request in ["set mode", "backup"] {
+        let logged = |l: &&str| {
+            l.contains("operator request")
+                && l.contains("caller=127.0.0.1:")
+                && l.contains(&format!("request=\"{request}\""))
+        };
+        assert!(
+            logs.lines().any(|l| logged(&l)),
+            "{request} not logged:\n{logs}"
+        );
+    }
 }
 
 /// The operator's file: no peer or client secret in it; it switches the mode and takes a

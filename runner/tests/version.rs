@@ -91,7 +91,10 @@ fn the_compatibility_table_names_this_builds_formats() {
     ];
     assert_eq!(cells[..expected.len()], expected, "{row}");
     let can_roll_from = cells[expected.len()];
-    assert!(!can_roll_from.is_empty(), "{row}: say which builds it rolls from");
+    assert!(
+        !can_roll_from.is_empty(),
+        "{row}: say which builds it rolls from"
+    );
     let header = operations
         .lines()
         .find(|l| l.starts_with("| build |"))

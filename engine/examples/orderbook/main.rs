@@ -23,6 +23,7 @@ mod workload;
 fn main() -> std::process::ExitCode {
     let about = "A limit order book on three machines";
     engine::cli::App::new(about, || book::OrderBook)
+        .version(engine::build_identity!())
         .sim(|| workload::BookWorkload)
         .bench(workload::BookBench::default())
         .run()

@@ -261,6 +261,8 @@ type Extra<'a, A> = Box<dyn FnOnce(A) -> anyhow::Result<()> + 'a>;
 pub struct App<'a, H, F> {
     about: &'static str,
     make: F,
+    /// The binary's version and commit ([`App::version`]).
+    build: Option<(&'static str, &'static str)>,
     #[cfg(feature = "sim")]
     sim: Option<Extra<'a, SimArgs>>,
     bench: Option<Extra<'a, BenchArgs>>,
@@ -274,6 +276,7 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
         App {
             about,
             make,
+            build: None,
             #[cfg(feature = "sim")]
             sim: None,
             bench: None,
@@ -289,6 +292,14 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
         self
     }
 
+    /// Names the binary's build, `(version, commit)`, as [`build_identity!`](crate::build_identity)
+    /// gives it: `--version` prints it with the formats, nodes report it to `status` and in
+    /// `engine_build_info`. Without it: the engine's version and `unknown`.
+    pub fn version(mut self, (version, commit): (&'static str, &'static str)) -> Self {
+        self.build = Some((version, commit));
+        self
+    }
+
     /// Adds `bench`: a benchmark of a running cluster with `workload`.
     pub fn bench<B: BenchWorkload<H = H> + 'a>(mut self, workload: B) -> Self {
         self.bench = Some(Box::new(move |args| bench(args, workload)));
@@ -299,6 +310,9 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
     /// causes joined) and exits with the code [`Exit::of`] gives it (a bad command line:
     /// [`Exit::Usage`]).
     pub fn run(self) -> ExitCode {
+        if let Some((version, commit)) = self.build {
+            crate::formats::set_binary(version, commit);
+        }
         let line = self.command_line();
         let matches = match line.try_get_matches() {
             Ok(matches) => matches,
@@ -314,7 +328,8 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
 
     /// This binary's whole command line.
     fn command_line(&self) -> clap::Command {
-        command_line(self.about, self.has_sim(), self.bench.is_some())
+        let line = command_line(self.about, self.has_sim(), self.bench.is_some());
+        versioned(line, self.build.unwrap_or_else(crate::formats::binary))
     }
 
     #[cfg(feature = "sim")]
@@ -351,6 +366,13 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
     }
 }
 
+/// `line` with `-V` giving `version` and `--version` the commit and the formats too.
+fn versioned(line: clap::Command, (version, commit): (&'static str, &str)) -> clap::Command {
+    let formats = crate::formats::describe();
+    let long = format!("{version} (commit {commit}; {formats})");
+    line.version(version).long_version(long)
+}
+
 /// The command line: [`Command`]'s commands, and `sim` and `bench` when asked for.
 fn command_line(about: &'static str, with_sim: bool, with_bench: bool) -> clap::Command {
     use clap::Args;
@@ -368,6 +390,22 @@ fn command_line(about: &'static str, with_sim: bool, with_bench: bool) -> clap::
         command = command.subcommand(bench);
     }
     command
+}
+
+/// The calling crate's build, for [`App::version`]: its version (`CARGO_PKG_VERSION`) and
+/// the commit that `GIT_COMMIT` names at build time (`unknown` when unset). Set it where
+/// the binary is built: `GIT_COMMIT=$(git rev-parse HEAD) cargo build --release`.
+#[macro_export]
+macro_rules! build_identity {
+    () => {
+        (
+            env!("CARGO_PKG_VERSION"),
+            match option_env!("GIT_COMMIT") {
+                Some(commit) => commit,
+                None => "unknown",
+            },
+        )
+    };
 }
 
 /// This binary's file name (what its usage lines and replay hints say).
@@ -477,6 +515,21 @@ mod tests {
         ] {
             assert!(out.join(page).exists(), "no {page}");
         }
+    }
+
+    /// Proves a binary's `--version` names the build it was given (version, commit) and the
+    /// formats, and `-V` the version alone.
+    #[test]
+    fn the_version_names_the_build_given() {
+        let line = command_line("about", false, false).name("book");
+        let line = versioned(line, ("9.8.7", "abc123"));
+        let long = line.clone().render_long_version();
+        let formats = crate::formats::describe();
+        assert_eq!(
+            long.trim_end(),
+            format!("book 9.8.7 (commit abc123; {formats})")
+        );
+        assert_eq!(line.render_version().trim_end(), "book 9.8.7");
     }
 
     /// Proves the command line with `sim` and `bench` added passes clap's own checks (a

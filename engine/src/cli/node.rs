@@ -85,6 +85,9 @@ pub fn node<H: Handler>(args: NodeArgs, handler: H) -> anyhow::Result<()> {
         .context("listed")?
         .clone();
     let data_dir = config.data_dir.clone();
+    // A stock soft limit of 1,024 descriptors runs out before the node's connection caps.
+    crate::node::process::raise_descriptor_limit();
+    let (version, commit) = crate::formats::binary();
     // One line: the refusal itself names the file, the reason and the setting.
     let mut handle = crate::node::start(config, handler).map_err(|error| {
         anyhow::anyhow!("node {} of {}: {error}", args.id, args.cluster.display())
@@ -92,7 +95,8 @@ pub fn node<H: Handler>(args: NodeArgs, handler: H) -> anyhow::Result<()> {
     // Through tracing, so that with `--log-format json` every line on stderr is JSON.
     tracing::info!(
         node = args.id,
-        version = env!("CARGO_PKG_VERSION"),
+        version,
+        commit,
         peer_address = %me.peer_address,
         client_address = %me.client_address,
         data_dir = %data_dir.display(),
@@ -109,15 +113,12 @@ pub fn node<H: Handler>(args: NodeArgs, handler: H) -> anyhow::Result<()> {
     })?;
     tracing::info!(
         node = args.id,
-        version = env!("CARGO_PKG_VERSION"),
+        version,
+        commit,
         signal = stopped_by,
         "node stopping"
     );
     handle.stop();
-    tracing::info!(
-        node = args.id,
-        version = env!("CARGO_PKG_VERSION"),
-        "node stopped"
-    );
+    tracing::info!(node = args.id, version, commit, "node stopped");
     Ok(())
 }

@@ -713,6 +713,25 @@ mod tests {
         }
     }
 
+    fn figures(latencies: StageLatencies) -> Figures {
+        let lag = PeerLag {
+            peer: NodeId(3),
+            entries: 4,
+            us: 1_500,
+            round_trip_us: Some(250),
+        };
+        Figures {
+            at: Instant::now(),
+            status: status(),
+            latencies,
+            sessions: (5, 640, 4096),
+            state: (1_000, 8_000),
+            handler_version: 3,
+            peers: vec![lag],
+            snapshot_age: Duration::from_millis(2_500),
+        }
+    }
+
     fn process() -> ProcessFigures {
         ProcessFigures {
             cpu_seconds: Some(1.5),
@@ -779,22 +798,7 @@ mod tests {
         for us in [3, 3, 700] {
             latencies.quorum.record(us);
         }
-        let lag = PeerLag {
-            peer: NodeId(3),
-            entries: 4,
-            us: 1_500,
-            round_trip_us: Some(250),
-        };
-        let mut figures = Figures {
-            at: Instant::now(),
-            status: status(),
-            latencies,
-            sessions: (5, 640, 4096),
-            state: (1_000, 8_000),
-            handler_version: 3,
-            peers: vec![lag],
-            snapshot_age: Duration::from_millis(2_500),
-        };
+        let mut figures = figures(latencies);
         let process = process();
         metrics.observe_published(Some(&figures), true, &process);
         let wal = metrics.wal();
