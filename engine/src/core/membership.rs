@@ -323,12 +323,30 @@ impl Core {
     /// log does not name (the newcomer, until its log holds the change) votes for none.
     /// Without it, the leader lost, no leader could be elected again (simulator seed 1672:
     /// a follower on a full disk held nothing, and [1, 2, 3, 4] needed 3 votes of 2 voters).
+    ///
+    /// Only members heard from within an election timeout count: a dead member's last
+    /// acknowledgement stays in its progress, and counting it let a leader add a fourth node
+    /// beside a dead third, after which only two voters were left for a majority of three.
     fn electable_without_newcomer(&self, members: &Members) -> bool {
         let needed = self.configs.settled_entry().unwrap_or(EntryIndex(1));
         let now = members.ids().filter(|&n| self.members().contains(n));
         let candidates = now.clone().count();
-        let holding = now.filter(|&n| self.matched_of(n) >= needed).count();
+        let holding = now
+            .filter(|&n| self.matched_of(n) >= needed && self.heard_lately(n))
+            .count();
         holding >= super::majority(members.len()).min(candidates)
+    }
+
+    /// True for this replica, and for a peer it heard from within the shortest election
+    /// timeout.
+    fn heard_lately(&self, node: NodeId) -> bool {
+        if node == self.config.id {
+            return true;
+        }
+        let window = u64::from(self.config.election_ticks_min);
+        self.peers
+            .get(&node)
+            .is_some_and(|p| self.ticks - p.last_heard < window)
     }
 
     /// The end of the log known to match the leader's and be durable on `node` (this

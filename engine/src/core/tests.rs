@@ -2111,6 +2111,33 @@ fn a_repairing_replica_votes_by_the_members_its_hard_state_kept() {
     assert!(!granted(&step(&mut unnamed, vote)));
 }
 
+/// Proves a member that has gone silent does not count as holding the log: N2 acknowledged
+/// everything, then was heard no more for an election timeout (dead), and adding N4 beside
+/// it is refused; had it been taken, [1, 2, 3, 4] would need 3 votes of N1, N3 and a
+/// newcomer that votes for nobody until its log names it. Once N2 answers again, it counts.
+#[test]
+fn a_leader_counts_no_silent_member_as_holding_the_log() {
+    use crate::members::{Member, MemberChange};
+    let change = MemberChange::Add(Member {
+        id: NodeId(4),
+        peer_address: "n4".into(),
+        client_address: "n4".into(),
+    });
+    let mut n1 = leader_with_five_applied();
+    step(&mut n1, matched(1, N2, 5));
+    for _ in 0..n1.config.election_ticks_min {
+        step(&mut n1, Event::Tick);
+        // N3 keeps answering: the leader keeps its quorum.
+        step(&mut n1, matched(1, N3, 5));
+    }
+    assert_eq!(n1.role(), Role::Leader);
+    let refused = n1.propose_members(&change, &mut Vec::new());
+    assert_eq!(refused, Err(ChangeRefused::Unheld), "N2 is silent");
+    step(&mut n1, matched(1, N2, 5));
+    let taken = n1.propose_members(&change, &mut Vec::new());
+    assert_eq!(taken, Ok(EntryIndex(6)), "N2 answers again");
+}
+
 /// Proves a leader takes no change of members while fewer than a majority of the new members,
 /// counting only members now, hold the log through the entry that made them members. Until the
 /// change commits, only such nodes can vote after a restart (an empty log refuses every
