@@ -37,7 +37,8 @@ pub enum MemberAction {
     /// Removes node ID: waits until the change is committed (the node may then be stopped).
     Remove(OneNode),
     /// Replaces node OLD with node NEW (listed in the cluster file, started with `node
-    /// --join`): adds NEW, waits until it has caught up, then removes OLD. OLD may be dead.
+    /// --join`): adds NEW, waits until it has caught up, then removes OLD; a dead OLD (no
+    /// answer) is removed first instead.
     Replace(Replace),
 }
 
@@ -110,17 +111,47 @@ pub fn member(args: MemberArgs) -> anyhow::Result<()> {
             let change = MemberChange::Remove(NodeId(one.id));
             runtime()?.block_on(apply(&file, change, deadline, one.wait))
         }
-        MemberAction::Replace(replace) => {
-            let file = super::read_cluster_file(&replace.cluster)?;
-            let deadline = Instant::now() + Duration::from_secs(replace.wait);
-            let add = MemberChange::Add(listed(&file, replace.new)?);
-            let remove = MemberChange::Remove(NodeId(replace.old));
-            runtime()?.block_on(async {
-                apply(&file, add, deadline, replace.wait).await?;
-                apply(&file, remove, deadline, replace.wait).await
-            })
-        }
+        MemberAction::Replace(replace) => runtime()?.block_on(replace_node(&replace)),
     }
+}
+
+/// Replaces OLD with NEW. While OLD answers, NEW is added first, so that the cluster keeps
+/// its redundancy while NEW catches up. A dead OLD is removed first: beside it, an added
+/// NEW would make a majority of four out of two live voters and a newcomer that cannot vote
+/// until it holds the change (the leader refuses that addition for as long as OLD is
+/// silent).
+async fn replace_node(replace: &Replace) -> anyhow::Result<()> {
+    let file = super::read_cluster_file(&replace.cluster)?;
+    let deadline = Instant::now() + Duration::from_secs(replace.wait);
+    let add = MemberChange::Add(listed(&file, replace.new)?);
+    let remove = MemberChange::Remove(NodeId(replace.old));
+    let old = file.nodes.iter().find(|n| n.id == replace.old);
+    let alive = match old {
+        Some(old) => answers(&file, &old.client_address).await,
+        None => false,
+    };
+    let order = if alive {
+        [add, remove]
+    } else {
+        eprintln!(
+            "node {} does not answer: removing it first, then adding node {}",
+            replace.old, replace.new
+        );
+        [remove, add]
+    };
+    for change in order {
+        apply(&file, change, deadline, replace.wait).await?;
+    }
+    Ok(())
+}
+
+/// True when the node at `address` answers a status request within [`MEMBER_TIMEOUT_MS`].
+async fn answers(file: &ClusterFile, address: &Address) -> bool {
+    let Ok(client) = file.operator_config() else {
+        return false;
+    };
+    let timeout = Duration::from_millis(MEMBER_TIMEOUT_MS);
+    node_status(&client, address, timeout).await.is_ok()
 }
 
 /// Node `id` as the cluster file lists it.
@@ -157,7 +188,12 @@ async fn apply(
     };
     let (leader, index) = propose(&client, &addresses, &change, deadline)
         .await?
-        .ok_or_else(|| timed_out("no leader took the change"))?;
+        .ok_or_else(|| {
+            timed_out(
+                "no leader took the change (a leader refuses to add a node while a member is \
+                 down or behind: remove a dead member first)",
+            )
+        })?;
     eprintln!(
         "{}: in the log at entry {index}, through {leader}",
         describe(&change)
