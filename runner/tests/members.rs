@@ -31,22 +31,31 @@ fn a_dead_node_is_replaced() {
     file.write(&nodes.cluster_file).unwrap();
     nodes.start_with(4, &["--join"]);
     let replaced = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["member", "replace", "--old", "3", "--new", "4", "--wait", "60"])
+        .args([
+            "member", "replace", "--old", "3", "--new", "4", "--wait", "60",
+        ])
         .arg("--cluster")
         .arg(&nodes.cluster_file)
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&replaced.stderr);
     assert!(replaced.status.success(), "{replaced:?}");
-    assert!(said.contains("node 3 does not answer: removing it first"), "{said}");
+    assert!(
+        said.contains("node 3 does not answer: removing it first"),
+        "{said}"
+    );
     let mut config = config;
     config.nodes.push(fourth.client_address.clone());
     let expected = vec![NodeId(1), NodeId(2), NodeId(4)];
-    runtime().block_on(wait_for(&config, "members 1, 2 and 4 under one leader", |all| {
-        all.len() == 3
-            && all.iter().all(|s| s.members == expected)
-            && common::leader_of(all).is_some()
-    }));
+    runtime().block_on(wait_for(
+        &config,
+        "members 1, 2 and 4 under one leader",
+        |all| {
+            all.len() == 3
+                && all.iter().all(|s| s.members == expected)
+                && common::leader_of(all).is_some()
+        },
+    ));
     let all = runtime().block_on(statuses(&config));
     assert!(all.iter().all(|s| s.node != NodeId(3)), "{all:?}");
 }
