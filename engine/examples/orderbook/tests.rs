@@ -718,7 +718,8 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 /// Proves a real node process serves Prometheus text at its `metrics_address` (the
 /// cluster-file key): scraped before and after a load of requests through the `client`
 /// command, its commit index, committed-entry count, WAL fsyncs and bytes and its apply
-/// stage's histogram have risen, and it names its role.
+/// stage's histogram have risen, and it names its role; every series carries the handler's
+/// label, `handler="orderbook"`.
 #[test]
 fn a_node_serves_metrics_and_its_commit_index_rises_under_load() {
     let binary = example_binary();
@@ -747,24 +748,32 @@ fn a_node_serves_metrics_and_its_commit_index_rises_under_load() {
     let (healthy, json) = processes.status(&["--wait", "60"]);
     assert!(healthy, "{json}");
     let before = scrape(metrics_address).expect("node 1 serves its metrics");
-    let commit_before = metric(&before, "engine_commit_index").expect("commit index");
-    assert!(metric(&before, "engine_role").is_some(), "{before}");
+    let commit_before =
+        metric(&before, "engine_commit_index{handler=\"orderbook\"}").expect("commit index");
+    assert!(
+        metric(&before, "engine_role{handler=\"orderbook\"}").is_some(),
+        "{before}"
+    );
     processes.client(&requests(41, 2_000));
     let after = scrape(metrics_address).expect("node 1 serves its metrics");
-    let commit_after = metric(&after, "engine_commit_index").unwrap();
+    let commit_after = metric(&after, "engine_commit_index{handler=\"orderbook\"}").unwrap();
     assert!(
         commit_after > commit_before,
         "{commit_before} then {commit_after}"
     );
-    let committed = metric(&after, "engine_entries_committed_total").unwrap();
+    let committed = metric(
+        &after,
+        "engine_entries_committed_total{handler=\"orderbook\"}",
+    )
+    .unwrap();
     assert!(committed >= commit_after, "{after}");
     assert!(after.ends_with("# EOF\n"), "{after}");
     // Node 1 wrote and fsynced entries and applied them, whatever its role: the WAL counters
     // and the apply stage's histogram rose with the load.
     for rising in [
-        "engine_wal_fsync_seconds_count",
-        "engine_wal_written_bytes_total",
-        "engine_stage_latency_seconds_count{stage=\"apply\"}",
+        "engine_wal_fsync_seconds_count{handler=\"orderbook\"}",
+        "engine_wal_written_bytes_total{handler=\"orderbook\"}",
+        "engine_stage_latency_seconds_count{handler=\"orderbook\",stage=\"apply\"}",
     ] {
         let (was, is) = (metric(&before, rising), metric(&after, rising));
         assert!(
