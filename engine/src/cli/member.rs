@@ -127,7 +127,7 @@ async fn replace_node(replace: &Replace) -> anyhow::Result<()> {
     let remove = MemberChange::Remove(NodeId(replace.old));
     let old = file.nodes.iter().find(|n| n.id == replace.old);
     let alive = match old {
-        Some(old) => answers(&file, &old.client_address).await,
+        Some(old) => answers(&file, &old.client_address).await?,
         None => false,
     };
     let order = if alive {
@@ -139,19 +139,25 @@ async fn replace_node(replace: &Replace) -> anyhow::Result<()> {
         );
         [remove, add]
     };
-    for change in order {
-        apply(&file, change, deadline, replace.wait).await?;
-    }
-    Ok(())
+    let [first, second] = order;
+    let done = describe(&first);
+    apply(&file, first, deadline, replace.wait).await?;
+    apply(&file, second, deadline, replace.wait)
+        .await
+        .map_err(|error| error.context(format!("{done} is done; run the same command again")))
 }
 
-/// True when the node at `address` answers a status request within [`MEMBER_TIMEOUT_MS`].
-async fn answers(file: &ClusterFile, address: &Address) -> bool {
-    let Ok(client) = file.operator_config() else {
-        return false;
-    };
+/// Whether the node at `address` answers a status request within [`MEMBER_TIMEOUT_MS`]:
+/// no (dead) when it cannot be reached or stays silent; an error when it refuses the
+/// credential or the file has none, since then no change could be made anyway.
+async fn answers(file: &ClusterFile, address: &Address) -> anyhow::Result<bool> {
+    let client = file.operator_config()?;
     let timeout = Duration::from_millis(MEMBER_TIMEOUT_MS);
-    node_status(&client, address, timeout).await.is_ok()
+    match node_status(&client, address, timeout).await {
+        Ok(_) => Ok(true),
+        Err(ClientError::Refused(refusal)) => Err(MemberError::Connection(refusal).into()),
+        Err(_) => Ok(false),
+    }
 }
 
 /// Node `id` as the cluster file lists it.
@@ -188,11 +194,12 @@ async fn apply(
     };
     let (leader, index) = propose(&client, &addresses, &change, deadline)
         .await?
-        .ok_or_else(|| {
-            timed_out(
+        .ok_or_else(|| match change {
+            MemberChange::Add(_) => timed_out(
                 "no leader took the change (a leader refuses to add a node while a member is \
                  down or behind: remove a dead member first)",
-            )
+            ),
+            MemberChange::Remove(_) => timed_out("no leader took the change"),
         })?;
     eprintln!(
         "{}: in the log at entry {index}, through {leader}",

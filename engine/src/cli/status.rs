@@ -299,26 +299,41 @@ fn status_json(statuses: &Statuses, builds: &Builds, found: &[Problem]) -> Value
 fn build_json(build: Option<&Result<BuildInfo, ClientError>>) -> Value {
     match build {
         Some(Ok(b)) => json!({ "version": b.version, "commit": b.commit, "formats": b.formats }),
+        Some(Err(error)) if older(error) => json!({ "older": true }),
         Some(Err(error)) => json!({ "unknown": error.to_string() }),
         None => Value::Null,
     }
 }
 
-/// True when the nodes that told their build do not all run the same one (a rolling
-/// upgrade in progress, or one left half done).
+/// True when the nodes do not all run the same build (a rolling upgrade in progress, or one
+/// left half done). A node that cannot decode the question runs a build from before it
+/// existed: a build of its own; a node that did not answer counts for nothing.
 fn mixed(builds: &Builds) -> bool {
-    let mut known = builds.iter().flatten().flatten();
+    let mut known = builds.iter().flatten().filter_map(|build| match build {
+        Ok(build) => Some(Some(build)),
+        Err(error) if older(error) => Some(None),
+        Err(_) => None,
+    });
     let Some(first) = known.next() else {
         return false;
     };
     known.any(|b| b != first)
 }
 
+/// True for the refusal a build from before the `Build` question gives it.
+fn older(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Refused(net::message::Refusal::Undecodable)
+    )
+}
+
 /// A build in a table cell: the version and the commit's first 10 digits.
 fn build_cell(build: Option<&Result<BuildInfo, ClientError>>) -> String {
     match build {
         Some(Ok(b)) => format!("{} {}", b.version, b.commit.get(..10).unwrap_or(&b.commit)),
-        Some(Err(_)) => "older".into(),
+        Some(Err(error)) if older(error) => "older".into(),
+        Some(Err(_)) => "?".into(),
         None => "-".into(),
     }
 }
@@ -493,6 +508,32 @@ mod tests {
             check(&split),
             vec![Problem::Unreachable(NodeId(3)), Problem::NoLeader]
         );
+    }
+
+    /// Proves builds are mixed when two nodes tell different builds, or when one is too old
+    /// to tell (it refuses the question as undecodable), and not when a node merely did not
+    /// answer.
+    #[test]
+    fn builds_are_mixed_when_a_node_runs_another_or_an_older_one() {
+        let build = |commit: &str| {
+            Some(Ok(BuildInfo {
+                version: "0.1.0".into(),
+                commit: commit.into(),
+                formats: String::new(),
+            }))
+        };
+        let older = || {
+            Some(Err(ClientError::Refused(
+                net::message::Refusal::Undecodable,
+            )))
+        };
+        let silent = || Some(Err(ClientError::Unreachable("timed out".into())));
+        assert!(!mixed(&vec![build("a"), build("a"), None]));
+        assert!(mixed(&vec![build("a"), build("b"), build("a")]));
+        assert!(mixed(&vec![build("a"), build("a"), older()]));
+        assert!(!mixed(&vec![build("a"), silent(), build("a")]));
+        assert_eq!(build_cell(older().as_ref()), "older");
+        assert_eq!(build_cell(silent().as_ref()), "?");
     }
 
     #[test]

@@ -703,15 +703,15 @@ fn log_operator_action(request: &ClientRequest, caller: SocketAddr) {
         ClientRequest::Backup(piece) if piece.offset == 0 => {
             tracing::info!(%caller, request = request.name(), index = ?piece.index, "operator request");
         }
-        ClientRequest::Backup(_) => {}
-        ClientRequest::Status
+        // Later pieces of a backup, and what the application role may ask too (returned
+        // above): nothing to log.
+        ClientRequest::Backup(_)
+        | ClientRequest::Status
         | ClientRequest::Versions
         | ClientRequest::Build
         | ClientRequest::Submit(_)
         | ClientRequest::Read(_)
-        | ClientRequest::Resume(_) => {
-            tracing::info!(%caller, request = request.name(), "operator request");
-        }
+        | ClientRequest::Resume(_) => {}
     }
 }
 

@@ -96,25 +96,7 @@ pub(super) async fn run<H: Handler>(
     );
     let metrics = super::metrics::NodeMetrics::new(&handler_label::<H>());
     let board = super::probe::Board::default();
-    tokio::spawn(accept_peers(
-        listeners.peer,
-        config.access(),
-        (inbox.clone(), metrics.clone()),
-        wakes.clone(),
-    ));
-    tokio::spawn(accept_clients(
-        listeners.client,
-        config.access(),
-        (inbox.clone(), metrics.clone()),
-    ));
-    if let Some(listener) = listeners.metrics {
-        let endpoints = super::http::Endpoints {
-            board: board.clone(),
-            metrics: metrics.clone(),
-            data_dir: config.data_dir.clone(),
-        };
-        tokio::spawn(super::http::serve(listener, endpoints));
-    }
+    listen(listeners, &config, (&inbox, &wakes), (&metrics, &board));
     let mut driver = Driver::new(config, restored, inbox, wakes, (metrics, board))?;
     driver.publish();
     let mut ticker = tokio::time::interval(Duration::from_millis(driver.config.tick_ms));
@@ -163,6 +145,36 @@ pub(super) async fn run<H: Handler>(
             tokio::task::yield_now().await;
             driver.idle_work();
         }
+    }
+}
+
+/// Serves the node's listeners, each on tasks of its own: peers, clients and (when it has
+/// one) the metrics address's HTTP endpoints.
+fn listen(
+    listeners: Listeners,
+    config: &NodeConfig,
+    (inbox, wakes): (&mpsc::Sender<Input>, &PeerWakes),
+    (metrics, board): (&super::metrics::NodeMetrics, &super::probe::Board),
+) {
+    tokio::spawn(accept_peers(
+        listeners.peer,
+        config.access(),
+        (inbox.clone(), metrics.clone()),
+        wakes.clone(),
+    ));
+    tokio::spawn(accept_clients(
+        listeners.client,
+        config.access(),
+        (inbox.clone(), metrics.clone()),
+    ));
+    if let Some(listener) = listeners.metrics {
+        let endpoints = super::http::Endpoints {
+            board: board.clone(),
+            metrics: metrics.clone(),
+            data_dir: config.data_dir.clone(),
+            rendered: Default::default(),
+        };
+        tokio::spawn(super::http::serve(listener, endpoints));
     }
 }
 

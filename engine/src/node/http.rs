@@ -32,6 +32,14 @@ pub const HTTP_CONNECTIONS_MAX: usize = 64;
 /// milliseconds: a failing accept must not spin.
 pub const HTTP_ACCEPT_RETRY_MS: u64 = 100;
 
+/// Longest a connection is kept, whatever it does, in milliseconds: a caller that sends
+/// requests and never reads the answers gives its place back.
+pub const HTTP_CONNECTION_MS_MAX: u64 = 10_000;
+
+/// How long a rendered `/metrics` text is served again, in milliseconds: a flood of scrapes
+/// costs one rendering (and one read of the process's figures) per period, not one each.
+pub const METRICS_RENDER_REUSE_MS: u64 = 1_000;
+
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What every connection's requests are answered from.
@@ -40,6 +48,9 @@ pub(super) struct Endpoints {
     pub(super) board: Board,
     pub(super) metrics: NodeMetrics,
     pub(super) data_dir: PathBuf,
+    /// The last `/metrics` text and when it was rendered; held while one is rendered, so
+    /// that scrapes arriving meanwhile wait for it rather than render their own.
+    pub(super) rendered: Arc<tokio::sync::Mutex<Option<(Instant, String)>>>,
 }
 
 /// Serves the endpoints on `listener` until the node's runtime stops.
@@ -61,17 +72,22 @@ pub(super) async fn serve(listener: TcpListener, endpoints: Endpoints) {
         let endpoints = endpoints.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
-                let response = endpoints.answer(&request);
-                async move { Ok::<_, Infallible>(response) }
+                let endpoints = endpoints.clone();
+                async move { Ok::<_, Infallible>(endpoints.answer(&request).await) }
             });
-            let served = hyper::server::conn::http1::Builder::new()
+            // One request a connection (probes and scrapes open one each): no caller keeps
+            // a connection, and with it a place, by pipelining requests it never reads.
+            let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_millis(HTTP_HEAD_READ_MS))
                 .max_buf_size(HTTP_HEAD_BYTES_MAX)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(error) = served {
-                tracing::debug!(%error, "metrics address: connection ended");
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            let limit = Duration::from_millis(HTTP_CONNECTION_MS_MAX);
+            match tokio::time::timeout(limit, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::debug!(%error, "metrics address: connection ended"),
+                Err(_) => tracing::debug!("metrics address: a connection outlived its limit"),
             }
             drop(permit);
         });
@@ -80,7 +96,7 @@ pub(super) async fn serve(listener: TcpListener, endpoints: Endpoints) {
 
 impl Endpoints {
     /// The answer to one request; `HEAD` gets `GET`'s head (hyper leaves the body out).
-    pub(super) fn answer(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    pub(super) async fn answer(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
         if request.method() != Method::GET && request.method() != Method::HEAD {
             let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD\n".into());
             response
@@ -94,17 +110,38 @@ impl Endpoints {
             "/livez" => verdict(probe::live(figures.as_deref(), now), "live"),
             "/readyz" => verdict(probe::ready(figures.as_deref(), now), "ready"),
             "/metrics" => {
-                let process = ProcessFigures::read(&self.data_dir);
-                let ready = probe::ready(figures.as_deref(), now).is_ok();
-                self.metrics
-                    .observe_published(figures.as_deref(), ready, &process);
-                let mut response = text(StatusCode::OK, self.metrics.text());
+                let mut response = text(StatusCode::OK, self.metrics_text().await);
                 let kind = HeaderValue::from_static(OPENMETRICS);
                 response.headers_mut().insert(CONTENT_TYPE, kind);
                 response
             }
             _ => text(StatusCode::NOT_FOUND, "/livez, /readyz, /metrics\n".into()),
         }
+    }
+
+    /// The metrics as text: the last rendering while it is under
+    /// [`METRICS_RENDER_REUSE_MS`] old, else a new one. The process's figures and the disk's
+    /// room are read off the node's thread: `/proc` and `statvfs` on a hung file system
+    /// must not stop its event loop.
+    async fn metrics_text(&self) -> String {
+        let reuse = Duration::from_millis(METRICS_RENDER_REUSE_MS);
+        let mut rendered = self.rendered.lock().await;
+        if let Some((at, text)) = rendered.as_ref()
+            && at.elapsed() < reuse
+        {
+            return text.clone();
+        }
+        let data_dir = self.data_dir.clone();
+        let process = tokio::task::spawn_blocking(move || ProcessFigures::read(&data_dir))
+            .await
+            .unwrap_or_default();
+        let figures = self.board.read();
+        let ready = probe::ready(figures.as_deref(), Instant::now()).is_ok();
+        self.metrics
+            .observe_published(figures.as_deref(), ready, &process);
+        let text = self.metrics.text();
+        *rendered = Some((Instant::now(), text.clone()));
+        text
     }
 }
 

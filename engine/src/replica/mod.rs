@@ -775,8 +775,9 @@ impl<H: Handler, T> Replica<H, T> {
             Ok(index) => ClientReply::MembersChanging { index },
             Err(ChangeRefused::NotLeader(_)) => self.not_leader(),
             Err(ChangeRefused::Pending) => ClientReply::MembersRefused(MembersRefusal::Pending),
-            // Too few holders is a wait like an unsettled leader's: the wire keeps one answer
-            // for both (asked again), and no protocol change is needed.
+            // Too few live holders is answered like an unsettled leader (asked again): it
+            // lasts while a member is silent, which `member replace` avoids by removing a
+            // dead member first, and `member add` names when it gives up.
             Err(ChangeRefused::NotSettled | ChangeRefused::Unheld) => {
                 ClientReply::MembersRefused(MembersRefusal::NotSettled)
             }

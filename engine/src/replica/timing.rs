@@ -141,11 +141,13 @@ impl Timing {
     /// A follower acknowledged everything up to `matched`.
     pub(crate) fn peer_matched(&mut self, peer: NodeId, matched: EntryIndex) {
         let timing = self.peers.entry(peer).or_default();
-        if matched <= timing.matched {
+        if matched == timing.matched {
             return;
         }
+        // Lower than before: the follower was removed and added again, and starts over.
+        let advanced = matched > timing.matched;
         timing.matched = matched;
-        if let Some(at) = proposal_time(&self.recent, matched) {
+        if advanced && let Some(at) = proposal_time(&self.recent, matched) {
             timing.round_trip_us = Some(micros(at, Instant::now()));
         }
     }
@@ -162,9 +164,9 @@ impl Timing {
             .map(|(peer, matched)| {
                 let entries = last.0.saturating_sub(matched.0);
                 let oldest_missing = (entries > 0)
-                    .then(|| proposal_time(&self.recent, EntryIndex(matched.0 + 1)))
-                    .map(|at| at.or(self.recent.front().map(|&(_, at)| at)));
-                let us = oldest_missing.flatten().map_or(0, |at| micros(at, now));
+                    .then(|| first_proposed_after(&self.recent, matched))
+                    .flatten();
+                let us = oldest_missing.map_or(0, |at| micros(at, now));
                 let round_trip_us = self.peers.get(&peer).and_then(|t| t.round_trip_us);
                 PeerLag {
                     peer,
@@ -238,13 +240,25 @@ impl Timing {
     }
 }
 
-/// When the entry at `index` was proposed, if it is among the `recent` proposals (whose
-/// indexes are consecutive within one leadership).
+/// When the entry at `index` was proposed, if it is among the `recent` proposals (ascending;
+/// entries the leader appends outside the batcher, members and upgrades, are not there).
 fn proposal_time(recent: &VecDeque<(EntryIndex, Instant)>, index: EntryIndex) -> Option<Instant> {
-    let &(first, _) = recent.front()?;
-    let position = usize::try_from(index.0.checked_sub(first.0)?).ok()?;
-    let &(found, at) = recent.get(position)?;
-    (found == index).then_some(at)
+    let position = recent.partition_point(|&(i, _)| i < index);
+    recent
+        .get(position)
+        .filter(|&&(found, _)| found == index)
+        .map(|&(_, at)| at)
+}
+
+/// When the oldest of the `recent` proposals after `index` was made: the wait of the oldest
+/// entry a follower that holds up to `index` lacks (at least that, when it is older than
+/// every proposal kept).
+fn first_proposed_after(
+    recent: &VecDeque<(EntryIndex, Instant)>,
+    index: EntryIndex,
+) -> Option<Instant> {
+    let position = recent.partition_point(|&(i, _)| i <= index);
+    recent.get(position).map(|&(_, at)| at)
 }
 
 #[cfg(test)]
@@ -294,5 +308,36 @@ mod tests {
         assert_eq!(again[1].round_trip_us, before);
         timing.forget();
         assert!(timing.peer_lags(EntryIndex(5), [].into_iter()).is_empty());
+    }
+
+    /// Proves an entry appended outside the batcher (a members or an upgrade entry), which
+    /// leaves a gap in the proposals kept, shifts no lookup after it: the round trip of a
+    /// later entry is still found, and a follower one entry behind lags by that entry's wait,
+    /// not by the oldest proposal's.
+    #[test]
+    fn a_gap_in_the_proposals_shifts_no_lookup() {
+        let mut timing = Timing::default();
+        for index in [1, 2, 3] {
+            timing.proposed(EntryIndex(index), false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        // Entry 4 is a members entry: not proposed through the batcher.
+        for index in [5, 6] {
+            timing.proposed(EntryIndex(index), false);
+        }
+        let peer = NodeId(2);
+        timing.peer_matched(peer, EntryIndex(5));
+        let lags = timing.peer_lags(EntryIndex(6), [(peer, EntryIndex(5))].into_iter());
+        assert!(
+            lags[0].round_trip_us.is_some(),
+            "entry 5 is found past the gap"
+        );
+        assert_eq!(lags[0].entries, 1);
+        // A follower that has nothing lags by at least the oldest proposal kept.
+        let behind = timing.peer_lags(EntryIndex(6), [(peer, EntryIndex(0))].into_iter());
+        assert!(behind[0].us >= 5_000, "{:?}", behind[0]);
+        // Entry 1 was proposed 5 ms before entry 6: the one-behind follower's wait is entry
+        // 6's, shorter by at least that.
+        assert!(lags[0].us + 5_000 <= behind[0].us, "{lags:?} {behind:?}");
     }
 }
