@@ -713,6 +713,36 @@ mod tests {
         }
     }
 
+    /// Checks that every `engine_*` or `process_*` series the alert rules and the dashboard
+    /// (`deploy/`) query is in `text`, a scrape with every family filled: a misspelt name is
+    /// an alert that never fires. (A family with no series yet, no refusal so far, is left
+    /// out of a scrape altogether.)
+    fn the_rules_name_only_served_series(text: &str) {
+        let served: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.split(['{', ' ']).next())
+            .collect();
+        let rules = [
+            (
+                "alerts.yml",
+                include_str!("../../../deploy/prometheus/alerts.yml"),
+            ),
+            (
+                "engine.json",
+                include_str!("../../../deploy/grafana/engine.json"),
+            ),
+        ];
+        for (file, queries) in rules {
+            let names = queries
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|word| word.starts_with("engine_") || word.starts_with("process_"));
+            for name in names {
+                assert!(served.contains(name), "{file} queries {name}, not served");
+            }
+        }
+    }
+
     fn figures(latencies: StageLatencies) -> Figures {
         let lag = PeerLag {
             peer: NodeId(3),
@@ -844,6 +874,7 @@ mod tests {
             &text,
             &expected.iter().map(String::as_str).collect::<Vec<_>>(),
         );
+        the_rules_name_only_served_series(&text);
         figures.peers.clear();
         metrics.observe_published(Some(&figures), false, &process);
         let text = metrics.text();
