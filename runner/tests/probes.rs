@@ -160,7 +160,6 @@ fn a_halted_node_is_live_and_not_ready() {
         });
         assert!(reason.contains("unrecoverable corruption"), "{reason}");
         assert_eq!(request(address, "GET", "/livez").unwrap().0, 200);
-        // A rendering may be reused for a second: poll.
         let lines = [
             "engine_halted{handler=\"bank\"} 1",
             "engine_ready{handler=\"bank\"} 0",

@@ -172,7 +172,6 @@ fn listen(
             board: board.clone(),
             metrics: metrics.clone(),
             data_dir: config.data_dir.clone(),
-            rendered: Default::default(),
         };
         tokio::spawn(super::http::serve(listener, endpoints));
     }

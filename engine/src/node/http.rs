@@ -36,10 +36,6 @@ pub const HTTP_ACCEPT_RETRY_MS: u64 = 100;
 /// requests and never reads the answers gives its place back.
 pub const HTTP_CONNECTION_MS_MAX: u64 = 10_000;
 
-/// How long a rendered `/metrics` text is served again, in milliseconds: a flood of scrapes
-/// costs one rendering (and one read of the process's figures) per period, not one each.
-pub const METRICS_RENDER_REUSE_MS: u64 = 1_000;
-
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What every connection's requests are answered from.
@@ -48,9 +44,6 @@ pub(super) struct Endpoints {
     pub(super) board: Board,
     pub(super) metrics: NodeMetrics,
     pub(super) data_dir: PathBuf,
-    /// The last `/metrics` text and when it was rendered; held while one is rendered, so
-    /// that scrapes arriving meanwhile wait for it rather than render their own.
-    pub(super) rendered: Arc<tokio::sync::Mutex<Option<(Instant, String)>>>,
 }
 
 /// Serves the endpoints on `listener` until the node's runtime stops.
@@ -119,18 +112,11 @@ impl Endpoints {
         }
     }
 
-    /// The metrics as text: the last rendering while it is under
-    /// [`METRICS_RENDER_REUSE_MS`] old, else a new one. The process's figures and the disk's
-    /// room are read off the node's thread: `/proc` and `statvfs` on a hung file system
-    /// must not stop its event loop.
+    /// The metrics as text, rendered for each scrape (a rendering is tens of microseconds;
+    /// scrapes are bounded by [`HTTP_CONNECTIONS_MAX`] and one request a connection). The
+    /// process's figures and the disk's room are read off the node's thread: `/proc` and
+    /// `statvfs` on a hung file system must not stop its event loop.
     async fn metrics_text(&self) -> String {
-        let reuse = Duration::from_millis(METRICS_RENDER_REUSE_MS);
-        let mut rendered = self.rendered.lock().await;
-        if let Some((at, text)) = rendered.as_ref()
-            && at.elapsed() < reuse
-        {
-            return text.clone();
-        }
         let data_dir = self.data_dir.clone();
         let process = tokio::task::spawn_blocking(move || ProcessFigures::read(&data_dir))
             .await
@@ -139,9 +125,7 @@ impl Endpoints {
         let ready = probe::ready(figures.as_deref(), Instant::now()).is_ok();
         self.metrics
             .observe_published(figures.as_deref(), ready, &process);
-        let text = self.metrics.text();
-        *rendered = Some((Instant::now(), text.clone()));
-        text
+        self.metrics.text()
     }
 }
 
