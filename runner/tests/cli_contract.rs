@@ -345,3 +345,48 @@ fn with_json_logs_every_stderr_line_is_json() {
     assert!(refusals.iter().any(|l| l["level"] == "WARN"));
     json_lines("node 3", &nodes.log(3));
 }
+
+/// Proves `client-file` takes the output switch: with `--json` its one JSON document says
+/// which file it wrote and that no peer or operator secret is in it; the table form is a
+/// sentence.
+#[test]
+fn client_file_reports_in_either_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, _) = write_cluster_file(dir.path(), |_| {});
+    let out = dir.path().join("client.toml");
+    let json = runner(
+        &[
+            "client-file",
+            "--cluster",
+            path(&cluster),
+            "--out",
+            path(&out),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(json.exit(), Some(Exit::Success), "{json:#?}");
+    let said = json.json();
+    assert_eq!(said["file"], path(&out));
+    assert_eq!(said["kind"], "client");
+    assert_eq!(
+        (said["peer_secret"].clone(), said["nodes"].clone()),
+        (false.into(), 3.into())
+    );
+    let again = dir.path().join("again.toml");
+    let table = runner(
+        &[
+            "client-file",
+            "--cluster",
+            path(&cluster),
+            "--out",
+            path(&again),
+        ],
+        &[],
+    );
+    assert_eq!(table.exit(), Some(Exit::Success), "{table:#?}");
+    assert!(
+        table.stdout.contains("no peer or operator secret"),
+        "{table:#?}"
+    );
+}

@@ -11,7 +11,8 @@ use std::process::Command;
 
 /// Proves `member replace` of a dead node finishes: node 3 killed, node 4 added to the file
 /// and started with `--join`, `replace --old 3 --new 4` removes 3 first (it does not answer)
-/// and then adds 4; the members become [1, 2, 4] on every live node and a leader leads them.
+/// and then adds 4, and with `--json` says so in one JSON document; the members become
+/// [1, 2, 4] on every live node and a leader leads them.
 /// Adding 4 first, beside the dead 3, is what the leader refuses (four members with two
 /// live voters and a newcomer), so the old order would wait until it gave up.
 #[test]
@@ -32,7 +33,7 @@ fn a_dead_node_is_replaced() {
     nodes.start_with(4, &["--join"]);
     let replaced = Command::new(env!("CARGO_BIN_EXE_runner"))
         .args([
-            "member", "replace", "--old", "3", "--new", "4", "--wait", "60",
+            "member", "replace", "--old", "3", "--new", "4", "--wait", "60", "--json",
         ])
         .arg("--cluster")
         .arg(&nodes.cluster_file)
@@ -44,6 +45,14 @@ fn a_dead_node_is_replaced() {
         said.contains("node 3 does not answer: removing it first"),
         "{said}"
     );
+    // With --json, standard output is one JSON document: both changes, in order, and the
+    // members after them.
+    let done: serde_json::Value = serde_json::from_slice(&replaced.stdout).unwrap();
+    let changes: Vec<&str> = (done["changes"].as_array().unwrap().iter())
+        .map(|c| c["change"].as_str().unwrap())
+        .collect();
+    assert_eq!(changes, ["remove node 3", "add node 4"], "{done}");
+    assert_eq!(done["members"], serde_json::json!([1, 2, 4]), "{done}");
     let mut config = config;
     config.nodes.push(fourth.client_address.clone());
     let expected = vec![NodeId(1), NodeId(2), NodeId(4)];

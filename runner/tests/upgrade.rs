@@ -87,6 +87,18 @@ fn an_upgrade_under_load_switches_every_node_at_one_entry() {
             "{stdout}"
         );
         assert!(requests > 3, "the load ran through the upgrade");
+        // Asked again with --json: already in force, and one JSON document says so per node.
+        let again = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["upgrade", "--handler-version", "2", "--json", "--cluster"])
+            .arg(&nodes.cluster_file)
+            .output()
+            .unwrap();
+        assert!(again.status.success(), "{again:?}");
+        let json: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+        let in_force: Vec<_> = (json["nodes"].as_array().unwrap().iter())
+            .map(|n| n["in_force"].as_u64())
+            .collect();
+        assert_eq!(in_force, [Some(2); 3], "{json}");
         converged(&config).await;
         assert_eq!(versions_in_force(&config).await, [2, 2, 2]);
         let (accounts, total) = audit(&mut client).await;

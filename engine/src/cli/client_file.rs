@@ -30,22 +30,30 @@ pub struct ClientFileArgs {
     /// The private key of --tls-cert (PEM, owner-only).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// What standard output holds once the file is written.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// Writes the client file (or, with `--operator`, the operator file) of `args.cluster` to
 /// `args.out`, durably and owner-only.
 pub fn client_file(args: ClientFileArgs) -> anyhow::Result<()> {
     let file = super::read_cluster_file(&args.cluster)?;
+    let out = args.out.display().to_string();
     if args.operator {
         let operator = file.operator_file()?;
         operator.write_to(&args.out, args.force)?;
-        println!(
-            "{}: cluster {}, {} nodes, operator secret included; no peer or client secret",
-            args.out.display(),
-            operator.cluster_id,
-            operator.nodes.len(),
-        );
-        return Ok(());
+        let (cluster, nodes) = (operator.cluster_id, operator.nodes.len());
+        let json = serde_json::json!({
+            "file": out, "kind": "operator", "cluster_id": cluster, "nodes": nodes,
+            "operator_secret": true, "peer_secret": false, "client_secret": false,
+        });
+        return args.output.emit(&json, || {
+            println!(
+                "{out}: cluster {cluster}, {nodes} nodes, operator secret included; \
+                 no peer or client secret"
+            );
+        });
     }
     let mut client = file.client_file()?;
     client.tls_cert_file = args.tls_cert;
@@ -53,21 +61,22 @@ pub fn client_file(args: ClientFileArgs) -> anyhow::Result<()> {
     // The files it names must load, before anyone is handed it.
     client.tls()?;
     client.write(&args.out, args.force)?;
-    println!(
-        "{}: cluster {}, {} nodes, client secret {}, TLS {}; no peer or operator secret",
-        args.out.display(),
-        client.cluster_id,
-        client.nodes.len(),
-        if client.client_secret.is_some() {
-            "included"
-        } else {
-            "not set"
-        },
-        match (&client.tls_ca_file, &client.tls_cert_file) {
-            (None, _) => "off",
-            (Some(_), None) => "on",
-            (Some(_), Some(_)) => "on, with a client certificate",
-        }
-    );
-    Ok(())
+    let secret = client.client_secret.is_some();
+    let tls = match (&client.tls_ca_file, &client.tls_cert_file) {
+        (None, _) => "off",
+        (Some(_), None) => "on",
+        (Some(_), Some(_)) => "on, with a client certificate",
+    };
+    let (cluster, nodes) = (client.cluster_id, client.nodes.len());
+    let json = serde_json::json!({
+        "file": out, "kind": "client", "cluster_id": cluster, "nodes": nodes,
+        "client_secret": secret, "peer_secret": false, "operator_secret": false, "tls": tls,
+    });
+    args.output.emit(&json, || {
+        let secret = if secret { "included" } else { "not set" };
+        println!(
+            "{out}: cluster {cluster}, {nodes} nodes, client secret {secret}, TLS {tls}; \
+             no peer or operator secret"
+        );
+    })
 }

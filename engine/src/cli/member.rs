@@ -54,6 +54,9 @@ pub struct OneNode {
     /// Give up after SECS.
     #[arg(long, value_name = "SECS", default_value_t = MEMBER_WAIT_S_DEFAULT)]
     pub wait: u64,
+    /// What standard output holds once the change is committed.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// `replace`'s options.
@@ -71,6 +74,9 @@ pub struct Replace {
     /// Give up after SECS (for the whole replacement).
     #[arg(long, value_name = "SECS", default_value_t = MEMBER_WAIT_S_DEFAULT)]
     pub wait: u64,
+    /// What standard output holds once both changes are committed.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// Why a change of members did not complete.
@@ -98,20 +104,50 @@ pub enum MemberError {
 
 /// Runs `member`.
 pub fn member(args: MemberArgs) -> anyhow::Result<()> {
-    match args.action {
+    let (done, output) = match args.action {
         MemberAction::Add(one) => {
             let file = super::read_cluster_file(&one.cluster)?;
             let deadline = Instant::now() + Duration::from_secs(one.wait);
             let change = MemberChange::Add(listed(&file, one.id)?);
-            runtime()?.block_on(apply(&file, change, deadline, one.wait))
+            let done = runtime()?.block_on(apply(&file, change, deadline, one.wait))?;
+            (vec![done], one.output)
         }
         MemberAction::Remove(one) => {
             let file = super::read_cluster_file(&one.cluster)?;
             let deadline = Instant::now() + Duration::from_secs(one.wait);
             let change = MemberChange::Remove(NodeId(one.id));
-            runtime()?.block_on(apply(&file, change, deadline, one.wait))
+            let done = runtime()?.block_on(apply(&file, change, deadline, one.wait))?;
+            (vec![done], one.output)
         }
-        MemberAction::Replace(replace) => runtime()?.block_on(replace_node(&replace)),
+        MemberAction::Replace(replace) => {
+            let done = runtime()?.block_on(replace_node(&replace))?;
+            (done, replace.output)
+        }
+    };
+    let json = serde_json::json!({
+        "changes": done.iter().map(Committed::json).collect::<Vec<_>>(),
+        "members": done.last().map(|c| c.members.clone()),
+    });
+    output.emit(&json, || {
+        for committed in &done {
+            println!(
+                "{}: committed at entry {}; members now {:?}",
+                committed.change, committed.index, committed.members
+            );
+        }
+    })
+}
+
+/// A change of members once committed: what it was, its entry, the members after it.
+struct Committed {
+    change: String,
+    index: u64,
+    members: Vec<u8>,
+}
+
+impl Committed {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({ "change": self.change, "index": self.index, "members": self.members })
     }
 }
 
@@ -120,7 +156,7 @@ pub fn member(args: MemberArgs) -> anyhow::Result<()> {
 /// NEW would make a majority of four out of two live voters and a newcomer that cannot vote
 /// until it holds the change (the leader refuses that addition for as long as OLD is
 /// silent).
-async fn replace_node(replace: &Replace) -> anyhow::Result<()> {
+async fn replace_node(replace: &Replace) -> anyhow::Result<Vec<Committed>> {
     let file = super::read_cluster_file(&replace.cluster)?;
     let deadline = Instant::now() + Duration::from_secs(replace.wait);
     let add = MemberChange::Add(listed(&file, replace.new)?);
@@ -140,11 +176,12 @@ async fn replace_node(replace: &Replace) -> anyhow::Result<()> {
         [remove, add]
     };
     let [first, second] = order;
-    let done = describe(&first);
-    apply(&file, first, deadline, replace.wait).await?;
-    apply(&file, second, deadline, replace.wait)
-        .await
-        .map_err(|error| error.context(format!("{done} is done; run the same command again")))
+    let first = apply(&file, first, deadline, replace.wait).await?;
+    let second = (apply(&file, second, deadline, replace.wait).await).map_err(|error| {
+        let done = &first.change;
+        error.context(format!("{done} is done; run the same command again"))
+    })?;
+    Ok(vec![first, second])
 }
 
 /// Whether the node at `address` answers a status request within [`MEMBER_TIMEOUT_MS`]:
@@ -181,7 +218,7 @@ async fn apply(
     change: MemberChange,
     deadline: Instant,
     seconds: u64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Committed> {
     let client = file.operator_config()?;
     let addresses: Vec<Address> = file
         .nodes
@@ -216,12 +253,11 @@ async fn apply(
     let members = settled(&client, &addresses, index, joining.as_ref(), deadline)
         .await
         .ok_or_else(|| timed_out("the change to be committed and the new node to catch up"))?;
-    let ids: Vec<u8> = members.iter().map(|n| n.0).collect();
-    println!(
-        "{}: committed at entry {index}; members now {ids:?}",
-        describe(&change)
-    );
-    Ok(())
+    Ok(Committed {
+        change: describe(&change),
+        index: index.0,
+        members: members.iter().map(|n| n.0).collect(),
+    })
 }
 
 fn describe(change: &MemberChange) -> String {

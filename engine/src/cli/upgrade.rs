@@ -30,6 +30,9 @@ pub struct UpgradeArgs {
     /// Give up after SECS.
     #[arg(long, value_name = "SECS", default_value_t = UPGRADE_WAIT_S_DEFAULT)]
     pub wait: u64,
+    /// What standard output holds once every node has the version in force.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
 }
 
 /// Why an upgrade did not happen or did not complete.
@@ -92,7 +95,7 @@ pub fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
         seconds: args.wait,
         doing: doing.to_string(),
     };
-    runtime()?.block_on(async {
+    let switched = runtime()?.block_on(async {
         every_node_runs(&client, &nodes, version).await?;
         let index = propose(&client, &nodes, version, deadline)
             .await?
@@ -104,13 +107,22 @@ pub fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
         let switched = settled(&client, &nodes, version, deadline)
             .await
             .ok_or_else(|| timed_out("every node to apply the upgrade"))?;
+        anyhow::Ok(switched)
+    })?;
+    let nodes: Vec<_> = (switched.iter())
+        .map(|v| {
+            let (node, applied) = (v.node.0, v.applied_index.0);
+            serde_json::json!({ "node": node, "in_force": v.in_force, "applied_index": applied })
+        })
+        .collect();
+    let json = serde_json::json!({ "handler_version": version, "nodes": nodes });
+    args.output.emit(&json, || {
         for versions in &switched {
             println!(
                 "node {}: handler version {} in force (applied through entry {})",
                 versions.node, versions.in_force, versions.applied_index
             );
         }
-        anyhow::Ok(())
     })
 }
 
