@@ -1,11 +1,13 @@
 //! One seeded stream of Bank commands gives the same results and the same final state hash
-//! however its requests are packed into entries, and the single-node path recovers the same
-//! state from its WAL.
+//! however its requests are packed into entries and in both modes (the engine's public
+//! determinism check, as any handler's tests run it), and the single-node path (the engine's
+//! own) recovers the same state from its WAL.
 
 use bank::{Bank, BankCommand};
 use engine::internals::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::internals::single::SingleNode;
-use engine::{ClientId, EntryIndex, ReplyStatus, RequestNumber, StateHash, StateMachine, Term};
+use engine::testing::check_determinism;
+use engine::{ClientId, EntryIndex, Outcome, RequestNumber, StateHash, StateMachine, Term};
 
 const COMMANDS: usize = 100_000;
 const REQUEST_COMMANDS: usize = 16;
@@ -43,50 +45,42 @@ fn as_requests(group: &[Encoded]) -> Vec<Request<'_>> {
         .collect()
 }
 
-/// Applies the stream with `per_entry` requests in each entry; returns every reply's results in
-/// request order and the final state hash.
-fn run(commands: &[BankCommand], per_entry: usize) -> (Vec<Vec<u8>>, StateHash) {
+/// Proves the Bank deterministic as a cluster runs it (`engine::testing`): 16 and 1,024
+/// commands per entry, both modes, a simulating leader beside an executing follower, give
+/// identical per-command results and an identical final state hash; a different stream
+/// gives a different hash.
+#[test]
+fn packing_and_modes_do_not_change_results_or_hash() {
+    let commands = stream(42);
+    let requests: Vec<Vec<BankCommand>> = commands
+        .chunks(REQUEST_COMMANDS)
+        .map(<[BankCommand]>::to_vec)
+        .collect();
+    let checked = check_determinism(Bank, &requests, &[16, 1024])
+        .unwrap_or_else(|difference| panic!("{difference}"));
+    let refused = checked.outcomes.iter().flatten();
+    let refused = refused.filter(|o| matches!(o, Outcome::Failed(_))).count();
+    assert!(refused > 100, "the stream refuses some commands: {refused}");
+    let other = check_determinism(Bank, &[stream(43)[..REQUEST_COMMANDS].to_vec()], &[16]);
+    let other = other.unwrap().state_hash;
+    assert_ne!(
+        checked.state_hash, other,
+        "the hash tells different histories apart"
+    );
+}
+
+/// Applies the stream with `per_entry` requests in each entry; the final state hash.
+fn run(commands: &[BankCommand], per_entry: usize) -> StateHash {
     let requests = requests(commands);
     let mut machine = StateMachine::new(Bank, 1 << 30);
     let mut prev = EntryHash::default();
-    let mut results = Vec::new();
     for (n, group) in requests.chunks(per_entry).enumerate() {
         let group = as_requests(group);
         let entry = whole_requests_entry(EntryIndex(n as u64 + 1), Term(1), &prev, 7, &group);
         prev = entry.header.hash;
-        for reply in machine.apply(&entry).unwrap().replies {
-            match reply.status {
-                ReplyStatus::Results(bytes) => results.push(bytes),
-                ReplyStatus::Stale
-                | ReplyStatus::Expired
-                | ReplyStatus::Reused
-                | ReplyStatus::NotYet => {
-                    panic!("{:?} reply", reply.status)
-                }
-            }
-        }
+        machine.apply(&entry).unwrap();
     }
-    assert_eq!(results.len(), requests.len());
-    (results, machine.state_hash())
-}
-
-/// Proves 16 and 1,024 commands per entry give identical per-command results and an identical
-/// final state hash, and that a different stream gives a different hash.
-#[test]
-fn packing_does_not_change_results_or_hash() {
-    let commands = stream(42);
-    let (results_16, hash_16) = run(&commands, 1);
-    let (results_1024, hash_1024) = run(&commands, 1024 / REQUEST_COMMANDS);
-    assert!(
-        results_16 == results_1024,
-        "per-command results differ between packings"
-    );
-    assert_eq!(hash_16, hash_1024);
-    let (_, other_hash) = run(&stream(43), 1);
-    assert_ne!(
-        hash_16, other_hash,
-        "the hash tells different histories apart"
-    );
+    machine.state_hash()
 }
 
 /// Proves the single-node path (WAL + apply) recovers the same state hash after a reopen.
@@ -95,7 +89,7 @@ fn single_node_recovers_the_same_state() {
     let dir = tempfile::tempdir().unwrap();
     let commands = stream(9);
     let commands = &commands[..20_000];
-    let (_, expected) = run(commands, 1024 / REQUEST_COMMANDS);
+    let expected = run(commands, 1024 / REQUEST_COMMANDS);
     let requests = requests(commands);
     {
         let (mut node, recovery) = SingleNode::open(dir.path(), Bank, 1 << 30).unwrap();

@@ -7,7 +7,8 @@
 //!
 //! What an author and an operator use:
 //! - [`handler`], [`state`] and [`codec`] (the derives): the handler and its tables;
-//! - [`Sandbox`]: the handler run in one process, for its tests;
+//! - [`Sandbox`]: the handler run in one process, for its tests; [`testing`]: the
+//!   determinism check every handler's tests should run;
 //! - `cli` (feature `cli`, off by default): a node binary's whole command line in one call;
 //! - [`node`]: a node's configuration and start, a local cluster;
 //! - [`operator`]: the cluster file, client files, secrets, the data directory, backups;
@@ -37,6 +38,7 @@ pub mod sandbox;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod state;
+pub mod testing;
 
 // The inner layers, in the order of the data path. Public only for the engine's own tests,
 // benches, fuzz targets and tools (through `internals`), hidden from the API.
@@ -73,6 +75,6 @@ pub use handler::{Handler, Outcome, OutcomeOf};
 pub use ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 pub use sandbox::Sandbox;
 pub use state::{
-    Hashed, InstallError, Key, Order, Ordered, OrderedTable, Prefetch, Record, Schema, State,
-    StateError, StateHash, Table, Tx,
+    CapacityTooSmall, Hashed, InstallError, Key, Order, Ordered, OrderedTable, Prefetch, Record,
+    Schema, State, StateError, StateHash, Table, Tx,
 };

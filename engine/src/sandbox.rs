@@ -4,7 +4,7 @@ use crate::apply::{ApplyError, ReplyStatus, StateMachine, decode_outcomes};
 use crate::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber, Term};
-use crate::state::State;
+use crate::state::{CapacityTooSmall, State};
 
 /// Runs commands through the real apply path (entries, per-command transactions, sessions, the
 /// state hash), one request per entry, from one client (`ClientId(1)`, requests numbered from
@@ -24,13 +24,24 @@ pub struct Sandbox<H: Handler> {
 
 impl<H: Handler> Sandbox<H> {
     /// A sandbox whose state holds at most `capacity_bytes`.
+    ///
+    /// # Panics
+    /// When `capacity_bytes` is below what the handler's empty tables take (the message
+    /// gives both numbers): every command would fail with
+    /// [`crate::StateError::CapacityExhausted`]. [`Sandbox::try_new`] returns it as an error.
     pub fn new(handler: H, capacity_bytes: u64) -> Self {
-        Sandbox {
-            machine: StateMachine::new(handler, capacity_bytes),
+        Sandbox::try_new(handler, capacity_bytes).unwrap_or_else(|refused| panic!("{refused}"))
+    }
+
+    /// A sandbox whose state holds at most `capacity_bytes`, or the refusal of a capacity
+    /// below the handler's empty tables ([`crate::Schema::empty_bytes`]).
+    pub fn try_new(handler: H, capacity_bytes: u64) -> Result<Self, CapacityTooSmall> {
+        Ok(Sandbox {
+            machine: StateMachine::try_new(handler, capacity_bytes)?,
             prev_hash: EntryHash::default(),
             next_request: 1,
             now_ms: 0,
-        }
+        })
     }
 
     /// Sets the time stamped on later entries (what [`crate::Tx::now_ms`] returns).

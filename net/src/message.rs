@@ -488,6 +488,42 @@ pub enum Mode {
     Performance,
 }
 
+impl Mode {
+    /// Both modes, in the order `status` and the benchmarks list them.
+    pub const ALL: [Mode; 2] = [Mode::Verify, Mode::Performance];
+
+    /// The mode's name as the cluster file, the mode file, `status` and `--mode` spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mode::Verify => "verify",
+            Mode::Performance => "performance",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A mode's name that is neither `verify` nor `performance`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode {0:?}: the modes are \"verify\" and \"performance\"")]
+pub struct UnknownMode(pub String);
+
+impl std::str::FromStr for Mode {
+    type Err = UnknownMode;
+
+    /// Reads a mode's [`Mode::name`], exactly (no other spelling: it is a file key too).
+    fn from_str(text: &str) -> Result<Mode, UnknownMode> {
+        Mode::ALL
+            .into_iter()
+            .find(|mode| mode.name() == text)
+            .ok_or_else(|| UnknownMode(text.to_string()))
+    }
+}
+
 /// A replica's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
 #[codec(crate = "crate::codec")]
@@ -1222,6 +1258,23 @@ mod tests {
     use super::*;
     use crate::codec;
     use crate::entry::{EntryHash, EntryKind};
+
+    /// Proves a mode's name reads back as the mode, and any other spelling is refused with
+    /// the names to use.
+    #[test]
+    fn modes_read_from_their_names_only() {
+        for mode in Mode::ALL {
+            assert_eq!(mode.name().parse::<Mode>(), Ok(mode));
+            assert_eq!(mode.to_string(), mode.name());
+        }
+        let refused = "Verify".parse::<Mode>().unwrap_err();
+        assert_eq!(refused, UnknownMode("Verify".into()));
+        let message = refused.to_string();
+        assert!(
+            message.contains("\"verify\" and \"performance\""),
+            "{message}"
+        );
+    }
 
     /// Proves a peer message carrying entries round-trips through the codec, payload included.
     #[test]

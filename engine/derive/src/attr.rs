@@ -1,9 +1,16 @@
-//! The derives' attributes: `#[codec(crate = "path")]` on the type, `#[codec(tag = N)]` on an
-//! enum's variants, and bincode's `#[bincode(crate = "path")]`, accepted and ignored.
+//! The derives' attributes: `#[codec(crate = "path")]` on the type and `#[codec(tag = N)]` on
+//! an enum's variants. bincode's `#[bincode(...)]` (the project's codec before its own) is
+//! refused wherever it stands, naming the attribute to write instead: accepted and ignored, it
+//! would let a stale path (even to a crate that does not exist) compile without effect.
 
 use proc_macro2::{Literal, TokenStream};
 use quote::{ToTokens, quote};
 use syn::{Attribute, Expr, ExprLit, Lit, LitInt, LitStr, Path, parse_quote};
+
+/// The message for a `#[bincode(...)]` on a type.
+const BINCODE_GONE: &str = "engine's derive does not read `#[bincode(...)]` (bincode's \
+     derive is gone): remove it, or write `#[codec(crate = \"path\")]` to reach the codec \
+     through another path than `::engine::codec`";
 
 /// The path of the codec module from `attrs`; `::engine::codec` unless a
 /// `#[codec(crate = "path")]` names another.
@@ -23,18 +30,7 @@ pub(crate) fn codec_path(attrs: &[Attribute]) -> syn::Result<Path> {
                 Ok(())
             })?;
         } else if attr.path().is_ident("bincode") {
-            // Written for bincode's derive (before the project owned its format): its path is
-            // the engine's anyway, or given by `codec`.
-            attr.parse_nested_meta(|meta| {
-                if !meta.path.is_ident("crate") {
-                    return Err(meta.error(
-                        "engine's derive accepts only `crate` here (and ignores it); \
-                         bincode's other options are not supported",
-                    ));
-                }
-                let _ignored: LitStr = meta.value()?.parse()?;
-                Ok(())
-            })?;
+            return Err(syn::Error::new_spanned(attr, BINCODE_GONE));
         }
     }
     Ok(path.unwrap_or_else(|| parse_quote!(::engine::codec)))

@@ -35,10 +35,9 @@
 //! it cannot see (`notes/decisions/gateway.md`, "The schema").
 //!
 //! Supported: structs (named, tuple, unit) and enums (unit, tuple and struct variants, and none),
-//! generic over lifetimes, types and constants. Not supported: unions, and bincode's own options
-//! (`bounds`, `decode_context`, `with_serde`, ...), which are compile errors rather than silently
-//! ignored. `#[bincode(crate = "...")]` is accepted and ignored, so that code written for
-//! bincode's derive (the project's codec before its own) compiles unchanged.
+//! generic over lifetimes, types and constants. Not supported: unions. bincode's attribute
+//! (`#[bincode(...)]`, from the project's codec before its own) is a compile error naming
+//! `#[codec(crate = "path")]`, never silently ignored.
 
 use proc_macro::TokenStream;
 use syn::{DeriveInput, parse_macro_input};
@@ -51,6 +50,8 @@ mod serde_attr;
 mod shape;
 
 /// Derives the codec's `Encode` for a struct or an enum, and its `Describe`.
+// `bincode` is a helper attribute only so that the derive can refuse it with its own message
+// (a stale one would otherwise be "cannot find attribute", naming nothing to write instead).
 #[proc_macro_derive(Encode, attributes(codec, bincode))]
 pub fn derive_encode(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

@@ -200,13 +200,11 @@ mod tests {
         }
     }
 
-    /// Proves the codec's path is the engine's unless `#[codec(crate)]` names another, and that
-    /// bincode's `crate` is ignored.
+    /// Proves the codec's path is the engine's unless `#[codec(crate)]` names another.
     #[test]
     fn codec_path() {
         let path = |input: DeriveInput| Shape::read(&input).unwrap().codec.to_token_stream();
         let default = path(parse_quote! {
-            #[bincode(crate = "somewhere::else")]
             struct A(u8);
         });
         assert_eq!(default.to_string(), ":: engine :: codec");
@@ -226,7 +224,21 @@ mod tests {
             #[bincode(bounds = "T: Clone")]
             struct A<T>(T);
         });
-        assert!(bounds.contains("accepts only `crate`"), "{bounds}");
+        assert!(
+            bounds.contains("does not read `#[bincode(...)]`"),
+            "{bounds}"
+        );
+        // The stale attribute of bincode's derive, even naming a crate that does not exist:
+        // refused, naming the one to write.
+        let stale = error(parse_quote! {
+            #[bincode(crate = "no_such_crate::bincode")]
+            struct A(u8);
+        });
+        assert!(
+            stale.contains("does not read `#[bincode(...)]`")
+                && stale.contains("#[codec(crate = \"path\")]"),
+            "{stale}"
+        );
         let field = error(parse_quote! { struct A(#[bincode(with_serde)] u8); });
         assert!(field.contains("no attribute on a field"), "{field}");
         let variant = error(parse_quote! { enum E { #[codec(skip)] One } });

@@ -6,12 +6,10 @@ use crate::book::{BookCommand, BookError, BookOutput, OrderBook};
 use crate::reference::Reference;
 use crate::workload::{BookWorkload, random_command};
 use engine::client::Client;
-use engine::internals::entry::{EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::node::local::LocalCluster;
 use engine::rng::Rng;
-use engine::{
-    ClientId, EntryIndex, Mode, Outcome, ReplyStatus, RequestNumber, Sandbox, StateMachine, Term,
-};
+use engine::testing::check_determinism;
+use engine::{ClientId, Mode, Outcome, RequestNumber, Sandbox};
 use std::time::Duration;
 
 /// Commands per request at most in the streams.
@@ -73,50 +71,25 @@ fn outcomes_match_the_reference_book() {
     );
 }
 
-/// Applies `requests` with `per_entry` requests in each entry; returns every reply's results
-/// and the final state hash.
-fn packed(requests: &[Vec<BookCommand>], per_entry: usize) -> (Vec<Vec<u8>>, engine::StateHash) {
-    let encoded: Vec<(Vec<u8>, u32)> = requests
-        .iter()
-        .map(|r| (encode_commands(r), r.len() as u32))
-        .collect();
-    let mut machine = StateMachine::new(OrderBook, 1 << 30);
-    let mut prev = EntryHash::default();
-    let mut results = Vec::new();
-    for (n, group) in encoded.chunks(per_entry).enumerate() {
-        let first = n * per_entry;
-        let group: Vec<Request<'_>> = (first..)
-            .zip(group)
-            .map(|(k, (bytes, count))| Request {
-                client: ClientId(1),
-                number: RequestNumber(k as u64 + 1),
-                command_count: *count,
-                commands: bytes,
-            })
-            .collect();
-        let entry = whole_requests_entry(EntryIndex(n as u64 + 1), Term(1), &prev, 7, &group);
-        prev = entry.header.hash;
-        for reply in machine.apply(&entry).unwrap().replies {
-            let ReplyStatus::Results(bytes) = reply.status else {
-                panic!("{:?}", reply.status)
-            };
-            results.push(bytes);
-        }
-    }
-    (results, machine.state_hash())
-}
-
-/// Proves one request per entry (16 commands at most) and 64 per entry (1,024 at most) give
-/// identical results and an identical state hash.
+/// Proves the book is deterministic as a cluster runs it: packed into entries of at most 16
+/// and of at most 1,024 commands, in both modes, through a leader that simulates before
+/// commit and a follower that executes, every outcome and state hash agree; the outcomes are
+/// the reference book's, and another stream ends in another state.
 #[test]
-fn packing_does_not_change_results_or_hash() {
+fn packing_and_modes_do_not_change_results_or_hash() {
     let requests = requests(11, 20_000);
-    let (one, hash_one) = packed(&requests, 1);
-    let (many, hash_many) = packed(&requests, 1024 / REQUEST_COMMANDS_MAX as usize);
-    assert!(one == many, "per-request results differ between packings");
-    assert_eq!(hash_one, hash_many);
-    let (_, other) = packed(&self::requests(12, 20_000), 1);
-    assert_ne!(hash_one, other, "another stream gives another state");
+    let checked = check_determinism(OrderBook, &requests, &[16, 1024])
+        .unwrap_or_else(|difference| panic!("{difference}"));
+    let outcomes: Vec<_> = checked.outcomes.into_iter().flatten().collect();
+    assert!(
+        outcomes == expected(&requests),
+        "the book and the reference differ"
+    );
+    let other = check_determinism(OrderBook, &self::requests(12, 20_000), &[16]).unwrap();
+    assert_ne!(
+        checked.state_hash, other.state_hash,
+        "another stream gives another state"
+    );
 }
 
 /// Sends `requests` through one client; returns every outcome.

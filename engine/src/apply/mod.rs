@@ -26,7 +26,7 @@ use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
 use crate::members::Members;
 use crate::snapshot::{self, ScanProgress, Snapshot, SnapshotMeta};
-use crate::state::{InstallError, Prefetch, State, StateHash, Tx};
+use crate::state::{CapacityTooSmall, InstallError, Prefetch, State, StateHash, Tx};
 use crate::state::{MIGRATE_SLOTS_PER_SNAPSHOT_TRY, ScanStep};
 use sessions::{Decision, SESSION_WRITE_TAG};
 
@@ -38,7 +38,7 @@ use std::collections::VecDeque;
 
 /// What the leader does with its simulation of an entry once the entry commits (a cluster
 /// setting, carried on the wire by `runner`).
-pub use net::message::Mode;
+pub use net::message::{Mode, UnknownMode};
 
 /// The apply loop names the records of the command this far ahead of the one it executes, so
 /// that memory latency overlaps with execution (about 100 ns of work per command covers the
@@ -293,9 +293,19 @@ impl<H: Handler> StateMachine<H> {
     }
 
     /// A state machine with an empty state of `capacity_bytes`.
+    ///
+    /// # Panics
+    /// When `capacity_bytes` cannot hold the handler's empty tables;
+    /// [`StateMachine::try_new`] returns that as an error.
     pub fn new(handler: H, capacity_bytes: u64) -> Self {
-        let state = State::new(handler.schema(), capacity_bytes);
-        StateMachine {
+        StateMachine::try_new(handler, capacity_bytes).unwrap_or_else(|refused| panic!("{refused}"))
+    }
+
+    /// A state machine with an empty state of `capacity_bytes`, or the refusal of a capacity
+    /// below the handler's empty tables.
+    pub fn try_new(handler: H, capacity_bytes: u64) -> Result<Self, CapacityTooSmall> {
+        let state = State::try_new(handler.schema(), capacity_bytes)?;
+        Ok(StateMachine {
             handler,
             hash: state.hash(),
             state,
@@ -317,7 +327,7 @@ impl<H: Handler> StateMachine<H> {
             journaling: false,
             fingerprints: Vec::new(),
             stopped: false,
-        }
+        })
     }
 
     /// Keeps each command's outcome fingerprint in [`Applied::outcomes`] (off by default; a

@@ -110,6 +110,9 @@ pub enum ConfigError {
         /// The delay configured, in milliseconds.
         delay_ms: u64,
     },
+    /// `capacity_bytes` cannot hold the handler's empty tables.
+    #[error("capacity_bytes: {0}")]
+    CapacityBelowTables(#[from] crate::state::CapacityTooSmall),
 }
 
 /// A number and its range, for [`range`].

@@ -47,7 +47,7 @@ use crate::core::{ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT};
 use crate::entry::ENTRY_COMMANDS_MAX;
 use crate::handler::Handler;
 use crate::ids::NodeId;
-use crate::state::STATE_BYTES_DEFAULT;
+use crate::state::{CapacityTooSmall, STATE_BYTES_DEFAULT};
 use crate::wal::WalError;
 use net::message::{ClientReply, ClientRequest, PeerMessage};
 use std::net::SocketAddr;
@@ -484,7 +484,10 @@ fn node_thread<H: Handler>(
 /// Recovers the node from its data directory and starts it on a thread of its own (a
 /// single-threaded tokio runtime; the WAL has another thread). Returns once it listens.
 pub fn start<H: Handler>(config: NodeConfig, handler: H) -> Result<NodeHandle, NodeError> {
-    let errors = config.validate();
+    let mut errors = config.validate();
+    if let Err(refused) = CapacityTooSmall::check(&handler.schema(), config.capacity_bytes) {
+        errors.push(refused.into());
+    }
     if !errors.is_empty() {
         return Err(NodeError::Config(errors));
     }

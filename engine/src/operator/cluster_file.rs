@@ -979,7 +979,8 @@ fn is_about_nodes(error: &ConfigError) -> bool {
         ConfigError::OutOfRange { .. }
         | ConfigError::HeartbeatNotBelowElection { .. }
         | ConfigError::EmptyDataDir
-        | ConfigError::InlineWalDelayed { .. } => false,
+        | ConfigError::InlineWalDelayed { .. }
+        | ConfigError::CapacityBelowTables(_) => false,
     }
 }
 

@@ -556,10 +556,9 @@ pub fn read_mode(dir: &Path) -> Result<Option<Mode>, DataDirError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(io(&path)(source)),
     };
-    match text.trim() {
-        "verify" => Ok(Some(Mode::Verify)),
-        "performance" => Ok(Some(Mode::Performance)),
-        _ => Err(DataDirError::ModeDamaged { path, text }),
+    match text.trim().parse::<Mode>() {
+        Ok(mode) => Ok(Some(mode)),
+        Err(_) => Err(DataDirError::ModeDamaged { path, text }),
     }
 }
 
@@ -579,11 +578,7 @@ pub fn write_joined(dir: &Path) -> Result<(), DataDirError> {
 
 /// Keeps `mode` as the one an operator set for the node of `dir`, durably.
 pub fn write_mode(dir: &Path, mode: Mode) -> Result<(), DataDirError> {
-    let text = match mode {
-        Mode::Verify => "verify\n",
-        Mode::Performance => "performance\n",
-    };
-    write_durably(dir, MODE_FILE, text.as_bytes())
+    write_durably(dir, MODE_FILE, format!("{}\n", mode.name()).as_bytes())
 }
 
 /// Moves `paths` (files or directories inside `dir`) into the folder `quarantine/<name>` of

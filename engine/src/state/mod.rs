@@ -164,9 +164,56 @@ pub struct State {
     oversized_tables: u64,
 }
 
+/// A state capacity below what the handler's empty tables take: refused when the state is
+/// made, since every command would then fail with [`StateError::CapacityExhausted`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a state capacity of {capacity_bytes} bytes is below the {empty_bytes} bytes the handler's \
+     {tables} empty tables take: give at least {empty_bytes} bytes, plus room for the records"
+)]
+pub struct CapacityTooSmall {
+    /// The capacity asked for.
+    pub capacity_bytes: u64,
+    /// Bytes of the empty tables ([`Schema::empty_bytes`]).
+    pub empty_bytes: u64,
+    /// Tables the schema declares.
+    pub tables: usize,
+}
+
+impl CapacityTooSmall {
+    /// `Err` when `capacity_bytes` cannot hold `schema`'s empty tables.
+    pub fn check(schema: &Schema, capacity_bytes: u64) -> Result<(), CapacityTooSmall> {
+        let empty_bytes = schema.empty_bytes();
+        match capacity_bytes < empty_bytes {
+            true => Err(CapacityTooSmall {
+                capacity_bytes,
+                empty_bytes,
+                tables: schema.table_count(),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
 impl State {
     /// An empty state with the tables of `schema` and room for `capacity_bytes`.
+    ///
+    /// # Panics
+    /// When `capacity_bytes` cannot hold the empty tables (the message has both numbers);
+    /// [`State::try_new`] returns that as an error.
     pub fn new(schema: Schema, capacity_bytes: u64) -> Self {
+        State::try_new(schema, capacity_bytes).unwrap_or_else(|refused| panic!("{refused}"))
+    }
+
+    /// An empty state with the tables of `schema` and room for `capacity_bytes`, or the
+    /// refusal of a capacity below the empty tables' bytes.
+    pub fn try_new(schema: Schema, capacity_bytes: u64) -> Result<Self, CapacityTooSmall> {
+        CapacityTooSmall::check(&schema, capacity_bytes)?;
+        Ok(State::sized(schema, capacity_bytes))
+    }
+
+    /// The empty state, its capacity checked.
+    fn sized(schema: Schema, capacity_bytes: u64) -> Self {
         let mut tables: Vec<Option<Box<dyn AnyTable>>> = (0..TABLES_MAX).map(|_| None).collect();
         let mut table_ids = Vec::new();
         let mut bytes_used = 0;

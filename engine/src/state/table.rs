@@ -223,6 +223,20 @@ impl Schema {
         Schema::default()
     }
 
+    /// Bytes the schema's tables take when empty: every table's first array, of
+    /// [`SLOTS_INITIAL`] slots (what a capacity must hold at least before any record).
+    pub fn empty_bytes(&self) -> u64 {
+        self.tables
+            .iter()
+            .map(|decl| decl.slot_bytes.saturating_mul(SLOTS_INITIAL as u64))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Tables declared.
+    pub fn table_count(&self) -> usize {
+        self.tables.len()
+    }
+
     /// Declares `table`. Each id may be declared once.
     pub fn table<K: Key, R: Record, O: Order<K>>(self, table: &Table<K, R, O>) -> Self {
         self.table_sized(table, 0)
