@@ -214,6 +214,7 @@ fn a_running_cluster_answers_with_the_table() {
     );
     assert_eq!(allowed.exit(), Some(Exit::Success), "{allowed:#?}");
     assert_eq!(allowed.json()["outcome"], "failed");
+    fixed_ids_and_convergence(&env);
     let mut other = ClusterFile::parse(&cluster).unwrap();
     other.cluster_id += 1;
     let other_path = dir.path().join("other.toml");
@@ -224,6 +225,32 @@ fn a_running_cluster_answers_with_the_table() {
     let degraded = runner(&["status", "--timeout", "1", "--json"], &env);
     assert_eq!(degraded.exit(), Some(Exit::Negative), "{degraded:#?}");
     assert_eq!(degraded.json()["healthy"], false);
+}
+
+/// A fixed client id goes on where its session stood: the second run sends its request 2
+/// (numbering afresh would send request 1 again with another command: refused as reused);
+/// `status --converged` is healthy once every node applied the newest commit with one hash.
+fn fixed_ids_and_convergence(env: &[(&str, &Path)]) {
+    for amount in ["1", "2"] {
+        let args = ["client", "--client-id", "0x2a", "deposit", "7", amount];
+        let fixed = runner(&args, env);
+        assert_eq!(fixed.exit(), Some(Exit::Success), "{fixed:#?}");
+    }
+    let read = runner(&["client", "--client-id", "42", "get", "7"], env);
+    assert_eq!(read.json()["output"]["balance"], 103, "{read:#?}");
+    let bad_id = runner(&["client", "--client-id", "seven", "get", "7"], env);
+    assert_eq!(bad_id.exit(), Some(Exit::Usage), "{bad_id:#?}");
+    // --converged: healthy once every node applied the newest commit with one hash.
+    let still = runner(&["status", "--wait", "60", "--converged", "--json"], env);
+    assert_eq!(still.exit(), Some(Exit::Success), "{still:#?}");
+    let still = still.json();
+    assert_eq!(still["converged"], true);
+    let listed = still["nodes"].as_array().unwrap();
+    let at = |key: &str| -> Vec<String> { listed.iter().map(|n| n[key].to_string()).collect() };
+    for key in ["applied_index", "state_hash"] {
+        let values = at(key);
+        assert!(values.windows(2).all(|w| w[0] == w[1]), "{key}: {values:?}");
+    }
 }
 
 /// Proves `completions` prints a script for each shell that names real commands, and `man`

@@ -4,8 +4,9 @@
 //! `--timeout`, 2.
 
 use super::{CliHandler, Output, runtime};
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientConfig, ClientError};
 use crate::handler::Outcome;
+use crate::ids::ClientId;
 use anyhow::Context;
 use clap::Args;
 use serde_json::{Value, json};
@@ -52,6 +53,23 @@ pub struct ClientArgs {
     /// its outcomes, on one line) or `table` (one line per outcome, for a person).
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Output::Json)]
     pub output: Output,
+    /// Send as this client id (decimal, or hexadecimal after `0x`; up to 128 bits) instead of
+    /// a fresh random one: the session goes on where the cluster left it (its next request
+    /// number asked of the leader), so one id's requests across runs are one history. An id
+    /// whose session expired is refused (exit 4).
+    #[arg(long, value_name = "ID", value_parser = client_id)]
+    pub client_id: Option<ClientId>,
+}
+
+/// `--client-id`'s value: a 128-bit id in decimal or `0x` hexadecimal.
+pub fn client_id(text: &str) -> Result<ClientId, String> {
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u128::from_str_radix(hex, 16),
+        None => text.parse::<u128>(),
+    };
+    parsed
+        .map(ClientId)
+        .map_err(|error| format!("{error}: a client id is a number of up to 128 bits"))
 }
 
 /// Sends the commands; prints each request's outcomes as one JSON array per line; fails
@@ -61,8 +79,7 @@ pub fn client<H: CliHandler>(args: ClientArgs) -> anyhow::Result<()> {
     let timeout = Duration::from_secs_f64(args.timeout);
     config.give_up_after = Some(timeout);
     let runtime = runtime()?;
-    // A fresh id per run, registered through the log: its requests are numbered from 1.
-    let mut client = runtime.block_on(within(timeout, Client::register(config)))?;
+    let mut client = runtime.block_on(within(timeout, session(config, args.client_id)))?;
     let (mut refused, mut sent) = (0, 0);
     let mut send = |commands: Vec<H::Command>| -> anyhow::Result<()> {
         let outcomes = runtime.block_on(within(timeout, client.submit::<H>(&commands)))?;
@@ -93,6 +110,21 @@ pub fn client<H: CliHandler>(args: ClientArgs) -> anyhow::Result<()> {
         }
         .into()),
     }
+}
+
+/// The session a `client` command sends in: a fresh id, registered through the log (its
+/// requests numbered from 1), or the given id, going on from its session's last request.
+pub async fn session(config: ClientConfig, id: Option<ClientId>) -> Result<Client, ClientError> {
+    let client = match id {
+        None => Client::register(config).await?,
+        Some(id) => Client::resume(config, id).await?,
+    };
+    tracing::debug!(
+        client = %client.id(),
+        next_request = client.next_request().0,
+        "client session"
+    );
+    Ok(client)
 }
 
 /// `work`, or [`ClientError::GaveUp`] when it takes longer than `timeout` and a little: the

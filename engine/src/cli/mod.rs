@@ -62,7 +62,7 @@ pub use bench::{
 pub use check::{CheckArgs, check};
 pub use client::{
     CLIENT_GIVE_UP_SECS_DEFAULT, CLIENT_TIMEOUT_GRACE_MS, ClientArgs, Refused as ClientRefused,
-    client, is_refused, outcome_json, within,
+    client, client_id, is_refused, outcome_json, session, within,
 };
 pub use client_file::{ClientFileArgs, client_file};
 pub use exit::{Coded, Exit, coded, exit_code, parse_failed};
@@ -476,10 +476,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// The mode's name, as the cluster file and `status` spell it.
 pub fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Verify => "verify",
-        Mode::Performance => "performance",
-    }
+    mode.name()
 }
 
 #[cfg(test)]

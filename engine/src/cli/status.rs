@@ -39,6 +39,11 @@ pub struct StatusArgs {
     /// node answered.
     #[arg(long, value_name = "SECS", value_parser = wait_seconds)]
     pub wait: Option<f64>,
+    /// Healthy also means converged: every node has applied the newest committed entry and
+    /// holds the same state hash there (a script that compares hashes right after a run
+    /// waits for this, with --wait; a cluster under load may never be still long enough).
+    #[arg(long)]
+    pub converged: bool,
     /// Seconds the nodes have to answer each look (they are asked at once); a node silent
     /// past it is unreachable.
     #[arg(long, value_name = "SECS", value_parser = timeout_seconds,
@@ -74,6 +79,10 @@ pub enum Problem {
     /// No node leads with a majority of the cluster following it.
     #[error("no leader that a majority of the nodes follow")]
     NoLeader,
+    /// With `--converged`: the nodes have not all applied the newest committed entry, or
+    /// hold different state hashes there.
+    #[error("not converged: {0}")]
+    NotConverged(String),
 }
 
 /// `status` found the cluster not healthy.
@@ -124,14 +133,19 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         (None, Ok(cluster)) => cluster.operator_config().ok(),
         (Some(_), _) | (None, Err(_)) => None,
     };
+    let look = Look {
+        wait,
+        timeout,
+        converged: args.converged,
+    };
     let (statuses, builds) = match operator {
-        Some(operator) => runtime()?.block_on(look_with_builds(&file, &operator, wait, timeout)),
+        Some(operator) => runtime()?.block_on(look_with_builds(&file, &operator, look)),
         None => {
             let client = file.client_config()?;
-            runtime()?.block_on(look_with_builds(&file, &client, wait, timeout))
+            runtime()?.block_on(look_with_builds(&file, &client, look))
         }
     };
-    let found = problems(&answered(&statuses));
+    let found = look.problems(&answered(&statuses));
     let json = status_json(&statuses, &builds, &found);
     args.output
         .emit(&json, || print_table(&statuses, &builds))?;
@@ -156,20 +170,39 @@ fn is_refusal(status: &Result<NodeStatus, ClientError>) -> bool {
     }
 }
 
-/// Looks at every node until the cluster is healthy or `wait` has passed; logs, once a
-/// second, what it still waits for.
-async fn look_until_healthy(
-    file: &ClientFile,
-    client: &impl Connects,
+/// How `status` looks at the cluster.
+#[derive(Clone, Copy, Debug)]
+struct Look {
+    /// How long to wait for the cluster to be healthy.
     wait: Duration,
+    /// How long each node has to answer.
     timeout: Duration,
-) -> Statuses {
+    /// Whether healthy includes converged.
+    converged: bool,
+}
+
+impl Look {
+    /// What keeps the cluster from being healthy, convergence included when asked.
+    fn problems(&self, nodes: &[(NodeId, Option<&NodeStatus>)]) -> Vec<Problem> {
+        let mut found = problems(nodes);
+        if self.converged
+            && let Some(apart) = convergence(nodes)
+        {
+            found.push(apart);
+        }
+        found
+    }
+}
+
+/// Looks at every node until the cluster is healthy or the wait has passed; logs, once a
+/// second, what it still waits for.
+async fn look_until_healthy(file: &ClientFile, client: &impl Connects, how: Look) -> Statuses {
     let started = Instant::now();
     let mut said = Instant::now();
     loop {
-        let statuses = look(file, client, timeout).await;
-        let found = problems(&answered(&statuses));
-        if found.is_empty() || started.elapsed() >= wait {
+        let statuses = look(file, client, how.timeout).await;
+        let found = how.problems(&answered(&statuses));
+        if found.is_empty() || started.elapsed() >= how.wait {
             return statuses;
         }
         if said.elapsed() >= Duration::from_secs(1) {
@@ -190,10 +223,10 @@ async fn look_until_healthy(
 async fn look_with_builds(
     file: &ClientFile,
     client: &impl Connects,
-    wait: Duration,
-    timeout: Duration,
+    how: Look,
 ) -> (Statuses, Builds) {
-    let statuses = look_until_healthy(file, client, wait, timeout).await;
+    let timeout = how.timeout;
+    let statuses = look_until_healthy(file, client, how).await;
     let asks = file
         .nodes
         .iter()
@@ -273,6 +306,38 @@ pub fn problems(nodes: &[(NodeId, Option<&NodeStatus>)]) -> Vec<Problem> {
     found
 }
 
+/// Why the nodes that answered have not converged, if they have not: one of them has not
+/// applied the newest entry any of them knows committed, or two hold different hashes
+/// there. (Nodes that did not answer are [`Problem::Unreachable`] already.)
+pub fn convergence(nodes: &[(NodeId, Option<&NodeStatus>)]) -> Option<Problem> {
+    let answered: Vec<&NodeStatus> = nodes.iter().filter_map(|(_, s)| *s).collect();
+    let commit = answered.iter().map(|s| s.commit_index).max()?;
+    let behind: Vec<String> = answered
+        .iter()
+        .filter(|s| s.applied_index < commit)
+        .map(|s| format!("node {} applied {}", s.node, s.applied_index))
+        .collect();
+    if !behind.is_empty() {
+        return Some(Problem::NotConverged(format!(
+            "{} of committed {commit}",
+            behind.join(", ")
+        )));
+    }
+    let first = answered.first()?;
+    let apart = answered
+        .iter()
+        .find(|s| (s.applied_index, s.state_hash) != (first.applied_index, first.state_hash))?;
+    Some(Problem::NotConverged(format!(
+        "node {} at {} has hash {}, node {} at {} has {}",
+        first.node,
+        first.applied_index,
+        first.state_hash,
+        apart.node,
+        apart.applied_index,
+        apart.state_hash
+    )))
+}
+
 fn status_json(statuses: &Statuses, builds: &Builds, found: &[Problem]) -> Value {
     let nodes: Vec<Value> = statuses
         .iter()
@@ -289,6 +354,8 @@ fn status_json(statuses: &Statuses, builds: &Builds, found: &[Problem]) -> Value
     let problems: Vec<String> = found.iter().map(Problem::to_string).collect();
     json!({
         "healthy": found.is_empty(),
+        "converged": statuses.iter().all(|(_, s)| s.is_ok())
+            && convergence(&answered(statuses)).is_none(),
         "problems": problems,
         "mixed_builds": mixed(builds),
         "nodes": nodes,
@@ -458,6 +525,57 @@ mod tests {
             .map(|(at, s)| (NodeId(at as u8 + 1), s.as_ref()))
             .collect();
         problems(&answered)
+    }
+
+    /// Proves convergence: every node applied the newest committed entry with one hash; a
+    /// node behind, or one hash apart at the same entry, is named, and `--converged` makes
+    /// it a problem while plain health ignores it.
+    #[test]
+    fn convergence_names_the_node_behind_or_apart() {
+        let nodes = |statuses: &[NodeStatus]| -> Vec<(NodeId, Option<NodeStatus>)> {
+            statuses.iter().map(|s| (s.node, Some(s.clone()))).collect()
+        };
+        let view = |owned: &[(NodeId, Option<NodeStatus>)]| -> Vec<Problem> {
+            let nodes: Vec<(NodeId, Option<&NodeStatus>)> =
+                owned.iter().map(|(id, s)| (*id, s.as_ref())).collect();
+            convergence(&nodes).into_iter().collect()
+        };
+        let leader = node(1, Role::Leader, 3, Some(1));
+        let follower = node(2, Role::Follower, 3, Some(1));
+        let mut behind = node(3, Role::Follower, 3, Some(1));
+        assert!(view(&nodes(&[leader.clone(), follower.clone(), behind.clone()])).is_empty());
+        behind.applied_index = EntryIndex(9);
+        let found = view(&nodes(&[leader.clone(), follower.clone(), behind.clone()]));
+        assert_eq!(
+            found,
+            vec![Problem::NotConverged(
+                "node 3 applied 9 of committed 10".into()
+            )]
+        );
+        behind.applied_index = EntryIndex(10);
+        behind.state_hash = crate::state::StateHash([7; 32]);
+        let found = view(&nodes(&[leader.clone(), follower.clone(), behind.clone()]));
+        let [Problem::NotConverged(text)] = found.as_slice() else {
+            panic!("{found:?}")
+        };
+        assert!(text.starts_with("node 1 at 10 has hash") && text.contains("node 3 at 10"));
+        let owned = nodes(&[leader, follower, behind]);
+        let borrowed: Vec<(NodeId, Option<&NodeStatus>)> =
+            owned.iter().map(|(id, s)| (*id, s.as_ref())).collect();
+        let plain = Look {
+            wait: Duration::ZERO,
+            timeout: Duration::ZERO,
+            converged: false,
+        };
+        assert!(
+            plain.problems(&borrowed).is_empty(),
+            "healthy without --converged"
+        );
+        let strict = Look {
+            converged: true,
+            ..plain
+        };
+        assert_eq!(strict.problems(&borrowed).len(), 1);
     }
 
     /// Proves the health rule: a leader that a majority follows with every node well is

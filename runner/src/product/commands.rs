@@ -6,7 +6,6 @@ use anyhow::{Context, bail};
 use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
 use clap::{Args, Subcommand};
 use engine::cli::StorageOptions;
-use engine::client::Client;
 use engine::node::ClusterFile;
 use engine::node::local::LocalCluster;
 use engine::state::STATE_BYTES_DEFAULT;
@@ -41,6 +40,11 @@ pub struct ClientArgs {
     /// `table` (one line for a person).
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = engine::cli::Output::Json)]
     pub output: engine::cli::Output,
+    /// Send as this client id (decimal, or hexadecimal after `0x`; up to 128 bits) instead of
+    /// a fresh random one: the session goes on where the cluster left it. An id whose
+    /// session expired is refused (exit 4).
+    #[arg(long, value_name = "ID", value_parser = engine::cli::client_id)]
+    pub client_id: Option<engine::ClientId>,
     /// The command.
     #[command(subcommand)]
     pub command: ClientCommand,
@@ -158,7 +162,8 @@ pub fn client(args: ClientArgs) -> anyhow::Result<()> {
     config.give_up_after = Some(timeout);
     let command = args.command.to_bank();
     let runtime = runtime()?;
-    let mut client = runtime.block_on(engine::cli::within(timeout, Client::register(config)))?;
+    let session = engine::cli::session(config, args.client_id);
+    let mut client = runtime.block_on(engine::cli::within(timeout, session))?;
     let submitted = client.submit::<Bank>(std::slice::from_ref(&command));
     let outcome = runtime.block_on(engine::cli::within(timeout, submitted))?;
     let Some(outcome) = outcome.first() else {
