@@ -137,9 +137,15 @@ pub const SIM_SNAPSHOT_WRITE_BYTES: usize = 256;
 /// (four minimal election timeouts: 60 ms).
 pub const QUIET_UNITS: Time = 4 * ELECTION_TICKS_MIN_DEFAULT as Time * TICK_UNITS;
 /// A business the simulator drives: its handler, the requests its clients send, the
-/// invariant its state must keep (I3 for the Bank), and its own model of the business: an
-/// independent oracle, sharing no code with the engine's apply, sessions or codec, that the
-/// checker feeds the committed log and compares with the reference replica.
+/// invariant its state must keep (I3 for the Bank), and optionally its own model of the
+/// business: an independent oracle, sharing no code with the engine's apply, sessions or
+/// codec, that the checker feeds the committed log and compares with the reference replica.
+///
+/// A workload needs only [`Workload::handler`], [`Workload::next_request`] and
+/// [`Workload::check`]; the other methods default to a workload without a model (the
+/// simulator still compares every replica with its reference replica, outcome by outcome
+/// and hash by hash). A model catches what the reference cannot: a handler that is
+/// deterministic but wrong.
 pub trait Workload {
     /// The handler under test.
     type H: Handler;
@@ -147,17 +153,28 @@ pub trait Workload {
     fn handler(&self) -> Self::H;
     /// The commands of a client's next request (1 to 1,024).
     fn next_request(&mut self, rng: &mut Rng) -> Vec<<Self::H as Handler>::Command>;
-    /// Takes note of a command's outcome, in the global order of the committed log.
-    fn observe(&mut self, command: &<Self::H as Handler>::Command, outcome: &OutcomeOf<Self::H>);
-    /// Checks the committed state against what was observed.
+    /// Checks the committed state against what was observed (the business invariant).
     fn check(&self, state: &State) -> Result<(), String>;
+    /// Takes note of a command's outcome, in the global order of the committed log; nothing
+    /// by default.
+    fn observe(&mut self, command: &<Self::H as Handler>::Command, outcome: &OutcomeOf<Self::H>) {
+        let _ = (command, outcome);
+    }
     /// The model takes in one request fragment as the committed log holds it (every copy, a
     /// retried request logged twice included, in log order): it decides by itself which of
     /// the commands apply (exactly once) and what each outputs, and says where the
-    /// reference's answer differs (naming the entry, client, request and command).
-    fn logged(&mut self, logged: check::Logged<'_, Self::H>) -> Result<(), String>;
-    /// Compares the model with the committed state after an entry.
-    fn check_model(&self, state: &State) -> Result<(), String>;
+    /// reference's answer differs (naming the entry, client, request and command). Without a
+    /// model (the default) it accepts every fragment.
+    fn logged(&mut self, logged: check::Logged<'_, Self::H>) -> Result<(), String> {
+        let _ = logged;
+        Ok(())
+    }
+    /// Compares the model with the committed state after an entry; passes by default (no
+    /// model).
+    fn check_model(&self, state: &State) -> Result<(), String> {
+        let _ = state;
+        Ok(())
+    }
 }
 
 /// A message between nodes and clients.
