@@ -5,6 +5,8 @@
 //! into log entries, makes them durable on a quorum of nodes, and applies them in one order,
 //! each command in its own transaction; clients are answered only with committed results.
 //!
+//! Start with the [`guide`]: a handler from the first table to an upgrade of its rules.
+//!
 //! What an author and an operator use:
 //! - [`handler`], [`state`] and [`codec`] (the derives): the handler and its tables;
 //! - [`Sandbox`]: the handler run in one process, for its tests; [`testing`]: the
@@ -29,6 +31,7 @@ pub mod client;
 pub mod codec;
 pub mod files;
 pub mod formats;
+pub mod guide;
 pub mod handler;
 pub mod members;
 pub mod node;

@@ -1,21 +1,34 @@
-//! The README's "Run your handler on three machines" stays true: the `src/main.rs` it shows is
-//! `engine/examples/theatre.rs` (which cargo builds with the tests), and the cluster file it
-//! shows parses and passes every check.
+//! The README's handler sections stay true: the tutorial it shows under "Writing a handler" is
+//! the guide's first example (`engine/src/guide.md`, a doctest), the `src/main.rs` of "Run your
+//! handler on three machines" is `engine/examples/theatre.rs` (which cargo builds with the
+//! tests), and the cluster file it shows parses and passes every check.
 
 use engine::node::ClusterFile;
 
 const README: &str = include_str!("../../README.md");
 const THEATRE: &str = include_str!("../examples/theatre.rs");
+const GUIDE: &str = include_str!("../src/guide.md");
 
 /// The body of the README's first code block of `kind` that contains `needle`.
 fn block<'a>(kind: &str, needle: &str) -> &'a str {
+    block_of(README, kind, needle)
+}
+
+/// The body of `text`'s first code block of `kind` that contains `needle`.
+fn block_of<'a>(text: &'a str, kind: &str, needle: &str) -> &'a str {
     let fence = format!("```{kind}\n");
-    README
-        .split(fence.as_str())
+    text.split(fence.as_str())
         .skip(1)
         .map(|rest| &rest[..rest.find("```").expect("a closed block")])
         .find(|body| body.contains(needle))
-        .unwrap_or_else(|| panic!("no {kind} block with {needle:?} in the README"))
+        .unwrap_or_else(|| panic!("no {kind} block with {needle:?}"))
+}
+
+/// Proves the README's tutorial is the guide's, which rustdoc compiles and runs.
+#[test]
+fn the_readme_tutorial_is_the_guides_doctest() {
+    let readme = block("rust", "Sandbox::new(Theatre");
+    assert_eq!(readme, block_of(GUIDE, "rust", "Sandbox::new(Theatre"));
 }
 
 /// Proves the README shows the theatre example's file as it is.

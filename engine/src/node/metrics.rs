@@ -1,5 +1,5 @@
 //! A node's Prometheus metrics: one `prometheus-client` registry per node, served as text at
-//! `GET /metrics` on the node's metrics address ([`super::http`]).
+//! `GET /metrics` on the node's metrics address (`node::http`).
 //!
 //! The hot path pays next to nothing new: what the node keeps anyway (its status: role, term,
 //! indexes, commands executed or reused; each stage's per-entry [`Latencies`]; its sessions;

@@ -224,7 +224,7 @@ impl Schema {
     }
 
     /// Bytes the schema's tables take when empty: every table's first array, of
-    /// [`SLOTS_INITIAL`] slots (what a capacity must hold at least before any record).
+    /// `SLOTS_INITIAL` slots (what a capacity must hold at least before any record).
     pub fn empty_bytes(&self) -> u64 {
         self.tables
             .iter()

@@ -20,7 +20,7 @@ pub const SESSION_RETENTION_S_MIN: u64 = 60;
 pub const SESSION_RETENTION_S_MAX: u64 = 30 * 86_400;
 /// Sessions past the retention an entry expires at most, so that an entry after a long quiet
 /// spell does bounded work; those left expire with the next entries, and meanwhile they are
-/// answered as expired all the same (see [`Sessions::outlived`]). As many as an entry's
+/// answered as expired all the same (see `Sessions::outlived`). As many as an entry's
 /// commands can open, so that expiry keeps up with the sessions a stream of entries opens.
 pub const SESSIONS_AGED_PER_ENTRY_MAX: usize = ENTRY_COMMANDS_MAX as usize;
 

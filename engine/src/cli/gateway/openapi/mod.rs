@@ -32,7 +32,7 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 
 /// The OpenAPI 3.1 document of a gateway serving `H`: the paths with their statuses and
 /// headers; in `components.schemas` the handler's named types, the outcome wrapper
-/// ([`OUTCOME`]) and the error body ([`ERROR_BODY`]).
+/// (`Outcome`) and the error body (`ErrorBody`).
 pub fn openapi_document<H: CliHandler>() -> Value {
     let mut definitions = Definitions::new();
     definitions.reserve(OUTCOME);
