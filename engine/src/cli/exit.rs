@@ -16,7 +16,9 @@ pub enum Exit {
     Success = 0,
     /// It ran and the answer is no: `status`, the cluster is degraded (a node unreachable,
     /// halted, diverged or out of disk, or no leader a majority follows); `client`, the
-    /// handler refused a command (unless `--allow-refused`); `replay`, a difference.
+    /// handler refused a command (unless `--allow-refused`); `replay`, a difference; `bench`
+    /// and `local`, a command failed or went unanswered, the workload's check failed or the
+    /// replicas differ.
     Negative = 1,
     /// No answer within the timeout: no node of the cluster answered (`status`), or a
     /// request went unanswered (`client`: its outcome is unknown).
@@ -66,6 +68,7 @@ impl Exit {
         }
         if find::<super::replay::Differs>(error).is_some()
             || find::<super::client::Refused>(error).is_some()
+            || find::<super::bench::BenchFailed>(error).is_some()
         {
             return Exit::Negative;
         }

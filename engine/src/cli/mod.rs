@@ -20,8 +20,11 @@
 //! ```
 //!
 //! [`App`] adds the commands that need a workload of the author's as well: `sim` (the
-//! deterministic simulator, with an `engine::sim::Workload`) and `bench` (a benchmark of a
-//! running cluster, with a [`BenchWorkload`]), one builder call each.
+//! deterministic simulator, with an `engine::sim::Workload`), and with a [`BenchWorkload`]
+//! `bench` (a benchmark of a running cluster; `--mode` sets every node's mode first, given
+//! the cluster file) and `local` (three nodes in this process and the same benchmark against
+//! them, both modes alternated run by run, with the CPU per command and where an entry's time
+//! went: `runner local` for any handler), one builder call each.
 //!
 //! `engine/examples/orderbook` is a whole one: a limit order book, its `main` an [`App`]
 //! with both.
@@ -54,10 +57,16 @@ pub use backup::{
     BACKUP_PIECE_TIMEOUT_MS, BACKUP_RESTARTS_MAX, BackupArgs, BackupFailed, RestoreArgs, backup,
     restore,
 };
+pub use bench::cost::{
+    StageAverages, cpu_s_per_million, node_stages, print_stage_table, process_cpu_seconds,
+};
+pub use bench::local::{LOCAL_DIR_DEFAULT, LOCAL_NODES, LocalArgs, local};
 pub use bench::open_loop::{OPEN_LOOP_OUTSTANDING_MAX, Pacer, open_loop};
 pub use bench::{
-    BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchWorkload, LATENCY_US_MAX, LatencyMs,
-    Load as BenchLoad, Measured as BenchMeasured, bench, measure as measure_load,
+    BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchFailed, BenchWorkload, LATENCY_US_MAX,
+    LatencyMs, Load as BenchLoad, Measured as BenchMeasured, RunArgs as BenchRunArgs,
+    Summary as RunSummary, SummaryRow as RunSummaryRow, bench, measure as measure_load,
+    print_run_summary, summarize_runs,
 };
 pub use check::{CheckArgs, check};
 pub use client::{
@@ -219,12 +228,23 @@ const SIM_ABOUT: &str = "The deterministic cluster simulator on many seeds, with
 /// What `bench` says of itself in the usage.
 const BENCH_ABOUT: &str = "A benchmark of a running cluster with the binary's workload: \
                            commands/s, latency percentiles, errors, converged replicas";
+/// What `local` says of itself in the usage.
+const LOCAL_ABOUT: &str = "Three nodes in this process and the benchmark against them, both \
+                           modes alternated: commands/s, latency, CPU per command, stages";
+
+/// The two commands that run the author's [`BenchWorkload`].
+enum Benchmark {
+    /// `bench`: against a running cluster.
+    Bench(BenchArgs),
+    /// `local`: against three nodes in this process.
+    Local(LocalArgs),
+}
 
 /// A command run with its parsed options.
 type Extra<'a, A> = Box<dyn FnOnce(A) -> anyhow::Result<()> + 'a>;
 
 /// A node binary's command line with the commands that need more of the author than a
-/// handler: [`Command`]'s, and `sim` and `bench` when given their workloads.
+/// handler: [`Command`]'s, and `sim`, and `bench` and `local`, when given their workloads.
 ///
 /// ```no_run
 /// # use engine::codec::{Decode, Encode};
@@ -260,12 +280,13 @@ type Extra<'a, A> = Box<dyn FnOnce(A) -> anyhow::Result<()> + 'a>;
 /// `engine/examples/orderbook` adds both (`.sim(|| BookWorkload).bench(BookBench::default())`).
 pub struct App<'a, H, F> {
     about: &'static str,
-    make: F,
+    /// Shared with `local`, whose nodes make their handlers on threads of their own.
+    make: std::sync::Arc<F>,
     /// The binary's version and commit ([`App::version`]).
     build: Option<(&'static str, &'static str)>,
     #[cfg(feature = "sim")]
     sim: Option<Extra<'a, SimArgs>>,
-    bench: Option<Extra<'a, BenchArgs>>,
+    bench: Option<Extra<'a, Benchmark>>,
     handler: std::marker::PhantomData<fn() -> H>,
 }
 
@@ -275,7 +296,7 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
     pub fn new(about: &'static str, make: F) -> Self {
         App {
             about,
-            make,
+            make: std::sync::Arc::new(make),
             build: None,
             #[cfg(feature = "sim")]
             sim: None,
@@ -300,9 +321,18 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
         self
     }
 
-    /// Adds `bench`: a benchmark of a running cluster with `workload`.
-    pub fn bench<B: BenchWorkload<H = H> + 'a>(mut self, workload: B) -> Self {
-        self.bench = Some(Box::new(move |args| bench(args, workload)));
+    /// Adds `bench`, a benchmark of a running cluster with `workload`, and `local`, the same
+    /// against three nodes in this process with handlers from `make` (hence the bounds: the
+    /// nodes run on threads of their own).
+    pub fn bench<B: BenchWorkload<H = H> + 'a>(mut self, workload: B) -> Self
+    where
+        F: Send + Sync + 'static,
+    {
+        let make = std::sync::Arc::clone(&self.make);
+        self.bench = Some(Box::new(move |command| match command {
+            Benchmark::Bench(args) => bench(args, workload),
+            Benchmark::Local(args) => local(args, move || make(), workload),
+        }));
         self
     }
 
@@ -356,13 +386,19 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
                 let run = self
                     .bench
                     .expect("bench is on the command line only when given");
-                return run(BenchArgs::from_arg_matches(options)?);
+                return run(Benchmark::Bench(BenchArgs::from_arg_matches(options)?));
+            }
+            Some(("local", options)) => {
+                let run = self
+                    .bench
+                    .expect("local is on the command line only when given");
+                return run(Benchmark::Local(LocalArgs::from_arg_matches(options)?));
             }
             Some(_) | None => {}
         }
         let line = self.command_line();
         let cli = Cli::from_arg_matches(matches)?;
-        cli.command.run_in(self.make, line)
+        cli.command.run_in(&*self.make, line)
     }
 }
 
@@ -373,7 +409,8 @@ fn versioned(line: clap::Command, (version, commit): (&'static str, &str)) -> cl
     line.version(version).long_version(long)
 }
 
-/// The command line: [`Command`]'s commands, and `sim` and `bench` when asked for.
+/// The command line: [`Command`]'s commands, and `sim`, and `bench` and `local`, when asked
+/// for.
 fn command_line(about: &'static str, with_sim: bool, with_bench: bool) -> clap::Command {
     use clap::Args;
     let mut command = Cli::command().name(binary_name()).about(about);
@@ -387,7 +424,8 @@ fn command_line(about: &'static str, with_sim: bool, with_bench: bool) -> clap::
     let _ = with_sim;
     if with_bench {
         let bench = BenchArgs::augment_args(clap::Command::new("bench")).about(BENCH_ABOUT);
-        command = command.subcommand(bench);
+        let local = LocalArgs::augment_args(clap::Command::new("local")).about(LOCAL_ABOUT);
+        command = command.subcommand(bench).subcommand(local);
     }
     command
 }
@@ -484,7 +522,7 @@ mod tests {
     use super::*;
 
     /// Proves every binary made with `engine::cli` has `completions` and `man`, and that both
-    /// describe its whole command line (`sim` and `bench` included when it has them).
+    /// describe its whole command line (`sim`, `bench` and `local` included when it has them).
     #[test]
     fn completions_and_man_pages_cover_the_whole_command_line() {
         let line = || command_line("about", true, true).name("book");
@@ -495,6 +533,7 @@ mod tests {
             "status",
             "client",
             "bench",
+            "local",
             "completions",
             "man",
             "--output",
@@ -508,6 +547,7 @@ mod tests {
             "book.1",
             "book-status.1",
             "book-bench.1",
+            "book-local.1",
             "book-completions.1",
         ] {
             assert!(out.join(page).exists(), "no {page}");
@@ -529,8 +569,8 @@ mod tests {
         assert_eq!(line.render_version().trim_end(), "book 9.8.7");
     }
 
-    /// Proves the command line with `sim` and `bench` added passes clap's own checks (a
-    /// clash of option names panics only in a debug build, at parse time) and that each is
+    /// Proves the command line with `sim`, `bench` and `local` added passes clap's own checks
+    /// (a clash of option names panics only in a debug build, at parse time) and that each is
     /// added only when asked for.
     #[test]
     fn the_command_line_with_sim_and_bench_is_consistent() {
@@ -543,6 +583,7 @@ mod tests {
         };
         let all = names(&full);
         assert!(all.iter().any(|n| n == "bench") && all.iter().any(|n| n == "node"));
+        assert!(all.iter().any(|n| n == "local"));
         assert_eq!(all.iter().any(|n| n == "sim"), cfg!(feature = "sim"));
         let about = |name: &str| {
             let sub = full
@@ -551,17 +592,25 @@ mod tests {
             sub.flatten().unwrap_or_default()
         };
         assert_eq!(about("bench"), BENCH_ABOUT, "the command's own description");
+        assert_eq!(about("local"), LOCAL_ABOUT);
         #[cfg(feature = "sim")]
         assert_eq!(about("sim"), SIM_ABOUT);
         let plain = names(&command_line("about", false, false));
-        assert!(!plain.iter().any(|n| n == "bench" || n == "sim"));
+        assert!(
+            !plain
+                .iter()
+                .any(|n| n == "bench" || n == "local" || n == "sim")
+        );
         let matches = full.try_get_matches_from(["node", "bench", "--cluster", "c.toml"]);
         let matches = matches.unwrap();
         let (name, options) = matches.subcommand().unwrap();
         assert_eq!(name, "bench");
         let args = BenchArgs::from_arg_matches(options).unwrap();
-        assert_eq!((args.batch, args.inflight, args.runs), (256, 1, 2));
-        assert_eq!(args.output.json, None);
+        assert_eq!(
+            (args.run.batch, args.run.inflight, args.run.runs),
+            (256, 1, 2)
+        );
+        assert_eq!((args.output.json, args.mode), (None, None));
         let bench = |extra: &[&str]| {
             let line = ["node", "bench", "--cluster", "c.toml"].iter().chain(extra);
             let matches = command_line("about", true, true).try_get_matches_from(line)?;
@@ -570,6 +619,36 @@ mod tests {
         let json = bench(&["--json"]).unwrap().output.json.unwrap();
         assert_eq!(json, std::path::Path::new(JSON_STDOUT));
         assert!(bench(&["--batch", "0"]).is_err() && bench(&["--batch", "1025"]).is_err());
-        assert_eq!(bench(&["--batch", "1024"]).unwrap().batch, BENCH_BATCH_MAX);
+        assert_eq!(
+            bench(&["--batch", "1024"]).unwrap().run.batch,
+            BENCH_BATCH_MAX
+        );
+        let mode = bench(&["--mode", "performance"]).unwrap().mode;
+        assert_eq!(mode, Some(ModeChoice::Performance));
+    }
+
+    /// Proves `local`'s defaults are `runner local`'s (data under tmpfs, both modes, entries
+    /// of up to 1,024 commands) and that its options are checked as the node checks them.
+    #[test]
+    fn local_takes_the_runners_options() {
+        let local = |extra: &[&str]| {
+            let line = ["node", "local"].iter().chain(extra);
+            let matches = command_line("about", true, true).try_get_matches_from(line)?;
+            LocalArgs::from_arg_matches(matches.subcommand().unwrap().1)
+        };
+        let args = local(&[]).unwrap();
+        assert_eq!(args.dir, std::path::Path::new(LOCAL_DIR_DEFAULT));
+        assert_eq!((args.mode, args.keep, args.run.runs), (None, false, 2));
+        assert_eq!(args.entry_commands, crate::entry::ENTRY_COMMANDS_MAX);
+        let args = local(&["--mode", "verify", "--commands", "10", "--json", "--keep"]).unwrap();
+        assert_eq!(
+            (args.mode, args.run.commands),
+            (Some(ModeChoice::Verify), Some(10))
+        );
+        assert_eq!((args.output.stdout(), args.keep), (Output::Json, true));
+        assert!(local(&["--entry-commands", "15"]).is_err());
+        assert!(local(&["--entry-commands", "1025"]).is_err());
+        assert!(local(&["--pipeline-entries", "0"]).is_err());
+        assert!(local(&["--mode", "fast"]).is_err());
     }
 }

@@ -1,15 +1,19 @@
 //! The Bank's benchmark: prefill accounts (or reuse them), then timed runs of random transfers
 //! measured by the engine's one load client (`engine::cli::measure_load`, the one `bench`
 //! uses for any handler), then an audit and a check that every replica has the same state
-//! hash. What is the Bank's own stays here: the prefill, the modes, the CPU and stage
-//! timings, the audit and the table.
+//! hash. What is the Bank's own stays here: the prefill, the modes, the audit and the table;
+//! the CPU per command and the stage timings are the engine's (`engine::cli::StageAverages`,
+//! `process_cpu_seconds`), which its `bench` and `local` report for any handler.
 
 use crate::product::report::{self, LatencyMs, Run, StageAverages};
 use anyhow::{Context, bail};
 use bank::workload::{PREFILL_BALANCE, TransferMix, account_id, open_command};
 use bank::{Bank, BankCommand, BankError, BankOutput};
 use clap::Args;
-use engine::cli::{BenchLoad, BenchMeasured, BenchWorkload, LATENCY_US_MAX, measure_load};
+use engine::cli::{
+    BenchLoad, BenchMeasured, BenchWorkload, LATENCY_US_MAX, measure_load, node_stages,
+    process_cpu_seconds,
+};
 use engine::client::{
     Client, ClientConfig, ClientError, OperatorConfig, node_status, set_node_mode,
 };
@@ -18,7 +22,7 @@ use engine::{ClientId, Mode, Outcome, RequestNumber};
 use futures::future::join_all;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use net::message::{NodeStatus, Stages};
+use net::message::NodeStatus;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -298,13 +302,13 @@ pub async fn measure(
 ) -> anyhow::Result<Run> {
     let mut config = config.clone();
     config.give_up_after = Some(Duration::from_secs(BENCH_GIVE_UP_S));
-    let stages_before = stages(&config).await;
+    let stages_before = node_stages(&config).await;
     let mix = TransferMix::new(options.accounts).with_reads(options.reads);
     let workload = RefCell::new(BankLoad(mix));
     let cpu_before = process_cpu_seconds();
     let measured = measure_load(&config, &options.load(), &workload, run).await?;
     let cpu_seconds = process_cpu_seconds() - cpu_before;
-    let stages = StageAverages::between(&stages_before, &stages(&config).await);
+    let stages = StageAverages::between(&stages_before, &node_stages(&config).await);
     tally_run((options, mode), &measured, cpu_seconds, stages)
 }
 
@@ -327,10 +331,12 @@ fn tally_run(
         commands,
         seconds,
         commands_per_s: measured.commands_per_s(),
-        // The warm-up is in the CPU time and not in the count: scale it to the measured part.
-        cpu_s_per_million: cpu_seconds * seconds
-            / (seconds + options.warmup).max(f64::MIN_POSITIVE)
-            / (commands.max(1) as f64 / 1e6),
+        cpu_s_per_million: engine::cli::cpu_s_per_million(
+            cpu_seconds,
+            seconds,
+            options.warmup,
+            commands,
+        ),
         reads_percent: options.reads,
         offered_requests_per_s: options.rate,
         send_late_ms: measured.send_late_us.as_ref().map(LatencyMs::from_us),
@@ -341,30 +347,6 @@ fn tally_run(
         state_hashes: Vec::new(),
         stages,
     })
-}
-
-/// CPU seconds (user and system) this process has used. std has no way to ask, hence
-/// getrusage(2).
-#[allow(unsafe_code)]
-pub fn process_cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes one `rusage` into the zeroed value we own and pass by pointer.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    seconds(usage.ru_utime) + seconds(usage.ru_stime)
-}
-
-/// Every node's cumulative stage timings (a node that does not answer counts as zero).
-async fn stages(config: &ClientConfig) -> Vec<Stages> {
-    let mut all = Vec::new();
-    for address in &config.nodes {
-        let status = node_status(config, address, Duration::from_secs(1)).await;
-        all.push(status.map(|s| s.stages).unwrap_or_default());
-    }
-    all
 }
 
 /// Waits until every node reports the same applied entry and state hash.

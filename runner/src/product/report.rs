@@ -5,6 +5,8 @@ use std::path::Path;
 
 /// Latency percentiles of one run, in milliseconds (the engine's `bench` reports the same).
 pub use engine::cli::LatencyMs;
+/// Where an entry's time went over a run (the engine's `bench` and `local` report the same).
+pub use engine::cli::StageAverages;
 
 /// One measured run.
 #[derive(Debug, Clone, Serialize)]
@@ -46,74 +48,6 @@ pub struct Run {
     pub state_hashes: Vec<String>,
     /// Where an entry's time went during the run, from the nodes' own counters.
     pub stages: StageAverages,
-}
-
-/// Average microseconds per entry in each stage over a run: the leader's entries (batcher wait,
-/// own WAL fsync, replication round trip to a quorum, simulation, apply) and the followers'.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct StageAverages {
-    /// Entries the leader proposed in the run.
-    pub entries: u64,
-    /// Commands per entry on average.
-    pub commands_per_entry: f64,
-    /// Waiting in the leader's batcher.
-    pub batch_wait_us: f64,
-    /// Proposal to the leader's own fsync.
-    pub wal_us: f64,
-    /// Proposal to commit.
-    pub quorum_us: f64,
-    /// Simulation on the leader.
-    pub simulate_us: f64,
-    /// Apply on the leader (execution or reuse, replies included).
-    pub apply_us: f64,
-    /// Arrival to fsync on a follower.
-    pub follower_wal_us: f64,
-    /// Apply on a follower.
-    pub follower_apply_us: f64,
-    /// Commands the leader simulated, executed, reused and verified during the run.
-    pub leader_commands: [u64; 4],
-}
-
-impl StageAverages {
-    /// The averages over the interval between two snapshots of every node's counters.
-    pub fn between(before: &[net::message::Stages], after: &[net::message::Stages]) -> Self {
-        let delta = |f: fn(&net::message::Stages) -> u64, leader: bool| -> (u64, u64) {
-            before
-                .iter()
-                .zip(after)
-                .filter(|(b, a)| (a.proposed > b.proposed) == leader)
-                .map(|(b, a)| (f(a).saturating_sub(f(b)), 1))
-                .fold((0, 0), |(s, n), (v, c)| (s + v, n + c))
-        };
-        let (entries, _) = delta(|s| s.proposed, true);
-        let (applied, _) = delta(|s| s.applied, true);
-        let per = |(sum, _): (u64, u64), count: u64| {
-            if count == 0 {
-                0.0
-            } else {
-                sum as f64 / count as f64
-            }
-        };
-        let (received, _) = delta(|s| s.received, false);
-        let (follower_applied, _) = delta(|s| s.applied, false);
-        StageAverages {
-            entries,
-            commands_per_entry: 0.0,
-            batch_wait_us: per(delta(|s| s.batch_wait_us, true), entries),
-            wal_us: per(delta(|s| s.wal_us, true), entries),
-            quorum_us: per(delta(|s| s.quorum_us, true), entries),
-            simulate_us: per(delta(|s| s.simulate_us, true), entries),
-            apply_us: per(delta(|s| s.apply_us, true), applied),
-            follower_wal_us: per(delta(|s| s.follower_wal_us, false), received),
-            follower_apply_us: per(delta(|s| s.apply_us, false), follower_applied),
-            leader_commands: [
-                delta(|s| s.simulated_commands, true).0,
-                delta(|s| s.executed_commands, true).0,
-                delta(|s| s.reused_commands, true).0,
-                delta(|s| s.verified_commands, true).0,
-            ],
-        }
-    }
 }
 
 #[derive(Serialize)]
@@ -171,93 +105,23 @@ fn load(run: &Run) -> String {
     }
 }
 
-/// The median of `values` (sorted in place).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len().is_multiple_of(2) {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
-    }
-}
-
-/// Prints where an entry's time went in each run.
+/// Prints where an entry's time went in each run (the engine's stage table).
 pub fn print_stages(runs: &[Run]) {
-    println!();
-    println!(
-        "where an entry's time goes (us per entry; leader: batcher wait, own fsync, quorum, simulate, apply; followers: fsync, apply)"
-    );
-    println!(
-        "{:<12} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>8} {:>30}",
-        "mode",
-        "entries",
-        "batcher",
-        "wal",
-        "quorum",
-        "simulate",
-        "apply",
-        "f.wal",
-        "f.apply",
-        "leader: simulated/executed/reused/verified"
-    );
-    for run in runs {
-        let s = &run.stages;
-        println!(
-            "{:<12} {:>8} {:>8.1} {:>7.1} {:>7.1} {:>8.1} {:>7.1} {:>7.1} {:>8.1} {:>30}",
-            run.mode,
-            s.entries,
-            s.batch_wait_us,
-            s.wal_us,
-            s.quorum_us,
-            s.simulate_us,
-            s.apply_us,
-            s.follower_wal_us,
-            s.follower_apply_us,
-            s.leader_commands.map(|c| c.to_string()).join("/")
-        );
-    }
+    engine::cli::print_stage_table(runs.iter().map(|run| (run.mode.as_str(), &run.stages)));
 }
 
 /// Prints, per mode and commands per request, the median and range over runs, side by side
-/// like the reference table.
+/// like the reference table (the engine's summary).
 pub fn print_summary(runs: &[Run]) {
-    let mut shapes: Vec<(String, u32, String)> = Vec::new();
-    for run in runs {
-        let shape = (run.mode.clone(), run.batch, load(run));
-        if !shapes.contains(&shape) {
-            shapes.push(shape);
-        }
-    }
-    println!();
-    println!(
-        "{:<12} {:>12} {:>9} {:>5} {:>38} {:>20}",
-        "mode",
-        "per request",
-        "in flight",
-        "runs",
-        "completed commands/s median (range)",
-        "p99 ms (range)"
-    );
-    for (mode, batch, inflight) in shapes {
-        let same: Vec<&Run> = runs
-            .iter()
-            .filter(|r| r.mode == mode && r.batch == batch && load(r) == inflight)
-            .collect();
-        let mut rates: Vec<f64> = same.iter().map(|r| r.commands_per_s).collect();
-        let mut p99: Vec<f64> = same.iter().map(|r| r.latency_ms.p99).collect();
-        let rate = median(&mut rates);
-        median(&mut p99);
-        let rates_text = format!(
-            "{:.0} ({:.0}-{:.0})",
-            rate,
-            rates[0],
-            rates[rates.len() - 1]
-        );
-        let p99_text = format!("{:.3}-{:.3}", p99[0], p99[p99.len() - 1]);
-        println!(
-            "{mode:<12} {batch:>12} {inflight:>9} {:>5} {rates_text:>38} {p99_text:>20}",
-            same.len()
-        );
-    }
+    let rows: Vec<engine::cli::RunSummaryRow<'_>> = runs
+        .iter()
+        .map(|run| engine::cli::RunSummaryRow {
+            mode: &run.mode,
+            batch: run.batch,
+            load: load(run),
+            commands_per_s: run.commands_per_s,
+            p99_ms: run.latency_ms.p99,
+        })
+        .collect();
+    engine::cli::print_run_summary(&engine::cli::summarize_runs(&rows));
 }

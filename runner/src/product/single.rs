@@ -171,7 +171,7 @@ fn measure(
         "transfers",
     );
     let started = Instant::now();
-    let cpu_before = crate::product::bench::process_cpu_seconds();
+    let cpu_before = engine::cli::process_cpu_seconds();
     let mut completed = 0u64;
     let mut failed = 0u64;
     let mut batch = Vec::with_capacity(args.batch as usize);
@@ -201,7 +201,7 @@ fn measure(
         commands: completed,
         seconds,
         commands_per_s: completed as f64 / seconds,
-        cpu_s_per_million: (crate::product::bench::process_cpu_seconds() - cpu_before)
+        cpu_s_per_million: (engine::cli::process_cpu_seconds() - cpu_before)
             / (completed.max(1) as f64 / 1e6),
         reads_percent: 0,
         offered_requests_per_s: None,

@@ -1,26 +1,37 @@
 //! `bench`: a benchmark of a running cluster with the handler author's workload
 //! ([`BenchWorkload`]): its prefill once, then timed runs of its requests from `--inflight`
 //! client sessions at once, then its check and a check that every replica holds the same
-//! state hash. A table for people, `--json` for programs. The timed runs are the one load
-//! client of the project ([`measure`]): the Bank's benchmark (`runner local`, `runner bench`)
-//! runs it too, with the same option names and measures.
+//! state hash. `local` runs the same against three nodes it starts in this process. Tables
+//! for people (the runs with the mode and the CPU per command, where an entry's time went, a
+//! summary per mode), `--json` for programs. The timed runs are the one load client of the
+//! project ([`measure`]): the Bank's benchmark (`runner local`, `runner bench`) runs it too,
+//! with the same option names and measures, and the same stage table ([`cost`]).
 
+pub mod cost;
 mod load;
+pub mod local;
 pub mod open_loop;
 mod report;
 
 pub use load::{LATENCY_US_MAX, Load, Measured, measure};
-pub use report::LatencyMs;
+pub use report::{
+    BenchFailed, LatencyMs, Summary, SummaryRow, print_summary as print_run_summary,
+    summarize as summarize_runs,
+};
 
-use super::runtime;
-use crate::client::{Client, ClientConfig, node_status};
+use super::mode::ModeChoice;
+use super::{Exit, coded, mode_name, runtime};
+use crate::apply::Mode;
+use crate::client::{Client, ClientConfig, OperatorConfig, node_status, set_node_mode};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber};
+use crate::node::ClusterFile;
 use crate::rng::Rng;
 use anyhow::{Context, bail};
 use clap::Args;
-use report::{BenchReport, Convergence, Prefill, Run};
-use std::path::PathBuf;
+use cost::StageAverages;
+use report::{Around, BenchReport, CPU_OF_CLIENT, Convergence, Found, Prefill, Run};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Commands per request at most (the engine's limit on a request).
@@ -70,12 +81,9 @@ pub trait BenchWorkload {
     }
 }
 
-/// Options of `bench` (named as `runner bench`'s).
+/// The timed runs' options, the same for `bench` and `local` (named as `runner bench`'s).
 #[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// The cluster file, or a client file (`client-file` writes one).
-    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
-    pub cluster: PathBuf,
+pub struct RunArgs {
     /// Commands per request.
     #[arg(long, default_value_t = 256,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(BENCH_BATCH_MAX)))]
@@ -90,7 +98,7 @@ pub struct BenchArgs {
     /// Commands measured per run, instead of a duration.
     #[arg(long)]
     pub commands: Option<u64>,
-    /// Runs.
+    /// Runs (of each mode, when `local` runs both).
     #[arg(long, default_value_t = 2)]
     pub runs: u32,
     /// Seconds of warm-up before each run's measurement.
@@ -108,38 +116,155 @@ pub struct BenchArgs {
     /// reads answered off the log, for comparison.
     #[arg(long)]
     pub reads_in_log: bool,
-    /// The table, or one JSON document.
+}
+
+/// Options of `bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The cluster file, or a client file (`client-file` writes one; --mode needs the
+    /// cluster file).
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
+    pub cluster: PathBuf,
+    /// Sets every node's mode before the runs, with the operator credential of the cluster
+    /// file (default: leave each node's as it is).
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeChoice>,
+    /// The runs.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The tables, or one JSON document.
     #[command(flatten)]
     pub output: super::OutputArgs,
 }
 
 /// Runs the benchmark with `workload` against the cluster of `args.cluster`: prefill, runs,
-/// the workload's check, convergence; prints the table (or JSON) and fails when a command
+/// the workload's check, convergence; prints the tables (or JSON) and fails when a command
 /// failed or went unanswered, a run completed nothing, the check failed or the replicas
-/// differ.
-pub fn bench<W: BenchWorkload>(args: BenchArgs, mut workload: W) -> anyhow::Result<()> {
-    check_args(&args)?;
+/// differ ([`BenchFailed`]: exit 1).
+pub fn bench<W: BenchWorkload>(args: BenchArgs, workload: W) -> anyhow::Result<()> {
+    args.run.check()?;
     let mut config = crate::cli::read_client_file(&args.cluster)?.client_config()?;
     config.give_up_after = Some(Duration::from_secs(BENCH_GIVE_UP_S));
-    let report = runtime()?.block_on(async {
-        let prefill = prefill(&config, &mut workload).await.context("prefill")?;
-        let mut runs = Vec::new();
-        let workload = std::cell::RefCell::new(workload);
-        let load = args.load();
-        for run in 0..args.runs {
-            let measured = load::measure(&config, &load, &workload, run).await?;
-            runs.push(Run::new(&load, run, &measured));
-        }
-        let mut workload = workload.into_inner();
-        let check = final_check(&config, &mut workload).await?;
-        let convergence = converge(&config).await;
-        anyhow::Ok(BenchReport::new(&args, prefill, runs, check, convergence))
-    })?;
+    let modes = match args.mode {
+        None => ModePlan::Leave,
+        Some(mode) => ModePlan::Cycle(mode_operator(&args.cluster)?, vec![mode.into()]),
+    };
+    let found = runtime()?.block_on(benchmark(&config, &modes, &args.run, workload))?;
+    let report = BenchReport::new(args.run.seed, CPU_OF_CLIENT, found);
     args.output.emit(&report.to_json(), || report.print())?;
-    report.verdict()
+    Ok(report.verdict()?)
 }
 
-impl BenchArgs {
+/// The operator credential `bench --mode` needs, from the cluster file at `path` (or an
+/// operator file); a client file, which `bench` takes otherwise, has none.
+fn mode_operator(path: &Path) -> anyhow::Result<OperatorConfig> {
+    if ClusterFile::parse(path).is_err() {
+        let refusal = anyhow::anyhow!(
+            "--mode sets every node's mode, which takes the operator credential: give --cluster \
+             the cluster file (or the operator file `client-file --operator` writes), not the \
+             client file {}",
+            path.display()
+        );
+        return Err(coded(Exit::Usage, refusal));
+    }
+    Ok(crate::cli::read_cluster_file(path)?.operator_config()?)
+}
+
+/// What a benchmark does with the nodes' mode before each run.
+pub(crate) enum ModePlan {
+    /// Leaves each node's mode as it is.
+    Leave,
+    /// Sets the next of these modes on every node before each run, as the operator, cycling
+    /// through them: each round of runs has one run of each, so alternated modes share the
+    /// cluster's conditions of the moment.
+    Cycle(OperatorConfig, Vec<Mode>),
+}
+
+impl ModePlan {
+    /// What to set before each run of a round: one entry per run, `None` to set nothing.
+    fn round(&self) -> Vec<Option<(&OperatorConfig, Mode)>> {
+        match self {
+            ModePlan::Leave => vec![None],
+            ModePlan::Cycle(operator, modes) => {
+                modes.iter().map(|&mode| Some((operator, mode))).collect()
+            }
+        }
+    }
+}
+
+/// Sets `mode` on every node, as the operator `operator`.
+async fn set_mode(operator: &OperatorConfig, mode: Mode) -> anyhow::Result<()> {
+    let timeout = Duration::from_millis(super::mode::MODE_TIMEOUT_MS);
+    for address in &operator.nodes {
+        set_node_mode(operator, address, mode, timeout)
+            .await
+            .with_context(|| format!("setting {} on {address}", mode_name(mode)))?;
+    }
+    Ok(())
+}
+
+/// The benchmark with `workload`: its prefill, `run.runs` rounds of timed runs (one per mode
+/// of `modes` each), its check, and the replicas' convergence.
+pub(crate) async fn benchmark<W: BenchWorkload>(
+    config: &ClientConfig,
+    modes: &ModePlan,
+    run: &RunArgs,
+    mut workload: W,
+) -> anyhow::Result<Found> {
+    let prefill = prefill(config, &mut workload).await.context("prefill")?;
+    let workload = std::cell::RefCell::new(workload);
+    let load = run.load();
+    let mut runs = Vec::new();
+    for round in 0..run.runs {
+        for step in modes.round() {
+            if let Some((operator, mode)) = step {
+                set_mode(operator, mode).await?;
+            }
+            // The round seeds the load clients: each mode's run of a round sends the same
+            // requests.
+            let number = runs.len() as u32 + 1;
+            runs.push(timed_run(config, &load, &workload, round, number).await?);
+        }
+    }
+    let mut workload = workload.into_inner();
+    let check = final_check(config, &mut workload).await?;
+    let convergence = converge(config).await;
+    Ok(Found {
+        prefill,
+        runs,
+        check,
+        convergence,
+    })
+}
+
+/// One timed run of `load` (its load clients seeded by `round`), numbered `number`: the
+/// mode the nodes reported before it, the CPU this process used and the nodes' stage
+/// averages around it.
+async fn timed_run<W: BenchWorkload>(
+    config: &ClientConfig,
+    load: &Load,
+    workload: &std::cell::RefCell<W>,
+    round: u32,
+    number: u32,
+) -> anyhow::Result<Run> {
+    let before = cost::node_statuses(config).await;
+    let mode = cost::reported_mode(&before)
+        .map_or("-", mode_name)
+        .to_string();
+    let cpu_before = cost::process_cpu_seconds();
+    let measured = load::measure(config, load, workload, round).await?;
+    let cpu_s = cost::process_cpu_seconds() - cpu_before;
+    let after = cost::node_stages(config).await;
+    let stages = StageAverages::between(&cost::stages_of(&before), &after);
+    let around = Around {
+        mode,
+        cpu_s,
+        stages,
+    };
+    Ok(Run::new(load, number, &measured, around))
+}
+
+impl RunArgs {
     /// The shape of each timed run.
     fn load(&self) -> Load {
         Load {
@@ -153,28 +278,43 @@ impl BenchArgs {
             reads_in_log: self.reads_in_log,
         }
     }
-}
 
-/// Refuses options no run could use.
-fn check_args(args: &BenchArgs) -> anyhow::Result<()> {
-    if !(args.duration.is_finite() && args.duration > 0.0) {
-        bail!("--duration must be above 0 seconds, not {}", args.duration);
+    /// Refuses options no run could use (a bad command line: exit 3).
+    fn check(&self) -> anyhow::Result<()> {
+        self.problem().map_or(Ok(()), |problem| {
+            Err(coded(Exit::Usage, anyhow::anyhow!(problem)))
+        })
     }
-    if !(args.warmup.is_finite() && args.warmup >= 0.0) {
-        bail!("--warmup must be 0 seconds or more, not {}", args.warmup);
+
+    /// What is wrong with the options, if anything.
+    fn problem(&self) -> Option<String> {
+        if !(self.duration.is_finite() && self.duration > 0.0) {
+            return Some(format!(
+                "--duration must be above 0 seconds, not {}",
+                self.duration
+            ));
+        }
+        if !(self.warmup.is_finite() && self.warmup >= 0.0) {
+            return Some(format!(
+                "--warmup must be 0 seconds or more, not {}",
+                self.warmup
+            ));
+        }
+        if self.runs == 0 {
+            return Some("--runs must be at least 1".into());
+        }
+        if let Some(rate) = self.rate
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            return Some(format!(
+                "--rate must be above 0 requests per second, not {rate}"
+            ));
+        }
+        if self.rate.is_some() && self.commands.is_some() {
+            return Some("--rate runs for --duration; it does not take --commands".into());
+        }
+        None
     }
-    if args.runs == 0 {
-        bail!("--runs must be at least 1");
-    }
-    if let Some(rate) = args.rate
-        && !(rate.is_finite() && rate > 0.0)
-    {
-        bail!("--rate must be above 0 requests per second, not {rate}");
-    }
-    if args.rate.is_some() && args.commands.is_some() {
-        bail!("--rate runs for --duration; it does not take --commands");
-    }
-    Ok(())
 }
 
 /// A new client session with a random id (sessions are per client id, so every run starts

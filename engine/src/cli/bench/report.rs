@@ -1,8 +1,11 @@
-//! What `bench` found: a table for people, JSON for programs, and the verdict.
+//! What `bench` and `local` found: tables for people (the runs, where an entry's time went,
+//! a summary per mode), JSON for programs, and the verdict.
 
-use super::BenchArgs;
+use super::cost::{StageAverages, print_stage_table};
+use super::{Load, Measured};
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use std::path::PathBuf;
 
 /// Latency percentiles of one run's requests, in milliseconds.
 #[derive(Debug, Clone, Serialize)]
@@ -33,8 +36,11 @@ impl LatencyMs {
 /// One measured run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Run {
-    /// The run's number, from 1.
+    /// The run's number, from 1, in the order run (`local` alternates the modes).
     pub run: u32,
+    /// The mode the nodes reported before the run (the leader's): `verify` or
+    /// `performance`; `-` when no node answered.
+    pub mode: String,
     /// Commands per request.
     pub batch: u32,
     /// Requests in flight (closed loop).
@@ -50,19 +56,43 @@ pub struct Run {
     pub commands_per_s: f64,
     /// Completion latency per request.
     pub latency_ms: LatencyMs,
+    /// CPU seconds this process used per million answered commands, the warm-up left out
+    /// (what the process holds: [`BenchReport`]'s `cpu_covers`).
+    pub cpu_s_per_million: f64,
     /// Commands the business refused (results, not errors).
     pub refused: u64,
     /// Commands that failed: invalid ones, and those of requests the cluster did not take.
     pub errors: u64,
     /// Commands of requests that went unanswered: their outcome is unknown.
     pub unknown: u64,
+    /// Where an entry's time went during the run, from the nodes' own counters.
+    pub stages: StageAverages,
+}
+
+/// What surrounded one measured run: the mode the nodes reported before it, the CPU this
+/// process used during it, and the nodes' stage averages over it.
+#[derive(Debug, Clone)]
+pub struct Around {
+    /// The mode's name ([`crate::cli::mode_name`]), or `-`.
+    pub mode: String,
+    /// CPU seconds this process used, warm-up included.
+    pub cpu_s: f64,
+    /// The nodes' stage averages over the run.
+    pub stages: StageAverages,
 }
 
 impl Run {
-    /// Run `run` (from 0) of `load`, from what it measured.
-    pub fn new(load: &super::Load, run: u32, measured: &super::Measured) -> Self {
+    /// Run number `number` (from 1) of `load`, from what it measured and what surrounded it.
+    pub fn new(load: &Load, number: u32, measured: &Measured, around: Around) -> Self {
+        let cpu_s_per_million = super::cost::cpu_s_per_million(
+            around.cpu_s,
+            measured.seconds,
+            load.warmup_s,
+            measured.commands,
+        );
         Run {
-            run: run + 1,
+            run: number,
+            mode: around.mode,
             batch: load.batch,
             inflight: load.inflight,
             offered_requests_per_s: load.rate,
@@ -70,10 +100,25 @@ impl Run {
             seconds: measured.seconds,
             commands_per_s: measured.commands_per_s(),
             latency_ms: LatencyMs::from_us(&measured.latency_us),
+            cpu_s_per_million,
             refused: measured.refused,
             errors: measured.errors,
             unknown: measured.unknown,
+            stages: around.stages,
         }
+    }
+
+    /// Requests in flight, or the open loop's offered rate (`@N/s`).
+    fn load(&self) -> String {
+        run_load(self.inflight, self.offered_requests_per_s)
+    }
+}
+
+/// A run's load as the tables show it: requests in flight, or the open loop's offered rate.
+fn run_load(inflight: u32, rate: Option<f64>) -> String {
+    match rate {
+        Some(rate) => format!("@{rate:.0}/s"),
+        None => inflight.to_string(),
     }
 }
 
@@ -100,12 +145,143 @@ pub struct Convergence {
     pub state_hashes: Vec<String>,
 }
 
-/// Everything `bench` reports.
+/// One run as the summary groups it: by mode and shape.
+#[derive(Debug, Clone)]
+pub struct SummaryRow<'a> {
+    /// The mode's name.
+    pub mode: &'a str,
+    /// Commands per request.
+    pub batch: u32,
+    /// Requests in flight, or the open loop's offered rate (`@N/s`).
+    pub load: String,
+    /// Answered commands per second.
+    pub commands_per_s: f64,
+    /// The run's 99th percentile latency, in milliseconds.
+    pub p99_ms: f64,
+}
+
+/// The runs of one mode and shape: the median and range of their throughput, and the range
+/// of their p99 latency.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// The mode's name.
+    pub mode: String,
+    /// Commands per request.
+    pub batch: u32,
+    /// Requests in flight, or the open loop's offered rate (`@N/s`).
+    pub load: String,
+    /// Runs of this mode and shape.
+    pub runs: usize,
+    /// The median of their commands per second.
+    pub commands_per_s_median: f64,
+    /// The lowest.
+    pub commands_per_s_min: f64,
+    /// The highest.
+    pub commands_per_s_max: f64,
+    /// The lowest p99 latency, in milliseconds.
+    pub p99_ms_min: f64,
+    /// The highest.
+    pub p99_ms_max: f64,
+}
+
+/// A summary per mode and shape, in the order each first ran.
+pub fn summarize(rows: &[SummaryRow<'_>]) -> Vec<Summary> {
+    let mut summaries: Vec<Summary> = Vec::new();
+    for row in rows {
+        let same = |s: &Summary| s.mode == row.mode && s.batch == row.batch && s.load == row.load;
+        if summaries.iter().any(same) {
+            continue;
+        }
+        let alike = rows
+            .iter()
+            .filter(|r| r.mode == row.mode && r.batch == row.batch && r.load == row.load);
+        let mut rates: Vec<f64> = alike.clone().map(|r| r.commands_per_s).collect();
+        let mut p99: Vec<f64> = alike.map(|r| r.p99_ms).collect();
+        let median = median(&mut rates);
+        p99.sort_by(f64::total_cmp);
+        summaries.push(Summary {
+            mode: row.mode.to_string(),
+            batch: row.batch,
+            load: row.load.clone(),
+            runs: rates.len(),
+            commands_per_s_median: median,
+            commands_per_s_min: rates[0],
+            commands_per_s_max: rates[rates.len() - 1],
+            p99_ms_min: p99[0],
+            p99_ms_max: p99[p99.len() - 1],
+        });
+    }
+    summaries
+}
+
+/// The median of `values` (sorted in place; at least one).
+fn median(values: &mut [f64]) -> f64 {
+    assert!(!values.is_empty(), "the median of no value");
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
+}
+
+/// Prints the summary: per mode and shape, the median and range of commands per second over
+/// the runs, and the range of their p99 latency.
+pub fn print_summary(summaries: &[Summary]) {
+    println!();
+    println!(
+        "{:<12} {:>12} {:>9} {:>5} {:>38} {:>20}",
+        "mode",
+        "per request",
+        "in flight",
+        "runs",
+        "completed commands/s median (range)",
+        "p99 ms (range)"
+    );
+    for s in summaries {
+        let rates = format!(
+            "{:.0} ({:.0}-{:.0})",
+            s.commands_per_s_median, s.commands_per_s_min, s.commands_per_s_max
+        );
+        let p99 = format!("{:.3}-{:.3}", s.p99_ms_min, s.p99_ms_max);
+        let (mode, batch, load, runs) = (&s.mode, s.batch, &s.load, s.runs);
+        println!("{mode:<12} {batch:>12} {load:>9} {runs:>5} {rates:>38} {p99:>20}");
+    }
+}
+
+/// Performance's median commands per second over Verify's, when both ran (one shape).
+fn performance_over_verify(summaries: &[Summary]) -> Option<f64> {
+    let median = |mode: crate::apply::Mode| {
+        let name = crate::cli::mode_name(mode);
+        let summary = summaries.iter().find(|s| s.mode == name)?;
+        Some(summary.commands_per_s_median)
+    };
+    let performance = median(crate::apply::Mode::Performance)?;
+    let verify = median(crate::apply::Mode::Verify)?;
+    (verify > 0.0).then(|| performance / verify)
+}
+
+/// What the CPU figures of a `local` run cover: the whole cluster is in the process.
+pub const CPU_OF_CLIENT_AND_NODES: &str = "this process: the load client and the three nodes";
+/// What the CPU figures of a `bench` run cover: the nodes run elsewhere.
+pub const CPU_OF_CLIENT: &str = "this process: the load client only (the nodes run elsewhere)";
+
+/// Everything `bench` and `local` report.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     seed: u64,
+    /// What `cpu_s_per_million` covers.
+    cpu_covers: &'static str,
+    /// `local`: where the nodes' data was, and whether it was kept.
+    data_dir: Option<PathBuf>,
+    data_kept: bool,
     prefill: Prefill,
     runs: Vec<Run>,
+    /// Per mode: the median and range of commands per second, the range of p99 latency.
+    summary: Vec<Summary>,
+    /// Performance's median commands per second over Verify's, when both ran.
+    performance_over_verify: Option<f64>,
     /// Commands answered over all runs.
     commands: u64,
     /// Errors over all runs.
@@ -119,27 +295,59 @@ pub struct BenchReport {
     state_hashes: Vec<String>,
 }
 
+/// What a benchmark found, before it is reported.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The prefill.
+    pub prefill: Prefill,
+    /// The runs, in the order run.
+    pub runs: Vec<Run>,
+    /// The workload's check.
+    pub check: Result<(), String>,
+    /// The replicas at the end.
+    pub convergence: Convergence,
+}
+
 impl BenchReport {
-    /// The report of a benchmark's parts.
-    pub fn new(
-        args: &BenchArgs,
-        prefill: Prefill,
-        runs: Vec<Run>,
-        check: Result<(), String>,
-        convergence: Convergence,
-    ) -> Self {
+    /// The report of what a benchmark with seed `seed` found; the CPU figures cover
+    /// `cpu_covers` ([`CPU_OF_CLIENT`] or [`CPU_OF_CLIENT_AND_NODES`]).
+    pub fn new(seed: u64, cpu_covers: &'static str, found: Found) -> Self {
+        let rows: Vec<SummaryRow<'_>> = found
+            .runs
+            .iter()
+            .map(|r| SummaryRow {
+                mode: &r.mode,
+                batch: r.batch,
+                load: r.load(),
+                commands_per_s: r.commands_per_s,
+                p99_ms: r.latency_ms.p99,
+            })
+            .collect();
+        let summary = summarize(&rows);
+        let runs = &found.runs;
         BenchReport {
-            seed: args.seed,
-            prefill,
+            seed,
+            cpu_covers,
+            data_dir: None,
+            data_kept: false,
+            prefill: found.prefill,
+            performance_over_verify: performance_over_verify(&summary),
+            summary,
             commands: runs.iter().map(|r| r.commands).sum(),
             errors: runs.iter().map(|r| r.errors).sum(),
             unknown: runs.iter().map(|r| r.unknown).sum(),
-            runs,
-            check_passed: check.is_ok(),
-            check: check.err().unwrap_or_else(|| "ok".into()),
-            replicas_converged: convergence.converged,
-            state_hashes: convergence.state_hashes,
+            runs: found.runs,
+            check_passed: found.check.is_ok(),
+            check: found.check.err().unwrap_or_else(|| "ok".into()),
+            replicas_converged: found.convergence.converged,
+            state_hashes: found.convergence.state_hashes,
         }
+    }
+
+    /// The report with the data directory the nodes used, and whether it was kept.
+    pub fn with_data_dir(mut self, dir: PathBuf, kept: bool) -> Self {
+        (self.data_dir, self.data_kept) = (Some(dir), kept);
+        self
     }
 
     /// The report as JSON.
@@ -147,48 +355,28 @@ impl BenchReport {
         serde_json::to_value(self).unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
     }
 
-    /// Prints the prefill, a line per run and the end's checks.
+    /// Prints the prefill, the runs, where an entry's time went, the summary and the end's
+    /// checks.
     pub fn print(&self) {
         let p = &self.prefill;
         println!(
             "prefill: {} requests, {} commands ({} refused) in {:.2} s",
             p.requests, p.commands, p.refused, p.seconds
         );
+        print_runs(&self.runs);
+        print_stage_table(self.runs.iter().map(|r| (r.mode.as_str(), &r.stages)));
+        print_summary(&self.summary);
+        if let Some(ratio) = self.performance_over_verify {
+            println!("performance/verify: {ratio:.2} (median commands/s)");
+        }
+        println!();
         println!(
-            "{:>4} {:>6} {:>8} {:>11} {:>8} {:>13} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}",
-            "run",
-            "batch",
-            "inflight",
-            "commands",
-            "seconds",
-            "commands/s",
-            "p50 ms",
-            "p99 ms",
-            "p999 ms",
-            "max ms",
-            "refused",
-            "errors",
-            "unknown"
+            "cpu s/M: CPU seconds per million commands of {}",
+            self.cpu_covers
         );
-        for r in &self.runs {
-            let l = &r.latency_ms;
-            println!(
-                "{:>4} {:>6} {:>8} {:>11} {:>8.2} {:>13.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>7} {:>8}",
-                r.run,
-                r.batch,
-                r.offered_requests_per_s
-                    .map_or_else(|| r.inflight.to_string(), |rate| format!("@{rate:.0}/s")),
-                r.commands,
-                r.seconds,
-                r.commands_per_s,
-                l.p50,
-                l.p99,
-                l.p999,
-                l.max,
-                r.refused,
-                r.errors,
-                r.unknown
-            );
+        if let Some(dir) = &self.data_dir {
+            let fate = if self.data_kept { "kept" } else { "removed" };
+            println!("data directory: {} ({fate})", dir.display());
         }
         let hash = self.state_hashes.first().map_or("-", String::as_str);
         println!(
@@ -203,8 +391,8 @@ impl BenchReport {
     }
 
     /// Ok when every run answered commands with no error or unknown outcome, the workload's
-    /// check passed and the replicas converged; else what went wrong.
-    pub fn verdict(&self) -> anyhow::Result<()> {
+    /// check passed and the replicas converged; else [`BenchFailed`], saying what went wrong.
+    pub fn verdict(&self) -> Result<(), BenchFailed> {
         let mut wrong = Vec::new();
         if let Some(run) = self.runs.iter().find(|r| r.commands == 0) {
             wrong.push(format!("run {} answered no command", run.run));
@@ -224,6 +412,99 @@ impl BenchReport {
         if wrong.is_empty() {
             return Ok(());
         }
-        anyhow::bail!("{}", wrong.join("; "))
+        Err(BenchFailed(wrong))
+    }
+}
+
+/// A benchmark ran to its end and the answer is no: a command failed or went unanswered, a
+/// run answered nothing, the workload's check failed, or the replicas differ.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct BenchFailed(pub Vec<String>);
+
+/// Prints a line per run.
+fn print_runs(runs: &[Run]) {
+    println!(
+        "{:>4} {:<12} {:>6} {:>8} {:>11} {:>8} {:>13} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>8}",
+        "run",
+        "mode",
+        "batch",
+        "inflight",
+        "commands",
+        "seconds",
+        "commands/s",
+        "p50 ms",
+        "p99 ms",
+        "p999 ms",
+        "max ms",
+        "cpu s/M",
+        "refused",
+        "errors",
+        "unknown"
+    );
+    for r in runs {
+        let l = &r.latency_ms;
+        println!(
+            "{:>4} {:<12} {:>6} {:>8} {:>11} {:>8.2} {:>13.0} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>9} {:>7} {:>8}",
+            r.run,
+            r.mode,
+            r.batch,
+            r.load(),
+            r.commands,
+            r.seconds,
+            r.commands_per_s,
+            l.p50,
+            l.p99,
+            l.p999,
+            l.max,
+            r.cpu_s_per_million,
+            r.refused,
+            r.errors,
+            r.unknown
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: &str, commands_per_s: f64, p99_ms: f64) -> SummaryRow<'_> {
+        let load = "1".into();
+        SummaryRow {
+            mode,
+            batch: 8,
+            load,
+            commands_per_s,
+            p99_ms,
+        }
+    }
+
+    /// Proves the summary groups alternated runs by mode, in the order each first ran, with
+    /// the median and range of each, and that the ratio is Performance's median over
+    /// Verify's.
+    #[test]
+    fn the_summary_groups_alternated_runs_by_mode() {
+        let rows = [
+            row("verify", 100.0, 2.0),
+            row("performance", 300.0, 1.0),
+            row("verify", 200.0, 4.0),
+            row("performance", 100.0, 3.0),
+            row("verify", 600.0, 3.0),
+        ];
+        let summary = summarize(&rows);
+        let modes: Vec<&str> = summary.iter().map(|s| s.mode.as_str()).collect();
+        assert_eq!(modes, ["verify", "performance"]);
+        let verify = &summary[0];
+        assert_eq!(verify.runs, 3);
+        assert_eq!(verify.commands_per_s_median, 200.0);
+        assert_eq!(
+            (verify.commands_per_s_min, verify.commands_per_s_max),
+            (100.0, 600.0)
+        );
+        assert_eq!((verify.p99_ms_min, verify.p99_ms_max), (2.0, 4.0));
+        assert_eq!(summary[1].commands_per_s_median, 200.0);
+        assert_eq!(performance_over_verify(&summary), Some(1.0));
+        assert_eq!(performance_over_verify(&summary[..1]), None);
     }
 }
