@@ -1,8 +1,9 @@
 //! A limit order book on three machines: the whole `main` of a handler author's node binary
 //! is the one expression below, and the binary has `node`, `status`, `check`, `client`,
-//! `recover`, `sim`, the deterministic simulator with the book's workload, and `bench`, a
-//! benchmark of a running cluster with the book's benchmark workload (see the README's "Run
-//! your handler on three machines").
+//! `recover`, `sim`, the deterministic simulator with the book's workload, `bench`, a
+//! benchmark of a running cluster with the book's benchmark workload, and `local`, three
+//! nodes in the one process and that benchmark against them in both modes, alternated (see
+//! the README's "Run your handler on three machines").
 //!
 //! ```sh
 //! cargo build --release --example orderbook --features sim
@@ -11,6 +12,7 @@
 //! target/release/examples/orderbook client --cluster cluster.toml \
 //!     '{"Place": {"trader": 1, "side": "Sell", "price": 101, "quantity": 5}}'
 //! target/release/examples/orderbook bench --cluster cluster.toml --inflight 4 --batch 64
+//! target/release/examples/orderbook local --inflight 4 --batch 64   # verify vs performance
 //! ```
 
 mod book;
