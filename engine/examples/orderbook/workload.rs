@@ -8,7 +8,6 @@ use crate::book::{BookCommand, BookError, BookOutput, OrderBook, Side, check_inv
 use engine::cli::BenchWorkload;
 use engine::rng::Rng;
 use engine::sim::Workload;
-use engine::sim::check::Logged;
 use engine::{Outcome, State};
 
 /// Commands in one simulated request, at most.
@@ -67,20 +66,11 @@ impl Workload for BookWorkload {
         (0..count).map(|_| random_command(rng, 300)).collect()
     }
 
-    fn observe(&mut self, _: &BookCommand, _: &Outcome<BookOutput, BookError>) {}
-
+    // No model of its own (observe, logged and check_model keep their defaults): the checks
+    // are the invariants of the committed state; the exactly-once rules are the simulator's
+    // own (its reference replica and the clients' answers).
     fn check(&self, state: &State) -> Result<(), String> {
         check_invariants(state)
-    }
-
-    fn logged(&mut self, _: Logged<'_, OrderBook>) -> Result<(), String> {
-        // The checks are the invariants of the committed state (check); the exactly-once
-        // rules are the simulator's own (its reference replica and the clients' answers).
-        Ok(())
-    }
-
-    fn check_model(&self, _: &State) -> Result<(), String> {
-        Ok(())
     }
 }
 

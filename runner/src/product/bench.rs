@@ -495,8 +495,5 @@ async fn set_mode(
 
 /// A mode's name in tables and JSON.
 pub fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Verify => "verify",
-        Mode::Performance => "performance",
-    }
+    mode.name()
 }
