@@ -18,7 +18,8 @@ const STATUS_TIMEOUT_MS: u64 = 1_000;
 pub struct StageAverages {
     /// Entries the leader proposed in the run.
     pub entries: u64,
-    /// Commands per entry on average.
+    /// Commands per entry the leader proposed, on average (it simulates every command it
+    /// proposes, in either mode).
     pub commands_per_entry: f64,
     /// Waiting in the leader's batcher.
     pub batch_wait_us: f64,
@@ -62,7 +63,7 @@ impl StageAverages {
         let (follower_applied, _) = delta(|s| s.applied, false);
         StageAverages {
             entries,
-            commands_per_entry: 0.0,
+            commands_per_entry: per(delta(|s| s.simulated_commands, true), entries),
             batch_wait_us: per(delta(|s| s.batch_wait_us, true), entries),
             wal_us: per(delta(|s| s.wal_us, true), entries),
             quorum_us: per(delta(|s| s.quorum_us, true), entries),
@@ -179,6 +180,7 @@ mod tests {
             quorum_us: 500,
             applied: 10,
             apply_us: 50,
+            simulated_commands: 80,
             reused_commands: 80,
             ..Stages::default()
         };
@@ -191,11 +193,15 @@ mod tests {
         };
         let averages = StageAverages::between(&before, &[follower, leader, follower]);
         assert_eq!(averages.entries, 10);
+        assert_eq!(
+            averages.commands_per_entry, 8.0,
+            "the leader simulates every command"
+        );
         assert_eq!((averages.wal_us, averages.quorum_us), (10.0, 50.0));
         assert_eq!(averages.apply_us, 5.0);
         assert_eq!(averages.follower_wal_us, 20.0);
         assert_eq!(averages.follower_apply_us, 20.0);
-        assert_eq!(averages.leader_commands, [0, 0, 80, 0]);
+        assert_eq!(averages.leader_commands, [80, 0, 80, 0]);
     }
 
     /// Proves the CPU figure leaves the warm-up out and that the process clock moves with work.
