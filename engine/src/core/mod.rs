@@ -318,6 +318,9 @@ pub struct Core {
     leader: Option<NodeId>,
     log: Log,
     commit: EntryIndex,
+    /// The highest commit index a leader has told this replica, which may lie beyond its own
+    /// log (and so beyond `commit`): how far behind a follower that catches up is.
+    leader_commit: EntryIndex,
     durable: EntryIndex,
     applied: Option<AppliedHash>,
     history: VecDeque<AppliedHash>,
@@ -409,6 +412,7 @@ impl Core {
             durable: log.last_index(),
             log,
             commit: applied_index,
+            leader_commit: applied_index,
             applied: recovered.applied,
             history: recovered.applied.into_iter().collect(),
             pending_checks: BTreeMap::new(),
@@ -454,6 +458,15 @@ impl Core {
     /// Its commit index.
     pub fn commit_index(&self) -> EntryIndex {
         self.commit
+    }
+
+    /// The newest commit index it knows of: its own on a leader; on a follower, the highest a
+    /// leader has told it, even beyond its own log.
+    pub fn leader_commit(&self) -> EntryIndex {
+        match self.role {
+            Role::Leader => self.commit,
+            Role::Follower | Role::Candidate => self.leader_commit.max(self.commit),
+        }
     }
 
     /// Its last log index.
@@ -1145,6 +1158,7 @@ impl Core {
         if !self.heard_from_leader(append.term, append.leader, out) {
             return;
         }
+        self.leader_commit = self.leader_commit.max(append.commit);
         self.check_remote_hash(append.leader, append.applied, out);
         let mut append = append;
         let base = self.log.base();

@@ -607,6 +607,29 @@ fn a_resend_before_the_fsync_is_answered_at_once() {
     );
 }
 
+/// Proves a follower far behind the leader knows how far behind it is: an append it must
+/// refuse (a gap) still tells it the leader's commit index, which its own commit index (capped
+/// by its log) cannot say; readiness compares what it applied with this.
+#[test]
+fn a_follower_behind_knows_the_leaders_commit() {
+    let mut n2 = core(N2);
+    assert_eq!(n2.leader_commit(), EntryIndex(0));
+    let gap = Append {
+        term: Term(1),
+        leader: N1,
+        prev_index: EntryIndex(4_000),
+        prev_term: Term(1),
+        entries: vec![],
+        commit: EntryIndex(4_000),
+        applied: None,
+    };
+    append_from_n1(&mut n2, gap);
+    assert_eq!(n2.commit_index(), EntryIndex(0), "its log holds nothing");
+    assert_eq!(n2.leader_commit(), EntryIndex(4_000));
+    let (n1, _) = leader();
+    assert_eq!(n1.leader_commit(), n1.commit_index(), "a leader's own");
+}
+
 /// Proves an append whose previous entry the follower lacks is refused with a hint, and that an
 /// entry that does not chain to the previous one is refused rather than logged.
 #[test]

@@ -706,6 +706,7 @@ impl<H: Handler> Driver<H> {
             handler_version: machine.handler_version(),
             peers: self.replica.peer_lags(),
             snapshot_age: self.snapshot_at.elapsed(),
+            leader_commit: self.replica.core().leader_commit(),
         };
         self.board.0.publish(figures);
         self.board.1 = Instant::now();

@@ -759,6 +759,7 @@ mod tests {
             handler_version: 3,
             peers: vec![lag],
             snapshot_age: Duration::from_millis(2_500),
+            leader_commit: status().commit_index,
         }
     }
 

@@ -4,6 +4,7 @@
 //! publication that stops coming is itself the sign that the event loop no longer answers.
 
 use crate::replica::{PeerLag, StageLatencies};
+use net::ids::EntryIndex;
 use net::message::NodeStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -38,6 +39,9 @@ pub(crate) struct Figures {
     pub(crate) peers: Vec<PeerLag>,
     /// Since the last durable snapshot (or since the node started, before its first).
     pub(crate) snapshot_age: Duration,
+    /// The newest commit index the node knows of: a follower's own commit index stops at the
+    /// end of its log, so one catching up would look current by it alone.
+    pub(crate) leader_commit: EntryIndex,
 }
 
 /// Where the driver publishes and the endpoints read. Cloning shares it.
@@ -103,9 +107,12 @@ pub(crate) fn live(figures: Option<&Figures>, now: Instant) -> Result<(), NotRea
 
 /// Whether the node can serve: live within [`READY_STALE_MS`], a member, not halted, not
 /// diverged, not storage-full, a leader known, applied within
-/// [`READY_APPLY_LAG_ENTRIES_MAX`] of the commit index.
+/// [`READY_APPLY_LAG_ENTRIES_MAX`] of the newest commit index it knows (the leader's, as the
+/// leader last told it: a follower rebuilt or restarted far behind is not ready until it has
+/// caught up).
 pub(crate) fn ready(figures: Option<&Figures>, now: Instant) -> Result<(), NotReady> {
-    let status = &fresh(figures, now, READY_STALE_MS)?.status;
+    let figures = fresh(figures, now, READY_STALE_MS)?;
+    let status = &figures.status;
     if let Some(reason) = &status.halted {
         return Err(NotReady::Halted(reason.clone()));
     }
@@ -121,7 +128,8 @@ pub(crate) fn ready(figures: Option<&Figures>, now: Instant) -> Result<(), NotRe
     if status.leader.is_none() {
         return Err(NotReady::NoLeader);
     }
-    let (applied, committed) = (status.applied_index.0, status.commit_index.0);
+    let committed = status.commit_index.max(figures.leader_commit).0;
+    let applied = status.applied_index.0;
     if committed.saturating_sub(applied) > READY_APPLY_LAG_ENTRIES_MAX {
         return Err(NotReady::Behind { applied, committed });
     }
@@ -169,6 +177,7 @@ mod tests {
             handler_version: 1,
             peers: vec![],
             snapshot_age: Duration::ZERO,
+            leader_commit: EntryIndex(900),
         }
     }
 
@@ -217,5 +226,26 @@ mod tests {
             assert_eq!(ready(Some(&bad), now), Err(expected));
             assert_eq!(live(Some(&bad), now), Ok(()));
         }
+    }
+
+    /// Proves a follower whose own log (and so its own commit index) is far behind is not
+    /// ready: it compares what it applied with the leader's commit, as last told.
+    #[test]
+    fn a_follower_catching_up_is_not_ready() {
+        let now = Instant::now();
+        let mut rebuilt = figures(now);
+        rebuilt.status.last_index = EntryIndex(0);
+        rebuilt.status.commit_index = EntryIndex(0);
+        rebuilt.status.applied_index = EntryIndex(0);
+        rebuilt.leader_commit = EntryIndex(5_000);
+        assert_eq!(
+            ready(Some(&rebuilt), now),
+            Err(NotReady::Behind {
+                applied: 0,
+                committed: 5_000
+            })
+        );
+        rebuilt.status.applied_index = EntryIndex(5_000 - READY_APPLY_LAG_ENTRIES_MAX);
+        assert_eq!(ready(Some(&rebuilt), now), Ok(()));
     }
 }
