@@ -683,7 +683,13 @@ impl State {
             Ok(sizes) => sizes,
             Err(error) => return self.abandon_write(start, error),
         };
+        let room = self
+            .capacity_bytes
+            .saturating_sub(self.bytes_used + self.outside_bytes);
         let typed = typed_mut(&mut self.tables, table);
+        typed
+            .map
+            .set_growth_room(usize::try_from(room).unwrap_or(usize::MAX));
         let position = typed.map.position(&key);
         let cost = put_cost(typed, position, key_bytes, record_bytes);
         let bytes_used = self.bytes_used - cost.heap_old + cost.heap_new + cost.growth_bytes;

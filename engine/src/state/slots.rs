@@ -102,6 +102,11 @@ pub(crate) struct Slots<K, V> {
     /// The helper thread freeing the last drained old array, if any (see
     /// [`free_off_thread`]).
     freeing: Option<std::thread::JoinHandle<()>>,
+    /// Bytes the state's capacity has left for this map's next growth, as the state last said
+    /// ([`Slots::set_growth_room`]): the next array is written ahead only for a growth the
+    /// capacity could take. (A 16M-slot table in a 2 GiB state had its 2 GiB next array written,
+    /// a growth the capacity account would refuse: memory held for nothing.)
+    growth_room: usize,
 }
 
 /// The array the next growth will use, written ahead of it off the node thread. Once the
@@ -244,7 +249,15 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
             scan_void: false,
             removals: 0,
             freeing: None,
+            growth_room: usize::MAX,
         }
+    }
+
+    /// Says how many bytes the state's capacity has left beside what it holds now: a growth
+    /// counts its new array and, while it moves the records, the old one (so a doubling needs
+    /// the doubled array's bytes of room).
+    pub(crate) fn set_growth_room(&mut self, bytes: usize) {
+        self.growth_room = bytes;
     }
 
     /// Saves the slot's content for a scan in progress before it is written (when the scan
@@ -593,7 +606,8 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
     }
 
     /// Starts the next growth's array on a helper thread once the table is half full (for
-    /// arrays of [`PREPARE_BYTES_MIN`] and more), and takes it once written. An array the
+    /// arrays of [`PREPARE_BYTES_MIN`] and more, and only when the capacity has room for that
+    /// growth), and takes it once written. An array the
     /// allocator refuses is not prepared: the growth allocates when it is due.
     fn prepare_step(&mut self) {
         let count = self.slots.len() * 2;
@@ -604,6 +618,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
             Some(_) => {}
             None if self.old.is_none()
                 && count * size_of::<Slot<K, V>>() >= PREPARE_BYTES_MIN
+                && count * size_of::<Slot<K, V>>() <= self.growth_room
                 && self.len * 2 >= self.slots.len() =>
             {
                 self.next = Some(Next::start(count));
@@ -917,6 +932,28 @@ mod growth_tests {
         );
         assert!(map.next.is_none());
         assert_all_found(&map, key);
+    }
+
+    /// Proves no next array is written for a growth the state's capacity has no room for,
+    /// and that one is once the room is there.
+    #[test]
+    fn no_next_array_is_written_without_room_for_its_growth() {
+        let (mut map, mut key) = at_256_slots_holding(0);
+        let doubled = 512 * size_of::<Slot<u32, u32>>();
+        map.next = None;
+        map.set_growth_room(doubled - 1);
+        while map.len() < 190 {
+            map.insert_new(key, key).unwrap();
+            key += 1;
+        }
+        assert!(
+            map.next.is_none(),
+            "nothing prepared past half full without room"
+        );
+        map.set_growth_room(doubled);
+        map.insert_new(key, key).unwrap();
+        assert_eq!(map.next.as_ref().map(Next::count), Some(512));
+        map.settle();
     }
 
     /// Proves a growth due while its helper still writes waits for that array and takes it,
