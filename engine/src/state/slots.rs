@@ -103,9 +103,8 @@ pub(crate) struct Slots<K, V> {
     /// [`free_off_thread`]).
     freeing: Option<std::thread::JoinHandle<()>>,
     /// Bytes the state's capacity has left for this map's next growth, as the state last said
-    /// ([`Slots::set_growth_room`]): the next array is written ahead only for a growth the
-    /// capacity could take. (A 16M-slot table in a 2 GiB state had its 2 GiB next array written,
-    /// a growth the capacity account would refuse: memory held for nothing.)
+    /// ([`Slots::set_growth_room`]): the next array is written ahead, and kept, only for a
+    /// growth the capacity could take; otherwise it would be memory held for nothing.
     growth_room: usize,
 }
 
@@ -612,6 +611,11 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
     fn prepare_step(&mut self) {
         let count = self.slots.len() * 2;
         match &self.next {
+            Some(next) if next.count() * size_of::<Slot<K, V>>() > self.growth_room => {
+                // The room shrank since the array was started (records, other tables'
+                // growths, sessions): its growth would be refused, so it is not kept.
+                self.drop_next();
+            }
             Some(Next::Writing(_, thread)) if thread.is_finished() => {
                 self.next = self.next.take().map(Next::finish);
             }
@@ -624,6 +628,19 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
                 self.next = Some(Next::start(count));
             }
             None => {}
+        }
+    }
+
+    /// Lets go of the next array: a written one is freed off this thread, a helper still
+    /// writing frees its own when done (its handle is dropped, the thread detached).
+    fn drop_next(&mut self) {
+        if let Some(Next::Ready(slots)) = self.next.take() {
+            let bytes = slots.capacity() * size_of::<Slot<K, V>>();
+            if let Some(freeing) = free_off_thread(slots, bytes)
+                && let Some(earlier) = self.freeing.replace(freeing)
+            {
+                let _ = earlier.join();
+            }
         }
     }
 
@@ -942,7 +959,7 @@ mod growth_tests {
         let doubled = 512 * size_of::<Slot<u32, u32>>();
         map.next = None;
         map.set_growth_room(doubled - 1);
-        while map.len() < 190 {
+        while map.len() < 150 {
             map.insert_new(key, key).unwrap();
             key += 1;
         }
@@ -952,8 +969,21 @@ mod growth_tests {
         );
         map.set_growth_room(doubled);
         map.insert_new(key, key).unwrap();
+        key += 1;
         assert_eq!(map.next.as_ref().map(Next::count), Some(512));
         map.settle();
+        // The room shrinks again before the growth (another table grew, say): the array is
+        // let go rather than kept for a growth that would be refused.
+        map.set_growth_room(doubled - 1);
+        map.insert_new(key, key).unwrap();
+        key += 1;
+        assert_eq!(map.slot_count(), 256, "no growth yet");
+        assert!(
+            map.next.is_none(),
+            "a prepared array is not kept without room"
+        );
+        map.settle();
+        assert_all_found(&map, key);
     }
 
     /// Proves a growth due while its helper still writes waits for that array and takes it,
