@@ -18,6 +18,9 @@ pub enum SingleNodeError {
     /// The apply loop stopped.
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    /// The capacity cannot hold the handler's empty tables.
+    #[error(transparent)]
+    Capacity(#[from] crate::state::CapacityTooSmall),
     /// A batch broke a limit.
     #[error("batch of {commands} commands is over the entry limit {ENTRY_COMMANDS_MAX}")]
     BatchTooLarge {
@@ -40,7 +43,7 @@ impl<H: Handler> SingleNode<H> {
         capacity_bytes: u64,
     ) -> Result<(Self, Recovery), SingleNodeError> {
         let (wal, recovery) = Wal::open(dir)?;
-        let mut machine = StateMachine::new(handler, capacity_bytes);
+        let mut machine = StateMachine::try_new(handler, capacity_bytes)?;
         for index in wal.first_index().0..=wal.last_index().0 {
             machine.apply(&wal.read(crate::ids::EntryIndex(index))?)?;
         }

@@ -115,6 +115,24 @@ fn bad_invocations_and_bad_files_exit_3() {
         &[],
     );
     usage(&[], &[]);
+    // A capacity below the Bank's empty tables: `recover` says a start would refuse it (1), and
+    // names both numbers; nothing panics.
+    let tiny = runner(
+        &[
+            "recover",
+            "--data-dir",
+            path(dir.path()),
+            "--capacity-bytes",
+            "10",
+        ],
+        &[],
+    );
+    assert_eq!(tiny.exit(), Some(Exit::Negative), "{tiny:#?}");
+    assert!(
+        tiny.stderr
+            .contains("capacity of 10 bytes is below the 1024 bytes"),
+        "{tiny:#?}"
+    );
     let from_env = usage(&["status"], &[("ENGINE_CLUSTER_FILE", &missing)]);
     assert!(from_env.stderr.contains("missing.toml"), "{from_env:#?}");
     for asked in [&["--help"][..], &["--version"], &["status", "--help"]] {

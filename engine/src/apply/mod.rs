@@ -727,7 +727,12 @@ impl<H: Handler> StateMachine<H> {
         capacity_bytes: u64,
         snapshot: Snapshot,
     ) -> Result<Self, InstallError> {
-        let mut machine = StateMachine::new(handler, capacity_bytes);
+        let mut machine = StateMachine::try_new(handler, capacity_bytes).map_err(|refused| {
+            InstallError::Capacity {
+                needed_bytes: refused.empty_bytes,
+                capacity_bytes: refused.capacity_bytes,
+            }
+        })?;
         machine.install(snapshot)?;
         Ok(machine)
     }

@@ -113,10 +113,7 @@ fn print_nodes(file: &ClusterFile, tls: &[(u8, NodeTls)]) {
 
 /// The cluster-wide settings every node runs with, as the file spells them.
 fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
-    let mode = match file.mode {
-        crate::node::ModeSetting::Verify => "verify",
-        crate::node::ModeSetting::Performance => "performance",
-    };
+    let mode = crate::apply::Mode::from(file.mode).name();
     [
         ("cluster_id", json!(file.cluster_id)),
         ("secret", json!(given(&file.secret, &file.secret_file))),

@@ -60,6 +60,7 @@ impl Exit {
         if find::<clap::Error>(error).is_some()
             || find::<ClusterFileError>(error).is_some()
             || find::<SecretError>(error).is_some()
+            || find::<crate::state::CapacityTooSmall>(error).is_some()
         {
             return Exit::Usage;
         }
@@ -82,9 +83,12 @@ impl Exit {
     pub fn of_client(error: &ClientError) -> Exit {
         match error {
             ClientError::GaveUp { .. } | ClientError::Unreachable(_) => Exit::Unreachable,
-            ClientError::Rejected(_) | ClientError::Refused(_) => Exit::Refused,
+            // An expired session is the cluster refusing the id itself: asking again with it
+            // will not help (register a new one).
+            ClientError::Rejected(_) | ClientError::Refused(_) | ClientError::SessionExpired(_) => {
+                Exit::Refused
+            }
             ClientError::Stale(_)
-            | ClientError::SessionExpired(_)
             | ClientError::Reused(_)
             | ClientError::OutcomeCount { .. }
             | ClientError::Decode(_)

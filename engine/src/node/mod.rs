@@ -267,6 +267,9 @@ pub enum NodeError {
     /// The node thread ended before it listened.
     #[error("the node thread ended before it listened")]
     Thread,
+    /// The state capacity cannot hold the handler's empty tables.
+    #[error("capacity_bytes: {0}")]
+    Capacity(#[from] CapacityTooSmall),
 }
 
 fn join(errors: &[config::ConfigError]) -> String {

@@ -3,8 +3,8 @@
 //! the driver's inbox, so it neither waits behind client requests nor delays them; and a
 //! publication that stops coming is itself the sign that the event loop no longer answers.
 
+use crate::ids::EntryIndex;
 use crate::replica::{PeerLag, StageLatencies};
-use net::ids::EntryIndex;
 use net::message::NodeStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

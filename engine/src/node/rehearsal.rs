@@ -117,6 +117,9 @@ pub enum RehearsalError {
         /// Why.
         error: InstallError,
     },
+    /// The capacity cannot hold the handler's empty tables.
+    #[error(transparent)]
+    Capacity(#[from] crate::state::CapacityTooSmall),
     /// Neither a usable snapshot nor a log from entry 1.
     #[error(
         "nothing to start from: the log starts at entry {first} and no snapshot it continues is usable"
@@ -148,7 +151,7 @@ pub fn rehearse<H: Handler>(
             path: dir.join(SNAPSHOT_DIR),
             source,
         })?;
-    let mut machine = StateMachine::new(handler, options.capacity_bytes);
+    let mut machine = StateMachine::try_new(handler, options.capacity_bytes)?;
     machine.set_sessions_max(options.sessions_max);
     machine.set_session_retention_s(options.session_retention_s);
     machine.set_journaling(true);

@@ -165,11 +165,14 @@ pub struct State {
 }
 
 /// A state capacity below what the handler's empty tables take: refused when the state is
-/// made, since every command would then fail with [`StateError::CapacityExhausted`].
+/// made, since every write would then fail with [`StateError::CapacityExhausted`]. (A capacity
+/// at that floor is taken, but holds little beside the empty tables: the client sessions count
+/// against it too, so give room for the records and sessions.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "a state capacity of {capacity_bytes} bytes is below the {empty_bytes} bytes the handler's \
-     {tables} empty tables take: give at least {empty_bytes} bytes, plus room for the records"
+     empty tables take ({tables} declared): give at least {empty_bytes} bytes, plus room for \
+     the records"
 )]
 pub struct CapacityTooSmall {
     /// The capacity asked for.

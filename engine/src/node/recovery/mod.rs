@@ -19,7 +19,7 @@ use crate::core::Recovered;
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId};
 use crate::snapshot::{Durable, ParseError};
-use crate::state::InstallError;
+use crate::state::{CapacityTooSmall, InstallError};
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
 use net::message::AppliedHash;
@@ -56,6 +56,8 @@ pub struct RecoveryOptions {
 
 impl RecoveryOptions {
     /// An empty state machine for `handler` with these options' capacity and session limits.
+    /// The entry points ([`restore`], [`inspect`], [`recover_on`]) refuse a capacity below the
+    /// handler's empty tables before any calls this.
     pub fn machine<H: Handler>(&self, handler: H) -> StateMachine<H> {
         let mut machine = StateMachine::new(handler, self.capacity_bytes);
         machine.set_sessions_max(self.sessions_max);
@@ -342,6 +344,7 @@ pub fn restore<H: Handler>(
     handler: H,
     options: &RecoveryOptions,
 ) -> Result<Restored<H>, NodeError> {
+    CapacityTooSmall::check(&handler.schema(), options.capacity_bytes)?;
     let started = Instant::now();
     let state = data_dir::dir_state(dir).map_err(Refusal::from)?;
     if state == DirState::Absent {
@@ -411,6 +414,7 @@ pub fn recover_on<S: Storage, H: Handler>(
     stamp: Option<Identity>,
     applied: impl FnMut(AppliedHash),
 ) -> Result<Started<H, S>, NodeError> {
+    CapacityTooSmall::check(&handler.schema(), options.capacity_bytes)?;
     let read_write = (stamp.clone(), Access::ReadWrite);
     let (plan, core) = match plan::plan(storage, dir, handler, options, read_write) {
         Ok(mut plan) => {
@@ -447,6 +451,7 @@ pub fn inspect<H: Handler>(
     handler: H,
     options: &RecoveryOptions,
 ) -> Result<Inspection<H>, NodeError> {
+    CapacityTooSmall::check(&handler.schema(), options.capacity_bytes)?;
     let started = Instant::now();
     let state = data_dir::dir_state(dir).map_err(Refusal::from)?;
     if state == DirState::Absent {
