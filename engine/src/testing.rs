@@ -113,6 +113,9 @@ pub enum NotDeterministic {
     /// An entry size outside 1 to [`ENTRY_COMMANDS_MAX`].
     #[error("entries of {0} commands: an entry holds 1 to {ENTRY_COMMANDS_MAX}")]
     EntrySize(u32),
+    /// No entry size was given: nothing would be checked.
+    #[error("no entry size given: name at least one (16 and 1,024 are a good pair)")]
+    NoEntrySizes,
     /// Applying an entry failed: in Verify mode, the leader's execution differed from its
     /// simulation ([`ApplyError::Nondeterministic`] names the command).
     #[error("entry {index}, {run}: {error}")]
@@ -135,8 +138,8 @@ pub enum NotDeterministic {
         run: Run,
         /// The entry.
         index: EntryIndex,
-        /// "answered otherwise" or "ended with other state hashes".
-        what: &'static str,
+        /// What differed.
+        what: Disagreement,
     },
     /// Two runs (packings or modes) answered a request otherwise.
     #[error("request {request} was answered otherwise {first} and {second}")]
@@ -156,6 +159,17 @@ pub enum NotDeterministic {
         /// The other.
         second: Run,
     },
+}
+
+/// What a leader and a follower disagreed on, for one entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Disagreement {
+    /// They answered its requests otherwise.
+    #[error("answered otherwise")]
+    Replies,
+    /// They ended it with other state hashes.
+    #[error("ended with other state hashes")]
+    StateHash,
 }
 
 /// One way a checked stream ran: its packing and its mode.
@@ -198,6 +212,9 @@ pub fn check_determinism_within<H: Handler + Clone>(
     entry_commands: &[u32],
     capacity_bytes: u64,
 ) -> Result<Checked<H>, NotDeterministic> {
+    if entry_commands.is_empty() {
+        return Err(NotDeterministic::NoEntrySizes);
+    }
     let stream = Stream::encode(requests)?;
     let mut first: Option<(Run, Vec<Vec<u8>>, StateHash)> = None;
     for &size in entry_commands {
@@ -389,10 +406,10 @@ impl<H: Handler + Clone> Pair<H> {
             what,
         };
         if leader.state_hash != follower.state_hash {
-            return Err(differ("ended with other state hashes"));
+            return Err(differ(Disagreement::StateHash));
         }
         if leader.replies != follower.replies {
-            return Err(differ("answered otherwise"));
+            return Err(differ(Disagreement::Replies));
         }
         Ok(leader)
     }

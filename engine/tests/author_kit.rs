@@ -4,7 +4,7 @@
 //! tables is refused when the state is made, with both numbers.
 
 use engine::codec::{Decode, Encode};
-use engine::testing::{NotDeterministic, Run, check_determinism};
+use engine::testing::{Disagreement, NotDeterministic, Run, check_determinism};
 use engine::{CapacityTooSmall, Handler, Mode, Outcome, Sandbox, Schema, StateError, Table, Tx};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -38,21 +38,28 @@ enum Flaw {
     /// Writes what it read from a counter of its own copy (each replica has one): the
     /// replicas' states differ, the outcomes do not.
     OwnCounterWritten,
+    /// Writes a number fixed for each copy of the handler (as a per-process setting would
+    /// be): the leader's simulation and its execution agree, the follower does not.
+    CopyWritten,
 }
 
 /// Sums per key, in four tables; `flaw` decides how it breaks determinism.
 struct Sums {
     flaw: Flaw,
     own: AtomicU64,
+    /// Drawn once per copy.
+    copy: u64,
 }
 
 static SHARED: AtomicU64 = AtomicU64::new(0);
+static COPIES: AtomicU64 = AtomicU64::new(0);
 
 impl Sums {
     fn new(flaw: Flaw) -> Self {
         Sums {
             flaw,
             own: AtomicU64::new(0),
+            copy: COPIES.fetch_add(1, Ordering::Relaxed),
         }
     }
 }
@@ -87,6 +94,10 @@ impl Handler for Sums {
                     Flaw::SharedCounter => Ok(sum + SHARED.fetch_add(1, Ordering::Relaxed)),
                     Flaw::OwnCounterWritten => {
                         tx.put(&SEEN, key, self.own.fetch_add(1, Ordering::Relaxed))?;
+                        Ok(sum)
+                    }
+                    Flaw::CopyWritten => {
+                        tx.put(&SEEN, key, self.copy)?;
                         Ok(sum)
                     }
                 }
@@ -163,9 +174,31 @@ fn replicas_that_write_otherwise_are_caught_by_their_hashes() {
     let text = error.to_string();
     let caught = matches!(
         &error,
-        NotDeterministic::Replicas { what, .. } if what.contains("state hashes")
-    ) || matches!(&error, NotDeterministic::Apply { .. });
+        NotDeterministic::Replicas {
+            what: Disagreement::StateHash,
+            ..
+        } | NotDeterministic::Apply { .. }
+    );
     assert!(caught, "{text}");
+}
+
+/// Proves a handler whose copies differ (a simulation and an execution on one copy agree)
+/// is caught by the follower's state hash at the first entry, in verify mode already.
+#[test]
+fn copies_that_write_otherwise_are_caught_by_the_followers_hash() {
+    let error = check_determinism(Sums::new(Flaw::CopyWritten), &stream(), &[16, 1024])
+        .expect_err("not deterministic");
+    let NotDeterministic::Replicas { run, index, what } = &error else {
+        panic!("{error}")
+    };
+    assert_eq!(
+        (run.mode, index.0, *what),
+        (Mode::Verify, 1, Disagreement::StateHash)
+    );
+    assert!(
+        error.to_string().contains("ended with other state hashes"),
+        "{error}"
+    );
 }
 
 /// Proves requests and entry sizes the engine never forms are refused, not run.
@@ -183,6 +216,8 @@ fn impossible_streams_are_refused() {
         ),
         "{empty}"
     );
+    let none = check_determinism(handler.clone(), &stream(), &[]).unwrap_err();
+    assert!(matches!(none, NotDeterministic::NoEntrySizes), "{none}");
     let zero = check_determinism(handler.clone(), &stream(), &[0]).unwrap_err();
     assert!(matches!(zero, NotDeterministic::EntrySize(0)), "{zero}");
     let big = check_determinism(handler, &stream(), &[1025]).unwrap_err();
