@@ -104,7 +104,8 @@ pub(crate) struct Slots<K, V> {
     freeing: Option<std::thread::JoinHandle<()>>,
     /// Bytes the state's capacity has left for this map's next growth, as the state last said
     /// ([`Slots::set_growth_room`]): the next array is written ahead, and kept, only for a
-    /// growth the capacity could take; otherwise it would be memory held for nothing.
+    /// growth the capacity could take; otherwise it would be memory held for nothing. None
+    /// until the state says (a table loaded from a snapshot has been told nothing yet).
     growth_room: usize,
 }
 
@@ -248,7 +249,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
             scan_void: false,
             removals: 0,
             freeing: None,
-            growth_room: usize::MAX,
+            growth_room: 0,
         }
     }
 
@@ -905,6 +906,7 @@ mod growth_tests {
     /// 0, one insert at a time), and the next key.
     fn at_256_slots_holding(records: usize) -> (Slots<u32, u32>, u32) {
         let mut map = Slots::new();
+        map.set_growth_room(usize::MAX);
         let mut key = 0;
         while map.slot_count() < 256 || map.migrating() || map.len() < records {
             map.insert_new(key, key).unwrap();

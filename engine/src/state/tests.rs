@@ -178,3 +178,25 @@ fn a_sized_table_starts_with_its_slots_and_does_not_grow() {
     );
     assert_eq!(small.allocated_bytes() as u64, 16 * slot_bytes());
 }
+
+/// Proves a table loaded from a snapshot past half full writes no next array ahead when the
+/// capacity has no room for its growth: before any put told it the room, a loaded table took
+/// the room as unlimited and wrote the doubled array (2 GiB at 12M accounts) on every start.
+#[test]
+fn a_loaded_table_writes_no_next_array_the_capacity_cannot_take() {
+    // 40 records in 64 slots: past half full; the doubling (128 slots) is past the prepare
+    // minimum and needs 128 slots of room, which this capacity does not have.
+    let (records, slots) = (40u64, 64u64);
+    let capacity_bytes = 100 * slot_bytes();
+    let mut encoded = Vec::new();
+    for id in 1..=records {
+        crate::codec::encode_into(&(id, [id; 10]), &mut encoded).unwrap();
+    }
+    let mut state = state(capacity_bytes);
+    state
+        .load_table(ORDERS.id(), &encoded, records, slots)
+        .expect("the records load");
+    assert_eq!(state.growth_bytes(), 0, "no next array written ahead");
+    fill(&mut state, records + 1..=records + 2);
+    assert_eq!(state.growth_bytes(), 0, "nor once writes tell the room");
+}
