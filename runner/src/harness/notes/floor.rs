@@ -2,15 +2,17 @@
 //! built into `target/floor`) and the main job run in one sitting, alternated, and the engine's
 //! throughput is printed as a ratio to the floor's best layout for each shape of the
 //! performance targets' table (`notes/benchmarks.md`): absolute numbers on a shared machine move from hour to hour, ratios much less.
+//! The order book (`book.rs`) runs in the same sitting on tmpfs, both modes, so that each
+//! workload's Performance/Verify ratio is measured beside the other's.
 
 use super::NotesArgs;
+use super::book::{self, BookRun, EngineRun};
 use crate::notes::matrix::{filesystem, machine, spread};
 use anyhow::{Context, anyhow, bail};
 use bank::Bank;
 use engine::Mode;
 use engine::node::local::LocalCluster;
 use runner::product::bench::{self, BenchOptions};
-use runner::product::report::Run;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,6 +44,9 @@ pub struct FloorOptions {
     /// Leaves out the disk shape (ext4 or whatever --disk-dir lives on).
     #[arg(long)]
     pub floor_no_disk: bool,
+    /// Leaves out the order book (the engine's `orderbook` example, built in release).
+    #[arg(long)]
+    pub floor_no_book: bool,
 }
 
 /// One shape of the report: the engine's configuration and the probe's.
@@ -56,7 +61,12 @@ struct Shape {
     probe_batches: Option<u32>,
 }
 
-const SHAPES: [Shape; 5] = [
+/// Requests in flight of the order book's shapes (256 commands per request, tmpfs).
+const BOOK_INFLIGHT: [u32; 2] = [1, 8];
+/// Commands per request of the order book's shapes.
+const BOOK_BATCH: u32 = 256;
+
+const SHAPES: [Shape; 6] = [
     Shape::tmpfs(
         "performance 256 x1",
         Mode::Performance,
@@ -79,6 +89,7 @@ const SHAPES: [Shape; 5] = [
         Some(FLOOR_BATCHES_1024),
     ),
     Shape::tmpfs("performance 256 x8", Mode::Performance, 256, 8, None),
+    Shape::tmpfs("verify 256 x8", Mode::Verify, 256, 8, None),
     Shape {
         name: "disk performance 256 x1",
         mode: Mode::Performance,
@@ -122,9 +133,10 @@ pub struct ProbeRun {
 /// One shape's runs and its ratio.
 #[derive(Debug, Serialize)]
 struct ShapeReport {
+    workload: &'static str,
     shape: String,
     storage: String,
-    engine: Vec<Run>,
+    engine: Vec<EngineRun>,
     probe: Vec<ProbeRun>,
     engine_median: f64,
     engine_p99_ms: f64,
@@ -138,6 +150,10 @@ struct ShapeReport {
 /// Runs the report, prints its table, and writes JSON if asked.
 pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
     let probe = build_probe(&args.floor.floor_dir)?;
+    let book = match args.floor.floor_no_book {
+        true => None,
+        false => Some(book::build()?),
+    };
     let disk_base = args
         .matrix
         .disk_dir
@@ -154,11 +170,17 @@ pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
             PathBuf::from("/dev/shm")
         };
         let shapes: Vec<Shape> = SHAPES.into_iter().filter(|s| s.disk == disk).collect();
-        reports.extend(on_storage(args, &probe, &base, &shapes)?);
+        let book = book.as_deref().filter(|_| !disk);
+        reports.extend(on_storage(args, &probe, book, &base, &shapes)?);
     }
-    print_table(&reports);
+    let ratios = performance_over_verify(&reports);
+    print_table(&reports, &ratios);
     if let Some(path) = &args.bench.json {
-        std::fs::write(path, serde_json::to_string_pretty(&reports)?)
+        let document = serde_json::json!({
+            "shapes": reports,
+            "performance_over_verify": ratios,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&document)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
@@ -187,10 +209,11 @@ fn build_probe(dir: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// The shapes on one storage: one cluster, prefilled once, and for each of the runs every
-/// shape's probe run followed by its engine run.
+/// shape's probe run followed by its engine run, then the order book's runs (given its binary).
 fn on_storage(
     args: &NotesArgs,
     probe: &Path,
+    book: Option<&Path>,
     base: &Path,
     shapes: &[Shape],
 ) -> anyhow::Result<Vec<ShapeReport>> {
@@ -214,8 +237,9 @@ fn on_storage(
     runtime
         .block_on(cluster.wait_for_leader(Duration::from_secs(10)))
         .context("no leader elected")?;
-    let mut engine: Vec<Vec<Run>> = vec![Vec::new(); shapes.len()];
+    let mut engine: Vec<Vec<EngineRun>> = vec![Vec::new(); shapes.len()];
     let mut probes: Vec<Vec<ProbeRun>> = vec![Vec::new(); shapes.len()];
+    let mut books: Vec<Vec<EngineRun>> = vec![Vec::new(); BOOK_INFLIGHT.len()];
     for run in 0..args.bench.runs {
         for (at, shape) in shapes.iter().enumerate() {
             if let Some(batches) = shape.probe_batches {
@@ -228,15 +252,59 @@ fn on_storage(
                 &options,
                 &[Some(shape.mode)],
             ))?;
-            engine[at].extend(runs);
+            engine[at].extend(runs.iter().map(EngineRun::from));
+        }
+        for (at, inflight) in BOOK_INFLIGHT.into_iter().enumerate() {
+            if let Some(binary) = book {
+                books[at].extend(book_run(args, binary, base, inflight, run).both_modes()?);
+            }
         }
     }
     drop(cluster);
-    Ok(shapes
+    let mut reports: Vec<ShapeReport> = shapes
         .iter()
         .zip(engine.into_iter().zip(probes))
         .map(|(shape, (engine, probe))| summarize(shape, &storage, engine, probe))
-        .collect())
+        .collect();
+    for (inflight, runs) in BOOK_INFLIGHT.into_iter().zip(books) {
+        reports.extend(book_reports(&storage, inflight, runs));
+    }
+    Ok(reports)
+}
+
+fn book_run<'a>(
+    args: &NotesArgs,
+    binary: &'a Path,
+    base: &'a Path,
+    inflight: u32,
+    run: u32,
+) -> BookRun<'a> {
+    BookRun {
+        binary,
+        dir: base,
+        batch: BOOK_BATCH,
+        inflight,
+        duration: args.bench.duration,
+        warmup: args.bench.warmup,
+        seed: args.bench.seed.wrapping_add(u64::from(run)),
+    }
+}
+
+/// The order book's runs at one shape, a report per mode (no probe: the floor has no handler).
+fn book_reports(storage: &str, inflight: u32, runs: Vec<EngineRun>) -> Vec<ShapeReport> {
+    [Mode::Verify, Mode::Performance]
+        .into_iter()
+        .map(|mode| {
+            let of_mode: Vec<EngineRun> = runs
+                .iter()
+                .filter(|run| run.mode == mode.name())
+                .cloned()
+                .collect();
+            let shape = format!("{mode} {BOOK_BATCH} x{inflight}");
+            report("order book", shape, storage, of_mode, Vec::new())
+        })
+        .filter(|report| !report.engine.is_empty())
+        .collect()
 }
 
 fn engine_options(args: &NotesArgs, shape: &Shape, run: u32) -> BenchOptions {
@@ -332,15 +400,31 @@ fn field(line: &str, key: &str) -> Option<f64> {
     rest.split("us").next()?.trim().parse().ok()
 }
 
-fn summarize(shape: &Shape, storage: &str, engine: Vec<Run>, probe: Vec<ProbeRun>) -> ShapeReport {
+fn summarize(
+    shape: &Shape,
+    storage: &str,
+    engine: Vec<EngineRun>,
+    probe: Vec<ProbeRun>,
+) -> ShapeReport {
+    report("bank", shape.name.to_string(), storage, engine, probe)
+}
+
+fn report(
+    workload: &'static str,
+    shape: String,
+    storage: &str,
+    engine: Vec<EngineRun>,
+    probe: Vec<ProbeRun>,
+) -> ShapeReport {
     let engine_median = spread(engine.iter().map(|r| r.commands_per_s)).0;
     let best = best_layout(&probe);
     let ratio = best.as_ref().map(|(_, median, _)| engine_median / median);
     ShapeReport {
-        shape: shape.name.to_string(),
+        workload,
+        shape,
         storage: storage.to_string(),
         engine_median,
-        engine_p99_ms: spread(engine.iter().map(|r| r.latency_ms.p99)).0,
+        engine_p99_ms: spread(engine.iter().map(|r| r.p99_ms)).0,
         cpu_s_per_million: spread(engine.iter().map(|r| r.cpu_s_per_million)).0,
         probe_best_median: best.as_ref().map(|b| b.1),
         probe_p99_ms: best.as_ref().map(|b| b.2),
@@ -366,14 +450,50 @@ fn best_layout(probe: &[ProbeRun]) -> Option<(String, f64, f64)> {
         .max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
-fn print_table(reports: &[ShapeReport]) {
+/// One workload's Performance over Verify at one shape: the ratio of the median rates.
+#[derive(Debug, Serialize, PartialEq)]
+struct ModeRatio {
+    workload: &'static str,
+    storage: String,
+    /// The shape without its mode (`256 x1`).
+    shape: String,
+    verify_median: f64,
+    performance_median: f64,
+    ratio: f64,
+}
+
+/// Each shape measured in both modes, Performance over Verify.
+fn performance_over_verify(reports: &[ShapeReport]) -> Vec<ModeRatio> {
+    let verify = Mode::Verify.name();
+    reports
+        .iter()
+        .filter_map(|v| {
+            let size = v.shape.strip_prefix(verify)?.trim();
+            let performance = format!("{} {size}", Mode::Performance.name());
+            let p = reports.iter().find(|p| {
+                p.workload == v.workload && p.storage == v.storage && p.shape == performance
+            })?;
+            Some(ModeRatio {
+                workload: v.workload,
+                storage: v.storage.clone(),
+                shape: size.to_string(),
+                verify_median: v.engine_median,
+                performance_median: p.engine_median,
+                ratio: p.engine_median / v.engine_median,
+            })
+        })
+        .collect()
+}
+
+fn print_table(reports: &[ShapeReport], ratios: &[ModeRatio]) {
     println!(
         "\nfloor report, {} ({})",
         machine(),
         crate::notes::matrix::today()
     );
     println!(
-        "{:<26} {:<6} {:>18} {:>9} {:>8} {:>24} {:>9} {:>6}",
+        "{:<10} {:<26} {:<6} {:>18} {:>9} {:>8} {:>24} {:>9} {:>6}",
+        "workload",
         "shape",
         "store",
         "engine/s (range)",
@@ -394,7 +514,8 @@ fn print_table(reports: &[ShapeReport]) {
             v.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
         };
         println!(
-            "{:<26} {:<6} {:>18} {:>9.3} {:>8.2} {:>24} {:>9} {:>6}",
+            "{:<10} {:<26} {:<6} {:>18} {:>9.3} {:>8.2} {:>24} {:>9} {:>6}",
+            r.workload,
             r.shape,
             r.storage,
             engine,
@@ -405,11 +526,73 @@ fn print_table(reports: &[ShapeReport]) {
             optional(r.ratio, 2)
         );
     }
+    println!("\nperformance over verify (median commands/s)");
+    println!(
+        "{:<10} {:<12} {:<6} {:>10} {:>12} {:>6}",
+        "workload", "shape", "store", "verify/s", "performance/s", "ratio"
+    );
+    for r in ratios {
+        println!(
+            "{:<10} {:<12} {:<6} {:>9.0}K {:>12.0}K {:>6.2}",
+            r.workload,
+            r.shape,
+            r.storage,
+            r.verify_median / 1e3,
+            r.performance_median / 1e3,
+            r.ratio
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_of(mode: Mode, commands_per_s: f64) -> EngineRun {
+        EngineRun {
+            mode: mode.name().to_string(),
+            commands_per_s,
+            p99_ms: 1.0,
+            max_ms: 2.0,
+            cpu_s_per_million: 3.0,
+        }
+    }
+
+    #[test]
+    fn each_workload_has_its_performance_over_verify() {
+        let bank = |name: &str, rate: f64, mode: Mode| {
+            report(
+                "bank",
+                name.into(),
+                "tmpfs",
+                vec![run_of(mode, rate)],
+                Vec::new(),
+            )
+        };
+        let mut reports = vec![
+            bank("verify 256 x1", 800e3, Mode::Verify),
+            bank("performance 256 x1", 840e3, Mode::Performance),
+            bank("performance 1024 x1", 1500e3, Mode::Performance),
+        ];
+        let book = vec![
+            run_of(Mode::Verify, 400e3),
+            run_of(Mode::Performance, 600e3),
+            run_of(Mode::Verify, 500e3),
+            run_of(Mode::Performance, 700e3),
+        ];
+        reports.extend(book_reports("tmpfs", 8, book));
+        let ratios = performance_over_verify(&reports);
+        assert_eq!(ratios.len(), 2, "the 1024 x1 shape has no verify run");
+        assert_eq!(
+            (ratios[0].workload, ratios[0].shape.as_str()),
+            ("bank", "256 x1")
+        );
+        assert!((ratios[0].ratio - 1.05).abs() < 1e-9);
+        assert_eq!(ratios[1].workload, "order book");
+        assert_eq!(ratios[1].shape, "256 x8");
+        assert!((ratios[1].verify_median - 450e3).abs() < 1e-6);
+        assert!((ratios[1].ratio - 650.0 / 450.0).abs() < 1e-9);
+    }
 
     #[test]
     fn the_probe_output_is_read() {

@@ -4,6 +4,7 @@
 
 use runner::product::commands::LocalArgs;
 
+pub mod book;
 pub mod floor;
 pub mod matrix;
 pub mod rates;
