@@ -200,14 +200,19 @@ struct Migration<K, V> {
 
 /// A copy-on-write scan of the array as it was when the scan began: slots before `cursor`
 /// are done; a slot at or past it that is about to be written has its content saved first
-/// (once), and the scan reads the saved content there instead of the live one. Writes cost
-/// one comparison while no scan runs, and a saved copy only the first time a slot ahead of
-/// the cursor is written during one.
+/// (once) and yielded at the next step, and the scan passes over it when it gets there.
+/// Writes cost one comparison while no scan runs, and a saved copy only the first time a
+/// slot ahead of the cursor is written during one. The records come out in slot order but
+/// for the saved ones, which come first in the step after their save: a snapshot's order
+/// is no promise (replicas' slot orders differ anyway), and a list emptied at every step
+/// costs a write far less than a map of saved slots, which grew (and rehashed) through a
+/// whole scan.
 struct Scan<K, V> {
     cursor: usize,
-    /// One bit per slot: its content at the start is in `saved`.
+    /// One bit per slot: its content at the start is saved, or was yielded from there.
     saved_bits: Vec<u64>,
-    saved: rustc_hash::FxHashMap<u32, Option<(K, V)>>,
+    /// The records saved since the last step (slots saved empty have only their bit).
+    saved: Vec<(K, V)>,
 }
 
 impl<K: Clone, V: Clone> Scan<K, V> {
@@ -218,7 +223,9 @@ impl<K: Clone, V: Clone> Scan<K, V> {
         let (word, bit) = (position >> 6, 1u64 << (position & 63));
         if position >= self.cursor && self.saved_bits[word] & bit == 0 {
             self.saved_bits[word] |= bit;
-            self.saved.insert(position as u32, slot.0.clone());
+            if let Some(record) = &slot.0 {
+                self.saved.push(record.clone());
+            }
         }
     }
 }
@@ -281,7 +288,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         let mut scan = Scan {
             cursor: 0,
             saved_bits: vec![0; self.slots.len().div_ceil(64)],
-            saved: rustc_hash::FxHashMap::default(),
+            saved: Vec::new(),
         };
         for (position, content) in committed {
             assert!(
@@ -289,14 +296,20 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
                 "a committed record at slot {position} of {}",
                 self.slots.len()
             );
-            scan.saved_bits[position >> 6] |= 1 << (position & 63);
-            scan.saved.insert(position as u32, content);
+            let bit = 1 << (position & 63);
+            assert!(
+                scan.saved_bits[position >> 6] & bit == 0,
+                "slot {position} has one committed content"
+            );
+            scan.saved_bits[position >> 6] |= bit;
+            scan.saved.extend(content);
         }
         self.scan = Some(Box::new(scan));
         self.scan_void = false;
     }
 
-    /// Scans up to `slots` more slots, calling `record` for each record found, in slot order.
+    /// Scans up to `slots` more slots, calling `record` for each record saved since the last
+    /// step and then for each record found, in slot order, in a slot not saved.
     pub(crate) fn scan_step(&mut self, slots: usize, mut record: impl FnMut(&(K, V))) -> ScanStep {
         if std::mem::take(&mut self.scan_void) {
             return ScanStep::Void;
@@ -304,13 +317,13 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         let Some(scan) = self.scan.as_deref_mut() else {
             return ScanStep::Done;
         };
+        scan.saved.iter().for_each(&mut record);
+        scan.saved.clear();
         let end = (scan.cursor + slots).min(self.slots.len());
         for position in scan.cursor..end {
-            if scan.saved_bits[position >> 6] & (1 << (position & 63)) != 0 {
-                if let Some(Some(saved)) = scan.saved.remove(&(position as u32)) {
-                    record(&saved);
-                }
-            } else if let Some(live) = &self.slots[position].0 {
+            if scan.saved_bits[position >> 6] & (1 << (position & 63)) == 0
+                && let Some(live) = &self.slots[position].0
+            {
                 record(live);
             }
         }
@@ -759,9 +772,11 @@ impl<K, V> Slots<K, V> {
             slots.div_ceil(64),
             "a scan's saved bits cover the {slots} slots"
         );
+        // Each saved record is the content of a distinct slot at or past the cursor (saved
+        // ahead of it, and yielded before it moves).
         assert!(
             scan.cursor <= slots && scan.saved.len() <= slots - scan.cursor,
-            "a scan at slot {} of {slots} keeps {} saved slots, only slots ahead of it",
+            "a scan at slot {} of {slots} keeps {} saved records, only from slots ahead of it",
             scan.cursor,
             scan.saved.len()
         );
