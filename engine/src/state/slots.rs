@@ -104,8 +104,8 @@ pub(crate) struct Slots<K, V> {
     freeing: Option<std::thread::JoinHandle<()>>,
     /// Bytes the state's capacity has left for this map's next growth, as the state last said
     /// ([`Slots::set_growth_room`]): the next array is written ahead, and kept, only for a
-    /// growth the capacity could take; otherwise it would be memory held for nothing. None
-    /// until the state says (a table loaded from a snapshot has been told nothing yet).
+    /// growth the capacity could take; otherwise it would be memory held for nothing. 0 (no
+    /// room) until the state says (a table loaded from a snapshot has been told nothing yet).
     growth_room: usize,
 }
 
@@ -203,10 +203,10 @@ struct Migration<K, V> {
 /// (once) and yielded at the next step, and the scan passes over it when it gets there.
 /// Writes cost one comparison while no scan runs, and a saved copy only the first time a
 /// slot ahead of the cursor is written during one. The records come out in slot order but
-/// for the saved ones, which come first in the step after their save: a snapshot's order
-/// is no promise (replicas' slot orders differ anyway), and a list emptied at every step
-/// costs a write far less than a map of saved slots, which grew (and rehashed) through a
-/// whole scan.
+/// for the saved ones, which come first in the steps after their save (at most a step's
+/// budget of them at a time): a snapshot's order is no promise (replicas' slot orders differ
+/// anyway), and a list that steps empty costs a write far less than a map of saved slots,
+/// which grew (and rehashed) through a whole scan.
 struct Scan<K, V> {
     cursor: usize,
     /// One bit per slot: its content at the start is saved, or was yielded from there.
@@ -308,8 +308,10 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         self.scan_void = false;
     }
 
-    /// Scans up to `slots` more slots, calling `record` for each record saved since the last
-    /// step and then for each record found, in slot order, in a slot not saved.
+    /// Takes up to `slots` slots' worth of scanning: yields saved records first (each counts
+    /// as one slot), then, once none is left, scans the slots after the cursor, calling
+    /// `record` for each record in a slot not saved. The cursor moves only with no saved
+    /// record left, so the saved ones always come from slots at or past it.
     pub(crate) fn scan_step(&mut self, slots: usize, mut record: impl FnMut(&(K, V))) -> ScanStep {
         if std::mem::take(&mut self.scan_void) {
             return ScanStep::Void;
@@ -317,9 +319,16 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         let Some(scan) = self.scan.as_deref_mut() else {
             return ScanStep::Done;
         };
-        scan.saved.iter().for_each(&mut record);
-        scan.saved.clear();
-        let end = (scan.cursor + slots).min(self.slots.len());
+        let yielded = scan.saved.len().min(slots);
+        let kept = scan.saved.len() - yielded;
+        scan.saved.drain(kept..).for_each(|saved| record(&saved));
+        if !scan.saved.is_empty() {
+            return ScanStep::More;
+        }
+        let end = scan
+            .cursor
+            .saturating_add(slots - yielded)
+            .min(self.slots.len());
         for position in scan.cursor..end {
             if scan.saved_bits[position >> 6] & (1 << (position & 63)) == 0
                 && let Some(live) = &self.slots[position].0
@@ -854,6 +863,8 @@ mod tests {
         #[test]
         fn matches_btreemap(ops in proptest::collection::vec(op(), 0..600)) {
             let mut map = Slots::new();
+            // Room for every growth: prepared arrays mix with inserts and removals.
+            map.set_growth_room(usize::MAX);
             let mut model = BTreeMap::new();
             for op in ops {
                 match op {
@@ -1066,6 +1077,36 @@ mod scan_tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Proves a step yields no more saved records than its budget of slots, however many
+    /// writes came before it (a table scanned after others collects saves all that time),
+    /// and that the scan still yields every record once and ends.
+    #[test]
+    fn a_step_yields_at_most_its_budget_of_saved_records() {
+        let mut map: Slots<u32, u32> = Slots::new();
+        for key in 0..100 {
+            map.insert(key, key).unwrap();
+        }
+        assert!(map.advance_growth(usize::MAX), "no growth in progress");
+        map.begin_scan(Vec::new());
+        for key in 0..100 {
+            map.insert(key, key + 1_000).unwrap();
+        }
+        let (budget, mut seen, mut steps) = (8, Vec::new(), 0);
+        loop {
+            let before = seen.len();
+            let step = map.scan_step(budget, |(k, v)| seen.push((*k, *v)));
+            assert!(seen.len() - before <= budget, "a step within its budget");
+            steps += 1;
+            if step == ScanStep::Done {
+                break;
+            }
+            assert_eq!(step, ScanStep::More);
+        }
+        assert!(steps >= 100 / budget, "{steps} steps for 100 saved records");
+        seen.sort_unstable();
+        assert_eq!(seen, (0..100).map(|k| (k, k)).collect::<Vec<_>>());
+    }
+
     proptest! {
         /// Proves a scan yields the records exactly as they were when it began, whatever is
         /// inserted, replaced or removed (moving other records) while it runs, and that growth
@@ -1084,6 +1125,7 @@ mod scan_tests {
                 }
             };
             let mut map: Slots<u16, u32> = Slots::new();
+            map.set_growth_room(usize::MAX);
             for op in before {
                 apply(&mut map, op);
             }
