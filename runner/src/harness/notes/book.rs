@@ -78,7 +78,8 @@ pub struct BookRun<'a> {
 }
 
 impl BookRun<'_> {
-    /// One verify run and one performance run, alternated on one fresh cluster.
+    /// One verify run and one performance run, alternated on one fresh cluster (`local`'s
+    /// `--runs` counts the runs of each mode).
     pub fn both_modes(&self) -> anyhow::Result<Vec<EngineRun>> {
         let json = self
             .dir
@@ -87,7 +88,7 @@ impl BookRun<'_> {
             .arg("local")
             .arg("--dir")
             .arg(self.dir)
-            .args(["--runs", "2"])
+            .args(["--runs", "1"])
             .args(["--batch", &self.batch.to_string()])
             .args(["--inflight", &self.inflight.to_string()])
             .args(["--duration", &self.duration.to_string()])
