@@ -14,37 +14,53 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Ports this process has handed out already: a port is given back to the kernel as soon as
-/// it is picked (the node binds it later), and the kernel may hand a just-released port to
-/// the next bind of port 0, which could be another cluster's pick in a test running beside
-/// (5 times in 3,000 tries here). No port is handed out twice by one process.
+/// Ports this process has handed out already: a port is given back as soon as it is picked
+/// (the node binds it later), so a later pick could otherwise find it free again and give it
+/// to another cluster of a test running beside. No port is handed out twice by one process.
 static HANDED_OUT: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
 
-/// Binds of port 0 tried for each port handed out, at most.
-pub const FREE_PORT_TRIES_MAX: usize = 64;
+/// Loopback ports [`free_loopback_addresses`] hands out: below the range the kernel takes
+/// the source ports of outgoing connections from (32768-60999 on Linux by default, 49152 and
+/// up elsewhere), so that while a node is down no connection can take its port as a source
+/// port (a peer reconnecting to a killed node did, and the node's restart failed).
+pub const LOCAL_PORTS: std::ops::Range<u16> = 20_000..32_768;
 
-/// Ports for `count` nodes (peer and client each) that were free a moment ago, none handed
-/// out before by this process.
+/// Ports for `count` nodes (peer and client each) from [`LOCAL_PORTS`] that were free a
+/// moment ago, none handed out before by this process. Each process starts at its own place
+/// in the range, so that two processes picking at once (test binaries, a benchmark) rarely
+/// try the same ports.
 pub fn free_loopback_addresses(count: usize) -> std::io::Result<Vec<NodeAddress>> {
     let mut handed_out = HANDED_OUT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // Held until every pick is made, so that the kernel does not offer the same port twice.
+    let span = u32::from(LOCAL_PORTS.end - LOCAL_PORTS.start);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    // Held until every pick is made: what is picked is free at the same moment.
     let mut held = Vec::new();
     let mut addresses: Vec<SocketAddr> = Vec::new();
-    while addresses.len() < count * 2 {
-        if held.len() >= count * 2 * FREE_PORT_TRIES_MAX {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrNotAvailable,
-                "no loopback port this process has not handed out already",
-            ));
+    for step in 0..span {
+        if addresses.len() == count * 2 {
+            break;
         }
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let address = listener.local_addr()?;
-        if handed_out.insert(address.port()) {
-            addresses.push(address);
+        let port = LOCAL_PORTS.start + ((start + step) % span) as u16;
+        if handed_out.contains(&port) {
+            continue;
         }
-        held.push(listener);
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            handed_out.insert(port);
+            addresses.push(listener.local_addr()?);
+            held.push(listener);
+        }
+    }
+    if addresses.len() < count * 2 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrNotAvailable,
+            format!(
+                "no free loopback port in {}-{} this process has not handed out already",
+                LOCAL_PORTS.start,
+                LOCAL_PORTS.end - 1
+            ),
+        ));
     }
     Ok((0..count)
         .map(|i| NodeAddress {
@@ -291,6 +307,23 @@ impl<H: Handler> LocalCluster<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Proves every port handed out lies below the kernel's range for the source ports of
+    /// outgoing connections (before, they came from binds of port 0, inside that range: a
+    /// peer reconnecting to a killed node took its port as a source port, and the node's
+    /// restart failed with "address already in use").
+    #[test]
+    fn picked_ports_are_below_the_outgoing_connections_range() {
+        for address in free_loopback_addresses(3).unwrap() {
+            for port in [address.peer_address.port(), address.client_address.port()] {
+                assert!(LOCAL_PORTS.contains(&port), "port {port}");
+                assert!(
+                    port < 32_768,
+                    "port {port} is in Linux's default source range"
+                );
+            }
+        }
+    }
 
     /// Proves one process never hands out a port twice, although each pick is given back to
     /// the kernel at once (before, the next pick could get it again: a cluster of one test
