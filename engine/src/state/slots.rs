@@ -629,8 +629,8 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
 
     /// Starts the next growth's array on a helper thread once the table is half full (for
     /// arrays of [`PREPARE_BYTES_MIN`] and more, and only when the capacity has room for that
-    /// growth), and takes it once written. An array the
-    /// allocator refuses is not prepared: the growth allocates when it is due.
+    /// growth), and takes it once written. An array the allocator refuses is not prepared:
+    /// the growth allocates when it is due.
     fn prepare_step(&mut self) {
         let count = self.slots.len() * 2;
         match &self.next {
