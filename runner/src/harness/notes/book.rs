@@ -44,16 +44,16 @@ impl From<&runner::product::report::Run> for EngineRun {
 /// Builds the order book's binary (release, in this workspace's target directory); returns
 /// its path. Run from the workspace's root, as the floor probe's build is.
 pub fn build() -> anyhow::Result<PathBuf> {
-    println!("building the order book example");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet", "-p", "engine", "--example"])
-        .arg(BOOK_EXAMPLE)
-        .args(["--features", BOOK_FEATURES])
-        .status()
-        .context("running cargo to build the order book example")?;
-    if !status.success() {
-        bail!("building the order book example failed ({status})");
-    }
+    let args = [
+        "-p",
+        "engine",
+        "--example",
+        BOOK_EXAMPLE,
+        "--features",
+        BOOK_FEATURES,
+    ];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    super::cargo_release(&args, None, "the order book example")?;
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| "target".into(), PathBuf::from);
     Ok(target.join("release/examples").join(BOOK_EXAMPLE))

@@ -195,16 +195,9 @@ fn build_probe(dir: &Path) -> anyhow::Result<PathBuf> {
             manifest.display()
         );
     }
-    println!("building the floor probe from {}", dir.display());
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet", "--manifest-path"])
-        .arg(&manifest)
-        .env("CARGO_TARGET_DIR", FLOOR_TARGET_DIR)
-        .status()
-        .context("running cargo to build the floor probe")?;
-    if !status.success() {
-        bail!("building the floor probe failed ({status})");
-    }
+    let what = format!("the floor probe from {}", dir.display());
+    let args = ["--manifest-path".as_ref(), manifest.as_os_str()];
+    super::cargo_release(&args, Some(FLOOR_TARGET_DIR), &what)?;
     Ok(PathBuf::from(FLOOR_TARGET_DIR).join("release/limits"))
 }
 

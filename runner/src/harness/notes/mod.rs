@@ -2,6 +2,7 @@
 //! its plots, into `notes/`; `runner local --floor` measures the engine against the
 //! bare path; `runner local --rate-sweep` writes latency against throughput.
 
+use anyhow::{Context, bail};
 use runner::product::commands::LocalArgs;
 
 pub mod book;
@@ -47,4 +48,27 @@ pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
         return rates::run(args);
     }
     anyhow::bail!("runner-harness local runs a report: --matrix, --floor or --rate-sweep")
+}
+
+/// Runs `cargo build --release --quiet` with `args` (and `target_dir` as its target directory,
+/// if given), with the cargo that runs the reports; `what` names the build in the messages.
+pub(crate) fn cargo_release(
+    args: &[&std::ffi::OsStr],
+    target_dir: Option<&str>,
+    what: &str,
+) -> anyhow::Result<()> {
+    println!("building {what}");
+    let mut command =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.args(["build", "--release", "--quiet"]).args(args);
+    if let Some(dir) = target_dir {
+        command.env("CARGO_TARGET_DIR", dir);
+    }
+    let status = command
+        .status()
+        .with_context(|| format!("running cargo to build {what}"))?;
+    if !status.success() {
+        bail!("building {what} failed ({status})");
+    }
+    Ok(())
 }
