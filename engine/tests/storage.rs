@@ -9,7 +9,7 @@ use engine::internals::entry::{
     Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest,
 };
 use engine::internals::storage::{Access, Files, SimDisk, Storage, StorageFile};
-use engine::internals::wal::Wal;
+use engine::internals::wal::{Wal, prepare_segment};
 use engine::rng::Rng;
 use engine::{ClientId, EntryIndex, RequestNumber, Term};
 use std::io::ErrorKind;
@@ -281,11 +281,12 @@ const TEST_SEGMENT_BYTES: u64 = 16 * 1024;
 /// Proves the product's WAL, over a disk that crashes, loses and tears unsynced writes at
 /// page granularity, always reopens to a log that holds every synced entry, byte for byte,
 /// and only entries that were written; damage it reports lies past the synced entries: with and without zeros written ahead,
-/// across segment roll-overs and truncations, over several crashes of one disk.
+/// with and without prepared segments, across segment roll-overs and truncations, over several
+/// crashes of one disk.
 #[test]
 fn the_wal_on_a_crashing_disk_keeps_every_synced_entry() {
     let dir = Path::new("/node/wal");
-    let (mut torn_tails, mut damaged) = (0, 0);
+    let (mut torn_tails, mut damaged, mut prepared) = (0, 0, 0);
     for seed in 0..300 {
         let mut rng = Rng::new(seed);
         let disk = SimDisk::new();
@@ -298,7 +299,7 @@ fn the_wal_on_a_crashing_disk_keeps_every_synced_entry() {
             if zeros {
                 wal.set_zero_ahead(8192);
             }
-            let synced = write_some(&mut wal, &mut written, &mut rng);
+            let synced = write_some(&mut wal, &mut written, &mut rng, &mut prepared);
             drop(wal);
             disk.crash(&mut rng);
             let (mut reopened, recovery) =
@@ -324,13 +325,34 @@ fn the_wal_on_a_crashing_disk_keeps_every_synced_entry() {
     }
     assert!(torn_tails > 100, "crashes tore the tail {torn_tails} times");
     assert!(damaged > 0, "some torn records keep their header");
+    assert!(
+        prepared > 100,
+        "prepared segments were taken {prepared} times"
+    );
 }
 
 /// Writes up to 30 entries of up to 6,000 bytes, syncing now and then and truncating once in
 /// a while; returns how many entries are durable.
-fn write_some(wal: &mut Wal<SimDisk>, written: &mut Vec<Entry>, rng: &mut Rng) -> usize {
+fn write_some(
+    wal: &mut Wal<SimDisk>,
+    written: &mut Vec<Entry>,
+    rng: &mut Rng,
+    prepared: &mut u64,
+) -> usize {
     let mut synced = written.len();
     for _ in 0..rng.below(30) {
+        // A log that writes zeros ahead takes the next segment from a preparer when one is
+        // ready (a node's thread makes it meanwhile; a crash may fall before or after).
+        if wal.wants_prepared() && rng.chance(1, 3) {
+            let storage = wal.storage().clone();
+            let bytes = wal.segment_bytes_max();
+            let segment = prepare_segment(&storage, wal.dir(), bytes).unwrap();
+            assert!(
+                wal.offer_prepared(segment).is_none(),
+                "a wanted segment is taken"
+            );
+            *prepared += 1;
+        }
         let index = written.len() as u64 + 1;
         let prev = written
             .last()

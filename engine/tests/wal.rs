@@ -4,7 +4,7 @@ use bytes::Bytes;
 use engine::internals::entry::{
     Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest,
 };
-use engine::internals::wal::{Wal, WalError};
+use engine::internals::wal::{PREPARED_SEGMENT_NAME, Wal, WalError, prepare_segment};
 use engine::{ClientId, EntryIndex, RequestNumber, Term};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -426,6 +426,71 @@ fn zeros_written_ahead_stay_out_of_the_log() {
     for e in &entries {
         assert_eq!(&wal.read(e.index()).unwrap(), e);
     }
+}
+
+/// Proves a log given prepared segments (files of zeros made ahead) starts each new segment
+/// from one: no append grows a segment's file, a closed segment is cut to its records and
+/// holds what a log without them writes, the file waiting under the prepared name is no
+/// part of the log, and every entry reads back after a reopen. A leftover file of that name
+/// (here not zeros) is replaced by the next preparation, and one of another size is refused.
+#[test]
+fn prepared_segments_take_the_growth_off_the_appends() {
+    let (plain, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    fill(plain.path(), 40, 2048);
+    let (mut wal, _) = Wal::open_with(dir.path(), 2048).unwrap();
+    wal.set_zero_ahead(1000);
+    let leftover = dir.path().join(PREPARED_SEGMENT_NAME);
+    fs::write(&leftover, b"left by a crash").unwrap();
+    let odd = prepare_segment(wal.storage(), dir.path(), 4096).unwrap();
+    assert!(wal.offer_prepared(odd).is_some(), "another size is refused");
+    let mut entries = Vec::new();
+    for index in 1..=40 {
+        if wal.wants_prepared() {
+            let prepared = prepare_segment(wal.storage(), dir.path(), 2048).unwrap();
+            assert_eq!(fs::read(&leftover).unwrap(), vec![0; 2048]);
+            assert!(wal.offer_prepared(prepared).is_none());
+        }
+        let e = entry(index, &wal.last_hash());
+        wal.append(&e).unwrap();
+        entries.push(e);
+        // Every segment began as a prepared file of 2048 bytes: none ever grew.
+        let last = last_segment_len(dir.path());
+        assert_eq!(
+            last,
+            Some(2048),
+            "entry {index}: the segment is its prepared size"
+        );
+    }
+    assert!(!wal.wants_prepared(), "the next segment is prepared");
+    drop(wal);
+    let (plain_files, files) = (segments(plain.path()), wal_segments(dir.path()));
+    assert_eq!(plain_files.len(), files.len());
+    for (p, f) in plain_files[..files.len() - 1].iter().zip(&files) {
+        assert_eq!(
+            fs::read(p).unwrap(),
+            fs::read(f).unwrap(),
+            "{}",
+            f.display()
+        );
+    }
+    let (wal, recovery) = Wal::open(dir.path()).unwrap();
+    assert_eq!((recovery.entries, recovery.torn_tail_bytes), (40, 0));
+    for e in &entries {
+        assert_eq!(&wal.read(e.index()).unwrap(), e);
+    }
+}
+
+/// The log's segment files in `dir` (the prepared one left out), in order.
+fn wal_segments(dir: &Path) -> Vec<PathBuf> {
+    let mut found = segments(dir);
+    found.retain(|path| path.extension().is_some_and(|e| e == "wal"));
+    found
+}
+
+/// The length of the newest segment file in `dir`, if there is one.
+fn last_segment_len(dir: &Path) -> Option<u64> {
+    let last = wal_segments(dir).pop()?;
+    Some(fs::metadata(last).unwrap().len())
 }
 
 /// Proves an append over zeros that a kill cut short is a torn write whatever part of its

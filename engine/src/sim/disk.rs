@@ -13,7 +13,7 @@ use crate::replica::WalOp;
 use crate::rng::Rng;
 use crate::snapshot::{list_snapshots_on, read_snapshot_on};
 use crate::storage::{Access, SimDisk, Storage};
-use crate::wal::{Wal, WalError};
+use crate::wal::{PREPARED_SEGMENT_NAME, Wal, WalError, prepare_segment};
 use net::message::PeerMessage;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -118,9 +118,19 @@ impl Disk {
         }
     }
 
-    /// Carries out one of the replica's WAL operations that write.
+    /// Carries out one of the replica's WAL operations that write. A log that writes zeros
+    /// ahead first gets its next segment file prepared, as a node's preparer thread makes it
+    /// (here at once: which of its writes a crash keeps is the device's to decide all the
+    /// same).
     pub fn write(&mut self, op: WalOp) -> Result<(), WalError> {
-        let wal = self.wal();
+        let wal = self.wal.as_mut().expect("a live node's WAL is open");
+        if wal.wants_prepared() {
+            let bytes = wal.segment_bytes_max();
+            // A preparation that fails (a full disk) leaves the log to make its own segment.
+            if let Ok(prepared) = prepare_segment(&self.device, wal.dir(), bytes) {
+                drop(wal.offer_prepared(prepared));
+            }
+        }
         match op {
             WalOp::Append(entries) => entries.iter().try_for_each(|entry| wal.write(entry)),
             WalOp::Truncate(from) => wal.truncate_from(from),
@@ -181,7 +191,8 @@ impl Disk {
     /// Damage at rest in the WAL: a bit flipped in a segment (three times in four the last
     /// one), where `draw` says. False when the log has no bytes.
     pub fn damage_log(&self, draw: u64) -> bool {
-        let segments = self.device.files_under(&data_dir().join(WAL_DIR));
+        let mut segments = self.device.files_under(&data_dir().join(WAL_DIR));
+        segments.retain(|(path, _)| !path.ends_with(PREPARED_SEGMENT_NAME));
         let Some(last) = segments.len().checked_sub(1) else {
             return false;
         };

@@ -2,10 +2,12 @@
 //! reported durable, with a recovery scan that cuts a torn tail and reports damage in the middle.
 
 mod invariants;
+mod prepare;
 mod record;
 mod recovery;
 
 pub use crate::storage::Access;
+pub use prepare::{PREPARED_SEGMENT_NAME, PreparedSegment, prepare_segment};
 pub use recovery::{Damage, Recovery};
 
 use crate::entry::{ENTRY_PAYLOAD_BYTES_MAX, Entry, EntryHash, chain_hash};
@@ -185,6 +187,8 @@ pub struct Wal<S: Storage = Files> {
     written_bytes: u64,
     /// Zeros to write ahead of the appends (0: none, the file grows with each append).
     zero_ahead_bytes: u64,
+    /// A segment file of zeros to become the next segment (see [`prepare_segment`]).
+    prepared: Option<PreparedSegment<S::File>>,
 }
 
 impl Wal<Files> {
@@ -313,6 +317,33 @@ impl<S: Storage> Wal<S> {
     /// them, and a closed segment is cut to its records.
     pub fn set_zero_ahead(&mut self, bytes: u64) {
         self.zero_ahead_bytes = bytes;
+    }
+
+    /// Whether the log would take a prepared segment ([`Wal::offer_prepared`]): it is open
+    /// for writing, writes zeros ahead (a disk) and holds none.
+    pub fn wants_prepared(&self) -> bool {
+        self.access == Access::ReadWrite && self.zero_ahead_bytes > 0 && self.prepared.is_none()
+    }
+
+    /// The size a segment is closed at, and a prepared segment must have.
+    pub fn segment_bytes_max(&self) -> u64 {
+        self.segment_bytes_max
+    }
+
+    /// Hands the log a segment file of zeros made by [`prepare_segment`] in its directory:
+    /// the next segment the log starts is that file, renamed. One of another size than
+    /// [`Wal::segment_bytes_max`], or one the log does not want, is given back.
+    pub fn offer_prepared(
+        &mut self,
+        prepared: PreparedSegment<S::File>,
+    ) -> Option<PreparedSegment<S::File>> {
+        let fits = prepared.len == self.segment_bytes_max
+            && prepared.path.parent() == Some(self.dir.as_path());
+        if !fits || !self.wants_prepared() {
+            return Some(prepared);
+        }
+        self.prepared = Some(prepared);
+        None
     }
 
     /// Bytes of a torn tail the scan found and [`Wal::settle`] has not cut yet.
@@ -683,14 +714,45 @@ impl<S: Storage> Wal<S> {
             "a new segment is named for the entry it will hold first"
         );
         let path = segment_path(&self.dir, first);
-        let file = self.storage.create_new(&path).map_err(write_error(&path))?;
-        self.segments.push(Segment {
-            path,
-            file,
-            bytes: 0,
-            len: 0,
-        });
+        let segment = match self.prepared.take() {
+            Some(prepared) => self.place_prepared(prepared, path)?,
+            None => {
+                let file = self.storage.create_new(&path).map_err(write_error(&path))?;
+                Segment {
+                    path,
+                    file,
+                    bytes: 0,
+                    len: 0,
+                }
+            }
+        };
+        self.segments.push(segment);
         sync_dir(&self.storage, &self.dir)
+    }
+
+    /// Renames a prepared segment to `path`: a segment with no records and zeros to its
+    /// size. Never over an existing file (a rename would replace it silently; a creation
+    /// refuses, and so does this).
+    fn place_prepared(
+        &self,
+        prepared: PreparedSegment<S::File>,
+        path: PathBuf,
+    ) -> Result<Segment<S::File>, WalError> {
+        if self.storage.exists(&path).map_err(io_error(&path))? {
+            let taken = io::Error::new(io::ErrorKind::AlreadyExists, "segment file exists");
+            return Err(WalError::Io {
+                path,
+                source: taken,
+            });
+        }
+        let renamed = self.storage.rename(&prepared.path, &path);
+        renamed.map_err(io_error(&prepared.path))?;
+        Ok(Segment {
+            path,
+            file: prepared.file,
+            bytes: 0,
+            len: prepared.len,
+        })
     }
 }
 

@@ -164,6 +164,34 @@ fn take_record<S: Storage>(
     Ok(())
 }
 
+/// A log with no entries yet, starting at `first_index`, with room for `segments`.
+fn empty<S: Storage>(
+    storage: S,
+    dir: &Path,
+    segments: usize,
+    first_index: EntryIndex,
+    access: Access,
+) -> Wal<S> {
+    Wal {
+        storage,
+        dir: dir.to_path_buf(),
+        segments: Vec::with_capacity(segments),
+        segments_removed: 0,
+        first_index,
+        entries: Vec::new(),
+        base_hash: EntryHash::default(),
+        buf: Vec::new(),
+        segment_bytes_max: super::WAL_SEGMENT_BYTES_DEFAULT,
+        pending_cut: None,
+        torn_tail_bytes: 0,
+        access,
+        max_commit: EntryIndex::ZERO,
+        written_bytes: 0,
+        zero_ahead_bytes: 0,
+        prepared: None,
+    }
+}
+
 /// Scans the segments in `dir` without changing them: a torn tail is noted (cut by
 /// [`super::Wal::settle`]), damage is noted (cut by [`super::Wal::cut_damage`]) when
 /// `repairing`, an error otherwise. A missing directory is an empty log.
@@ -184,23 +212,7 @@ pub(super) fn scan<S: Storage>(
         }
     };
     let first_index = files.first().map_or(EntryIndex(1), |(first, _)| *first);
-    let mut wal = Wal {
-        storage,
-        dir: dir.to_path_buf(),
-        segments: Vec::with_capacity(files.len()),
-        segments_removed: 0,
-        first_index,
-        entries: Vec::new(),
-        base_hash: EntryHash::default(),
-        buf: Vec::new(),
-        segment_bytes_max: super::WAL_SEGMENT_BYTES_DEFAULT,
-        pending_cut: None,
-        torn_tail_bytes: 0,
-        access,
-        max_commit: EntryIndex::ZERO,
-        written_bytes: 0,
-        zero_ahead_bytes: 0,
-    };
+    let mut wal = empty(storage, dir, files.len(), first_index, access);
     let mut damage = None;
     for (n, (first, path)) in files.iter().enumerate() {
         let expected = wal.last_index().next();
