@@ -9,7 +9,7 @@ use engine::internals::entry::{
     Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest,
 };
 use engine::internals::storage::{Access, Files, SimDisk, Storage, StorageFile};
-use engine::internals::wal::{Wal, prepare_segment};
+use engine::internals::wal::{PREPARED_SEGMENT_NAME, Wal, prepare_segment};
 use engine::rng::Rng;
 use engine::{ClientId, EntryIndex, RequestNumber, Term};
 use std::io::ErrorKind;
@@ -246,6 +246,38 @@ fn faults_on_demand() {
     assert_eq!(disk.files_under(Path::new("/")), [(path, 4)]);
 }
 
+/// Proves a log that finds the disk full gives back the room of the prepared segment it holds
+/// (its zeros only): the file is removed, and the same append succeeds once the disk has
+/// room, the log making its next segment itself.
+#[test]
+fn a_full_disk_takes_back_the_prepared_segment() {
+    let disk = SimDisk::new();
+    let dir = Path::new("/node/wal");
+    let (mut wal, _) = Wal::open_in(disk.clone(), dir, TEST_SEGMENT_BYTES).unwrap();
+    wal.set_zero_ahead(1024);
+    let mut prev = EntryHash::default();
+    let first = entry(1, &prev, 100);
+    wal.append(&first).unwrap();
+    prev = first.header.hash;
+    let prepared = prepare_segment(&disk, dir, TEST_SEGMENT_BYTES).unwrap();
+    assert!(wal.offer_prepared(prepared).is_none());
+    let waiting = dir.join(PREPARED_SEGMENT_NAME);
+    assert!(disk.exists(&waiting).unwrap());
+    disk.set_full(true);
+    let second = entry(2, &prev, 3000);
+    let error = wal.append(&second).unwrap_err();
+    assert!(error.is_storage_full(), "{error}");
+    assert!(
+        !disk.exists(&waiting).unwrap(),
+        "the prepared room is given back"
+    );
+    assert!(wal.wants_prepared(), "the log holds none now");
+    disk.set_full(false);
+    wal.append(&second).unwrap();
+    assert_eq!(wal.last_index(), EntryIndex(2));
+    assert_eq!(wal.read(EntryIndex(2)).unwrap(), second);
+}
+
 /// An entry of about `bytes` bytes of commands, chained to `prev`.
 fn entry(index: u64, prev: &EntryHash, bytes: usize) -> Entry {
     let commands: Vec<u8> = (0..bytes).map(|i| (i as u64 * index + 1) as u8).collect();
@@ -327,7 +359,7 @@ fn the_wal_on_a_crashing_disk_keeps_every_synced_entry() {
     assert!(damaged > 0, "some torn records keep their header");
     assert!(
         prepared > 100,
-        "prepared segments were taken {prepared} times"
+        "segments started from a prepared file {prepared} times"
     );
 }
 
@@ -351,14 +383,17 @@ fn write_some(
                 wal.offer_prepared(segment).is_none(),
                 "a wanted segment is taken"
             );
-            *prepared += 1;
         }
         let index = written.len() as u64 + 1;
         let prev = written
             .last()
             .map_or(EntryHash::default(), |e| e.header.hash);
         let entry = entry(index, &prev, rng.below(6000) as usize + 1);
+        let waiting = wal.dir().join(PREPARED_SEGMENT_NAME);
+        let held = wal.storage().exists(&waiting).unwrap();
         wal.write(&entry).unwrap();
+        // The write started a segment from the prepared file: renamed, so gone.
+        *prepared += u64::from(held && !wal.storage().exists(&waiting).unwrap());
         written.push(entry);
         if rng.chance(1, 3) {
             wal.sync().unwrap();

@@ -439,10 +439,10 @@ fn prepared_segments_take_the_growth_off_the_appends() {
     fill(plain.path(), 40, 2048);
     let (mut wal, _) = Wal::open_with(dir.path(), 2048).unwrap();
     wal.set_zero_ahead(1000);
-    let leftover = dir.path().join(PREPARED_SEGMENT_NAME);
-    fs::write(&leftover, b"left by a crash").unwrap();
     let odd = prepare_segment(wal.storage(), dir.path(), 4096).unwrap();
     assert!(wal.offer_prepared(odd).is_some(), "another size is refused");
+    let leftover = dir.path().join(PREPARED_SEGMENT_NAME);
+    fs::write(&leftover, b"left by a crash").unwrap();
     let mut entries = Vec::new();
     for index in 1..=40 {
         if wal.wants_prepared() {
@@ -478,6 +478,21 @@ fn prepared_segments_take_the_growth_off_the_appends() {
     for e in &entries {
         assert_eq!(&wal.read(e.index()).unwrap(), e);
     }
+}
+
+/// Proves a log opened for writing removes a file left under the prepared name (a crash while
+/// preparing; it only ever holds zeros and no entry), so that a log that never prepares (in
+/// memory) does not keep it, and that the log it opens is whole.
+#[test]
+fn a_leftover_prepared_file_is_removed_when_the_log_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries = fill(dir.path(), 5, 1 << 20);
+    let leftover = dir.path().join(PREPARED_SEGMENT_NAME);
+    fs::write(&leftover, vec![0; 4096]).unwrap();
+    let (wal, recovery) = Wal::open(dir.path()).unwrap();
+    assert_eq!(recovery.entries, 5);
+    assert!(!leftover.exists(), "the leftover stays");
+    assert_eq!(wal.read(EntryIndex(5)).unwrap(), entries[4]);
 }
 
 /// The log's segment files in `dir` (the prepared one left out), in order.

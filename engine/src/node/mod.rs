@@ -23,6 +23,7 @@ pub mod rehearsal;
 pub mod storage;
 
 mod wal_io;
+mod wal_prepare;
 mod wal_thread;
 
 pub use crate::operator::{

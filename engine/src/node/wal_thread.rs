@@ -4,11 +4,12 @@
 use super::data_dir::DirLock;
 use super::journal::{JournalError, JournalRecord, JournalWriter};
 use super::metrics::WalCounters;
+use super::wal_prepare::Preparer;
 use crate::entry::Entry;
 use crate::handshake::Offer;
 use crate::ids::{EntryIndex, NodeId, Term};
 pub(crate) use crate::replica::WalOp;
-use crate::wal::{PreparedSegment, Wal, WalError};
+use crate::wal::{Wal, WalError};
 use net::message::PeerMessage;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -18,9 +19,6 @@ use std::time::{Duration, Instant};
 
 /// Time between two tries of an append that found the file system full.
 pub const WAL_FULL_RETRY_MS: u64 = 100;
-/// Least time between a failed preparation of a segment file (a full disk, say) and the
-/// next try; meanwhile the log creates its segments itself, as it does without one.
-pub const WAL_PREPARE_RETRY_MS: u64 = 1_000;
 
 /// What the WAL thread reports.
 #[derive(Debug)]
@@ -91,7 +89,7 @@ struct Disk {
     /// The apply journal, while it can be written (a failure turns it off: it is a record
     /// for diagnosis, and the node goes on without it).
     journal: Option<JournalWriter>,
-    /// The thread that prepares the log's next segment file, once the log wants one.
+    /// The thread that prepares the log's next segment file, started once the log wants one.
     preparer: Option<Preparer>,
 }
 
@@ -121,12 +119,10 @@ impl Disk {
         if !wal.wants_prepared() {
             return;
         }
-        if self.preparer.is_none() {
-            self.preparer = Preparer::spawn(wal, Arc::clone(&self.lock));
-        }
-        if let Some(preparer) = self.preparer.as_mut() {
-            preparer.ask();
-        }
+        let lock = &self.lock;
+        self.preparer
+            .get_or_insert_with(|| Preparer::spawn(wal, Arc::clone(lock)))
+            .ask();
     }
 
     /// Runs `work` on the journal; on an error, says so and turns the journal off.
@@ -136,87 +132,6 @@ impl Disk {
         {
             tracing::warn!(%error, "apply journal off: replay will compare less");
             self.journal = None;
-        }
-    }
-}
-
-/// What the preparer thread sends back: a segment file of zeros, or why it could not make one.
-type Prepared = Result<PreparedSegment<std::fs::File>, WalError>;
-
-/// The node's handle on its preparer thread, which writes the log's next segment file ahead
-/// of need (`crate::wal::prepare_segment`), so that the appends on this thread never grow a
-/// file and never wait for its zeros.
-struct Preparer {
-    asks: mpsc::Sender<()>,
-    made: mpsc::Receiver<Prepared>,
-    /// A preparation is under way.
-    asked: bool,
-    /// No preparation before this time (one failed).
-    idle_until: Option<Instant>,
-}
-
-impl Preparer {
-    /// Starts the thread for `wal`'s directory and segment size; it holds `lock`, the data
-    /// directory's, until it ends. None if no thread can be started (the log goes on making
-    /// its own segments).
-    fn spawn(wal: &Wal, lock: Arc<DirLock>) -> Option<Preparer> {
-        let (asks, queue) = mpsc::channel::<()>();
-        let (done, made) = mpsc::channel();
-        let (dir, bytes) = (wal.dir().to_path_buf(), wal.segment_bytes_max());
-        let span = tracing::Span::current();
-        let spawned = thread::Builder::new()
-            .name("wal-prepare".into())
-            .spawn(move || {
-                let _entered = span.entered();
-                let _held = lock;
-                let storage = crate::storage::Files;
-                for () in queue {
-                    let prepared = crate::wal::prepare_segment(&storage, &dir, bytes);
-                    if done.send(prepared).is_err() {
-                        return;
-                    }
-                }
-            });
-        match spawned {
-            Ok(_) => Some(Preparer {
-                asks,
-                made,
-                asked: false,
-                idle_until: None,
-            }),
-            Err(error) => {
-                tracing::warn!(%error, "no thread to prepare WAL segments");
-                None
-            }
-        }
-    }
-
-    /// Asks for a segment file unless one is under way or a failure is recent.
-    fn ask(&mut self) {
-        let resting = self.idle_until.is_some_and(|until| Instant::now() < until);
-        if self.asked || resting {
-            return;
-        }
-        self.asked = self.asks.send(()).is_ok();
-    }
-
-    /// Hands `wal` the segment file the thread finished, if it did.
-    fn deliver(&mut self, wal: &mut Wal) {
-        let Ok(prepared) = self.made.try_recv() else {
-            return;
-        };
-        self.asked = false;
-        match prepared {
-            Ok(segment) => {
-                // Given back only if the log no longer wants it; the next preparation
-                // replaces the file.
-                drop(wal.offer_prepared(segment));
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot prepare the next WAL segment; the log makes its own");
-                let pause = Duration::from_millis(WAL_PREPARE_RETRY_MS);
-                self.idle_until = Some(Instant::now() + pause);
-            }
         }
     }
 }

@@ -305,6 +305,15 @@ impl<S: Storage> Wal<S> {
         for segment in &self.segments {
             segment.file.sync_all().map_err(io_error(&segment.path))?;
         }
+        // A file left under the prepared name (a crash while preparing, or a log stopped with
+        // one ready) holds only zeros and no entry: a log that prepares replaces it, and one
+        // that does not (in memory, where it would hold 8 MiB of RAM) would keep it forever.
+        let leftover = self.dir.join(PREPARED_SEGMENT_NAME);
+        if self.prepared.is_none() && self.storage.exists(&leftover).unwrap_or(false) {
+            self.storage
+                .remove_file(&leftover)
+                .map_err(io_error(&leftover))?;
+        }
         sync_dir(&self.storage, &self.dir)
     }
 
@@ -344,6 +353,19 @@ impl<S: Storage> Wal<S> {
         }
         self.prepared = Some(prepared);
         None
+    }
+
+    /// Removes the prepared segment the log holds, if any: on a full disk its zeros are room
+    /// the appends need more (the retry of the append then finds it), and it only ever holds
+    /// zeros. A removal that fails leaves the file for the next preparation to replace.
+    fn release_prepared(&mut self) {
+        if let Some(prepared) = self.prepared.take() {
+            let path = prepared.path;
+            drop(prepared.file);
+            if let Err(error) = self.storage.remove_file(&path) {
+                tracing::debug!(%error, path = %path.display(), "prepared segment left in place");
+            }
+        }
     }
 
     /// Bytes of a torn tail the scan found and [`Wal::settle`] has not cut yet.
@@ -437,30 +459,7 @@ impl<S: Storage> Wal<S> {
                 got: entry.index(),
             });
         }
-        // The chain hash was computed by the leader that sealed the entry and checked by the
-        // core of a follower that received it; here the cheap payload checksum guards the copy.
-        assert_eq!(
-            entry.check_payload(),
-            Ok(()),
-            "entry {expected}: payload does not match its header"
-        );
-        // A record a scan would call damaged must never be written.
-        assert!(
-            entry.payload.len() <= ENTRY_PAYLOAD_BYTES_MAX as usize,
-            "entry {expected}: a payload of {} bytes, over the limit",
-            entry.payload.len()
-        );
-        // Debug builds only: it hashes the payload again. A log whose start follows a
-        // snapshot it never saw does not know the hash its first entry chains to.
-        let base_known = !self.entries.is_empty()
-            || self.first_index == EntryIndex(1)
-            || self.base_hash != EntryHash::default();
-        debug_assert!(
-            !base_known
-                || chain_hash(&self.last_hash(), &entry.header, &entry.payload)
-                    == entry.header.hash,
-            "entry {expected} chains to the last entry of the log"
-        );
+        self.check_entry(entry, expected);
         self.buf.clear();
         record::encode(entry, &mut self.buf);
         let record_bytes = self.buf.len() as u64;
@@ -486,7 +485,12 @@ impl<S: Storage> Wal<S> {
             0 => 0,
             ahead => (offset + record_bytes + ahead).min(self.segment_bytes_max),
         };
-        segment.put_record(&self.buf, zeros_to)?;
+        if let Err(error) = segment.put_record(&self.buf, zeros_to) {
+            if error.is_storage_full() {
+                self.release_prepared();
+            }
+            return Err(error);
+        }
         assert_eq!(
             segment.bytes,
             offset + record_bytes,
@@ -502,6 +506,35 @@ impl<S: Storage> Wal<S> {
         self.written_bytes += record_bytes;
         self.max_commit = self.max_commit.max(entry.header.commit);
         Ok(())
+    }
+
+    /// What an entry about to be written must be: whole (its payload matches its header),
+    /// within the size a scan reads, and (debug builds) chained to the log's last entry.
+    fn check_entry(&self, entry: &Entry, expected: EntryIndex) {
+        // The chain hash was computed by the leader that sealed the entry and checked by the
+        // core of a follower that received it; here the cheap payload checksum guards the copy.
+        assert_eq!(
+            entry.check_payload(),
+            Ok(()),
+            "entry {expected}: payload does not match its header"
+        );
+        // A record a scan would call damaged must never be written.
+        assert!(
+            entry.payload.len() <= ENTRY_PAYLOAD_BYTES_MAX as usize,
+            "entry {expected}: a payload of {} bytes, over the limit",
+            entry.payload.len()
+        );
+        // Debug builds only: it hashes the payload again. A log whose start follows a
+        // snapshot it never saw does not know the hash its first entry chains to.
+        let base_known = !self.entries.is_empty()
+            || self.first_index == EntryIndex(1)
+            || self.base_hash != EntryHash::default();
+        debug_assert!(
+            !base_known
+                || chain_hash(&self.last_hash(), &entry.header, &entry.payload)
+                    == entry.header.hash,
+            "entry {expected} chains to the last entry of the log"
+        );
     }
 
     /// fdatasyncs everything written: only after this returns are the writes durable.
@@ -739,14 +772,16 @@ impl<S: Storage> Wal<S> {
         path: PathBuf,
     ) -> Result<Segment<S::File>, WalError> {
         if self.storage.exists(&path).map_err(io_error(&path))? {
-            let taken = io::Error::new(io::ErrorKind::AlreadyExists, "segment file exists");
+            let taken = io::Error::from(io::ErrorKind::AlreadyExists);
             return Err(WalError::Io {
                 path,
                 source: taken,
             });
         }
+        // A directory that needs a block for the new name may find the disk full: the same
+        // wait as for a creation, not a failure.
         let renamed = self.storage.rename(&prepared.path, &path);
-        renamed.map_err(io_error(&prepared.path))?;
+        renamed.map_err(write_error(&path))?;
         Ok(Segment {
             path,
             file: prepared.file,
