@@ -480,18 +480,25 @@ fn prepared_segments_take_the_growth_off_the_appends() {
     }
 }
 
-/// Proves a log opened for writing removes a file left under the prepared name (a crash while
-/// preparing; it only ever holds zeros and no entry), so that a log that never prepares (in
-/// memory) does not keep it, and that the log it opens is whole.
+/// Proves a log opened for writing removes a file of zeros left under the prepared name (a
+/// crash while preparing), so that a log that never prepares (in memory) does not keep it,
+/// and leaves one that holds anything else (not provably garbage); the log it opens is whole.
 #[test]
 fn a_leftover_prepared_file_is_removed_when_the_log_opens() {
     let dir = tempfile::tempdir().unwrap();
     let entries = fill(dir.path(), 5, 1 << 20);
     let leftover = dir.path().join(PREPARED_SEGMENT_NAME);
+    fs::write(&leftover, b"not zeros").unwrap();
+    drop(Wal::open(dir.path()).unwrap());
+    assert_eq!(
+        fs::read(&leftover).unwrap(),
+        b"not zeros",
+        "a file not of zeros stays"
+    );
     fs::write(&leftover, vec![0; 4096]).unwrap();
     let (wal, recovery) = Wal::open(dir.path()).unwrap();
     assert_eq!(recovery.entries, 5);
-    assert!(!leftover.exists(), "the leftover stays");
+    assert!(!leftover.exists(), "the zeros stay");
     assert_eq!(wal.read(EntryIndex(5)).unwrap(), entries[4]);
 }
 

@@ -15,6 +15,7 @@ use common::{
     write_cluster_file,
 };
 use engine::client::Client;
+use engine::internals::wal::PREPARED_SEGMENT_NAME;
 use engine::node::ClusterFile;
 use engine::node::{NodeAddress, NodeConfig};
 use engine::{ClientId, Handler, NodeId, Outcome, RequestNumber, Schema, Table, Tx};
@@ -538,8 +539,10 @@ fn newest_snapshot_damaged(
                 .get(relative)
                 .is_some_and(|now| now.starts_with(bytes));
         let rewritten = relative.as_os_str() == "hard_state";
+        // The WAL's next segment made ahead holds zeros only; a start removes or replaces it.
+        let prepared = relative.ends_with(PREPARED_SEGMENT_NAME) && bytes.iter().all(|&b| b == 0);
         assert!(
-            in_place || quarantined || appended || rewritten,
+            in_place || quarantined || appended || rewritten || prepared,
             "{} lost or changed (the damaged snapshot was {newest})",
             relative.display()
         );

@@ -305,15 +305,7 @@ impl<S: Storage> Wal<S> {
         for segment in &self.segments {
             segment.file.sync_all().map_err(io_error(&segment.path))?;
         }
-        // A file left under the prepared name (a crash while preparing, or a log stopped with
-        // one ready) holds only zeros and no entry: a log that prepares replaces it, and one
-        // that does not (in memory, where it would hold 8 MiB of RAM) would keep it forever.
-        let leftover = self.dir.join(PREPARED_SEGMENT_NAME);
-        if self.prepared.is_none() && self.storage.exists(&leftover).unwrap_or(false) {
-            self.storage
-                .remove_file(&leftover)
-                .map_err(io_error(&leftover))?;
-        }
+        self.remove_leftover_prepared()?;
         sync_dir(&self.storage, &self.dir)
     }
 
@@ -366,6 +358,26 @@ impl<S: Storage> Wal<S> {
                 tracing::debug!(%error, path = %path.display(), "prepared segment left in place");
             }
         }
+    }
+
+    /// Removes a file left under the prepared name (a crash while preparing, or a log stopped
+    /// with one ready), once its bytes prove it garbage: zeros only, no entry. A log that
+    /// prepares would replace it, one that does not (in memory, where it would hold 8 MiB of
+    /// RAM) would keep it forever. Anything else under that name is left as it is.
+    fn remove_leftover_prepared(&self) -> Result<(), WalError> {
+        let leftover = self.dir.join(PREPARED_SEGMENT_NAME);
+        if self.prepared.is_some() || !self.storage.exists(&leftover).unwrap_or(false) {
+            return Ok(());
+        }
+        let bytes = self.storage.read(&leftover).map_err(io_error(&leftover))?;
+        if bytes.iter().any(|&b| b != 0) {
+            let path = leftover.display();
+            tracing::warn!(%path, "not zeros under the prepared segment's name: left as it is");
+            return Ok(());
+        }
+        self.storage
+            .remove_file(&leftover)
+            .map_err(io_error(&leftover))
     }
 
     /// Bytes of a torn tail the scan found and [`Wal::settle`] has not cut yet.
