@@ -75,6 +75,30 @@ fn a_seed_replays_exactly() {
 /// (`.ci/mutations`); when the simulator's draws change, find them again that way.
 const LOST_VOTE_SEEDS: [u64; 3] = [1220, 1827, 1872];
 
+/// Seeds where a replica rebuilt after its hard state was lost (no term, no vote, no members)
+/// helped replace committed entries (I4). Found in 10,000 seeds from 120000.
+/// - 123335: refilling its log from the start while repairing, it passed members lists older
+///   than the one in force when it lost its entries; its judges followed them and left out
+///   the one node holding a committed entry it had lost, so it voted for a candidate without
+///   it. Its judges now only grow during a repair.
+/// - 122209: starting at term 0, it took appends from a leader of an older term and
+///   acknowledged them, a majority for entries a later leader had replaced with others it
+///   committed. A rebuild now starts at the term of its log's last entry.
+const REBUILT_NODE_SEEDS: [u64; 2] = [122_209, 123_335];
+
+/// Proves the seeds where a rebuilt replica decided an election or a commit violate nothing.
+#[test]
+fn seeds_where_a_rebuilt_replica_decides_violate_nothing() {
+    for seed in REBUILT_NODE_SEEDS {
+        let output = runner()
+            .args(["sim", "--seeds", "1", "--seed", &seed.to_string()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "seed {seed}:\n{stderr}");
+    }
+}
+
 /// Proves the seeds where lost votes decide an election violate nothing.
 #[test]
 fn seeds_where_lost_votes_matter_violate_nothing() {

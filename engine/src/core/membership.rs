@@ -62,6 +62,11 @@ impl MemberSet {
     pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         (0..=u8::MAX).map(NodeId).filter(|&id| self.contains(id))
     }
+
+    /// The ids in either set.
+    pub fn union(self, other: MemberSet) -> MemberSet {
+        MemberSet(std::array::from_fn(|word| self.0[word] | other.0[word]))
+    }
 }
 
 /// The member lists of a replica's log.
@@ -367,7 +372,15 @@ impl Core {
             return;
         }
         // Durable before anything later: before the entry that changed them is acknowledged.
-        self.hard.members = Some(MemberSet::of(self.members().ids()));
+        // A replica repairing damage keeps every list it knew since the damage as well: one
+        // refilling its log from the start (rebuilt) passes through lists older than the one
+        // in force when it lost its entries, and the replicas that may hold those entries
+        // (its judges) must not drop out as it does.
+        let members = MemberSet::of(self.members().ids());
+        self.hard.members = Some(match (self.hard.repair, self.hard.members) {
+            (Some(_), Some(kept)) => kept.union(members),
+            _ => members,
+        });
         out.push(Action::PersistHardState(self.hard));
         out.push(Action::MembersChanged(self.members().clone()));
         if self.role == Role::Leader {

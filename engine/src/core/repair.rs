@@ -20,6 +20,8 @@ impl Core {
             .is_some_and(|repair| self.durable >= repair.index)
         {
             self.hard.repair = None;
+            // The lists gathered during the repair give way to the log's again.
+            self.hard.members = Some(MemberSet::of(self.members().ids()));
             out.push(Action::PersistHardState(self.hard));
         }
     }

@@ -6,6 +6,7 @@ use super::replay;
 use super::{RecoveryOptions, RecoveryReport, Refusal};
 use crate::core::{HardState, LogBase, LostVotes, Repair};
 use crate::handler::Handler;
+use crate::ids::Term;
 use crate::node::NodeError;
 use crate::node::storage::{
     HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
@@ -40,8 +41,16 @@ pub(super) fn rebuild_from_leader<S: Storage, H: Handler>(
         ),
         Err(other) => return Err(other),
     };
-    if let Some(repair) = rebuilt_repair(storage, dir, options)? {
+    let (repair, reached) = rebuilt_repair(storage, dir, options)?;
+    if let Some(repair) = repair {
         hard_state.repair = Some(hard_state.repair.map_or(repair, |r| r.merge(repair)));
+    }
+    if hard_damaged {
+        // The lost hard state took the term with it, but the log shows a term the node had
+        // reached. Starting below it, the node would take appends from a leader of an older
+        // term and acknowledge them: a majority for entries that a later term's leader
+        // replaced, after it had committed others at the same indexes.
+        hard_state.term = hard_state.term.max(reached);
     }
     let moved: Vec<PathBuf> = [WAL_DIR, SNAPSHOT_DIR]
         .iter()
@@ -126,12 +135,13 @@ fn relative(dir: &Path, path: &Path) -> PathBuf {
 
 /// The repair obligation of a node about to be rebuilt: the end of the log it may have
 /// acknowledged (the WAL's last entry, or beyond damage), or a snapshot's entry when only a
-/// snapshot is left (its term unknown: no candidate is taken for holding it).
+/// snapshot is left (its term unknown: no candidate is taken for holding it); with the term
+/// of the log's last entry (zero for an empty log), a term the node had reached.
 fn rebuilt_repair<S: Storage>(
     storage: &S,
     dir: &Path,
     options: &RecoveryOptions,
-) -> Result<Option<Repair>, NodeError> {
+) -> Result<(Option<Repair>, Term), NodeError> {
     let wal_dir = dir.join(WAL_DIR);
     let segment_bytes = options.wal_segment_bytes;
     let (wal, recovery) =
@@ -145,7 +155,10 @@ fn rebuilt_repair<S: Storage>(
     // `list_snapshots` lists the newest first.
     let newest = snapshots.first().map(|(index, _)| *index);
     let damage = recovery.damage.as_ref().map(damage_repair);
-    Ok(replay::rebuild_repair(&wal, damage, newest))
+    Ok((
+        replay::rebuild_repair(&wal, damage, newest),
+        wal.last_term(),
+    ))
 }
 
 /// Milliseconds since the epoch, to name quarantine folders in the order they were made.
