@@ -89,20 +89,18 @@ const REBUILT_NODE_SEEDS: [u64; 2] = [122_209, 123_335];
 /// Proves the seeds where a rebuilt replica decided an election or a commit violate nothing.
 #[test]
 fn seeds_where_a_rebuilt_replica_decides_violate_nothing() {
-    for seed in REBUILT_NODE_SEEDS {
-        let output = runner()
-            .args(["sim", "--seeds", "1", "--seed", &seed.to_string()])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "seed {seed}:\n{stderr}");
-    }
+    each_seed_violates_nothing(&REBUILT_NODE_SEEDS);
 }
 
 /// Proves the seeds where lost votes decide an election violate nothing.
 #[test]
 fn seeds_where_lost_votes_matter_violate_nothing() {
-    for seed in LOST_VOTE_SEEDS {
+    each_seed_violates_nothing(&LOST_VOTE_SEEDS);
+}
+
+/// Runs `runner sim` on each of `seeds` alone; fails naming the first that violates anything.
+fn each_seed_violates_nothing(seeds: &[u64]) {
+    for seed in seeds {
         let output = runner()
             .args(["sim", "--seeds", "1", "--seed", &seed.to_string()])
             .output()
