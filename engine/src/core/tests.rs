@@ -2183,3 +2183,66 @@ fn a_leader_adds_no_member_while_a_majority_of_the_new_members_lacks_the_log() {
     let taken = n1.propose_members(&change, &mut Vec::new());
     assert_eq!(taken, Ok(EntryIndex(6)), "N1, N2 and N3 hold the log");
 }
+
+/// Proves a replica repairing damage keeps, as the replicas that may hold what it lost, every
+/// members list it knew since the damage: refilled with entries whose members entry (6: N1 to
+/// N4) is older than the list it kept (N1 to N5), it still waits to hear N5, and refuses a
+/// candidate whose log is shorter than N5's. Before, the kept list followed the refilled log,
+/// N5 dropped out, and the vote was granted: simulator seed 123335 then replaced a committed
+/// entry.
+#[test]
+fn a_repairing_replica_keeps_every_members_list_it_knew() {
+    let mut n1 = leader_with_five_applied();
+    add_node_4(&mut n1);
+    let entries: Vec<Entry> = (1..=6)
+        .map(|i| n1.entry(EntryIndex(i)).unwrap().clone())
+        .collect();
+    let five = super::MemberSet::of([N1, N2, N3, NodeId(4), NodeId(5)]);
+    let recovered = Recovered {
+        hard_state: HardState {
+            term: Term(1),
+            voted_for: None,
+            repair: Some(Repair {
+                index: EntryIndex(10),
+                term: Term(1),
+                committed: EntryIndex(9),
+            }),
+            votes_lost: None,
+            members: Some(five),
+            first_members: None,
+        },
+        ..Recovered::default()
+    };
+    let mut n2 = Core::new(config(N2), recovered);
+    let append = Append {
+        term: n1.term(),
+        leader: N1,
+        prev_index: EntryIndex(0),
+        prev_term: Term(0),
+        entries,
+        commit: EntryIndex(5),
+        applied: None,
+    };
+    append_from_n1(&mut n2, append);
+    assert_eq!(
+        member_ids(&n2),
+        vec![N1, N2, N3, NodeId(4)],
+        "the refilled log's"
+    );
+    // The leader falls silent; the others say where their logs end.
+    tick_until_active(&mut n2);
+    for (from, end) in [(N1, 6), (NodeId(4), 6), (NodeId(5), 10)] {
+        step(&mut n2, log_end_from(from, end, false));
+    }
+    let term = n2.term().0 + 1;
+    assert!(
+        !granted(&step(&mut n2, vote_from(N3, term, 9))),
+        "N5 holds more"
+    );
+    step(&mut n2, log_end_from(NodeId(5), 9, false));
+    let term = n2.term().0 + 1;
+    assert!(
+        granted(&step(&mut n2, vote_from(N3, term, 9))),
+        "no other holds more"
+    );
+}
