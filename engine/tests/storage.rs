@@ -5,6 +5,8 @@
 
 #![cfg(feature = "sim")]
 
+mod common;
+
 use engine::internals::entry::{
     Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest,
 };
@@ -407,4 +409,44 @@ fn write_some(
         }
     }
     synced
+}
+
+/// Proves a node rebuilt after its hard state was lost starts at the term its old log had
+/// reached (here 3, its last entry's), with its votes lost and a repair obligation for that
+/// log: at term 0 it would take appends of a leader of an older term and acknowledge them, a
+/// majority for entries a later leader had replaced with committed ones (simulator seed
+/// 122209, I4).
+#[test]
+fn a_rebuild_after_a_lost_hard_state_starts_at_its_logs_last_term() {
+    use engine::apply::{SESSION_RETENTION_S_DEFAULT, SESSIONS_MAX_DEFAULT};
+    use engine::internals::core::LostVotes;
+    use engine::node::recovery::{RecoveryOptions, recover_on};
+    let disk = SimDisk::new();
+    let dir = Path::new("/data");
+    disk.create_dir_all(dir).unwrap();
+    let (mut wal, _) = Wal::open_in(disk.clone(), &dir.join("wal"), TEST_SEGMENT_BYTES).unwrap();
+    let mut prev = EntryHash::default();
+    for index in 1..=20 {
+        let e = entry(index, &prev, 100);
+        wal.append(&e).unwrap();
+        prev = e.header.hash;
+    }
+    assert_eq!(wal.last_term(), Term(3));
+    drop(wal);
+    disk.write_durably(&dir.join("hard_state"), b"not a hard state")
+        .unwrap();
+    let options = RecoveryOptions {
+        capacity_bytes: 16 << 20,
+        sessions_max: SESSIONS_MAX_DEFAULT,
+        session_retention_s: SESSION_RETENTION_S_DEFAULT,
+        wal_segment_bytes: TEST_SEGMENT_BYTES,
+        owner: None,
+        rebuild_from_leader: true,
+    };
+    let started = recover_on(&disk, dir, common::Ledger, &options, None, |_| {}).unwrap();
+    let hard = started.core.hard_state;
+    assert_eq!(hard.term, Term(3), "{hard:?}");
+    assert_eq!(hard.votes_lost, Some(LostVotes::Unknown));
+    assert_eq!(hard.repair.map(|r| r.index), Some(EntryIndex(20)));
+    assert_eq!(started.wal.last_index(), EntryIndex(0), "it starts empty");
 }
