@@ -978,22 +978,15 @@ impl Core {
         self.answer_vote(vote.candidate, false, granted, out);
     }
 
-    /// False for a term in which this replica may have cast a vote it lost, and for a replica
-    /// that is no member in its own log (a node that joins votes once its log names it: so a
-    /// candidate whose members wrongly include it cannot win with its vote). A replica
-    /// repairing damage that is a member in the list its hard state kept votes by that list:
-    /// the damage may have cut the entry that made it one, and it was durable before that
-    /// entry was acknowledged (without this, seed 1700 of the simulator found a cluster where
-    /// no candidate could gather enough votes).
+    /// False for a term in which this replica may have cast a vote it lost. Whether this
+    /// replica is a member in its own log does not matter: a candidate counts only the votes
+    /// of its own members, and its members and any other candidate's overlap (one change at a
+    /// time), so one vote per term keeps one leader per term whoever casts it (Raft's thesis,
+    /// 4.2.1). A member re-added while it was cut off must vote although its log still ends in
+    /// the list that removed it: seed 113971 of the simulator found a cluster where no
+    /// candidate could win without it. A node that joins with an empty log still votes for
+    /// nobody whose log has entries (`log_up_to_date`).
     fn may_vote_in(&self, term: Term) -> bool {
-        let kept_member = self.hard.repair.is_some()
-            && self
-                .hard
-                .members
-                .is_some_and(|kept| kept.contains(self.config.id));
-        if !self.is_member() && !kept_member {
-            return false;
-        }
         match self.hard.votes_lost {
             None => true,
             Some(LostVotes::Unknown) => false,
