@@ -276,6 +276,12 @@ pub struct StateMachine<H: Handler> {
     stopped: bool,
 }
 
+/// A state loaded from a snapshot and checked against its state hash, not yet in force.
+pub struct BuiltState {
+    state: State,
+    hash: StateHash,
+}
+
 impl<H: Handler> StateMachine<H> {
     /// Checks every invariant of the state machine, its sessions and its state; panics naming
     /// the first one broken (see [`crate::replica::Replica::check_invariants`]).
@@ -774,13 +780,16 @@ impl<H: Handler> StateMachine<H> {
     /// Replaces the whole state, the sessions and any speculation with what `snapshot` holds,
     /// checked against the state hash it recorded; on error nothing changed.
     pub fn install(&mut self, snapshot: Snapshot) -> Result<(), InstallError> {
-        assert!(
-            snapshot.meta.index >= self.applied,
-            "a snapshot of entry {} would take the machine back from entry {}",
-            snapshot.meta.index,
-            self.applied
-        );
-        self.check_install(&snapshot)?;
+        let built = self.build_state(&snapshot)?;
+        self.install_built(snapshot, built);
+        Ok(())
+    }
+
+    /// The state `snapshot` holds, loaded and checked against the state hash it recorded,
+    /// without putting it in force: a recovery builds it while the log is scanned, before it
+    /// knows whether the log continues that snapshot.
+    pub fn build_state(&self, snapshot: &Snapshot) -> Result<BuiltState, InstallError> {
+        self.check_install(snapshot)?;
         let mut state = State::new(self.handler.schema(), self.state.capacity_bytes());
         for table in &snapshot.tables {
             state.load_table(table.id, &table.bytes, table.records, table.slots)?;
@@ -794,6 +803,23 @@ impl<H: Handler> StateMachine<H> {
                 recorded: snapshot.meta.state_hash,
             });
         }
+        Ok(BuiltState { state, hash })
+    }
+
+    /// Puts in force the state [`StateMachine::build_state`] built from `snapshot`, with the
+    /// snapshot's sessions, in place of the whole state and any speculation.
+    pub fn install_built(&mut self, snapshot: Snapshot, built: BuiltState) {
+        assert!(
+            snapshot.meta.index >= self.applied,
+            "a snapshot of entry {} would take the machine back from entry {}",
+            snapshot.meta.index,
+            self.applied
+        );
+        assert_eq!(
+            built.hash, snapshot.meta.state_hash,
+            "a state built from another snapshot"
+        );
+        let BuiltState { state, hash } = built;
         self.scan = None;
         self.state = state;
         let limits = (self.sessions.limit(), self.sessions.retention_s());
@@ -807,7 +833,6 @@ impl<H: Handler> StateMachine<H> {
         self.hash = hash;
         self.members = (snapshot.meta.members.clone()).map(|m| (snapshot.meta.index, m));
         self.handler_version = snapshot.meta.handler_version;
-        Ok(())
     }
 
     /// Runs the entry's commands in the current pass; returns the requests it finished.

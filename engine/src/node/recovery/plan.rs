@@ -2,7 +2,7 @@
 //! it, and the replay of the committed log.
 
 use super::{RecoveryOptions, RecoveryReport, Refusal, replay};
-use crate::apply::StateMachine;
+use crate::apply::{BuiltState, StateMachine};
 use crate::core::{HardState, LogBase, Recovered, Repair};
 use crate::handler::Handler;
 use crate::ids::Term;
@@ -12,6 +12,7 @@ use crate::node::storage::{
 };
 use crate::operator::data_dir::{self, Identity};
 use crate::snapshot::{Durable, Snapshot, SnapshotError, list_snapshots_on, read_snapshot_on};
+use crate::state::InstallError;
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
 use net::message::AppliedHash;
@@ -54,9 +55,11 @@ pub(super) fn plan<S: Storage, H: Handler>(
     options: &RecoveryOptions,
     (stamp, access): (Option<Identity>, Access),
 ) -> Result<Plan<H, S>, Failed<H>> {
-    let (mut hard_state, wal, recovery) = match read_files(storage, dir, options, access) {
+    let mut machine = options.machine(handler);
+    let (files, early) = scan_beside_newest(storage, dir, options, access, &machine);
+    let (mut hard_state, wal, recovery) = match files {
         Ok(read) => read,
-        Err(error) => return Err((error, handler)),
+        Err(error) => return Err((error, machine.into_handler())),
     };
     let mut report = RecoveryReport {
         stamped: stamp.is_some(),
@@ -82,8 +85,7 @@ pub(super) fn plan<S: Storage, H: Handler>(
             hard_state.repair.map_or(damage.index, |r| r.index)
         ));
     }
-    let mut machine = options.machine(handler);
-    let chosen = choose_snapshot(storage, dir, &wal, &mut machine, &mut report);
+    let chosen = choose_snapshot(storage, dir, &wal, (&mut machine, early), &mut report);
     let (chosen, damaged) = match chosen {
         Ok(chosen) => chosen,
         Err(error) => return Err((error, machine.into_handler())),
@@ -110,6 +112,60 @@ pub(super) fn plan<S: Storage, H: Handler>(
     })
 }
 
+/// What [`read_files`] reads: the hard state and the scanned WAL.
+type ReadFiles<S> = (HardState, Wal<S>, Recovery);
+
+/// The newest snapshot read and its state built (or why not), before the plan knows whether
+/// the log continues it.
+struct Early {
+    path: PathBuf,
+    read: Result<(Snapshot, Result<BuiltState, InstallError>), SnapshotError>,
+}
+
+/// [`read_files`] on a thread of its own while this one reads the newest snapshot and builds
+/// its state, so that neither waits for the other on a second core (at 12,000,000 accounts,
+/// 0.75 s to scan 450 MB of log beside 2 s to read and digest a 336 MB snapshot and to fill a
+/// 1 GiB slot array whose memory the kernel must first hand over). Both only read. Without a
+/// thread to be had, the scan runs here first.
+fn scan_beside_newest<S: Storage, H: Handler>(
+    storage: &S,
+    dir: &Path,
+    options: &RecoveryOptions,
+    access: Access,
+    machine: &StateMachine<H>,
+) -> (Result<ReadFiles<S>, NodeError>, Option<Early>) {
+    std::thread::scope(|scope| {
+        let scan = std::thread::Builder::new()
+            .name("wal-scan".into())
+            .spawn_scoped(scope, || read_files(storage, dir, options, access));
+        let Ok(scan) = scan else {
+            let files = read_files(storage, dir, options, access);
+            return (files, read_newest(storage, dir, machine));
+        };
+        let early = read_newest(storage, dir, machine);
+        let files = scan
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (files, early)
+    })
+}
+
+/// The newest snapshot's file read and verified, and its state built; `None` when there is no
+/// snapshot (or the folder cannot be listed: [`choose_snapshot`] lists it again and says why).
+fn read_newest<S: Storage, H: Handler>(
+    storage: &S,
+    dir: &Path,
+    machine: &StateMachine<H>,
+) -> Option<Early> {
+    let listed = list_snapshots_on(storage, &dir.join(SNAPSHOT_DIR)).ok()?;
+    let (_, path) = listed.into_iter().next()?;
+    let read = read_snapshot_on(storage, &path).map(|snapshot| {
+        let built = machine.build_state(&snapshot);
+        (snapshot, built)
+    });
+    Some(Early { path, read })
+}
+
 /// The hard state and the WAL scan. A damaged hard state is refused; so is a missing one, or
 /// a missing log directory, beside data (a node writes its hard state before its first entry
 /// and keeps its log directory from its first start on).
@@ -118,7 +174,7 @@ fn read_files<S: Storage>(
     dir: &Path,
     options: &RecoveryOptions,
     access: Access,
-) -> Result<(HardState, Wal<S>, Recovery), NodeError> {
+) -> Result<ReadFiles<S>, NodeError> {
     let hard_state = match read_hard_state_on(storage, dir) {
         Ok(state) => state,
         Err(NodeError::Corrupt { path, reason }) => {
@@ -186,7 +242,7 @@ fn choose_snapshot<S: Storage, H: Handler>(
     storage: &S,
     dir: &Path,
     wal: &Wal<S>,
-    machine: &mut StateMachine<H>,
+    (machine, mut early): (&mut StateMachine<H>, Option<Early>),
     report: &mut RecoveryReport,
 ) -> Result<(Option<Durable>, Vec<PathBuf>), NodeError> {
     let snapshots_dir = dir.join(SNAPSHOT_DIR);
@@ -205,8 +261,14 @@ fn choose_snapshot<S: Storage, H: Handler>(
             ));
             continue;
         }
-        let snapshot = match read_snapshot_on(storage, &path) {
-            Ok(snapshot) => snapshot,
+        // The newest was read beside the scan; an older one is read now (and the newest's
+        // state, built for nothing, let go first).
+        let read = match early.take().filter(|early| early.path == path) {
+            Some(early) => early.read.map(|(snapshot, built)| (snapshot, Some(built))),
+            None => read_snapshot_on(storage, &path).map(|snapshot| (snapshot, None)),
+        };
+        let (snapshot, built) = match read {
+            Ok(read) => read,
             Err(SnapshotError::Invalid { path, problem }) if problem.is_damage() => {
                 report
                     .passed_over
@@ -221,21 +283,26 @@ fn choose_snapshot<S: Storage, H: Handler>(
                 return Err(Refusal::Unreadable { path, source }.into());
             }
         };
-        let durable = install(machine, snapshot, path)?;
+        let durable = install(machine, (snapshot, built), path)?;
         report.snapshot = Some((index, durable.bytes));
         return Ok((Some(durable), damaged));
     }
     Ok((None, damaged))
 }
 
+/// Puts the snapshot's state in force: the one built beside the scan, or one built now.
 fn install<H: Handler>(
     machine: &mut StateMachine<H>,
-    snapshot: Snapshot,
+    (snapshot, built): (Snapshot, Option<Result<BuiltState, InstallError>>),
     path: PathBuf,
 ) -> Result<Durable, NodeError> {
     let meta = snapshot.meta.clone();
     let bytes = snapshot.file_bytes;
-    if let Err(problem) = machine.install(snapshot) {
+    let installed = match built {
+        Some(built) => built.map(|built| machine.install_built(snapshot, built)),
+        None => machine.install(snapshot),
+    };
+    if let Err(problem) = installed {
         return Err(Refusal::SnapshotConfig { path, problem }.into());
     }
     Ok(Durable {
