@@ -415,26 +415,68 @@ fn write_some(
 /// reached (here 3, its last entry's), with its votes lost and a repair obligation for that
 /// log: at term 0 it would take appends of a leader of an older term and acknowledge them, a
 /// majority for entries a later leader had replaced with committed ones (simulator seed
-/// 122209, I4).
+/// 122209, I4). The term counts the entries readable beyond damage in that log too (here the
+/// log is cut at entry 10, of term 2, and entries up to 20, of term 3, lie beyond it): seed
+/// 165093 rebuilt a node at the term before the damage, which then acknowledged appends of a
+/// term below the one whose committed entries it had acknowledged.
 #[test]
 fn a_rebuild_after_a_lost_hard_state_starts_at_its_logs_last_term() {
-    use engine::apply::{SESSION_RETENTION_S_DEFAULT, SESSIONS_MAX_DEFAULT};
-    use engine::internals::core::LostVotes;
-    use engine::node::recovery::{RecoveryOptions, recover_on};
-    let disk = SimDisk::new();
-    let dir = Path::new("/data");
-    disk.create_dir_all(dir).unwrap();
-    let (mut wal, _) = Wal::open_in(disk.clone(), &dir.join("wal"), TEST_SEGMENT_BYTES).unwrap();
+    for damaged in [None, Some(EntryIndex(10))] {
+        let disk = SimDisk::new();
+        let dir = Path::new("/data");
+        disk.create_dir_all(dir).unwrap();
+        write_log_damaging(&disk, &dir.join("wal"), 20, damaged);
+        disk.write_durably(&dir.join("hard_state"), b"not a hard state")
+            .unwrap();
+        let hard = rebuilt_hard_state(&disk, dir);
+        assert_eq!(hard.term, Term(3), "{damaged:?}: {hard:?}");
+        assert_eq!(
+            hard.votes_lost,
+            Some(engine::internals::core::LostVotes::Unknown)
+        );
+        assert_eq!(hard.repair.map(|r| r.index), Some(EntryIndex(20)));
+    }
+}
+
+/// Writes entries 1 to `last` of [`entry`] (term `1 + index / 8`) to a WAL in `dir`, then, if
+/// asked, flips a bit inside entry `damaged`'s record.
+fn write_log_damaging(disk: &SimDisk, dir: &Path, last: u64, damaged: Option<EntryIndex>) {
+    let (mut wal, _) = Wal::open_in(disk.clone(), dir, TEST_SEGMENT_BYTES).unwrap();
     let mut prev = EntryHash::default();
-    for index in 1..=20 {
+    let mut record_at = None;
+    for index in 1..=last {
+        let before = segment_bytes(disk, dir);
         let e = entry(index, &prev, 100);
         wal.append(&e).unwrap();
         prev = e.header.hash;
+        if damaged == Some(EntryIndex(index)) {
+            let after = segment_bytes(disk, dir);
+            let first = (0..after.len()).find(|&i| before.get(i) != after.get(i));
+            record_at = first.map(|offset| offset as u64 + 24);
+        }
     }
-    assert_eq!(wal.last_term(), Term(3));
+    assert_eq!(wal.last_term(), Term(1 + last / 8));
     drop(wal);
-    disk.write_durably(&dir.join("hard_state"), b"not a hard state")
-        .unwrap();
+    if let Some(offset) = record_at {
+        let segments = disk.list(dir).unwrap();
+        assert_eq!(segments.len(), 1, "one segment holds them all");
+        assert!(disk.flip_bit(&segments[0], offset, 3));
+    }
+}
+
+/// The bytes of the one segment in `dir` (none before the first append).
+fn segment_bytes(disk: &SimDisk, dir: &Path) -> Vec<u8> {
+    let segments = disk.list(dir).unwrap_or_default();
+    segments
+        .first()
+        .map_or_else(Vec::new, |path| disk.read(path).unwrap())
+}
+
+/// Starts the node in `dir` with the operator's rebuild and returns its hard state; it starts
+/// with an empty log.
+fn rebuilt_hard_state(disk: &SimDisk, dir: &Path) -> engine::internals::core::HardState {
+    use engine::apply::{SESSION_RETENTION_S_DEFAULT, SESSIONS_MAX_DEFAULT};
+    use engine::node::recovery::{RecoveryOptions, recover_on};
     let options = RecoveryOptions {
         capacity_bytes: 16 << 20,
         sessions_max: SESSIONS_MAX_DEFAULT,
@@ -443,10 +485,7 @@ fn a_rebuild_after_a_lost_hard_state_starts_at_its_logs_last_term() {
         owner: None,
         rebuild_from_leader: true,
     };
-    let started = recover_on(&disk, dir, common::Ledger, &options, None, |_| {}).unwrap();
-    let hard = started.core.hard_state;
-    assert_eq!(hard.term, Term(3), "{hard:?}");
-    assert_eq!(hard.votes_lost, Some(LostVotes::Unknown));
-    assert_eq!(hard.repair.map(|r| r.index), Some(EntryIndex(20)));
+    let started = recover_on(disk, dir, common::Ledger, &options, None, |_| {}).unwrap();
     assert_eq!(started.wal.last_index(), EntryIndex(0), "it starts empty");
+    started.core.hard_state
 }

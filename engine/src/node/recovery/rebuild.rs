@@ -136,7 +136,8 @@ fn relative(dir: &Path, path: &Path) -> PathBuf {
 /// The repair obligation of a node about to be rebuilt: the end of the log it may have
 /// acknowledged (the WAL's last entry, or beyond damage), or a snapshot's entry when only a
 /// snapshot is left (its term unknown: no candidate is taken for holding it); with the term
-/// of the log's last entry (zero for an empty log), a term the node had reached.
+/// of the log's last entry, or of the last one readable beyond damage (zero for an empty
+/// log), a term the node had reached.
 fn rebuilt_repair<S: Storage>(
     storage: &S,
     dir: &Path,
@@ -155,10 +156,13 @@ fn rebuilt_repair<S: Storage>(
     // `list_snapshots` lists the newest first.
     let newest = snapshots.first().map(|(index, _)| *index);
     let damage = recovery.damage.as_ref().map(damage_repair);
-    Ok((
-        replay::rebuild_repair(&wal, damage, newest),
-        wal.last_term(),
-    ))
+    // Entries readable beyond damage were acknowledged as much as those before it: their
+    // term was reached too (an unknown term, nothing readable there, adds nothing).
+    let beyond = damage
+        .map(|d| d.term)
+        .filter(|&term| term != Term(u64::MAX));
+    let reached = wal.last_term().max(beyond.unwrap_or_default());
+    Ok((replay::rebuild_repair(&wal, damage, newest), reached))
 }
 
 /// Milliseconds since the epoch, to name quarantine folders in the order they were made.
