@@ -76,7 +76,8 @@ fn a_seed_replays_exactly() {
 const LOST_VOTE_SEEDS: [u64; 3] = [1220, 1827, 1872];
 
 /// Seeds where a replica rebuilt after its hard state was lost (no term, no vote, no members)
-/// helped replace committed entries (I4). Found in 10,000 seeds from 120000.
+/// helped replace committed entries (I4). Found in 10,000 seeds from 120000 (165093 in
+/// 5,000 from 165000).
 /// - 123335: refilling its log from the start while repairing, it passed members lists older
 ///   than the one in force when it lost its entries; its judges followed them and left out
 ///   the one node holding a committed entry it had lost, so it voted for a candidate without
@@ -84,7 +85,10 @@ const LOST_VOTE_SEEDS: [u64; 3] = [1220, 1827, 1872];
 /// - 122209: starting at term 0, it took appends from a leader of an older term and
 ///   acknowledged them, a majority for entries a later leader had replaced with others it
 ///   committed. A rebuild now starts at the term of its log's last entry.
-const REBUILT_NODE_SEEDS: [u64; 2] = [122_209, 123_335];
+/// - 165093: damage cut its log at a term-18 entry while entries of term 21 were readable
+///   beyond it; rebuilt at term 18, it acknowledged a cut-off leader of term 20 the same way.
+///   The term a rebuild starts at now counts the entries beyond damage.
+const REBUILT_NODE_SEEDS: [u64; 3] = [122_209, 123_335, 165_093];
 
 /// Proves the seeds where a rebuilt replica decided an election or a commit violate nothing.
 #[test]
