@@ -36,16 +36,43 @@ fn hundreds_of_seeds_violate_nothing() {
     assert_eq!(summary["violations"], 0, "{stderr}");
     assert_eq!(summary["failing_seeds"], serde_json::json!([]));
     let table = String::from_utf8_lossy(&output.stdout);
-    let crashes: u64 = table
-        .lines()
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .nth(4)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let crashes = summed(&table, "crashes");
     assert!(crashes > CI_SEEDS, "faults were injected: {table}");
+}
+
+/// The column `name` of the summary table `runner sim` prints.
+fn summed(table: &str, name: &str) -> u64 {
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let at = header.iter().position(|&h| h == name).unwrap();
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    row[at].parse().unwrap()
+}
+
+/// Proves a seed's step-by-step account is written when `RUST_LOG` asks for it, and only
+/// then: every entry first seen committed has its line (as many as the summary counts: the
+/// log's rate limit drops none), and the role changes are there.
+#[test]
+fn a_seed_is_traced_step_by_step_on_request() {
+    let run = |filter: Option<&str>| {
+        let mut command = runner();
+        command.args(["sim", "--seeds", "1", "--seed", "77"]);
+        command.env_remove("RUST_LOG");
+        if let Some(filter) = filter {
+            command.env("RUST_LOG", filter);
+        }
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{stderr}");
+        (String::from_utf8_lossy(&output.stdout).into_owned(), stderr)
+    };
+    let (table, traced) = run(Some("engine::sim=trace"));
+    let lines = |what: &str| traced.lines().filter(|l| l.contains(what)).count() as u64;
+    assert_eq!(lines("committed, first seen"), summed(&table, "committed"));
+    assert!(lines(" role ") >= 2, "a candidate, then a leader: {traced}");
+    assert_eq!(lines("rate limit"), 0);
+    let (_, quiet) = run(None);
+    assert!(!quiet.contains("TRACE"), "{quiet}");
 }
 
 /// Proves one seed replays the same run: every count of the verbose line is equal.

@@ -235,6 +235,11 @@ where
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         let metadata = event.metadata();
+        // Trace events appear only when `RUST_LOG` asks for them (the simulator's account of a
+        // seed, step by step): dropping some would drop the steps they are read for.
+        if *metadata.level() == tracing::Level::TRACE {
+            return self.inner.on_event(event, ctx);
+        }
         let (pass, suppressed) = self.admit(metadata.callsite());
         if suppressed > 0 {
             let fields = SUPPRESSED.fields();
@@ -345,6 +350,26 @@ mod tests {
         );
         assert!(report.contains("suppressed=16"), "{report}");
         assert!(lines[lines.len() - 1].contains("n=26"));
+    }
+
+    /// Proves trace events, which only a `RUST_LOG` asking for them lets through, are never
+    /// rate-limited: all 25 of one callsite in one window are written.
+    #[test]
+    fn trace_events_are_not_rate_limited() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || writer.clone());
+        let limited = RateLimit::with_clock(layer, || 0);
+        let subscriber = tracing_subscriber::registry().with(limited);
+        tracing::subscriber::with_default(subscriber, || {
+            for n in 0..25 {
+                tracing::trace!(n, "step");
+            }
+        });
+        let steps = buffer.lines().iter().filter(|l| l.contains("step")).count();
+        assert_eq!(steps, 25);
     }
 
     /// Proves the JSON format writes one object a line with a level, a timestamp and the

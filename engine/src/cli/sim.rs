@@ -131,6 +131,7 @@ fn print_failure(
     }
     let binary = super::binary_name();
     eprintln!("  replay: {binary} sim --seed {seed} --seeds 1 --verbose");
+    eprintln!("  step by step: RUST_LOG=engine::sim=trace {binary} sim --seed {seed} --seeds 1");
 }
 
 /// The summary table: the seeds' counts summed.

@@ -336,6 +336,8 @@ impl<W: Workload> Checker<W> {
             let Some(entry) = core.entry(EntryIndex(index)) else {
                 return;
             };
+            let (node, term, hash) = (core.id().0, entry.header.term.0, entry.header.hash);
+            tracing::trace!(node, index, term, ?hash, "committed, first seen");
             self.push_committed(entry.clone());
             index += 1;
         }

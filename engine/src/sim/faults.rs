@@ -247,6 +247,7 @@ impl<W: Workload> Sim<W> {
     }
 
     pub(super) fn crash(&mut self, id: NodeId) {
+        tracing::trace!(now = self.now, node = id.0, "crash");
         let mut keep = Rng::new(self.rng.next_u64());
         let node = self.node(id);
         if node.live.take().is_none() {
@@ -407,6 +408,14 @@ impl<W: Workload> Sim<W> {
         let now = self.now;
         let swarm = self.swarm.clone();
         let damage = self.draw_damage();
+        tracing::trace!(
+            now,
+            node = id.0,
+            entry = damage.entry.is_some(),
+            snapshot = damage.snapshot.is_some(),
+            hard_state = damage.hard_state.is_some(),
+            "restart, damage drawn"
+        );
         let restored = match self.recover_damaged(id, &damage) {
             Ok(restored) => restored,
             Err(error) => return self.unusable(id, &error),

@@ -815,8 +815,10 @@ impl<W: Workload> Sim<W> {
 
     fn note(&mut self, id: NodeId, note: Note) {
         match note {
-            Note::RoleChanged { role, term, .. } => {
+            Note::RoleChanged { role, term, leader } => {
                 let now = self.now;
+                let leader = leader.map(|l| l.0);
+                tracing::trace!(now, node = id.0, ?role, term = term.0, ?leader, "role");
                 if let Some(live) = self.live(id) {
                     live.leading_since = (role == Role::Leader).then_some(now);
                 }
@@ -826,7 +828,10 @@ impl<W: Workload> Sim<W> {
                 }
             }
             Note::Applied(hash) => self.checker.node_applied(id, hash.index, hash.hash),
-            Note::Installed { .. } => self.report.installs += 1,
+            Note::Installed { index, .. } => {
+                tracing::trace!(now = self.now, node = id.0, index = index.0, "installed");
+                self.report.installs += 1;
+            }
             Note::Diverged(divergence) => self.checker.violation(
                 Invariant::Diverged,
                 format!(

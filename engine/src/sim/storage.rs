@@ -24,6 +24,7 @@ impl<W: Workload> Sim<W> {
             // The simulated nodes keep no apply journal (their replicas do not journal).
             WalOp::Journal { .. } => {}
             WalOp::Append(_) | WalOp::Truncate(_) | WalOp::Compact(_) | WalOp::Reset(_) => {
+                self.trace_log_write(id, &op);
                 let append = matches!(op, WalOp::Append(_));
                 if let Err(error) = self.node(id).disk.write(op) {
                     let message = format!("node {}: the WAL failed: {error}", id.0);
@@ -138,5 +139,26 @@ impl<W: Workload> Sim<W> {
             }
         }
         self.deferred(id);
+    }
+
+    /// The account of a seed, step by step (`RUST_LOG=engine::sim=trace`): what the replica
+    /// wrote to its log.
+    fn trace_log_write(&self, id: NodeId, op: &WalOp) {
+        let now = self.now;
+        match op {
+            WalOp::Append(entries) => {
+                let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+                    return;
+                };
+                let (from, to) = (first.index().0, last.index().0);
+                let terms = (first.header.term.0, last.header.term.0);
+                tracing::trace!(now, node = id.0, from, to, ?terms, "append");
+            }
+            WalOp::Truncate(_) | WalOp::Compact(_) | WalOp::Reset(_) => {
+                tracing::trace!(now, node = id.0, ?op, "log");
+            }
+            // Called for the log writes only.
+            WalOp::Ack { .. } | WalOp::Load { .. } | WalOp::Journal { .. } => {}
+        }
     }
 }

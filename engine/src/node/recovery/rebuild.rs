@@ -42,6 +42,12 @@ pub(super) fn rebuild_from_leader<S: Storage, H: Handler>(
         Err(other) => return Err(other),
     };
     let (repair, reached) = rebuilt_repair(storage, dir, options)?;
+    tracing::debug!(
+        ?repair,
+        term = reached.0,
+        hard_damaged,
+        "rebuild: what the old log shows"
+    );
     if let Some(repair) = repair {
         hard_state.repair = Some(hard_state.repair.map_or(repair, |r| r.merge(repair)));
     }
