@@ -247,12 +247,13 @@ impl<W: Workload> Sim<W> {
     }
 
     pub(super) fn crash(&mut self, id: NodeId) {
-        tracing::trace!(now = self.now, node = id.0, "crash");
+        let now = self.now;
         let mut keep = Rng::new(self.rng.next_u64());
         let node = self.node(id);
         if node.live.take().is_none() {
             return;
         }
+        tracing::trace!(now, node = id.0, "crash");
         node.incarnation += 1;
         node.stopped = false;
         node.stalled_until = 0;
