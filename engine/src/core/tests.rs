@@ -854,6 +854,152 @@ fn an_unknown_repair_term_votes_once_the_others_log_ends_are_heard() {
     );
 }
 
+/// A replica rebuilt after its hard state was lost, whose damage left nothing readable
+/// beyond it: term 0, an empty log, owed entries 1-5 of an unknown term.
+fn rebuilt_term_unknown() -> Core {
+    let mut n2 = lost_votes(N2, config(N2).pre_vote);
+    n2.hard.repair = n2.hard.repair.map(|repair| Repair {
+        term: Term(u64::MAX),
+        ..repair
+    });
+    n2
+}
+
+/// N1's term-1 heartbeat after `entry`.
+fn heartbeat_after(entry: &Entry) -> Append {
+    Append {
+        prev_index: entry.index(),
+        prev_term: entry.term(),
+        entries: Vec::new(),
+        ..first_append(entry.clone())
+    }
+}
+
+/// What `core` does over the least election timeout's ticks.
+fn one_election_timeout(core: &mut Core) -> Vec<Action> {
+    let mut out = Vec::new();
+    for _ in 0..core.config.election_ticks_min {
+        out.extend(step(core, Event::Tick));
+    }
+    out
+}
+
+fn acknowledges(actions: &[Action]) -> bool {
+    let beyond_nothing = |reply: &AppendReply| matches!(reply.outcome, AppendOutcome::Matched { index } if index > EntryIndex(0));
+    actions.iter().any(|action| {
+        matches!(action, Action::AckWhenDurable { .. })
+            || matches!(action, Action::Send { message: PeerMessage::AppendReply(r), .. } if beyond_nothing(r))
+    })
+}
+
+fn term_answer(from: NodeId, term: u64) -> Event {
+    Event::Message {
+        from,
+        message: PeerMessage::LogEnd(LogEnd {
+            term: Term(term),
+            from,
+            last_index: EntryIndex(0),
+            last_term: Term(0),
+            ask: false,
+        }),
+    }
+}
+
+/// A read check of N1's term 1, round 3.
+fn read_check_from_n1() -> Event {
+    Event::Message {
+        from: N1,
+        message: PeerMessage::ReadCheck(ReadCheck {
+            term: Term(1),
+            leader: N1,
+            round: 3,
+        }),
+    }
+}
+
+fn confirms_round(actions: &[Action]) -> bool {
+    actions.iter().any(|a| {
+        matches!(a, Action::Send { message: PeerMessage::ReadCheckReply(r), .. } if r.round == 3)
+    })
+}
+
+/// Proves a replica whose lost hard state took the term it had reached vouches for no leader
+/// before it has heard every other replica's term (bug 28 of `notes/reliability.md`, seed
+/// 165093's case with nothing readable beyond the damage): it acknowledges nothing beyond the
+/// commit, and confirms no read round. It may have acknowledged the entries it lost in a later
+/// term than its log shows, for a leader that committed them; a leader of an older term, cut
+/// off meanwhile, would otherwise get a majority for entries that replace them, or for a read
+/// that misses them. It follows N1 meanwhile (its entries are kept). Here N3 held term 2:
+/// N2 takes it, and refuses N1's term-1 appends as stale.
+#[test]
+fn a_rebuild_whose_term_damage_hid_acknowledges_no_leader_before_hearing_all() {
+    let mut n2 = rebuilt_term_unknown();
+    let (_, noop) = leader();
+    let actions = append_from_n1(&mut n2, first_append(noop.clone()));
+    assert!(!acknowledges(&actions), "N3 unheard: {actions:?}");
+    assert!(actions.contains(&Action::Persist(vec![noop.clone()])));
+    let persisted = Event::Persisted {
+        index: EntryIndex(1),
+        term: Term(1),
+    };
+    let actions = step(&mut n2, persisted);
+    assert!(!acknowledges(&actions), "{actions:?}");
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Send {
+                message: PeerMessage::AppendReply(_),
+                ..
+            }
+        )),
+        "still an answer, so that the leader keeps sending: {actions:?}"
+    );
+    let actions = step(&mut n2, read_check_from_n1());
+    assert!(!confirms_round(&actions), "{actions:?}");
+    let actions = step(&mut n2, term_answer(N3, 2));
+    assert_eq!(n2.term(), Term(2), "{actions:?}");
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Through(Term(2))));
+    let actions = append_from_n1(&mut n2, heartbeat_after(&noop));
+    assert!(!acknowledges(&actions), "N1's term is stale: {actions:?}");
+}
+
+/// Proves a replica whose lost votes are unknown asks, once per election timeout, every
+/// replica it has not heard from for its term, even while it follows a live leader (its
+/// election timer never runs out, so its pre-votes would never ask).
+#[test]
+fn a_replica_that_lost_its_votes_asks_the_unheard_while_it_follows() {
+    let mut n2 = rebuilt_term_unknown();
+    n2.hard.repair = None;
+    let (_, noop) = leader();
+    append_from_n1(&mut n2, first_append(noop));
+    let asked = one_election_timeout(&mut n2);
+    assert_eq!(log_ends_asked(&asked), vec![N3], "N1 was heard: {asked:?}");
+    step(&mut n2, term_answer(N3, 1));
+    let asked = one_election_timeout(&mut n2);
+    assert!(log_ends_asked(&asked).is_empty(), "all heard: {asked:?}");
+}
+
+/// Proves the same replica acknowledges once every other replica's term is heard and none is
+/// above its leader's: what it acknowledged before the loss was in that term or an earlier one.
+#[test]
+fn a_rebuild_whose_term_damage_hid_acknowledges_once_all_are_heard() {
+    let mut n2 = rebuilt_term_unknown();
+    let (_, noop) = leader();
+    append_from_n1(&mut n2, first_append(noop.clone()));
+    step(
+        &mut n2,
+        Event::Persisted {
+            index: EntryIndex(1),
+            term: Term(1),
+        },
+    );
+    step(&mut n2, term_answer(N3, 1));
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Through(Term(1))));
+    let actions = append_from_n1(&mut n2, heartbeat_after(&noop));
+    assert!(acknowledges(&actions), "{actions:?}");
+    assert!(confirms_round(&step(&mut n2, read_check_from_n1())));
+}
+
 /// Proves a repair ends when every other replica's log ends at or before this one's: what
 /// was lost was on no other replica, so never committed.
 #[test]
