@@ -854,6 +854,31 @@ fn an_unknown_repair_term_votes_once_the_others_log_ends_are_heard() {
     );
 }
 
+/// Shows bug 28's remainder (`notes/reliability.md`, 28): a replica rebuilt after its hard
+/// state was lost, whose damage left nothing readable beyond it, starts at the term of its log
+/// before the damage (0 here, an empty log). It may have acknowledged the entries it lost in a
+/// later term, for a leader that committed them, yet it acknowledges the first leader that
+/// appends, whatever its term: a leader cut off meanwhile could get a majority for entries
+/// that replace them. It should vouch for no leader before it has heard every other
+/// replica's term. The fix tried last (reverted) failed simulator seed 210228 on liveness.
+#[test]
+#[ignore = "bug 28's remainder (notes/reliability.md, 28) is open: this shows it"]
+fn a_rebuild_whose_term_damage_hid_acknowledges_no_leader_before_hearing_all() {
+    let mut n2 = lost_votes(N2, config(N2).pre_vote);
+    n2.hard.repair = n2.hard.repair.map(|repair| Repair {
+        term: Term(u64::MAX),
+        ..repair
+    });
+    let (_, noop) = leader();
+    let actions = append_from_n1(&mut n2, first_append(noop));
+    let acknowledged = actions.iter().any(|action| {
+        matches!(action, Action::AckWhenDurable { .. })
+            || matches!(action, Action::Send { message: PeerMessage::AppendReply(r), .. }
+                if matches!(r.outcome, AppendOutcome::Matched { index } if index > EntryIndex(0)))
+    });
+    assert!(!acknowledged, "N3 unheard: {actions:?}");
+}
+
 /// Proves a repair ends when every other replica's log ends at or before this one's: what
 /// was lost was on no other replica, so never committed.
 #[test]
