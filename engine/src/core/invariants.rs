@@ -49,7 +49,8 @@ impl Core {
         self.check_follower_indexes();
     }
 
-    /// What a follower showed to match and acknowledged is in its log.
+    /// What a follower showed to match and acknowledged is in its log; a replica that vouches
+    /// for no leader acknowledged only what is committed.
     fn check_follower_indexes(&self) {
         let last = self.log.last_index();
         assert!(
@@ -61,6 +62,12 @@ impl Core {
             self.acknowledged <= last,
             "acknowledged {} past the log's last index {last}",
             self.acknowledged
+        );
+        assert!(
+            self.vouches() || self.acknowledged <= self.commit,
+            "acknowledged {} beyond the commit {}, vouching for no leader",
+            self.acknowledged,
+            self.commit
         );
     }
 

@@ -231,6 +231,29 @@ impl Core {
         Some(judges)
     }
 
+    /// The other replicas a replica whose lost votes are unknown must hear before it bounds
+    /// them: its [`judges`](Self::judges), or, when it is a member of no list it knows (rebuilt
+    /// from a snapshot that predates its addition), every replica its lists and its cluster
+    /// file name. It cannot wait for a list that names it: the leader that would bring one may
+    /// need its vote to be elected. None when it knows no other replica (rebuilt empty, having
+    /// joined a running cluster): a leader's log tells it whom to hear.
+    pub(super) fn term_judges(&self) -> Option<Vec<NodeId>> {
+        if let Some(judges) = self.judges() {
+            return Some(judges);
+        }
+        let id = self.config.id;
+        let kept = self.hard.members.unwrap_or_default();
+        let mut known: Vec<NodeId> = kept
+            .ids()
+            .chain(self.members().ids())
+            .chain(self.config.nodes.iter().copied())
+            .filter(|&n| n != id)
+            .collect();
+        known.sort_unstable();
+        known.dedup();
+        (!known.is_empty()).then_some(known)
+    }
+
     /// What a replica repairing damage knows of the others, for a diagnosis.
     pub fn repair_view(&self) -> RepairView {
         RepairView {

@@ -626,6 +626,12 @@ impl Core {
 
     fn on_tick(&mut self, out: &mut Vec<Action>) {
         self.ticks += 1;
+        if self
+            .ticks
+            .is_multiple_of(u64::from(self.config.election_ticks_min))
+        {
+            self.ask_terms(out);
+        }
         match self.role {
             Role::Leader => {
                 self.heartbeat_elapsed += 1;
@@ -994,6 +1000,33 @@ impl Core {
         }
     }
 
+    /// True when this replica may vouch for the leader of its term: tell it that it holds
+    /// entries beyond the commit, or confirm its leadership for a read. Not while its lost votes
+    /// are unknown, nor in a term below their bound. Its hard state was lost, and with it the
+    /// term it had reached: it may have acknowledged entries in a later term than its log
+    /// still shows (damage can hide every entry of that term), for a leader that committed
+    /// them. A leader of an older term, cut off meanwhile, could then count it towards a
+    /// majority for entries that replace them, or for a read that misses them. Once it has
+    /// heard every other replica's term, the highest bounds any term it acknowledged in
+    /// (`hear_term`): terms only grow.
+    pub(super) fn vouches(&self) -> bool {
+        match self.hard.votes_lost {
+            None => true,
+            Some(LostVotes::Unknown) => false,
+            Some(LostVotes::Through(lost)) => self.hard.term >= lost,
+        }
+    }
+
+    /// How far this replica may acknowledge a log it holds through `index`: no further than
+    /// the commit it knows unless it [`vouches`](Self::vouches) for its leader. Committed
+    /// entries stay committed whoever asks, so acknowledging them is always safe.
+    fn acknowledgeable(&self, index: EntryIndex) -> EntryIndex {
+        match self.vouches() {
+            true => index,
+            false => index.min(self.commit),
+        }
+    }
+
     /// What is left of the lost votes in `term`: nothing once it is above every lost one.
     fn lost_votes_at(&self, term: Term) -> Option<LostVotes> {
         match self.hard.votes_lost {
@@ -1012,10 +1045,6 @@ impl Core {
         if self.hard.votes_lost != Some(LostVotes::Unknown) {
             return;
         }
-        // A replica that knows no members it is one of does not know whom to hear from.
-        let Some(judges) = self.judges() else {
-            return;
-        };
         let term = match message {
             PeerMessage::AppendReply(_) => return,
             // A pre-vote request names the term after the candidate's own.
@@ -1030,12 +1059,23 @@ impl Core {
         };
         let heard = self.heard_terms.entry(from).or_insert(term);
         *heard = (*heard).max(term);
+        // A replica that knows no other replica does not know whom to hear from.
+        let Some(judges) = self.term_judges() else {
+            return;
+        };
         if !judges.iter().all(|n| self.heard_terms.contains_key(n)) {
             return;
         }
         let highest = self.heard_terms.values().copied().max().unwrap_or_default();
         self.hard.votes_lost = Some(LostVotes::Through(highest.max(self.hard.term)));
-        out.push(Action::PersistHardState(self.hard));
+        if highest > self.hard.term {
+            // Below the bound it vouches for no leader (`vouches`): it takes the bound, so
+            // that a leader of an older term hears of it and steps down, rather than lead on
+            // with nobody able to unseat it (its followers would keep refusing pre-votes).
+            self.become_follower(highest, None, out);
+        } else {
+            out.push(Action::PersistHardState(self.hard));
+        }
     }
 
     /// Answers a vote (or pre-vote) request of `candidate`, with this replica's term.
@@ -1100,7 +1140,12 @@ impl Core {
 
     fn reply_append(&mut self, outcome: AppendOutcome, out: &mut Vec<Action>) {
         let Some(leader) = self.leader else { return };
+        let mut outcome = outcome;
         if let AppendOutcome::Matched { index } = outcome {
+            // Less than it holds, when it may acknowledge no more: still an answer, so the
+            // leader keeps sending and counts it as heard.
+            let index = self.acknowledgeable(index);
+            outcome = AppendOutcome::Matched { index };
             self.acknowledged = self.acknowledged.max(index);
         }
         let reply = AppendReply {
@@ -1181,7 +1226,7 @@ impl Core {
             }
         };
         self.confirmed = self.confirmed.max(covered);
-        if persisting {
+        if persisting && self.acknowledgeable(covered) == covered {
             // The acknowledgement of what this append covered goes out from the WAL, right
             // after the fsync that makes it durable (and not before: the WAL works in order).
             let reply = AppendReply {

@@ -104,12 +104,13 @@ impl Core {
     /// term: an answer of a newer term to an older check is round 0, which confirms nothing
     /// and only deposes. (A leader that restarted counts its rounds from 0 again, in a newer
     /// term; an answer carrying its new term and an old round of its earlier run, sent before
-    /// its new round began, would otherwise confirm that round.)
+    /// its new round began, would otherwise confirm that round.) A replica that may not vouch
+    /// for the leader of its term (`Core::vouches`) confirms nothing either.
     pub(super) fn on_read_check(&mut self, check: ReadCheck, out: &mut Vec<Action>) {
         let reply = ReadCheckReply {
             term: self.hard.term,
             from: self.config.id,
-            round: if check.term == self.hard.term {
+            round: if check.term == self.hard.term && self.vouches() {
                 check.round
             } else {
                 NO_ROUND

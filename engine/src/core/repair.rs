@@ -103,6 +103,27 @@ impl Core {
         }
     }
 
+    /// A replica whose lost votes are unknown asks every other replica it has not heard since
+    /// it started where its log ends, once per election timeout: the answers carry their
+    /// terms. A follower of a live leader never campaigns, so its pre-votes would never ask,
+    /// and until it has heard them all it acknowledges nothing beyond the commit.
+    pub(super) fn ask_terms(&mut self, out: &mut Vec<Action>) {
+        if self.hard.votes_lost != Some(LostVotes::Unknown) || self.role == Role::Leader {
+            return;
+        }
+        let Some(judges) = self.term_judges() else {
+            return;
+        };
+        for to in judges {
+            if !self.heard_terms.contains_key(&to) {
+                out.push(Action::Send {
+                    to,
+                    message: PeerMessage::LogEnd(self.log_end(true)),
+                });
+            }
+        }
+    }
+
     /// The end of the log that is durable: what a crash would leave.
     fn durable_end(&self) -> EntryIndex {
         self.durable.min(self.log.last_index())

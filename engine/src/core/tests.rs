@@ -854,29 +854,150 @@ fn an_unknown_repair_term_votes_once_the_others_log_ends_are_heard() {
     );
 }
 
-/// Shows bug 28's remainder (`notes/reliability.md`, 28): a replica rebuilt after its hard
-/// state was lost, whose damage left nothing readable beyond it, starts at the term of its log
-/// before the damage (0 here, an empty log). It may have acknowledged the entries it lost in a
-/// later term, for a leader that committed them, yet it acknowledges the first leader that
-/// appends, whatever its term: a leader cut off meanwhile could get a majority for entries
-/// that replace them. It should vouch for no leader before it has heard every other
-/// replica's term. The fix tried last (reverted) failed simulator seed 210228 on liveness.
-#[test]
-#[ignore = "bug 28's remainder (notes/reliability.md, 28) is open: this shows it"]
-fn a_rebuild_whose_term_damage_hid_acknowledges_no_leader_before_hearing_all() {
+/// A replica rebuilt after its hard state was lost, whose damage left nothing readable
+/// beyond it: term 0, an empty log, owed entries 1-5 of an unknown term.
+fn rebuilt_term_unknown() -> Core {
     let mut n2 = lost_votes(N2, config(N2).pre_vote);
     n2.hard.repair = n2.hard.repair.map(|repair| Repair {
         term: Term(u64::MAX),
         ..repair
     });
-    let (_, noop) = leader();
-    let actions = append_from_n1(&mut n2, first_append(noop));
-    let acknowledged = actions.iter().any(|action| {
+    n2
+}
+
+/// N1's term-1 heartbeat after `entry`.
+fn heartbeat_after(entry: &Entry) -> Append {
+    Append {
+        prev_index: entry.index(),
+        prev_term: entry.term(),
+        entries: Vec::new(),
+        ..first_append(entry.clone())
+    }
+}
+
+/// What `core` does over the least election timeout's ticks.
+fn one_election_timeout(core: &mut Core) -> Vec<Action> {
+    let mut out = Vec::new();
+    for _ in 0..core.config.election_ticks_min {
+        out.extend(step(core, Event::Tick));
+    }
+    out
+}
+
+fn acknowledges(actions: &[Action]) -> bool {
+    let beyond_nothing = |reply: &AppendReply| matches!(reply.outcome, AppendOutcome::Matched { index } if index > EntryIndex(0));
+    actions.iter().any(|action| {
         matches!(action, Action::AckWhenDurable { .. })
-            || matches!(action, Action::Send { message: PeerMessage::AppendReply(r), .. }
-                if matches!(r.outcome, AppendOutcome::Matched { index } if index > EntryIndex(0)))
-    });
-    assert!(!acknowledged, "N3 unheard: {actions:?}");
+            || matches!(action, Action::Send { message: PeerMessage::AppendReply(r), .. } if beyond_nothing(r))
+    })
+}
+
+fn term_answer(from: NodeId, term: u64) -> Event {
+    Event::Message {
+        from,
+        message: PeerMessage::LogEnd(LogEnd {
+            term: Term(term),
+            from,
+            last_index: EntryIndex(0),
+            last_term: Term(0),
+            ask: false,
+        }),
+    }
+}
+
+/// A read check of N1's term 1, round 3.
+fn read_check_from_n1() -> Event {
+    Event::Message {
+        from: N1,
+        message: PeerMessage::ReadCheck(ReadCheck {
+            term: Term(1),
+            leader: N1,
+            round: 3,
+        }),
+    }
+}
+
+fn confirms_round(actions: &[Action]) -> bool {
+    actions.iter().any(|a| {
+        matches!(a, Action::Send { message: PeerMessage::ReadCheckReply(r), .. } if r.round == 3)
+    })
+}
+
+/// Proves a replica whose lost hard state took the term it had reached vouches for no leader
+/// before it has heard every other replica's term (bug 28 of `notes/reliability.md`, seed
+/// 165093's case with nothing readable beyond the damage): it acknowledges nothing beyond the
+/// commit, and confirms no read round. It may have acknowledged the entries it lost in a later
+/// term than its log shows, for a leader that committed them; a leader of an older term, cut
+/// off meanwhile, would otherwise get a majority for entries that replace them, or for a read
+/// that misses them. It follows N1 meanwhile (its entries are kept). Here N3 held term 2:
+/// N2 takes it, and refuses N1's term-1 appends as stale.
+#[test]
+fn a_rebuild_whose_term_damage_hid_acknowledges_no_leader_before_hearing_all() {
+    let mut n2 = rebuilt_term_unknown();
+    let (_, noop) = leader();
+    let actions = append_from_n1(&mut n2, first_append(noop.clone()));
+    assert!(!acknowledges(&actions), "N3 unheard: {actions:?}");
+    assert!(actions.contains(&Action::Persist(vec![noop.clone()])));
+    let persisted = Event::Persisted {
+        index: EntryIndex(1),
+        term: Term(1),
+    };
+    let actions = step(&mut n2, persisted);
+    assert!(!acknowledges(&actions), "{actions:?}");
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Send {
+                message: PeerMessage::AppendReply(_),
+                ..
+            }
+        )),
+        "still an answer, so that the leader keeps sending: {actions:?}"
+    );
+    let actions = step(&mut n2, read_check_from_n1());
+    assert!(!confirms_round(&actions), "{actions:?}");
+    let actions = step(&mut n2, term_answer(N3, 2));
+    assert_eq!(n2.term(), Term(2), "{actions:?}");
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Through(Term(2))));
+    let actions = append_from_n1(&mut n2, heartbeat_after(&noop));
+    assert!(!acknowledges(&actions), "N1's term is stale: {actions:?}");
+}
+
+/// Proves a replica whose lost votes are unknown asks, once per election timeout, every
+/// replica it has not heard from for its term, even while it follows a live leader (its
+/// election timer never runs out, so its pre-votes would never ask).
+#[test]
+fn a_replica_that_lost_its_votes_asks_the_unheard_while_it_follows() {
+    let mut n2 = rebuilt_term_unknown();
+    n2.hard.repair = None;
+    let (_, noop) = leader();
+    append_from_n1(&mut n2, first_append(noop));
+    let asked = one_election_timeout(&mut n2);
+    assert_eq!(log_ends_asked(&asked), vec![N3], "N1 was heard: {asked:?}");
+    step(&mut n2, term_answer(N3, 1));
+    let asked = one_election_timeout(&mut n2);
+    assert!(log_ends_asked(&asked).is_empty(), "all heard: {asked:?}");
+}
+
+/// Proves the same replica acknowledges once every other replica's term is heard and none is
+/// above its leader's: what it acknowledged before the loss was in that term or an earlier one.
+#[test]
+fn a_rebuild_whose_term_damage_hid_acknowledges_once_all_are_heard() {
+    let mut n2 = rebuilt_term_unknown();
+    let (_, noop) = leader();
+    append_from_n1(&mut n2, first_append(noop.clone()));
+    step(
+        &mut n2,
+        Event::Persisted {
+            index: EntryIndex(1),
+            term: Term(1),
+        },
+    );
+    step(&mut n2, term_answer(N3, 1));
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Through(Term(1))));
+    let actions = append_from_n1(&mut n2, heartbeat_after(&noop));
+    assert!(acknowledges(&actions), "{actions:?}");
+    assert!(confirms_round(&step(&mut n2, read_check_from_n1())));
 }
 
 /// Proves a repair ends when every other replica's log ends at or before this one's: what
@@ -1778,6 +1899,45 @@ fn a_replica_that_lost_its_votes_campaigns_only_above_every_term_heard() {
     assert_eq!(n2.term(), Term(8), "campaigning above the bound");
     assert_eq!(n2.hard.voted_for, Some(N2));
     assert_eq!(n2.hard.votes_lost, None);
+}
+
+/// Proves a replica whose lost votes are unknown, and that is a member of no list it knows,
+/// still bounds them: it asks every replica its lists name for its term and votes once it
+/// has heard them all. Here N2 joined a running cluster (no cluster-file nodes) and was rebuilt
+/// from a snapshot that predates its addition: its hard state names N1 and N3 only. Without
+/// the rule it never asked and never voted, and a cluster that needed its vote never elected
+/// a leader again (simulator seed 210228). A replica that knows no other replica asks nobody.
+#[test]
+fn a_replica_that_lost_its_votes_and_knows_itself_no_member_bounds_them_by_the_others() {
+    let joined_and_rebuilt = |members| {
+        let mut config = config(N2);
+        config.nodes = Vec::new();
+        let hard_state = HardState {
+            members,
+            first_members: None,
+            ..lost_votes(N2, false).hard
+        };
+        let recovered = Recovered {
+            hard_state,
+            ..Recovered::default()
+        };
+        Core::new(config, recovered)
+    };
+    let mut knows_nobody = joined_and_rebuilt(None);
+    assert!(log_ends_asked(&one_election_timeout(&mut knows_nobody)).is_empty());
+    let mut n2 = joined_and_rebuilt(Some(super::MemberSet::of([N1, N3])));
+    assert!(!n2.is_member());
+    let asked = one_election_timeout(&mut n2);
+    assert_eq!(log_ends_asked(&asked), vec![N1, N3], "{asked:?}");
+    step(&mut n2, term_answer(N1, 4));
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Unknown), "N3 unheard");
+    step(&mut n2, term_answer(N3, 6));
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Through(Term(6))));
+    assert!(
+        !granted(&step(&mut n2, vote_from(N1, 6, 5))),
+        "term 6 may hold a lost vote"
+    );
+    assert!(granted(&step(&mut n2, vote_from(N1, 7, 5))));
 }
 
 /// Proves a repairing replica never helps elect a candidate that lacks an entry its damage
