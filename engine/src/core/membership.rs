@@ -236,9 +236,10 @@ impl Core {
     /// from a snapshot that predates its addition), every replica its lists and its cluster
     /// file name. It cannot wait for a list that names it: the leader that would bring one may
     /// need its vote to be elected. None when it knows no other replica (rebuilt empty, having
-    /// joined a running cluster): a leader's log tells it whom to hear.
+    /// joined a running cluster, or from a cluster file of one node that others joined later):
+    /// hearing nobody bounds nothing, and a leader's log tells it whom to hear.
     pub(super) fn term_judges(&self) -> Option<Vec<NodeId>> {
-        if let Some(judges) = self.judges() {
+        if let Some(judges) = self.judges().filter(|judges| !judges.is_empty()) {
             return Some(judges);
         }
         let id = self.config.id;

@@ -961,6 +961,58 @@ fn a_rebuild_whose_term_damage_hid_acknowledges_no_leader_before_hearing_all() {
     assert_eq!(n2.hard.votes_lost, Some(LostVotes::Through(Term(2))));
     let actions = append_from_n1(&mut n2, heartbeat_after(&noop));
     assert!(!acknowledges(&actions), "N1's term is stale: {actions:?}");
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Send { to: N1, message: PeerMessage::AppendReply(r) } if r.term == Term(2)
+        )),
+        "N1 hears the newer term, and steps down: {actions:?}"
+    );
+}
+
+/// Proves the same replica acknowledges what it knows committed, and no more: committed
+/// entries stay committed whoever asks, so the leader may count it for them.
+#[test]
+fn a_rebuild_whose_term_damage_hid_acknowledges_only_the_commit_before_hearing_all() {
+    let mut n2 = rebuilt_term_unknown();
+    let n1 = leader_with_five_applied();
+    let append = Append {
+        entries: (1..=5)
+            .map(|i| n1.entry(EntryIndex(i)).unwrap().clone())
+            .collect(),
+        commit: EntryIndex(3),
+        ..first_append(n1.entry(EntryIndex(1)).unwrap().clone())
+    };
+    append_from_n1(&mut n2, append);
+    let actions = step(
+        &mut n2,
+        Event::Persisted {
+            index: EntryIndex(5),
+            term: Term(1),
+        },
+    );
+    let matched: Vec<EntryIndex> = actions
+        .iter()
+        .filter_map(|a| {
+            let Action::Send {
+                message: PeerMessage::AppendReply(reply),
+                ..
+            } = a
+            else {
+                return None;
+            };
+            let AppendOutcome::Matched { index } = reply.outcome else {
+                return None;
+            };
+            Some(index)
+        })
+        .collect();
+    assert_eq!(matched, vec![EntryIndex(3)], "{actions:?}");
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::AckWhenDurable { .. }))
+    );
 }
 
 /// Proves a replica whose lost votes are unknown asks, once per election timeout, every
@@ -1938,6 +1990,81 @@ fn a_replica_that_lost_its_votes_and_knows_itself_no_member_bounds_them_by_the_o
         "term 6 may hold a lost vote"
     );
     assert!(granted(&step(&mut n2, vote_from(N1, 7, 5))));
+}
+
+/// Proves the same through the path a rebuild takes: N2 joined a running cluster and was
+/// rebuilt empty (it knows no other replica), then installs N1's snapshot from before its
+/// re-addition, whose members are N1 and N3 only. N1, heard before the install, counts as
+/// heard: whatever a replica hears after its start is newer than its lost votes.
+#[test]
+fn a_replica_that_lost_its_votes_bounds_them_by_a_snapshots_members() {
+    let mut config = config(N2);
+    config.nodes = Vec::new();
+    let recovered = Recovered {
+        hard_state: HardState {
+            votes_lost: Some(LostVotes::Unknown),
+            ..HardState::default()
+        },
+        ..Recovered::default()
+    };
+    let mut n2 = Core::new(config, recovered);
+    let chunk = SnapshotChunk {
+        term: Term(4),
+        leader: N1,
+        index: EntryIndex(4),
+        offset: 0,
+        total: 10,
+        data: vec![0; 10],
+    };
+    let from_n1 = PeerMessage::Snapshot(chunk);
+    step(
+        &mut n2,
+        Event::Message {
+            from: N1,
+            message: from_n1,
+        },
+    );
+    let base = LogBase {
+        index: EntryIndex(4),
+        term: Term(1),
+        hash: EntryHash([4; 32]),
+    };
+    let installed = Event::Installed {
+        base,
+        applied: AppliedHash {
+            index: EntryIndex(4),
+            hash: StateHash([4; 32]),
+        },
+        members: Some(Members::of_ids([N1, N3])),
+    };
+    step(&mut n2, installed);
+    assert!(!n2.is_member());
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Unknown), "N3 unheard");
+    step(&mut n2, term_answer(N3, 2));
+    assert_eq!(
+        n2.hard.votes_lost,
+        Some(LostVotes::Through(Term(4))),
+        "N1 was heard before the install"
+    );
+}
+
+/// Proves a replica whose lists name only itself (a cluster file of one node, which others
+/// joined later) bounds nothing by the first term it hears: it has no list of the others yet.
+#[test]
+fn a_replica_that_lost_its_votes_and_knows_no_other_bounds_nothing() {
+    let mut config = config(N2);
+    config.nodes = vec![N2];
+    let recovered = Recovered {
+        hard_state: HardState {
+            votes_lost: Some(LostVotes::Unknown),
+            ..HardState::default()
+        },
+        ..Recovered::default()
+    };
+    let mut n2 = Core::new(config, recovered);
+    assert!(log_ends_asked(&one_election_timeout(&mut n2)).is_empty());
+    step(&mut n2, vote_from(N1, 5, 5));
+    assert_eq!(n2.hard.votes_lost, Some(LostVotes::Unknown));
 }
 
 /// Proves a repairing replica never helps elect a candidate that lacks an entry its damage
