@@ -1953,6 +1953,24 @@ fn a_replica_that_lost_its_votes_campaigns_only_above_every_term_heard() {
     assert_eq!(n2.hard.votes_lost, None);
 }
 
+/// N2 rebuilt after its hard state was lost (owing entries 1-5), started with the cluster
+/// file's `nodes` and the member list `members` in its hard state: less than [`lost_votes`]
+/// knows, for the cases where its lists do not name it or name nobody else.
+fn rebuilt_knowing(nodes: Vec<NodeId>, members: Option<super::MemberSet>) -> Core {
+    let mut config = config(N2);
+    config.nodes = nodes;
+    let hard_state = HardState {
+        members,
+        first_members: None,
+        ..lost_votes(N2, false).hard
+    };
+    let recovered = Recovered {
+        hard_state,
+        ..Recovered::default()
+    };
+    Core::new(config, recovered)
+}
+
 /// Proves a replica whose lost votes are unknown, and that is a member of no list it knows,
 /// still bounds them: it asks every replica its lists name for its term and votes once it
 /// has heard them all. Here N2 joined a running cluster (no cluster-file nodes) and was rebuilt
@@ -1961,23 +1979,9 @@ fn a_replica_that_lost_its_votes_campaigns_only_above_every_term_heard() {
 /// a leader again (simulator seed 210228). A replica that knows no other replica asks nobody.
 #[test]
 fn a_replica_that_lost_its_votes_and_knows_itself_no_member_bounds_them_by_the_others() {
-    let joined_and_rebuilt = |members| {
-        let mut config = config(N2);
-        config.nodes = Vec::new();
-        let hard_state = HardState {
-            members,
-            first_members: None,
-            ..lost_votes(N2, false).hard
-        };
-        let recovered = Recovered {
-            hard_state,
-            ..Recovered::default()
-        };
-        Core::new(config, recovered)
-    };
-    let mut knows_nobody = joined_and_rebuilt(None);
+    let mut knows_nobody = rebuilt_knowing(Vec::new(), None);
     assert!(log_ends_asked(&one_election_timeout(&mut knows_nobody)).is_empty());
-    let mut n2 = joined_and_rebuilt(Some(super::MemberSet::of([N1, N3])));
+    let mut n2 = rebuilt_knowing(Vec::new(), Some(super::MemberSet::of([N1, N3])));
     assert!(!n2.is_member());
     let asked = one_election_timeout(&mut n2);
     assert_eq!(log_ends_asked(&asked), vec![N1, N3], "{asked:?}");
@@ -1998,16 +2002,7 @@ fn a_replica_that_lost_its_votes_and_knows_itself_no_member_bounds_them_by_the_o
 /// heard: whatever a replica hears after its start is newer than its lost votes.
 #[test]
 fn a_replica_that_lost_its_votes_bounds_them_by_a_snapshots_members() {
-    let mut config = config(N2);
-    config.nodes = Vec::new();
-    let recovered = Recovered {
-        hard_state: HardState {
-            votes_lost: Some(LostVotes::Unknown),
-            ..HardState::default()
-        },
-        ..Recovered::default()
-    };
-    let mut n2 = Core::new(config, recovered);
+    let mut n2 = rebuilt_knowing(Vec::new(), None);
     let chunk = SnapshotChunk {
         term: Term(4),
         leader: N1,
@@ -2052,16 +2047,7 @@ fn a_replica_that_lost_its_votes_bounds_them_by_a_snapshots_members() {
 /// joined later) bounds nothing by the first term it hears: it has no list of the others yet.
 #[test]
 fn a_replica_that_lost_its_votes_and_knows_no_other_bounds_nothing() {
-    let mut config = config(N2);
-    config.nodes = vec![N2];
-    let recovered = Recovered {
-        hard_state: HardState {
-            votes_lost: Some(LostVotes::Unknown),
-            ..HardState::default()
-        },
-        ..Recovered::default()
-    };
-    let mut n2 = Core::new(config, recovered);
+    let mut n2 = rebuilt_knowing(vec![N2], None);
     assert!(log_ends_asked(&one_election_timeout(&mut n2)).is_empty());
     step(&mut n2, vote_from(N1, 5, 5));
     assert_eq!(n2.hard.votes_lost, Some(LostVotes::Unknown));
