@@ -857,7 +857,7 @@ fn an_unknown_repair_term_votes_once_the_others_log_ends_are_heard() {
 /// A replica rebuilt after its hard state was lost, whose damage left nothing readable
 /// beyond it: term 0, an empty log, owed entries 1-5 of an unknown term.
 fn rebuilt_term_unknown() -> Core {
-    let mut n2 = lost_votes(N2, config(N2).pre_vote);
+    let mut n2 = lost_votes(N2, false);
     n2.hard.repair = n2.hard.repair.map(|repair| Repair {
         term: Term(u64::MAX),
         ..repair
