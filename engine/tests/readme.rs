@@ -1,12 +1,12 @@
 //! The README's handler sections stay true: the tutorial it shows under "Writing a handler" is
 //! the guide's first example (`engine/src/guide.md`, a doctest), the `src/main.rs` of "Run your
-//! handler on three machines" is `engine/examples/theatre.rs` (which cargo builds with the
-//! tests), and the cluster file it shows parses and passes every check.
+//! handler on three machines" is `examples/theatre/src/main.rs` (a package
+//! of the workspace, which cargo builds with the tests), and the cluster file it shows parses and passes every check.
 
 use engine::node::ClusterFile;
 
 const README: &str = include_str!("../../README.md");
-const THEATRE: &str = include_str!("../examples/theatre.rs");
+const THEATRE: &str = include_str!("../../examples/theatre/src/main.rs");
 const GUIDE: &str = include_str!("../src/guide.md");
 
 /// The body of the README's first code block of `kind` that contains `needle`.

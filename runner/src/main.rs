@@ -33,6 +33,7 @@ use runner::product::{commands, single};
 
 use bank::Bank;
 use clap::{CommandFactory, Parser, Subcommand};
+use engine::cli::with_exit_codes;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 
@@ -85,7 +86,7 @@ enum Command {
     /// What a start of a stopped node's data directory would do (or refuse), timed; writes
     /// nothing.
     Recover(engine::cli::RecoverArgs),
-    /// Checks a cluster file: what each node would run with, or every error (exit 1).
+    /// Checks a cluster file: what each node would run with, or every error (exit 3, usage).
     Check(engine::cli::CheckArgs),
     /// Switches every node to Verify or Performance; each keeps it across restarts.
     Mode(engine::cli::ModeArgs),
@@ -166,9 +167,9 @@ fn main() -> std::process::ExitCode {
     if for_the_harness(&args) {
         return engine::cli::exit_code(Err(forward(&args)));
     }
-    let cli = match Cli::try_parse() {
+    let cli = match engine::cli::parse_command_line::<Cli>() {
         Ok(cli) => cli,
-        Err(error) => return engine::cli::parse_failed(&error),
+        Err(exit) => return exit,
     };
     engine::cli::logging::init(cli.log.log_format);
     engine::cli::exit_code(run(cli.command))
@@ -192,8 +193,10 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Upgrade(args) => engine::cli::upgrade(args),
         Command::Replay(args) => engine::cli::replay(args, Bank),
         Command::Gateway(args) => engine::cli::gateway::<Bank>(args),
-        Command::Completions(args) => engine::cli::completions(args, Cli::command()),
-        Command::Man(args) => engine::cli::man(args, Cli::command()),
+        Command::Completions(args) => {
+            engine::cli::completions(args, with_exit_codes(Cli::command()))
+        }
+        Command::Man(args) => engine::cli::man(args, with_exit_codes(Cli::command())),
         Command::Sim(_)
         | Command::Chaos(_)
         | Command::Partition(_)

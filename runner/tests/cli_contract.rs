@@ -435,3 +435,129 @@ fn client_file_reports_in_either_form() {
         "{table:#?}"
     );
 }
+
+/// The commands a help text lists under its "Commands:" heading (clap's own `help` left out).
+fn listed_commands(help: &str) -> Vec<String> {
+    let Some(start) = help.find("\nCommands:\n") else {
+        return Vec::new();
+    };
+    help[start + "\nCommands:\n".len()..]
+        .lines()
+        .take_while(|line| line.starts_with("  "))
+        .filter(|line| !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+        .filter(|name| name != "help")
+        .collect()
+}
+
+/// Where a help text states an exit code without the table's name for it: every "exit"
+/// followed closely by a digit must have that code's [`Exit::name`] within a few words.
+fn unnamed_exit_codes(text: &str) -> Vec<String> {
+    const NEAR: usize = 48;
+    let chars: Vec<char> = text.to_lowercase().chars().collect();
+    let mut found = Vec::new();
+    for at in 0..chars.len() {
+        if !chars[at..].starts_with(&['e', 'x', 'i', 't']) {
+            continue;
+        }
+        let after = &chars[at..(at + 16).min(chars.len())];
+        let Some(code) = after.iter().find_map(|c| c.to_digit(10)) else {
+            continue;
+        };
+        let window: String = chars[at.saturating_sub(NEAR)..(at + NEAR).min(chars.len())]
+            .iter()
+            .collect();
+        let named = Exit::ALL
+            .into_iter()
+            .find(|exit| u32::from(exit.code()) == code)
+            .is_some_and(|exit| window.contains(exit.name()));
+        if !named {
+            found.push(window.replace('\n', " "));
+        }
+    }
+    found
+}
+
+/// Proves every command's help, `runner`'s and those it forwards to `runner-harness`, ends
+/// with the exit codes' table as `engine::cli::Exit` has it, and names no exit code
+/// elsewhere without the table's name for it (a help that said "exit 1" where the command
+/// exits 3 fails here).
+#[test]
+fn every_help_ends_with_the_exit_table_and_agrees_with_it() {
+    let table = engine::cli::exit_codes_help();
+    let mut pending: Vec<Vec<String>> = vec![Vec::new()];
+    let mut walked = 0;
+    while let Some(path) = pending.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let ran = runner(&args, &[]);
+        assert_eq!(ran.exit(), Some(Exit::Success), "{args:?}: {ran:#?}");
+        let help = ran.stdout.trim_end();
+        assert!(
+            help.ends_with(&table),
+            "{args:?} does not end with the table:\n{help}"
+        );
+        let body = &help[..help.len() - table.len()];
+        let unnamed = unnamed_exit_codes(body);
+        assert!(
+            unnamed.is_empty(),
+            "{args:?} states exit codes off the table: {unnamed:#?}"
+        );
+        for command in listed_commands(body) {
+            let mut deeper = path.clone();
+            deeper.push(command);
+            pending.push(deeper);
+        }
+        walked += 1;
+    }
+    assert!(
+        walked > 20,
+        "only {walked} help texts: the walk lost the commands"
+    );
+}
+
+/// Proves a reader that closes standard output early ends the command quietly, with the
+/// code the command would have had anyway: `check | head -1` on a good file exits 0 with
+/// nothing on standard error (it used to panic with "Broken pipe" and exit 101).
+#[test]
+fn a_closed_standard_output_ends_the_command_quietly_with_its_own_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, _) = write_cluster_file(dir.path(), |_| {});
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["check", "--cluster", path(&cluster)])
+        .env_remove("ENGINE_CLUSTER_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runner starts");
+    // The reader goes before the command has written anything: every write meets a closed
+    // pipe, whatever the timing.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("runner ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "not quiet: {stderr}");
+    let mut bad = ClusterFile::parse(&cluster).unwrap();
+    bad.nodes.truncate(1);
+    bad.nodes.push(bad.nodes[0].clone());
+    let bad_file = dir.path().join("duplicate.toml");
+    bad.write(&bad_file).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["check", "--cluster", path(&bad_file)])
+        .env_remove("ENGINE_CLUSTER_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runner starts");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("runner ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(i32::from(Exit::Usage.code())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

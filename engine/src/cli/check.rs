@@ -30,7 +30,9 @@ pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let json = as_json(&args.cluster, &file, &errors, &tls);
     args.output.emit(&json, || match errors.is_empty() {
         true => print_nodes(&file, &tls),
-        false => errors.iter().for_each(|error| println!("error: {error}")),
+        false => errors
+            .iter()
+            .for_each(|error| crate::outln!("error: {error}")),
     })?;
     if !errors.is_empty() {
         let error = anyhow!("{}: {} error(s)", args.cluster.display(), errors.len());
@@ -76,12 +78,14 @@ fn as_json(
 }
 
 fn print_nodes(file: &ClusterFile, tls: &[(u8, NodeTls)]) {
-    println!(
+    crate::outln!(
         "{:>4}  {:<22} {:<22} data_dir",
-        "node", "peer_address", "client_address"
+        "node",
+        "peer_address",
+        "client_address"
     );
     for node in &file.nodes {
-        println!(
+        crate::outln!(
             "{:>4}  {:<22} {:<22} {}",
             node.id,
             node.peer_address.to_string(),
@@ -95,18 +99,18 @@ fn print_nodes(file: &ClusterFile, tls: &[(u8, NodeTls)]) {
         ];
         for (key, address) in listens {
             if let Some(address) = address {
-                println!("{:>4}  {key} {address}", "");
+                crate::outln!("{:>4}  {key} {address}", "");
             }
         }
         if let Some((_, tls)) = tls.iter().find(|(id, _)| *id == node.id) {
-            println!("{:>4}  {}", "", super::check_tls::line(tls));
+            crate::outln!("{:>4}  {}", "", super::check_tls::line(tls));
         }
     }
-    println!("every node runs with:");
+    crate::outln!("every node runs with:");
     for (key, value) in settings(file) {
         match value.as_str() {
-            Some(text) => println!("  {key:<22} {text}"),
-            None => println!("  {key:<22} {value}"),
+            Some(text) => crate::outln!("  {key:<22} {text}"),
+            None => crate::outln!("  {key:<22} {value}"),
         }
     }
 }

@@ -49,7 +49,7 @@ pub fn client_file(args: ClientFileArgs) -> anyhow::Result<()> {
             "operator_secret": true, "peer_secret": false, "client_secret": false,
         });
         return args.output.emit(&json, || {
-            println!(
+            crate::outln!(
                 "{out}: cluster {cluster}, {nodes} nodes, operator secret included; \
                  no peer or client secret"
             );
@@ -74,7 +74,7 @@ pub fn client_file(args: ClientFileArgs) -> anyhow::Result<()> {
     });
     args.output.emit(&json, || {
         let secret = if secret { "included" } else { "not set" };
-        println!(
+        crate::outln!(
             "{out}: cluster {cluster}, {nodes} nodes, client secret {secret}, TLS {tls}; \
              no peer or operator secret"
         );

@@ -6,6 +6,7 @@ use super::status::Unhealthy;
 use crate::client::ClientError;
 use crate::operator::cluster_file::ClusterFileError;
 use crate::operator::secrets::SecretError;
+use anyhow::Context;
 
 /// How a command ended, as its process's exit status. Every command of a node binary ends
 /// with one of these and no other number.
@@ -49,6 +50,34 @@ impl Exit {
     /// The number the process exits with.
     pub fn code(self) -> u8 {
         self as u8
+    }
+
+    /// The code's one-word name: what a help text writes beside the number, so that a
+    /// test can hold every help text to the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exit::Success => "success",
+            Exit::Negative => "negative",
+            Exit::Unreachable => "unreachable",
+            Exit::Usage => "usage",
+            Exit::Refused => "refused",
+            Exit::Failed => "failed",
+        }
+    }
+
+    /// What the code means, in the words every command's help ends with.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Exit::Success => "it did what was asked (status: the cluster is healthy)",
+            Exit::Negative => {
+                "it ran and the answer is no: degraded, a refused command, a difference, a \
+                 failed benchmark"
+            }
+            Exit::Unreachable => "no answer within the timeout (an outcome may be unknown)",
+            Exit::Usage => "a bad command line or file (nothing was sent)",
+            Exit::Refused => "the cluster refused the request: the credential, cluster or version",
+            Exit::Failed => "anything else: a node's fault, a disk or network error, a bug",
+        }
     }
 
     /// The exit code a command's error calls for: the first typed error in its chain that
@@ -103,6 +132,39 @@ impl From<Exit> for std::process::ExitCode {
     }
 }
 
+/// The heading of the exit codes' table at the end of every command's help.
+pub const EXIT_CODES_HEADING: &str = "Exit codes:";
+
+/// The exit codes' table every command's help ends with, from [`Exit::ALL`].
+pub fn exit_codes_help() -> String {
+    let mut table = String::from(EXIT_CODES_HEADING);
+    for exit in Exit::ALL {
+        let row = format!(
+            "\n  {}  {:<11}  {}",
+            exit.code(),
+            exit.name(),
+            exit.meaning()
+        );
+        table.push_str(&row);
+    }
+    table
+}
+
+/// `line` and every command under it, their help ending with [`exit_codes_help`].
+pub fn with_exit_codes(line: clap::Command) -> clap::Command {
+    line.after_help(exit_codes_help())
+        .mut_subcommands(with_exit_codes)
+}
+
+/// Parses the process's command line into `P`, with the exit codes' table in every help;
+/// a line clap cannot parse (or `--help`, `--version`) gives the exit code to end with.
+pub fn parse_command_line<P: clap::Parser>() -> Result<P, std::process::ExitCode> {
+    let matches = with_exit_codes(P::command()).try_get_matches();
+    matches
+        .and_then(|matches| P::from_arg_matches(&matches))
+        .map_err(|error| parse_failed(&error))
+}
+
 /// An error that names its exit code, for a failure no typed error of its own tells apart.
 #[derive(Debug, thiserror::Error)]
 #[error("{error:#}")]
@@ -129,6 +191,12 @@ fn find<T: std::error::Error + Send + Sync + 'static>(error: &anyhow::Error) -> 
 /// joined): `Error: ...` for a person, or a `tracing` event with `--log-format json`, so that
 /// every line on standard error is then JSON.
 pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
+    let result = result.and_then(|()| match super::stdout::failure() {
+        Some(kind) => {
+            Err(coded(Exit::Failed, std::io::Error::from(kind))).context("writing standard output")
+        }
+        None => Ok(()),
+    });
     let exit = match &result {
         Ok(()) => Exit::Success,
         Err(error) => {

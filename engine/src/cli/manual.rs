@@ -29,8 +29,8 @@ pub fn completions(args: CompletionsArgs, mut line: clap::Command) -> anyhow::Re
     // Into memory first: clap_complete panics on a failed write (a closed pipe).
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut line, name, &mut script);
-    std::io::Write::write_all(&mut std::io::stdout().lock(), &script)
-        .map_err(|error| anyhow::anyhow!("writing the completion script: {error}"))
+    super::stdout::write(&script);
+    Ok(())
 }
 
 /// Writes the man pages of `line` and of each of its commands into `--out`.

@@ -26,7 +26,7 @@
 //! them, both modes alternated run by run, with the CPU per command and where an entry's time
 //! went: `runner local` for any handler), one builder call each.
 //!
-//! `engine/examples/orderbook` is a whole one: a limit order book, its `main` an [`App`]
+//! `examples/orderbook` (a package of the workspace) is a whole one: a limit order book, its `main` an [`App`]
 //! with both.
 //!
 //! A binary with commands of its own (as `runner` has, for the Bank) puts [`Command`] in its
@@ -51,6 +51,7 @@ mod replay;
 #[cfg(feature = "sim")]
 mod sim;
 mod status;
+pub mod stdout;
 mod upgrade;
 
 pub use backup::{
@@ -74,7 +75,10 @@ pub use client::{
     client, client_id, is_refused, outcome_json, session, within,
 };
 pub use client_file::{ClientFileArgs, client_file};
-pub use exit::{Coded, Exit, coded, exit_code, parse_failed};
+pub use exit::{
+    Coded, EXIT_CODES_HEADING, Exit, coded, exit_code, exit_codes_help, parse_command_line,
+    parse_failed, with_exit_codes,
+};
 pub use gateway::{GatewayArgs, gateway};
 pub use manual::{CompletionsArgs, ManArgs, completions, man};
 pub use member::{MemberAction, MemberArgs, MemberError, member};
@@ -125,7 +129,7 @@ pub enum Command {
     Node(NodeArgs),
     /// Every node's role, term, commit and applied index, and state hash.
     Status(StatusArgs),
-    /// Checks a cluster file: what each node would run with, or every error (exit 1).
+    /// Checks a cluster file: what each node would run with, or every error (exit 3, usage).
     Check(CheckArgs),
     /// Commands as JSON, sent to the cluster; outcomes printed as JSON.
     Client(ClientArgs),
@@ -164,7 +168,7 @@ impl Command {
     /// commands of this enum under the binary's name; a binary with commands of its own
     /// calls [`completions`] and [`man`] with its whole command line instead.
     pub fn run<H: CliHandler>(self, make: impl Fn() -> H) -> anyhow::Result<()> {
-        self.run_in(make, Cli::command().name(binary_name()))
+        self.run_in(make, with_exit_codes(Cli::command().name(binary_name())))
     }
 
     /// Runs the command; `completions` and `man` describe `line`, the binary's command line.
@@ -277,7 +281,7 @@ type Extra<'a, A> = Box<dyn FnOnce(A) -> anyhow::Result<()> + 'a>;
 /// }
 /// ```
 ///
-/// `engine/examples/orderbook` adds both (`.sim(|| BookWorkload).bench(BookBench::default())`).
+/// `examples/orderbook` adds both (`.sim(|| BookWorkload).bench(BookBench::default())`).
 pub struct App<'a, H, F> {
     about: &'static str,
     /// Shared with `local`, whose nodes make their handlers on threads of their own.
@@ -359,7 +363,10 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
     /// This binary's whole command line.
     fn command_line(&self) -> clap::Command {
         let line = command_line(self.about, self.has_sim(), self.bench.is_some());
-        versioned(line, self.build.unwrap_or_else(crate::formats::binary))
+        with_exit_codes(versioned(
+            line,
+            self.build.unwrap_or_else(crate::formats::binary),
+        ))
     }
 
     #[cfg(feature = "sim")]

@@ -62,7 +62,7 @@ impl OutputArgs {
                 .map_err(|error| anyhow::anyhow!("writing {}: {error}", file.display()))?;
         }
         match self.stdout() {
-            Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
+            Output::Json => crate::outln!("{}", serde_json::to_string_pretty(value)?),
             Output::Table => table(),
         }
         Ok(())

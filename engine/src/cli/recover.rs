@@ -167,17 +167,22 @@ fn print_table<H: Handler>(
     inspected: &Result<Inspection<H>, NodeError>,
     owner: Option<Owner>,
 ) {
-    println!("identity: {identity}");
+    crate::outln!("identity: {identity}");
     if owner.is_none() {
-        println!("(give --cluster and --id to check it against the node's configuration)");
+        crate::outln!("(give --cluster and --id to check it against the node's configuration)");
     }
     match inspected {
         Ok(Inspection { machine, report }) => {
-            println!(
+            crate::outln!(
                 "{:>12} {:>14} {:>10} {:>10} {:>12} {:>10}  state hash",
-                "recovery ms", "snapshot at", "MiB", "replayed", "applied", "state MiB"
+                "recovery ms",
+                "snapshot at",
+                "MiB",
+                "replayed",
+                "applied",
+                "state MiB"
             );
-            println!(
+            crate::outln!(
                 "{:>12.0} {:>14} {:>10.1} {:>10} {:>12} {:>10.1}  {}",
                 report.took.as_secs_f64() * 1e3,
                 report.snapshot.map_or(0, |(index, _)| index.0),
@@ -188,12 +193,12 @@ fn print_table<H: Handler>(
                 machine.state_hash()
             );
             for line in would_do(report) {
-                println!("a start would {line}");
+                crate::outln!("a start would {line}");
             }
         }
-        Err(error) => println!("a start would refuse: {}", refusal(error)),
+        Err(error) => crate::outln!("a start would refuse: {}", refusal(error)),
     }
-    println!("nothing was written");
+    crate::outln!("nothing was written");
 }
 
 /// What a start would change on disk, one line each (or that it changes nothing).

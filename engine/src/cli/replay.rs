@@ -80,23 +80,24 @@ fn print(rehearsal: &Rehearsal) {
         .map_or("the start of the log".to_string(), |i| {
             format!("the snapshot of entry {i}")
         });
-    println!(
+    crate::outln!(
         "replayed {} entries ({} commands) from {from} through entry {} in {:.2} s",
         rehearsal.entries,
         rehearsal.commands,
         rehearsal.through,
         rehearsal.took.as_secs_f64()
     );
-    println!(
+    crate::outln!(
         "compared with {} journal records and {} snapshots",
-        rehearsal.journaled, rehearsal.snapshots
+        rehearsal.journaled,
+        rehearsal.snapshots
     );
     for passed in &rehearsal.passed_over {
-        println!("passed over: {passed}");
+        crate::outln!("passed over: {passed}");
     }
     match &rehearsal.difference {
-        Some(difference) => println!("difference: {difference}"),
-        None => println!("no difference"),
+        Some(difference) => crate::outln!("difference: {difference}"),
+        None => crate::outln!("no difference"),
     }
 }
 

@@ -136,7 +136,7 @@ fn print_failure(
 
 /// The summary table: the seeds' counts summed.
 fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
-    println!(
+    crate::outln!(
         "{:>8} {:>10} {:>12} {:>8} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8}",
         "seeds",
         "failing",
@@ -164,7 +164,7 @@ fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
         "events",
         "seconds"
     );
-    println!(
+    crate::outln!(
         "{:>8} {:>10} {:>12} {:>8} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8.1}",
         seeds,
         failing,

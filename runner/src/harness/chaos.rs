@@ -137,7 +137,7 @@ struct Summary {
 impl Summary {
     /// The table, every violation, and the linearizability check.
     fn print(&self, findings: &Findings) {
-        println!(
+        engine::outln!(
             "{:>8} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8} {:>9} {:>8} {:>12} {:>12} {:>12}",
             "seconds",
             "acknowledged",
@@ -153,7 +153,7 @@ impl Summary {
             "rejoin_max"
         );
         let [p50, p99, max] = self.rejoin_ms;
-        println!(
+        engine::outln!(
             "{:>8.0} {:>13} {:>6} {:>7} {:>6} {:>11} {:>8} {:>9.0} {:>8} {:>12.0} {:>12.0} {:>12.0}",
             self.seconds,
             self.acknowledged,
@@ -169,7 +169,7 @@ impl Summary {
             max
         );
         for violation in &findings.violations {
-            println!("violation: {violation}");
+            engine::outln!("violation: {violation}");
         }
         if let Some(checked) = &findings.linearizability {
             let verdict = match checked.linearizable {
@@ -177,9 +177,10 @@ impl Summary {
                 Some(false) => "NOT linearizable",
                 None => "inconclusive",
             };
-            println!(
+            engine::outln!(
                 "linearizability: {} operations checked in {:.0} ms: {verdict}",
-                checked.operations, checked.took_ms
+                checked.operations,
+                checked.took_ms
             );
         }
     }
@@ -377,13 +378,16 @@ fn print_after_one_fault(after: &[OneFault]) {
         }
         kinds.entry(kind.join(" ")).or_default().push(one.stall_ms);
     }
-    println!(
+    engine::outln!(
         "{:>28} {:>6} {:>15} {:>15}",
-        "one fault", "count", "stall_p50_ms", "stall_max_ms"
+        "one fault",
+        "count",
+        "stall_p50_ms",
+        "stall_max_ms"
     );
     for (kind, mut stalls) in kinds {
         stalls.sort_by(f64::total_cmp);
-        println!(
+        engine::outln!(
             "{:>28} {:>6} {:>15.0} {:>15.0}",
             kind,
             stalls.len(),
@@ -399,7 +403,7 @@ fn print_stalls(stalls: &[(Instant, Instant)], faults: &[(Instant, String)], sta
     if stalls.is_empty() {
         return;
     }
-    println!("{:>10} {:>9}  faults before and during", "at_s", "stall_ms");
+    engine::outln!("{:>10} {:>9}  faults before and during", "at_s", "stall_ms");
     let cause = Duration::from_millis(STALL_CAUSE_MS);
     for &(begin, end) in stalls {
         let during: Vec<&str> = faults
@@ -407,7 +411,7 @@ fn print_stalls(stalls: &[(Instant, Instant)], faults: &[(Instant, String)], sta
             .filter(|(at, _)| *at + cause >= begin && *at <= end)
             .map(|(_, what)| what.as_str())
             .collect();
-        println!(
+        engine::outln!(
             "{:>10.1} {:>9.0}  {}",
             (begin - started).as_secs_f64(),
             (end - begin).as_secs_f64() * 1e3,
@@ -422,10 +426,12 @@ fn print_slowest_rejoins(rejoins: &[Rejoin], single_p99: f64, single_max: f64) {
     if rejoins.is_empty() {
         return;
     }
-    println!("after a fault on one node: rejoin p99 {single_p99:.0} ms, max {single_max:.0} ms");
+    engine::outln!(
+        "after a fault on one node: rejoin p99 {single_p99:.0} ms, max {single_max:.0} ms"
+    );
     let mut slowest = rejoins.to_vec();
     slowest.sort_by_key(|r| std::cmp::Reverse(r.took));
-    println!("{:>10} {:>5}  fault", "rejoin_ms", "node");
+    engine::outln!("{:>10} {:>5}  fault", "rejoin_ms", "node");
     for r in slowest.iter().take(SLOWEST_REJOINS_SHOWN) {
         let ms = r.took.as_secs_f64() * 1e3;
         let then = if r.disturbed {
@@ -433,7 +439,7 @@ fn print_slowest_rejoins(rejoins: &[Rejoin], single_p99: f64, single_max: f64) {
         } else {
             ""
         };
-        println!("{ms:>10.0} {:>5}  {}{then}", r.node, r.fault);
+        engine::outln!("{ms:>10.0} {:>5}  {}{then}", r.node, r.fault);
     }
     if let Some(r) = slowest.first() {
         eprintln!(

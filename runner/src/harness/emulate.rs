@@ -77,13 +77,17 @@ pub fn run(args: EmulateArgs) -> anyhow::Result<()> {
         let runs = one(&args, delay)?;
         measured.push(Measured { name, runs });
     }
-    println!();
-    println!(
+    engine::outln!();
+    engine::outln!(
         "{:<26} {:>14} {:>9} {:>9} {:>12}",
-        "links", "commands/s", "p50 ms", "p99 ms", "quorum us"
+        "links",
+        "commands/s",
+        "p50 ms",
+        "p99 ms",
+        "quorum us"
     );
     for m in &measured {
-        println!(
+        engine::outln!(
             "{:<26} {:>14.0} {:>9.3} {:>9.3} {:>12.1}",
             m.name,
             m.median(|r| r.commands_per_s),
@@ -99,15 +103,15 @@ pub fn run(args: EmulateArgs) -> anyhow::Result<()> {
     let measured_rate = delayed.median(|r| r.commands_per_s);
     let quorum_added =
         delayed.median(|r| r.stages.quorum_us) - lines.median(|r| r.stages.quorum_us);
-    println!();
-    println!(
+    engine::outln!();
+    engine::outln!(
         "added per request: one round trip to the quorum = 2 x {:.1} us = {added_us:.0} us",
         args.link_delay_us.mean_us()
     );
-    println!(
+    engine::outln!(
         "quorum stage: {quorum_added:+.0} us per entry against the 0 us lines (expected about {added_us:.0})"
     );
-    println!(
+    engine::outln!(
         "throughput: expected {expected:.0} commands/s from the 0 us lines' latency plus the round trip, measured {measured_rate:.0} ({:+.1}%)",
         (measured_rate / expected - 1.0) * 100.0
     );

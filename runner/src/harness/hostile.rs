@@ -1057,22 +1057,24 @@ fn resident_kib(pid: u32) -> anyhow::Result<u64> {
 }
 
 fn print_report(report: &Report, findings: &Findings) {
-    println!("{:<36} {:<34} {:<6} got", "case", "expected", "result");
+    engine::outln!("{:<36} {:<34} {:<6} got", "case", "expected", "result");
     for case in &report.cases {
         let verdict = if case.passed { "ok" } else { "FAILED" };
-        println!(
+        engine::outln!(
             "{:<36} {:<34} {verdict:<6} {}",
-            case.name, case.expected, case.got
+            case.name,
+            case.expected,
+            case.got
         );
     }
     let [alone, attack, again] = report.windows;
-    println!();
-    println!(
+    engine::outln!();
+    engine::outln!(
         "normal clients: {alone:.0} commands/s alone, {attack:.0} under attack, {again:.0} alone again: {:.0}% kept",
         report.share * 100.0
     );
     let m = &report.memory;
-    println!(
+    engine::outln!(
         "node 1 fed {} garbage connections for {} s: resident {} KiB -> {} KiB (growth {} KiB, peak {} KiB)",
         m.connections,
         m.seconds,
@@ -1082,7 +1084,7 @@ fn print_report(report: &Report, findings: &Findings) {
         m.peak_kib
     );
     for violation in &findings.violations {
-        println!("violation: {violation}");
+        engine::outln!("violation: {violation}");
     }
 }
 

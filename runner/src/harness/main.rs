@@ -52,11 +52,12 @@ enum Command {
     Local(notes::NotesArgs),
 }
 
-/// Runs the command; an error is printed on one line and the process exits 1.
+/// Runs the command; an error is printed on one line and the process exits with the code of
+/// the table in `notes/operations.md` (`engine::cli::Exit`).
 fn main() -> std::process::ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match engine::cli::parse_command_line::<Cli>() {
         Ok(cli) => cli,
-        Err(error) => return engine::cli::parse_failed(&error),
+        Err(exit) => return exit,
     };
     engine::cli::logging::init(cli.log.log_format);
     if let Err(error) = runner::check_forwarded_build() {

@@ -186,9 +186,14 @@ impl Outcome {
 
 /// The scenarios' table, then the latency each slow-follower scenario saw.
 fn print_outcomes(outcomes: &[Outcome]) {
-    println!(
+    engine::outln!(
         "{:<26} {:>13} {:>13} {:>14} {:>6} {:>11}",
-        "scenario", "acknowledged", "during cut", "stepped down", "terms", "violations"
+        "scenario",
+        "acknowledged",
+        "during cut",
+        "stepped down",
+        "terms",
+        "violations"
     );
     for o in outcomes {
         let stepped = match (o.scenario.isolates_leader(), o.stepped_down_ms) {
@@ -196,7 +201,7 @@ fn print_outcomes(outcomes: &[Outcome]) {
             (true, Some(ms)) => format!("after {ms} ms"),
             (true, None) => "NO".to_string(),
         };
-        println!(
+        engine::outln!(
             "{:<26} {:>13} {:>13} {:>14} {:>6} {:>11}",
             o.scenario.name(),
             o.acknowledged,
@@ -208,7 +213,7 @@ fn print_outcomes(outcomes: &[Outcome]) {
     }
     for o in outcomes {
         if let Some(((p50, p99), (slow50, slow99))) = o.latency {
-            println!(
+            engine::outln!(
                 "{}: request latency p50 {p50:.2} ms, p99 {p99:.2} ms healthy; p50 {slow50:.2} ms, p99 {slow99:.2} ms with one follower's fsync {SLOW_FSYNC_MS} ms slower",
                 o.scenario.name()
             );

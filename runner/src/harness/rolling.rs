@@ -100,22 +100,23 @@ pub fn run(args: RollingArgs) -> anyhow::Result<()> {
 }
 
 fn print(report: &Report) {
-    println!(
+    engine::outln!(
         "acknowledged {} requests through the rolling upgrade, {} after the handler upgrade",
-        report.acknowledged, report.after_upgrade
+        report.acknowledged,
+        report.after_upgrade
     );
     for (n, seconds) in report.rejoined_s.iter().enumerate() {
-        println!(
+        engine::outln!(
             "node {}: on the new build, cluster healthy again after {seconds:.2} s",
             n + 1
         );
     }
-    println!("handler versions in force: {:?}", report.versions);
+    engine::outln!("handler versions in force: {:?}", report.versions);
     for violation in &report.violations {
-        println!("violation: {violation}");
+        engine::outln!("violation: {violation}");
     }
     if report.violations.is_empty() {
-        println!("no violation");
+        engine::outln!("no violation");
     }
 }
 

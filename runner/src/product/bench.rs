@@ -411,7 +411,7 @@ async fn prefilled(config: &ClientConfig, options: &BenchOptions) -> anyhow::Res
     match prefill.context("prefill")? {
         Some(time) => {
             let ms = |us: u64| us as f64 / 1e3;
-            println!(
+            engine::outln!(
                 "prefilled {} accounts in {:.2} s (requests of {PREFILL_REQUEST_COMMANDS}: p99 {:.1} ms, slowest {:.1} ms)",
                 options.accounts,
                 time.seconds,
@@ -423,7 +423,7 @@ async fn prefilled(config: &ClientConfig, options: &BenchOptions) -> anyhow::Res
         }
         None => {
             let audit = audit(config).await?;
-            println!("reusing the {} accounts the cluster holds", audit.0);
+            engine::outln!("reusing the {} accounts the cluster holds", audit.0);
             Ok(audit)
         }
     }
@@ -448,7 +448,7 @@ async fn conclude(
     report::print_summary(&runs);
     let (accounts, total) = audit(config).await?;
     let audit_ok = accounts == before_accounts && total == before_total;
-    println!(
+    engine::outln!(
         "audit: {accounts} accounts, total {total} ({}); replicas {} (state hash {})",
         if audit_ok { "unchanged" } else { "CHANGED" },
         if converged {

@@ -27,13 +27,13 @@ pub struct ClientArgs {
     /// The cluster file, or a client file (`runner client-file` writes one).
     #[arg(long, env = engine::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
     pub cluster: PathBuf,
-    /// Seconds to keep trying before giving up (the outcome is then unknown, and the exit
-    /// code 2).
+    /// Seconds to keep trying before giving up (the outcome is then unknown: exit 2,
+    /// unreachable).
     #[arg(long, value_name = "SECS", value_parser = engine::cli::timeout_seconds,
           default_value_t = engine::cli::CLIENT_GIVE_UP_SECS_DEFAULT)]
     pub timeout: f64,
-    /// Exit 0 even when the Bank refused the command (the outcome says so); without it, a
-    /// refused command makes the exit code 1.
+    /// Exit 0 (success) even when the Bank refused the command (the outcome says so); without
+    /// it, a refused command makes it exit 1 (negative).
     #[arg(long)]
     pub allow_refused: bool,
     /// What standard output holds: `json` (the default: one JSON document, the outcome) or
@@ -42,7 +42,7 @@ pub struct ClientArgs {
     pub output: engine::cli::Output,
     /// Send as this client id (decimal, or hexadecimal after `0x`; up to 128 bits) instead of
     /// a fresh random one: the session goes on where the cluster left it. An id whose
-    /// session expired is refused (exit 4).
+    /// session expired is refused (exit 4, refused).
     #[arg(long, value_name = "ID", value_parser = engine::cli::client_id)]
     pub client_id: Option<engine::ClientId>,
     /// The command.
@@ -171,11 +171,11 @@ pub fn client(args: ClientArgs) -> anyhow::Result<()> {
     };
     let value = outcome_json(outcome);
     match args.output {
-        engine::cli::Output::Json => println!("{}", serde_json::to_string_pretty(&value)?),
+        engine::cli::Output::Json => engine::outln!("{}", serde_json::to_string_pretty(&value)?),
         engine::cli::Output::Table => match outcome {
-            Outcome::Done(output) => println!("done: {}", output_json(output)),
-            Outcome::Failed(error) => println!("refused: {error}"),
-            Outcome::Invalid => println!("invalid"),
+            Outcome::Done(output) => engine::outln!("done: {}", output_json(output)),
+            Outcome::Failed(error) => engine::outln!("refused: {error}"),
+            Outcome::Invalid => engine::outln!("invalid"),
         },
     }
     if engine::cli::is_refused(outcome) && !args.allow_refused {
@@ -275,7 +275,7 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
         args.storage.apply(config);
     })?;
 
-    println!(
+    engine::outln!(
         "three nodes in this process, data in {}",
         dir.path().display()
     );
@@ -296,13 +296,13 @@ pub fn local(args: LocalArgs) -> anyhow::Result<()> {
     });
     drop(cluster);
     let (peak, last) = disk.stop();
-    println!(
+    engine::outln!(
         "data directory: peak {:.0} MiB (sampled every {DISK_SAMPLE_MS} ms), {:.0} MiB at the end",
         peak as f64 / MIB,
         last as f64 / MIB
     );
     if args.keep {
-        println!("data kept in {}", dir.keep().display());
+        engine::outln!("data kept in {}", dir.keep().display());
     }
     result.map(|_| ())
 }

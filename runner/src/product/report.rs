@@ -63,7 +63,7 @@ pub fn write_json(path: &Path, runs: &[Run]) -> anyhow::Result<()> {
 
 /// Prints runs as a table.
 pub fn print_table(runs: &[Run]) {
-    println!(
+    engine::outln!(
         "{:<12} {:>6} {:>8} {:>11} {:>8} {:>13} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}",
         "mode",
         "batch",
@@ -79,7 +79,7 @@ pub fn print_table(runs: &[Run]) {
         "unknown"
     );
     for run in runs {
-        println!(
+        engine::outln!(
             "{:<12} {:>6} {:>8} {:>11} {:>8.2} {:>13.0} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>7} {:>8}",
             run.mode,
             run.batch,

@@ -110,7 +110,7 @@ pub fn run(args: LocalArgs) -> anyhow::Result<()> {
     let prefill_s = prefill(&mut node, &mut client, args.accounts)?;
     let run = measure(&mut node, &mut client, &args)?;
     let audit = audit(&mut node, &mut client)?;
-    println!(
+    engine::outln!(
         "prefilled {} accounts in {:.2} s; data in {} (removed at exit)",
         args.accounts,
         prefill_s,
@@ -118,7 +118,7 @@ pub fn run(args: LocalArgs) -> anyhow::Result<()> {
     );
     report::print_table(std::slice::from_ref(&run));
     let expected_total = u128::from(args.accounts) * u128::from(PREFILL_BALANCE);
-    println!(
+    engine::outln!(
         "audit: {} accounts, total {} (expected {}): {}; state hash {}",
         audit.0,
         audit.1,

@@ -131,11 +131,11 @@ pub fn reported_mode(statuses: &[Option<NodeStatus>]) -> Option<Mode> {
 
 /// Prints where an entry's time went in each run, a row per `(mode, averages)`.
 pub fn print_stage_table<'a>(rows: impl IntoIterator<Item = (&'a str, &'a StageAverages)>) {
-    println!();
-    println!(
+    crate::outln!();
+    crate::outln!(
         "where an entry's time goes (us per entry; leader: batcher wait, own fsync, quorum, simulate, apply; followers: fsync, apply)"
     );
-    println!(
+    crate::outln!(
         "{:<12} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>8} {:>30}",
         "mode",
         "entries",
@@ -149,7 +149,7 @@ pub fn print_stage_table<'a>(rows: impl IntoIterator<Item = (&'a str, &'a StageA
         "leader: simulated/executed/reused/verified"
     );
     for (mode, s) in rows {
-        println!(
+        crate::outln!(
             "{:<12} {:>8} {:>8.1} {:>7.1} {:>7.1} {:>8.1} {:>7.1} {:>7.1} {:>8.1} {:>30}",
             mode,
             s.entries,

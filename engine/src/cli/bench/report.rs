@@ -229,8 +229,8 @@ fn median(values: &mut [f64]) -> f64 {
 /// Prints the summary: per mode and shape, the median and range of commands per second over
 /// the runs, and the range of their p99 latency.
 pub fn print_summary(summaries: &[Summary]) {
-    println!();
-    println!(
+    crate::outln!();
+    crate::outln!(
         "{:<12} {:>12} {:>9} {:>5} {:>38} {:>20}",
         "mode",
         "per request",
@@ -246,7 +246,7 @@ pub fn print_summary(summaries: &[Summary]) {
         );
         let p99 = format!("{:.3}-{:.3}", s.p99_ms_min, s.p99_ms_max);
         let (mode, batch, load, runs) = (&s.mode, s.batch, &s.load, s.runs);
-        println!("{mode:<12} {batch:>12} {load:>9} {runs:>5} {rates:>38} {p99:>20}");
+        crate::outln!("{mode:<12} {batch:>12} {load:>9} {runs:>5} {rates:>38} {p99:>20}");
     }
 }
 
@@ -359,27 +359,30 @@ impl BenchReport {
     /// checks.
     pub fn print(&self) {
         let p = &self.prefill;
-        println!(
+        crate::outln!(
             "prefill: {} requests, {} commands ({} refused) in {:.2} s",
-            p.requests, p.commands, p.refused, p.seconds
+            p.requests,
+            p.commands,
+            p.refused,
+            p.seconds
         );
         print_runs(&self.runs);
         print_stage_table(self.runs.iter().map(|r| (r.mode.as_str(), &r.stages)));
         print_summary(&self.summary);
         if let Some(ratio) = self.performance_over_verify {
-            println!("performance/verify: {ratio:.2} (median commands/s)");
+            crate::outln!("performance/verify: {ratio:.2} (median commands/s)");
         }
-        println!();
-        println!(
+        crate::outln!();
+        crate::outln!(
             "cpu s/M: CPU seconds per million commands of {}",
             self.cpu_covers
         );
         if let Some(dir) = &self.data_dir {
             let fate = if self.data_kept { "kept" } else { "removed" };
-            println!("data directory: {} ({fate})", dir.display());
+            crate::outln!("data directory: {} ({fate})", dir.display());
         }
         let hash = self.state_hashes.first().map_or("-", String::as_str);
-        println!(
+        crate::outln!(
             "check: {}; replicas {} (state hash {hash})",
             self.check,
             if self.replicas_converged {
@@ -424,7 +427,7 @@ pub struct BenchFailed(pub Vec<String>);
 
 /// Prints a line per run.
 fn print_runs(runs: &[Run]) {
-    println!(
+    crate::outln!(
         "{:>4} {:<12} {:>6} {:>8} {:>11} {:>8} {:>13} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>8}",
         "run",
         "mode",
@@ -444,7 +447,7 @@ fn print_runs(runs: &[Run]) {
     );
     for r in runs {
         let l = &r.latency_ms;
-        println!(
+        crate::outln!(
             "{:>4} {:<12} {:>6} {:>8} {:>11} {:>8.2} {:>13.0} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>9} {:>7} {:>8}",
             r.run,
             r.mode,

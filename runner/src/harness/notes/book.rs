@@ -1,4 +1,4 @@
-//! The order book beside the Bank in the reports: the engine's `orderbook` example (a handler
+//! The order book beside the Bank in the reports: the `orderbook` package (a handler
 //! whose commands cost several times a transfer) built in release and run through its own
 //! `local` (three nodes in its process, both modes alternated run by run), its JSON read into
 //! the same per-run figures as the Bank's.
@@ -9,10 +9,8 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The example's name in the engine crate, and the features its `local` needs.
-const BOOK_EXAMPLE: &str = "orderbook";
-/// See [`BOOK_EXAMPLE`].
-const BOOK_FEATURES: &str = "cli,sim";
+/// The order book's package and binary (`examples/orderbook`).
+const BOOK_PACKAGE: &str = "orderbook";
 
 /// One measured run of either workload, as the reports show it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -44,19 +42,11 @@ impl From<&runner::product::report::Run> for EngineRun {
 /// Builds the order book's binary (release, in this workspace's target directory); returns
 /// its path. Run from the workspace's root, as the floor probe's build is.
 pub fn build() -> anyhow::Result<PathBuf> {
-    let args = [
-        "-p",
-        "engine",
-        "--example",
-        BOOK_EXAMPLE,
-        "--features",
-        BOOK_FEATURES,
-    ];
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
-    super::cargo_release(&args, None, "the order book example")?;
+    let args: [&std::ffi::OsStr; 2] = ["-p".as_ref(), BOOK_PACKAGE.as_ref()];
+    super::cargo_release(&args, None, "the order book")?;
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| "target".into(), PathBuf::from);
-    Ok(target.join("release/examples").join(BOOK_EXAMPLE))
+    Ok(target.join("release").join(BOOK_PACKAGE))
 }
 
 /// How the order book runs: where its data goes, and each run's length.
@@ -110,7 +100,7 @@ impl BookRun<'_> {
         std::fs::remove_file(&json).with_context(|| format!("removing {}", json.display()))?;
         let runs = parse_runs(&text)?;
         for run in &runs {
-            println!(
+            engine::outln!(
                 "order book {:<12} {}x{} {:>8.1}K commands/s  p99 {:.3} ms",
                 run.mode,
                 self.batch,

@@ -89,7 +89,7 @@ pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
         } else {
             format!("{storage} ({kind})")
         };
-        println!("== {label}: {}", base.display());
+        engine::outln!("== {label}: {}", base.display());
         measured.extend(on_storage(args, &label, &base, extras)?);
     }
     let machine = machine();
@@ -105,7 +105,7 @@ pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
     plot_configurations(&plots.join("matrix-throughput.svg"), &measured)?;
     plot_latency(&plots.join("matrix-latency.svg"), &measured)?;
     plot_sweep(&plots.join("batch-sweep.svg"), &measured)?;
-    println!(
+    engine::outln!(
         "wrote the matrix section of {} and the plots in {}",
         options.notes.join("benchmarks.md").display(),
         plots.display()

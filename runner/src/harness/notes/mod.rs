@@ -57,7 +57,7 @@ pub(crate) fn cargo_release(
     target_dir: Option<&str>,
     what: &str,
 ) -> anyhow::Result<()> {
-    println!("building {what}");
+    engine::outln!("building {what}");
     let mut command =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command.args(["build", "--release", "--quiet"]).args(args);

@@ -88,7 +88,7 @@ pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
     let plots = notes.join("plots");
     std::fs::create_dir_all(&plots)?;
     plot(&plots.join("rate-latency.svg"), &points, args.bench.batch)?;
-    println!(
+    engine::outln!(
         "wrote the rates section of {} and {}",
         notes.join("benchmarks.md").display(),
         plots.join("rate-latency.svg").display()

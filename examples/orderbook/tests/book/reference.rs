@@ -1,7 +1,7 @@
 //! The order book by hand, for the tests: price levels in `BTreeMap`s, orders in queues. It
-//! shares no code with the handler ([`crate::book`]); a command that fails changes nothing.
+//! shares no code with the handler ([`orderbook::book`]); a command that fails changes nothing.
 
-use crate::book::{
+use orderbook::book::{
     BookCommand, BookError, BookOutput, Fill, LEVEL_ORDERS_MAX, PRICE_LEVELS_MAX, PRICE_MAX,
     Position, QUANTITY_MAX, Side,
 };

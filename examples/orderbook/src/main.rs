@@ -6,21 +6,16 @@
 //! the README's "Run your handler on three machines").
 //!
 //! ```sh
-//! cargo build --release --example orderbook --features sim
-//! target/release/examples/orderbook sim --seeds 1000                       # the simulator
-//! target/release/examples/orderbook node --cluster cluster.toml --id 1     # and 2, 3
-//! target/release/examples/orderbook client --cluster cluster.toml \
+//! cargo build --release -p orderbook
+//! target/release/orderbook sim --seeds 1000                       # the simulator
+//! target/release/orderbook node --cluster cluster.toml --id 1     # and 2, 3
+//! target/release/orderbook client --cluster cluster.toml \
 //!     '{"Place": {"trader": 1, "side": "Sell", "price": 101, "quantity": 5}}'
-//! target/release/examples/orderbook bench --cluster cluster.toml --inflight 4 --batch 64
-//! target/release/examples/orderbook local --inflight 4 --batch 64   # verify vs performance
+//! target/release/orderbook bench --cluster cluster.toml --inflight 4 --batch 64
+//! target/release/orderbook local --inflight 4 --batch 64   # verify vs performance
 //! ```
 
-mod book;
-#[cfg(test)]
-mod reference;
-#[cfg(test)]
-mod tests;
-mod workload;
+use orderbook::{book, workload};
 
 fn main() -> std::process::ExitCode {
     let about = "A limit order book on three machines";

@@ -2,14 +2,16 @@
 //! in both modes on a three-node cluster, and as three processes of this example's binary
 //! driven through its `client` command.
 
-use crate::book::{BookCommand, BookError, BookOutput, OrderBook};
+mod reference;
+
 use crate::reference::Reference;
-use crate::workload::{BookWorkload, random_command};
 use engine::client::Client;
 use engine::node::local::LocalCluster;
 use engine::rng::Rng;
 use engine::testing::check_determinism;
 use engine::{ClientId, Mode, Outcome, RequestNumber, Sandbox};
+use orderbook::book::{BookCommand, BookError, BookOutput, OrderBook};
+use orderbook::workload::{BookWorkload, random_command};
 use std::time::Duration;
 
 /// Commands per request at most in the streams.
@@ -146,27 +148,9 @@ fn both_modes_on_three_nodes_answer_as_the_reference() {
     }
 }
 
-/// This example's node binary, built for the test (a nested `cargo build`, into the target
-/// directory and with the profile the tests run from: `target/<profile>/examples/`).
+/// The package's node binary, which cargo builds for its tests.
 fn example_binary() -> std::path::PathBuf {
-    let examples = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let profile = examples.parent().and_then(|p| p.file_name()).unwrap();
-    let profile = match profile.to_str().unwrap() {
-        "debug" => "dev",
-        other => other,
-    };
-    let built = std::process::Command::new(env!("CARGO"))
-        .args(["build", "-p", "engine", "--features", "cli,sim"])
-        .args(["--profile", profile, "--example", "orderbook"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo runs");
-    assert!(built.success(), "the example builds");
-    examples.join("orderbook")
+    env!("CARGO_BIN_EXE_orderbook").into()
 }
 
 /// Node processes of the example's binary, killed when dropped.
