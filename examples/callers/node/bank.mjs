@@ -3,7 +3,8 @@
 //
 //     node bank.mjs http://127.0.0.1:8080 TOKEN_FILE [FIRST_ACCOUNT_ID]
 //
-// Opens two accounts, moves money between them with an idempotency key, retries that request
+// Opens two accounts (from FIRST_ACCOUNT_ID, or fresh random ones, so that every run works
+// on accounts of its own), moves money between them with an idempotency key, retries that request
 // as a client would after a lost answer (the same key: the first answer again, nothing moves
 // twice), shows that the key cannot be reused for other commands, and reads the balances off
 // the log. Prints one JSON line of what it saw; exits 1 on any surprise.
@@ -13,6 +14,9 @@ import { readFileSync } from "node:fs";
 // Tries of one request while the gateway answers 503 (no leader yet, busy): with the same
 // idempotency key a retry is always safe.
 const TRIES_MAX = 20;
+// Where random account ids start, far above ids a benchmark prefills (1 to a few million),
+// and below 2^53, where a JavaScript number stops being exact.
+const RANDOM_ID_MIN = 2 ** 40;
 
 function expect(condition, what) {
   if (!condition) {
@@ -64,7 +68,10 @@ class Gateway {
 }
 
 const [url, tokenFile, firstArg] = process.argv.slice(2);
-const first = firstArg === undefined ? 2000 : Number(firstArg);
+const first =
+  firstArg === undefined
+    ? RANDOM_ID_MIN + Math.floor(Math.random() * RANDOM_ID_MIN)
+    : Number(firstArg);
 const gateway = new Gateway(url, readFileSync(tokenFile, "utf8").trim());
 const [a, b] = [first, first + 1];
 
@@ -96,4 +103,4 @@ expect(
   balances[0] === 70 && balances[1] === 30,
   `balances ${balances}, not [70, 30]: the transfer ran once`,
 );
-console.log(JSON.stringify({ ok: true, moved, balances, reused_key: status }));
+console.log(JSON.stringify({ ok: true, accounts: [a, b], moved, balances, reused_key: status }));

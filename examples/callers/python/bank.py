@@ -3,7 +3,8 @@
 
     python3 bank.py http://127.0.0.1:8080 TOKEN_FILE [FIRST_ACCOUNT_ID]
 
-Opens two accounts, moves money between them with an idempotency key, retries that request
+Opens two accounts (from FIRST_ACCOUNT_ID, or fresh random ones, so that every run works on
+accounts of its own), moves money between them with an idempotency key, retries that request
 as a client would after a lost answer (the same key: the first answer again, nothing moves
 twice), shows that the key cannot be reused for other commands, and reads the balances off
 the log. Prints one JSON line of what it saw; exits 1 on any surprise.
@@ -11,6 +12,7 @@ the log. Prints one JSON line of what it saw; exits 1 on any surprise.
 
 import http.client
 import json
+import random
 import sys
 import time
 import urllib.parse
@@ -20,6 +22,8 @@ TIMEOUT_S = 30
 # Tries of one request while the gateway answers 503 (no leader yet, busy): with the same
 # idempotency key a retry is always safe.
 TRIES_MAX = 20
+# Where random account ids start, far above ids a benchmark prefills (1 to a few million).
+RANDOM_ID_MIN = 2**40
 
 
 class Gateway:
@@ -65,7 +69,10 @@ def expect(condition, what):
 
 def main():
     url, token_file = sys.argv[1], sys.argv[2]
-    first = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
+    if len(sys.argv) > 3:
+        first = int(sys.argv[3])
+    else:
+        first = random.SystemRandom().randrange(RANDOM_ID_MIN, 2 * RANDOM_ID_MIN)
     with open(token_file, encoding="utf-8") as f:
         token = f.read().strip()
     gateway = Gateway(url, token)
@@ -89,7 +96,8 @@ def main():
 
     balances = [gateway.balance(a), gateway.balance(b)]
     expect(balances == [70, 30], f"balances {balances}, not [70, 30]: the transfer ran once")
-    print(json.dumps({"ok": True, "moved": moved, "balances": balances, "reused_key": status}))
+    said = {"ok": True, "accounts": [a, b], "moved": moved, "balances": balances}
+    print(json.dumps({**said, "reused_key": status}))
 
 
 if __name__ == "__main__":
