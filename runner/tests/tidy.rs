@@ -1,4 +1,4 @@
-//! Tidy: rules of `../shared/STYLE.md` that a machine can check over the whole source tree.
+//! Tidy: rules of `notes/style.md` that a machine can check over the whole source tree.
 //! Code comments say why, never which issue or session: the history lives in git and in
 //! `notes/`, and a comment that cites an issue number tells a reader nothing the code needs.
 
@@ -248,4 +248,44 @@ fn no_module_is_mounted_by_path() {
         .map(|file| file.display().to_string())
         .collect();
     assert!(mounted.is_empty(), "modules mounted by path: {mounted:?}");
+}
+
+/// Proves no file git tracks names the folder that sits beside the checkout on developers'
+/// machines and not in a clone (`notes/style.md`, rule 16): what the project needs lives
+/// inside it.
+#[test]
+fn no_tracked_file_names_a_folder_outside_the_checkout() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Made of pieces, so that this file does not name the folder itself.
+    let needle = concat!("..", "/shared");
+    let listed = std::process::Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(&root)
+        .output()
+        .expect("git runs (the test walks the files git tracks)");
+    assert!(
+        listed.status.success(),
+        "git ls-files failed in {}: {}",
+        root.display(),
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let listed = String::from_utf8(listed.stdout).expect("tracked paths are UTF-8");
+    let files: Vec<&str> = listed.split('\0').filter(|f| !f.is_empty()).collect();
+    assert!(files.len() > 100, "too few tracked files: {}", files.len());
+    let naming: Vec<&str> = files
+        .into_iter()
+        .filter(|file| {
+            // A file deleted in the work tree but still tracked has nothing to say.
+            std::fs::read(root.join(file)).is_ok_and(|bytes| {
+                bytes
+                    .windows(needle.len())
+                    .any(|window| window == needle.as_bytes())
+            })
+        })
+        .collect();
+    assert!(
+        naming.is_empty(),
+        "files naming {needle}, which a clone does not have:\n{}",
+        naming.join("\n")
+    );
 }

@@ -1,7 +1,9 @@
-//! `runner local --floor`: the floor report. The bare data path probe (`../shared/tools/floor`,
-//! built into `target/floor`) and the main job run in one sitting, alternated, and the engine's
-//! throughput is printed as a ratio to the floor's best layout for each shape of the
-//! performance targets' table (`notes/benchmarks.md`): absolute numbers on a shared machine move from hour to hour, ratios much less.
+//! `runner local --floor`: the floor report. The bare data path probe (the workspace's `floor`
+//! package, `benches/floor/`, built in release into the workspace's target directory) and the
+//! main job run in one sitting, alternated, and the engine's throughput is printed as a ratio
+//! to the floor's best layout for each shape of the performance targets' table
+//! (`notes/benchmarks.md`): absolute numbers on a shared machine move from hour to hour,
+//! ratios much less.
 //! The order book (`book.rs`) runs in the same sitting on tmpfs, both modes, so that each
 //! workload's Performance/Verify ratio is measured beside the other's.
 
@@ -28,8 +30,8 @@ const FLOOR_BATCHES_256: u32 = 20_000;
 const FLOOR_BATCHES_1024: u32 = 5_000;
 /// Batches of the disk layout (fdatasync on every append is slower).
 const FLOOR_BATCHES_DISK: u32 = 2_000;
-/// Where the probe is built, under the project's target directory.
-const FLOOR_TARGET_DIR: &str = "target/floor";
+/// The probe's package in this workspace (`benches/floor/`), and its binary's name.
+const FLOOR_PACKAGE: &str = "floor";
 
 /// Options of the floor report (on `runner local`).
 #[derive(clap::Args, Debug, Clone)]
@@ -38,9 +40,6 @@ pub struct FloorOptions {
     /// alternated in one sitting, and the engine's throughput as a ratio to the probe's.
     #[arg(long)]
     pub floor: bool,
-    /// The probe's source directory (its Cargo.toml is built into target/floor).
-    #[arg(long, default_value = "../shared/tools/floor")]
-    pub floor_dir: PathBuf,
     /// Leaves out the disk shape (ext4 or whatever --disk-dir lives on).
     #[arg(long)]
     pub floor_no_disk: bool,
@@ -149,7 +148,7 @@ struct ShapeReport {
 
 /// Runs the report, prints its table, and writes JSON if asked.
 pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
-    let probe = build_probe(&args.floor.floor_dir)?;
+    let probe = build_probe()?;
     let book = match args.floor.floor_no_book {
         true => None,
         false => Some(book::build()?),
@@ -186,19 +185,14 @@ pub fn run(args: &NotesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the probe (release) into [`FLOOR_TARGET_DIR`]; returns its binary.
-fn build_probe(dir: &Path) -> anyhow::Result<PathBuf> {
-    let manifest = dir.join("Cargo.toml");
-    if !manifest.is_file() {
-        bail!(
-            "the floor probe is not at {} (give its directory with --floor-dir)",
-            manifest.display()
-        );
-    }
-    let what = format!("the floor probe from {}", dir.display());
-    let args = ["--manifest-path".as_ref(), manifest.as_os_str()];
-    super::cargo_release(&args, Some(FLOOR_TARGET_DIR), &what)?;
-    Ok(PathBuf::from(FLOOR_TARGET_DIR).join("release/limits"))
+/// Builds the probe (`cargo build --release -p floor`, in this workspace's target directory,
+/// run from the workspace's root as the order book's build is); returns its binary.
+fn build_probe() -> anyhow::Result<PathBuf> {
+    let args = ["-p".as_ref(), FLOOR_PACKAGE.as_ref()];
+    super::cargo_release(&args, None, "the floor probe (benches/floor)")?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| "target".into(), PathBuf::from);
+    Ok(target.join("release").join(FLOOR_PACKAGE))
 }
 
 /// The shapes on one storage: one cluster, prefilled once, and for each of the runs every
@@ -212,7 +206,7 @@ fn on_storage(
 ) -> anyhow::Result<Vec<ShapeReport>> {
     std::fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
     let storage = filesystem(base);
-    println!("== {storage}: {}", base.display());
+    engine::outln!("== {storage}: {}", base.display());
     let dir = runner::run_dir(Some(base.to_path_buf()))?;
     let cluster = LocalCluster::start(dir.path(), 3, Bank, |config| {
         config.entry_commands_max = args.entry_commands;
@@ -323,7 +317,6 @@ fn run_probe(
 ) -> anyhow::Result<Vec<ProbeRun>> {
     let mut command = Command::new(probe);
     command.args([
-        "e2e".to_string(),
         format!("batch={}", shape.batch),
         format!("batches={batches}"),
         format!("pad={FLOOR_PAD_BYTES}"),
@@ -344,7 +337,7 @@ fn run_probe(
     }
     let runs = parse_probe(&String::from_utf8_lossy(&output.stdout))?;
     for run in &runs {
-        println!(
+        engine::outln!(
             "floor {:<24} {:<8} {:>8.1}K commands/s  p99 {:.3} ms",
             shape.name,
             run.layout,
@@ -479,12 +472,12 @@ fn performance_over_verify(reports: &[ShapeReport]) -> Vec<ModeRatio> {
 }
 
 fn print_table(reports: &[ShapeReport], ratios: &[ModeRatio]) {
-    println!(
+    engine::outln!(
         "\nfloor report, {} ({})",
         machine(),
         crate::notes::matrix::today()
     );
-    println!(
+    engine::outln!(
         "{:<10} {:<26} {:<6} {:>18} {:>9} {:>8} {:>24} {:>9} {:>6}",
         "workload",
         "shape",
@@ -506,7 +499,7 @@ fn print_table(reports: &[ShapeReport], ratios: &[ModeRatio]) {
         let optional = |v: Option<f64>, digits: usize| {
             v.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
         };
-        println!(
+        engine::outln!(
             "{:<10} {:<26} {:<6} {:>18} {:>9.3} {:>8.2} {:>24} {:>9} {:>6}",
             r.workload,
             r.shape,
@@ -519,13 +512,18 @@ fn print_table(reports: &[ShapeReport], ratios: &[ModeRatio]) {
             optional(r.ratio, 2)
         );
     }
-    println!("\nperformance over verify (median commands/s)");
-    println!(
+    engine::outln!("\nperformance over verify (median commands/s)");
+    engine::outln!(
         "{:<10} {:<12} {:<6} {:>10} {:>12} {:>6}",
-        "workload", "shape", "store", "verify/s", "performance/s", "ratio"
+        "workload",
+        "shape",
+        "store",
+        "verify/s",
+        "performance/s",
+        "ratio"
     );
     for r in ratios {
-        println!(
+        engine::outln!(
             "{:<10} {:<12} {:<6} {:>9.0}K {:>12.0}K {:>6.2}",
             r.workload,
             r.shape,
@@ -606,5 +604,26 @@ e2e pernode batch=256 entry=17000B fexec=1 crc32 dir=/dev/shm n=19000  p50=   15
         assert_eq!(best.0, "ct");
         assert!(parse_probe("nothing here\n").is_err());
         assert!(parse_probe("    -> 1.0K cmds/s\n").is_err());
+    }
+
+    /// Proves the report reads what `benches/floor` prints (its output, copied from a run of
+    /// `floor batch=256 batches=2000 pad=40` and one on the disk).
+    #[test]
+    fn the_workspace_probes_output_is_read() {
+        let output = "\
+e2e ct batch=256 entry=16408B dir=/dev/shm n=2000 p50=   134.35us p90=   152.13us p99=  4218.33us p99.9=  4797.35us max=   8305.6us mean=   213.56us
+    -> 1171.4K cmds/s, 4576 batches/s
+e2e mt2 batch=256 entry=16408B dir=/dev/shm n=2000 p50=    91.64us p90=   130.06us p99=  4184.12us p99.9=  5925.84us max=   8192.1us mean=   170.15us
+    -> 1450.4K cmds/s, 5666 batches/s
+e2e pernode batch=256 entry=16408B dir=target n=200 p50=   341.03us p90=  3750.12us p99= 11801.24us p99.9= 28872.48us max=  28872.5us mean=  1150.62us
+    -> 221.7K cmds/s, 866 batches/s
+";
+        let runs = parse_probe(output).unwrap();
+        let layouts: Vec<&str> = runs.iter().map(|r| r.layout.as_str()).collect();
+        assert_eq!(layouts, ["ct", "mt2", "pernode"]);
+        assert!((runs[1].commands_per_s - 1_450_400.0).abs() < 1e-6);
+        assert!((runs[1].p99_ms - 4.18412).abs() < 1e-9);
+        assert!((runs[2].p99_ms - 11.80124).abs() < 1e-9);
+        assert_eq!(best_layout(&runs).unwrap().0, "mt2");
     }
 }
