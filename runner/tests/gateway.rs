@@ -9,14 +9,16 @@ use common::gateway::{Gateway, TOKEN, exchange};
 use common::start_cluster;
 use serde_json::json;
 
-/// The audit's accounts and total, read off the log.
-fn audit(gateway: &Gateway) -> (u64, u64) {
+/// The audit's accounts and total, read off the log (the total, a `u128`, is a string of
+/// digits, as every output of the engine writes one).
+fn audit(gateway: &Gateway) -> (u64, u128) {
     let (status, value) = gateway.post("/v1/reads", r#"["Audit"]"#, Some(TOKEN), &[]);
     assert_eq!(status, 200, "{value}");
     let figures = &value[0]["output"]["Audit"];
+    let total = figures["total"].as_str().expect("the total as a string");
     (
         figures["accounts"].as_u64().unwrap(),
-        figures["total"].as_u64().unwrap(),
+        total.parse().unwrap(),
     )
 }
 
@@ -53,6 +55,79 @@ fn commands_and_reads_answer_with_their_outcomes() {
     );
     assert_eq!((balance(&gateway, 7), balance(&gateway, 8)), (95, 5));
     assert_eq!(audit(&gateway), (2, 100));
+    assert_client_and_gateway_agree(&gateway, &nodes.cluster_file);
+}
+
+/// The JSON type of a value: what a caller in another language branches on.
+fn json_type(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// `runner client` with `args` on `cluster_file`: its JSON outcome.
+fn runner_client(cluster_file: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .arg("client")
+        .arg("--cluster")
+        .arg(cluster_file)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{args:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap()
+}
+
+/// Proves `runner client` and the gateway give each field of the same outcomes the same JSON
+/// type (the audit's `u128` total a string in both, the `u64` figures numbers in both):
+/// the audit, an account, a transfer and a refusal.
+fn assert_client_and_gateway_agree(gateway: &Gateway, cluster_file: &std::path::Path) {
+    let body = r#"["Audit", {"Get": {"id": 7}}, {"Get": {"id": 9}}]"#;
+    let (status, read) = gateway.post("/v1/reads", body, Some(TOKEN), &[]);
+    assert_eq!(status, 200, "{read}");
+    let moved = gateway.commands(r#"[{"Transfer": {"from": 8, "to": 7, "amount": 1}}]"#, &[]);
+    let client = [
+        (runner_client(cluster_file, &["audit"]), &read[0], "Audit"),
+        (
+            runner_client(cluster_file, &["get", "7"]),
+            &read[1],
+            "Account",
+        ),
+        (
+            runner_client(cluster_file, &["transfer", "8", "7", "1"]),
+            &moved[0],
+            "Transferred",
+        ),
+    ];
+    for (client, gateway, variant) in client {
+        assert_eq!(client["outcome"], gateway["outcome"], "{client} {gateway}");
+        let fields = client["output"].as_object().expect("an output object");
+        let theirs = &gateway["output"][variant];
+        for (name, value) in fields {
+            assert_eq!(
+                json_type(value),
+                json_type(&theirs[name]),
+                "{variant}.{name}: client {client}, gateway {gateway}"
+            );
+        }
+    }
+    let refused = runner_client(cluster_file, &["--allow-refused", "get", "9"]);
+    assert_eq!(refused["error"], read[2]["error"], "{refused} {read}");
+    let (client_total, gateway_total) = (
+        runner_client(cluster_file, &["audit"])["output"]["total"].clone(),
+        read[0]["output"]["Audit"]["total"].clone(),
+    );
+    assert_eq!(client_total, gateway_total, "the same total, the same JSON");
 }
 
 /// A bad request and what it must get.
@@ -68,6 +143,12 @@ struct Bad {
 const TRANSFER: &str = r#"[{"Transfer": {"from": 7, "to": 8, "amount": 5}}]"#;
 const NO_AMOUNT: &str = r#"[{"Transfer": {"from": 7, "to": 8}}]"#;
 const UNKNOWN: &str = r#"[{"Steal": {"id": 7}}]"#;
+/// A field the Bank's transfer does not have, after a command that is right: nothing runs.
+const MEMO: &str = r#"[{"Deposit": {"id": 8, "amount": 1}},
+    {"Transfer": {"from": 7, "to": 8, "amount": 1, "memo": "x"}}]"#;
+/// 2^64, one past `u64::MAX`.
+const TOO_LARGE: &str = r#"[{"Transfer": {"from": 7, "to": 8, "amount": 18446744073709551616}}]"#;
+const NEGATIVE: &str = r#"[{"Transfer": {"from": 7, "to": 8, "amount": -1}}]"#;
 
 const fn bad(path: &'static str, body: &'static str, status: u16, code: &'static str) -> Bad {
     Bad {
@@ -80,6 +161,34 @@ const fn bad(path: &'static str, body: &'static str, status: u16, code: &'static
     }
 }
 
+/// Checks the refusals of a field the type lacks and of integers out of range name the
+/// field's path and the value as sent.
+fn assert_refusals_name_the_field(gateway: &Gateway) {
+    let named = [
+        (
+            MEMO,
+            "unknown field `memo` at [1].Transfer.memo",
+            "[1].Transfer.memo",
+        ),
+        (
+            TOO_LARGE,
+            "18446744073709551616 is out of range for u64 at [0].Transfer.amount",
+            "[0].Transfer.amount",
+        ),
+        (
+            NEGATIVE,
+            "-1 is out of range for u64 at [0].Transfer.amount",
+            "[0].Transfer.amount",
+        ),
+    ];
+    for (body, message, path) in named {
+        let (_, value) = gateway.post("/v1/commands", body, Some(TOKEN), &[]);
+        assert_eq!(value["path"], path, "{body}: {value}");
+        let said = value["message"].as_str().unwrap();
+        assert!(said.contains(message), "{body}: {value}");
+    }
+}
+
 /// Proves each kind of bad request gets its status and a JSON body that says why (the
 /// parser's message, the wrong field's path), and that none of them changes the cluster.
 #[test]
@@ -87,9 +196,16 @@ fn bad_requests_get_their_status_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (nodes, _) = start_cluster(dir.path(), |_| {});
     let gateway = Gateway::start(dir.path(), &nodes.cluster_file, "gateway");
-    gateway.commands(r#"[{"Open": {"id": 7, "balance": 100, "flags": 0}}]"#, &[]);
+    gateway.commands(
+        r#"[{"Open": {"id": 7, "balance": 100, "flags": 0}},
+            {"Open": {"id": 8, "balance": 0, "flags": 0}}]"#,
+        &[],
+    );
     let cases = [
         bad("/v1/commands", "[{", 400, "bad_body"),
+        bad("/v1/commands", MEMO, 400, "bad_body"),
+        bad("/v1/commands", TOO_LARGE, 400, "bad_body"),
+        bad("/v1/commands", NEGATIVE, 400, "bad_body"),
         bad("/v1/commands", UNKNOWN, 400, "bad_body"),
         bad("/v1/commands", NO_AMOUNT, 400, "bad_body"),
         bad("/v1/commands", "[]", 400, "command_count"),
@@ -128,8 +244,14 @@ fn bad_requests_get_their_status_and_change_nothing() {
     );
     let (_, value) = gateway.post("/v1/commands", NO_AMOUNT, Some(TOKEN), &[]);
     assert_eq!(value["path"], "[0].Transfer", "the field's path: {value}");
+    assert_refusals_name_the_field(&gateway);
     assert_oversized_is_refused(&gateway);
-    assert_eq!(audit(&gateway), (1, 100), "nothing changed");
+    assert_eq!(audit(&gateway), (2, 100), "nothing changed");
+    assert_eq!(
+        (balance(&gateway, 7), balance(&gateway, 8)),
+        (100, 0),
+        "no money moved"
+    );
 }
 
 /// A body announced over the limit is refused (413) before it is read.

@@ -170,5 +170,5 @@ fn assert_balances(gateway: &Gateway, acknowledged: &[Acknowledged]) {
         assert_eq!(balance, expected[id as usize], "account {id}: {read}");
     }
     let audit = &read[ACCOUNTS as usize]["output"]["Audit"];
-    assert_eq!(audit["total"], ACCOUNTS * OPENING, "{read}");
+    assert_eq!(audit["total"], (ACCOUNTS * OPENING).to_string(), "{read}");
 }

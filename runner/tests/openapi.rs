@@ -86,6 +86,79 @@ fn the_command_schema_takes_the_banks_commands() {
     assert_eq!(names, [&expected[..], &["ErrorBody", "Outcome"]].concat());
 }
 
+/// Every schema reachable from `schema` (through references, properties, items and
+/// combinations), each once.
+fn reachable<'a>(document: &'a Value, schema: &'a Value) -> Vec<&'a Value> {
+    let mut seen: Vec<&Value> = Vec::new();
+    let mut next = vec![schema];
+    while let Some(schema) = next.pop() {
+        if seen.iter().any(|s| std::ptr::eq(*s, schema)) {
+            continue;
+        }
+        seen.push(schema);
+        let Some(keywords) = schema.as_object() else {
+            continue;
+        };
+        if let Some(target) = keywords.get("$ref").and_then(Value::as_str) {
+            let pointer = target.strip_prefix('#').expect("a local reference");
+            next.push(
+                document
+                    .pointer(pointer)
+                    .expect("a reference that resolves"),
+            );
+        }
+        let properties = keywords.get("properties").and_then(Value::as_object);
+        next.extend(properties.into_iter().flat_map(|p| p.values()));
+        for key in ["oneOf", "anyOf", "allOf", "prefixItems"] {
+            next.extend(
+                keywords
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten(),
+            );
+        }
+        next.extend(keywords.get("items").filter(|items| items.is_object()));
+    }
+    seen
+}
+
+/// Proves every object schema a Bank command holds (each variant's wrapper and its fields'
+/// object) refuses a key it does not declare, as the gateway refuses such a command; that
+/// the 400 answer says so; and that the audit's `u128` total is described as the string
+/// of digits the gateway and `runner client` write.
+#[test]
+fn the_command_schema_refuses_unknown_fields() {
+    let document = openapi_document::<Bank>();
+    let command = command_schema(&document);
+    let objects: Vec<&Value> = reachable(&document, command)
+        .into_iter()
+        .filter(|s| s.get("properties").is_some() || s.get("type") == Some(&json!("object")))
+        .collect();
+    // Five variants with fields, each a wrapper and an object of its fields.
+    assert_eq!(objects.len(), 10, "{objects:#?}");
+    for object in objects {
+        assert_eq!(object["additionalProperties"], json!(false), "{object:#}");
+    }
+    let memo = json!({"Transfer": {"from": 7, "to": 8, "amount": 5, "memo": "x"}});
+    assert!(validate(&document, command, &memo).is_err());
+    let bad = &document["paths"]["/v1/commands"]["post"]["responses"]["400"]["description"];
+    assert!(bad.as_str().unwrap().contains("unknown field"), "{bad}");
+    let audit = &document["components"]["schemas"]["BankOutput"]["oneOf"];
+    let audit = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["required"] == json!(["Audit"]));
+    let total = &audit.expect("the Audit variant")["properties"]["Audit"]["properties"]["total"];
+    assert_eq!(total["type"], "string", "{total}");
+    let outcome = json!({"$ref": "#/components/schemas/Outcome"});
+    let written = json!({"outcome": "done", "output": {"Audit": {"accounts": 2, "total": "100"}}});
+    assert_valid(&document, &outcome, &written);
+    let number = json!({"outcome": "done", "output": {"Audit": {"accounts": 2, "total": 100}}});
+    assert!(validate(&document, &outcome, &number).is_err());
+}
+
 /// Commands that give every kind of output and several business errors.
 fn commands() -> Vec<BankCommand> {
     let (a, b) = (AccountId(7), AccountId(8));

@@ -3,6 +3,7 @@
 //! handler refused makes the exit code 1 (unless `--allow-refused`); no answer within
 //! `--timeout`, 2.
 
+use super::gateway::json::{self, Wide};
 use super::{CliHandler, Output, runtime};
 use crate::client::{Client, ClientConfig, ClientError};
 use crate::handler::Outcome;
@@ -40,13 +41,13 @@ pub struct ClientArgs {
     /// serde spells the handler's command type). Without any, standard input is read: one
     /// request per line, a command or a JSON array of commands.
     pub commands: Vec<String>,
-    /// Seconds to keep trying a request before giving up (its outcome is then unknown, and
-    /// the exit code 2).
+    /// Seconds to keep trying a request before giving up (its outcome is then unknown: exit
+    /// 2, unreachable).
     #[arg(long, alias = "give-up-after", value_name = "SECS",
           value_parser = super::status::timeout_seconds, default_value_t = CLIENT_GIVE_UP_SECS_DEFAULT)]
     pub timeout: f64,
-    /// Exit 0 even when the handler refused a command (the outcomes say so); without it,
-    /// a refused command makes the exit code 1.
+    /// Exit 0 (success) even when the handler refused a command (the outcomes say so);
+    /// without it, a refused command makes it exit 1 (negative).
     #[arg(long)]
     pub allow_refused: bool,
     /// What standard output holds for each request: `json` (the default: one JSON array of
@@ -56,7 +57,7 @@ pub struct ClientArgs {
     /// Send as this client id (decimal, or hexadecimal after `0x`; up to 128 bits) instead of
     /// a fresh random one: the session goes on where the cluster left it (its next request
     /// number asked of the leader), so one id's requests across runs are one history. An id
-    /// whose session expired is refused (exit 4).
+    /// whose session expired is refused (exit 4, refused).
     #[arg(long, value_name = "ID", value_parser = client_id)]
     pub client_id: Option<ClientId>,
 }
@@ -178,22 +179,24 @@ fn print_outcomes<H: CliHandler>(
     Ok(())
 }
 
-/// One command from its JSON.
+/// One command from its JSON, read as the gateway reads one ([`json::read`]): a
+/// field its type does not have refuses it, and an integer out of range is named as sent.
 fn parse<H: CliHandler>(text: &str) -> anyhow::Result<H::Command> {
-    serde_json::from_str(text).with_context(|| format!("{text} is not a command"))
+    json::read(text.as_bytes()).with_context(|| format!("{text} is not a command"))
 }
 
-/// A line of standard input: one command, or an array of them.
+/// A line of standard input: one command, or an array of them (read as [`parse`] reads one).
 fn parse_line<H: CliHandler>(line: &str) -> anyhow::Result<Vec<H::Command>> {
-    if let Value::Array(items) = serde_json::from_str::<Value>(line)? {
-        let command = |item| serde_json::from_value(item).context("not a command");
-        return items.into_iter().map(command).collect();
+    if line.trim_start().starts_with('[') {
+        return json::read(line.as_bytes()).context("not an array of commands");
     }
     Ok(vec![parse::<H>(line)?])
 }
 
 /// The JSON form of one command's outcome: `{"outcome": "done", "output": ...}`,
-/// `{"outcome": "failed", "error": ...}` or `{"outcome": "invalid"}`.
+/// `{"outcome": "failed", "error": ...}` or `{"outcome": "invalid"}`, each field of the same
+/// JSON type as the gateway's answer gives it (a 128-bit integer a string of digits:
+/// `gateway::json::Wide`).
 pub fn outcome_json<H: CliHandler>(outcome: &Outcome<H::Output, H::Error>) -> Value {
     match outcome {
         Outcome::Done(output) => json!({ "outcome": "done", "output": to_json(output) }),
@@ -202,7 +205,52 @@ pub fn outcome_json<H: CliHandler>(outcome: &Outcome<H::Output, H::Error>) -> Va
     }
 }
 
-/// A value as JSON (one that does not serialize prints as the serializer's message).
+/// A value as JSON, as the gateway writes it (one that does not serialize prints as the
+/// serializer's message).
 fn to_json<T: serde::Serialize>(value: &T) -> Value {
-    serde_json::to_value(value).unwrap_or_else(|error| Value::String(error.to_string()))
+    serde_json::to_value(Wide(value)).unwrap_or_else(|error| Value::String(error.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::gateway::tests::{Order, Shop};
+
+    /// The whole message of a refused command line or argument.
+    fn refused(parsed: anyhow::Result<impl std::fmt::Debug>) -> String {
+        format!("{:#}", parsed.expect_err("refused"))
+    }
+
+    /// Proves `client` reads commands as the gateway does: a field the command's type does
+    /// not have refuses the line (or the argument) with the field's path, and an integer out
+    /// of range is named with the digits it was sent as; right commands are taken.
+    #[test]
+    fn client_refuses_unknown_fields_and_names_out_of_range_integers() {
+        let memo = r#"{"Pay": {"from": 1, "to": 2, "amount": 1, "memo": "x"}}"#;
+        let error = refused(parse::<Shop>(memo));
+        assert!(
+            error.contains("unknown field `memo` at Pay.memo"),
+            "{error}"
+        );
+        let error = refused(parse_line::<Shop>(&format!(r#"["Count", {memo}]"#)));
+        assert!(
+            error.contains("unknown field `memo` at [1].Pay.memo"),
+            "{error}"
+        );
+        let big = r#"[{"Pay": {"from": 1, "to": 2, "amount": 18446744073709551616}}]"#;
+        let error = refused(parse_line::<Shop>(big));
+        assert!(
+            error.contains("18446744073709551616 is out of range for u64 at [0].Pay.amount"),
+            "{error}"
+        );
+        let negative = r#"{"Pay": {"from": 1, "to": 2, "amount": -1}}"#;
+        let error = refused(parse_line::<Shop>(negative));
+        assert!(
+            error.contains("-1 is out of range for u64 at Pay.amount"),
+            "{error}"
+        );
+        let taken = r#"["Count", {"Pay": {"from": 1, "to": 2, "amount": 3}}]"#;
+        assert_eq!(parse_line::<Shop>(taken).unwrap().len(), 2);
+        assert_eq!(parse::<Shop>(r#""Count""#).unwrap(), Order::Count);
+    }
 }

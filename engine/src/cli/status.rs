@@ -35,8 +35,8 @@ pub struct StatusArgs {
     pub output: super::OutputArgs,
     /// Wait up to SECS for the cluster to be healthy (every node reachable, none halted,
     /// diverged or out of disk, a leader a majority follows), then report; without it,
-    /// report at once. Either way the exit code is 1 when the cluster is degraded, 2 when no
-    /// node answered.
+    /// report at once. Either way it exits 1 (negative) when the cluster is degraded, and 2
+    /// (unreachable) when no node answered.
     #[arg(long, value_name = "SECS", value_parser = wait_seconds)]
     pub wait: Option<f64>,
     /// Healthy also means converged: every node has applied the newest committed entry and

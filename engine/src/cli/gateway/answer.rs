@@ -3,6 +3,7 @@
 //! wrongly). A status says what the caller may do: 4xx never succeeds as sent, 503 may be
 //! retried after `Retry-After` seconds (with the same `Idempotency-Key`, safely).
 
+use super::json::Wide;
 use crate::client::ClientError;
 use crate::handler::OutcomeOf;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -219,7 +220,8 @@ impl IntoResponse for Failure {
 
 /// The outcomes as the caller gets them: a JSON array, one object per command, in order
 /// (`{"outcome":"done","output":...}`, `{"outcome":"failed","error":...}` or
-/// `{"outcome":"invalid"}`), written straight into the body: building a `serde_json::Value`
+/// `{"outcome":"invalid"}`; a 128-bit integer in an output or error as a string of digits,
+/// as `client` prints it: [`Wide`]), written straight into the body: building a `serde_json::Value`
 /// tree first cost the gateway most of its time at 256 commands a request, and the fixed
 /// parts are written as bytes because escaping them as strings was the next largest cost.
 pub fn outcomes_json<H: crate::cli::CliHandler>(outcomes: &[OutcomeOf<H>]) -> Response {
@@ -245,12 +247,12 @@ fn write_outcomes<O: serde::Serialize, E: serde::Serialize>(
         match outcome {
             Outcome::Done(output) => {
                 body.extend_from_slice(br#"{"outcome":"done","output":"#);
-                serde_json::to_writer(&mut body, output)?;
+                serde_json::to_writer(&mut body, &Wide(output))?;
                 body.push(b'}');
             }
             Outcome::Failed(error) => {
                 body.extend_from_slice(br#"{"outcome":"failed","error":"#);
-                serde_json::to_writer(&mut body, error)?;
+                serde_json::to_writer(&mut body, &Wide(error))?;
                 body.push(b'}');
             }
             Outcome::Invalid => body.extend_from_slice(br#"{"outcome":"invalid"}"#),
@@ -289,5 +291,65 @@ mod tests {
         );
         let none: Vec<Outcome<u64, u64>> = Vec::new();
         assert_eq!(write_outcomes(&none).unwrap(), b"[]");
+    }
+
+    /// Proves the gateway's answer and `client`'s output (`outcome_json`) give every field
+    /// of the same outcome the same JSON, type and value: a 128-bit integer, at any depth
+    /// and of any size, is a string of its decimal digits in both; a 64-bit one a number.
+    #[test]
+    fn gateway_and_client_write_the_same_json_types() {
+        use crate::cli::gateway::tests::{Parcel, Receipt, Refusal, Shop};
+        let outcomes: Vec<OutcomeOf<Shop>> = vec![
+            Outcome::Done(Receipt::Paid {
+                balance: u64::MAX,
+                total: u128::MAX,
+                net: i128::MIN,
+            }),
+            Outcome::Done(Receipt::Paid {
+                balance: 1,
+                total: 2,
+                net: -3,
+            }),
+            Outcome::Done(Receipt::Shipped(Parcel {
+                id: 7,
+                label: Some("a".into()),
+            })),
+            Outcome::Done(Receipt::Sums(vec![0, u128::from(u64::MAX) + 1])),
+            Outcome::Done(Receipt::Maybe(Some(5))),
+            Outcome::Done(Receipt::Maybe(None)),
+            Outcome::Done(Receipt::Pair(u128::MAX, -1)),
+            Outcome::Failed(Refusal::Short { needed: u128::MAX }),
+            Outcome::Failed(Refusal::Full),
+            Outcome::Invalid,
+        ];
+        let written = write_outcomes(&outcomes).unwrap();
+        let gateway: Vec<serde_json::Value> = serde_json::from_slice(&written).unwrap();
+        let client: Vec<serde_json::Value> = outcomes
+            .iter()
+            .map(crate::cli::outcome_json::<Shop>)
+            .collect();
+        assert_eq!(gateway, client);
+        assert_eq!(
+            gateway[0],
+            json!({"outcome": "done", "output": {"Paid": {
+                "balance": u64::MAX,
+                "total": u128::MAX.to_string(),
+                "net": i128::MIN.to_string(),
+            }}})
+        );
+        assert_eq!(gateway[1]["output"]["Paid"]["total"], json!("2"));
+        assert_eq!(
+            gateway[3]["output"]["Sums"],
+            json!(["0", "18446744073709551616"])
+        );
+        assert_eq!(gateway[4]["output"]["Maybe"], json!("5"));
+        assert_eq!(
+            gateway[6]["output"]["Pair"][0],
+            json!(u128::MAX.to_string())
+        );
+        assert_eq!(
+            gateway[7]["error"]["Short"]["needed"],
+            json!(u128::MAX.to_string())
+        );
     }
 }

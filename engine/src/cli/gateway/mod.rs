@@ -4,7 +4,9 @@
 //! each caller with its own outcomes once they are committed.
 //!
 //! - `POST /v1/commands`: a JSON array of 1 to 1,024 of the handler's commands (serde's
-//!   mapping of its command type); the answer is the array of their outcomes, in order.
+//!   mapping of its command type, read strictly: a field the type does not have refuses the
+//!   whole body: `json.rs`); the answer is the array of their outcomes, in order (a 128-bit
+//!   integer in one is a string of its digits).
 //! - `POST /v1/reads`: read-only commands, answered off the log (linearizable).
 //! - `Idempotency-Key: KEY` on a POST: the cluster keeps the key with its outcomes, so a
 //!   retry through any gateway gets the first answer and never runs twice
@@ -16,10 +18,13 @@
 
 mod answer;
 mod coalesce;
+pub(crate) mod json;
 mod listener;
 mod metrics;
 mod openapi;
 mod serve;
+#[cfg(test)]
+pub(crate) mod tests;
 mod tls;
 
 pub use answer::{Failure, RETRY_AFTER_S};
@@ -411,15 +416,15 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Failure> {
     }
 }
 
-/// The body as 1 to [`REQUEST_COMMANDS_MAX`] of the handler's commands; a body that is not
-/// one is described with the parser's message and the path to the first wrong field.
+/// The body as 1 to [`REQUEST_COMMANDS_MAX`] of the handler's commands, read strictly
+/// ([`json::read`]): a body that is not one is described with the parser's message and the
+/// path to the first wrong field; a field a command's type does not have refuses the whole
+/// body, before anything is submitted.
 fn parse_commands<H: CliHandler>(body: &[u8]) -> Result<Vec<H::Command>, Failure> {
-    // The plain parser first: tracking the path costs on every field, and only a body that
-    // fails needs it.
-    let commands = match serde_json::from_slice::<Vec<H::Command>>(body) {
-        Ok(commands) => commands,
-        Err(_) => return Err(describe_bad_body::<H>(body)),
-    };
+    let commands = json::read::<Vec<H::Command>>(body).map_err(|bad| Failure::BadBody {
+        message: bad.message,
+        path: bad.path,
+    })?;
     let max = REQUEST_COMMANDS_MAX as usize;
     if commands.is_empty() || commands.len() > max {
         return Err(Failure::CommandCount {
@@ -428,26 +433,4 @@ fn parse_commands<H: CliHandler>(body: &[u8]) -> Result<Vec<H::Command>, Failure
         });
     }
     Ok(commands)
-}
-
-/// Why `body` is not an array of the handler's commands: the parser's message and the path
-/// to the first wrong field.
-fn describe_bad_body<H: CliHandler>(body: &[u8]) -> Failure {
-    let mut parser = serde_json::Deserializer::from_slice(body);
-    let parsed: Result<Vec<H::Command>, _> = serde_path_to_error::deserialize(&mut parser);
-    let error = match parsed {
-        Err(error) => error,
-        Ok(_) => {
-            let trailing = parser.end().err();
-            return Failure::BadBody {
-                message: trailing.map_or_else(|| "not a JSON array".into(), |e| e.to_string()),
-                path: None,
-            };
-        }
-    };
-    let path = error.path().to_string();
-    Failure::BadBody {
-        message: error.into_inner().to_string(),
-        path: (path != ".").then_some(path),
-    }
 }

@@ -37,10 +37,12 @@ pub fn openapi_document<H: CliHandler>() -> Value {
     let mut definitions = Definitions::new();
     definitions.reserve(OUTCOME);
     definitions.reserve(ERROR_BODY);
-    let command = schema::shape_json(&H::Command::describe(&mut definitions), SCHEMAS);
-    let output = schema::shape_json(&H::Output::describe(&mut definitions), SCHEMAS);
-    let error = schema::shape_json(&H::Error::describe(&mut definitions), SCHEMAS);
-    let mut schemas = schema::definitions_json(&definitions, SCHEMAS);
+    let command = H::Command::describe(&mut definitions);
+    let output = H::Output::describe(&mut definitions);
+    let error = H::Error::describe(&mut definitions);
+    let described = schema::described(&definitions, &command, &[&output, &error], SCHEMAS);
+    let (command, mut schemas) = (described.command, described.schemas);
+    let [output, error]: [Value; 2] = described.answers.try_into().expect("two answers");
     schemas.insert(OUTCOME.into(), outcome_schema(output, error));
     schemas.insert(ERROR_BODY.into(), error_body_schema());
     json!({
@@ -49,7 +51,10 @@ pub fn openapi_document<H: CliHandler>() -> Value {
             "title": format!("{} over HTTP", std::any::type_name::<H>()),
             "version": "1",
             "description": "The engine's gateway: the handler's commands as JSON (serde's \
-                mapping of its types), each answered with its outcome once committed.",
+                mapping of its types), each answered with its outcome once committed. A \
+                command's unknown field refuses the request (400). A 128-bit integer is a \
+                string of decimal digits in an output or error (a JSON number past 2^53 \
+                loses digits in JavaScript), and a number in a command.",
             "x-handler-versions": [H::VERSIONS.start(), H::VERSIONS.end()],
         },
         "paths": paths(&command),
@@ -249,8 +254,12 @@ fn failure_responses(endpoint: Endpoint) -> Map<String, Value> {
                 .ok()
                 .and_then(|s| s.canonical_reason())
                 .unwrap_or("Refused");
+            let mut description = format!("{reason}: {}.", codes.join(", "));
+            if status == axum::http::StatusCode::BAD_REQUEST.as_u16() {
+                description.push_str(BAD_BODY);
+            }
             let mut response = json!({
-                "description": format!("{reason}: {}.", codes.join(", ")),
+                "description": description,
                 "content": { "application/json": { "schema": { "allOf": [
                     { "$ref": format!("{SCHEMAS}{ERROR_BODY}") },
                     { "properties": { "error": { "enum": codes } } },
@@ -265,6 +274,12 @@ fn failure_responses(endpoint: Endpoint) -> Map<String, Value> {
 }
 
 const BOTH: &[Endpoint] = &[Endpoint::Commands, Endpoint::Reads];
+
+/// What the 400 answer adds about a body: the gateway reads commands strictly.
+const BAD_BODY: &str = " A command is read strictly: an unknown field (one its type does not \
+    have) refuses the whole request, as does an integer out of range for its field (named \
+    as sent); the body's `path` names the field (`[0].Transfer.memo`), and none of the \
+    commands ran.";
 
 /// Every kind of failure, with the endpoints that can answer with it. The match is over
 /// every kind, so that a new one cannot be added without deciding here where it answers;

@@ -109,3 +109,126 @@ fn handler_types_do_not_take_the_documents_names() {
     assert!(validate(&document, commands, &json!([])).is_err());
     assert!(validate(&document, commands, &json!([-1])).is_err());
 }
+
+/// Every schema reachable from `schema` (through references, properties, items and
+/// combinations), each once.
+fn reachable<'a>(document: &'a Value, schema: &'a Value) -> Vec<&'a Value> {
+    let mut seen: Vec<&Value> = Vec::new();
+    let mut next = vec![schema];
+    while let Some(schema) = next.pop() {
+        if seen.iter().any(|s| std::ptr::eq(*s, schema)) {
+            continue;
+        }
+        seen.push(schema);
+        let Some(keywords) = schema.as_object() else {
+            continue;
+        };
+        if let Some(target) = keywords.get("$ref").and_then(Value::as_str) {
+            let pointer = target.strip_prefix('#').expect("a local reference");
+            next.push(
+                document
+                    .pointer(pointer)
+                    .expect("a reference that resolves"),
+            );
+        }
+        let properties = keywords.get("properties").and_then(Value::as_object);
+        next.extend(properties.into_iter().flat_map(|p| p.values()));
+        for key in ["oneOf", "anyOf", "allOf", "prefixItems"] {
+            next.extend(
+                keywords
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten(),
+            );
+        }
+        next.extend(keywords.get("items").filter(|items| items.is_object()));
+    }
+    seen
+}
+
+/// The schema of one command of `/v1/commands`.
+fn command_schema(document: &Value) -> &Value {
+    let body = &document["paths"]["/v1/commands"]["post"]["requestBody"];
+    &body["content"]["application/json"]["schema"]["items"]
+}
+
+/// Proves every object a command holds, at any depth (the variants' objects, the structs
+/// in them, a struct of a newtype variant), refuses a key it does not declare, as the
+/// gateway does; and that the 400 answer says so.
+#[test]
+fn command_objects_refuse_unknown_keys() {
+    use crate::cli::gateway::tests::Shop;
+    let document = openapi_document::<Shop>();
+    let command = command_schema(&document);
+    let objects: Vec<&Value> = reachable(&document, command)
+        .into_iter()
+        .filter(|s| s.get("properties").is_some() || s.get("type") == Some(&json!("object")))
+        .collect();
+    // Five variants' objects, Pay's, Weigh's and Settle's fields, Parcel and Money.
+    assert!(objects.len() >= 10, "{objects:#?}");
+    for object in objects {
+        assert_eq!(object["additionalProperties"], json!(false), "{object:#}");
+    }
+    let memo = json!({"Pay": {"from": 1, "to": 2, "amount": 1, "memo": "x"}});
+    assert!(validate(&document, command, &memo).is_err());
+    let nested = json!({"Weigh": {"parcel": {"id": 1, "colour": "red"}, "grams": 5}});
+    assert!(validate(&document, command, &nested).is_err());
+    let shipped = json!({"Ship": {"id": 1, "extra": 2}});
+    assert!(validate(&document, command, &shipped).is_err());
+    let taken = json!({"Weigh": {"parcel": {"id": 1}, "grams": 5}});
+    assert_eq!(validate(&document, command, &taken), Ok(()));
+    for path in ["/v1/commands", "/v1/reads"] {
+        let bad = &document["paths"][path]["post"]["responses"]["400"]["description"];
+        let bad = bad.as_str().unwrap();
+        assert!(bad.contains("unknown field"), "{path}: {bad}");
+        assert!(bad.contains("out of range"), "{path}: {bad}");
+    }
+}
+
+/// Proves the document describes a 128-bit integer as it is written: a string of digits in
+/// every output and error (the gateway's real answer validates; a number is refused), and
+/// a number in a command, which is how the gateway reads it, even in a type that commands
+/// and outputs share.
+#[test]
+fn wide_integers_are_described_as_written() {
+    use crate::cli::gateway::tests::{Money, Receipt, Refusal, Shop};
+    let document = openapi_document::<Shop>();
+    let outcomes = vec![
+        crate::handler::Outcome::Done(Receipt::Paid {
+            balance: u64::MAX,
+            total: u128::MAX,
+            net: i128::MIN,
+        }),
+        crate::handler::Outcome::Done(Receipt::Sums(vec![0, u128::MAX])),
+        crate::handler::Outcome::Done(Receipt::Maybe(Some(5))),
+        crate::handler::Outcome::Done(Receipt::Pair(7, -1)),
+        crate::handler::Outcome::Done(Receipt::Lent(Money { cents: u128::MAX })),
+        crate::handler::Outcome::Failed(Refusal::Short { needed: 3 }),
+    ];
+    let response = super::super::answer::outcomes_json::<Shop>(&outcomes);
+    let bytes = futures::executor::block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+        .unwrap();
+    let answered: Value = serde_json::from_slice(&bytes).unwrap();
+    let ok = &document["paths"]["/v1/commands"]["post"]["responses"]["200"];
+    let ok = &ok["content"]["application/json"]["schema"];
+    assert_eq!(validate(&document, ok, &answered), Ok(()), "{answered}");
+    let outcome = json!({ "$ref": format!("{SCHEMAS}{OUTCOME}") });
+    let numbers = [
+        json!({"outcome": "done", "output": {"Paid": {"balance": 1, "total": 2, "net": "-3"}}}),
+        json!({"outcome": "done", "output": {"Lent": {"cents": 5}}}),
+        json!({"outcome": "failed", "error": {"Short": {"needed": 3}}}),
+        json!({"outcome": "done", "output": {"Sums": ["01"]}}),
+        json!({"outcome": "done", "output": {"Paid": {"balance": 1, "total": "-2", "net": "3"}}}),
+    ];
+    for value in numbers {
+        assert!(validate(&document, &outcome, &value).is_err(), "{value}");
+    }
+    let command = command_schema(&document);
+    let lend: Value =
+        serde_json::from_str(r#"{"Lend": {"cents": 340282366920938463463374607431768211455}}"#)
+            .unwrap();
+    assert_eq!(validate(&document, command, &lend), Ok(()), "{lend}");
+    let as_string = json!({"Lend": {"cents": "5"}});
+    assert!(validate(&document, command, &as_string).is_err());
+}

@@ -3,6 +3,7 @@
 //! a handler's types against their description: every sample value's `serde_json` form must
 //! pass, or the description says what serde does not write.
 
+use super::schema::{SIGNED_DIGITS, UNSIGNED_DIGITS};
 use serde_json::{Map, Number, Value};
 use std::cmp::Ordering;
 
@@ -87,6 +88,7 @@ impl Validator<'_> {
             "minimum" | "maximum" | "minLength" | "maxLength" => {
                 bound(keyword, argument, value, at)
             }
+            "pattern" => pattern(argument, value, at.path),
             _ if ANNOTATIONS.contains(&keyword) => Ok(()),
             _ => Err(mismatch(
                 at.path,
@@ -237,6 +239,34 @@ fn type_is(argument: &Value, value: &Value, path: &str) -> Outcome {
         Ok(())
     } else {
         Err(mismatch(path, format!("a value of type {argument}")))
+    }
+}
+
+/// A string's `pattern`: only the patterns the schemas write (a 128-bit integer's digits),
+/// any other is a mismatch, never a silent pass.
+fn pattern(argument: &Value, value: &Value, path: &str) -> Outcome {
+    let Some(text) = value.as_str() else {
+        return Ok(());
+    };
+    let digits = |t: &str| {
+        t == "0"
+            || (t.starts_with(|c: char| c.is_ascii_digit() && c != '0')
+                && t.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let matches = match argument.as_str() {
+        Some(UNSIGNED_DIGITS) => digits(text),
+        Some(SIGNED_DIGITS) => digits(text.strip_prefix('-').filter(|t| *t != "0").unwrap_or(text)),
+        _ => {
+            return Err(mismatch(
+                path,
+                format!("a pattern it knows, not {argument}"),
+            ));
+        }
+    };
+    if matches {
+        Ok(())
+    } else {
+        Err(mismatch(path, format!("a string matching {argument}")))
     }
 }
 
