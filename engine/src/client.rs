@@ -23,7 +23,9 @@ pub mod blocking;
 mod operator;
 mod requests;
 
-pub use operator::{OperatorConfig, change_members, set_node_mode, upgrade_handler};
+pub use operator::{
+    OperatorConfig, OperatorRefused, change_members, set_node_mode, upgrade_handler,
+};
 
 pub use requests::{Answer, Attempt, Next, Requests, answer_to};
 
@@ -147,10 +149,31 @@ pub enum ClientError {
     /// A one-off request (status) could not reach the node.
     #[error("unreachable: {0}")]
     Unreachable(String),
-    /// The cluster refuses this client (another cluster, version or key): trying again
-    /// cannot help.
-    #[error("refused: {0}")]
+    /// The cluster refuses this client (another cluster, version or key, or a credential
+    /// whose role may not make the request): trying again cannot help.
+    #[error("refused: {0}{instead}", instead = instead(.0))]
     Refused(Refusal),
+}
+
+/// What to use instead, after a refusal's own message, where the refusal is of the operator
+/// credential for a business request.
+fn instead(refusal: &Refusal) -> &'static str {
+    use net::message::ClientRole::{Application, Operator};
+    let operator_for_business = matches!(
+        refusal,
+        Refusal::Forbidden { role: Operator }
+            | Refusal::WrongCredential {
+                needs: Application,
+                ..
+            }
+    );
+    match operator_for_business {
+        true => {
+            "; use the application's client file (`client-file --cluster CLUSTER_FILE --out \
+             client.toml` writes it), not the operator's"
+        }
+        false => "",
+    }
 }
 
 /// A client session: one id, requests numbered from one (after its registration, number
@@ -521,6 +544,11 @@ enum Won {
 /// What an exchange's end means for [`Requests`], and the connection to keep.
 fn attempt_of(ended: Ended) -> (Option<Connection>, Attempt<Address>) {
     match ended {
+        // Refused after the handshake for good (a request the credential's role may not
+        // make): as a refusal in the handshake, not a node to try again later.
+        Ok((_, Ok(Answer::Closed(refusal)))) if refusal.is_permanent() => {
+            (None, Attempt::RefusedForGood(refusal))
+        }
         Ok((connection, Ok(answer))) => (connection, Attempt::Answered(answer)),
         Ok((_, Err(HandshakeError::Refused(refusal)))) if refusal.is_permanent() => {
             (None, Attempt::RefusedForGood(refusal))

@@ -13,8 +13,8 @@ use net::frame::FrameCodec;
 use net::ids::StateHash;
 use net::message::{
     Admission, Append, AppendOutcome, AppendReply, BackupChunk, BackupRequest, Challenge,
-    ClientReply, ClientRequest, ClientRole, HandlerVersions, Hello, LogEnd, Member, MemberChange,
-    MembersRefusal, Mode, NodeStatus, PROTOCOL_VERSION, PeerMessage, Read, ReadCheck,
+    ClientReply, ClientRequest, ClientRole, Credential, HandlerVersions, Hello, LogEnd, Member,
+    MemberChange, MembersRefusal, Mode, NodeStatus, PROTOCOL_VERSION, PeerMessage, Read, ReadCheck,
     ReadCheckReply, Refusal, Rejection, Role, SnapshotChunk, Stages, Submit, UpgradeRefusal, Vote,
     VoteReply, tags,
 };
@@ -390,7 +390,7 @@ fn decoder_knows<T: Decode>(type_name: &str, tag: u32) -> bool {
 }
 
 fn handshake_tags() -> Vec<(&'static str, Tags)> {
-    use tags::{admission as a, client_role as c, refusal as r};
+    use tags::{admission as a, client_role as c, credential as k, refusal as r};
     let refusals = vec![
         (r::VERSION, Refusal::Version { theirs: 5, ours: 4 }),
         (
@@ -420,6 +420,13 @@ fn handshake_tags() -> Vec<(&'static str, Tags)> {
                 role: ClientRole::Application,
             },
         ),
+        (
+            r::WRONG_CREDENTIAL,
+            Refusal::WrongCredential {
+                proved: Credential::Application,
+                needs: ClientRole::Operator,
+            },
+        ),
     ];
     let admissions = vec![
         (a::ACCEPTED, Admission::Accepted),
@@ -429,10 +436,16 @@ fn handshake_tags() -> Vec<(&'static str, Tags)> {
         (c::APPLICATION, ClientRole::Application),
         (c::OPERATOR, ClientRole::Operator),
     ];
+    let credentials = vec![
+        (k::PEER, Credential::Peer),
+        (k::APPLICATION, Credential::Application),
+        (k::OPERATOR, Credential::Operator),
+    ];
     vec![
         tags_of("Admission", admissions),
         tags_of("Refusal", refusals),
         tags_of("ClientRole", roles),
+        tags_of("Credential", credentials),
     ]
 }
 

@@ -68,6 +68,19 @@ pub mod tags {
         pub const UNDECODABLE: u32 = 12;
         /// [`Refusal::Forbidden`](crate::message::Refusal::Forbidden).
         pub const FORBIDDEN: u32 = 13;
+        /// [`Refusal::WrongCredential`](crate::message::Refusal::WrongCredential).
+        pub const WRONG_CREDENTIAL: u32 = 14;
+    }
+
+    /// Tags of [`Credential`](super::Credential): whose secret a handshake's proof was made
+    /// from.
+    pub mod credential {
+        /// [`Credential::Peer`](crate::message::Credential::Peer).
+        pub const PEER: u32 = 0;
+        /// [`Credential::Application`](crate::message::Credential::Application).
+        pub const APPLICATION: u32 = 1;
+        /// [`Credential::Operator`](crate::message::Credential::Operator).
+        pub const OPERATOR: u32 = 2;
     }
 
     /// Tags of [`ClientRole`](super::ClientRole): what a client connection may ask.
@@ -314,8 +327,11 @@ pub enum Refusal {
     #[error("a node on the client port")]
     #[codec(tag = tags::refusal::NODE_ON_CLIENT_PORT)]
     NodeOnClientPort,
-    /// The proof did not match the challenge with this cluster's key.
-    #[error("the handshake proof does not match this cluster's key")]
+    /// The proof did not match the challenge with any key of this cluster (nor any other
+    /// secret it knows: see [`Refusal::WrongCredential`]).
+    #[error(
+        "the key proves no role of this cluster (the handshake proof matches none of its keys)"
+    )]
     #[codec(tag = tags::refusal::UNAUTHENTICATED)]
     Unauthenticated,
     /// The node holds as many connections of this kind as it takes.
@@ -361,15 +377,78 @@ pub enum Refusal {
     /// A request the connection's role may not make: operator requests need the operator
     /// credential, business requests the client credential (added after the protocol's
     /// fourth version; every earlier message keeps its bytes).
-    #[error(
-        "an {role} connection may not make this request (operator requests need the operator \
-         credential, business requests the client credential)"
-    )]
+    #[error("{}", forbidden(*.role))]
     #[codec(tag = tags::refusal::FORBIDDEN)]
     Forbidden {
         /// The role the connection's handshake proved.
         role: ClientRole,
     },
+    /// A handshake whose proof is another role's secret made into the credential a request
+    /// needs (a cluster file whose operator secret is the client secret, say): refused in the
+    /// handshake, naming both, where [`Refusal::Unauthenticated`] would say only that the key
+    /// matches none. Added after [`Refusal::Forbidden`], within the protocol's fourth version:
+    /// every earlier message keeps its bytes, and a node sends it only for a proof no build
+    /// before it admitted as anything but an application (see `notes/decisions/access.md`).
+    #[error("this key is {proved}; {}", needs_text(*.needs))]
+    #[codec(tag = tags::refusal::WRONG_CREDENTIAL)]
+    WrongCredential {
+        /// Whose secret the key was made from.
+        proved: Credential,
+        /// The role the caller asked for.
+        needs: ClientRole,
+    },
+}
+
+/// Whose secret a handshake's proof was made from, as a node recognizes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub enum Credential {
+    /// The nodes' (peer) secret.
+    #[codec(tag = tags::credential::PEER)]
+    Peer,
+    /// The applications' (client) secret.
+    #[codec(tag = tags::credential::APPLICATION)]
+    Application,
+    /// The operators' secret.
+    #[codec(tag = tags::credential::OPERATOR)]
+    Operator,
+}
+
+impl std::fmt::Display for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Credential::Peer => "the nodes' (peer) credential",
+            Credential::Application => "the application (client) credential",
+            Credential::Operator => "the operator credential",
+        })
+    }
+}
+
+/// What the requests of `role` need, for a refusal's message.
+fn needs_text(role: ClientRole) -> &'static str {
+    match role {
+        ClientRole::Operator => "mode, member, backup and upgrade need the operator credential",
+        ClientRole::Application => {
+            "business commands (submit, read) need the application (client) credential"
+        }
+    }
+}
+
+/// The message of [`Refusal::Forbidden`]: what the connection's key is, and what the request
+/// needs (an application connection is refused only operator requests, an operator
+/// connection only business requests).
+fn forbidden(role: ClientRole) -> &'static str {
+    match role {
+        ClientRole::Application => {
+            "this key is not the operator credential (the node took it for an application's: \
+             the client credential, or any key where the cluster sets no client_secret); mode, \
+             member, backup and upgrade need the operator credential"
+        }
+        ClientRole::Operator => {
+            "this key is the operator credential: the operator credential may not submit or \
+             read business commands, which need the application (client) credential"
+        }
+    }
 }
 
 /// What a client connection may ask, by the credential its handshake proved.
@@ -457,7 +536,8 @@ impl Refusal {
             | Refusal::NotAPeer { .. }
             | Refusal::NodeOnClientPort
             | Refusal::Unauthenticated
-            | Refusal::Forbidden { .. } => true,
+            | Refusal::Forbidden { .. }
+            | Refusal::WrongCredential { .. } => true,
             Refusal::TooManyConnections { .. }
             | Refusal::HandshakeTimeout
             | Refusal::ReadTimeout
@@ -1407,5 +1487,47 @@ mod tests {
         let bytes = codec::encode_to_vec(&build).unwrap();
         assert_eq!(tag(bytes.clone()), 19);
         assert_eq!(codec::decode::<ClientReply>(&bytes).unwrap(), build);
+    }
+
+    /// Proves the refusal that names another role's key takes the next tag of `Refusal`
+    /// (every earlier refusal keeps its bytes), round-trips, is permanent, and says what the
+    /// key is and what the request needs.
+    #[test]
+    fn a_wrong_credential_takes_a_new_tag_and_names_both_roles() {
+        let refusal = Refusal::WrongCredential {
+            proved: Credential::Application,
+            needs: ClientRole::Operator,
+        };
+        let bytes = codec::encode_to_vec(&Admission::Refused(refusal.clone())).unwrap();
+        assert_eq!(bytes, [1, 0, 0, 0, 14, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0]);
+        let decoded = codec::decode::<Admission>(&bytes).unwrap();
+        assert_eq!(decoded, Admission::Refused(refusal.clone()));
+        let forbidden = Refusal::Forbidden {
+            role: ClientRole::Application,
+        };
+        let earlier = codec::encode_to_vec(&forbidden).unwrap();
+        assert_eq!(earlier, [13, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(refusal.is_permanent());
+        assert_eq!(
+            refusal.to_string(),
+            "this key is the application (client) credential; mode, member, backup and \
+             upgrade need the operator credential"
+        );
+        let peer = Refusal::WrongCredential {
+            proved: Credential::Peer,
+            needs: ClientRole::Operator,
+        };
+        assert!(
+            peer.to_string()
+                .starts_with("this key is the nodes' (peer) credential")
+        );
+        let operator = Refusal::Forbidden {
+            role: ClientRole::Operator,
+        };
+        let said = operator.to_string();
+        assert!(
+            said.contains("may not submit or read business commands"),
+            "{said}"
+        );
     }
 }

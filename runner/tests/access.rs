@@ -66,7 +66,7 @@ async fn stray_got_nothing(
 #[test]
 fn a_node_with_the_wrong_secret_or_cluster_cannot_join_vote_or_append() {
     for (what, logged) in [
-        ("secret", "the handshake proof does not match"),
+        ("secret", "the key proves no role of this cluster"),
         ("cluster", "cluster 10, this node belongs to cluster 9"),
     ] {
         let dir = tempfile::tempdir().unwrap();

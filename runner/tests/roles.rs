@@ -1,7 +1,9 @@
 //! Who may do what, against real node processes: an application host that holds only its
 //! client file cannot act as an operator, whatever file it writes for itself; the operator's
 //! file can; an application connection that asks an operator request is refused with its
-//! own reason, logged with its address and counted; the cluster is unchanged throughout.
+//! own reason, logged with its address and counted; the cluster is unchanged throughout. Every
+//! file or key handed to the wrong command is refused by name, with what to use instead: exit
+//! 3 where the command itself can tell (a client file), 4 where the node refuses.
 
 mod common;
 
@@ -367,4 +369,158 @@ fn the_peer_secret_rotates_one_node_at_a_time() {
         assert!(fell_back, "{}", rotating.log(1));
         model.check(&config, engine::ClientId(99)).await;
     });
+}
+
+/// Fails unless `output` exited with `code` and its standard error says each of `texts`;
+/// prints what it said (for the record of the exact messages).
+fn says(what: &str, output: &Output, code: i32, texts: &[&str]) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{what}: exit {:?}: {}", output.status.code(), stderr.trim());
+    assert_eq!(output.status.code(), Some(code), "{what}: {stderr}");
+    for text in texts {
+        assert!(stderr.contains(text), "{what}: no {text:?} in: {stderr}");
+    }
+}
+
+/// Each operator command, run with `file`: its name and what it exited with. Nothing of them
+/// may take effect (a backup file is checked for by the caller).
+fn operator_commands(file: &Path, backup: &Path) -> Vec<(&'static str, Output)> {
+    let out = backup.to_str().unwrap();
+    vec![
+        ("mode", run(&["mode"], file, &["performance"])),
+        (
+            "member remove",
+            run(&["member", "remove"], file, &["--id", "3", "--wait", "10"]),
+        ),
+        ("backup", run(&["backup"], file, &["--out", out])),
+        (
+            "upgrade",
+            run(
+                &["upgrade"],
+                file,
+                &["--handler-version", "2", "--wait", "10"],
+            ),
+        ),
+    ]
+}
+
+/// The files a user may hand to the wrong command, made from the cluster file `cluster`: the
+/// client file, the operator file, an operator file whose operator secret is the client
+/// secret, one whose operator secret is wrong, and the cluster file without its operator
+/// secret (what an operator host kept from before the cluster set one).
+struct Misfiles {
+    client: PathBuf,
+    operator: PathBuf,
+    client_as_operator: PathBuf,
+    wrong: PathBuf,
+    peer_only: PathBuf,
+}
+
+impl Misfiles {
+    fn write(dir: &Path, cluster: &Path) -> Misfiles {
+        let made = |operator: bool, out: &Path| {
+            let mut command = runner(&["client-file", "--cluster"]);
+            command.arg(cluster).arg("--out").arg(out);
+            if operator {
+                command.arg("--operator");
+            }
+            let made = command.output().unwrap();
+            assert!(made.status.success(), "{made:?}");
+        };
+        let files = Misfiles {
+            client: dir.join("client.toml"),
+            operator: dir.join("operator.toml"),
+            client_as_operator: dir.join("client-as-operator.toml"),
+            wrong: dir.join("wrong.toml"),
+            peer_only: dir.join("peer-only.toml"),
+        };
+        made(false, &files.client);
+        made(true, &files.operator);
+        let with_operator_secret = |secret: &str, path: &Path| {
+            let mut file = ClusterFile::parse(&files.operator).unwrap();
+            file.operator_secret = Some(secret.into());
+            file.write(path).unwrap();
+        };
+        with_operator_secret(CLIENT_SECRET, &files.client_as_operator);
+        with_operator_secret("a secret this cluster never had", &files.wrong);
+        let mut peer_only = ClusterFile::parse(cluster).unwrap();
+        peer_only.operator_secret = None;
+        peer_only.write(&files.peer_only).unwrap();
+        files
+    }
+}
+
+/// Proves every misuse of a credential is refused by name, with and without a client secret:
+/// the client file given to `mode`, `member`, `backup` or `upgrade` is a local mistake (exit
+/// 3) that names the operator file; those commands proving the client secret, a wrong secret
+/// or the peer secret (where the cluster sets an operator secret) are refused by the nodes
+/// with what the key is and what they need (exit 4); the operator file given to a business
+/// command (`client` transfer, get) is refused naming the operator credential (exit 4). No
+/// backup is written and the cluster is unchanged.
+#[test]
+fn a_misused_credential_is_refused_by_name() {
+    for client_secret in [true, false] {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path();
+        let (nodes, mut config) = start_cluster(dir, |file| {
+            file.operator_secret = Some(OPERATOR_SECRET.into());
+            file.client_secret = client_secret.then(|| CLIENT_SECRET.into());
+        });
+        config.key = client_secret.then(|| Key::client(CLIENT_SECRET.as_bytes()).unwrap());
+        let files = Misfiles::write(dir, &nodes.cluster_file);
+        runtime().block_on(three_up_with_a_leader(&config));
+        let backup = dir.join("misused.backup");
+        let operator_needed = "mode, member, backup and upgrade need the operator credential";
+        let client_file = ["is an application's client file", "client-file --operator"];
+        for (what, output) in operator_commands(&files.client, &backup) {
+            says(
+                &format!("{what} with the client file"),
+                &output,
+                3,
+                &client_file,
+            );
+        }
+        let mut misused = vec![
+            (&files.peer_only, "this key is the nodes' (peer) credential"),
+            (
+                &files.wrong,
+                match client_secret {
+                    true => "the key proves no role of this cluster",
+                    false => "this key is not the operator credential",
+                },
+            ),
+        ];
+        if client_secret {
+            let client_key = "this key is the application (client) credential";
+            misused.push((&files.client_as_operator, client_key));
+        }
+        for (file, named) in misused {
+            for (what, output) in operator_commands(file, &backup) {
+                let what = format!("{what} with {}", file.display());
+                says(
+                    &what,
+                    &output,
+                    4,
+                    &[named, operator_needed, "client-file --operator"],
+                );
+            }
+        }
+        assert!(!backup.exists(), "a backup was written");
+        let business = [
+            "the operator credential may not submit or read business commands",
+            "client file",
+        ];
+        for command in [&["transfer", "1", "2", "3"][..], &["get", "1"]] {
+            let mut args = vec!["--timeout", "10"];
+            args.extend_from_slice(command);
+            let output = run(&["client"], &files.operator, &args);
+            says(
+                &format!("client {command:?} with the operator file"),
+                &output,
+                4,
+                &business,
+            );
+        }
+        runtime().block_on(unchanged(&config));
+    }
 }

@@ -5,7 +5,7 @@
 
 use super::{mode_name, runtime};
 use crate::address::Address;
-use crate::client::{Connects, OperatorConfig};
+use crate::client::{Connects, OperatorConfig, OperatorRefused};
 use crate::codec;
 use crate::handler::Handler;
 use crate::handshake::HandshakeError;
@@ -72,18 +72,32 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
     if !args.force && args.out.symlink_metadata().is_ok() {
         return Err(crate::operator::backup::BackupError::Exists(args.out.clone()).into());
     }
-    let mut failures = Vec::new();
+    let (mut failures, mut refused) = (Vec::new(), None);
     let fetched = runtime()?.block_on(async {
         for node in &file.nodes {
             match fetch(&client, &node.client_address).await {
                 Ok(fetched) => return Some(fetched),
-                Err(error) => failures.push(format!("node {}: {error}", node.id)),
+                Err(error) => {
+                    let id = node.id;
+                    if refused.is_none() {
+                        refused = error.refusal().map(|refusal| OperatorRefused {
+                            command: "backup",
+                            node: id,
+                            refusal,
+                        });
+                    }
+                    failures.push(format!("node {id}: {error}"));
+                }
             }
         }
         None
     });
+    // No node gave one: a node that refused the credential (or the cluster) says why.
     let Some((chunk, snapshot)) = fetched else {
-        return Err(BackupFailed::NoNode(failures).into());
+        return Err(match refused {
+            Some(refused) => refused.into(),
+            None => BackupFailed::NoNode(failures).into(),
+        });
     };
     let backup = Backup::new(file.cluster_id, chunk.node, chunk.mode, snapshot)
         .map_err(|e| anyhow::anyhow!("node {}'s snapshot does not verify: {e}", chunk.node))?;
@@ -162,6 +176,26 @@ enum FetchError {
     Unexpected(String),
     #[error("a snapshot of {0} bytes is over the limit")]
     TooLarge(u64),
+}
+
+impl FetchError {
+    /// The node's refusal, when it refused for good (the credential, the cluster, the version).
+    fn refusal(&self) -> Option<net::message::Refusal> {
+        match self {
+            FetchError::Refused(refusal)
+            | FetchError::Connection(HandshakeError::Refused(refusal))
+                if refusal.is_permanent() =>
+            {
+                Some(refusal.clone())
+            }
+            FetchError::Connection(_)
+            | FetchError::Timeout
+            | FetchError::NoBackup(_)
+            | FetchError::Refused(_)
+            | FetchError::Unexpected(_)
+            | FetchError::TooLarge(_) => None,
+        }
+    }
 }
 
 /// The whole newest durable snapshot of the node at `address`, with its first piece's facts.

@@ -96,6 +96,10 @@ impl Exit {
         if let Some(unhealthy) = find::<Unhealthy>(error) {
             return unhealthy.exit();
         }
+        // A node refused an operator command's credential (or cluster, or version).
+        if find::<crate::client::OperatorRefused>(error).is_some() {
+            return Exit::Refused;
+        }
         if find::<super::replay::Differs>(error).is_some()
             || find::<super::client::Refused>(error).is_some()
             || find::<super::bench::BenchFailed>(error).is_some()
@@ -270,6 +274,13 @@ mod tests {
         let coded = Err::<(), _>(coded).context("reading");
         assert_eq!(Exit::of(&coded.unwrap_err()), Exit::Usage);
         assert_eq!(Exit::of(&anyhow::anyhow!("disk")), Exit::Failed);
+        let refused = crate::client::OperatorRefused {
+            command: "mode",
+            node: 1,
+            refusal: net::message::Refusal::Unauthenticated,
+        };
+        let refused = Err::<(), _>(refused).context("setting the mode");
+        assert_eq!(Exit::of(&refused.unwrap_err()), Exit::Refused);
     }
 
     fn status_unreachable(id: u8) -> super::super::status::Problem {

@@ -4,12 +4,12 @@
 
 use super::runtime;
 use crate::address::Address;
-use crate::client::{ClientError, OperatorConfig, change_members, node_status};
+use crate::client::{ClientError, OperatorConfig, OperatorRefused, change_members, node_status};
 use crate::ids::{EntryIndex, NodeId};
 use crate::members::{Member, MemberChange};
 use crate::node::{ClusterFile, NodeEntry};
 use clap::{Args, Subcommand};
-use net::message::{ClientReply, MembersRefusal, NodeStatus, Refusal, Role};
+use net::message::{ClientReply, MembersRefusal, NodeStatus, Role};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -88,10 +88,6 @@ pub enum MemberError {
     /// The leader refused the change.
     #[error("refused: {0}")]
     Refused(MembersRefusal),
-    /// A node refused the connection for good (another cluster, a wrong key, or a credential
-    /// that is not the operator's).
-    #[error("refused: {0}")]
-    Connection(Refusal),
     /// No leader answered, or the change did not settle, in time.
     #[error("gave up after {seconds} s: {doing}")]
     TimedOut {
@@ -163,7 +159,7 @@ async fn replace_node(replace: &Replace) -> anyhow::Result<Vec<Committed>> {
     let remove = MemberChange::Remove(NodeId(replace.old));
     let old = file.nodes.iter().find(|n| n.id == replace.old);
     let alive = match old {
-        Some(old) => answers(&file, &old.client_address).await?,
+        Some(old) => answers(&file, old).await?,
         None => false,
     };
     let order = if alive {
@@ -187,13 +183,15 @@ async fn replace_node(replace: &Replace) -> anyhow::Result<Vec<Committed>> {
 /// Whether the node at `address` answers a status request within [`MEMBER_TIMEOUT_MS`]:
 /// no (dead) when it cannot be reached or stays silent; an error when it refuses the
 /// credential or the file has none, since then no change could be made anyway.
-async fn answers(file: &ClusterFile, address: &Address) -> anyhow::Result<bool> {
+async fn answers(file: &ClusterFile, node: &NodeEntry) -> anyhow::Result<bool> {
     let client = file.operator_config()?;
     let timeout = Duration::from_millis(MEMBER_TIMEOUT_MS);
-    match node_status(&client, address, timeout).await {
+    match node_status(&client, &node.client_address, timeout).await {
         Ok(_) => Ok(true),
-        Err(ClientError::Refused(refusal)) => Err(MemberError::Connection(refusal).into()),
-        Err(_) => Ok(false),
+        Err(error) => match OperatorRefused::of("member", node.id, &error) {
+            Some(refused) => Err(refused.into()),
+            None => Ok(false),
+        },
     }
 }
 
@@ -229,7 +227,7 @@ async fn apply(
         seconds,
         doing: doing.to_string(),
     };
-    let (leader, index) = propose(&client, &addresses, &change, deadline)
+    let (leader, index) = propose(&client, &file.nodes, &change, deadline)
         .await?
         .ok_or_else(|| match change {
             MemberChange::Add(_) => timed_out(
@@ -271,13 +269,14 @@ fn describe(change: &MemberChange) -> String {
 /// `None` when none did by `deadline`; an error when the leader refused it for good.
 async fn propose(
     client: &OperatorConfig,
-    addresses: &[Address],
+    nodes: &[NodeEntry],
     change: &MemberChange,
     deadline: Instant,
 ) -> anyhow::Result<Option<(Address, EntryIndex)>> {
     let timeout = Duration::from_millis(MEMBER_TIMEOUT_MS);
     while Instant::now() < deadline {
-        for address in addresses {
+        for node in nodes {
+            let address = &node.client_address;
             match change_members(client, address, change, timeout).await {
                 Ok(ClientReply::MembersChanging { index }) => {
                     return Ok(Some((address.clone(), index)));
@@ -293,7 +292,13 @@ async fn propose(
                 }
                 // This credential may not change members: asking again cannot help.
                 Err(ClientError::Refused(refusal)) => {
-                    return Err(MemberError::Connection(refusal).into());
+                    let (command, node) = ("member", node.id);
+                    return Err(OperatorRefused {
+                        command,
+                        node,
+                        refusal,
+                    }
+                    .into());
                 }
                 // Not the leader, a leader not ready yet, a node down: the next one, or again.
                 Ok(_) | Err(_) => {}

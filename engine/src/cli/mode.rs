@@ -3,7 +3,7 @@
 
 use super::{mode_name, runtime};
 use crate::apply::Mode;
-use crate::client::set_node_mode;
+use crate::client::{OperatorRefused, set_node_mode};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -83,9 +83,14 @@ pub fn mode(args: ModeArgs) -> anyhow::Result<()> {
             }
         }
     })?;
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(ModeNotSet(failed).into())
+    // A node that refused the credential (or the cluster) says so: another try cannot help.
+    let refused = answers.iter().find_map(|(id, answer)| {
+        let error = answer.as_ref().err()?;
+        OperatorRefused::of("mode", *id, error)
+    });
+    match (refused, failed.is_empty()) {
+        (Some(refused), _) => Err(refused.into()),
+        (None, true) => Ok(()),
+        (None, false) => Err(ModeNotSet(failed).into()),
     }
 }

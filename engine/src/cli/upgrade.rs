@@ -4,10 +4,10 @@
 
 use super::runtime;
 use crate::address::Address;
-use crate::client::{ClientError, OperatorConfig, node_versions, upgrade_handler};
+use crate::client::{ClientError, OperatorConfig, OperatorRefused, node_versions, upgrade_handler};
 use crate::ids::EntryIndex;
 use clap::Args;
-use net::message::{ClientReply, HandlerVersions, Refusal, UpgradeRefusal};
+use net::message::{ClientReply, HandlerVersions, UpgradeRefusal};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -67,8 +67,8 @@ pub enum UpgradeError {
     Refused(UpgradeRefusal),
     /// A node refused the connection for good (another cluster, a wrong key, or a credential
     /// that is not the operator's).
-    #[error("refused: {0}")]
-    Connection(Refusal),
+    #[error(transparent)]
+    Connection(OperatorRefused),
     /// No leader took it, or not every node switched, in time.
     #[error("gave up after {seconds} s: {doing}")]
     TimedOut {
@@ -96,9 +96,12 @@ pub fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
         doing: doing.to_string(),
     };
     let switched = runtime()?.block_on(async {
-        every_node_runs(&client, &nodes, version).await?;
+        every_node_runs(&client, &nodes, version)
+            .await
+            .map_err(refused_first)?;
         let index = propose(&client, &nodes, version, deadline)
-            .await?
+            .await
+            .map_err(refused_first)?
             .ok_or_else(|| timed_out("no leader took the upgrade"))?;
         match index {
             Some(index) => eprintln!("handler version {version}: in the log at entry {index}"),
@@ -126,6 +129,26 @@ pub fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
     })
 }
 
+/// `error`, with a node's refusal of the credential first in its chain (for its exit code).
+fn refused_first(error: UpgradeError) -> anyhow::Error {
+    if let UpgradeError::Connection(refused) = error {
+        return refused.into();
+    }
+    error.into()
+}
+
+/// Why node `node` gave no versions: it refused the credential (or the cluster), or it did
+/// not answer.
+fn unanswered(node: u8, error: &ClientError) -> UpgradeError {
+    match OperatorRefused::of("upgrade", node, error) {
+        Some(refused) => UpgradeError::Connection(refused),
+        None => UpgradeError::Unreachable {
+            node,
+            reason: error.to_string(),
+        },
+    }
+}
+
 /// Checks every node answers and its build runs `version`.
 async fn every_node_runs(
     client: &OperatorConfig,
@@ -135,10 +158,7 @@ async fn every_node_runs(
     let timeout = Duration::from_millis(UPGRADE_TIMEOUT_MS);
     for (node, address) in nodes {
         let versions = node_versions(client, address, timeout).await;
-        let versions = versions.map_err(|error| UpgradeError::Unreachable {
-            node: *node,
-            reason: error.to_string(),
-        })?;
+        let versions = versions.map_err(|error| unanswered(*node, &error))?;
         if !(versions.oldest..=versions.newest).contains(&version) {
             return Err(UpgradeError::Unsupported {
                 node: *node,
@@ -162,7 +182,7 @@ async fn propose(
 ) -> Result<Option<Option<EntryIndex>>, UpgradeError> {
     let timeout = Duration::from_millis(UPGRADE_TIMEOUT_MS);
     while Instant::now() < deadline {
-        for (_, address) in nodes {
+        for (node, address) in nodes {
             match upgrade_handler(client, address, version, timeout).await {
                 Ok(ClientReply::Upgrading { index }) => return Ok(Some(Some(index))),
                 Ok(ClientReply::UpgradeRefused(UpgradeRefusal::NotNewer { in_force, .. }))
@@ -175,7 +195,13 @@ async fn propose(
                 }
                 // This credential may not upgrade: asking again cannot help.
                 Err(ClientError::Refused(refusal)) => {
-                    return Err(UpgradeError::Connection(refusal));
+                    let (command, node) = ("upgrade", *node);
+                    let refused = OperatorRefused {
+                        command,
+                        node,
+                        refusal,
+                    };
+                    return Err(UpgradeError::Connection(refused));
                 }
                 // Not the leader, a node down: the next one, or again.
                 Ok(_) | Err(_) => {}

@@ -6,9 +6,60 @@
 use super::{ClientError, Connects, ask, unexpected};
 use crate::address::Address;
 use net::auth::{Key, OperatorKey};
-use net::message::{ClientReply, ClientRequest, MemberChange, Mode};
+use net::message::{ClientReply, ClientRequest, ClientRole, MemberChange, Mode, Refusal};
 use net::tls::Tls;
 use std::time::Duration;
+
+/// A node refused an operator command for good: another cluster or version, or a credential
+/// that is not the operator's. It names the node, the command and what the node said of the
+/// key, and for a credential what an operator uses instead.
+#[derive(Debug, thiserror::Error)]
+#[error("node {node} refused {command}: {refusal}{}", instead(.refusal))]
+pub struct OperatorRefused {
+    /// The command (`mode`, `member`, `backup`, `upgrade`).
+    pub command: &'static str,
+    /// The node that refused.
+    pub node: u8,
+    /// What it said.
+    pub refusal: Refusal,
+}
+
+impl OperatorRefused {
+    /// The refusal in `error`, if it is one, as node `node`'s refusal of `command`.
+    pub fn of(command: &'static str, node: u8, error: &ClientError) -> Option<OperatorRefused> {
+        let ClientError::Refused(refusal) = error else {
+            return None;
+        };
+        Some(OperatorRefused {
+            command,
+            node,
+            refusal: refusal.clone(),
+        })
+    }
+}
+
+/// What an operator uses instead, after a refusal of its credential ("" after another).
+fn instead(refusal: &Refusal) -> &'static str {
+    let named = matches!(
+        refusal,
+        Refusal::Forbidden {
+            role: ClientRole::Application
+        } | Refusal::WrongCredential {
+            needs: ClientRole::Operator,
+            ..
+        }
+    );
+    if *refusal == Refusal::Unauthenticated {
+        "; mode, member, backup and upgrade need the operator credential: use the cluster file \
+         (its operator_secret, or its peer secret where it sets none) or the operator file that \
+         `client-file --operator` writes"
+    } else if named {
+        ": use the cluster file (its operator_secret, or its peer secret where it sets none) or \
+         the operator file that `client-file --operator` writes"
+    } else {
+        ""
+    }
+}
 
 /// Where and how an operator reaches a cluster.
 #[derive(Clone, Debug)]

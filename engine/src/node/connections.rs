@@ -9,7 +9,7 @@ use super::Input;
 use super::metrics::NodeMetrics;
 use crate::address::Address;
 use crate::codec;
-use crate::handshake::{HandshakeError, Offer, admit, introduce, welcome};
+use crate::handshake::{HandshakeError, MisusedKeys, Offer, admit, introduce, welcome};
 use crate::ids::NodeId;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -118,6 +118,9 @@ pub(crate) struct Access {
     pub(crate) cluster: u64,
     pub(crate) nodes: Vec<NodeId>,
     pub(crate) keys: Credentials,
+    /// Other roles' secrets made into operator keys: recognized on the client port, never
+    /// admitted (see [`crate::handshake::MisusedKeys`]).
+    pub(crate) misused: Arc<MisusedKeys>,
     /// TLS on every connection, when the node has it.
     pub(crate) tls: Option<Tls>,
 }
@@ -274,10 +277,11 @@ impl Drop for PeerSlot {
 async fn admit_within(
     frames: &mut Framed<Stream, FrameCodec>,
     gate: &Gate<'_>,
+    misused: &MisusedKeys,
 ) -> Result<(Hello, Caller), ConnectionError> {
     match tokio::time::timeout(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
-        admit(frames, gate),
+        admit(frames, gate, misused),
     )
     .await
     {
@@ -376,7 +380,7 @@ async fn read_peer(
     let admitted = async {
         let stream = accept_tls(access, TlsPort::Peer, stream).await?;
         let mut frames = Framed::new(stream, FrameCodec::new(access.cluster));
-        let admitted = admit_within(&mut frames, &access.gate(Port::Peer)).await?;
+        let admitted = admit_within(&mut frames, &access.gate(Port::Peer), &Vec::new()).await?;
         Ok::<_, ConnectionError>((frames, admitted))
     }
     .await;
@@ -656,7 +660,8 @@ async fn serve_client(
 ) -> Result<(), ConnectionError> {
     let stream = accept_tls(access, TlsPort::Client, stream).await?;
     let mut framed = Framed::new(stream, FrameCodec::new(access.cluster));
-    let (_, caller) = admit_within(&mut framed, &access.gate(Port::Client)).await?;
+    let gate = access.gate(Port::Client);
+    let (_, caller) = admit_within(&mut framed, &gate, &access.misused).await?;
     let Caller::Client(role) = caller else {
         panic!("the client port's gate admitted a node: {caller:?}");
     };
@@ -952,6 +957,7 @@ mod tests {
             cluster: 1,
             nodes: vec![NodeId(2)],
             keys: Credentials::of_peer_key(Key::peer(b"sixteen bytes at least").unwrap()),
+            misused: Arc::default(),
             tls: None,
         }
     }

@@ -666,6 +666,7 @@ pub fn refusal_reason(refusal: &Refusal) -> &'static str {
         Refusal::NodeOnClientPort => "node_on_client_port",
         Refusal::Unauthenticated => "unauthenticated",
         Refusal::Forbidden { .. } => "forbidden",
+        Refusal::WrongCredential { .. } => "wrong_credential",
         Refusal::TooManyConnections { .. } => "too_many_connections",
         Refusal::HandshakeTimeout => "handshake_timeout",
         Refusal::ReadTimeout => "read_timeout",

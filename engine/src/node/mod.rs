@@ -86,6 +86,12 @@ pub struct NodeConfig {
     /// this node proves it too), the one applications prove (`None` when they need not
     /// authenticate) and the one operators prove.
     pub credentials: net::auth::Credentials,
+    /// Keys the node recognizes on its client port and never admits: the client and peer
+    /// secrets made into operator keys, each with whose secret it is (see
+    /// [`crate::handshake::MisusedKeys`]). A handshake proving one is refused naming that
+    /// role. The cluster file fills it; empty, such a proof is refused as unauthenticated (or
+    /// taken for an application's where no client secret is set), as before.
+    pub misused_keys: crate::handshake::MisusedKeys,
     /// TLS on every connection (peers, clients, the WAL thread's acknowledgements), set up
     /// from the cluster file's `tls_ca_file` and the node's `tls_cert_file` and
     /// `tls_key_file`; `None` for connections in clear.
@@ -158,6 +164,7 @@ impl NodeConfig {
             id,
             cluster_id: 1,
             credentials: net::auth::Credentials::of_peer_key(peer_key),
+            misused_keys: Vec::new(),
             tls: None,
             nodes,
             data_dir,
@@ -211,6 +218,7 @@ impl NodeConfig {
                 .filter(|&n| n != self.id)
                 .collect(),
             keys: self.credentials.clone(),
+            misused: std::sync::Arc::new(self.misused_keys.clone()),
             tls: self.tls.clone(),
         }
     }

@@ -757,6 +757,7 @@ mod tests {
             keys: net::auth::Credentials::of_peer_key(
                 net::auth::Key::peer(b"sixteen bytes at least").unwrap(),
             ),
+            misused: Default::default(),
             tls: None,
         };
         let mut acker = Acker::new(access, Default::default());

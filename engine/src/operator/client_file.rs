@@ -18,7 +18,7 @@ use super::cluster_file::{ClusterFile, ClusterFileError};
 use super::secrets::{self, SecretError, SecretSource, SecretText};
 use crate::address::Address;
 use crate::client::ClientConfig;
-use net::auth::Key;
+use net::auth::{Key, OperatorKey};
 use net::tls::{Tls, TlsFiles};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -58,6 +58,12 @@ pub struct ClientFile {
     pub tls_key_file: Option<PathBuf>,
     /// The nodes.
     pub nodes: Vec<ClientNode>,
+    /// Read from an operator's copy of the cluster file (no client secret in it): its
+    /// operator key, proved in place of a client key, so that the nodes refuse the file's
+    /// business requests naming the operator credential (`Refusal::Forbidden`) rather than
+    /// take it for an application's. Never written.
+    #[serde(skip)]
+    pub(crate) operator_key: Option<OperatorKey>,
 }
 
 fn default_cluster_id() -> u64 {
@@ -75,7 +81,7 @@ impl ClientFile {
         let file = match toml::from_str::<ClientFile>(&text) {
             Ok(file) => file,
             Err(as_client) => match ClusterFile::from_toml(&text) {
-                Ok(_) => return ClusterFile::read(path)?.client_file(),
+                Ok(_) => return ClientFile::of_cluster_file(&ClusterFile::read(path)?),
                 Err(as_cluster) => {
                     return Err(ClusterFileError::Parse {
                         path: path.to_path_buf(),
@@ -94,6 +100,16 @@ impl ClientFile {
                 path: path.to_path_buf(),
                 errors,
             });
+        }
+        Ok(file)
+    }
+
+    /// What a client needs of a cluster file; from an operator's copy (no peer or client
+    /// secret), its operator key too.
+    fn of_cluster_file(cluster: &ClusterFile) -> Result<Self, ClusterFileError> {
+        let mut file = cluster.client_file()?;
+        if file.client_secret.is_none() && cluster.peer_ring()?.is_none() {
+            file.operator_key = cluster.operator_config().ok().map(|config| config.key);
         }
         Ok(file)
     }
@@ -177,7 +193,8 @@ impl ClientFile {
     pub fn client_config(&self) -> Result<ClientConfig, ClusterFileError> {
         let addresses = self.nodes.iter().map(|n| n.client_address.clone());
         let mut config = ClientConfig::new(self.cluster_id, addresses);
-        config.key = self.client_key()?;
+        let operator = self.operator_key.as_ref().map(|key| key.key().clone());
+        config.key = self.client_key()?.or(operator);
         config.tls = self.tls()?;
         Ok(config)
     }
@@ -269,5 +286,44 @@ mod tests {
             error.contains("node1.example:8001 is listed twice"),
             "{error}"
         );
+    }
+
+    /// Proves the two files are told apart by their keys: a client file where a cluster file
+    /// is needed is named as one (not a missing `peer_address`); an operator's copy read as a
+    /// client file proves its operator key (which the nodes refuse business requests by
+    /// name), while a cluster file with its peer secret proves the client key or nothing.
+    #[test]
+    fn each_file_is_known_by_its_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = dir.path().join("client.toml");
+        cluster()
+            .client_file()
+            .unwrap()
+            .write(&client, false)
+            .unwrap();
+        let error = ClusterFile::read(&client).unwrap_err();
+        assert!(
+            matches!(error, ClusterFileError::ClientFileGiven { .. }),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("client-file --operator"),
+            "{error}"
+        );
+        let mut file = cluster();
+        file.client_secret = None;
+        file.operator_secret = Some("only the operators hold this".into());
+        let operator = dir.path().join("operator.toml");
+        file.operator_file().unwrap().write(&operator).unwrap();
+        let config = ClientFile::read(&operator)
+            .unwrap()
+            .client_config()
+            .unwrap();
+        let key = Key::operator(b"only the operators hold this").unwrap();
+        assert_eq!(config.key.as_ref(), Some(key.key()));
+        let whole = dir.path().join("cluster.toml");
+        file.write(&whole).unwrap();
+        let config = ClientFile::read(&whole).unwrap().client_config().unwrap();
+        assert_eq!(config.key, None);
     }
 }

@@ -62,11 +62,13 @@ use super::secrets::{self, SecretError, SecretSource, SecretText};
 use crate::address::Address;
 use crate::apply::Mode;
 use crate::client::{ClientConfig, OperatorConfig};
+use crate::handshake::MisusedKeys;
 use crate::ids::NodeId;
 use crate::node::WalIo;
 use crate::node::config::ConfigError;
 use crate::node::{NodeAddress, NodeConfig};
 use net::auth::{Credentials, Key, KeyRing, OperatorKey, SECRET_BYTES_MIN};
+use net::message::Credential;
 use net::tls::{Tls, TlsError, TlsFiles};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -146,6 +148,19 @@ pub enum ClusterFileError {
          or use the cluster file, whose peer secret its holders may use as operators"
     )]
     NoOperatorCredential,
+    /// A client file where a cluster file is needed: told apart by its keys (client
+    /// addresses only, no peer address, data directory, peer or operator secret).
+    #[error(
+        "{} is an application's client file (the nodes' client addresses and the client secret \
+         only), not a cluster file: mode, member, backup and upgrade need the operator file \
+         (`client-file --operator --cluster CLUSTER_FILE --out operator.toml` writes it) or the \
+         cluster file itself, and a node needs the cluster file",
+        path.display()
+    )]
+    ClientFileGiven {
+        /// The file.
+        path: PathBuf,
+    },
     /// An operator's file was asked of a cluster file that names no operator secret.
     #[error(
         "the cluster file sets no operator_secret: operators prove the peer secret, so an \
@@ -490,9 +505,12 @@ impl ClusterFile {
             path: path.to_path_buf(),
             source,
         })?;
-        ClusterFile::from_toml(&text).map_err(|message| ClusterFileError::Parse {
-            path: path.to_path_buf(),
-            message,
+        ClusterFile::from_toml(&text).map_err(|message| {
+            let path = path.to_path_buf();
+            match is_client_file(&text) {
+                true => ClusterFileError::ClientFileGiven { path },
+                false => ClusterFileError::Parse { path, message },
+            }
         })
     }
 
@@ -626,8 +644,32 @@ impl ClusterFile {
             .find(|n| n.id == id)
             .ok_or(ClusterFileError::NoSuchNode(id))?;
         let mut config = self.config_of(entry, self.credentials()?);
+        config.misused_keys = self.misused_keys();
         config.tls = self.node_tls(entry)?;
         Ok(config)
+    }
+
+    /// The client and peer secrets (current and previous) made into operator keys, each with
+    /// whose secret it is: what a node recognizes and refuses by name (an operator's file
+    /// whose operator secret is the client secret; a copy of the cluster file from before it
+    /// set an operator secret). The peer secret's own operator key is left out where the file
+    /// sets no operator secret: it is the operator key then.
+    fn misused_keys(&self) -> MisusedKeys {
+        let texts = |role: &'static str| {
+            let sources = self.all_secrets().into_iter();
+            let texts = sources.filter(move |(r, _)| *r == role);
+            texts.filter_map(|(_, source)| source.read().ok().flatten())
+        };
+        let mut keys = Vec::new();
+        for secret in texts("client") {
+            let made = operator_keys_of(&secret, true);
+            keys.extend(made.into_iter().map(|key| (key, Credential::Application)));
+        }
+        for secret in texts("peer") {
+            let made = operator_keys_of(&secret, self.has_operator_secret());
+            keys.extend(made.into_iter().map(|key| (key, Credential::Peer)));
+        }
+        keys
     }
 
     /// Node `entry`'s TLS, when the cluster speaks it.
@@ -892,6 +934,7 @@ impl ClusterFile {
                     client_address: n.client_address.clone(),
                 })
                 .collect(),
+            operator_key: None,
         })
     }
 
@@ -954,6 +997,15 @@ impl ClusterFile {
 /// The operator key and, during a rotation, the previous one.
 type OperatorKeys = (OperatorKey, Option<OperatorKey>);
 
+/// The operator keys `secret` makes: set as the operator secret, and (when `as_peer`) set as
+/// the peer secret of a file that names no operator secret.
+fn operator_keys_of(secret: &[u8], as_peer: bool) -> Vec<Key> {
+    let as_operator = Key::operator(secret).ok().map(|key| key.key().clone());
+    let peer = as_peer.then(|| Key::peer(secret).ok()).flatten();
+    let as_peer = peer.map(|peer| OperatorKey::of_peer_key(&peer).key().clone());
+    as_operator.into_iter().chain(as_peer).collect()
+}
+
 /// Where the secret of key `field` comes from in a file: its inline value or its `_file`.
 fn source<'a>(
     field: &'static str,
@@ -965,6 +1017,38 @@ fn source<'a>(
         inline: inline.as_deref(),
         file: file.as_deref(),
     }
+}
+
+/// True when `text` is a client file by its keys: nodes named by their client addresses only
+/// (no peer address, no data directory) and no peer or operator secret, whatever else is
+/// wrong in it.
+fn is_client_file(text: &str) -> bool {
+    const CLUSTER_ONLY: [&str; 8] = [
+        "secret",
+        "secret_file",
+        "previous_secret",
+        "previous_secret_file",
+        "operator_secret",
+        "operator_secret_file",
+        "previous_operator_secret",
+        "previous_operator_secret_file",
+    ];
+    let Ok(table) = toml::from_str::<toml::Table>(text) else {
+        return false;
+    };
+    let Some(toml::Value::Array(nodes)) = table.get("nodes") else {
+        return false;
+    };
+    let client_only = |node: &toml::Value| {
+        let keys = node.as_table();
+        keys.is_some_and(|k| {
+            k.contains_key("client_address")
+                && !k.contains_key("peer_address")
+                && !k.contains_key("data_dir")
+        })
+    };
+    let secrets = CLUSTER_ONLY.iter().any(|key| table.contains_key(*key));
+    !nodes.is_empty() && nodes.iter().all(client_only) && !secrets
 }
 
 /// True for the errors about the list of nodes, which [`ClusterFile::errors`] reports once.

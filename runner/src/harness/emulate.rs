@@ -57,6 +57,29 @@ impl Measured {
     }
 }
 
+/// The configurations' medians, a row each.
+fn print_table(measured: &[Measured]) {
+    engine::outln!();
+    engine::outln!(
+        "{:<26} {:>14} {:>9} {:>9} {:>12}",
+        "links",
+        "commands/s",
+        "p50 ms",
+        "p99 ms",
+        "quorum us"
+    );
+    for m in measured {
+        engine::outln!(
+            "{:<26} {:>14.0} {:>9.3} {:>9.3} {:>12.1}",
+            m.name,
+            m.median(|r| r.commands_per_s),
+            m.median(|r| r.latency_ms.p50),
+            m.median(|r| r.latency_ms.p99),
+            m.median(|r| r.stages.quorum_us),
+        );
+    }
+}
+
 /// Runs the three configurations and prints them with the expected cost of the delay.
 pub fn run(args: EmulateArgs) -> anyhow::Result<()> {
     let zero = DelayRange {
@@ -77,25 +100,7 @@ pub fn run(args: EmulateArgs) -> anyhow::Result<()> {
         let runs = one(&args, delay)?;
         measured.push(Measured { name, runs });
     }
-    engine::outln!();
-    engine::outln!(
-        "{:<26} {:>14} {:>9} {:>9} {:>12}",
-        "links",
-        "commands/s",
-        "p50 ms",
-        "p99 ms",
-        "quorum us"
-    );
-    for m in &measured {
-        engine::outln!(
-            "{:<26} {:>14.0} {:>9.3} {:>9.3} {:>12.1}",
-            m.name,
-            m.median(|r| r.commands_per_s),
-            m.median(|r| r.latency_ms.p50),
-            m.median(|r| r.latency_ms.p99),
-            m.median(|r| r.stages.quorum_us),
-        );
-    }
+    print_table(&measured);
     let (lines, delayed) = (&measured[1], &measured[2]);
     let added_us = 2.0 * args.link_delay_us.mean_us();
     let p50_us = lines.median(|r| r.latency_ms.p50) * 1e3;
