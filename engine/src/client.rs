@@ -22,12 +22,14 @@ use tokio_util::codec::Framed;
 pub mod blocking;
 mod operator;
 mod requests;
+pub mod shared;
 
 pub use operator::{
     OperatorConfig, OperatorRefused, change_members, set_node_mode, upgrade_handler,
 };
 
 pub use requests::{Answer, Attempt, Next, Requests, answer_to};
+pub use shared::{SharedAnswer, SharedClient, SharedError, SharedOptions};
 
 /// Time to wait for an answer before trying again elsewhere. A leader that stops without
 /// closing its connections (paused, or cut off) costs a client this long before it asks the
@@ -277,7 +279,6 @@ impl Client {
     /// aimed where this one last reached: a connection carries no session, so a caller with
     /// many short-lived sessions (the gateway's idempotency keys) need not connect and prove
     /// its key once per session. [`Client::reclaim`] takes the connection back.
-    #[cfg(feature = "cli")]
     pub(crate) fn lend(&mut self, id: ClientId, first_request: RequestNumber) -> Client {
         let mut lent = Client::new(self.config.clone(), id, first_request);
         lent.requests.aim_at(self.requests.target().clone());
@@ -289,7 +290,6 @@ impl Client {
 
     /// Takes back the connection of a client made by [`Client::lend`], with its aim, when it
     /// is still open and this client has none.
-    #[cfg(feature = "cli")]
     pub(crate) fn reclaim(&mut self, lent: Client) {
         if self.connection.is_none() && lent.connection.is_some() {
             self.requests.aim_at(lent.requests.target().clone());

@@ -64,10 +64,11 @@ pub use bench::cost::{
 pub use bench::local::{LOCAL_DIR_DEFAULT, LOCAL_NODES, LocalArgs, local};
 pub use bench::open_loop::{OPEN_LOOP_OUTSTANDING_MAX, Pacer, open_loop};
 pub use bench::{
-    BENCH_BATCH_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchFailed, BenchWorkload, LATENCY_US_MAX,
-    LatencyMs, Load as BenchLoad, Measured as BenchMeasured, RunArgs as BenchRunArgs,
-    Summary as RunSummary, SummaryRow as RunSummaryRow, bench, measure as measure_load,
-    print_run_summary, summarize_runs,
+    BENCH_BATCH_MAX, BENCH_CALLERS_MAX, BENCH_INFLIGHT_MAX, BenchArgs, BenchFailed, BenchWorkload,
+    Callers as BenchCallers, LATENCY_US_MAX, LatencyMs, Load as BenchLoad,
+    Measured as BenchMeasured, RunArgs as BenchRunArgs, Summary as RunSummary,
+    SummaryRow as RunSummaryRow, bench, measure as measure_load, print_run_summary, run_load,
+    summarize_runs,
 };
 pub use check::{CheckArgs, check};
 pub use client::{

@@ -71,6 +71,15 @@ pub struct BenchOptions {
     /// before they were answered off the log), for comparison.
     #[arg(long)]
     pub reads_in_log: bool,
+    /// Many callers of one command each (a web service's request handlers) instead of load
+    /// clients of --batch commands: N concurrent callers sharing --connections clients, each
+    /// client forming requests of up to --batch commands with up to --inflight in flight.
+    #[arg(long, value_name = "N", conflicts_with_all = ["rate", "reads_in_log"], value_parser = clap::value_parser!(u32).range(1..=i64::from(engine::cli::BENCH_CALLERS_MAX)))]
+    pub callers: Option<u32>,
+    /// With --callers: the shared clients the callers use (think: application processes).
+    #[arg(long, value_name = "K", default_value_t = 1, requires = "callers",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(engine::cli::BENCH_CALLERS_MAX)))]
+    pub connections: u32,
     /// Open loop: requests per second, sent at fixed times whether or not earlier ones were
     /// answered, with latency counted from each request's due time (--inflight is then
     /// ignored: as many sessions as the queue needs, up to 1,024).
@@ -288,6 +297,10 @@ impl BenchOptions {
             seed: self.seed,
             rate: self.rate,
             reads_in_log: self.reads_in_log,
+            callers: self.callers.map(|callers| engine::cli::BenchCallers {
+                callers,
+                clients: self.connections,
+            }),
         }
     }
 }
@@ -339,6 +352,8 @@ fn tally_run(
         ),
         reads_percent: options.reads,
         offered_requests_per_s: options.rate,
+        callers: options.callers,
+        connections: options.callers.map(|_| options.connections),
         send_late_ms: measured.send_late_us.as_ref().map(LatencyMs::from_us),
         latency_ms: LatencyMs::from_us(&measured.latency_us),
         failed: measured.errors,

@@ -33,6 +33,10 @@ pub struct Run {
     /// Requests per second offered in an open-loop run (`--rate`), latency then counted from
     /// each request's due time; `None` for a closed loop of `inflight` clients.
     pub offered_requests_per_s: Option<f64>,
+    /// Callers of one command each (`--callers`), latency then counted per call.
+    pub callers: Option<u32>,
+    /// The shared clients those callers used (`--connections`).
+    pub connections: Option<u32>,
     /// Open loop: how late after their due times the client sent its requests (its own timer
     /// and event loop; this delay is inside `latency_ms`).
     pub send_late_ms: Option<LatencyMs>,
@@ -97,12 +101,11 @@ pub fn print_table(runs: &[Run]) {
     }
 }
 
-/// A run's load: requests in flight, or the open loop's offered rate (`@N/s`).
+/// A run's load: requests in flight, the open loop's offered rate (`@N/s`), or the callers
+/// over their shared clients (`256c/64`).
 fn load(run: &Run) -> String {
-    match run.offered_requests_per_s {
-        Some(rate) => format!("@{rate:.0}/s"),
-        None => run.inflight.to_string(),
-    }
+    let callers = run.callers.zip(run.connections);
+    engine::cli::run_load(run.inflight, run.offered_requests_per_s, callers)
 }
 
 /// Prints where an entry's time went in each run (the engine's stage table).

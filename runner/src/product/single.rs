@@ -205,6 +205,8 @@ fn measure(
             / (completed.max(1) as f64 / 1e6),
         reads_percent: 0,
         offered_requests_per_s: None,
+        callers: None,
+        connections: None,
         send_late_ms: None,
         latency_ms: LatencyMs::from_us(&latency),
         failed,

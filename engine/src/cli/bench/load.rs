@@ -4,7 +4,7 @@
 //! bench`) both measure with it.
 
 use super::{BENCH_BATCH_MAX, BenchWorkload, new_client};
-use crate::client::{Client, ClientConfig, ClientError};
+use crate::client::{Client, ClientConfig, ClientError, SharedClient, SharedError, SharedOptions};
 use crate::entry::encode_commands;
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::rng::Rng;
@@ -40,6 +40,20 @@ pub struct Load {
     /// Sends requests of read-only commands through the log, as any request, instead of as
     /// reads answered off the log (to compare the two).
     pub reads_in_log: bool,
+    /// Many callers of one command each, sharing clients, instead of load clients of
+    /// `batch` commands each.
+    pub callers: Option<Callers>,
+}
+
+/// Callers of one command each, as a web service's request handlers are: `callers` tasks
+/// over `clients` [`SharedClient`]s (callers spread evenly), each client forming requests of
+/// up to [`Load::batch`] commands with up to [`Load::inflight`] in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct Callers {
+    /// Concurrent callers, each with one command in flight.
+    pub callers: u32,
+    /// Shared clients the callers use (think: application processes).
+    pub clients: u32,
 }
 
 /// What one run measured.
@@ -132,9 +146,10 @@ pub async fn measure<W: BenchWorkload>(
         }
     };
     let runs = async {
-        match load.rate {
-            Some(rate) => Ok(vec![open_loop(&shared, run, rate).await?]),
-            None => closed_loop(&shared, run).await,
+        match (load.rate, load.callers) {
+            (Some(rate), _) => Ok(vec![open_loop(&shared, run, rate).await?]),
+            (None, Some(callers)) => Ok(shared_callers(&shared, run, callers).await),
+            (None, None) => closed_loop(&shared, run).await,
         }
     };
     let (tallies, ()) = futures::join!(runs, ticker);
@@ -193,16 +208,18 @@ async fn closed_loop<W: BenchWorkload>(
     Ok(futures::future::join_all(clients).await)
 }
 
-/// The next request of load client `client`, checked against the engine's limit.
+/// The next request of load client `client`, of `count` commands, checked against the
+/// engine's limit.
 fn next_request<W: BenchWorkload>(
     shared: &Shared<'_, W>,
     client: u32,
     rng: &mut Rng,
+    count: u32,
 ) -> Vec<<W::H as Handler>::Command> {
     let commands = shared
         .workload
         .borrow_mut()
-        .next_request(client, rng, shared.load.batch);
+        .next_request(client, rng, count);
     assert!(
         (1..=BENCH_BATCH_MAX as usize).contains(&commands.len()),
         "the workload's request has {} commands",
@@ -241,10 +258,11 @@ async fn open_loop<W: BenchWorkload>(
         ..Tally::default()
     });
     let send = |mut session: Client, due: tokio::time::Instant| {
-        let commands = next_request(shared, 0, &mut rng.borrow_mut());
+        let commands = next_request(shared, 0, &mut rng.borrow_mut(), shared.load.batch);
         tally.borrow_mut().note_send(shared, due.into_std());
         async move {
             let answer = send::<W::H>(&mut session, &commands, shared.load.reads_in_log).await;
+            let answer = answer.map_err(|error| Failed::of(&error));
             (session, due, (commands.len() as u64, answer))
         }
     };
@@ -277,12 +295,87 @@ async fn load_client<W: BenchWorkload>(
     let mut rng = Rng::new(client_seed(shared.load.seed, run, client));
     let mut tally = Tally::default();
     while shared.running() {
-        let commands = next_request(shared, client, &mut rng);
+        let commands = next_request(shared, client, &mut rng, shared.load.batch);
         let sent = Instant::now();
         let answer = send::<W::H>(&mut session, &commands, shared.load.reads_in_log).await;
+        let answer = answer.map_err(|error| Failed::of(&error));
         let done = Instant::now();
         if done >= shared.warm_until {
             tally.record(shared, commands.len() as u64, answer, done - sent);
+            tally.first_done.get_or_insert(sent.max(shared.warm_until));
+            tally.last_done = Some(done);
+        }
+    }
+    tally
+}
+
+/// How a request without outcomes failed, as a run counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failed {
+    /// No answer in time: the outcome is unknown.
+    Unknown,
+    /// The cluster (or the client) refused it: nothing ran.
+    Error,
+}
+
+impl Failed {
+    fn of(error: &ClientError) -> Failed {
+        match error {
+            ClientError::GaveUp { .. } => Failed::Unknown,
+            ClientError::Rejected(_)
+            | ClientError::Stale(_)
+            | ClientError::SessionExpired(_)
+            | ClientError::Reused(_)
+            | ClientError::OutcomeCount { .. }
+            | ClientError::Decode(_)
+            | ClientError::NoRandomness(_)
+            | ClientError::Unreachable(_)
+            | ClientError::Refused(_) => Failed::Error,
+        }
+    }
+
+    fn of_shared(error: &SharedError) -> Failed {
+        error.client_error().map_or(Failed::Error, Failed::of)
+    }
+}
+
+/// `callers` callers of one command each over shared clients, until the run ends.
+async fn shared_callers<W: BenchWorkload>(
+    shared: &Shared<'_, W>,
+    run: u32,
+    callers: Callers,
+) -> Vec<Tally> {
+    let options = SharedOptions {
+        inflight: shared.load.inflight as usize,
+        ..SharedOptions::new(shared.load.batch as usize)
+    };
+    let clients: Vec<SharedClient<W::H>> = (0..callers.clients.max(1))
+        .map(|_| SharedClient::start(shared.config.clone(), options.clone()))
+        .collect();
+    let calls = (0..callers.callers).map(|caller| {
+        let client = &clients[(caller as usize) % clients.len()];
+        caller_loop(shared, run, caller, client)
+    });
+    futures::future::join_all(calls).await
+}
+
+/// One caller: one command at a time through its shared client, until the run ends.
+async fn caller_loop<W: BenchWorkload>(
+    shared: &Shared<'_, W>,
+    run: u32,
+    caller: u32,
+    client: &SharedClient<W::H>,
+) -> Tally {
+    let mut rng = Rng::new(client_seed(shared.load.seed, run, caller));
+    let mut tally = Tally::default();
+    while shared.running() {
+        let commands = next_request(shared, caller, &mut rng, 1);
+        let sent = Instant::now();
+        let answer = client.submit(commands).await;
+        let answer = answer.map_err(|error| Failed::of_shared(&error));
+        let done = Instant::now();
+        if done >= shared.warm_until {
+            tally.record(shared, 1, answer, done - sent);
             tally.first_done.get_or_insert(sent.max(shared.warm_until));
             tally.last_done = Some(done);
         }
@@ -296,7 +389,7 @@ impl Tally {
         &mut self,
         shared: &Shared<'_, W>,
         count: u64,
-        answer: Result<Vec<OutcomeOf<W::H>>, ClientError>,
+        answer: Result<Vec<OutcomeOf<W::H>>, Failed>,
         latency: Duration,
     ) {
         match answer {
@@ -309,8 +402,8 @@ impl Tally {
                 let latency_us = latency.as_micros() as u64;
                 shared.latency_us.borrow_mut().saturating_record(latency_us);
             }
-            Err(ClientError::GaveUp { .. }) => self.unknown += count,
-            Err(_) => self.errors += count,
+            Err(Failed::Unknown) => self.unknown += count,
+            Err(Failed::Error) => self.errors += count,
         }
     }
 

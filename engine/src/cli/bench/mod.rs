@@ -13,9 +13,9 @@ pub mod local;
 pub mod open_loop;
 mod report;
 
-pub use load::{LATENCY_US_MAX, Load, Measured, measure};
+pub use load::{Callers, LATENCY_US_MAX, Load, Measured, measure};
 pub use report::{
-    BenchFailed, LatencyMs, Summary, SummaryRow, print_summary as print_run_summary,
+    BenchFailed, LatencyMs, Summary, SummaryRow, print_summary as print_run_summary, run_load,
     summarize as summarize_runs,
 };
 
@@ -38,6 +38,8 @@ use std::time::{Duration, Instant};
 pub const BENCH_BATCH_MAX: u32 = 1024;
 /// Requests in flight at most (each is a client session and a connection).
 pub const BENCH_INFLIGHT_MAX: u32 = 1024;
+/// Callers (`--callers`) and shared clients (`--connections`) at most.
+pub const BENCH_CALLERS_MAX: u32 = 65_536;
 /// Seconds a benchmark request may go unanswered before its outcome counts as unknown.
 const BENCH_GIVE_UP_S: u64 = 30;
 /// Seconds to wait for every replica to apply the last committed entry.
@@ -116,6 +118,15 @@ pub struct RunArgs {
     /// reads answered off the log, for comparison.
     #[arg(long)]
     pub reads_in_log: bool,
+    /// Many callers of one command each (a web service's request handlers) instead of load
+    /// clients of --batch commands: N concurrent callers sharing --connections clients, each
+    /// client forming requests of up to --batch commands with up to --inflight in flight.
+    #[arg(long, value_name = "N", conflicts_with_all = ["rate", "reads_in_log"], value_parser = clap::value_parser!(u32).range(1..=i64::from(BENCH_CALLERS_MAX)))]
+    pub callers: Option<u32>,
+    /// With --callers: the shared clients the callers use (think: application processes).
+    #[arg(long, value_name = "K", default_value_t = 1, requires = "callers",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(BENCH_CALLERS_MAX)))]
+    pub connections: u32,
 }
 
 /// Options of `bench`.
@@ -276,6 +287,10 @@ impl RunArgs {
             seed: self.seed,
             rate: self.rate,
             reads_in_log: self.reads_in_log,
+            callers: self.callers.map(|callers| load::Callers {
+                callers,
+                clients: self.connections,
+            }),
         }
     }
 

@@ -48,6 +48,10 @@ pub struct Run {
     /// Requests per second offered (open loop, `--rate`): latency then counts from each
     /// request's due time.
     pub offered_requests_per_s: Option<f64>,
+    /// Callers of one command each (`--callers`), latency then counted per call.
+    pub callers: Option<u32>,
+    /// The shared clients those callers used (`--connections`).
+    pub connections: Option<u32>,
     /// Commands answered in the measured window (done or refused by the business).
     pub commands: u64,
     /// Measured seconds: the first measured request's start to the last one's answer.
@@ -96,6 +100,8 @@ impl Run {
             batch: load.batch,
             inflight: load.inflight,
             offered_requests_per_s: load.rate,
+            callers: load.callers.map(|c| c.callers),
+            connections: load.callers.map(|c| c.clients),
             commands: measured.commands,
             seconds: measured.seconds,
             commands_per_s: measured.commands_per_s(),
@@ -108,17 +114,21 @@ impl Run {
         }
     }
 
-    /// Requests in flight, or the open loop's offered rate (`@N/s`).
+    /// Requests in flight, the open loop's offered rate (`@N/s`), or the callers over
+    /// their shared clients (`256c/64`).
     fn load(&self) -> String {
-        run_load(self.inflight, self.offered_requests_per_s)
+        let callers = self.callers.zip(self.connections);
+        run_load(self.inflight, self.offered_requests_per_s, callers)
     }
 }
 
-/// A run's load as the tables show it: requests in flight, or the open loop's offered rate.
-fn run_load(inflight: u32, rate: Option<f64>) -> String {
-    match rate {
-        Some(rate) => format!("@{rate:.0}/s"),
-        None => inflight.to_string(),
+/// A run's load as the tables show it: requests in flight, the open loop's offered rate, or
+/// callers over shared clients.
+pub fn run_load(inflight: u32, rate: Option<f64>, callers: Option<(u32, u32)>) -> String {
+    match (rate, callers) {
+        (Some(rate), _) => format!("@{rate:.0}/s"),
+        (None, Some((callers, clients))) => format!("{callers}c/{clients}"),
+        (None, None) => inflight.to_string(),
     }
 }
 

@@ -4,7 +4,7 @@
 //! retried after `Retry-After` seconds (with the same `Idempotency-Key`, safely).
 
 use super::json::Wide;
-use crate::client::ClientError;
+use crate::client::{ClientError, SharedError};
 use crate::handler::OutcomeOf;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -140,22 +140,13 @@ impl Failure {
             Failure::Stopped => "stopped",
         }
     }
-
-    /// True when the session that sent a request answered so may send the next one: one the
-    /// cluster forgot, or whose commands it holds for others, is dropped.
-    pub fn keeps_session<T>(answer: &Result<T, ClientError>) -> bool {
-        !matches!(
-            answer,
-            Err(ClientError::SessionExpired(_) | ClientError::Reused(_) | ClientError::Stale(_))
-        )
-    }
 }
 
 impl Failure {
     /// What an error of a pooled (unkeyed) session means to its callers: a session the
     /// cluster evicted, or whose number another process took, ran none of these commands, so
     /// they may be sent again (on a new session).
-    pub fn pooled(error: ClientError) -> Failure {
+    pub fn pooled(error: &ClientError) -> Failure {
         match error {
             ClientError::SessionExpired(_) | ClientError::Reused(_) | ClientError::Stale(_) => {
                 Failure::Unavailable {
@@ -171,10 +162,25 @@ impl Failure {
             | ClientError::Refused(_)) => Failure::from(other),
         }
     }
+
+    /// What a shared client's failure means to the callers of its request.
+    pub fn shared(error: &SharedError) -> Failure {
+        match error {
+            SharedError::QueueFull { .. } => Failure::QueueFull,
+            SharedError::Client(error) => Failure::pooled(error),
+            SharedError::Stopped => Failure::Stopped,
+        }
+    }
 }
 
 impl From<ClientError> for Failure {
     fn from(error: ClientError) -> Self {
+        Failure::from(&error)
+    }
+}
+
+impl From<&ClientError> for Failure {
+    fn from(error: &ClientError) -> Self {
         match error {
             ClientError::GaveUp { last_rejection, .. } => Failure::Unavailable {
                 reason: match last_rejection {

@@ -303,6 +303,8 @@ fn engine_options(args: &NotesArgs, shape: &Shape, run: u32) -> BenchOptions {
         seed: args.bench.seed.wrapping_add(u64::from(run)),
         reads: 0,
         reads_in_log: false,
+        callers: None,
+        connections: 1,
         json: None,
         ..args.bench.clone()
     }

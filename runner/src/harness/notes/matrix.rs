@@ -199,6 +199,8 @@ fn matrix_options(
         json: None,
         reads,
         reads_in_log: false,
+        callers: None,
+        connections: 1,
         rate: None,
         prefill_rate: None,
     }

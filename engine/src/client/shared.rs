@@ -1,0 +1,457 @@
+//! A client many callers share: [`SharedClient`] is `Clone + Send + Sync`, and each call
+//! submits one command (or a few) and gets exactly its own outcomes back. Concurrent calls
+//! join one engine request (up to `batch_max` commands), sent on a pool of client sessions
+//! with at most `inflight` requests in flight; each session retries its request as sent, so
+//! every command still applies exactly once. A command the handler refuses is its own
+//! transaction: it affects no other caller's command. A caller's commands are never split
+//! between two requests.
+//!
+//! While every session is busy, callers queue, and the next request takes what queued at
+//! once: under load, requests fill by themselves. With a session free, the first caller waits
+//! at most `linger` for others (zero by default: an idle client adds no latency). Commands the
+//! handler marks read-only queue apart from the others, so that a request of reads only is
+//! answered off the log ([`Client::submit`]).
+
+use super::{Client, ClientConfig, ClientError};
+use crate::handler::{Handler, OutcomeOf};
+use crate::ids::{ClientId, RequestNumber};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
+
+/// Commands a shared client holds waiting or in flight at most, over every caller, by
+/// default; past it a call fails at once ([`SharedError::QueueFull`]) rather than queue
+/// without bound.
+pub const SHARED_QUEUED_COMMANDS_MAX: usize = 65_536;
+
+/// Engine requests a shared client has in flight at most by default (each on a session of
+/// its own).
+pub const SHARED_INFLIGHT_DEFAULT: usize = 4;
+
+/// Seconds a pooled session may stay unused before it is dropped rather than used again.
+pub const SHARED_SESSION_IDLE_S: u64 = 20;
+
+/// Seconds a shared client's request is retried at most before it gives up (its outcome is
+/// then unknown): a shorter [`ClientConfig::give_up_after`] is kept, a longer one (or none)
+/// is cut to this.
+pub const SHARED_GIVE_UP_S_MAX: u64 = 30;
+
+// The cluster expires a session idle for `session_retention_s` (at least
+// SESSION_RETENTION_S_MIN): a pooled session, idle and then retrying, must never meet its own
+// expiry.
+const _: () =
+    assert!(SHARED_SESSION_IDLE_S + SHARED_GIVE_UP_S_MAX < crate::apply::SESSION_RETENTION_S_MIN);
+
+/// What a call gets: its outcomes, in order, or why there are none.
+pub type SharedAnswer<H> = Result<Vec<OutcomeOf<H>>, SharedError>;
+
+/// Told each formed request's command count and how long its first caller waited.
+pub type OnFormed = Arc<dyn Fn(usize, Duration) + Send + Sync>;
+
+/// Why a call has no outcomes.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SharedError {
+    /// The client holds as many commands as it may: nothing was sent; try again later.
+    #[error("{max} commands are already waiting in this client; nothing was sent")]
+    QueueFull {
+        /// The limit ([`SharedOptions::queued_max`]).
+        max: usize,
+    },
+    /// The client's task stopped (its runtime is shutting down): nothing more is sent.
+    #[error("the shared client stopped")]
+    Stopped,
+    /// The engine request that carried the call's commands failed, for every caller in it.
+    #[error("{0}")]
+    Client(Arc<ClientError>),
+}
+
+impl SharedError {
+    /// The client error behind it, if the cluster's answer (or its silence) is the reason.
+    pub fn client_error(&self) -> Option<&ClientError> {
+        match self {
+            SharedError::Client(error) => Some(error),
+            SharedError::QueueFull { .. } | SharedError::Stopped => None,
+        }
+    }
+}
+
+/// How a shared client forms its requests.
+#[derive(Clone)]
+pub struct SharedOptions {
+    /// Commands per engine request at most (1 to the engine's request limit).
+    pub batch_max: usize,
+    /// Engine requests in flight at most, each on a session of its own.
+    pub inflight: usize,
+    /// How long the first caller of a request waits for others while a session is free.
+    pub linger: Duration,
+    /// Commands waiting or in flight at most.
+    pub queued_max: usize,
+    /// Told of each request formed (for metrics).
+    pub on_formed: Option<OnFormed>,
+}
+
+impl SharedOptions {
+    /// Requests of up to `batch_max` commands, [`SHARED_INFLIGHT_DEFAULT`] in flight, no
+    /// linger, [`SHARED_QUEUED_COMMANDS_MAX`] commands held.
+    pub fn new(batch_max: usize) -> Self {
+        SharedOptions {
+            batch_max,
+            inflight: SHARED_INFLIGHT_DEFAULT,
+            linger: Duration::ZERO,
+            queued_max: SHARED_QUEUED_COMMANDS_MAX,
+            on_formed: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedOptions")
+            .field("batch_max", &self.batch_max)
+            .field("inflight", &self.inflight)
+            .field("linger", &self.linger)
+            .field("queued_max", &self.queued_max)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One caller's commands, waiting for an engine request.
+struct Pending<H: Handler> {
+    commands: Vec<H::Command>,
+    reply: oneshot::Sender<SharedAnswer<H>>,
+    /// The commands' room in the queue's bound, held until they are answered, whether or not
+    /// the caller still waits.
+    room: OwnedSemaphorePermit,
+}
+
+/// A client shared by any number of tasks and threads: clone it freely, every clone feeds
+/// the same requests. Made with [`SharedClient::start`] inside a tokio runtime, whose tasks
+/// carry its requests.
+pub struct SharedClient<H: Handler> {
+    inner: Arc<Inner<H>>,
+}
+
+impl<H: Handler> Clone for SharedClient<H> {
+    fn clone(&self) -> Self {
+        SharedClient {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct Inner<H: Handler> {
+    /// Writes and mixed calls; reads only.
+    queues: [mpsc::UnboundedSender<Pending<H>>; 2],
+    queued: Arc<Semaphore>,
+    in_flight: Arc<Semaphore>,
+    sessions: Sessions,
+    options: SharedOptions,
+}
+
+/// The queue of calls with a command that writes.
+const WRITES: usize = 0;
+/// The queue of calls whose every command the handler marks read-only.
+const READS: usize = 1;
+
+impl<H: Handler> SharedClient<H> {
+    /// Starts the client's two forming tasks (writes, reads) on the current tokio runtime;
+    /// sessions connect on first use.
+    pub fn start(config: ClientConfig, options: SharedOptions) -> Self {
+        assert!(
+            options.batch_max >= 1 && options.inflight >= 1 && options.queued_max >= 1,
+            "{options:?}"
+        );
+        let most = Duration::from_secs(SHARED_GIVE_UP_S_MAX);
+        let give_up = config.give_up_after.map_or(most, |given| given.min(most));
+        let sessions = Sessions::new(ClientConfig {
+            give_up_after: Some(give_up),
+            ..config
+        });
+        let in_flight = Arc::new(Semaphore::new(options.inflight));
+        let queues = [(); 2].map(|()| {
+            let (queue, waiting) = mpsc::unbounded_channel();
+            let former = Former {
+                in_flight: in_flight.clone(),
+                sessions: sessions.clone(),
+                options: options.clone(),
+            };
+            tokio::spawn(form(waiting, former));
+            queue
+        });
+        let queued = Arc::new(Semaphore::new(options.queued_max));
+        let inner = Inner {
+            queues,
+            queued,
+            in_flight,
+            sessions,
+            options,
+        };
+        SharedClient {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Submits `commands` (one, or a few: at most `batch_max`) with other callers' and waits
+    /// for their outcomes, in order. A caller that stops waiting leaves its commands to be
+    /// sent and answered all the same.
+    pub async fn submit(&self, commands: Vec<H::Command>) -> SharedAnswer<H> {
+        assert!(!commands.is_empty(), "a call submits at least one command");
+        let inner = &self.inner;
+        let count = u32::try_from(commands.len()).unwrap_or(u32::MAX);
+        // Held until the answer: what waits in the queue or in flight stays bounded.
+        let full = SharedError::QueueFull {
+            max: inner.options.queued_max,
+        };
+        let room = inner.queued.clone().try_acquire_many_owned(count);
+        let room = room.map_err(|_| full)?;
+        if commands.len() >= inner.options.batch_max {
+            return self.submit_alone(commands, room).await;
+        }
+        let queue = match commands.iter().all(H::read_only) {
+            true => READS,
+            false => WRITES,
+        };
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            commands,
+            reply,
+            room,
+        };
+        inner.queues[queue]
+            .send(pending)
+            .map_err(|_| SharedError::Stopped)?;
+        answer.await.unwrap_or(Err(SharedError::Stopped))
+    }
+
+    /// Submits one command: [`SharedClient::submit`] of one.
+    pub async fn submit_one(&self, command: H::Command) -> Result<OutcomeOf<H>, SharedError> {
+        let mut outcomes = self.submit(vec![command]).await?;
+        assert_eq!(outcomes.len(), 1, "the client checks an answer's count");
+        Ok(outcomes.remove(0))
+    }
+
+    /// Sends `commands` as request 1 of session `id` (a caller's own session: an idempotency
+    /// key's, say), on a pooled session's connection. The session's own answers (expired,
+    /// reused) are the caller's.
+    pub async fn submit_as(
+        &self,
+        id: ClientId,
+        commands: &[H::Command],
+    ) -> Result<Vec<OutcomeOf<H>>, ClientError> {
+        self.inner.sessions.submit_as::<H>(id, commands).await
+    }
+
+    /// A caller's commands that fill an engine request by themselves go at once, without the
+    /// hops through a forming task: nobody could share the request.
+    async fn submit_alone(
+        &self,
+        commands: Vec<H::Command>,
+        room: OwnedSemaphorePermit,
+    ) -> SharedAnswer<H> {
+        let permit = self.inner.in_flight.clone().acquire_owned().await;
+        let permit = permit.expect("the semaphore is never closed");
+        if let Some(on_formed) = &self.inner.options.on_formed {
+            on_formed(commands.len(), Duration::ZERO);
+        }
+        let sessions = self.inner.sessions.clone();
+        let (reply, answer) = oneshot::channel();
+        tokio::spawn(async move {
+            let answered = sessions.submit::<H>(&commands).await;
+            drop((room, permit));
+            // A caller that went away needs no answer.
+            let _ = reply.send(answered);
+        });
+        answer.await.unwrap_or(Err(SharedError::Stopped))
+    }
+}
+
+/// Idle client sessions, each with its own random id and when it was last used, the most
+/// recently used last: one engine request at a time each.
+#[derive(Clone)]
+struct Sessions {
+    config: ClientConfig,
+    idle: Arc<Mutex<Vec<(Client, Instant)>>>,
+}
+
+impl Sessions {
+    fn new(config: ClientConfig) -> Self {
+        Sessions {
+            config,
+            idle: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The most recently used idle session, or a new one when none was used within
+    /// [`SHARED_SESSION_IDLE_S`] (those are dropped).
+    fn take(&self) -> Result<Client, ClientError> {
+        let mut idle = self.idle.lock().expect("not poisoned");
+        if let Some((client, used)) = idle.pop() {
+            if used.elapsed() < Duration::from_secs(SHARED_SESSION_IDLE_S) {
+                return Ok(client);
+            }
+            // Every other idle session was used before this one.
+            idle.clear();
+        }
+        drop(idle);
+        let id = ClientId::random().map_err(ClientError::NoRandomness)?;
+        Ok(Client::new(self.config.clone(), id, RequestNumber(1)))
+    }
+
+    /// Gives a session back for the next request.
+    fn put(&self, client: Client) {
+        let used = Instant::now();
+        self.idle.lock().expect("not poisoned").push((client, used));
+    }
+
+    /// Sends `commands` as request 1 of session `id` on a pooled session's connection, which
+    /// goes back to the pool after.
+    async fn submit_as<H: Handler>(
+        &self,
+        id: ClientId,
+        commands: &[H::Command],
+    ) -> Result<Vec<OutcomeOf<H>>, ClientError> {
+        let mut pooled = self.take()?;
+        let mut lent = pooled.lend(id, RequestNumber(1));
+        let answer = lent.submit::<H>(commands).await;
+        pooled.reclaim(lent);
+        self.put(pooled);
+        answer
+    }
+
+    /// Sends `commands` as one engine request on a pooled session; a session the cluster no
+    /// longer keeps, or whose numbers another process took, is dropped.
+    async fn submit<H: Handler>(&self, commands: &[H::Command]) -> SharedAnswer<H> {
+        let mut client = self.take().map_err(|e| SharedError::Client(Arc::new(e)))?;
+        let answer = client.submit::<H>(commands).await;
+        if keeps_session(&answer) {
+            self.put(client);
+        }
+        answer.map_err(|error| SharedError::Client(Arc::new(error)))
+    }
+}
+
+/// True when the session that sent a request answered so may send the next one: one the
+/// cluster forgot, or whose number it holds for other commands, is dropped.
+fn keeps_session<T>(answer: &Result<T, ClientError>) -> bool {
+    !matches!(
+        answer,
+        Err(ClientError::SessionExpired(_) | ClientError::Reused(_) | ClientError::Stale(_))
+    )
+}
+
+/// What a forming task works with.
+struct Former {
+    in_flight: Arc<Semaphore>,
+    sessions: Sessions,
+    options: SharedOptions,
+}
+
+/// A forming task: engine requests from one queue until every caller is gone.
+async fn form<H: Handler>(mut waiting: mpsc::UnboundedReceiver<Pending<H>>, former: Former) {
+    let mut carried = None;
+    loop {
+        let first = match carried.take() {
+            Some(first) => first,
+            None => match waiting.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
+        let since = Instant::now();
+        let permit = former.in_flight.clone().acquire_owned().await;
+        let permit = permit.expect("the semaphore is never closed");
+        let batch = gather(first, &mut waiting, &mut carried, &former.options, since).await;
+        if let Some(on_formed) = &former.options.on_formed {
+            on_formed(
+                batch.iter().map(|p| p.commands.len()).sum(),
+                since.elapsed(),
+            );
+        }
+        let sessions = former.sessions.clone();
+        tokio::spawn(async move {
+            send(batch, &sessions).await;
+            drop(permit);
+        });
+    }
+}
+
+/// The callers of one engine request: `first`, what queued meanwhile and what arrives within
+/// the linger from `since`, up to `batch_max` commands. A caller that would pass the limit
+/// is `carried` to the next request (whole: a caller is never split).
+async fn gather<H: Handler>(
+    first: Pending<H>,
+    waiting: &mut mpsc::UnboundedReceiver<Pending<H>>,
+    carried: &mut Option<Pending<H>>,
+    options: &SharedOptions,
+    since: Instant,
+) -> Vec<Pending<H>> {
+    let mut commands = first.commands.len();
+    let mut batch = vec![first];
+    let deadline = since + options.linger;
+    while commands < options.batch_max {
+        let next = match waiting.try_recv() {
+            Ok(next) => Some(next),
+            Err(_) if options.linger.is_zero() => None,
+            Err(_) => tokio::time::timeout_at(deadline, waiting.recv())
+                .await
+                .ok()
+                .flatten(),
+        };
+        let Some(next) = next else { break };
+        if commands + next.commands.len() > options.batch_max {
+            *carried = Some(next);
+            break;
+        }
+        commands += next.commands.len();
+        batch.push(next);
+    }
+    batch
+}
+
+/// Sends the callers' commands as one engine request and hands each caller its outcomes.
+async fn send<H: Handler>(batch: Vec<Pending<H>>, sessions: &Sessions) {
+    let mut counts = Vec::with_capacity(batch.len());
+    let mut replies = Vec::with_capacity(batch.len());
+    let mut rooms = Vec::with_capacity(batch.len());
+    let mut commands = Vec::new();
+    for pending in batch {
+        counts.push(pending.commands.len());
+        commands.extend(pending.commands);
+        replies.push(pending.reply);
+        rooms.push(pending.room);
+    }
+    let answer = sessions.submit::<H>(&commands).await;
+    hand_out::<H>(answer, &counts, replies);
+    // Only now do the callers' commands leave the queue's bound.
+    drop(rooms);
+}
+
+/// Splits an engine request's outcomes among its callers, in order; or gives each the
+/// failure.
+fn hand_out<H: Handler>(
+    answer: SharedAnswer<H>,
+    counts: &[usize],
+    replies: Vec<oneshot::Sender<SharedAnswer<H>>>,
+) {
+    match answer {
+        Ok(outcomes) => {
+            assert_eq!(
+                outcomes.len(),
+                counts.iter().sum::<usize>(),
+                "the client checks an answer's outcome count"
+            );
+            let mut outcomes = outcomes.into_iter();
+            for (reply, &count) in replies.into_iter().zip(counts) {
+                // A caller that went away needs no answer.
+                let _ = reply.send(Ok(outcomes.by_ref().take(count).collect()));
+            }
+        }
+        Err(failure) => {
+            for reply in replies {
+                let _ = reply.send(Err(failure.clone()));
+            }
+        }
+    }
+}
