@@ -8,6 +8,7 @@
 // as a client would after a lost answer (the same key: the first answer again, nothing moves
 // twice), shows that the key cannot be reused for other commands, and reads the balances off
 // the log. Prints one JSON line of what it saw; exits 1 on any surprise.
+// The package in clients/node (`enginebank`) is the supported way to call the gateway.
 
 import { readFileSync } from "node:fs";
 
