@@ -123,3 +123,48 @@ fn a_blocking_client_registers_submits_pipelines_and_resumes() {
     let read = resumed.submit::<Counter>(&[Command::Read]).unwrap();
     assert_eq!(read, done(&[20]), "every request applied exactly once");
 }
+
+/// Threads that share one blocking shared client.
+const SHARING_THREADS: i64 = 8;
+/// Adds each of them makes, one command per call.
+const ADDS_PER_THREAD: i64 = 50;
+
+/// Proves plain threads that share one blocking shared client each get exactly their own
+/// outcomes: every add of 1 is answered with the counter's value after it, so the values
+/// all threads were told are 1 to N, each once (every add applied once, no outcome handed to
+/// another caller), and each thread's rise in the order it asked.
+#[test]
+fn threads_share_a_blocking_shared_client() {
+    use engine::client::SharedOptions;
+    use engine::client::blocking::SharedClient;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = three_with_a_leader(dir.path());
+    let mut config = cluster.client_config();
+    config.give_up_after = Some(Duration::from_secs(WAIT_S_MAX));
+    let shared = SharedClient::<Counter>::start(config, SharedOptions::new(64)).expect("started");
+    let told: Vec<Vec<i64>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..SHARING_THREADS)
+            .map(|_| {
+                let client = shared.clone();
+                scope.spawn(move || {
+                    let add = |_| match client.submit_one(Command::Add(1)).expect("answered") {
+                        Outcome::Done(value) => value,
+                        other => panic!("{other:?}"),
+                    };
+                    (0..ADDS_PER_THREAD).map(add).collect::<Vec<i64>>()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for values in &told {
+        assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    }
+    let mut all: Vec<i64> = told.into_iter().flatten().collect();
+    all.sort_unstable();
+    let expected: Vec<i64> = (1..=SHARING_THREADS * ADDS_PER_THREAD).collect();
+    assert_eq!(
+        all, expected,
+        "each add once, each outcome to its own caller"
+    );
+}

@@ -516,48 +516,41 @@ fn every_help_ends_with_the_exit_table_and_agrees_with_it() {
     );
 }
 
-/// Proves a reader that closes standard output early ends the command quietly, with the
-/// code the command would have had anyway: `check | head -1` on a good file exits 0 with
-/// nothing on standard error (it used to panic with "Broken pipe" and exit 101).
-#[test]
-fn a_closed_standard_output_ends_the_command_quietly_with_its_own_code() {
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, _) = write_cluster_file(dir.path(), |_| {});
+/// Runs `runner check --cluster FILE` with its standard output closed before it writes
+/// anything (every write meets a closed pipe, whatever the timing); its exit code and
+/// standard error.
+fn check_with_stdout_closed(file: &Path) -> (Option<i32>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["check", "--cluster", path(&cluster)])
+        .args(["check", "--cluster", path(file)])
         .env_remove("ENGINE_CLUSTER_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("runner starts");
-    // The reader goes before the command has written anything: every write meets a closed
-    // pipe, whatever the timing.
     drop(child.stdout.take());
     let output = child.wait_with_output().expect("runner ends");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), stderr)
+}
+
+/// Proves a reader that closes standard output early ends the command quietly, with the
+/// code the command would have had anyway: `check | head -1` on a good file exits 0 with
+/// nothing on standard error (it used to panic with "Broken pipe" and exit 101), on a bad
+/// file 3.
+#[test]
+fn a_closed_standard_output_ends_the_command_quietly_with_its_own_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, _) = write_cluster_file(dir.path(), |_| {});
+    let (code, stderr) = check_with_stdout_closed(&cluster);
+    assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.is_empty(), "not quiet: {stderr}");
     let mut bad = ClusterFile::parse(&cluster).unwrap();
     bad.nodes.truncate(1);
     bad.nodes.push(bad.nodes[0].clone());
     let bad_file = dir.path().join("duplicate.toml");
     bad.write(&bad_file).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["check", "--cluster", path(&bad_file)])
-        .env_remove("ENGINE_CLUSTER_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runner starts");
-    drop(child.stdout.take());
-    let output = child.wait_with_output().expect("runner ends");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(
-        output.status.code(),
-        Some(i32::from(Exit::Usage.code())),
-        "{stderr}"
-    );
+    let (code, stderr) = check_with_stdout_closed(&bad_file);
+    assert_eq!(code, Some(i32::from(Exit::Usage.code())), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

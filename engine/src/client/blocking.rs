@@ -7,9 +7,10 @@
 //! within `Runtime::block_on`): tokio panics when a runtime blocks on a thread that is
 //! already driving one. An async program uses [`super::Client`] instead.
 
-use super::{ClientConfig, ClientError};
+use super::{ClientConfig, ClientError, SharedAnswer, SharedOptions};
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber};
+use std::sync::Arc;
 use tokio::runtime::Runtime;
 
 /// Why a blocking client did not start.
@@ -121,4 +122,57 @@ fn runtime() -> Result<Runtime, StartError> {
         .enable_all()
         .build()
         .map_err(StartError::Runtime)
+}
+
+/// Worker threads of a blocking shared client's runtime: they form and send its requests
+/// while the callers' threads wait.
+pub const SHARED_RUNTIME_THREADS: usize = 1;
+
+/// [`super::SharedClient`] for threads that do not run tokio: `Clone + Send + Sync`, each
+/// call blocks its thread until exactly its own outcomes are back, and concurrent calls from
+/// any number of threads leave as one request. It carries a runtime of its own (one worker
+/// thread) that forms and sends the requests. Not for use inside an async runtime, and its
+/// last clone must not be dropped inside one (tokio refuses to drop a runtime there).
+pub struct SharedClient<H: Handler> {
+    runtime: Arc<Runtime>,
+    inner: super::SharedClient<H>,
+}
+
+impl<H: Handler> Clone for SharedClient<H> {
+    fn clone(&self) -> Self {
+        SharedClient {
+            runtime: Arc::clone(&self.runtime),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<H: Handler> SharedClient<H> {
+    /// Starts the client's runtime and the shared client in it, as
+    /// [`super::SharedClient::start`]. Only building the runtime can fail.
+    pub fn start(config: ClientConfig, options: SharedOptions) -> Result<Self, StartError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(SHARED_RUNTIME_THREADS)
+            .thread_name("shared-client")
+            .enable_all()
+            .build()
+            .map_err(StartError::Runtime)?;
+        let inner = {
+            let _inside = runtime.enter();
+            super::SharedClient::start(config, options)
+        };
+        let runtime = Arc::new(runtime);
+        Ok(SharedClient { runtime, inner })
+    }
+
+    /// Submits `commands` with other callers' and blocks until their outcomes are back, as
+    /// [`super::SharedClient::submit`]; not for use inside an async runtime.
+    pub fn submit(&self, commands: Vec<H::Command>) -> SharedAnswer<H> {
+        self.runtime.block_on(self.inner.submit(commands))
+    }
+
+    /// Submits one command and blocks until its outcome is back.
+    pub fn submit_one(&self, command: H::Command) -> Result<OutcomeOf<H>, super::SharedError> {
+        self.runtime.block_on(self.inner.submit_one(command))
+    }
 }
