@@ -58,6 +58,9 @@ struct Shape {
     disk: bool,
     /// Batches per probe run (None: the shape has no probe counterpart).
     probe_batches: Option<u32>,
+    /// Callers of one command each over one shared client (`--callers`), which forms
+    /// requests of up to `batch` commands, `inflight` in flight.
+    callers: Option<u32>,
 }
 
 /// Requests in flight of the order book's shapes (256 commands per request, tmpfs).
@@ -65,7 +68,7 @@ const BOOK_INFLIGHT: [u32; 2] = [1, 8];
 /// Commands per request of the order book's shapes.
 const BOOK_BATCH: u32 = 256;
 
-const SHAPES: [Shape; 6] = [
+const SHAPES: [Shape; 7] = [
     Shape::tmpfs(
         "performance 256 x1",
         Mode::Performance,
@@ -96,8 +99,21 @@ const SHAPES: [Shape; 6] = [
         inflight: 1,
         disk: true,
         probe_batches: Some(FLOOR_BATCHES_DISK),
+        callers: None,
+    },
+    Shape {
+        name: "performance 256 callers x8",
+        mode: Mode::Performance,
+        batch: 256,
+        inflight: 8,
+        disk: false,
+        probe_batches: None,
+        callers: Some(FLOOR_CALLERS),
     },
 ];
+
+/// Callers of one command each in the report's callers shape, sharing one client.
+const FLOOR_CALLERS: u32 = 256;
 
 impl Shape {
     const fn tmpfs(
@@ -114,6 +130,7 @@ impl Shape {
             inflight,
             disk: false,
             probe_batches,
+            callers: None,
         }
     }
 }
@@ -303,7 +320,7 @@ fn engine_options(args: &NotesArgs, shape: &Shape, run: u32) -> BenchOptions {
         seed: args.bench.seed.wrapping_add(u64::from(run)),
         reads: 0,
         reads_in_log: false,
-        callers: None,
+        callers: shape.callers,
         connections: 1,
         json: None,
         ..args.bench.clone()
