@@ -10,7 +10,7 @@ use bank::workload::{TransferMix, open_command};
 use bank::{AccountId, Bank, BankCommand};
 use common::gateway::{Gateway, TOKEN};
 use common::start_cluster;
-use engine::cli::gateway::{openapi_document, validate};
+use engine::cli::gateway::{openapi_document, reachable_schemas, validate};
 use engine::rng::Rng;
 use engine::{Outcome, Sandbox};
 use serde_json::{Value, json};
@@ -86,43 +86,6 @@ fn the_command_schema_takes_the_banks_commands() {
     assert_eq!(names, [&expected[..], &["ErrorBody", "Outcome"]].concat());
 }
 
-/// Every schema reachable from `schema` (through references, properties, items and
-/// combinations), each once.
-fn reachable<'a>(document: &'a Value, schema: &'a Value) -> Vec<&'a Value> {
-    let mut seen: Vec<&Value> = Vec::new();
-    let mut next = vec![schema];
-    while let Some(schema) = next.pop() {
-        if seen.iter().any(|s| std::ptr::eq(*s, schema)) {
-            continue;
-        }
-        seen.push(schema);
-        let Some(keywords) = schema.as_object() else {
-            continue;
-        };
-        if let Some(target) = keywords.get("$ref").and_then(Value::as_str) {
-            let pointer = target.strip_prefix('#').expect("a local reference");
-            next.push(
-                document
-                    .pointer(pointer)
-                    .expect("a reference that resolves"),
-            );
-        }
-        let properties = keywords.get("properties").and_then(Value::as_object);
-        next.extend(properties.into_iter().flat_map(|p| p.values()));
-        for key in ["oneOf", "anyOf", "allOf", "prefixItems"] {
-            next.extend(
-                keywords
-                    .get(key)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten(),
-            );
-        }
-        next.extend(keywords.get("items").filter(|items| items.is_object()));
-    }
-    seen
-}
-
 /// Proves every object schema a Bank command holds (each variant's wrapper and its fields'
 /// object) refuses a key it does not declare, as the gateway refuses such a command; that
 /// the 400 answer says so; and that the audit's `u128` total is described as the string
@@ -131,7 +94,7 @@ fn reachable<'a>(document: &'a Value, schema: &'a Value) -> Vec<&'a Value> {
 fn the_command_schema_refuses_unknown_fields() {
     let document = openapi_document::<Bank>();
     let command = command_schema(&document);
-    let objects: Vec<&Value> = reachable(&document, command)
+    let objects: Vec<&Value> = reachable_schemas(&document, command)
         .into_iter()
         .filter(|s| s.get("properties").is_some() || s.get("type") == Some(&json!("object")))
         .collect();

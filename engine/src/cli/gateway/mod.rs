@@ -31,7 +31,9 @@ pub use answer::{Failure, RETRY_AFTER_S};
 pub use coalesce::{
     GATEWAY_KEYED_INFLIGHT_MAX, GATEWAY_QUEUED_COMMANDS_MAX, GATEWAY_SESSION_IDLE_S,
 };
-pub use openapi::{SchemaMismatch, json_schema, openapi_document, openapi_json, validate};
+pub use openapi::{
+    SchemaMismatch, json_schema, openapi_document, openapi_json, reachable_schemas, validate,
+};
 pub use serve::{
     GATEWAY_DRAIN_S, GATEWAY_HEADER_BYTES_MAX, GATEWAY_HEADER_READ_S, GATEWAY_HEADERS_MAX,
     GATEWAY_STREAMS_MAX,

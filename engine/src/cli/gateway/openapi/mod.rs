@@ -8,7 +8,7 @@ mod schema;
 mod validate;
 
 pub use schema::json_schema;
-pub use validate::{SchemaMismatch, validate};
+pub use validate::{SchemaMismatch, reachable_schemas, validate};
 
 use super::answer::{Failure, RETRY_AFTER_S};
 use super::{

@@ -110,43 +110,6 @@ fn handler_types_do_not_take_the_documents_names() {
     assert!(validate(&document, commands, &json!([-1])).is_err());
 }
 
-/// Every schema reachable from `schema` (through references, properties, items and
-/// combinations), each once.
-fn reachable<'a>(document: &'a Value, schema: &'a Value) -> Vec<&'a Value> {
-    let mut seen: Vec<&Value> = Vec::new();
-    let mut next = vec![schema];
-    while let Some(schema) = next.pop() {
-        if seen.iter().any(|s| std::ptr::eq(*s, schema)) {
-            continue;
-        }
-        seen.push(schema);
-        let Some(keywords) = schema.as_object() else {
-            continue;
-        };
-        if let Some(target) = keywords.get("$ref").and_then(Value::as_str) {
-            let pointer = target.strip_prefix('#').expect("a local reference");
-            next.push(
-                document
-                    .pointer(pointer)
-                    .expect("a reference that resolves"),
-            );
-        }
-        let properties = keywords.get("properties").and_then(Value::as_object);
-        next.extend(properties.into_iter().flat_map(|p| p.values()));
-        for key in ["oneOf", "anyOf", "allOf", "prefixItems"] {
-            next.extend(
-                keywords
-                    .get(key)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten(),
-            );
-        }
-        next.extend(keywords.get("items").filter(|items| items.is_object()));
-    }
-    seen
-}
-
 /// The schema of one command of `/v1/commands`.
 fn command_schema(document: &Value) -> &Value {
     let body = &document["paths"]["/v1/commands"]["post"]["requestBody"];
@@ -161,7 +124,7 @@ fn command_objects_refuse_unknown_keys() {
     use crate::cli::gateway::tests::Shop;
     let document = openapi_document::<Shop>();
     let command = command_schema(&document);
-    let objects: Vec<&Value> = reachable(&document, command)
+    let objects: Vec<&Value> = reachable_schemas(&document, command)
         .into_iter()
         .filter(|s| s.get("properties").is_some() || s.get("type") == Some(&json!("object")))
         .collect();

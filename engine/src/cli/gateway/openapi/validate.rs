@@ -319,6 +319,44 @@ fn compare(a: &Number, b: &Number) -> Option<Ordering> {
     }
 }
 
+/// Every schema reachable from `schema` (through references, properties, items and
+/// combinations) in `document`, each once: what a check of every schema a request can meet
+/// walks.
+pub fn reachable_schemas<'a>(document: &'a Value, schema: &'a Value) -> Vec<&'a Value> {
+    let mut seen: Vec<&Value> = Vec::new();
+    let mut next = vec![schema];
+    while let Some(schema) = next.pop() {
+        if seen.iter().any(|s| std::ptr::eq(*s, schema)) {
+            continue;
+        }
+        seen.push(schema);
+        let Some(keywords) = schema.as_object() else {
+            continue;
+        };
+        if let Some(target) = keywords.get("$ref").and_then(Value::as_str) {
+            let pointer = target.strip_prefix('#').expect("a local reference");
+            next.push(
+                document
+                    .pointer(pointer)
+                    .expect("a reference that resolves"),
+            );
+        }
+        let properties = keywords.get("properties").and_then(Value::as_object);
+        next.extend(properties.into_iter().flat_map(|p| p.values()));
+        for key in ["oneOf", "anyOf", "allOf", "prefixItems"] {
+            next.extend(
+                keywords
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten(),
+            );
+        }
+        next.extend(keywords.get("items").filter(|items| items.is_object()));
+    }
+    seen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
