@@ -2,6 +2,8 @@
 //! single-node ceiling), shared by the product binary `runner` and the harness binary
 //! `runner-harness`.
 
+#![warn(clippy::disallowed_macros)]
+
 pub mod product;
 
 use std::path::{Path, PathBuf};

@@ -29,6 +29,8 @@
 //! - `runner rolling --from OLD_RUNNER`: a rolling upgrade from an earlier build to this one,
 //!   under load, then a handler upgrade through the log.
 
+#![warn(clippy::disallowed_macros)]
+
 use runner::product::{commands, single};
 
 use bank::Bank;

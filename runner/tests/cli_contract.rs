@@ -516,12 +516,13 @@ fn every_help_ends_with_the_exit_table_and_agrees_with_it() {
     );
 }
 
-/// Runs `runner check --cluster FILE` with its standard output closed before it writes
-/// anything (every write meets a closed pipe, whatever the timing); its exit code and
+/// Runs `runner COMMAND --cluster FILE [ARGS]` with its standard output closed before it
+/// writes anything (every write meets a closed pipe, whatever the timing); its exit code and
 /// standard error.
-fn check_with_stdout_closed(file: &Path) -> (Option<i32>, String) {
+fn with_stdout_closed(command: &str, file: &Path, args: &[&str]) -> (Option<i32>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["check", "--cluster", path(file)])
+        .args([command, "--cluster", path(file)])
+        .args(args)
         .env_remove("ENGINE_CLUSTER_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -537,12 +538,12 @@ fn check_with_stdout_closed(file: &Path) -> (Option<i32>, String) {
 /// Proves a reader that closes standard output early ends the command quietly, with the
 /// code the command would have had anyway: `check | head -1` on a good file exits 0 with
 /// nothing on standard error (it used to panic with "Broken pipe" and exit 101), on a bad
-/// file 3.
+/// file 3; `status` with no node answering, 2.
 #[test]
 fn a_closed_standard_output_ends_the_command_quietly_with_its_own_code() {
     let dir = tempfile::tempdir().unwrap();
     let (cluster, _) = write_cluster_file(dir.path(), |_| {});
-    let (code, stderr) = check_with_stdout_closed(&cluster);
+    let (code, stderr) = with_stdout_closed("check", &cluster, &[]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.is_empty(), "not quiet: {stderr}");
     let mut bad = ClusterFile::parse(&cluster).unwrap();
@@ -550,7 +551,11 @@ fn a_closed_standard_output_ends_the_command_quietly_with_its_own_code() {
     bad.nodes.push(bad.nodes[0].clone());
     let bad_file = dir.path().join("duplicate.toml");
     bad.write(&bad_file).unwrap();
-    let (code, stderr) = check_with_stdout_closed(&bad_file);
+    let (code, stderr) = with_stdout_closed("check", &bad_file, &[]);
     assert_eq!(code, Some(i32::from(Exit::Usage.code())), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // status prints its table of nodes (none answering here) and exits 2, unreachable.
+    let (code, stderr) = with_stdout_closed("status", &cluster, &["--timeout", "1"]);
+    assert_eq!(code, Some(i32::from(Exit::Unreachable.code())), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

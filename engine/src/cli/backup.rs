@@ -148,7 +148,7 @@ fn report(
 }
 
 fn print_report(header: &BackupHeader, digest: &str, bytes: u64, out: &std::path::Path) {
-    println!(
+    crate::outln!(
         "backup {}: cluster {}, node {}, entry {} (term {}), state hash {}, digest {}, {} bytes",
         out.display(),
         header.cluster_id,
@@ -322,9 +322,14 @@ pub fn restore<H: Handler>(args: RestoreArgs, handler: H) -> anyhow::Result<()> 
 
 /// The line `restore` prints for a person.
 fn print_restored(header: &BackupHeader, cluster_id: u64, seeded: usize) {
-    println!(
+    crate::outln!(
         "restored entry {} (term {}, state hash {}, cluster {}) into cluster {}: {} data \
          directories seeded; start the nodes",
-        header.index, header.term, header.state_hash, header.cluster_id, cluster_id, seeded
+        header.index,
+        header.term,
+        header.state_hash,
+        header.cluster_id,
+        cluster_id,
+        seeded
     );
 }

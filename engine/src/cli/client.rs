@@ -164,11 +164,11 @@ fn print_outcomes<H: CliHandler>(
 ) -> anyhow::Result<()> {
     let json: Vec<Value> = outcomes.iter().map(outcome_json::<H>).collect();
     match output {
-        Output::Json => println!("{}", serde_json::to_string(&json)?),
+        Output::Json => crate::outln!("{}", serde_json::to_string(&json)?),
         Output::Table => {
             for value in &json {
                 let said = value.get("output").or_else(|| value.get("error"));
-                println!(
+                crate::outln!(
                     "{} {}",
                     value["outcome"].as_str().unwrap_or("?"),
                     said.unwrap_or(&Value::Null)

@@ -126,9 +126,11 @@ pub fn member(args: MemberArgs) -> anyhow::Result<()> {
     });
     output.emit(&json, || {
         for committed in &done {
-            println!(
+            crate::outln!(
                 "{}: committed at entry {}; members now {:?}",
-                committed.change, committed.index, committed.members
+                committed.change,
+                committed.index,
+                committed.members
             );
         }
     })

@@ -32,6 +32,8 @@
 //! A binary with commands of its own (as `runner` has, for the Bank) puts [`Command`] in its
 //! own clap command line with `#[command(flatten)]` and calls [`Command::run`].
 
+#![warn(clippy::disallowed_macros)]
+
 mod backup;
 mod bench;
 mod check;

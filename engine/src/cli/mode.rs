@@ -78,8 +78,8 @@ pub fn mode(args: ModeArgs) -> anyhow::Result<()> {
     args.output.emit(&json, || {
         for (id, answer) in &answers {
             match answer {
-                Ok(()) => println!("node {id}: {}", mode_name(mode)),
-                Err(error) => println!("node {id}: not set: {error}"),
+                Ok(()) => crate::outln!("node {id}: {}", mode_name(mode)),
+                Err(error) => crate::outln!("node {id}: not set: {error}"),
             }
         }
     })?;

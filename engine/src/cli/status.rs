@@ -430,13 +430,21 @@ fn node_json(id: NodeId, s: &NodeStatus) -> Value {
 }
 
 fn print_table(statuses: &Statuses, builds: &Builds) {
-    println!(
+    crate::outln!(
         "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} {:<17} notes",
-        "node", "role", "term", "leader", "last", "commit", "applied", "state hash", "build"
+        "node",
+        "role",
+        "term",
+        "leader",
+        "last",
+        "commit",
+        "applied",
+        "state hash",
+        "build"
     );
     for ((id, status), build) in statuses.iter().zip(builds) {
         match status {
-            Ok(s) => println!(
+            Ok(s) => crate::outln!(
                 "{:>4} {:<10} {:>6} {:>6} {:>10} {:>10} {:>10} {:<18} {:<17} {}",
                 id,
                 format!("{:?}", s.role).to_lowercase(),
@@ -449,11 +457,11 @@ fn print_table(statuses: &Statuses, builds: &Builds) {
                 build_cell(build.as_ref()),
                 notes(s)
             ),
-            Err(error) => println!("{id:>4} unreachable: {error}"),
+            Err(error) => crate::outln!("{id:>4} unreachable: {error}"),
         }
     }
     if mixed(builds) {
-        println!("mixed builds: the nodes run different builds (a rolling upgrade?)");
+        crate::outln!("mixed builds: the nodes run different builds (a rolling upgrade?)");
     }
 }
 

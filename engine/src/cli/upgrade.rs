@@ -121,9 +121,11 @@ pub fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
     let json = serde_json::json!({ "handler_version": version, "nodes": nodes });
     args.output.emit(&json, || {
         for versions in &switched {
-            println!(
+            crate::outln!(
                 "node {}: handler version {} in force (applied through entry {})",
-                versions.node, versions.in_force, versions.applied_index
+                versions.node,
+                versions.in_force,
+                versions.applied_index
             );
         }
     })

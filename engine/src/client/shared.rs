@@ -59,8 +59,18 @@ pub enum SharedError {
         /// The limit ([`SharedOptions::queued_max`]).
         max: usize,
     },
-    /// The client's task stopped (its runtime is shutting down): nothing more is sent.
-    #[error("the shared client stopped")]
+    /// The call holds more commands than the client may hold at once: it can never be sent
+    /// as it is; split it.
+    #[error("{count} commands in one call, over the {max} this client holds at once")]
+    TooMany {
+        /// Commands in the call.
+        count: usize,
+        /// The limit ([`SharedOptions::queued_max`]).
+        max: usize,
+    },
+    /// The client's tasks stopped (its runtime is shutting down) before the call's request
+    /// was answered: if it had left, its outcome is unknown.
+    #[error("the shared client stopped; the outcome is unknown")]
     Stopped,
     /// The engine request that carried the call's commands failed, for every caller in it.
     #[error("{0}")]
@@ -72,7 +82,9 @@ impl SharedError {
     pub fn client_error(&self) -> Option<&ClientError> {
         match self {
             SharedError::Client(error) => Some(error),
-            SharedError::QueueFull { .. } | SharedError::Stopped => None,
+            SharedError::QueueFull { .. } | SharedError::TooMany { .. } | SharedError::Stopped => {
+                None
+            }
         }
     }
 }
@@ -159,8 +171,11 @@ impl<H: Handler> SharedClient<H> {
     /// Starts the client's two forming tasks (writes, reads) on the current tokio runtime;
     /// sessions connect on first use.
     pub fn start(config: ClientConfig, options: SharedOptions) -> Self {
+        let request_max = net::entry::REQUEST_COMMANDS_MAX as usize;
         assert!(
-            options.batch_max >= 1 && options.inflight >= 1 && options.queued_max >= 1,
+            (1..=request_max).contains(&options.batch_max)
+                && options.inflight >= 1
+                && options.queued_max >= 1,
             "{options:?}"
         );
         let most = Duration::from_secs(SHARED_GIVE_UP_S_MAX);
@@ -193,19 +208,13 @@ impl<H: Handler> SharedClient<H> {
         }
     }
 
-    /// Submits `commands` (one, or a few: at most `batch_max`) with other callers' and waits
-    /// for their outcomes, in order. A caller that stops waiting leaves its commands to be
-    /// sent and answered all the same.
+    /// Submits `commands` (one, or a few; a call of `batch_max` or more goes alone, as a
+    /// request of its own) with other callers' and waits for their outcomes, in order. A
+    /// caller that stops waiting leaves its commands to be sent and answered all the same.
     pub async fn submit(&self, commands: Vec<H::Command>) -> SharedAnswer<H> {
         assert!(!commands.is_empty(), "a call submits at least one command");
         let inner = &self.inner;
-        let count = u32::try_from(commands.len()).unwrap_or(u32::MAX);
-        // Held until the answer: what waits in the queue or in flight stays bounded.
-        let full = SharedError::QueueFull {
-            max: inner.options.queued_max,
-        };
-        let room = inner.queued.clone().try_acquire_many_owned(count);
-        let room = room.map_err(|_| full)?;
+        let room = self.room(commands.len())?;
         if commands.len() >= inner.options.batch_max {
             return self.submit_alone(commands, room).await;
         }
@@ -233,14 +242,25 @@ impl<H: Handler> SharedClient<H> {
     }
 
     /// Sends `commands` as request 1 of session `id` (a caller's own session: an idempotency
-    /// key's, say), on a pooled session's connection. The session's own answers (expired,
-    /// reused) are the caller's.
-    pub async fn submit_as(
-        &self,
-        id: ClientId,
-        commands: &[H::Command],
-    ) -> Result<Vec<OutcomeOf<H>>, ClientError> {
-        self.inner.sessions.submit_as::<H>(id, commands).await
+    /// key's, say), on a pooled session's connection, counted in the client's bound like any
+    /// call. The session's own answers (expired, reused) are the caller's.
+    pub async fn submit_as(&self, id: ClientId, commands: &[H::Command]) -> SharedAnswer<H> {
+        let room = self.room(commands.len())?;
+        let answer = self.inner.sessions.submit_as::<H>(id, commands).await;
+        drop(room);
+        answer.map_err(|error| SharedError::Client(Arc::new(error)))
+    }
+
+    /// Room for `count` commands in the client's bound, held until they are answered.
+    fn room(&self, count: usize) -> Result<OwnedSemaphorePermit, SharedError> {
+        let max = self.inner.options.queued_max;
+        let too_many = SharedError::TooMany { count, max };
+        let count = u32::try_from(count).map_err(|_| too_many.clone())?;
+        if count as usize > max {
+            return Err(too_many);
+        }
+        let room = self.inner.queued.clone().try_acquire_many_owned(count);
+        room.map_err(|_| SharedError::QueueFull { max })
     }
 
     /// A caller's commands that fill an engine request by themselves go at once, without the
@@ -267,13 +287,18 @@ impl<H: Handler> SharedClient<H> {
     }
 }
 
-/// Idle client sessions, each with its own random id and when it was last used, the most
-/// recently used last: one engine request at a time each.
+/// Idle client sessions, each with its own random id and when its last answered write was
+/// sent (`None`: it has written nothing, so the cluster keeps nothing of it to expire), the most
+/// recently used last: one engine request at a time each. Only a write refreshes a session
+/// at the cluster, so only a write refreshes it here.
 #[derive(Clone)]
 struct Sessions {
     config: ClientConfig,
-    idle: Arc<Mutex<Vec<(Client, Instant)>>>,
+    idle: Arc<Mutex<Vec<Pooled>>>,
 }
+
+/// An idle session, and when its last answered write was sent.
+type Pooled = (Client, Option<Instant>);
 
 impl Sessions {
     fn new(config: ClientConfig) -> Self {
@@ -283,26 +308,29 @@ impl Sessions {
         }
     }
 
-    /// The most recently used idle session, or a new one when none was used within
-    /// [`SHARED_SESSION_IDLE_S`] (those are dropped).
-    fn take(&self) -> Result<Client, ClientError> {
+    /// The most recently used idle session whose last write is within
+    /// [`SHARED_SESSION_IDLE_S`] (staler ones are dropped), or a new one.
+    fn take(&self) -> Result<(Client, Option<Instant>), ClientError> {
+        let fresh = |wrote: &Option<Instant>| {
+            wrote.is_none_or(|at| at.elapsed() < Duration::from_secs(SHARED_SESSION_IDLE_S))
+        };
         let mut idle = self.idle.lock().expect("not poisoned");
-        if let Some((client, used)) = idle.pop() {
-            if used.elapsed() < Duration::from_secs(SHARED_SESSION_IDLE_S) {
-                return Ok(client);
+        while let Some((client, wrote)) = idle.pop() {
+            if fresh(&wrote) {
+                return Ok((client, wrote));
             }
-            // Every other idle session was used before this one.
-            idle.clear();
         }
         drop(idle);
         let id = ClientId::random().map_err(ClientError::NoRandomness)?;
-        Ok(Client::new(self.config.clone(), id, RequestNumber(1)))
+        Ok((Client::new(self.config.clone(), id, RequestNumber(1)), None))
     }
 
-    /// Gives a session back for the next request.
-    fn put(&self, client: Client) {
-        let used = Instant::now();
-        self.idle.lock().expect("not poisoned").push((client, used));
+    /// Gives a session back for the next request, with when its last answered write was sent.
+    fn put(&self, client: Client, wrote: Option<Instant>) {
+        self.idle
+            .lock()
+            .expect("not poisoned")
+            .push((client, wrote));
     }
 
     /// Sends `commands` as request 1 of session `id` on a pooled session's connection, which
@@ -312,32 +340,42 @@ impl Sessions {
         id: ClientId,
         commands: &[H::Command],
     ) -> Result<Vec<OutcomeOf<H>>, ClientError> {
-        let mut pooled = self.take()?;
+        let (mut pooled, wrote) = self.take()?;
         let mut lent = pooled.lend(id, RequestNumber(1));
         let answer = lent.submit::<H>(commands).await;
         pooled.reclaim(lent);
-        self.put(pooled);
+        self.put(pooled, wrote);
         answer
     }
 
     /// Sends `commands` as one engine request on a pooled session; a session the cluster no
-    /// longer keeps, or whose numbers another process took, is dropped.
+    /// longer keeps, whose numbers another process took, or whose request gave up (its
+    /// number may or may not be logged), is dropped.
     async fn submit<H: Handler>(&self, commands: &[H::Command]) -> SharedAnswer<H> {
-        let mut client = self.take().map_err(|e| SharedError::Client(Arc::new(e)))?;
+        let (mut client, wrote) = self.take().map_err(|e| SharedError::Client(Arc::new(e)))?;
+        let writes = !commands.iter().all(H::read_only);
+        // The cluster counts a session's age from when its write applied, which is after it
+        // was first sent however long the answer took: the send time errs on the safe side.
+        let sent = Instant::now();
         let answer = client.submit::<H>(commands).await;
         if keeps_session(&answer) {
-            self.put(client);
+            let answered_write = writes && answer.is_ok();
+            self.put(client, if answered_write { Some(sent) } else { wrote });
         }
         answer.map_err(|error| SharedError::Client(Arc::new(error)))
     }
 }
 
 /// True when the session that sent a request answered so may send the next one: one the
-/// cluster forgot, or whose number it holds for other commands, is dropped.
+/// cluster forgot, whose number it holds for other commands, or whose request gave up, is
+/// dropped.
 fn keeps_session<T>(answer: &Result<T, ClientError>) -> bool {
     !matches!(
         answer,
-        Err(ClientError::SessionExpired(_) | ClientError::Reused(_) | ClientError::Stale(_))
+        Err(ClientError::SessionExpired(_)
+            | ClientError::Reused(_)
+            | ClientError::Stale(_)
+            | ClientError::GaveUp { .. })
     )
 }
 
@@ -453,5 +491,55 @@ fn hand_out<H: Handler>(
                 let _ = reply.send(Err(failure.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions() -> Sessions {
+        let address: std::net::SocketAddr = "127.0.0.1:9".parse().expect("an address");
+        Sessions::new(ClientConfig::new(9, [address]))
+    }
+
+    /// Proves the pool hands out a session that has written nothing, or whose last answered
+    /// write was sent within `SHARED_SESSION_IDLE_S`, and drops one whose write is older,
+    /// whatever reads it served since: the cluster ages a session from its last write.
+    #[tokio::test(start_paused = true)]
+    async fn a_pooled_session_is_as_fresh_as_its_last_write() {
+        let pool = sessions();
+        let (client, wrote) = pool.take().expect("a new session");
+        assert_eq!(wrote, None);
+        let id = client.id();
+        pool.put(client, None);
+        let (client, _) = pool.take().expect("the same session");
+        assert_eq!(client.id(), id, "a session that wrote nothing never ages");
+        pool.put(client, Some(Instant::now()));
+        tokio::time::advance(Duration::from_secs(SHARED_SESSION_IDLE_S - 1)).await;
+        let (client, wrote) = pool.take().expect("the same session");
+        assert_eq!(client.id(), id, "written within the limit");
+        pool.put(client, wrote);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let (client, wrote) = pool.take().expect("a new session");
+        assert_ne!(client.id(), id, "written too long ago: dropped");
+        assert_eq!(wrote, None);
+    }
+
+    /// Proves a session whose request gave up (its number may or may not be logged) leaves
+    /// the pool, as one the cluster forgot does, and one refused for other reasons stays.
+    #[test]
+    fn a_session_whose_request_gave_up_leaves_the_pool() {
+        let gave_up: Result<(), ClientError> = Err(ClientError::GaveUp {
+            attempts: 3,
+            seconds: 1.0,
+            last_rejection: None,
+        });
+        assert!(!keeps_session(&gave_up));
+        let expired: Result<(), ClientError> = Err(ClientError::SessionExpired(RequestNumber(2)));
+        assert!(!keeps_session(&expired));
+        assert!(keeps_session(&Ok::<(), ClientError>(())));
+        let busy = Err::<(), _>(ClientError::Rejected(net::message::Rejection::Busy));
+        assert!(keeps_session(&busy));
     }
 }

@@ -5,6 +5,8 @@
 //! product binary `runner` forwards `sim`, `chaos`, `partition`, `hostile`, `emulate`,
 //! `rolling` and `local --matrix|--floor|--rate-sweep` here, arguments unchanged.
 
+#![warn(clippy::disallowed_macros)]
+
 mod chaos;
 mod delay_line;
 mod emulate;

@@ -335,7 +335,11 @@ impl Failed {
     }
 
     fn of_shared(error: &SharedError) -> Failed {
-        error.client_error().map_or(Failed::Error, Failed::of)
+        match error {
+            SharedError::Client(error) => Failed::of(error),
+            SharedError::Stopped => Failed::Unknown,
+            SharedError::QueueFull { .. } | SharedError::TooMany { .. } => Failed::Error,
+        }
     }
 }
 

@@ -61,7 +61,9 @@ pub trait BenchWorkload {
 
     /// The `commands` commands (1 to [`BENCH_BATCH_MAX`]) of load client `client`'s next
     /// request, drawn from that client's own generator (seeded from `--seed`, the run and the
-    /// client, so a seed gives every client the same stream again).
+    /// client, so a seed gives every client the same stream again). `client` is below
+    /// `--inflight`, or below `--callers` (up to [`BENCH_CALLERS_MAX`]) for a caller's one
+    /// command.
     fn next_request(
         &mut self,
         client: u32,

@@ -166,8 +166,19 @@ impl Failure {
     /// What a shared client's failure means to the callers of its request.
     pub fn shared(error: &SharedError) -> Failure {
         match error {
-            SharedError::QueueFull { .. } => Failure::QueueFull,
             SharedError::Client(error) => Failure::pooled(error),
+            other @ (SharedError::QueueFull { .. }
+            | SharedError::TooMany { .. }
+            | SharedError::Stopped) => Failure::keyed(other),
+        }
+    }
+
+    /// What a shared client's failure of a keyed request (its own session) means.
+    pub fn keyed(error: &SharedError) -> Failure {
+        match error {
+            SharedError::QueueFull { .. } => Failure::QueueFull,
+            &SharedError::TooMany { count, max } => Failure::CommandCount { count, max },
+            SharedError::Client(error) => Failure::from(&**error),
             SharedError::Stopped => Failure::Stopped,
         }
     }

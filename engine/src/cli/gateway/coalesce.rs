@@ -1,6 +1,6 @@
 //! Batching across callers: the commands of concurrent HTTP requests leave as one engine
 //! request through the engine's [`SharedClient`], which the gateway shapes (`--batch-max`,
-//! `--linger-ms`, `--inflight`) and counts (its metrics). Every command is its own
+//! `--linger-us`, `--inflight`) and counts (its metrics). Every command is its own
 //! transaction in the engine whatever request carries it, so batching changes no outcome: a
 //! caller cannot tell. Requests with an idempotency key go alone, each on its own session.
 
@@ -75,9 +75,10 @@ impl<H: Handler> Coalescer<H> {
     }
 
     /// Sends `commands` as request 1 of session `id` (an idempotency key's), on a pooled
-    /// session's connection. The session's own answers (expired, reused) are the caller's,
-    /// not the pool's. The request runs in a task of its own: a caller that goes away (its
-    /// connection closed) leaves it to finish rather than cut it off mid-exchange.
+    /// session's connection, counted in the queue's bound. The session's own answers
+    /// (expired, reused) are the caller's, not the pool's. The request runs in a task of its
+    /// own: a caller that goes away (its connection closed) leaves it to finish rather than
+    /// cut it off mid-exchange.
     pub async fn submit_keyed(&self, id: ClientId, commands: Vec<H::Command>) -> Answer<H> {
         let permit = self.keyed.clone().acquire_owned().await;
         let permit = permit.expect("the semaphore is never closed");
@@ -87,7 +88,7 @@ impl<H: Handler> Coalescer<H> {
             let answered = shared.submit_as(id, &commands).await;
             drop(permit);
             // A caller that went away needs no answer.
-            let _ = reply.send(answered.map_err(Failure::from));
+            let _ = reply.send(answered.map_err(|error| Failure::keyed(&error)));
         });
         answer.await.unwrap_or(Err(Failure::Stopped))
     }

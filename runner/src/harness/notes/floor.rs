@@ -43,7 +43,7 @@ pub struct FloorOptions {
     /// Leaves out the disk shape (ext4 or whatever --disk-dir lives on).
     #[arg(long)]
     pub floor_no_disk: bool,
-    /// Leaves out the order book (the engine's `orderbook` example, built in release).
+    /// Leaves out the order book (the `orderbook` package, built in release).
     #[arg(long)]
     pub floor_no_book: bool,
 }
