@@ -62,7 +62,7 @@ pub fn failure() -> Option<std::io::ErrorKind> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// `println!` for a command's result: standard output through [`line`], so that a reader
+/// `println!` for a command's result: standard output through [`line()`], so that a reader
 /// that stops early ends nothing but the output.
 #[macro_export]
 macro_rules! outln {
@@ -74,7 +74,7 @@ macro_rules! outln {
     };
 }
 
-/// `print!` for a command's result, through [`text`].
+/// `print!` for a command's result, through [`text()`].
 #[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => {
