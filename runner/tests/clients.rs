@@ -22,6 +22,8 @@ const PYTHON_TESTS_MIN: usize = 14;
 const NODE_TESTS_MIN: usize = 15;
 /// The Node.js suite's files, run from the project the package was installed into.
 const NODE_TEST_FILES: [&str; 2] = ["test/gateway.test.js", "test/retries.test.js"];
+/// What those tests import beside the package.
+const NODE_TEST_SUPPORT: &str = "test/support.js";
 
 /// Proves the Python package installs with pip into a new virtual environment and passes its
 /// own tests there, against a real cluster and gateway.
@@ -120,7 +122,7 @@ fn the_node_package_installs_and_passes_its_tests() {
             .current_dir(&project),
         "npm install of the packed clients/node",
     );
-    for file in NODE_TEST_FILES {
+    for file in NODE_TEST_FILES.into_iter().chain([NODE_TEST_SUPPORT]) {
         std::fs::copy(package("node").join(file), project.join(file)).unwrap();
     }
     let (nodes, _) = start_cluster(dir.path(), |_| {});

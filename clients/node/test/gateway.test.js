@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { randomInt } from "node:crypto";
 import { describe, test } from "node:test";
+import { refusal } from "./support.js";
 import {
   Client,
   GatewayError,
@@ -41,17 +42,6 @@ async function accounts() {
 async function balances(a, b) {
   const read = await client.read([get({ id: a }), get({ id: b })]);
   return read.map((o) => o.output.Account.balance);
-}
-
-/** The GatewayError `call` throws (failing when it throws none, or something else). */
-async function refusal(call) {
-  try {
-    await call();
-  } catch (error) {
-    assert.ok(error instanceof GatewayError, `not a GatewayError: ${error}`);
-    return error;
-  }
-  assert.fail("no GatewayError");
 }
 
 describe("enginebank against a real gateway", () => {

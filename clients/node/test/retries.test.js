@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { describe, test } from "node:test";
+import { refusal } from "./support.js";
 import { Client, GatewayError, deposit, get } from "enginebank";
 
 const DONE = [200, [{ outcome: "done", output: { Account: { balance: 1, version: 2, flags: 0 } } }]];
@@ -34,17 +35,6 @@ async function gateway(answers, tries = 3) {
     return new Promise((closed) => server.close(closed));
   };
   return { client, seen, stop };
-}
-
-/** The GatewayError `call` throws (failing when it throws none, or something else). */
-async function refusal(call) {
-  try {
-    await call();
-  } catch (error) {
-    assert.ok(error instanceof GatewayError, `not a GatewayError: ${error}`);
-    return error;
-  }
-  assert.fail("no GatewayError");
 }
 
 describe("enginebank's retries", () => {
