@@ -7,7 +7,6 @@ import { describe, test } from "node:test";
 import { refusal } from "./support.js";
 import {
   Client,
-  GatewayError,
   audit,
   deposit,
   get,

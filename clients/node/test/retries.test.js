@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { describe, test } from "node:test";
 import { refusal } from "./support.js";
-import { Client, GatewayError, deposit, get } from "enginebank";
+import { Client, deposit, get } from "enginebank";
 
 const DONE = [200, [{ outcome: "done", output: { Account: { balance: 1, version: 2, flags: 0 } } }]];
 const UNAVAILABLE = [503, { error: "unavailable", message: "no leader answered" }];
