@@ -7,8 +7,8 @@
 
 use crate::codec;
 use crate::entry::{
-    COMMAND_BYTES_MAX, ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX, FragmentHeader,
-    PayloadBuilder, REQUEST_COMMANDS_MAX, RequestDigest,
+    COMMAND_BYTES_MAX, ENTRY_COMMANDS_CONFIG_MIN, ENTRY_COMMANDS_MAX, EntryKind, FragmentHeader,
+    KeyRun, PayloadBuilder, REQUEST_COMMANDS_MAX, RequestDigest,
 };
 use crate::handler::Handler;
 use crate::ids::{ClientId, RequestNumber};
@@ -36,6 +36,9 @@ pub struct Queued {
     pub ends: Vec<u32>,
     /// What the commands are (every fragment carries it).
     pub digest: RequestDigest,
+    /// The keyed runs of its commands, in order, each with its commands' digest (checked
+    /// at admission: within the request, apart, not empty).
+    pub runs: Vec<(KeyRun, RequestDigest)>,
 }
 
 impl Queued {
@@ -139,11 +142,11 @@ impl Batcher {
     }
 
     /// Queues a request; gives it back when the queue is full.
-    pub fn push(&mut self, request: Queued) -> Result<(), Queued> {
+    pub fn push(&mut self, request: Queued) -> Result<(), Box<Queued>> {
         let over_commands = self.queued_commands + request.ends.len() > BATCHER_COMMANDS_MAX;
         let over_bytes = self.queued_bytes + request.commands.len() > BATCHER_BYTES_MAX;
         if over_commands || over_bytes {
-            return Err(request);
+            return Err(Box::new(request));
         }
         request.check();
         // A walk of its commands: debug builds only.
@@ -165,9 +168,9 @@ impl Batcher {
             .any(|q| q.client == client && q.request == request)
     }
 
-    /// The payload of the next entry, stamped `now_ms`, and its command count; `None` when
-    /// nothing waits.
-    pub fn next_entry(&mut self, now_ms: u64) -> Option<(Bytes, u32)> {
+    /// The payload of the next entry, stamped `now_ms`, its command count and its kind
+    /// (keyed when a fragment has keyed runs); `None` when nothing waits.
+    pub fn next_entry(&mut self, now_ms: u64) -> Option<(Bytes, u32, EntryKind)> {
         if self.queue.is_empty() {
             return None;
         }
@@ -197,6 +200,10 @@ impl Batcher {
                 digest: head.digest,
             };
             payload.push(&fragment, &head.commands[start as usize..end as usize]);
+            let overlaps = |run: &&(KeyRun, _)| run.0.first < first + count && run.0.end() > first;
+            for &(run, digest) in head.runs.iter().filter(overlaps) {
+                payload.push_run(run, digest);
+            }
             assert!(
                 payload.command_count() <= self.entry_commands_max,
                 "an entry of {} commands",
@@ -264,6 +271,33 @@ pub fn command_ends<H: Handler>(
     Ok(ends)
 }
 
+/// Checks a keyed request's runs against its commands (`ends`, from [`command_ends`]): each
+/// holds a command at least, lies within the request, and starts after the one before it
+/// ends. Returns each with the digest of its commands, the one request 1 of the key's session
+/// would carry.
+pub fn keyed_runs(
+    runs: &[KeyRun],
+    commands: &[u8],
+    ends: &[u32],
+) -> Result<Vec<(KeyRun, RequestDigest)>, Rejection> {
+    let mut checked = Vec::with_capacity(runs.len());
+    let mut next_free = 0;
+    for &run in runs {
+        let fits = run.count > 0 && run.first >= next_free;
+        if !fits || run.end() as usize > ends.len() {
+            return Err(Rejection::Malformed { command: run.first });
+        }
+        let start = match run.first {
+            0 => 0,
+            first => ends[first as usize - 1] as usize,
+        };
+        let end = ends[run.end() as usize - 1] as usize;
+        checked.push((run, RequestDigest::of(run.count, &commands[start..end])));
+        next_free = run.end();
+    }
+    Ok(checked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +312,7 @@ mod tests {
             commands: Bytes::from(bytes),
             ends: (1..=commands).map(|c| c * 3).collect(),
             digest: RequestDigest::default(),
+            runs: Vec::new(),
         }
     }
 
@@ -287,7 +322,7 @@ mod tests {
 
     fn drain_entries(batcher: &mut Batcher) -> Vec<Vec<Shape>> {
         std::iter::from_fn(|| batcher.next_entry(0))
-            .map(|(payload, _)| {
+            .map(|(payload, _, _)| {
                 parse_payload(&payload)
                     .unwrap()
                     .1
@@ -338,6 +373,54 @@ mod tests {
             1,
             "one lone command makes an entry at once"
         );
+    }
+
+    /// Proves a keyed request's runs are checked at admission (each digest is its own
+    /// commands'), and that each entry lists the runs its fragment overlaps, a run split
+    /// between entries in both, so that an entry without runs stays of the plain kind.
+    #[test]
+    fn keyed_runs_follow_their_fragments() {
+        use crate::entry::parse_payload_of;
+        let run = |key: u128, first: u32, count: u32| KeyRun {
+            key: ClientId(key),
+            first,
+            count,
+        };
+        let plain = request(1, 1, 8);
+        let keyed = request(2, 1, 20);
+        let runs = [run(7, 0, 2), run(8, 9, 4), run(9, 19, 1)];
+        let checked = keyed_runs(&runs, &keyed.commands, &keyed.ends).expect("valid runs");
+        assert_eq!(checked[1].1, RequestDigest::of(4, &keyed.commands[27..39]));
+        for bad in [[run(1, 0, 0)], [run(1, 19, 2)], [run(1, 20, 1)]] {
+            let refused = keyed_runs(&bad, &keyed.commands, &keyed.ends);
+            assert_eq!(
+                refused,
+                Err(Rejection::Malformed {
+                    command: bad[0].first
+                })
+            );
+        }
+        let overlapping = [run(1, 0, 3), run(2, 2, 1)];
+        assert!(keyed_runs(&overlapping, &keyed.commands, &keyed.ends).is_err());
+
+        let mut batcher = Batcher::new(16);
+        batcher.push(plain).unwrap();
+        batcher
+            .push(Queued {
+                runs: checked,
+                ..keyed
+            })
+            .unwrap();
+        batcher.push(request(3, 1, 4)).unwrap();
+        let mut listed = Vec::new();
+        while let Some((payload, _, kind)) = batcher.next_entry(0) {
+            let (_, _, runs) = parse_payload_of(kind, &payload).expect("parses");
+            let keys: Vec<u128> = runs.iter().map(|keyed| keyed.run.key.0).collect();
+            assert_eq!(kind == EntryKind::KeyedCommands, !keys.is_empty());
+            listed.push(keys);
+        }
+        // Entry 1: client 1's 8 and commands 0..8 of client 2's; entry 2: 8..20 and client 3's.
+        assert_eq!(listed, vec![vec![7], vec![8, 9]]);
     }
 
     /// Proves the queue refuses requests past its bound and drains on leadership loss.

@@ -3,7 +3,7 @@
 //! across retries, so the cluster applies it exactly once.
 
 use crate::address::Address;
-use crate::apply::PIPELINE_REQUESTS_MAX;
+use crate::apply::{KeyedOutcome, PIPELINE_REQUESTS_MAX};
 use crate::codec::{self, CodecError};
 use crate::entry::encode_commands;
 use crate::handler::{Handler, OutcomeOf};
@@ -12,7 +12,9 @@ use crate::ids::{ClientId, RequestNumber};
 use futures::{SinkExt, StreamExt};
 use net::auth::Key;
 use net::frame::{FrameCodec, FrameError};
-use net::message::{ClientReply, ClientRequest, Hello, Read, Refusal, Rejection};
+use net::message::{
+    ClientReply, ClientRequest, Hello, KeyRun, Read, Refusal, Rejection, SubmitKeyed,
+};
 use net::tls::{Stream, Tls};
 use std::pin::Pin;
 use std::time::{Duration, Instant};
@@ -275,29 +277,6 @@ impl Client {
         self.requests.id()
     }
 
-    /// A client of session `id` (next request `first_request`) on this client's connection and
-    /// aimed where this one last reached: a connection carries no session, so a caller with
-    /// many short-lived sessions (the gateway's idempotency keys) need not connect and prove
-    /// its key once per session. [`Client::reclaim`] takes the connection back.
-    pub(crate) fn lend(&mut self, id: ClientId, first_request: RequestNumber) -> Client {
-        let mut lent = Client::new(self.config.clone(), id, first_request);
-        lent.requests.aim_at(self.requests.target().clone());
-        // Aiming asks for a new connection; this one is to that same node.
-        lent.requests.take_reconnect();
-        lent.connection = self.connection.take();
-        lent
-    }
-
-    /// Takes back the connection of a client made by [`Client::lend`], with its aim, when it
-    /// is still open and this client has none.
-    pub(crate) fn reclaim(&mut self, lent: Client) {
-        if self.connection.is_none() && lent.connection.is_some() {
-            self.requests.aim_at(lent.requests.target().clone());
-            self.requests.take_reconnect();
-            self.connection = lent.connection;
-        }
-    }
-
     /// Sends typed commands as one request; returns each command's outcome. Commands the
     /// handler all marks read-only ([`Handler::read_only`]) go as a read, answered by the
     /// leader without a log entry and with no number of the session.
@@ -403,6 +382,28 @@ impl Client {
         results
     }
 
+    /// Sends typed commands as one request whose `runs` carry their callers' keys (see
+    /// [`SubmitKeyed`]); returns each command's outcome, a keyed one's as the cluster's
+    /// sessions of its key decided. A node before protocol version 5 cannot decode the
+    /// request and refuses it ([`ClientError::Refused`]); a leader whose members are not all
+    /// upgraded, with [`Rejection::OlderMembers`].
+    pub async fn submit_keyed<H: Handler>(
+        &mut self,
+        commands: &[H::Command],
+        runs: Vec<KeyRun>,
+    ) -> Result<Vec<KeyedOutcome<OutcomeOf<H>>>, ClientError> {
+        let (encoded, count) = (encode_commands(commands), commands.len() as u32);
+        let keyed = keyed_positions(&runs, count);
+        let submit = self.requests.begin_after(None, count, encoded);
+        let request = submit.request;
+        let message = ClientRequest::SubmitKeyed(SubmitKeyed { submit, runs });
+        let (count, results) = self.exchange_until_done(&message, request).await?;
+        let decoded = crate::apply::decode_keyed_outcomes::<H>(&results, count, |at| {
+            keyed.get(at as usize).copied().unwrap_or(false)
+        });
+        Ok(decoded?)
+    }
+
     async fn submit_after(
         &mut self,
         oldest_pending: Option<RequestNumber>,
@@ -496,6 +497,16 @@ impl Client {
             }
         }
     }
+}
+
+/// Which of a request's `count` commands `runs` cover.
+fn keyed_positions(runs: &[KeyRun], count: u32) -> Vec<bool> {
+    let mut keyed = vec![false; count as usize];
+    for run in runs {
+        let covered = run.first as usize..(run.end() as usize).min(keyed.len());
+        keyed[covered].fill(true);
+    }
+    keyed
 }
 
 /// Where a client's count of reads starts: random, since a client may run again under the

@@ -9,6 +9,7 @@ pub use net::entry::*;
 use crate::codec::{self, Decode, Encode};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
 use bytes::Bytes;
+pub use net::message::KeyRun;
 
 /// The start of a command entry's payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
@@ -43,6 +44,37 @@ impl RequestDigest {
         digest.copy_from_slice(&hasher.finalize().as_bytes()[..REQUEST_DIGEST_BYTES]);
         RequestDigest(digest)
     }
+
+    /// The digest of a keyed request: its commands and its keyed runs, so that a request
+    /// number used again with other keys is told apart as well as one with other commands.
+    pub fn of_keyed(command_count: u32, commands: &[u8], runs: &[KeyRun]) -> Self {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&command_count.to_le_bytes());
+        hasher.update(commands);
+        for run in runs {
+            hasher.update(&run.key.0.to_le_bytes());
+            hasher.update(&run.first.to_le_bytes());
+            hasher.update(&run.count.to_le_bytes());
+        }
+        let mut digest = [0; REQUEST_DIGEST_BYTES];
+        digest.copy_from_slice(&hasher.finalize().as_bytes()[..REQUEST_DIGEST_BYTES]);
+        RequestDigest(digest)
+    }
+}
+
+/// A keyed run of a request's commands as a keyed entry logs it, after the fragments: the
+/// fragment it belongs to, the run (positions within the request), and the digest of the
+/// run's commands, which is what request 1 of the key's session would carry, so that a key
+/// sent alone by an older gateway and the same key in a run are one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct KeyedRun {
+    /// Position in the entry of the fragment whose commands the run overlaps.
+    pub fragment: u32,
+    /// The key's session, and the run's place in its request.
+    pub run: KeyRun,
+    /// The digest of the run's commands.
+    pub digest: RequestDigest,
 }
 
 /// A run of consecutive commands of one client request. A request that does not fit in the
@@ -120,6 +152,8 @@ pub struct PayloadBuilder {
     buf: Vec<u8>,
     fragments: u32,
     commands: u32,
+    /// The keyed runs of the fragments so far, written after them.
+    runs: Vec<KeyedRun>,
 }
 
 impl PayloadBuilder {
@@ -135,6 +169,7 @@ impl PayloadBuilder {
             buf,
             fragments: 0,
             commands: 0,
+            runs: Vec::new(),
         }
     }
 
@@ -166,10 +201,29 @@ impl PayloadBuilder {
         self.commands += fragment.command_count;
     }
 
-    /// The finished payload and its command count.
-    pub fn finish(mut self) -> (Bytes, u32) {
+    /// Notes a keyed run of the fragment pushed last (which it must overlap).
+    pub fn push_run(&mut self, run: KeyRun, digest: RequestDigest) {
+        assert!(self.fragments > 0, "a keyed run follows its fragment");
+        self.runs.push(KeyedRun {
+            fragment: self.fragments - 1,
+            run,
+            digest,
+        });
+    }
+
+    /// The finished payload, its command count, and its kind: keyed when a fragment has a
+    /// keyed run, whose runs then follow the fragments.
+    pub fn finish(mut self) -> (Bytes, u32, EntryKind) {
         self.buf[8..12].copy_from_slice(&self.fragments.to_le_bytes());
-        (Bytes::from(self.buf), self.commands)
+        if self.runs.is_empty() {
+            return (Bytes::from(self.buf), self.commands, EntryKind::Commands);
+        }
+        codec::encode_into(&self.runs, &mut self.buf).expect("runs encode into a vector");
+        (
+            Bytes::from(self.buf),
+            self.commands,
+            EntryKind::KeyedCommands,
+        )
     }
 }
 
@@ -184,6 +238,84 @@ pub type Fragment<'a> = (FragmentHeader, &'a [u8]);
 
 /// Splits a command entry's payload into its header and fragments.
 pub fn parse_payload(payload: &[u8]) -> Result<(PayloadHeader, Vec<Fragment<'_>>), PayloadError> {
+    let (header, fragments, at) = parse_fragments(payload)?;
+    if at != payload.len() {
+        return Err(PayloadError(format!(
+            "{} bytes after the last fragment",
+            payload.len() - at
+        )));
+    }
+    Ok((header, fragments))
+}
+
+/// A command entry's payload parsed: its header, its fragments, and the keyed runs of
+/// its fragments in order (none for an entry of kind `Commands`).
+pub type ParsedPayload<'a> = (PayloadHeader, Vec<Fragment<'a>>, Vec<KeyedRun>);
+
+/// Splits the payload of an entry of `kind` (`Commands` or `KeyedCommands`) into its header,
+/// fragments and keyed runs, checking that each run lies in its request and overlaps its
+/// fragment, and that the runs come in order, apart.
+pub fn parse_payload_of(
+    kind: EntryKind,
+    payload: &[u8],
+) -> Result<ParsedPayload<'_>, PayloadError> {
+    if kind != EntryKind::KeyedCommands {
+        let (header, fragments) = parse_payload(payload)?;
+        return Ok((header, fragments, Vec::new()));
+    }
+    let (header, fragments, at) = parse_fragments(payload)?;
+    let runs: Vec<KeyedRun> =
+        codec::decode(&payload[at..]).map_err(|e| PayloadError(e.to_string()))?;
+    check_runs(&fragments, &runs)?;
+    Ok((header, fragments, runs))
+}
+
+/// Checks a keyed entry's runs against its fragments.
+fn check_runs(fragments: &[Fragment<'_>], runs: &[KeyedRun]) -> Result<(), PayloadError> {
+    if runs.is_empty() {
+        return Err(PayloadError("a keyed entry without keyed runs".into()));
+    }
+    let mut previous: Option<&KeyedRun> = None;
+    for keyed in runs {
+        let Some((fragment, _)) = fragments.get(keyed.fragment as usize) else {
+            return Err(PayloadError(format!(
+                "a run of fragment {}",
+                keyed.fragment
+            )));
+        };
+        let (first, end) = (
+            fragment.first_command,
+            fragment.first_command + fragment.command_count,
+        );
+        let run = keyed.run;
+        let within = run.count > 0 && run.end() <= fragment.request_commands;
+        if !within || run.first >= end || run.end() <= first {
+            return Err(PayloadError(format!(
+                "fragment {}: run {}..{} outside it",
+                keyed.fragment,
+                run.first,
+                run.end()
+            )));
+        }
+        let ordered = previous.is_none_or(|p| {
+            p.fragment < keyed.fragment
+                || (p.fragment == keyed.fragment && p.run.end() <= run.first)
+        });
+        if !ordered {
+            return Err(PayloadError(format!(
+                "fragment {}: runs out of order",
+                keyed.fragment
+            )));
+        }
+        previous = Some(keyed);
+    }
+    Ok(())
+}
+
+/// The header and fragments at the start of a payload, and where they end.
+fn parse_fragments(
+    payload: &[u8],
+) -> Result<(PayloadHeader, Vec<Fragment<'_>>, usize), PayloadError> {
     let error = |e: codec::CodecError| PayloadError(e.to_string());
     let (header, mut at): (PayloadHeader, usize) = codec::decode_prefix(payload).map_err(error)?;
     let mut fragments = Vec::with_capacity(header.fragment_count.min(ENTRY_COMMANDS_MAX) as usize);
@@ -201,13 +333,7 @@ pub fn parse_payload(payload: &[u8]) -> Result<(PayloadHeader, Vec<Fragment<'_>>
         fragments.push((fragment, &payload[at..end]));
         at = end;
     }
-    if at != payload.len() {
-        return Err(PayloadError(format!(
-            "{} bytes after the last fragment",
-            payload.len() - at
-        )));
-    }
-    Ok((header, fragments))
+    Ok((header, fragments, at))
 }
 
 /// A command entry holding each of `requests` whole, stamped `now_ms`, declaring every entry
@@ -223,11 +349,11 @@ pub fn whole_requests_entry(
     for request in requests {
         payload.push(&request.whole_fragment(), request.commands);
     }
-    let (payload, command_count) = payload.finish();
+    let (payload, command_count, kind) = payload.finish();
     Entry::seal(
         index,
         term,
-        EntryKind::Commands,
+        kind,
         index.prev(),
         command_count,
         payload,
@@ -306,6 +432,79 @@ mod tests {
         for cut in 0..payload.len() {
             assert!(parse_payload(&payload[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    /// A payload of one fragment of commands 2..4 of a request of 6, with `runs` noted.
+    fn keyed_payload(runs: &[KeyRun]) -> Bytes {
+        let mut builder = PayloadBuilder::new(7);
+        let fragment = FragmentHeader {
+            client: ClientId(7),
+            request: RequestNumber(3),
+            oldest_pending: RequestNumber(3),
+            request_commands: 6,
+            first_command: 2,
+            command_count: 2,
+            command_bytes: 2,
+            digest: RequestDigest::default(),
+        };
+        builder.push(&fragment, b"ab");
+        for &run in runs {
+            builder.push_run(run, RequestDigest::of(run.count, b"x"));
+        }
+        let (payload, count, kind) = builder.finish();
+        assert_eq!(count, 2);
+        let keyed = if runs.is_empty() {
+            EntryKind::Commands
+        } else {
+            EntryKind::KeyedCommands
+        };
+        assert_eq!(kind, keyed, "keyed exactly when a run was noted");
+        payload
+    }
+
+    fn run(key: u128, first: u32, count: u32) -> KeyRun {
+        KeyRun {
+            key: ClientId(key),
+            first,
+            count,
+        }
+    }
+
+    /// Proves a keyed payload round-trips, that every truncation of it is an error, and that
+    /// runs outside their fragment or request, empty, or out of order are refused.
+    #[test]
+    fn keyed_payloads_round_trip_and_bad_runs_are_refused() {
+        let runs = [run(1, 0, 3), run(2, 3, 1)];
+        let payload = keyed_payload(&runs);
+        let (_, fragments, parsed) = parse_payload_of(EntryKind::KeyedCommands, &payload).unwrap();
+        assert_eq!(fragments.len(), 1);
+        let kept: Vec<KeyRun> = parsed.iter().map(|keyed| keyed.run).collect();
+        assert_eq!(kept, runs);
+        assert!(parsed.iter().all(|keyed| keyed.fragment == 0));
+        for cut in 0..payload.len() {
+            let parsed = parse_payload_of(EntryKind::KeyedCommands, &payload[..cut]);
+            assert!(parsed.is_err(), "cut at {cut}");
+        }
+        assert!(
+            parse_payload(&payload).is_err(),
+            "the runs are no commands' bytes"
+        );
+        let bad = [
+            vec![run(1, 4, 1)],               // after the fragment
+            vec![run(1, 0, 2)],               // before it
+            vec![run(1, 2, 0)],               // empty
+            vec![run(1, 3, 4)],               // past the request
+            vec![run(1, 3, 1), run(2, 2, 1)], // out of order
+            vec![run(1, 2, 2), run(2, 3, 1)], // overlapping
+        ];
+        for runs in bad {
+            let payload = keyed_payload(&runs);
+            let parsed = parse_payload_of(EntryKind::KeyedCommands, &payload);
+            assert!(parsed.is_err(), "{runs:?} refused");
+        }
+        let plain = keyed_payload(&[]);
+        let parsed = parse_payload_of(EntryKind::KeyedCommands, &plain);
+        assert!(parsed.is_err(), "a keyed entry has runs");
     }
 
     /// Proves the chain: any change to the payload, header or previous hash breaks verification.

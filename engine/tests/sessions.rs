@@ -204,7 +204,7 @@ impl Pipelined {
             };
             payload.push(&header, &bytes);
         }
-        let (payload, count) = payload.finish();
+        let (payload, count, _) = payload.finish();
         let (index, kind) = (EntryIndex(self.next), EntryKind::Commands);
         let entry = Entry::seal(
             index,

@@ -295,7 +295,7 @@ fn entry(index: u64, prev: &EntryHash, bytes: usize) -> Entry {
         digest: RequestDigest::of(1, &commands),
     };
     payload.push(&fragment, &commands);
-    let (payload, count) = payload.finish();
+    let (payload, count, _) = payload.finish();
     let term = Term(1 + index / 8);
     let kind = EntryKind::Commands;
     Entry::seal(

@@ -309,7 +309,7 @@ fn apply_plan(
             };
             payload.push(&header, &bytes);
         }
-        let (payload, count) = payload.finish();
+        let (payload, count, _) = payload.finish();
         let index = EntryIndex(n as u64 + 1);
         let kind = engine::internals::entry::EntryKind::Commands;
         let entry = Entry::seal(

@@ -26,7 +26,7 @@ fn entry(index: u64, prev: &EntryHash) -> Entry {
         digest: RequestDigest::of(1, &commands),
     };
     payload.push(&fragment, &commands);
-    let (payload, count) = payload.finish();
+    let (payload, count, _) = payload.finish();
     Entry::seal(
         EntryIndex(index),
         Term(1 + index / 4),

@@ -16,15 +16,22 @@ pub const ENTRY_COMMANDS_CONFIG_MIN: u32 = 16;
 pub const REQUEST_COMMANDS_MAX: u32 = 1024;
 /// Most bytes one encoded command may take.
 pub const COMMAND_BYTES_MAX: u32 = 4096;
-/// Most bytes of payload one entry may carry: its commands plus their fragment headers.
-pub const ENTRY_PAYLOAD_BYTES_MAX: u32 =
-    ENTRY_COMMANDS_MAX * (COMMAND_BYTES_MAX + FRAGMENT_HEADER_BYTES) + PAYLOAD_HEADER_BYTES;
+/// Most bytes of payload one entry may carry: its commands plus their fragment headers, and
+/// in a keyed entry a keyed run per command at most after them (a request has one fragment
+/// in an entry at most, so each of its runs is listed once).
+pub const ENTRY_PAYLOAD_BYTES_MAX: u32 = ENTRY_COMMANDS_MAX
+    * (COMMAND_BYTES_MAX + FRAGMENT_HEADER_BYTES + KEYED_RUN_BYTES)
+    + PAYLOAD_HEADER_BYTES
+    + 8;
 /// Bytes of an encoded [`EntryHeader`] (the kind encodes as a u32).
 pub const ENTRY_HEADER_BYTES: usize = 8 + 8 + 4 + 8 + 4 + 4 + 4 + 32;
 /// Bytes of an encoded payload header (the engine's `PayloadHeader`).
 pub const PAYLOAD_HEADER_BYTES: u32 = 8 + 4;
 /// Bytes of an encoded fragment header (the engine's `FragmentHeader`).
 pub const FRAGMENT_HEADER_BYTES: u32 = 16 + 8 + 8 + 4 + 4 + 4 + 4 + 16;
+/// Bytes of an encoded keyed run in a keyed entry (the engine's `KeyedRun`: its fragment's
+/// position, the key, the run's first command and count, its digest).
+pub const KEYED_RUN_BYTES: u32 = 4 + 16 + 4 + 4 + 16;
 
 const _: () = assert!(ENTRY_COMMANDS_CONFIG_MIN <= ENTRY_COMMANDS_MAX);
 const _: () = assert!(REQUEST_COMMANDS_MAX <= ENTRY_COMMANDS_MAX);
@@ -58,12 +65,14 @@ pub mod entry_kind_tags {
     pub const MEMBERS: u32 = 2;
     /// [`EntryKind::Upgrade`](super::EntryKind::Upgrade).
     pub const UPGRADE: u32 = 3;
+    /// [`EntryKind::KeyedCommands`](super::EntryKind::KeyedCommands).
+    pub const KEYED_COMMANDS: u32 = 4;
 }
 
 /// What an entry carries.
 ///
-/// A kind has two numbers, both fixed by logs already written. The codec tag (0 to 3) is what
-/// the header's encoding carries; the Rust discriminant (1 to 4) is the byte [`chain_hash`]
+/// A kind has two numbers, both fixed by logs already written. The codec tag (0 to 4) is what
+/// the header's encoding carries; the Rust discriminant (1 to 5) is the byte [`chain_hash`]
 /// hashes, so changing either breaks every stored entry: the tag its decoding, the
 /// discriminant its hash chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
@@ -83,6 +92,10 @@ pub enum EntryKind {
     /// at this entry.
     #[codec(tag = entry_kind_tags::UPGRADE)]
     Upgrade = 4,
+    /// Client commands some of which carry their callers' keys: the payload of `Commands`
+    /// followed by the keyed runs of its fragments (protocol version 5 on).
+    #[codec(tag = entry_kind_tags::KEYED_COMMANDS)]
+    KeyedCommands = 5,
 }
 
 /// The fixed-size header of an entry.
@@ -248,6 +261,7 @@ mod tests {
             (EntryKind::Noop, t::NOOP, 2),
             (EntryKind::Members, t::MEMBERS, 3),
             (EntryKind::Upgrade, t::UPGRADE, 4),
+            (EntryKind::KeyedCommands, t::KEYED_COMMANDS, 5),
         ];
         for (position, (kind, tag, discriminant)) in kinds.into_iter().enumerate() {
             let bytes = codec::encode_to_vec(&kind).unwrap();

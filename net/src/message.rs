@@ -14,13 +14,19 @@ use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, StateHash, Term};
 /// commands registers a client id through the log, and a request says the client's oldest
 /// pending one ([`Submit::oldest_pending`], [`ClientReply::NotYet`]). Version 4: a leader may
 /// confirm its leadership for reads with [`PeerMessage::ReadCheck`] rounds; every message of
-/// version 3 keeps its bytes.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// version 3 keeps its bytes. Version 5: a request may carry callers' keys over runs of its
+/// commands ([`ClientRequest::SubmitKeyed`]), and a leader logs them in entries of the kind
+/// `KeyedCommands`; every message of version 4 keeps its bytes.
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The oldest version this build still speaks (with callers and listeners of older builds).
 pub const PROTOCOL_VERSION_OLDEST: u16 = 3;
 /// The first version whose nodes understand [`PeerMessage::ReadCheck`]: a leader sends it
 /// only once every other member has shown, by its handshake, that it speaks this version.
 pub const PROTOCOL_VERSION_READ_CHECK: u16 = 4;
+/// The first version whose nodes decode keyed requests and the entries that log them: a
+/// leader refuses a keyed request while a member is known to speak an older one
+/// ([`Rejection::OlderMembers`]).
+pub const PROTOCOL_VERSION_KEYED: u16 = 5;
 
 /// The tag of every variant of every enum that goes on the wire: the `u32` written before the
 /// variant's fields (`notes/protocol.md` lists them with the fields).
@@ -141,6 +147,8 @@ pub mod tags {
         pub const READ: u32 = 8;
         /// [`ClientRequest::Build`](crate::message::ClientRequest::Build).
         pub const BUILD: u32 = 9;
+        /// [`ClientRequest::SubmitKeyed`](crate::message::ClientRequest::SubmitKeyed).
+        pub const SUBMIT_KEYED: u32 = 10;
     }
 
     /// Tags of [`ClientReply`](super::ClientReply): what a node answers a client.
@@ -203,6 +211,8 @@ pub mod tags {
         pub const STORAGE_FULL: u32 = 5;
         /// [`Rejection::NotReadOnly`](crate::message::Rejection::NotReadOnly).
         pub const NOT_READ_ONLY: u32 = 6;
+        /// [`Rejection::OlderMembers`](crate::message::Rejection::OlderMembers).
+        pub const OLDER_MEMBERS: u32 = 7;
     }
 
     /// Tags of [`Mode`](super::Mode): the execution mode of a leader.
@@ -479,6 +489,7 @@ impl ClientRequest {
             ClientRequest::Versions => "versions",
             ClientRequest::Read(_) => "read",
             ClientRequest::Build => "build",
+            ClientRequest::SubmitKeyed(_) => "submit keyed",
         }
     }
 }
@@ -488,9 +499,10 @@ impl ClientRole {
     pub fn permits(self, request: &ClientRequest) -> bool {
         match request {
             ClientRequest::Status | ClientRequest::Versions | ClientRequest::Build => true,
-            ClientRequest::Submit(_) | ClientRequest::Read(_) | ClientRequest::Resume(_) => {
-                self == ClientRole::Application
-            }
+            ClientRequest::Submit(_)
+            | ClientRequest::SubmitKeyed(_)
+            | ClientRequest::Read(_)
+            | ClientRequest::Resume(_) => self == ClientRole::Application,
             ClientRequest::SetMode(_)
             | ClientRequest::Backup(_)
             | ClientRequest::ChangeMembers(_)
@@ -848,6 +860,44 @@ pub enum ClientRequest {
     /// cannot decode it, answers `Refused(Undecodable)` and closes).
     #[codec(tag = tags::client_request::BUILD)]
     Build,
+    /// A request some of whose commands carry their callers' keys (added in the fifth
+    /// version): applied exactly once as a request, and each keyed run of commands exactly
+    /// once per key, whichever request carries it.
+    #[codec(tag = tags::client_request::SUBMIT_KEYED)]
+    SubmitKeyed(SubmitKeyed),
+}
+
+/// A request whose runs of commands carry keys: each run is applied at most once per key,
+/// across requests, clients and gateways, as the request 1 of the key's own session would be.
+/// A run whose key was used before with the same commands is answered with the outcomes it
+/// had; with other commands, or after the cluster forgot the key, it does not run and its
+/// commands are answered so (`notes/protocol.md`, keyed outcomes).
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct SubmitKeyed {
+    /// The request, as an unkeyed one would be sent.
+    pub submit: Submit,
+    /// The keyed runs of its commands, in order, apart, each within the request.
+    pub runs: Vec<KeyRun>,
+}
+
+/// A run of consecutive commands of a request that one caller's key covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct KeyRun {
+    /// The key's session: an id derived from the caller's key, the same at every caller.
+    pub key: ClientId,
+    /// Position in the request of the run's first command.
+    pub first: u32,
+    /// Commands in the run (at least one).
+    pub count: u32,
+}
+
+impl KeyRun {
+    /// One past the position of the run's last command.
+    pub fn end(&self) -> u32 {
+        self.first + self.count
+    }
 }
 
 /// A request of read-only commands, answered off the log by the leader: it has no request
@@ -994,6 +1044,11 @@ pub enum Rejection {
         /// Its position in the read.
         command: u32,
     },
+    /// A keyed request reached a leader one of whose members is known to speak a protocol
+    /// before [`PROTOCOL_VERSION_KEYED`]: keyed commands wait until every node runs a build
+    /// that logs them (nothing of this request was logged).
+    #[codec(tag = tags::rejection::OLDER_MEMBERS)]
+    OlderMembers,
 }
 
 /// What a node answers.

@@ -7,6 +7,9 @@
 #![warn(clippy::disallowed_methods)] // sans-IO: no clock, threads or randomness (clippy.toml)
 
 mod invariants;
+mod keyed;
+#[cfg(test)]
+mod keyed_tests;
 mod sessions;
 mod speculate;
 #[cfg(test)]
@@ -19,9 +22,12 @@ pub use sessions::{
     Session, Sessions,
 };
 
+pub use keyed::{KEYED_EXPIRED, KEYED_RAN, KEYED_REUSED, KeyedOutcome, decode_keyed_outcomes};
+
 use crate::codec;
 use crate::entry::EntryHash;
-use crate::entry::{Entry, EntryKind, FragmentHeader, PayloadError, RequestDigest, parse_payload};
+use crate::entry::parse_payload_of;
+use crate::entry::{Entry, EntryKind, FragmentHeader, KeyedRun, PayloadError, RequestDigest};
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
 use crate::members::Members;
@@ -844,7 +850,9 @@ impl<H: Handler> StateMachine<H> {
                 self.upgrade(entry.index(), &entry.payload)?;
                 Vec::new()
             }
-            EntryKind::Commands => self.apply_commands(entry.index(), &entry.payload)?,
+            kind @ (EntryKind::Commands | EntryKind::KeyedCommands) => {
+                self.apply_commands((entry.index(), kind), &entry.payload)?
+            }
         };
         self.sessions.debug_assert_bytes();
         Ok(replies)
@@ -852,11 +860,11 @@ impl<H: Handler> StateMachine<H> {
 
     fn apply_commands(
         &mut self,
-        index: EntryIndex,
+        (index, kind): (EntryIndex, EntryKind),
         payload: &[u8],
     ) -> Result<Vec<Reply>, ApplyError> {
-        let (header, fragments) =
-            parse_payload(payload).map_err(|error| ApplyError::Payload { index, error })?;
+        let (header, fragments, runs) = parse_payload_of(kind, payload)
+            .map_err(|error| ApplyError::Payload { index, error })?;
         self.sessions.advance_clock(header.now_ms, index);
         self.decode_commands(&fragments);
         if self.journaling {
@@ -867,12 +875,15 @@ impl<H: Handler> StateMachine<H> {
         }
         let mut replies = Vec::new();
         let mut first = 0;
-        for (fragment, _) in &fragments {
+        let mut runs: &[KeyedRun] = &runs;
+        for (at, (fragment, _)) in fragments.iter().enumerate() {
             let commands = first..first + fragment.command_count as usize;
             first = commands.end;
-            if let Some(reply) = self.apply_fragment((index, header.now_ms), fragment, commands)? {
-                replies.push(reply);
-            }
+            let own = runs.partition_point(|keyed| keyed.fragment as usize == at);
+            let (own, rest) = runs.split_at(own);
+            runs = rest;
+            let reply = self.apply_fragment((index, header.now_ms), (fragment, own), commands)?;
+            replies.extend(reply);
         }
         assert_eq!(
             first,
@@ -916,7 +927,7 @@ impl<H: Handler> StateMachine<H> {
     fn apply_fragment(
         &mut self,
         (index, now_ms): (EntryIndex, u64),
-        fragment: &FragmentHeader,
+        (fragment, runs): (&FragmentHeader, &[KeyedRun]),
         commands: std::ops::Range<usize>,
     ) -> Result<Option<Reply>, ApplyError> {
         let skip = match self.sessions.decide(fragment) {
@@ -947,16 +958,14 @@ impl<H: Handler> StateMachine<H> {
         // The sessions count in the capacity, as they stand before this fragment's results.
         self.state.set_outside_bytes(self.sessions.bytes());
         let mut results = self.sessions.take_results(fragment.client);
-        // The session is put back together below; nothing in between touches sessions.
-        for at in commands.clone() {
-            self.prefetch(at + PREFETCH_AHEAD_COMMANDS);
-            self.run_command(index, at, now_ms, &mut results)?;
-            if self.state.memory_fault() {
-                return Err(ApplyError::MemoryExhausted {
-                    index,
-                    command: at as u32,
-                });
-            }
+        // The session is put back together below; nothing in between touches it (keyed runs
+        // touch their keys' sessions only).
+        let first_position = fragment.first_command + skip as u32;
+        if runs.is_empty() {
+            self.run_commands((index, now_ms), commands.clone(), &mut results)?;
+        } else {
+            let place = (first_position, commands.clone());
+            self.run_keyed_fragment((index, now_ms), runs, place, &mut results)?;
         }
         let applied = commands.len() as u32;
         self.sessions.put_results(fragment.client, results, applied);
@@ -968,6 +977,58 @@ impl<H: Handler> StateMachine<H> {
             self.record_session(fragment);
         }
         Ok(self.reply_if_complete(fragment))
+    }
+
+    /// Runs the entry's commands in `slots`, appending their outcomes to `results`.
+    fn run_commands(
+        &mut self,
+        (index, now_ms): (EntryIndex, u64),
+        slots: std::ops::Range<usize>,
+        results: &mut Vec<u8>,
+    ) -> Result<(), ApplyError> {
+        for at in slots {
+            self.prefetch(at + PREFETCH_AHEAD_COMMANDS);
+            self.run_command(index, at, now_ms, results)?;
+            if self.state.memory_fault() {
+                return Err(ApplyError::MemoryExhausted {
+                    index,
+                    command: at as u32,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the slots of a fragment with keyed runs, the first at request position
+    /// `position`: the unkeyed commands as [`StateMachine::run_commands`] does, each keyed run's
+    /// part through its key's session.
+    fn run_keyed_fragment(
+        &mut self,
+        now: (EntryIndex, u64),
+        runs: &[KeyedRun],
+        (mut position, slots): (u32, std::ops::Range<usize>),
+        results: &mut Vec<u8>,
+    ) -> Result<(), ApplyError> {
+        let end = position + slots.len() as u32;
+        let mut at = slots.start;
+        let mut runs = runs.iter().peekable();
+        while at < slots.end {
+            while runs.next_if(|keyed| keyed.run.end() <= position).is_some() {}
+            let next = runs.peek().copied();
+            let unkeyed_end = next.map_or(end, |keyed| keyed.run.first.clamp(position, end));
+            if unkeyed_end > position {
+                let count = (unkeyed_end - position) as usize;
+                self.run_commands(now, at..at + count, results)?;
+                (at, position) = (at + count, unkeyed_end);
+                continue;
+            }
+            let keyed = next.expect("a keyed run starts here");
+            let part_end = keyed.run.end().min(end);
+            self.apply_keyed(now, keyed, position..part_end, at, results)?;
+            at += (part_end - position) as usize;
+            position = part_end;
+        }
+        Ok(())
     }
 
     /// Starts loading the records command `at` of the entry will touch, if there is one.

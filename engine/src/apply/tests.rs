@@ -3,7 +3,7 @@
 
 use super::{CommittedAnswer, Mode, ReplyStatus, SESSIONS_AGED_PER_ENTRY_MAX, StateMachine};
 use crate::entry::{
-    Entry, EntryHash, EntryKind, FragmentHeader, PayloadBuilder, RequestDigest, encode_commands,
+    Entry, EntryHash, FragmentHeader, KeyRun, PayloadBuilder, RequestDigest, encode_commands,
 };
 use crate::handler::Handler;
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
@@ -16,7 +16,7 @@ const WRITTEN: Table<u64, u64> = Table::new(1, "written");
 /// A refused write, for the counting handler.
 #[derive(Debug, crate::codec::Encode, crate::codec::Decode)]
 #[codec(crate = "crate::codec")]
-struct Refused;
+pub(super) struct Refused;
 
 impl From<StateError> for Refused {
     fn from(_: StateError) -> Self {
@@ -25,7 +25,7 @@ impl From<StateError> for Refused {
 }
 
 /// A handler whose command `n` writes `n` under `n % 8` and answers `n`.
-struct Writer;
+pub(super) struct Writer;
 
 impl Handler for Writer {
     type Command = u64;
@@ -41,19 +41,19 @@ impl Handler for Writer {
 }
 
 /// A state machine keeping at most `limit` live sessions.
-fn machine(limit: usize) -> StateMachine<Writer> {
+pub(super) fn machine(limit: usize) -> StateMachine<Writer> {
     let mut machine = StateMachine::new(Writer, 1 << 26);
     machine.set_sessions_max(limit);
     machine
 }
 
 /// Seconds of retention in the age tests.
-const RETENTION_S: u64 = 1;
+pub(super) const RETENTION_S: u64 = 1;
 /// The leader's clock at the start of the age tests, in ms since the Unix epoch.
-const T0_MS: u64 = 1_764_000_000_000;
+pub(super) const T0_MS: u64 = 1_764_000_000_000;
 
 /// A state machine keeping sessions [`RETENTION_S`] inactive, and many of them.
-fn aging() -> StateMachine<Writer> {
+pub(super) fn aging() -> StateMachine<Writer> {
     let mut machine = machine(1 << 16);
     machine.set_session_retention_s(RETENTION_S);
     machine
@@ -77,12 +77,17 @@ fn answered(statuses: &[ReplyStatus]) -> Vec<u64> {
 }
 
 /// The whole request `number` of `client`, of `commands`: its fragment and encoded commands.
-fn request(client: u128, number: u64, commands: &[u64]) -> (FragmentHeader, Vec<u8>) {
+pub(super) fn request(client: u128, number: u64, commands: &[u64]) -> (FragmentHeader, Vec<u8>) {
     part(client, number, commands, commands.len())
 }
 
 /// The first `take` commands of `client`'s request `number` of `commands`.
-fn part(client: u128, number: u64, commands: &[u64], take: usize) -> (FragmentHeader, Vec<u8>) {
+pub(super) fn part(
+    client: u128,
+    number: u64,
+    commands: &[u64],
+    take: usize,
+) -> (FragmentHeader, Vec<u8>) {
     let whole = encode_commands(commands);
     let bytes = encode_commands(&commands[..take]);
     let fragment = FragmentHeader {
@@ -98,14 +103,17 @@ fn part(client: u128, number: u64, commands: &[u64], take: usize) -> (FragmentHe
     (fragment, bytes)
 }
 
+/// A fragment and its encoded commands, with its keyed runs and their digests.
+pub(super) type KeyedFragment = ((FragmentHeader, Vec<u8>), Vec<(KeyRun, RequestDigest)>);
+
 /// Forms chained command entries, each stamped with the leader's clock given.
-struct Log {
+pub(super) struct Log {
     prev: EntryHash,
     next: EntryIndex,
 }
 
 impl Log {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Log {
             prev: EntryHash::default(),
             next: EntryIndex(1),
@@ -113,17 +121,27 @@ impl Log {
     }
 
     /// The next entry: `fragments`, stamped `now_ms`.
-    fn entry(&mut self, now_ms: u64, fragments: &[(FragmentHeader, Vec<u8>)]) -> Entry {
+    pub(super) fn entry(&mut self, now_ms: u64, fragments: &[(FragmentHeader, Vec<u8>)]) -> Entry {
+        let unkeyed: Vec<_> = fragments.iter().map(|f| (f.clone(), Vec::new())).collect();
+        self.keyed_entry(now_ms, &unkeyed)
+    }
+
+    /// The next entry: `fragments`, each with its keyed runs and their digests, stamped
+    /// `now_ms` (of kind `KeyedCommands` when a fragment has runs).
+    pub(super) fn keyed_entry(&mut self, now_ms: u64, fragments: &[KeyedFragment]) -> Entry {
         let mut payload = PayloadBuilder::new(now_ms);
-        for (fragment, bytes) in fragments {
+        for ((fragment, bytes), runs) in fragments {
             payload.push(fragment, bytes);
+            for &(run, digest) in runs {
+                payload.push_run(run, digest);
+            }
         }
-        let (payload, count) = payload.finish();
+        let (payload, count, kind) = payload.finish();
         let index = self.next;
         let entry = Entry::seal(
             index,
             Term(1),
-            EntryKind::Commands,
+            kind,
             EntryIndex(index.0 - 1),
             count,
             payload,
@@ -135,7 +153,7 @@ impl Log {
 }
 
 /// Applies `entry` and checks every invariant after it; the statuses of its replies.
-fn apply(machine: &mut StateMachine<Writer>, entry: &Entry) -> Vec<ReplyStatus> {
+pub(super) fn apply(machine: &mut StateMachine<Writer>, entry: &Entry) -> Vec<ReplyStatus> {
     let applied = machine.apply(entry).expect("the entry applies");
     machine.check_invariants();
     applied.replies.into_iter().map(|r| r.status).collect()

@@ -284,6 +284,16 @@ impl<A: Clone + PartialEq> Requests<A> {
         next
     }
 
+    /// A request refused for its own bytes, everywhere alike and every time (an attempt that
+    /// was logged passed the same checks): the number was never used, and the next request
+    /// takes it (sessions start at 1). A read took none.
+    fn refused_for_its_bytes(&mut self, current: &InFlight, reason: Rejection) -> Decision {
+        if !current.read {
+            self.next_request -= 1;
+        }
+        Decision::Done(Err(ClientError::Rejected(reason)))
+    }
+
     fn decide(&mut self, attempt: Attempt<A>, current: &mut InFlight) -> Decision {
         let request = current.request;
         let answer = match attempt {
@@ -329,14 +339,10 @@ impl<A: Clone + PartialEq> Requests<A> {
                 | Rejection::TooManyCommands { .. }
                 | Rejection::Malformed { .. }
                 | Rejection::NotReadOnly { .. }),
-            ) => {
-                // Refused for its own bytes, everywhere alike and every time (an attempt that
-                // was logged passed the same checks): the number was never used, and the next
-                // request takes it (sessions start at 1). A read took none.
-                if !current.read {
-                    self.next_request -= 1;
-                }
-                Decision::Done(Err(ClientError::Rejected(reason)))
+            ) => self.refused_for_its_bytes(current, reason),
+            // No retry waits out an upgrade; an earlier attempt may be logged: number kept.
+            Answer::Refused(r @ Rejection::OlderMembers) => {
+                Decision::Done(Err(ClientError::Rejected(r)))
             }
             Answer::Stale => Decision::Done(Err(ClientError::Stale(request))),
             Answer::Expired => Decision::Done(Err(ClientError::SessionExpired(request))),

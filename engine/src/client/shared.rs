@@ -11,10 +11,16 @@
 //! at most `linger` for others (zero by default: an idle client adds no latency). Commands the
 //! handler marks read-only queue apart from the others, so that a request of reads only is
 //! answered off the log ([`Client::submit`]).
+//!
+//! A call may carry its caller's key ([`SharedClient::submit_keyed`]): its commands still join
+//! the next request, as a keyed run the cluster applies once per key, whichever request,
+//! client or gateway carries it.
 
 use super::{Client, ClientConfig, ClientError};
+use crate::apply::KeyedOutcome;
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber};
+use net::message::KeyRun;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
@@ -75,6 +81,13 @@ pub enum SharedError {
     /// The engine request that carried the call's commands failed, for every caller in it.
     #[error("{0}")]
     Client(Arc<ClientError>),
+    /// The call's key was used before with other commands: these did not run.
+    #[error("the key was used before with other commands; these did not run")]
+    KeyReused,
+    /// The cluster no longer keeps the call's key: its commands did not run now, and whether
+    /// they ran before is not known.
+    #[error("the cluster no longer keeps this key; the commands did not run now")]
+    KeyExpired,
 }
 
 impl SharedError {
@@ -82,9 +95,11 @@ impl SharedError {
     pub fn client_error(&self) -> Option<&ClientError> {
         match self {
             SharedError::Client(error) => Some(error),
-            SharedError::QueueFull { .. } | SharedError::TooMany { .. } | SharedError::Stopped => {
-                None
-            }
+            SharedError::QueueFull { .. }
+            | SharedError::TooMany { .. }
+            | SharedError::Stopped
+            | SharedError::KeyReused
+            | SharedError::KeyExpired => None,
         }
     }
 }
@@ -132,6 +147,8 @@ impl std::fmt::Debug for SharedOptions {
 /// One caller's commands, waiting for an engine request.
 struct Pending<H: Handler> {
     commands: Vec<H::Command>,
+    /// The caller's key's session, for a keyed call.
+    key: Option<ClientId>,
     reply: oneshot::Sender<SharedAnswer<H>>,
     /// The commands' room in the queue's bound, held until they are answered, whether or not
     /// the caller still waits.
@@ -212,22 +229,43 @@ impl<H: Handler> SharedClient<H> {
     /// request of its own) with other callers' and waits for their outcomes, in order. A
     /// caller that stops waiting leaves its commands to be sent and answered all the same.
     pub async fn submit(&self, commands: Vec<H::Command>) -> SharedAnswer<H> {
+        self.submit_maybe_keyed(None, commands).await
+    }
+
+    /// Submits `commands` as [`SharedClient::submit`] does, under the key whose session is
+    /// `key` (the gateway's [`key_session`](crate::cli::gateway::key_session) of an
+    /// idempotency key): the cluster applies them once for that key, and answers a call with
+    /// the same key and commands, from this client or any other, with the outcomes they had.
+    /// A key used with other commands is [`SharedError::KeyReused`]; one the cluster no longer
+    /// keeps, [`SharedError::KeyExpired`]. A call whose every command is read-only goes as a
+    /// read, without its key: running it again changes nothing.
+    pub async fn submit_keyed(&self, key: ClientId, commands: Vec<H::Command>) -> SharedAnswer<H> {
+        self.submit_maybe_keyed(Some(key), commands).await
+    }
+
+    async fn submit_maybe_keyed(
+        &self,
+        key: Option<ClientId>,
+        commands: Vec<H::Command>,
+    ) -> SharedAnswer<H> {
         assert!(!commands.is_empty(), "a call submits at least one command");
         let inner = &self.inner;
         let room = self.room(commands.len())?;
-        if commands.len() >= inner.options.batch_max {
-            return self.submit_alone(commands, room).await;
-        }
         let queue = match commands.iter().all(H::read_only) {
             true => READS,
             false => WRITES,
         };
+        let key = key.filter(|_| queue == WRITES);
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             commands,
+            key,
             reply,
             room,
         };
+        if pending.commands.len() >= inner.options.batch_max {
+            return self.submit_alone(pending).await;
+        }
         inner.queues[queue]
             .send(pending)
             .map_err(|_| SharedError::Stopped)?;
@@ -239,16 +277,6 @@ impl<H: Handler> SharedClient<H> {
         let mut outcomes = self.submit(vec![command]).await?;
         assert_eq!(outcomes.len(), 1, "the client checks an answer's count");
         Ok(outcomes.remove(0))
-    }
-
-    /// Sends `commands` as request 1 of session `id` (a caller's own session: an idempotency
-    /// key's, say), on a pooled session's connection, counted in the client's bound like any
-    /// call. The session's own answers (expired, reused) are the caller's.
-    pub async fn submit_as(&self, id: ClientId, commands: &[H::Command]) -> SharedAnswer<H> {
-        let room = self.room(commands.len())?;
-        let answer = self.inner.sessions.submit_as::<H>(id, commands).await;
-        drop(room);
-        answer.map_err(|error| SharedError::Client(Arc::new(error)))
     }
 
     /// Room for `count` commands in the client's bound, held until they are answered.
@@ -265,23 +293,18 @@ impl<H: Handler> SharedClient<H> {
 
     /// A caller's commands that fill an engine request by themselves go at once, without the
     /// hops through a forming task: nobody could share the request.
-    async fn submit_alone(
-        &self,
-        commands: Vec<H::Command>,
-        room: OwnedSemaphorePermit,
-    ) -> SharedAnswer<H> {
+    async fn submit_alone(&self, mut pending: Pending<H>) -> SharedAnswer<H> {
         let permit = self.inner.in_flight.clone().acquire_owned().await;
         let permit = permit.expect("the semaphore is never closed");
         if let Some(on_formed) = &self.inner.options.on_formed {
-            on_formed(commands.len(), Duration::ZERO);
+            on_formed(pending.commands.len(), Duration::ZERO);
         }
         let sessions = self.inner.sessions.clone();
         let (reply, answer) = oneshot::channel();
+        pending.reply = reply;
         tokio::spawn(async move {
-            let answered = sessions.submit::<H>(&commands).await;
-            drop((room, permit));
-            // A caller that went away needs no answer.
-            let _ = reply.send(answered);
+            send(vec![pending], &sessions).await;
+            drop(permit);
         });
         answer.await.unwrap_or(Err(SharedError::Stopped))
     }
@@ -333,31 +356,20 @@ impl Sessions {
             .push((client, wrote));
     }
 
-    /// Sends `commands` as request 1 of session `id` on a pooled session's connection, which
-    /// goes back to the pool after.
-    async fn submit_as<H: Handler>(
-        &self,
-        id: ClientId,
-        commands: &[H::Command],
-    ) -> Result<Vec<OutcomeOf<H>>, ClientError> {
-        let (mut pooled, wrote) = self.take()?;
-        let mut lent = pooled.lend(id, RequestNumber(1));
-        let answer = lent.submit::<H>(commands).await;
-        pooled.reclaim(lent);
-        self.put(pooled, wrote);
-        answer
-    }
-
-    /// Sends `commands` as one engine request on a pooled session; a session the cluster no
-    /// longer keeps, whose numbers another process took, or whose request gave up (its
-    /// number may or may not be logged), is dropped.
-    async fn submit<H: Handler>(&self, commands: &[H::Command]) -> SharedAnswer<H> {
+    /// Sends `commands` as one engine request on a pooled session, with keyed `runs` if
+    /// any; a session the cluster no longer keeps, whose numbers another process took, or
+    /// whose request gave up (its number may or may not be logged), is dropped.
+    async fn submit<H: Handler>(&self, commands: &[H::Command], runs: Vec<KeyRun>) -> Keyed<H> {
         let (mut client, wrote) = self.take().map_err(|e| SharedError::Client(Arc::new(e)))?;
         let writes = !commands.iter().all(H::read_only);
         // The cluster counts a session's age from when its write applied, which is after it
         // was first sent however long the answer took: the send time errs on the safe side.
         let sent = Instant::now();
-        let answer = client.submit::<H>(commands).await;
+        let answer = match runs.is_empty() {
+            true => (client.submit::<H>(commands).await)
+                .map(|outcomes| outcomes.into_iter().map(KeyedOutcome::Ran).collect()),
+            false => client.submit_keyed::<H>(commands, runs).await,
+        };
         if keeps_session(&answer) {
             let answered_write = writes && answer.is_ok();
             self.put(client, if answered_write { Some(sent) } else { wrote });
@@ -375,7 +387,8 @@ fn keeps_session<T>(answer: &Result<T, ClientError>) -> bool {
         Err(ClientError::SessionExpired(_)
             | ClientError::Reused(_)
             | ClientError::Stale(_)
-            | ClientError::GaveUp { .. })
+            | ClientError::GaveUp { .. }
+            | ClientError::Rejected(net::message::Rejection::OlderMembers))
     )
 }
 
@@ -448,28 +461,51 @@ async fn gather<H: Handler>(
     batch
 }
 
-/// Sends the callers' commands as one engine request and hands each caller its outcomes.
+/// What an engine request's commands got, keyed or not (an unkeyed command always ran).
+type Keyed<H> = Result<Vec<KeyedOutcome<OutcomeOf<H>>>, SharedError>;
+
+/// Sends the callers' commands as one engine request, each keyed caller's as a keyed run,
+/// and hands each caller its outcomes.
 async fn send<H: Handler>(batch: Vec<Pending<H>>, sessions: &Sessions) {
     let mut counts = Vec::with_capacity(batch.len());
     let mut replies = Vec::with_capacity(batch.len());
     let mut rooms = Vec::with_capacity(batch.len());
     let mut commands = Vec::new();
+    let mut runs = Vec::new();
     for pending in batch {
+        let (first, count) = (commands.len() as u32, pending.commands.len() as u32);
+        if let Some(key) = pending.key {
+            runs.push(KeyRun { key, first, count });
+        }
         counts.push(pending.commands.len());
         commands.extend(pending.commands);
         replies.push(pending.reply);
         rooms.push(pending.room);
     }
-    let answer = sessions.submit::<H>(&commands).await;
+    let answer = sessions.submit::<H>(&commands, runs).await;
     hand_out::<H>(answer, &counts, replies);
     // Only now do the callers' commands leave the queue's bound.
     drop(rooms);
 }
 
+/// One caller's answer from its part of a request's outcomes: a key used with other
+/// commands, or forgotten, fails the call (nothing of it ran now).
+fn caller_answer<H: Handler>(outcomes: Vec<KeyedOutcome<OutcomeOf<H>>>) -> SharedAnswer<H> {
+    let mut ran = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        match outcome {
+            KeyedOutcome::Ran(outcome) => ran.push(outcome),
+            KeyedOutcome::Reused => return Err(SharedError::KeyReused),
+            KeyedOutcome::Expired => return Err(SharedError::KeyExpired),
+        }
+    }
+    Ok(ran)
+}
+
 /// Splits an engine request's outcomes among its callers, in order; or gives each the
 /// failure.
 fn hand_out<H: Handler>(
-    answer: SharedAnswer<H>,
+    answer: Keyed<H>,
     counts: &[usize],
     replies: Vec<oneshot::Sender<SharedAnswer<H>>>,
 ) {
@@ -482,8 +518,9 @@ fn hand_out<H: Handler>(
             );
             let mut outcomes = outcomes.into_iter();
             for (reply, &count) in replies.into_iter().zip(counts) {
+                let answer = caller_answer::<H>(outcomes.by_ref().take(count).collect());
                 // A caller that went away needs no answer.
-                let _ = reply.send(Ok(outcomes.by_ref().take(count).collect()));
+                let _ = reply.send(answer);
             }
         }
         Err(failure) => {

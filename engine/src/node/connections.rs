@@ -715,6 +715,7 @@ fn log_operator_action(request: &ClientRequest, caller: SocketAddr) {
         | ClientRequest::Versions
         | ClientRequest::Build
         | ClientRequest::Submit(_)
+        | ClientRequest::SubmitKeyed(_)
         | ClientRequest::Read(_)
         | ClientRequest::Resume(_) => {}
     }

@@ -730,6 +730,7 @@ impl<H: Handler> Driver<H> {
                 let _ = reply.try_send(ClientReply::ModeSet(self.set_mode(mode)));
             }
             ClientRequest::Submit(submit) => self.replica.admit(submit, reply, out),
+            ClientRequest::SubmitKeyed(keyed) => self.replica.admit_keyed(keyed, reply, out),
             ClientRequest::Read(read) => self.replica.read(read, reply, out),
             ClientRequest::Resume(client) => self.replica.resume(client, reply, out),
             ClientRequest::ChangeMembers(change) => {

@@ -468,6 +468,7 @@ impl NodeMetrics {
             Rejection::Busy => "busy",
             Rejection::StorageFull => "storage_full",
             Rejection::NotReadOnly { .. } => "not_read_only",
+            Rejection::OlderMembers => "older_members",
         };
         self.refused_for(reason);
     }

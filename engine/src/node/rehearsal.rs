@@ -10,7 +10,7 @@ use super::journal::{Journal, JournalError, read_journal};
 use super::storage::{SNAPSHOT_DIR, WAL_DIR};
 use crate::apply::{ApplyError, StateMachine};
 use crate::codec;
-use crate::entry::{Entry, EntryKind, parse_payload};
+use crate::entry::{Entry, EntryKind, parse_payload_of};
 use crate::handler::Handler;
 use crate::ids::EntryIndex;
 use crate::snapshot::{SnapshotError, list_snapshots, read_snapshot};
@@ -306,10 +306,10 @@ fn differs(index: EntryIndex, replayed: StateHash, recorded: StateHash) -> Diffe
 
 /// Command `at` of `entry`, decoded with this build's command type (or why it does not).
 fn describe<H: Handler>(entry: &Entry, at: usize) -> String {
-    if entry.kind() != EntryKind::Commands {
+    if !matches!(entry.kind(), EntryKind::Commands | EntryKind::KeyedCommands) {
         return format!("{:?} entry", entry.kind());
     }
-    let Ok((_, fragments)) = parse_payload(&entry.payload) else {
+    let Ok((_, fragments, _)) = parse_payload_of(entry.kind(), &entry.payload) else {
         return "a payload that does not parse".into();
     };
     let mut seen = 0;

@@ -3,25 +3,58 @@
 
 use super::{Io, Replica};
 use crate::apply::CommittedAnswer;
-use crate::batcher::{Queued, command_ends};
+use crate::batcher::{Queued, command_ends, keyed_runs};
 use crate::entry::RequestDigest;
 use crate::handler::Handler;
 use crate::ids::ClientId;
 use bytes::Bytes;
-use net::message::{ClientReply, Rejection, Role, Submit};
+use net::message::{
+    ClientReply, KeyRun, PROTOCOL_VERSION_KEYED, Rejection, Role, Submit, SubmitKeyed,
+};
 
 impl<H: Handler, T> Replica<H, T> {
     /// A client's request, to be answered through `token`: at once, or once its entry applied.
     pub fn admit(&mut self, submit: Submit, token: T, out: &mut Vec<Io<T>>) {
-        match self.admission(submit, token) {
+        match self.admission(submit, &[], token) {
             Ok(()) => {}
             Err((token, reply)) => out.push(Io::Answer { to: token, reply }),
         }
     }
 
+    /// A client's request with keyed runs, to be answered through `token` as
+    /// [`Replica::admit`] answers a request.
+    pub fn admit_keyed(&mut self, keyed: SubmitKeyed, token: T, out: &mut Vec<Io<T>>) {
+        let request = keyed.submit.request;
+        let answer = if self.keys_spoken() {
+            self.admission(keyed.submit, &keyed.runs, token)
+        } else {
+            let reason = Rejection::OlderMembers;
+            Err((token, ClientReply::Rejected { request, reason }))
+        };
+        if let Err((token, reply)) = answer {
+            out.push(Io::Answer { to: token, reply });
+        }
+    }
+
+    /// False when a member is known to speak a protocol that cannot decode keyed entries.
+    /// A member not heard yet is taken to speak this build's: nodes are upgraded before the
+    /// callers that send keys (`notes/operations.md`).
+    fn keys_spoken(&self) -> bool {
+        let me = self.core.id();
+        let members = self.core.members().ids().filter(|&n| n != me);
+        members
+            .filter_map(|n| self.peer_protocols.get(&n))
+            .all(|&version| version >= PROTOCOL_VERSION_KEYED)
+    }
+
     /// Takes a request into the batcher (or re-attaches a retry of one in flight), or gives
     /// back the token with the answer to send at once.
-    fn admission(&mut self, submit: Submit, token: T) -> Result<(), (T, ClientReply)> {
+    fn admission(
+        &mut self,
+        submit: Submit,
+        runs: &[KeyRun],
+        token: T,
+    ) -> Result<(), (T, ClientReply)> {
         let request = submit.request;
         let reject = |token, reason| Err((token, ClientReply::Rejected { request, reason }));
         if self.halted.is_some() {
@@ -34,7 +67,10 @@ impl<H: Handler, T> Replica<H, T> {
             Ok(ends) => ends,
             Err(reason) => return reject(token, reason),
         };
-        let digest = RequestDigest::of(submit.command_count, &submit.commands);
+        let (runs, digest) = match checked_runs(&submit, runs, &ends) {
+            Ok(checked) => checked,
+            Err(reason) => return reject(token, reason),
+        };
         // From committed state only: a retry is never answered with what a simulation left.
         let known = match self
             .machine
@@ -76,6 +112,7 @@ impl<H: Handler, T> Replica<H, T> {
             commands: Bytes::from(submit.commands),
             ends,
             digest,
+            runs,
         };
         if self.batcher.push(queued).is_err() {
             return reject(token, Rejection::Busy);
@@ -150,4 +187,19 @@ impl<H: Handler, T> Replica<H, T> {
             });
         }
     }
+}
+
+/// A request's keyed runs, checked against its commands, each with its commands' digest; and
+/// the request's digest (over its runs too, when it has any).
+fn checked_runs(
+    submit: &Submit,
+    runs: &[KeyRun],
+    ends: &[u32],
+) -> Result<(Vec<(KeyRun, RequestDigest)>, RequestDigest), Rejection> {
+    let (count, commands) = (submit.command_count, &submit.commands);
+    if runs.is_empty() {
+        return Ok((Vec::new(), RequestDigest::of(count, commands)));
+    }
+    let checked = keyed_runs(runs, commands, ends)?;
+    Ok((checked, RequestDigest::of_keyed(count, commands, runs)))
 }

@@ -734,7 +734,7 @@ impl<H: Handler, T> Replica<H, T> {
             && self.core.uncommitted() < self.config.pipeline_entries_max
         {
             let (kind, count, payload) = match self.batcher.next_entry(now_ms) {
-                Some((payload, count)) => (EntryKind::Commands, count, payload),
+                Some((payload, count, kind)) => (kind, count, payload),
                 None if self.reads_need_entry() => (EntryKind::Noop, 0, Bytes::new()),
                 None => return,
             };

@@ -28,7 +28,7 @@ use super::Workload;
 use super::disk::{Copies, Disk};
 use super::violation::{Invariant, Violation};
 use crate::apply::{Reply, ReplyStatus, StateMachine, decode_outcomes};
-use crate::entry::{Entry, EntryKind, FragmentHeader, encode_commands, parse_payload};
+use crate::entry::{Entry, EntryKind, FragmentHeader, encode_commands, parse_payload_of};
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 use crate::members::Members;
@@ -552,10 +552,10 @@ impl<W: Workload> Checker<W> {
         let index = entry.index();
         match entry.header.kind {
             EntryKind::Noop | EntryKind::Members | EntryKind::Upgrade => return,
-            EntryKind::Commands => {}
+            EntryKind::Commands | EntryKind::KeyedCommands => {}
         }
-        let fragments = match parse_payload(&entry.payload) {
-            Ok((_, fragments)) => fragments,
+        let fragments = match parse_payload_of(entry.header.kind, &entry.payload) {
+            Ok((_, fragments, _)) => fragments,
             Err(error) => {
                 let message = format!("entry {}: {error}", index.0);
                 self.note(Invariant::Oracle, message);

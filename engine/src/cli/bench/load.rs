@@ -338,7 +338,10 @@ impl Failed {
         match error {
             SharedError::Client(error) => Failed::of(error),
             SharedError::Stopped => Failed::Unknown,
-            SharedError::QueueFull { .. } | SharedError::TooMany { .. } => Failed::Error,
+            SharedError::QueueFull { .. }
+            | SharedError::TooMany { .. }
+            | SharedError::KeyReused
+            | SharedError::KeyExpired => Failed::Error,
         }
     }
 }

@@ -169,17 +169,22 @@ impl Failure {
             SharedError::Client(error) => Failure::pooled(error),
             other @ (SharedError::QueueFull { .. }
             | SharedError::TooMany { .. }
-            | SharedError::Stopped) => Failure::keyed(other),
+            | SharedError::Stopped
+            | SharedError::KeyReused
+            | SharedError::KeyExpired) => Failure::keyed(other),
         }
     }
 
-    /// What a shared client's failure of a keyed request (its own session) means.
+    /// What a shared client's failure of a keyed call means: its key's answers are the
+    /// caller's; the carrying request's session's are the pool's, as for any caller.
     pub fn keyed(error: &SharedError) -> Failure {
         match error {
             SharedError::QueueFull { .. } => Failure::QueueFull,
             &SharedError::TooMany { count, max } => Failure::CommandCount { count, max },
-            SharedError::Client(error) => Failure::from(&**error),
+            SharedError::Client(error) => Failure::pooled(error),
             SharedError::Stopped => Failure::Stopped,
+            SharedError::KeyReused => Failure::KeyReused,
+            SharedError::KeyExpired => Failure::KeyExpired,
         }
     }
 }

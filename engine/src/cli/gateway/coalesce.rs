@@ -2,7 +2,7 @@
 //! request through the engine's [`SharedClient`], which the gateway shapes (`--batch-max`,
 //! `--linger-us`, `--inflight`) and counts (its metrics). Every command is its own
 //! transaction in the engine whatever request carries it, so batching changes no outcome: a
-//! caller cannot tell. Requests with an idempotency key go alone, each on its own session.
+//! caller cannot tell. A request with an idempotency key joins them as a keyed run.
 
 use super::answer::Failure;
 use super::metrics::GatewayMetrics;
@@ -12,15 +12,10 @@ use crate::handler::{Handler, OutcomeOf};
 use crate::ids::ClientId;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, oneshot};
 
 /// Commands queued for an engine request at most, over every caller; past it a caller is
 /// answered 503 at once rather than buffered without bound.
 pub const GATEWAY_QUEUED_COMMANDS_MAX: usize = 65_536;
-
-/// Keyed requests (each its own session, never coalesced) in flight at once at most: each
-/// holds a connection to the leader, which counts its clients' connections.
-pub const GATEWAY_KEYED_INFLIGHT_MAX: usize = 256;
 
 /// Seconds a pooled session may stay unused before it is dropped rather than used again (the
 /// shared client's rule; see [`crate::client::shared::SHARED_SESSION_IDLE_S`]).
@@ -45,8 +40,6 @@ pub struct Shape {
 /// The callers' side: queue commands and await their outcomes.
 pub struct Coalescer<H: Handler> {
     shared: SharedClient<H>,
-    /// Keyed requests in flight.
-    keyed: Arc<Semaphore>,
 }
 
 impl<H: Handler> Coalescer<H> {
@@ -64,7 +57,6 @@ impl<H: Handler> Coalescer<H> {
         };
         Coalescer {
             shared: SharedClient::start(config, options),
-            keyed: Arc::new(Semaphore::new(GATEWAY_KEYED_INFLIGHT_MAX)),
         }
     }
 
@@ -74,22 +66,11 @@ impl<H: Handler> Coalescer<H> {
         answer.map_err(|error| Failure::shared(&error))
     }
 
-    /// Sends `commands` as request 1 of session `id` (an idempotency key's), on a pooled
-    /// session's connection, counted in the queue's bound. The session's own answers
-    /// (expired, reused) are the caller's, not the pool's. The request runs in a task of its
-    /// own: a caller that goes away (its connection closed) leaves it to finish rather than
-    /// cut it off mid-exchange.
+    /// Queues `commands` under the idempotency key whose session is `id`: they join the
+    /// next engine request as a keyed run, which the cluster applies once for the key (from
+    /// any gateway) and answers again with the outcomes it had.
     pub async fn submit_keyed(&self, id: ClientId, commands: Vec<H::Command>) -> Answer<H> {
-        let permit = self.keyed.clone().acquire_owned().await;
-        let permit = permit.expect("the semaphore is never closed");
-        let shared = self.shared.clone();
-        let (reply, answer) = oneshot::channel();
-        tokio::spawn(async move {
-            let answered = shared.submit_as(id, &commands).await;
-            drop(permit);
-            // A caller that went away needs no answer.
-            let _ = reply.send(answered.map_err(|error| Failure::keyed(&error)));
-        });
-        answer.await.unwrap_or(Err(Failure::Stopped))
+        let answer = self.shared.submit_keyed(id, commands).await;
+        answer.map_err(|error| Failure::keyed(&error))
     }
 }

@@ -28,9 +28,7 @@ pub(crate) mod tests;
 mod tls;
 
 pub use answer::{Failure, RETRY_AFTER_S};
-pub use coalesce::{
-    GATEWAY_KEYED_INFLIGHT_MAX, GATEWAY_QUEUED_COMMANDS_MAX, GATEWAY_SESSION_IDLE_S,
-};
+pub use coalesce::{GATEWAY_QUEUED_COMMANDS_MAX, GATEWAY_SESSION_IDLE_S};
 pub use openapi::{
     SchemaMismatch, json_schema, openapi_document, openapi_json, reachable_schemas, validate,
 };
