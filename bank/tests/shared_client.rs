@@ -4,7 +4,7 @@
 //! command changes nothing for the other callers of its request, and the audit holds.
 
 use bank::{AccountId, Bank, BankCommand, BankError, BankOutput};
-use engine::client::{SharedClient, SharedOptions};
+use engine::client::{SharedClient, SharedError, SharedOptions, key_session};
 use engine::node::local::LocalCluster;
 use engine::{EntryIndex, Outcome};
 use std::time::Duration;
@@ -117,5 +117,113 @@ fn callers_share_a_client_through_a_leader_change_exactly_once() {
         assert_eq!(read[CALLERS as usize], Outcome::Done(audit));
         let converged = cluster.wait_for_convergence(EntryIndex(1), Duration::from_secs(10));
         converged.await.expect("the two replicas left agree");
+    });
+}
+
+/// Keyed callers, each deposit under a key of its own.
+const KEYED_CALLERS: u64 = 32;
+/// Keyed deposits each keyed caller makes.
+const KEYED_DEPOSITS: u64 = 12;
+
+/// One keyed caller: each deposit sent under its key through both clients at once (two
+/// gateways retrying one caller's key, say); both must get the same outcome, the balance
+/// after exactly this caller's deposits so far.
+async fn keyed_caller(
+    clients: [SharedClient<Bank>; 2],
+    caller: u64,
+    stop: tokio::sync::mpsc::Sender<()>,
+) {
+    let id = AccountId(caller);
+    for deposit in 1..=KEYED_DEPOSITS {
+        if caller == 1 && deposit == KEYED_DEPOSITS / 2 {
+            stop.send(()).await.expect("the test waits for it");
+        }
+        let key = key_session(&format!("caller-{caller}-deposit-{deposit}"));
+        let command = || {
+            vec![BankCommand::Deposit {
+                id,
+                amount: amount(caller),
+            }]
+        };
+        let (a, b) = tokio::join!(
+            clients[0].submit_keyed(key, command()),
+            clients[1].submit_keyed(key, command())
+        );
+        let (a, b) = (a.expect("answered"), b.expect("answered"));
+        assert_eq!(
+            a, b,
+            "caller {caller}, deposit {deposit}: one outcome per key"
+        );
+        let Outcome::Done(BankOutput::Account(account)) = &a[0] else {
+            panic!("caller {caller}, deposit {deposit}: {a:?}");
+        };
+        assert_eq!(account.balance, deposit * amount(caller), "caller {caller}");
+    }
+}
+
+/// Proves keyed callers through two shared clients apply each key once, through a leader's
+/// stop: both sends of a key get the same outcome, every balance counts each deposit once,
+/// and a key sent again with another command runs nothing.
+#[test]
+fn keyed_callers_through_two_clients_apply_each_key_once() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    runtime.block_on(async {
+        let mut cluster = LocalCluster::start(dir.path(), 3, Bank, |_| {}).expect("starts");
+        let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+        let leader = leader.expect("a leader");
+        let start = || SharedClient::<Bank>::start(cluster.client_config(), SharedOptions::new(64));
+        let clients = [start(), start()];
+        let opens: Vec<BankCommand> = (1..=KEYED_CALLERS)
+            .map(|id| BankCommand::Open {
+                id: AccountId(id),
+                balance: 0,
+                flags: 0,
+            })
+            .collect();
+        clients[0]
+            .submit(opens)
+            .await
+            .expect("the opens are answered");
+        let (stop, mut stop_asked) = tokio::sync::mpsc::channel(1);
+        let callers: Vec<_> = (1..=KEYED_CALLERS)
+            .map(|caller| tokio::spawn(keyed_caller(clients.clone(), caller, stop.clone())))
+            .collect();
+        stop_asked.recv().await.expect("caller 1 asks");
+        cluster.stop(leader);
+        for joined in callers {
+            joined.await.expect("every keyed caller got its outcomes");
+        }
+        let reads: Vec<BankCommand> = (1..=KEYED_CALLERS)
+            .map(|id| BankCommand::Get { id: AccountId(id) })
+            .collect();
+        let read = clients[1]
+            .submit(reads)
+            .await
+            .expect("the reads are answered");
+        for (caller, outcome) in (1..=KEYED_CALLERS).zip(&read) {
+            let Outcome::Done(BankOutput::Account(account)) = outcome else {
+                panic!("caller {caller}: {outcome:?}");
+            };
+            assert_eq!(
+                account.balance,
+                KEYED_DEPOSITS * amount(caller),
+                "once each"
+            );
+        }
+        let key = key_session("caller-1-deposit-1");
+        let other = vec![BankCommand::Deposit {
+            id: AccountId(1),
+            amount: 999,
+        }];
+        let refused = clients[1].submit_keyed(key, other).await;
+        assert!(
+            matches!(refused, Err(SharedError::KeyReused)),
+            "{refused:?}"
+        );
     });
 }

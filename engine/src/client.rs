@@ -499,6 +499,19 @@ impl Client {
     }
 }
 
+/// The context of the derivation of a key's session id: a key names the same session from
+/// every gateway and client of every cluster, and nothing else derives ids this way.
+const KEY_SESSION_CONTEXT: &str = "engine gateway 2026-12-05 idempotency key session id";
+
+/// The session id of a caller's key (an HTTP Idempotency-Key, an order number): the same
+/// from every client and gateway, so that a key sent through any of them is one key.
+pub fn key_session(key: &str) -> ClientId {
+    let derived = blake3::derive_key(KEY_SESSION_CONTEXT, key.as_bytes());
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&derived[..16]);
+    ClientId(u128::from_le_bytes(id))
+}
+
 /// Which of a request's `count` commands `runs` cover.
 fn keyed_positions(runs: &[KeyRun], count: u32) -> Vec<bool> {
     let mut keyed = vec![false; count as usize];

@@ -354,9 +354,9 @@ fn a_key_runs_once_across_gateways() {
     );
 }
 
-/// Proves keyed requests ride the gateway's pooled connections: a key is a session of its own,
-/// and a session needs no connection of its own, so forty keys open a handful of client
-/// connections in all (the pool's and the readiness probe's), not one or two per key.
+/// Proves keyed requests ride the gateway's pooled connections: a key's commands travel in
+/// the pooled sessions' requests, so forty keys open a handful of client connections in all
+/// (the pool's and the readiness probe's), not one or two per key.
 #[test]
 fn keyed_requests_share_the_gateways_connections() {
     let dir = tempfile::tempdir().unwrap();
@@ -384,6 +384,103 @@ fn keyed_requests_share_the_gateways_connections() {
         opened < KEYS / 4,
         "{opened} client connections for {KEYS} keys"
     );
+}
+
+/// Proves a key the cluster no longer keeps is answered 410 and runs nothing: with
+/// `sessions_max = 16`, forty newer keys push an old one out of the keys the cluster keeps.
+#[test]
+fn a_forgotten_key_is_answered_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, _) = start_cluster(dir.path(), |file| file.sessions_max = 16);
+    let gateway = Gateway::start(dir.path(), &nodes.cluster_file, "gateway");
+    gateway.commands(r#"[{"Open": {"id": 7, "balance": 1000, "flags": 0}}, {"Open": {"id": 8, "balance": 0, "flags": 0}}]"#, &[]);
+    let old = "Idempotency-Key: old";
+    gateway.commands(TRANSFER, &[old]);
+    for key in 0..40 {
+        gateway.commands(TRANSFER, &[&format!("Idempotency-Key: newer-{key}")]);
+    }
+    let (status, value) = gateway.post("/v1/commands", TRANSFER, Some(TOKEN), &[old]);
+    assert_eq!(
+        (status, value["error"].as_str()),
+        (410, Some("idempotency_key_expired")),
+        "{value}"
+    );
+    assert_eq!(
+        balance(&gateway, 8),
+        5 * 41,
+        "the old key ran once, not again"
+    );
+}
+
+/// Proves keyed requests batch like any other: keyed callers arriving together (the gateway
+/// lingers for company) leave in fewer engine requests than there are callers, each key runs
+/// once, and every caller sending its key again gets its own first answer.
+#[test]
+fn keyed_requests_batch_and_each_key_runs_once() {
+    const CALLERS: u64 = 32;
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, _) = start_cluster(dir.path(), |_| {});
+    let linger = ["--linger-us", "50000"];
+    let gateway = Gateway::start_with(dir.path(), &nodes.cluster_file, "gateway", &linger);
+    gateway.commands(r#"[{"Open": {"id": 7, "balance": 100000, "flags": 0}}, {"Open": {"id": 8, "balance": 0, "flags": 0}}]"#, &[]);
+    let formed_before = batches(&gateway);
+    let send_all = |gateway: &Gateway| {
+        let barrier = std::sync::Barrier::new(CALLERS as usize);
+        std::thread::scope(|scope| {
+            let callers: Vec<_> = (1..=CALLERS)
+                .map(|n| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        let body =
+                            format!(r#"[{{"Transfer": {{"from": 7, "to": 8, "amount": {n}}}}}]"#);
+                        barrier.wait();
+                        gateway.commands(&body, &[&format!("Idempotency-Key: batch-{n}")])
+                    })
+                })
+                .collect();
+            callers
+                .into_iter()
+                .map(|c| c.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    };
+    let first = send_all(&gateway);
+    let (formed, carried) = batches(&gateway);
+    let (formed, carried) = (formed - formed_before.0, carried - formed_before.1);
+    assert_eq!(
+        carried, CALLERS,
+        "every keyed command rode a formed request"
+    );
+    assert!(
+        formed < CALLERS,
+        "{CALLERS} keyed callers in {formed} engine requests"
+    );
+    let moved: u64 = (1..=CALLERS).sum();
+    assert_eq!(balance(&gateway, 8), moved, "each key ran once");
+    for (n, answer) in first.iter().enumerate() {
+        let to_balance = &answer[0]["output"]["Transferred"]["to_balance"];
+        assert!(to_balance.as_u64().is_some(), "caller {n}: {answer}");
+    }
+    assert_eq!(
+        send_all(&gateway),
+        first,
+        "every caller gets its own first answer again"
+    );
+    assert_eq!(balance(&gateway, 8), moved, "nothing ran twice");
+}
+
+/// Engine requests the gateway formed so far and the commands they carried, from its metrics.
+fn batches(gateway: &Gateway) -> (u64, u64) {
+    let (status, text) = gateway.get("/metrics");
+    assert_eq!(status, 200, "{text}");
+    let value = |name: &str| -> f64 {
+        let line = (text.lines())
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {text}"));
+        line.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let count = value("gateway_batch_commands_count");
+    (count as u64, value("gateway_batch_commands_sum") as u64)
 }
 
 /// Client connections the nodes have accepted, from their metrics.

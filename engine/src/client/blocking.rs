@@ -175,4 +175,11 @@ impl<H: Handler> SharedClient<H> {
     pub fn submit_one(&self, command: H::Command) -> Result<OutcomeOf<H>, super::SharedError> {
         self.runtime.block_on(self.inner.submit_one(command))
     }
+
+    /// Submits commands under a caller's key ([`super::SharedClient::submit_keyed`]) and
+    /// blocks until their outcomes are back.
+    pub fn submit_keyed(&self, key: ClientId, commands: Vec<H::Command>) -> SharedAnswer<H> {
+        self.runtime
+            .block_on(self.inner.submit_keyed(key, commands))
+    }
 }

@@ -233,8 +233,8 @@ impl<H: Handler> SharedClient<H> {
     }
 
     /// Submits `commands` as [`SharedClient::submit`] does, under the key whose session is
-    /// `key` (the gateway's [`key_session`](crate::cli::gateway::key_session) of an
-    /// idempotency key): the cluster applies them once for that key, and answers a call with
+    /// `key` ([`key_session`](crate::client::key_session) of the caller's key, as the
+    /// gateway derives it from an idempotency key): the cluster applies them once for that key, and answers a call with
     /// the same key and commands, from this client or any other, with the outcomes they had.
     /// A key used with other commands is [`SharedError::KeyReused`]; one the cluster no longer
     /// keeps, [`SharedError::KeyExpired`]. A call whose every command is read-only goes as a

@@ -25,6 +25,11 @@ impl Gateway {
     /// Starts `runner gateway` for the cluster of `cluster_file`, with the test token, and
     /// waits until it is ready (a leader answers).
     pub fn start(dir: &Path, cluster_file: &Path, name: &str) -> Gateway {
+        Gateway::start_with(dir, cluster_file, name, &[])
+    }
+
+    /// [`Gateway::start`] with more options for `runner gateway`.
+    pub fn start_with(dir: &Path, cluster_file: &Path, name: &str, options: &[&str]) -> Gateway {
         let token = dir.join("token");
         std::fs::write(&token, TOKEN).unwrap();
         std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
@@ -38,6 +43,7 @@ impl Gateway {
             .arg(cluster_file)
             .args(["--listen", &address, "--token-file"])
             .arg(&token)
+            .args(options)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

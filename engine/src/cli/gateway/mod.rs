@@ -73,9 +73,6 @@ pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 255;
 pub const GATEWAY_GIVE_UP_S: u64 = 10;
 /// Milliseconds between two probes of the nodes for `/readyz`.
 const READY_PROBE_MS: u64 = 1000;
-/// The context of the derivation of a key's session id: a key names the same session from
-/// every gateway of every cluster, and nothing else derives ids this way.
-const KEY_SESSION_CONTEXT: &str = "engine gateway 2026-12-05 idempotency key session id";
 
 /// Options of `gateway`.
 #[derive(clap::Args, Debug, Clone)]
@@ -367,13 +364,7 @@ impl<H: Handler> Drop for KeyInFlight<'_, H> {
     }
 }
 
-/// The session id of an idempotency key: the same from every gateway.
-pub fn key_session(key: &str) -> ClientId {
-    let derived = blake3::derive_key(KEY_SESSION_CONTEXT, key.as_bytes());
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&derived[..16]);
-    ClientId(u128::from_le_bytes(id))
-}
+pub use crate::client::key_session;
 
 /// The `Idempotency-Key` header, if any: 1 to [`IDEMPOTENCY_KEY_CHARS_MAX`] visible ASCII
 /// characters.
