@@ -15,7 +15,7 @@ use net::message::{
     Admission, Append, AppendOutcome, AppendReply, BackupChunk, BackupRequest, Challenge,
     ClientReply, ClientRequest, ClientRole, Credential, HandlerVersions, Hello, LogEnd, Member,
     MemberChange, MembersRefusal, Mode, NodeStatus, PROTOCOL_VERSION, PeerMessage, Read, ReadCheck,
-    ReadCheckReply, Refusal, Rejection, Role, SnapshotChunk, Stages, Submit, UpgradeRefusal, Vote,
+    ReadCheckReply, Refusal, Rejection, Role, SnapshotChunk, Stages, Submit, SubmitKeyed, KeyRun, UpgradeRefusal, Vote,
     VoteReply, tags,
 };
 use std::collections::BTreeMap;
@@ -203,6 +203,20 @@ fn request_cases() -> Vec<Case> {
         command_count: 2,
         commands: commands(&[Add { counter: 3, by: 5 }, Get { counter: 3 }]),
     };
+    let keyed = SubmitKeyed {
+        submit: Submit {
+            client: CLIENT,
+            request: RequestNumber(2),
+            oldest_pending: RequestNumber(2),
+            command_count: 2,
+            commands: commands(&[Add { counter: 3, by: 5 }, Add { counter: 4, by: 1 }]),
+        },
+        runs: vec![KeyRun {
+            key: ClientId(0x1111_2222_3333_4444_5555_6666_7777_8888),
+            first: 1,
+            count: 1,
+        }],
+    };
     let read = Read {
         client: CLIENT,
         read: 7,
@@ -212,6 +226,7 @@ fn request_cases() -> Vec<Case> {
     vec![
         case("request-register", ClientRequest::Submit(register)),
         case("request-submit", ClientRequest::Submit(submit)),
+        case("request-submit-keyed", ClientRequest::SubmitKeyed(keyed)),
         case("request-read", ClientRequest::Read(read)),
         case("request-resume", ClientRequest::Resume(CLIENT)),
         case("request-status", ClientRequest::Status),
@@ -547,12 +562,13 @@ fn peer_tags() -> Vec<(&'static str, Tags)> {
         (o::MATCHED, AppendOutcome::Matched { index }),
         (o::CONFLICT, AppendOutcome::Conflict { hint: index }),
     ];
-    // The codec tags: the Rust discriminants (1 to 4) are what the hash chain takes.
+    // The codec tags: the Rust discriminants (1 to 5) are what the hash chain takes.
     let kinds = vec![
         (k::COMMANDS, EntryKind::Commands),
         (k::NOOP, EntryKind::Noop),
         (k::MEMBERS, EntryKind::Members),
         (k::UPGRADE, EntryKind::Upgrade),
+        (k::KEYED_COMMANDS, EntryKind::KeyedCommands),
     ];
     vec![
         tags_of("PeerMessage", peer_messages()),
@@ -572,6 +588,7 @@ fn request_tags() -> Vec<(&'static str, Tags)> {
         command_count,
         commands: commands.clone(),
     };
+    let submit_keyed = submit.clone();
     let read = Read {
         client,
         read: 1,
@@ -593,6 +610,13 @@ fn request_tags() -> Vec<(&'static str, Tags)> {
         (q::VERSIONS, Q::Versions),
         (q::READ, Q::Read(read)),
         (q::BUILD, Q::Build),
+        (
+            q::SUBMIT_KEYED,
+            Q::SubmitKeyed(SubmitKeyed {
+                submit: submit_keyed,
+                runs: Vec::new(),
+            }),
+        ),
     ];
     vec![tags_of("ClientRequest", requests)]
 }
@@ -726,6 +750,7 @@ fn answer_tags() -> Vec<(&'static str, Tags)> {
         (r::BUSY, Rejection::Busy),
         (r::STORAGE_FULL, Rejection::StorageFull),
         (r::NOT_READ_ONLY, Rejection::NotReadOnly { command: 0 }),
+        (r::OLDER_MEMBERS, Rejection::OlderMembers),
     ];
     let modes = vec![
         (mode::VERIFY, Mode::Verify),
