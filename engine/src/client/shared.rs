@@ -466,26 +466,63 @@ type Keyed<H> = Result<Vec<KeyedOutcome<OutcomeOf<H>>>, SharedError>;
 
 /// Sends the callers' commands as one engine request, each keyed caller's as a keyed run,
 /// and hands each caller its outcomes.
-async fn send<H: Handler>(batch: Vec<Pending<H>>, sessions: &Sessions) {
-    let mut counts = Vec::with_capacity(batch.len());
-    let mut replies = Vec::with_capacity(batch.len());
-    let mut rooms = Vec::with_capacity(batch.len());
-    let mut commands = Vec::new();
-    let mut runs = Vec::new();
-    for pending in batch {
-        let (first, count) = (commands.len() as u32, pending.commands.len() as u32);
-        if let Some(key) = pending.key {
-            runs.push(KeyRun { key, first, count });
+async fn send<H: Handler>(mut batch: Vec<Pending<H>>, sessions: &Sessions) {
+    loop {
+        let mut counts = Vec::with_capacity(batch.len());
+        let mut commands = Vec::new();
+        let mut runs = Vec::new();
+        for pending in &mut batch {
+            let (first, count) = (commands.len() as u32, pending.commands.len() as u32);
+            if let Some(key) = pending.key {
+                runs.push(KeyRun { key, first, count });
+            }
+            counts.push(pending.commands.len());
+            commands.append(&mut pending.commands);
         }
-        counts.push(pending.commands.len());
-        commands.extend(pending.commands);
-        replies.push(pending.reply);
-        rooms.push(pending.room);
+        let keyed = !runs.is_empty();
+        let answer = sessions.submit::<H>(&commands, runs).await;
+        if keyed && refused_for_older_members(&answer) && batch.iter().any(|p| p.key.is_none()) {
+            batch = answer_keyed_alone(batch, commands, &counts, &answer);
+            continue;
+        }
+        let (replies, rooms): (Vec<_>, Vec<_>) =
+            batch.into_iter().map(|p| (p.reply, p.room)).unzip();
+        hand_out::<H>(answer, &counts, replies);
+        // Only now do the callers' commands leave the queue's bound.
+        drop(rooms);
+        return;
     }
-    let answer = sessions.submit::<H>(&commands, runs).await;
-    hand_out::<H>(answer, &counts, replies);
-    // Only now do the callers' commands leave the queue's bound.
-    drop(rooms);
+}
+
+/// True when the leader refused a request for its keys: a member predates keyed runs.
+fn refused_for_older_members<T>(answer: &Result<T, SharedError>) -> bool {
+    use net::message::Rejection::OlderMembers;
+    matches!(answer, Err(SharedError::Client(error)) if matches!(**error, ClientError::Rejected(OlderMembers)))
+}
+
+/// After a refusal for the keys alone: the keyed callers get it, and the others get their
+/// `commands` back (laid out by `counts`), to go again without keys.
+fn answer_keyed_alone<H: Handler>(
+    batch: Vec<Pending<H>>,
+    commands: Vec<H::Command>,
+    counts: &[usize],
+    refusal: &Keyed<H>,
+) -> Vec<Pending<H>> {
+    let refusal = refusal.as_ref().err().expect("a refusal");
+    let mut commands = commands.into_iter();
+    let mut again = Vec::new();
+    for (mut pending, &count) in batch.into_iter().zip(counts) {
+        let own: Vec<H::Command> = commands.by_ref().take(count).collect();
+        match pending.key {
+            // A caller that went away needs no answer.
+            Some(_) => drop(pending.reply.send(Err(refusal.clone()))),
+            None => {
+                pending.commands = own;
+                again.push(pending);
+            }
+        }
+    }
+    again
 }
 
 /// One caller's answer from its part of a request's outcomes: a key used with other

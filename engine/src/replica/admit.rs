@@ -203,3 +203,75 @@ fn checked_runs(
     let checked = keyed_runs(runs, commands, ends)?;
     Ok((checked, RequestDigest::of_keyed(count, commands, runs)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::EntryKind;
+    use crate::ids::{NodeId, RequestNumber};
+    use crate::replica::tests::{N3, appended, leader, submit};
+
+    fn keyed(number: u64, runs: &[(u128, u32, u32)]) -> SubmitKeyed {
+        let runs = (runs.iter())
+            .map(|&(key, first, count)| KeyRun {
+                key: ClientId(key),
+                first,
+                count,
+            })
+            .collect();
+        SubmitKeyed {
+            submit: submit(number, &[7, 8, 9]),
+            runs,
+        }
+    }
+
+    fn answers(out: &[Io<u32>]) -> Vec<&ClientReply> {
+        (out.iter())
+            .filter_map(|io| match io {
+                Io::Answer { reply, .. } => Some(reply),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Proves a keyed request is logged in an entry of the keyed kind (a plain one keeps the
+    /// plain kind), that runs out of place are refused as malformed, and that a member known
+    /// to speak an older protocol stops keyed requests, not plain ones.
+    #[test]
+    fn keyed_requests_are_logged_keyed_checked_and_held_back_for_older_members() {
+        let mut replica = leader();
+        let mut out = Vec::new();
+        replica.admit_keyed(keyed(1, &[(77, 1, 2)]), 9, &mut out);
+        replica.propose(1_000, &mut out);
+        let entry = appended(&out).expect("the keyed request's entry");
+        assert_eq!(entry.kind, EntryKind::KeyedCommands);
+
+        out.clear();
+        replica.admit_keyed(keyed(2, &[(77, 2, 2)]), 9, &mut out);
+        let refused = ClientReply::Rejected {
+            request: RequestNumber(2),
+            reason: Rejection::Malformed { command: 2 },
+        };
+        assert_eq!(answers(&out), [&refused], "a run past the request");
+
+        out.clear();
+        replica.peer_protocol(N3, PROTOCOL_VERSION_KEYED - 1);
+        replica.admit_keyed(keyed(2, &[(78, 0, 1)]), 9, &mut out);
+        let refused = ClientReply::Rejected {
+            request: RequestNumber(2),
+            reason: Rejection::OlderMembers,
+        };
+        assert_eq!(answers(&out), [&refused]);
+        replica.admit(submit(2, &[7]), 9, &mut out);
+        replica.propose(2_000, &mut out);
+        let plain = appended(&out).expect("the plain request's entry");
+        assert_eq!(plain.kind, EntryKind::Commands);
+        replica.peer_protocol(NodeId(3), PROTOCOL_VERSION_KEYED);
+        out.clear();
+        replica.admit_keyed(keyed(3, &[(78, 0, 1)]), 9, &mut out);
+        assert!(
+            answers(&out).is_empty(),
+            "taken once every member speaks keys"
+        );
+    }
+}

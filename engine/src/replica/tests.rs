@@ -127,7 +127,7 @@ pub(super) fn appended(out: &[Io<u32>]) -> Option<EntryHeader> {
 }
 
 /// Client 5's request `number` of the commands `commands`.
-fn submit(number: u64, commands: &[u64]) -> Submit {
+pub(super) fn submit(number: u64, commands: &[u64]) -> Submit {
     Submit {
         client: ClientId(5),
         request: RequestNumber(number),
