@@ -168,8 +168,12 @@ fn threads_share_a_blocking_shared_client() {
         "each add once, each outcome to its own caller"
     );
     let key = engine::client::key_session("one add");
-    let first = shared.submit_keyed(key, vec![Command::Add(1)]).expect("answered");
-    let again = shared.submit_keyed(key, vec![Command::Add(1)]).expect("answered");
+    let first = shared
+        .submit_keyed(key, vec![Command::Add(1)])
+        .expect("answered");
+    let again = shared
+        .submit_keyed(key, vec![Command::Add(1)])
+        .expect("answered");
     assert_eq!(first, again, "a key's add runs once and is answered twice");
     let read = shared.submit_one(Command::Read).expect("answered");
     assert_eq!(read, Outcome::Done(SHARING_THREADS * ADDS_PER_THREAD + 1));

@@ -13,10 +13,10 @@ use net::frame::FrameCodec;
 use net::ids::StateHash;
 use net::message::{
     Admission, Append, AppendOutcome, AppendReply, BackupChunk, BackupRequest, Challenge,
-    ClientReply, ClientRequest, ClientRole, Credential, HandlerVersions, Hello, LogEnd, Member,
-    MemberChange, MembersRefusal, Mode, NodeStatus, PROTOCOL_VERSION, PeerMessage, Read, ReadCheck,
-    ReadCheckReply, Refusal, Rejection, Role, SnapshotChunk, Stages, Submit, SubmitKeyed, KeyRun, UpgradeRefusal, Vote,
-    VoteReply, tags,
+    ClientReply, ClientRequest, ClientRole, Credential, HandlerVersions, Hello, KeyRun, LogEnd,
+    Member, MemberChange, MembersRefusal, Mode, NodeStatus, PROTOCOL_VERSION, PeerMessage, Read,
+    ReadCheck, ReadCheckReply, Refusal, Rejection, Role, SnapshotChunk, Stages, Submit,
+    SubmitKeyed, UpgradeRefusal, Vote, VoteReply, tags,
 };
 use std::collections::BTreeMap;
 use std::fmt::Debug;
