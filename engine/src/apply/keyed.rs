@@ -62,8 +62,9 @@ impl<H: Handler> StateMachine<H> {
                 self.execute_keyed((index, now_ms), &part, skip as usize, at, results)?;
             }
             Decision::Duplicate => {
-                let session = self.sessions.get(run.key).expect("a duplicate's session");
-                let ran = ran_outcomes::<H>(&session.results, part.first_command as usize, count);
+                let kept = self.sessions.results_of(run.key, RequestNumber(1));
+                let kept = kept.expect("a duplicate's session keeps its request");
+                let ran = ran_outcomes::<H>(kept, part.first_command as usize, count);
                 results.extend_from_slice(&ran);
             }
             Decision::Expired => results.extend(std::iter::repeat_n(KEYED_EXPIRED, count)),

@@ -424,6 +424,16 @@ impl Sessions {
             .then_some((session.request_commands, session.results.as_slice()))
     }
 
+    /// The results so far of `client`'s request `request`, finished or not, when the session
+    /// keeps them (its latest request, or one of the finished ones before it).
+    pub(crate) fn results_of(&self, client: ClientId, request: RequestNumber) -> Option<&[u8]> {
+        let session = self.by_client.get(&client)?;
+        if session.request == request {
+            return Some(&session.results);
+        }
+        session.earlier(request).map(|f| f.results.as_slice())
+    }
+
     pub(crate) fn get(&self, client: ClientId) -> Option<&Session> {
         self.by_client.get(&client)
     }
