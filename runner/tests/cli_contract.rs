@@ -258,6 +258,7 @@ fn fixed_ids_and_convergence(env: &[(&str, &Path)]) {
     assert_eq!(read.json()["output"]["balance"], 103, "{read:#?}");
     let bad_id = runner(&["client", "--client-id", "seven", "get", "7"], env);
     assert_eq!(bad_id.exit(), Some(Exit::Usage), "{bad_id:#?}");
+    keyed_commands_run_once(env);
     // --converged: healthy once every node applied the newest commit with one hash.
     let still = runner(&["status", "--wait", "60", "--converged", "--json"], env);
     assert_eq!(still.exit(), Some(Exit::Success), "{still:#?}");
@@ -269,6 +270,24 @@ fn fixed_ids_and_convergence(env: &[(&str, &Path)]) {
         let values = at(key);
         assert!(values.windows(2).all(|w| w[0] == w[1]), "{key}: {values:?}");
     }
+}
+
+/// A command sent with `--key` runs once for the key: sent again it is answered with its
+/// first outcome, the same key with another command runs nothing (exit 4, refused), and
+/// `--key` with `--client-id` is a usage error.
+fn keyed_commands_run_once(env: &[(&str, &Path)]) {
+    let args = ["client", "--key", "order-4711", "deposit", "7", "10"];
+    let first = runner(&args, env);
+    assert_eq!(first.exit(), Some(Exit::Success), "{first:#?}");
+    let again = runner(&args, env);
+    assert_eq!(again.json(), first.json(), "the first outcome again");
+    let other = runner(&["client", "--key", "order-4711", "deposit", "7", "11"], env);
+    assert_eq!(other.exit(), Some(Exit::Refused), "{other:#?}");
+    assert!(other.stderr.contains("used before with other commands"), "{other:#?}");
+    let read = runner(&["client", "get", "7"], env);
+    assert_eq!(read.json()["output"]["balance"], 113, "the keyed deposit ran once");
+    let both = ["client", "--key", "k", "--client-id", "42", "get", "7"];
+    assert_eq!(runner(&both, env).exit(), Some(Exit::Usage));
 }
 
 /// Proves `completions` prints a script for each shell that names real commands, and `man`

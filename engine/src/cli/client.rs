@@ -5,6 +5,7 @@
 
 use super::gateway::json::{self, Wide};
 use super::{CliHandler, Output, runtime};
+use crate::apply::KeyedOutcome;
 use crate::client::{Client, ClientConfig, ClientError};
 use crate::handler::Outcome;
 use crate::ids::ClientId;
@@ -60,6 +61,66 @@ pub struct ClientArgs {
     /// whose session expired is refused (exit 4, refused).
     #[arg(long, value_name = "ID", value_parser = client_id)]
     pub client_id: Option<ClientId>,
+    /// Send the commands under this key (an order number, a payment id): the cluster runs
+    /// them once for the key, whoever sends it and however often, and answers the same key
+    /// with the same commands again with the outcomes they had. The same key with other
+    /// commands, or one the cluster no longer keeps, runs nothing (exit 4, refused).
+    #[arg(
+        long,
+        value_name = "KEY",
+        requires = "commands",
+        conflicts_with = "client_id"
+    )]
+    pub key: Option<String>,
+}
+
+/// Why commands sent under a key did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyRefused {
+    /// The key was used before with other commands.
+    #[error("the key {key:?} was used before with other commands; these did not run")]
+    Reused {
+        /// The key.
+        key: String,
+    },
+    /// The cluster no longer keeps the key.
+    #[error(
+        "the cluster no longer keeps the key {key:?}: the commands did not run now, and \
+         whether they ran before is not known"
+    )]
+    Expired {
+        /// The key.
+        key: String,
+    },
+}
+
+/// Sends `commands` as one request under the caller's `key`
+/// ([`crate::client::key_session`]), on a session of its own: run once per key. Gives up
+/// as [`within`] does, after the config's `give_up_after`.
+pub async fn submit_keyed<H: crate::handler::Handler>(
+    config: ClientConfig,
+    key: &str,
+    commands: &[H::Command],
+) -> anyhow::Result<Vec<crate::handler::OutcomeOf<H>>> {
+    let timeout = config
+        .give_up_after
+        .unwrap_or(Duration::from_secs_f64(CLIENT_GIVE_UP_SECS_DEFAULT));
+    let id = ClientId::random().map_err(ClientError::NoRandomness)?;
+    let mut client = Client::new(config, id, crate::ids::RequestNumber(1));
+    let run = net::message::KeyRun {
+        key: crate::client::key_session(key),
+        first: 0,
+        count: commands.len() as u32,
+    };
+    let outcomes = within(timeout, client.submit_keyed::<H>(commands, vec![run])).await?;
+    let key = key.to_owned();
+    (outcomes.into_iter())
+        .map(|outcome| match outcome {
+            KeyedOutcome::Ran(outcome) => Ok(outcome),
+            KeyedOutcome::Reused => Err(KeyRefused::Reused { key: key.clone() }.into()),
+            KeyedOutcome::Expired => Err(KeyRefused::Expired { key: key.clone() }.into()),
+        })
+        .collect()
 }
 
 /// `--client-id`'s value: a 128-bit id in decimal or `0x` hexadecimal.
@@ -80,6 +141,14 @@ pub fn client<H: CliHandler>(args: ClientArgs) -> anyhow::Result<()> {
     let timeout = Duration::from_secs_f64(args.timeout);
     config.give_up_after = Some(timeout);
     let runtime = runtime()?;
+    if let Some(key) = &args.key {
+        let commands = args.commands.iter().map(|text| parse::<H>(text));
+        let commands = commands.collect::<anyhow::Result<Vec<_>>>()?;
+        let outcomes = runtime.block_on(submit_keyed::<H>(config, key, &commands))?;
+        print_outcomes::<H>(&outcomes, args.output)?;
+        let refused = outcomes.iter().filter(|o| is_refused(o)).count();
+        return refused_or_fine(refused, outcomes.len(), args.allow_refused);
+    }
     let mut client = runtime.block_on(within(timeout, session(config, args.client_id)))?;
     let (mut refused, mut sent) = (0, 0);
     let mut send = |commands: Vec<H::Command>| -> anyhow::Result<()> {
@@ -103,13 +172,14 @@ pub fn client<H: CliHandler>(args: ClientArgs) -> anyhow::Result<()> {
             send(commands)?;
         }
     }
-    match (refused, args.allow_refused) {
+    refused_or_fine(refused, sent, args.allow_refused)
+}
+
+/// Success, or [`Refused`] when the handler refused a command and that is not allowed.
+fn refused_or_fine(refused: usize, commands: usize, allowed: bool) -> anyhow::Result<()> {
+    match (refused, allowed) {
         (0, _) | (_, true) => Ok(()),
-        (_, false) => Err(Refused {
-            refused,
-            commands: sent,
-        }
-        .into()),
+        (_, false) => Err(Refused { refused, commands }.into()),
     }
 }
 

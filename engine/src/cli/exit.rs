@@ -97,7 +97,9 @@ impl Exit {
             return unhealthy.exit();
         }
         // A node refused an operator command's credential (or cluster, or version).
-        if find::<crate::client::OperatorRefused>(error).is_some() {
+        if find::<crate::client::OperatorRefused>(error).is_some()
+            || find::<super::client::KeyRefused>(error).is_some()
+        {
             return Exit::Refused;
         }
         if find::<super::replay::Differs>(error).is_some()

@@ -45,6 +45,12 @@ pub struct ClientArgs {
     /// session expired is refused (exit 4, refused).
     #[arg(long, value_name = "ID", value_parser = engine::cli::client_id)]
     pub client_id: Option<engine::ClientId>,
+    /// Send the command under this key (an order number, a payment id): the cluster runs it
+    /// once for the key, whoever sends it and however often, and answers the same key with
+    /// the same command again with its first outcome. The same key with another command, or
+    /// one the cluster no longer keeps, runs nothing (exit 4, refused).
+    #[arg(long, value_name = "KEY", conflicts_with = "client_id")]
+    pub key: Option<String>,
     /// The command.
     #[command(subcommand)]
     pub command: ClientCommand,
@@ -162,10 +168,19 @@ pub fn client(args: ClientArgs) -> anyhow::Result<()> {
     config.give_up_after = Some(timeout);
     let command = args.command.to_bank();
     let runtime = runtime()?;
-    let session = engine::cli::session(config, args.client_id);
-    let mut client = runtime.block_on(engine::cli::within(timeout, session))?;
-    let submitted = client.submit::<Bank>(std::slice::from_ref(&command));
-    let outcome = runtime.block_on(engine::cli::within(timeout, submitted))?;
+    let outcome = match &args.key {
+        Some(key) => {
+            let sent =
+                engine::cli::submit_keyed::<Bank>(config, key, std::slice::from_ref(&command));
+            runtime.block_on(sent)?
+        }
+        None => {
+            let session = engine::cli::session(config, args.client_id);
+            let mut client = runtime.block_on(engine::cli::within(timeout, session))?;
+            let submitted = client.submit::<Bank>(std::slice::from_ref(&command));
+            runtime.block_on(engine::cli::within(timeout, submitted))?
+        }
+    };
     let Some(outcome) = outcome.first() else {
         bail!("no outcome")
     };
