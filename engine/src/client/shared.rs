@@ -508,7 +508,7 @@ fn answer_keyed_alone<H: Handler>(
     counts: &[usize],
     refusal: &Keyed<H>,
 ) -> Vec<Pending<H>> {
-    let refusal = refusal.as_ref().err().expect("a refusal");
+    let refusal = refusal.as_ref().expect_err("a refusal");
     let mut commands = commands.into_iter();
     let mut again = Vec::new();
     for (mut pending, &count) in batch.into_iter().zip(counts) {

@@ -227,9 +227,11 @@ mod tests {
 
     fn answers(out: &[Io<u32>]) -> Vec<&ClientReply> {
         (out.iter())
-            .filter_map(|io| match io {
-                Io::Answer { reply, .. } => Some(reply),
-                _ => None,
+            .filter_map(|io| {
+                let Io::Answer { reply, .. } = io else {
+                    return None;
+                };
+                Some(reply)
             })
             .collect()
     }
