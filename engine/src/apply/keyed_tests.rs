@@ -242,12 +242,18 @@ fn simulated_keyed_entries_agree_with_executed_ones() {
 fn a_key_whose_id_went_on_to_later_requests_answers_from_request_one() {
     let mut machine = machine(64);
     let mut log = Log::new();
-    apply(&mut machine, &log.entry(1, &[super::tests::request(K, 1, &[5])]));
+    apply(
+        &mut machine,
+        &log.entry(1, &[super::tests::request(K, 1, &[5])]),
+    );
     let (mut second, bytes) = super::tests::request(K, 2, &[6, 7]);
     second.oldest_pending = RequestNumber(1);
     apply(&mut machine, &log.entry(2, &[(second, bytes)]));
     let runs = [(K, 0, 1)];
-    let run = apply(&mut machine, &log.keyed_entry(3, &[keyed(2, 1, &[5], &runs)]));
+    let run = apply(
+        &mut machine,
+        &log.keyed_entry(3, &[keyed(2, 1, &[5], &runs)]),
+    );
     assert_eq!(got(&run, 1, &runs), [Got::Ran(5)]);
     assert_eq!(executed(&machine), 3, "the run copied request 1's outcome");
 }
