@@ -23,17 +23,26 @@
 //!   must be their encoding) and the reference's answer to it, and decides by itself what
 //!   applies and what it outputs; after every entry its state is compared with the
 //!   reference's. With I1 this compares every answer a client got with the model.
+//!
+//! Keyed runs (callers' keys inside requests, `sim/keys.rs`): the log must list exactly the
+//! runs each client sent, each with the digest of its commands; a keyed request's results
+//! are decoded with its keyed positions ([`Answer::Keyed`]); and a model is fed each
+//! fragment's runs, to decide by itself, from its own sessions, which keyed commands run.
 
 use super::Workload;
 use super::disk::{Copies, Disk};
+use super::keys::is_key;
 use super::violation::{Invariant, Violation};
-use crate::apply::{Reply, ReplyStatus, StateMachine, decode_outcomes};
-use crate::entry::{Entry, EntryKind, FragmentHeader, encode_commands, parse_payload_of};
+use crate::apply::{KeyedOutcome, Reply, ReplyStatus, StateMachine};
+use crate::apply::{decode_keyed_outcomes, decode_outcomes};
+use crate::codec::CodecError;
+use crate::entry::{Entry, EntryKind, FragmentHeader, KeyRun, KeyedRun, RequestDigest};
+use crate::entry::{encode_commands, parse_payload_of};
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 use crate::members::Members;
 use crate::state::StateHash;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 type Cmd<W> = <<W as Workload>::H as Handler>::Command;
 
@@ -50,6 +59,11 @@ pub enum Answer<H: Handler> {
     Reused,
     /// An earlier request the client waits for had not run (see [`ReplyStatus::NotYet`]).
     NotYet,
+    /// The outcomes of a request that carried keyed runs, in order: each keyed command's as
+    /// its key's session decided it (see [`KeyedOutcome`]: `Ran` with an outcome, whether it
+    /// ran now or in an earlier request carrying the key; `Expired`; `Reused`), each command
+    /// outside the runs as `Ran`.
+    Keyed(Vec<KeyedOutcome<OutcomeOf<H>>>),
     /// Results that do not decode as the request's outcomes.
     Undecodable,
 }
@@ -66,9 +80,25 @@ pub struct Logged<'a, H: Handler> {
     /// The fragment's commands, as the client sent them (the checker checked that the log's
     /// bytes are their encoding).
     pub commands: &'a [H::Command],
+    /// The keyed runs of the request that overlap the fragment, in order, as the log lists
+    /// them (the checker checked that they are the ones the client sent, each with the
+    /// digest of its commands): the fragment's commands within a run apply through the run's
+    /// key's session, as request 1 of it of `run.count` commands with the run's digest
+    /// would, only the part of the run within the fragment, and only the commands the
+    /// fragment's own session runs. Empty for a request without keys.
+    pub runs: &'a [KeyedRun],
     /// What the reference replica answered when this fragment ended its request; `None` for
     /// a fragment that does not end its request (a reply comes only with the last one).
     pub answer: Option<Answer<H>>,
+}
+
+/// What the reference answered keyed commands, over the run (for the report).
+#[derive(Debug, Default)]
+pub(super) struct KeyedCounts {
+    /// Keyed commands answered with the outcome of their key's command run before.
+    pub(super) repeats: u64,
+    /// Keyed commands answered "reused".
+    pub(super) reused: u64,
 }
 
 /// The reference replica and what has been seen so far.
@@ -82,6 +112,13 @@ pub struct Checker<W: Workload> {
     checked: BTreeMap<NodeId, EntryIndex>,
     /// Every request's commands.
     requests: BTreeMap<(ClientId, RequestNumber), Vec<Cmd<W>>>,
+    /// The keyed runs of every request sent with some.
+    runs: BTreeMap<(ClientId, RequestNumber), Vec<KeyRun>>,
+    /// Each key's commands (the key and the position in its run) whose outcome was
+    /// observed: a key's command runs once, and later answers with it repeat that outcome.
+    keys_observed: BTreeSet<(ClientId, u32)>,
+    /// What keyed commands were answered.
+    pub(super) keyed: KeyedCounts,
     /// Results of each request in the reference replica.
     results: BTreeMap<(ClientId, RequestNumber), Vec<u8>>,
     /// Results each client got.
@@ -135,6 +172,9 @@ impl<W: Workload> Checker<W> {
             hashes: BTreeMap::new(),
             checked: BTreeMap::new(),
             requests: BTreeMap::new(),
+            runs: BTreeMap::new(),
+            keys_observed: BTreeSet::new(),
+            keyed: KeyedCounts::default(),
             results: BTreeMap::new(),
             acknowledged: BTreeMap::new(),
             leaders: BTreeMap::new(),
@@ -277,16 +317,27 @@ impl<W: Workload> Checker<W> {
             .map(EntryIndex)
     }
 
-    /// A client sends a request for the first time, at event `at`.
+    /// A client sends a request for the first time, at event `at`: its commands and keyed
+    /// runs. A key sent alone is request 1 of the key's session, sent by any lane, always
+    /// with the key's first commands; a key is sent when first sent in a run or alone (I9:
+    /// whichever copy of it runs first was sent no sooner).
     pub(super) fn requested(
         &mut self,
         client: ClientId,
         request: RequestNumber,
-        commands: Vec<Cmd<W>>,
+        (commands, runs): (Vec<Cmd<W>>, Vec<KeyRun>),
         at: u64,
     ) {
         self.requests.insert((client, request), commands);
-        self.sent_at.insert((client, request), at);
+        for run in &runs {
+            self.sent_at
+                .entry((run.key, RequestNumber(1)))
+                .or_insert(at);
+        }
+        if !runs.is_empty() {
+            self.runs.insert((client, request), runs);
+        }
+        self.sent_at.entry((client, request)).or_insert(at);
     }
 
     /// Node `node` sends an answer with results for `client`'s `request` while its commit
@@ -424,7 +475,7 @@ impl<W: Workload> Checker<W> {
         results: Vec<u8>,
         at: u64,
     ) {
-        self.acknowledged_at.insert((client, request), at);
+        self.acknowledged_at.entry((client, request)).or_insert(at);
         if let Some(reference) = self.results.get(&(client, request))
             && *reference != results
         {
@@ -513,14 +564,13 @@ impl<W: Workload> Checker<W> {
             }
             return;
         }
+        let runs = self.runs.get(&key).map_or(&[][..], Vec::as_slice);
         match (
-            self.requests.get(&key),
-            decode_outcomes::<W::H>(results, reply.command_count),
+            self.requests.get(&key).map(Vec::len),
+            decode_results::<W::H>(results, reply.command_count, runs),
         ) {
-            (Some(commands), Ok(outcomes)) if commands.len() == outcomes.len() => {
-                for (command, outcome) in commands.iter().zip(&outcomes) {
-                    workload.observe(command, outcome);
-                }
+            (Some(count), Ok(outcomes)) if count == outcomes.len() => {
+                self.observe(workload, key, &outcomes);
             }
             _ => self.note(
                 Invariant::Acknowledged,
@@ -544,6 +594,39 @@ impl<W: Workload> Checker<W> {
         self.results.insert(key, results.clone());
     }
 
+    /// Feeds the workload each command of request `key` that ran with its outcome. A keyed
+    /// command (or one of a key sent alone) counts only the first time its key's command is
+    /// answered with an outcome: the copies after it ran nothing.
+    fn observe(
+        &mut self,
+        workload: &mut W,
+        key: (ClientId, RequestNumber),
+        outcomes: &[KeyedOutcome<OutcomeOf<W::H>>],
+    ) {
+        let commands = &self.requests[&key];
+        let runs = self.runs.get(&key).map_or(&[][..], Vec::as_slice);
+        for (position, (command, outcome)) in (0u32..).zip(commands.iter().zip(outcomes)) {
+            let covering = runs
+                .iter()
+                .find(|run| run.first <= position && position < run.end());
+            let keyed = match covering {
+                Some(run) => Some((run.key, position - run.first)),
+                None => is_key(key.0).then_some((key.0, position)),
+            };
+            match outcome {
+                KeyedOutcome::Ran(outcome) => match keyed {
+                    Some(command) if !self.keys_observed.insert(command) => {
+                        self.keyed.repeats += 1;
+                    }
+                    Some(_) | None => workload.observe(command, outcome),
+                },
+                KeyedOutcome::Reused => self.keyed.reused += 1,
+                // Not run now; a key is kept longer than a simulated run lasts.
+                KeyedOutcome::Expired => {}
+            }
+        }
+    }
+
     /// Feeds the workload's own model every fragment of the log's entry at `position`, in
     /// order; a fragment that ends its request comes with the reference's reply to it (a reply
     /// comes when a request's last fragment applies, so the replies follow those fragments).
@@ -554,23 +637,34 @@ impl<W: Workload> Checker<W> {
             EntryKind::Noop | EntryKind::Members | EntryKind::Upgrade => return,
             EntryKind::Commands | EntryKind::KeyedCommands => {}
         }
-        let fragments = match parse_payload_of(entry.header.kind, &entry.payload) {
-            Ok((_, fragments, _)) => fragments,
+        let (fragments, runs) = match parse_payload_of(entry.header.kind, &entry.payload) {
+            Ok((_, fragments, runs)) => (fragments, runs),
             Err(error) => {
                 let message = format!("entry {}: {error}", index.0);
                 self.note(Invariant::Oracle, message);
                 return;
             }
         };
+        let keys = runs.iter().map(|keyed| keyed.run.key);
+        let alone = fragments
+            .iter()
+            .map(|(f, _)| f.client)
+            .filter(|&c| is_key(c));
+        let keys: Vec<ClientId> = keys.chain(alone).collect();
         let mut replies = replies.iter();
         let mut found = Vec::new();
-        for (fragment, bytes) in fragments {
+        let mut runs: &[KeyedRun] = &runs;
+        for (at, (fragment, bytes)) in fragments.into_iter().enumerate() {
             let reply = if fragment.is_last() {
                 replies.next()
             } else {
                 None
             };
-            if let Err(message) = self.feed_fragment(workload, index, (fragment, bytes), reply) {
+            // The runs come in the order of their fragments.
+            let (own, rest) = runs.split_at(runs.partition_point(|r| r.fragment as usize == at));
+            runs = rest;
+            let logged = (fragment, bytes, own);
+            if let Err(message) = self.feed_fragment(workload, index, logged, reply) {
                 found.push(message);
             }
         }
@@ -583,6 +677,24 @@ impl<W: Workload> Checker<W> {
         for message in found {
             self.note(Invariant::Oracle, message);
         }
+        for key in keys {
+            self.key_finished(key, index);
+        }
+    }
+
+    /// Notes the entry at `index` as the one that finished key `key`'s request 1 when the
+    /// reference's session of the key holds it finished and no entry did before: a key's
+    /// request finishes in whichever request ran its last command, in a run or alone (I8,
+    /// I9: a node may answer the key sent alone from its committed sessions before the key's
+    /// own request 1 is ever logged).
+    fn key_finished(&mut self, key: ClientId, index: EntryIndex) {
+        let request = RequestNumber(1);
+        if (self.reference.sessions())
+            .finished_results(key, request)
+            .is_some()
+        {
+            self.finished_in.entry((key, request)).or_insert(index);
+        }
     }
 
     /// Feeds the workload's own model one fragment of the entry at `index`, with the
@@ -593,7 +705,7 @@ impl<W: Workload> Checker<W> {
         &self,
         workload: &mut W,
         index: EntryIndex,
-        (fragment, bytes): (FragmentHeader, &[u8]),
+        (fragment, bytes, runs): (FragmentHeader, &[u8], &[KeyedRun]),
         reply: Option<&Reply>,
     ) -> Result<(), String> {
         let key = (fragment.client, fragment.request);
@@ -619,12 +731,16 @@ impl<W: Workload> Checker<W> {
                 "{name}: the log's commands {range:?} are not the ones the client sent"
             ));
         }
+        let sent_runs = self.runs.get(&key).map_or(&[][..], Vec::as_slice);
+        check_runs(&name, (sent, sent_runs), &fragment, runs)?;
         let answer = match reply {
             None if fragment.is_last() => {
                 return Err(format!("{name}: its last fragment got no reply"));
             }
             None => None,
-            Some(reply) if (reply.client, reply.request) == key => Some(answer_of(reply)),
+            Some(reply) if (reply.client, reply.request) == key => {
+                Some(answer_of(reply, sent_runs))
+            }
             Some(reply) => {
                 return Err(format!(
                     "{name}: its last fragment got the reply to client {} request {}",
@@ -636,6 +752,7 @@ impl<W: Workload> Checker<W> {
             index,
             fragment,
             commands,
+            runs,
             answer,
         };
         workload.logged(logged)
@@ -657,15 +774,20 @@ impl<W: Workload> Checker<W> {
     pub(super) fn finish(&mut self) -> Vec<Violation> {
         let lost: Vec<(ClientId, RequestNumber)> = self
             .acknowledged
-            .keys()
-            .filter(|key| !self.results.contains_key(key))
-            .copied()
+            .iter()
+            .filter(|(key, _)| !self.results.contains_key(key))
+            .filter(|(key, results)| !self.key_holds(**key, results))
+            .map(|(key, _)| *key)
             .collect();
         for (client, request) in lost {
+            let why = match is_key(client) {
+                true => "with results its key's session does not hold",
+                false => "but is not in the committed log",
+            };
             self.note(
                 Invariant::Acknowledged,
                 format!(
-                    "client {} request {} was acknowledged but is not in the committed log",
+                    "client {} request {} was acknowledged {why}",
                     client.0, request.0
                 ),
             );
@@ -674,6 +796,17 @@ impl<W: Workload> Checker<W> {
         self.check_real_time_order();
         self.check_client_order();
         std::mem::take(&mut self.violations)
+    }
+
+    /// True when `key` is a key sent alone whose session in the reference holds `results`:
+    /// a node answers a key sent alone from its committed sessions, and keyed runs may have
+    /// run the key without the key's own request 1 ever being logged.
+    fn key_holds(&self, (client, request): (ClientId, RequestNumber), results: &[u8]) -> bool {
+        let sessions = self.reference.sessions();
+        is_key(client)
+            && sessions
+                .finished_results(client, request)
+                .is_some_and(|(_, held)| held == results)
     }
 
     /// I10: each client's requests finished in entries in the order of their numbers (two
@@ -759,14 +892,75 @@ impl<W: Workload> Checker<W> {
     }
 }
 
-/// The reference's reply as the workload's model sees it: outcomes decoded.
-fn answer_of<H: Handler>(reply: &Reply) -> Answer<H> {
+/// The reference's reply as the workload's model sees it: outcomes decoded, with the keyed
+/// runs `runs` the request was sent with.
+fn answer_of<H: Handler>(reply: &Reply, runs: &[KeyRun]) -> Answer<H> {
     match &reply.status {
-        ReplyStatus::Results(results) => decode_outcomes::<H>(results, reply.command_count)
-            .map_or(Answer::Undecodable, Answer::Results),
+        ReplyStatus::Results(results) if runs.is_empty() => {
+            decode_outcomes::<H>(results, reply.command_count)
+                .map_or(Answer::Undecodable, Answer::Results)
+        }
+        ReplyStatus::Results(results) => decode_results::<H>(results, reply.command_count, runs)
+            .map_or(Answer::Undecodable, Answer::Keyed),
         ReplyStatus::Stale => Answer::Stale,
         ReplyStatus::Expired => Answer::Expired,
         ReplyStatus::Reused => Answer::Reused,
         ReplyStatus::NotYet => Answer::NotYet,
     }
+}
+
+/// A request's results decoded: with a status before each command of its keyed runs `runs`
+/// when it has some, each outcome of a request without runs as `Ran`.
+fn decode_results<H: Handler>(
+    results: &[u8],
+    count: u32,
+    runs: &[KeyRun],
+) -> Result<Vec<KeyedOutcome<OutcomeOf<H>>>, CodecError> {
+    if runs.is_empty() {
+        let outcomes = decode_outcomes::<H>(results, count)?;
+        return Ok(outcomes.into_iter().map(KeyedOutcome::Ran).collect());
+    }
+    let keyed = |position: u32| {
+        runs.iter()
+            .any(|r| r.first <= position && position < r.end())
+    };
+    decode_keyed_outcomes::<H>(results, count, keyed)
+}
+
+/// Checks the keyed runs a fragment's entry lists for it: the runs its client sent
+/// (`sent`: the commands and runs) that overlap it, each with the digest of its commands.
+fn check_runs<C: crate::codec::Encode>(
+    name: &str,
+    (commands, sent): (&[C], &[KeyRun]),
+    fragment: &FragmentHeader,
+    runs: &[KeyedRun],
+) -> Result<(), String> {
+    let (first, end) = (
+        fragment.first_command,
+        fragment.first_command + fragment.command_count,
+    );
+    let overlapping = sent
+        .iter()
+        .filter(|run| run.first < end && run.end() > first);
+    if !overlapping.copied().eq(runs.iter().map(|keyed| keyed.run)) {
+        let listed: Vec<KeyRun> = runs.iter().map(|keyed| keyed.run).collect();
+        return Err(format!(
+            "{name}: the log lists keyed runs {listed:?}, the client sent {sent:?}"
+        ));
+    }
+    for keyed in runs {
+        let run = keyed.run;
+        let digest = commands
+            .get(run.first as usize..run.end() as usize)
+            .map(|covered| RequestDigest::of(run.count, &encode_commands(covered)));
+        if digest != Some(keyed.digest) {
+            return Err(format!(
+                "{name}: key {} of commands {}..{} carries the digest of other commands",
+                run.key.0,
+                run.first,
+                run.end()
+            ));
+        }
+    }
+    Ok(())
 }

@@ -3,7 +3,9 @@
 //! A client keeps the seed's [`super::swarm::Swarm::pipeline`] requests in flight, as
 //! [`crate::client::Client::submit_pipelined`] does: one lane a request, each lane its own
 //! [`Requests`] under the client's id, numbered in turn, every one naming the batch's first
-//! as its oldest pending; the next batch starts once every lane was answered.
+//! as its oldest pending; the next batch starts once every lane was answered. In seeds with
+//! keys, some write requests carry callers' keys, and a lane sometimes sends a key alone
+//! ([`super::keys`]).
 
 use super::violation::Invariant;
 use super::{SIM_NODES, Sim, SimEvent, Time, Workload};
@@ -11,7 +13,7 @@ use crate::client::{Answer, Attempt, ClientError, Next, Requests, answer_to};
 use crate::entry::encode_commands;
 use crate::handler::Handler;
 use crate::ids::{ClientId, NodeId, RequestNumber};
-use net::message::{ClientReply, Submit};
+use net::message::{ClientReply, KeyRun, Submit};
 use std::ops::Range;
 
 /// Who waits for an answer at a node: the lane and its attempt.
@@ -49,6 +51,12 @@ pub(super) struct SimClient {
     pub(super) requests: Requests<NodeId>,
     /// The request outstanding, as sent on every attempt.
     pub(super) current: Option<Submit>,
+    /// The keyed runs of the request outstanding (none: sent as a plain request).
+    pub(super) runs: Vec<KeyRun>,
+    /// The nodes in the order this lane asks them.
+    pub(super) nodes: Vec<NodeId>,
+    /// The lane's own numbering while it sends a key alone (`requests` is then the key's).
+    pub(super) parked: Option<Requests<NodeId>>,
     /// It is a read (sent as [`net::message::Read`], number 0), with the client's count of
     /// reads: a single lane's request whose commands the handler all marks read-only.
     pub(super) read: Option<u64>,
@@ -75,13 +83,17 @@ impl SimClient {
     pub(super) fn new(k: u32, count: u8) -> Self {
         let first = k % u32::from(SIM_NODES);
         let count = u32::from(count);
-        let nodes = (0..count)
+        let nodes: Vec<NodeId> = (0..count)
             .map(|i| NodeId(1 + ((first + i) % count) as u8))
             .collect();
+        let id = ClientId(u128::from(k) + 1);
         SimClient {
             window: k as usize,
-            requests: Requests::new(nodes, ClientId(u128::from(k) + 1), RequestNumber(1)),
+            requests: Requests::new(nodes.clone(), id, RequestNumber(1)),
             current: None,
+            runs: Vec::new(),
+            nodes,
+            parked: None,
             read: None,
             began: 0,
             attempt: 0,
@@ -117,37 +129,26 @@ impl<W: Workload> Sim<W> {
         let (first, lanes) = (w.next, w.lanes.start);
         let oldest_pending = (w.lanes.len() > 1).then_some(first);
         // Reads go off the log only from single-lane clients, as the client library sends
-        // them (a pipelined read keeps its place in the log's order); they take no number.
+        // them (a pipelined read keeps its place in the log's order); they take no number,
+        // nor does a key sent alone.
         let single = w.lanes.len() == 1;
         let mut numbered = 0;
         for lane in 0..width {
-            let commands = self.workload.next_request(&mut self.rng);
-            let bytes = encode_commands(&commands);
-            let count = commands.len() as u32;
             let client = lanes + lane as usize;
-            let read = single && commands.iter().all(<W::H as Handler>::read_only);
-            let at = self.report.events;
             let c = &mut self.clients[client];
             c.began = self.now;
             c.read = None;
-            if read {
-                c.read = Some(c.requests.begin_read(count));
-                let client_id = c.requests.id();
-                self.checker.read_sent(client, &commands);
-                c.current = Some(Submit {
-                    client: client_id,
-                    request: RequestNumber(0),
-                    oldest_pending: RequestNumber(0),
-                    command_count: count,
-                    commands: bytes,
-                });
+            if self.begin_alone(client) {
+                self.send_request(client);
+                continue;
+            }
+            let commands = self.workload.next_request(&mut self.rng);
+            if single && commands.iter().all(<W::H as Handler>::read_only) {
+                self.begin_read(client, commands);
             } else {
-                c.requests.skip_to(RequestNumber(first.0 + numbered));
+                let number = RequestNumber(first.0 + numbered);
                 numbered += 1;
-                let submit = c.requests.begin_after(oldest_pending, count, bytes);
-                self.checker
-                    .requested(submit.client, submit.request, commands, at);
-                c.current = Some(submit);
+                self.begin_write(client, (number, oldest_pending), commands);
             }
             self.send_request(client);
         }
@@ -155,6 +156,45 @@ impl<W: Workload> Sim<W> {
         w.sent += width;
         w.open = width;
         w.next = RequestNumber(first.0 + numbered);
+    }
+
+    /// Lane `client` begins a read of `commands` (off the log, numbered 0).
+    fn begin_read(&mut self, client: usize, commands: Vec<<W::H as Handler>::Command>) {
+        let bytes = encode_commands(&commands);
+        let count = commands.len() as u32;
+        let c = &mut self.clients[client];
+        c.read = Some(c.requests.begin_read(count));
+        let client_id = c.requests.id();
+        self.checker.read_sent(client, &commands);
+        c.current = Some(Submit {
+            client: client_id,
+            request: RequestNumber(0),
+            oldest_pending: RequestNumber(0),
+            command_count: count,
+            commands: bytes,
+        });
+        c.runs = Vec::new();
+    }
+
+    /// Lane `client` begins its client's request `number` (naming `oldest_pending`) of
+    /// `drawn`, the seed's share of them with keyed runs among the commands.
+    fn begin_write(
+        &mut self,
+        client: usize,
+        (number, oldest_pending): (RequestNumber, Option<RequestNumber>),
+        drawn: Vec<<W::H as Handler>::Command>,
+    ) {
+        let (commands, runs) = self.with_keys(drawn);
+        let bytes = encode_commands(&commands);
+        let count = commands.len() as u32;
+        let at = self.report.events;
+        let c = &mut self.clients[client];
+        c.requests.skip_to(number);
+        let submit = c.requests.begin_after(oldest_pending, count, bytes);
+        self.checker
+            .requested(submit.client, submit.request, (commands, runs.clone()), at);
+        c.current = Some(submit);
+        c.runs = runs;
     }
 
     /// A lane's request is over: the client's next batch starts once every lane's is.
@@ -288,6 +328,7 @@ impl<W: Workload> Sim<W> {
             }
             Next::Done(result) => {
                 let submit = c.current.take().expect("a request in flight");
+                let alone = c.parked.take().map(|own| c.requests = own).is_some();
                 match result {
                     Ok((_, results)) if c.read.is_some() => {
                         self.report.acknowledged += 1;
@@ -300,6 +341,9 @@ impl<W: Workload> Sim<W> {
                         self.checker
                             .acknowledged(submit.client, submit.request, results, at);
                     }
+                    // A key sent alone after a copy with other commands ran first: so it must
+                    // be answered (the oracle checks it from the log).
+                    Err(ClientError::Reused(_)) if alone => self.report.keyed_reused += 1,
                     Err(error) => self.client_failed(&submit, &error),
                 }
                 self.lane_done(client);

@@ -34,7 +34,11 @@
 //! - pipelining clients: half of the seeds give each client 2 to `PIPELINE_REQUESTS_MAX`
 //!   requests in flight, one lane each, as `Client::submit_pipelined` sends them, so that
 //!   requests of one client arrive out of order and are answered "not yet".
-//!
+//! - callers' keys: half of the seeds whose nodes all speak keys (about a third of all) send
+//!   keyed runs inside some write requests, keys of a pool every client shares, mostly with
+//!   the commands each was first sent with and sometimes with others, and now and then a key
+//!   alone as request 1 of its own session (`sim/keys.rs`), so that one key reaches the cluster
+//!   through several clients and copies.
 //! - snapshots: taken a slice at a time while entries apply (copy-on-write), written by the
 //!   product's snapshot files, logs compacted behind them, sent to a lagging follower in
 //!   chunks and installed;
@@ -56,6 +60,7 @@ pub mod check;
 mod clients;
 mod disk;
 mod faults;
+mod keys;
 mod network;
 mod options;
 mod snapshots;
@@ -84,7 +89,7 @@ use disk::Disk;
 use disk::SIM_WAL_SEGMENT_BYTES;
 pub use faults::{FAULTS_UNITS_MAX, STALL_UNITS_MAX};
 use net::message::AppliedHash;
-use net::message::{ClientReply, PeerMessage, Read, Role, SnapshotChunk};
+use net::message::{ClientReply, PeerMessage, Read, Role, SnapshotChunk, SubmitKeyed};
 use network::Links;
 pub use options::{SimOptions, SimReport};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -163,8 +168,15 @@ pub trait Workload {
     /// The model takes in one request fragment as the committed log holds it (every copy, a
     /// retried request logged twice included, in log order): it decides by itself which of
     /// the commands apply (exactly once) and what each outputs, and says where the
-    /// reference's answer differs (naming the entry, client, request and command). Without a
-    /// model (the default) it accepts every fragment.
+    /// reference's answer differs (naming the entry, client, request and command). A
+    /// fragment may carry keyed runs ([`check::Logged::runs`]; a third of the seeds send
+    /// them, whatever the workload): a model decides each run's part within the commands the
+    /// fragment's own session runs as request 1 of the run's key's session (one the model
+    /// keeps like a client's), runs those commands only when that says so, and expects the
+    /// request's answer as [`check::Answer::Keyed`], the keyed commands' `Ran`, `Expired` or
+    /// `Reused`. A model that ignores the runs reports false violations in those seeds. A key
+    /// may also come alone, as a plain request 1 of its session. Without a model (the
+    /// default) it accepts every fragment.
     fn logged(&mut self, logged: check::Logged<'_, Self::H>) -> Result<(), String> {
         let _ = logged;
         Ok(())
@@ -372,6 +384,8 @@ pub struct Sim<W: Workload> {
     links_changed: Time,
     checker: Checker<W>,
     workload: W,
+    /// The callers' keys the clients share, with the commands each was first drawn with.
+    keys: keys::Keys,
     healed: bool,
     /// A committed entry that damage took from every disk: the cluster may stop for good,
     /// which is then no violation.
@@ -402,7 +416,9 @@ pub fn run<W: Workload>(workload: W, options: SimOptions) -> SimReport {
 impl<W: Workload> Sim<W> {
     fn new(workload: W, options: SimOptions) -> Self {
         let mut rng = Rng::new(options.seed);
-        let swarm = Swarm::draw(&mut rng);
+        let mut keys = keys::Keys::new(options.seed);
+        let mut swarm = Swarm::draw(&mut rng);
+        swarm.draw_keys(&mut keys.rng);
         let nodes = (1..=SIM_NODES + swarm.spares)
             .map(|id| SimNode {
                 id: NodeId(id),
@@ -444,6 +460,7 @@ impl<W: Workload> Sim<W> {
             links_changed: 0,
             checker,
             workload,
+            keys,
             healed: false,
             copies_lost: None,
             report,
@@ -592,6 +609,8 @@ impl<W: Workload> Sim<W> {
         self.report.violations.append(&mut violations);
         self.report.committed = self.checker.committed();
         self.report.rewritten_after_loss = u64::from(self.checker.rewritten);
+        self.report.keyed_repeats = self.checker.keyed.repeats;
+        self.report.keyed_reused += self.checker.keyed.reused;
         self.report.violations.truncate(check::VIOLATIONS_KEPT_MAX);
     }
 
@@ -951,6 +970,7 @@ impl<W: Workload> Sim<W> {
         // Nobody listens on a node that is down: the client times out.
         let now_ms = self.now / 10;
         let read = self.clients[token.0].read;
+        let runs = self.clients[token.0].runs.clone();
         self.drive(id, |r, out| {
             if let Some(read) = read {
                 let read = Read {
@@ -960,8 +980,10 @@ impl<W: Workload> Sim<W> {
                     commands: submit.commands,
                 };
                 r.read(read, token, out);
-            } else {
+            } else if runs.is_empty() {
                 r.admit(submit, token, out);
+            } else {
+                r.admit_keyed(SubmitKeyed { submit, runs }, token, out);
             }
             r.propose(now_ms, out);
         });

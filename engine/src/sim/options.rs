@@ -86,6 +86,16 @@ pub struct SimReport {
     pub member_changes: u64,
     /// Changes of members the leader refused (one not committed yet, or its term not settled).
     pub member_changes_refused: u64,
+    /// Keyed runs in the requests clients sent (each counted once, however often retried).
+    pub keyed_runs: u64,
+    /// Keys clients sent alone, as request 1 of the key's own session.
+    pub keys_alone: u64,
+    /// Keyed commands the reference answered with the outcome of a key applied before
+    /// (another request, client or copy carried the key and ran it): each ran once.
+    pub keyed_repeats: u64,
+    /// Keyed commands the reference answered "reused" (their key was used with other
+    /// commands), and keys sent alone answered so.
+    pub keyed_reused: u64,
     /// Leaders elected.
     pub leaders: u64,
     /// Events processed.
@@ -121,5 +131,9 @@ impl SimReport {
         self.damaged_together += other.damaged_together;
         self.copies_lost += other.copies_lost;
         self.rewritten_after_loss += other.rewritten_after_loss;
+        self.keyed_runs += other.keyed_runs;
+        self.keys_alone += other.keys_alone;
+        self.keyed_repeats += other.keyed_repeats;
+        self.keyed_reused += other.keyed_reused;
     }
 }

@@ -8,6 +8,9 @@ use crate::rng::Rng;
 use crate::snapshot::SNAPSHOT_LOG_PERCENT;
 use std::fmt;
 
+/// The fewest percent of write requests with keys of a seed that sends keys.
+const KEYED_PERCENT_MIN: u64 = 10;
+
 /// The settings one seed runs with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Swarm {
@@ -43,6 +46,11 @@ pub struct Swarm {
     pub read_checks_unspoken_by: Option<u8>,
     /// The nodes' WALs write zeros ahead of their appends (as on a disk; not in memory).
     pub wal_zero_ahead: bool,
+    /// Percent of write requests that carry callers' keys over runs of their commands, one
+    /// request in `SIM_KEY_ALONE_ONE_IN` (`sim/keys.rs`) being a key sent alone instead (0:
+    /// no keys). Always 0 where a node speaks an older protocol: a leader refuses keys until
+    /// every member is upgraded, which the simulated clients do not wait out.
+    pub keyed_percent: u64,
 }
 
 impl Swarm {
@@ -101,6 +109,7 @@ impl Swarm {
             .then(|| 1 + rng.below(u64::from(super::SIM_NODES)) as u8);
         let wal_zero_ahead = rng.chance(1, 2);
         Swarm {
+            keyed_percent: 0,
             read_checks_unspoken_by,
             wal_zero_ahead,
             spares,
@@ -119,11 +128,25 @@ impl Swarm {
     }
 }
 
+impl Swarm {
+    /// Draws whether and how often the seed's clients send keys, from `keys`, the keys' own
+    /// generator: the main one draws nothing for them, so that a seed without keys runs as
+    /// it did before keys existed (seeds found to reach a rare case still reach it).
+    pub(super) fn draw_keys(&mut self, keys: &mut Rng) {
+        let older_node = self.read_checks_unspoken_by.is_some();
+        self.keyed_percent = if !older_node && keys.chance(1, 2) {
+            KEYED_PERCENT_MIN + keys.below(101 - KEYED_PERCENT_MIN)
+        } else {
+            0
+        };
+    }
+}
+
 impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes, read rounds {}, WAL zeros ahead {}",
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes, read rounds {}, WAL zeros ahead {}, keys in {}% of requests",
             self.mode,
             self.snapshot_every,
             self.snapshot_retain_ticks,
@@ -143,7 +166,8 @@ impl fmt::Display for Swarm {
                 .map_or("spoken by all".to_string(), |n| format!(
                     "not spoken by node {n}"
                 )),
-            self.wal_zero_ahead
+            self.wal_zero_ahead,
+            self.keyed_percent
         )
     }
 }

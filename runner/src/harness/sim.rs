@@ -133,13 +133,31 @@ mod tests {
     const ORACLE_SEEDS: u64 = 20;
 
     /// Proves standard simulated runs over twenty seeds pass every check, the oracle's
-    /// comparison of every answer and of the committed state included.
+    /// comparison of every answer and of the committed state included, and that they
+    /// exercised callers' keys: keyed runs and keys alone were sent, and some keyed commands
+    /// were answered from a key another copy ran, some "reused" (their key had other commands).
     #[test]
     fn simulated_runs_agree_with_the_oracle() {
+        let mut totals = engine::sim::SimReport::default();
         for seed in 0..ORACLE_SEEDS {
             let report = engine::sim::run(BankWorkload::default(), SimOptions::new(seed));
             assert!(report.committed > 0, "seed {seed} committed nothing");
             assert_eq!(report.violations, Vec::new(), "seed {seed}");
+            totals.absorb(&report);
         }
+        let keyed = (
+            totals.keyed_runs,
+            totals.keys_alone,
+            totals.keyed_repeats,
+            totals.keyed_reused,
+        );
+        eprintln!("{ORACLE_SEEDS} seeds: keyed runs, keys alone, repeats, reused {keyed:?}");
+        assert!(keyed.0 > 0, "no keyed run was sent: {keyed:?}");
+        assert!(keyed.1 > 0, "no key was sent alone: {keyed:?}");
+        assert!(
+            keyed.2 > 0,
+            "no key was answered from a run before: {keyed:?}"
+        );
+        assert!(keyed.3 > 0, "no key was answered reused: {keyed:?}");
     }
 }

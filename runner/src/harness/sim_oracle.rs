@@ -6,6 +6,14 @@
 //! the committed log holds, duplicates included, with the reference replica's answer; the
 //! oracle says where the two differ, and where the committed state differs from its accounts.
 //!
+//! Keyed runs (callers' keys inside requests, `engine::sim::check::Logged::runs`) go through
+//! the same session model: the part of a run within the commands a fragment's own session
+//! runs is decided as request 1 of the key's session would be (the key's id is a session
+//! like a client's), its commands apply only when that decision applies them, and the
+//! carrying request's answer shows, for each keyed command, the outcome the key's session
+//! holds (`Ran`), or that the key expired or was used with other commands. A key sent alone
+//! is request 1 of the same session.
+//!
 //! Not modeled, so either would show as a violation: session eviction (the simulator's few
 //! clients stay far below `engine::apply::SESSIONS_MAX`) and a full state
 //! (`BankError::CapacityExhausted`: the simulated state holds thousands of times the accounts
@@ -13,8 +21,9 @@
 
 use bank::{ACCOUNTS, Account, AccountId, BankCommand, BankError, BankOutput};
 use engine::Outcome;
-use engine::apply::PIPELINE_REQUESTS_MAX;
-use engine::internals::entry::{FragmentHeader, RequestDigest};
+use engine::RequestNumber;
+use engine::apply::{KeyedOutcome, PIPELINE_REQUESTS_MAX};
+use engine::internals::entry::{FragmentHeader, KeyedRun, RequestDigest};
 use engine::sim::check::{Answer, Logged};
 use engine::state::State;
 use std::collections::BTreeMap;
@@ -80,8 +89,12 @@ struct ModelSession {
     earlier: Vec<(u64, RequestDigest, Applied)>,
 }
 
-/// A request's commands applied so far, with their outcomes, in order.
-type Applied = Vec<(BankCommand, BankOutcome)>;
+/// What a command of a request got: `Ran` with its outcome (every command outside keyed runs,
+/// and a keyed one whose key's session ran it, now or before), or why a keyed one did not run.
+type Got = KeyedOutcome<BankOutcome>;
+
+/// A request's commands applied so far, with what each got, in order.
+type Applied = Vec<(BankCommand, Got)>;
 
 /// What the model does with a fragment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,8 +122,8 @@ enum Verdict {
 /// What the model says a fragment that ends its request must be answered.
 #[derive(Debug)]
 enum Expected<'a> {
-    /// The request's commands with their outcomes, in order.
-    Results(&'a [(BankCommand, BankOutcome)]),
+    /// The request's commands with what each got, in order.
+    Results(&'a [(BankCommand, Got)]),
     /// See [`Verdict::Stale`].
     Stale,
     /// See [`Verdict::Expired`].
@@ -135,7 +148,10 @@ impl BankOracle {
         let fragment = logged.fragment;
         let verdict = self.verdict(&fragment);
         if let Verdict::Apply { from, fresh } = verdict {
-            self.apply(&logged, from, fresh);
+            if fresh {
+                self.open_session(&fragment);
+            }
+            self.apply(&logged, from);
         }
         let name = format!(
             "entry {}: client {} request {}",
@@ -217,48 +233,139 @@ impl BankOracle {
         }
     }
 
-    /// Applies the fragment's commands from position `from` of its request on.
-    fn apply(&mut self, logged: &Logged<'_, bank::Bank>, from: u32, fresh: bool) {
-        let fragment = &logged.fragment;
-        if fresh {
-            let mut earlier = Vec::new();
-            if let Some(old) = self.sessions.remove(&fragment.client.0) {
-                earlier = old.earlier;
-                if old.applied.len() as u32 == old.commands {
-                    earlier.push((old.request, old.digest, old.applied));
-                }
-                let excess = earlier.len().saturating_sub(PIPELINE_REQUESTS_MAX - 1);
-                earlier.drain(..excess);
-                let oldest = fragment.oldest_pending.min(fragment.request).0;
-                earlier.retain(|(request, _, _)| *request >= oldest);
+    /// Opens the session of the request that `fragment` starts: the client's finished
+    /// requests it still waits on stay answerable as the engine keeps them.
+    fn open_session(&mut self, fragment: &FragmentHeader) {
+        let mut earlier = Vec::new();
+        if let Some(old) = self.sessions.remove(&fragment.client.0) {
+            earlier = old.earlier;
+            if old.applied.len() as u32 == old.commands {
+                earlier.push((old.request, old.digest, old.applied));
             }
-            let session = ModelSession {
-                request: fragment.request.0,
-                commands: fragment.request_commands,
-                digest: fragment.digest,
-                applied: Vec::new(),
-                earlier,
-            };
-            self.sessions.insert(fragment.client.0, session);
+            let excess = earlier.len().saturating_sub(PIPELINE_REQUESTS_MAX - 1);
+            earlier.drain(..excess);
+            let oldest = fragment.oldest_pending.min(fragment.request).0;
+            earlier.retain(|(request, _, _)| *request >= oldest);
         }
+        let session = ModelSession {
+            request: fragment.request.0,
+            commands: fragment.request_commands,
+            digest: fragment.digest,
+            applied: Vec::new(),
+            earlier,
+        };
+        self.sessions.insert(fragment.client.0, session);
+    }
+
+    /// Applies the fragment's commands from position `from` of its request on: each outside
+    /// the keyed runs on the accounts, each run's part as its key's session decides.
+    fn apply(&mut self, logged: &Logged<'_, bank::Bank>, from: u32) {
+        let fragment = &logged.fragment;
         let first = fragment.first_command;
-        for (position, command) in (first..).zip(logged.commands) {
+        let end = first + fragment.command_count;
+        let mut position = from.max(first);
+        while position < end {
+            let at = (position - first) as usize;
+            let covering = logged
+                .runs
+                .iter()
+                .find(|keyed| keyed.run.first <= position && position < keyed.run.end());
+            let (part_end, got) = match covering {
+                Some(keyed) => {
+                    let part_end = keyed.run.end().min(end);
+                    let part = &logged.commands[at..(part_end - first) as usize];
+                    (
+                        part_end,
+                        self.keyed_part(logged.index.0, keyed, position, part),
+                    )
+                }
+                None => {
+                    let origin = Origin {
+                        index: logged.index.0,
+                        client: fragment.client.0,
+                        request: fragment.request.0,
+                        command: position,
+                    };
+                    let outcome = self.run_one(&logged.commands[at], origin);
+                    (position + 1, vec![KeyedOutcome::Ran(outcome)])
+                }
+            };
+            let commands = logged.commands[at..(part_end - first) as usize].iter();
+            if let Some(session) = self.sessions.get_mut(&fragment.client.0) {
+                session.applied.extend(commands.cloned().zip(got));
+            }
+            position = part_end;
+        }
+    }
+
+    /// What the commands `part` of keyed run `keyed`, from request position `start` on, get:
+    /// decided as request 1 of the key's session would be (of the run's commands, with the
+    /// run's digest, from the part's place in the run), they apply when that applies them;
+    /// each gets the outcome its key's session holds, or why it did not run.
+    fn keyed_part(
+        &mut self,
+        index: u64,
+        keyed: &KeyedRun,
+        start: u32,
+        part: &[BankCommand],
+    ) -> Vec<Got> {
+        let run = keyed.run;
+        let header = FragmentHeader {
+            client: run.key,
+            request: RequestNumber(1),
+            oldest_pending: RequestNumber(1),
+            request_commands: run.count,
+            first_command: start - run.first,
+            command_count: part.len() as u32,
+            command_bytes: 0,
+            digest: keyed.digest,
+        };
+        match self.verdict(&header) {
+            Verdict::Apply { from, fresh } => {
+                if fresh {
+                    self.open_session(&header);
+                }
+                self.run_key(index, &header, part, from);
+                let held = &self.sessions[&run.key.0].applied;
+                let held = held.iter().skip(header.first_command as usize);
+                held.take(part.len()).map(|(_, got)| got.clone()).collect()
+            }
+            Verdict::Expired => vec![KeyedOutcome::Expired; part.len()],
+            // A key's session only ever has request 1, run at once: a session of the same id
+            // past it, or not yet at it, is another's.
+            Verdict::Reused | Verdict::Stale | Verdict::NotYet | Verdict::Earlier => {
+                vec![KeyedOutcome::Reused; part.len()]
+            }
+        }
+    }
+
+    /// Runs the commands `part` of the key's request 1 that `header` describes, from position
+    /// `from` of it on, keeping each outcome in the key's session.
+    fn run_key(&mut self, index: u64, header: &FragmentHeader, part: &[BankCommand], from: u32) {
+        for (position, command) in (header.first_command..).zip(part) {
             if position < from {
                 continue;
             }
             let origin = Origin {
-                index: logged.index.0,
-                client: fragment.client.0,
-                request: fragment.request.0,
+                index,
+                client: header.client.0,
+                request: header.request.0,
                 command: position,
             };
-            let outcome = match self.run(command, origin) {
-                Ok(output) => Outcome::Done(output),
-                Err(error) => Outcome::Failed(error),
-            };
-            if let Some(session) = self.sessions.get_mut(&fragment.client.0) {
-                session.applied.push((command.clone(), outcome));
+            let outcome = self.run_one(command, origin);
+            if let Some(session) = self.sessions.get_mut(&header.client.0) {
+                session
+                    .applied
+                    .push((command.clone(), KeyedOutcome::Ran(outcome)));
             }
+        }
+    }
+
+    /// One command on the model's accounts, as an outcome.
+    fn run_one(&mut self, command: &BankCommand, at: Origin) -> BankOutcome {
+        match self.run(command, at) {
+            Ok(output) => Outcome::Done(output),
+            Err(error) => Outcome::Failed(error),
         }
     }
 
@@ -442,24 +549,11 @@ fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> 
         | (Expected::Reused, Answer::Reused)
         | (Expected::NotYet, Answer::NotYet) => Ok(()),
         (Expected::Results(model), Answer::Results(reference)) => {
-            if model.len() != reference.len() {
-                return Err(format!(
-                    "{name}: the reference has {} outcomes, the model {}",
-                    reference.len(),
-                    model.len()
-                ));
-            }
-            let wrong = model
-                .iter()
-                .zip(reference)
-                .position(|((_, model), reference)| model != reference);
-            match wrong {
-                Some(k) => Err(format!(
-                    "{name} command {k} ({:?}): the reference says {:?}, the model {:?}",
-                    model[k].0, reference[k], model[k].1
-                )),
-                None => Ok(()),
-            }
+            let ran: Vec<Got> = reference.iter().cloned().map(KeyedOutcome::Ran).collect();
+            compare_results(name, model, &ran)
+        }
+        (Expected::Results(model), Answer::Keyed(reference)) => {
+            compare_results(name, model, reference)
         }
         (
             Expected::Results(_)
@@ -468,6 +562,7 @@ fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> 
             | Expected::Reused
             | Expected::NotYet,
             Answer::Results(_)
+            | Answer::Keyed(_)
             | Answer::Stale
             | Answer::Expired
             | Answer::Reused
@@ -476,6 +571,32 @@ fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> 
         ) => Err(format!(
             "{name}: the reference answered {answer:?}, the model says {expected:?}"
         )),
+    }
+}
+
+/// Compares the reference's outcomes of a request (each plain one as `Ran`) with the model's.
+fn compare_results(
+    name: &str,
+    model: &[(BankCommand, Got)],
+    reference: &[Got],
+) -> Result<(), String> {
+    if model.len() != reference.len() {
+        return Err(format!(
+            "{name}: the reference has {} outcomes, the model {}",
+            reference.len(),
+            model.len()
+        ));
+    }
+    let wrong = model
+        .iter()
+        .zip(reference)
+        .position(|((_, model), reference)| model != reference);
+    match wrong {
+        Some(k) => Err(format!(
+            "{name} command {k} ({:?}): the reference says {:?}, the model {:?}",
+            model[k].0, reference[k], model[k].1
+        )),
+        None => Ok(()),
     }
 }
 
@@ -518,6 +639,7 @@ mod tests {
             index: EntryIndex(index),
             fragment,
             commands,
+            runs: &[],
             answer,
         })
     }
@@ -720,5 +842,93 @@ mod tests {
             Some(Answer::Results(vec![account(106, 4)])),
         )
         .expect("A holds each deposit once");
+    }
+
+    /// Key 50's session, and its run of the one command at `first` of a request.
+    fn keyed(first: u32, digest: &[u8]) -> KeyedRun {
+        KeyedRun {
+            fragment: 0,
+            run: engine::internals::entry::KeyRun {
+                key: ClientId(50),
+                first,
+                count: 1,
+            },
+            digest: RequestDigest::of(1, digest),
+        }
+    }
+
+    /// Feeds the oracle a whole request of `client` (number `request`), one keyed run in it.
+    fn feed_keyed(
+        oracle: &mut BankOracle,
+        (index, client, request): (u64, u128, u64),
+        commands: &[BankCommand],
+        run: KeyedRun,
+        answer: Vec<Got>,
+    ) -> Result<(), String> {
+        let count = commands.len() as u32;
+        oracle.logged(Logged {
+            index: EntryIndex(index),
+            fragment: fragment(client, request, count, 0, count),
+            commands,
+            runs: &[run],
+            answer: Some(Answer::Keyed(answer)),
+        })
+    }
+
+    /// Proves a key applies once whichever request, client or session carries it: a copy
+    /// with the same commands is answered the first one's outcome and changes nothing, one
+    /// with other commands is answered reused and runs nothing, the key sent alone is the
+    /// same key; and an answer showing the key run twice is a violation.
+    #[test]
+    fn a_key_applied_twice_is_a_violation() {
+        use KeyedOutcome::{Ran, Reused};
+        let mut oracle = two_accounts();
+        let deposit = BankCommand::Deposit { id: A, amount: 50 };
+        let get_a = BankCommand::Get { id: A };
+        let first = [deposit.clone(), BankCommand::Get { id: B }];
+        let answer = vec![Ran(account(150, 2)), Ran(account(0, 1))];
+        feed_keyed(&mut oracle, (3, 1, 3), &first, keyed(0, b"d"), answer)
+            .expect("the key's first use runs it");
+        let again = [get_a.clone(), deposit.clone()];
+        let answer = vec![Ran(account(150, 2)), Ran(account(150, 2))];
+        feed_keyed(&mut oracle, (4, 2, 1), &again, keyed(1, b"d"), answer)
+            .expect("another client's copy is answered the first outcome, run once");
+        let other = [BankCommand::Withdraw { id: A, amount: 10 }];
+        feed_keyed(&mut oracle, (5, 3, 1), &other, keyed(0, b"w"), vec![Reused])
+            .expect("the key with other commands runs nothing");
+        let mut alone = fragment(50, 1, 1, 0, 1);
+        alone.digest = RequestDigest::of(1, b"d");
+        let answer = Answer::Results(vec![account(150, 2)]);
+        feed(
+            &mut oracle,
+            6,
+            alone,
+            std::slice::from_ref(&deposit),
+            Some(answer),
+        )
+        .expect("the key sent alone is the same key");
+        let mut sandbox = Sandbox::new(Bank, TEST_STATE_BYTES);
+        for commands in [vec![open(A, 100)], vec![open(B, 0)], vec![deposit.clone()]] {
+            sandbox.run(&commands).expect("the sandbox applies");
+        }
+        oracle
+            .check_state(sandbox.state())
+            .expect("the state with the key run once matches");
+        let twice = vec![Ran(account(200, 3))];
+        let found = feed_keyed(&mut oracle, (7, 4, 1), &[deposit], keyed(0, b"d"), twice)
+            .expect_err("a key run twice is a violation");
+        assert!(
+            found.contains("entry 7: client 4 request 1 command 0 (Deposit"),
+            "{found}"
+        );
+        let found = feed_keyed(
+            &mut oracle,
+            (8, 5, 1),
+            &[get_a],
+            keyed(0, b"d"),
+            vec![Reused],
+        )
+        .expect_err("a key answered reused for its own commands is a violation");
+        assert!(found.contains("command 0"), "{found}");
     }
 }
