@@ -21,6 +21,7 @@ use crate::apply::KeyedOutcome;
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, RequestNumber};
 use net::message::KeyRun;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
@@ -314,10 +315,15 @@ impl<H: Handler> SharedClient<H> {
 /// sent (`None`: it has written nothing, so the cluster keeps nothing of it to expire), the most
 /// recently used last: one engine request at a time each. Only a write refreshes a session
 /// at the cluster, so only a write refreshes it here.
+///
+/// Sessions are taken in rotation, the least recently used first: the cluster evicts the
+/// least recently active session when new ones (callers' keys, other clients) fill its
+/// `sessions_max`, so a session left idle while the others served would be the first to go,
+/// and its next request would be answered that the session expired.
 #[derive(Clone)]
 struct Sessions {
     config: ClientConfig,
-    idle: Arc<Mutex<Vec<Pooled>>>,
+    idle: Arc<Mutex<VecDeque<Pooled>>>,
 }
 
 /// An idle session, and when its last answered write was sent.
@@ -327,18 +333,18 @@ impl Sessions {
     fn new(config: ClientConfig) -> Self {
         Sessions {
             config,
-            idle: Arc::new(Mutex::new(Vec::new())),
+            idle: Arc::new(Mutex::new(VecDeque::new())),
         }
     }
 
-    /// The most recently used idle session whose last write is within
+    /// The least recently used idle session whose last write is within
     /// [`SHARED_SESSION_IDLE_S`] (staler ones are dropped), or a new one.
     fn take(&self) -> Result<(Client, Option<Instant>), ClientError> {
         let fresh = |wrote: &Option<Instant>| {
             wrote.is_none_or(|at| at.elapsed() < Duration::from_secs(SHARED_SESSION_IDLE_S))
         };
         let mut idle = self.idle.lock().expect("not poisoned");
-        while let Some((client, wrote)) = idle.pop() {
+        while let Some((client, wrote)) = idle.pop_front() {
             if fresh(&wrote) {
                 return Ok((client, wrote));
             }
@@ -353,7 +359,7 @@ impl Sessions {
         self.idle
             .lock()
             .expect("not poisoned")
-            .push((client, wrote));
+            .push_back((client, wrote));
     }
 
     /// Sends `commands` as one engine request on a pooled session, with keyed `runs` if
@@ -598,6 +604,23 @@ mod tests {
         let (client, wrote) = pool.take().expect("a new session");
         assert_ne!(client.id(), id, "written too long ago: dropped");
         assert_eq!(wrote, None);
+    }
+
+    /// Proves pooled sessions are taken in rotation, the least recently used first, so that
+    /// none sits idle while the others serve (the cluster evicts the least recently active).
+    #[test]
+    fn pooled_sessions_are_taken_in_rotation() {
+        let pool = sessions();
+        let (first, _) = pool.take().expect("a new session");
+        let (second, _) = pool.take().expect("a new session");
+        let (first_id, second_id) = (first.id(), second.id());
+        pool.put(first, None);
+        pool.put(second, None);
+        let (taken, _) = pool.take().expect("a pooled session");
+        assert_eq!(taken.id(), first_id, "the least recently used");
+        pool.put(taken, None);
+        let (taken, _) = pool.take().expect("a pooled session");
+        assert_eq!(taken.id(), second_id, "then the next");
     }
 
     /// Proves a session whose request gave up (its number may or may not be logged) leaves
