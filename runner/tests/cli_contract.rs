@@ -281,11 +281,21 @@ fn keyed_commands_run_once(env: &[(&str, &Path)]) {
     assert_eq!(first.exit(), Some(Exit::Success), "{first:#?}");
     let again = runner(&args, env);
     assert_eq!(again.json(), first.json(), "the first outcome again");
-    let other = runner(&["client", "--key", "order-4711", "deposit", "7", "11"], env);
+    let other = runner(
+        &["client", "--key", "order-4711", "deposit", "7", "11"],
+        env,
+    );
     assert_eq!(other.exit(), Some(Exit::Refused), "{other:#?}");
-    assert!(other.stderr.contains("used before with other commands"), "{other:#?}");
+    assert!(
+        other.stderr.contains("used before with other commands"),
+        "{other:#?}"
+    );
     let read = runner(&["client", "get", "7"], env);
-    assert_eq!(read.json()["output"]["balance"], 113, "the keyed deposit ran once");
+    assert_eq!(
+        read.json()["output"]["balance"],
+        113,
+        "the keyed deposit ran once"
+    );
     let both = ["client", "--key", "k", "--client-id", "42", "get", "7"];
     assert_eq!(runner(&both, env).exit(), Some(Exit::Usage));
 }
