@@ -383,6 +383,7 @@ impl<H: Handler, T> Replica<H, T> {
         self.ticks += 1;
         self.step(Event::Tick, out);
         self.renew_read_rounds(out);
+        self.serve_reads(out);
         self.propose(now_ms, out);
     }
 

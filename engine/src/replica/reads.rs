@@ -186,10 +186,12 @@ impl<H: Handler, T> Replica<H, T> {
                 reads.answered.len()
             );
         }
-        if self.machine.applied_term() == self.core.term() {
+        // Reads wait for the round out to come back, or for a leader's first entry.
+        if self.machine.applied_term() == self.core.term() && self.round_free() {
             assert!(
                 reads.waiting.is_empty(),
-                "{} reads wait to run though this leader applied an entry of its term",
+                "{} reads wait to run though this leader applied an entry of its term and \
+                 no read round is out",
                 reads.waiting.len()
             );
         }
@@ -257,6 +259,7 @@ impl<H: Handler, T> Replica<H, T> {
         if leading
             && self.machine.applied_term() == self.core.term()
             && !self.reads.waiting.is_empty()
+            && self.round_free()
         {
             self.run_waiting_reads(out);
         }
@@ -309,6 +312,20 @@ impl<H: Handler, T> Replica<H, T> {
                 .get(&n)
                 .is_some_and(|&v| v >= PROTOCOL_VERSION_READ_CHECK)
         })
+    }
+
+    /// True when waiting reads may run now: without rounds (they wait for an entry), or with
+    /// no round of this leadership outstanding. Reads that arrive while a round is out wait
+    /// for it and then share the next one, so that a leader sends a round per round trip
+    /// rather than one per read. A round unconfirmed a heartbeat after it started (a check
+    /// or an answer lost) no longer holds them back.
+    fn round_free(&self) -> bool {
+        if !self.read_checks_spoken() {
+            return true;
+        }
+        let outstanding = self.core.read_round_confirmed() < self.core.read_round_started();
+        let heartbeat = u64::from(self.config.core.heartbeat_ticks);
+        !outstanding || self.ticks - self.reads.round_started_tick >= heartbeat
     }
 
     /// Starts a read round; its checks go out. A round confirmed at once (a cluster of one)
