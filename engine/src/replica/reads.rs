@@ -475,6 +475,39 @@ mod tests {
         (checks.collect(), answers.collect())
     }
 
+    /// Proves reads that arrive while a round is out start no round of their own: they wait
+    /// for it to come back and then share the next one, which answers them all.
+    #[test]
+    fn reads_arriving_during_a_round_share_the_next() {
+        let mut replica = leader();
+        let mut out = Vec::new();
+        replica.read(one_read(), 9, &mut out);
+        let (checks, _) = checks_and_answers(&out);
+        let first = checks[0];
+        out.clear();
+        for read in 2..5 {
+            replica.read(Read { read, ..one_read() }, 9, &mut out);
+        }
+        let (checks, answers) = checks_and_answers(&out);
+        assert!(
+            checks.is_empty() && answers.is_empty(),
+            "{checks:?} {answers:?}"
+        );
+        let confirm = |round| {
+            let (term, from) = (Term(1), NodeId(3));
+            PeerMessage::ReadCheckReply(ReadCheckReply { term, from, round })
+        };
+        replica.receive(NodeId(3), confirm(first), &mut out);
+        let (checks, answers) = checks_and_answers(&out);
+        assert_eq!(answers.len(), 1, "the first read: {answers:?}");
+        assert_eq!(checks.len(), 2, "one round for the three that waited");
+        let next = checks[0];
+        out.clear();
+        replica.receive(NodeId(3), confirm(next), &mut out);
+        let (checks, answers) = checks_and_answers(&out);
+        assert_eq!((checks.len(), answers.len()), (0, 3), "{answers:?}");
+    }
+
     /// Proves a read is answered once a majority answered a round started when it ran, not
     /// before, and that when every check or answer of its round is lost the leader starts a
     /// new round for it a heartbeat later, instead of holding it until another read comes.
