@@ -1,6 +1,7 @@
 //! Bytes on a client connection: frames through the client-sized `FrameCodec`, each body
 //! decoded as a `ClientRequest`, a `Submit`'s commands checked as the driver checks them
-//! (`command_ends` with the Bank), and a request that passes applied to a fresh Bank.
+//! (`command_ends` with the Bank), and a request that passes applied to a fresh Bank; a
+//! `SubmitKeyed`'s runs checked as the leader checks them (`keyed_runs`).
 //!
 //! Mode byte: bit 0 set makes the data's frames pass their crc32 and carry this cluster's id
 //! first; bits 1..8 give the bytes per read (1 to 128).
@@ -8,14 +9,14 @@
 #![no_main]
 
 use bank::Bank;
-use engine::internals::batcher::command_ends;
+use engine::internals::batcher::{command_ends, keyed_runs};
 use engine::internals::entry::{EntryHash, Request, whole_requests_entry};
 use engine::{EntryIndex, ReplyStatus, StateMachine, Term};
 use engine_fuzz::{CLUSTER, decode_stream, fix_frames, mode};
 use libfuzzer_sys::fuzz_target;
 use net::codec;
 use net::frame::{CLIENT_FRAME_BODY_BYTES_MAX, FrameCodec};
-use net::message::{ClientRequest, Submit};
+use net::message::{ClientRequest, Submit, SubmitKeyed};
 
 fuzz_target!(|input: &[u8]| {
     let Some((mode, data)) = mode(input) else {
@@ -29,11 +30,31 @@ fuzz_target!(|input: &[u8]| {
     let mut codec = FrameCodec::with_limit(CLUSTER, CLIENT_FRAME_BODY_BYTES_MAX);
     decode_stream(&mut codec, &data, chunk_bytes, |body| {
         assert!(body.len() <= CLIENT_FRAME_BODY_BYTES_MAX);
-        if let Ok(ClientRequest::Submit(submit)) = codec::decode::<ClientRequest>(body) {
-            admit(&submit);
+        match codec::decode::<ClientRequest>(body) {
+            Ok(ClientRequest::Submit(submit)) => admit(&submit),
+            Ok(ClientRequest::SubmitKeyed(keyed)) => check_runs(&keyed),
+            _ => {}
         }
     });
 });
+
+/// What the leader checks of a keyed request's runs: each checked run lies in the request,
+/// after the one before, and carries its own commands' digest.
+fn check_runs(keyed: &SubmitKeyed) {
+    let submit = &keyed.submit;
+    let Ok(ends) = command_ends::<Bank>(submit.request, &submit.commands, submit.command_count)
+    else {
+        return;
+    };
+    let Ok(checked) = keyed_runs(&keyed.runs, &submit.commands, &ends) else {
+        return;
+    };
+    let mut next_free = 0;
+    for (run, _) in &checked {
+        assert!(run.count > 0 && run.first >= next_free && run.end() <= submit.command_count);
+        next_free = run.end();
+    }
+}
 
 /// What the driver does with a request before it reaches the log, then what every replica
 /// does with it once it is committed.

@@ -9,7 +9,7 @@
 
 #![no_main]
 
-use engine::internals::entry::{EntryKind, parse_payload};
+use engine::internals::entry::{EntryKind, parse_payload_of};
 use engine_fuzz::{CLUSTER, decode_stream, fix_frames, mode};
 use libfuzzer_sys::fuzz_target;
 use net::codec;
@@ -50,8 +50,11 @@ fn receive(append: &Append) {
                 "verify checks the payload"
             );
         }
-        if entry.header.kind == EntryKind::Commands {
-            let _ = parse_payload(&entry.payload);
+        if matches!(
+            entry.header.kind,
+            EntryKind::Commands | EntryKind::KeyedCommands
+        ) {
+            let _ = parse_payload_of(entry.header.kind, &entry.payload);
         }
         prev_hash = Some(entry.header.hash);
     }
