@@ -137,7 +137,7 @@ fn print_failure(
 /// The summary table: the seeds' counts summed.
 fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
     crate::outln!(
-        "{:>8} {:>10} {:>12} {:>8} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8}",
+        "{:>8} {:>10} {:>12} {:>8} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>10} {:>10} {:>13} {:>12} {:>12} {:>8}",
         "seeds",
         "failing",
         "acknowledged",
@@ -161,11 +161,15 @@ fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
         "damaged_together",
         "copies_lost",
         "rewritten_after_loss",
+        "keyed_runs",
+        "keys_alone",
+        "keyed_repeats",
+        "keyed_reused",
         "events",
         "seconds"
     );
     crate::outln!(
-        "{:>8} {:>10} {:>12} {:>8} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>12} {:>8.1}",
+        "{:>8} {:>10} {:>12} {:>8} {:>10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>10} {:>7} {:>9} {:>8} {:>7} {:>14} {:>12} {:>17} {:>8} {:>19} {:>16} {:>11} {:>20} {:>10} {:>10} {:>13} {:>12} {:>12} {:>8.1}",
         seeds,
         failing,
         totals.acknowledged,
@@ -189,6 +193,10 @@ fn print_totals(totals: &SimReport, seeds: u64, failing: usize, seconds: f64) {
         totals.damaged_together,
         totals.copies_lost,
         totals.rewritten_after_loss,
+        totals.keyed_runs,
+        totals.keys_alone,
+        totals.keyed_repeats,
+        totals.keyed_reused,
         totals.events,
         seconds
     );
