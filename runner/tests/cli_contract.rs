@@ -298,6 +298,8 @@ fn keyed_commands_run_once(env: &[(&str, &Path)]) {
     );
     let both = ["client", "--key", "k", "--client-id", "42", "get", "7"];
     assert_eq!(runner(&both, env).exit(), Some(Exit::Usage));
+    let spaced = runner(&["client", "--key", "two words", "get", "7"], env);
+    assert_eq!(spaced.exit(), Some(Exit::Usage), "{spaced:#?}");
 }
 
 /// Proves `completions` prints a script for each shell that names real commands, and `man`

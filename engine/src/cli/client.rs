@@ -68,6 +68,7 @@ pub struct ClientArgs {
     #[arg(
         long,
         value_name = "KEY",
+        value_parser = key,
         requires = "commands",
         conflicts_with = "client_id"
     )]
@@ -121,6 +122,17 @@ pub async fn submit_keyed<H: crate::handler::Handler>(
             KeyedOutcome::Expired => Err(KeyRefused::Expired { key: key.clone() }.into()),
         })
         .collect()
+}
+
+/// `--key`'s value: a key as the gateway's Idempotency-Key takes it.
+pub fn key(text: &str) -> Result<String, String> {
+    match super::gateway::is_key(text.as_bytes()) {
+        true => Ok(text.to_owned()),
+        false => Err(format!(
+            "a key is 1 to {} visible ASCII characters, as an Idempotency-Key is",
+            super::gateway::IDEMPOTENCY_KEY_CHARS_MAX
+        )),
+    }
 }
 
 /// `--client-id`'s value: a 128-bit id in decimal or `0x` hexadecimal.

@@ -75,8 +75,8 @@ pub use bench::{
 pub use check::{CheckArgs, check};
 pub use client::{
     CLIENT_GIVE_UP_SECS_DEFAULT, CLIENT_TIMEOUT_GRACE_MS, ClientArgs, KeyRefused,
-    Refused as ClientRefused, client, client_id, is_refused, outcome_json, session, submit_keyed,
-    within,
+    Refused as ClientRefused, client, client_id, is_refused, key, outcome_json, session,
+    submit_keyed, within,
 };
 pub use client_file::{ClientFileArgs, client_file};
 pub use exit::{

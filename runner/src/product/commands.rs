@@ -49,7 +49,7 @@ pub struct ClientArgs {
     /// once for the key, whoever sends it and however often, and answers the same key with
     /// the same command again with its first outcome. The same key with another command, or
     /// one the cluster no longer keeps, runs nothing (exit 4, refused).
-    #[arg(long, value_name = "KEY", conflicts_with = "client_id")]
+    #[arg(long, value_name = "KEY", value_parser = engine::cli::key, conflicts_with = "client_id")]
     pub key: Option<String>,
     /// The command.
     #[command(subcommand)]

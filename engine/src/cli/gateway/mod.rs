@@ -376,13 +376,17 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Failure> {
         max: IDEMPOTENCY_KEY_CHARS_MAX,
     };
     let bytes = value.as_bytes();
-    if bytes.is_empty()
-        || bytes.len() > IDEMPOTENCY_KEY_CHARS_MAX
-        || !bytes.iter().all(u8::is_ascii_graphic)
-    {
+    if !is_key(bytes) {
         return Err(bad);
     }
     Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// True for a caller's key as the gateway and `client --key` take it: 1 to
+/// [`IDEMPOTENCY_KEY_CHARS_MAX`] visible ASCII characters, so that a key one of them takes
+/// the other takes too.
+pub fn is_key(bytes: &[u8]) -> bool {
+    (1..=IDEMPOTENCY_KEY_CHARS_MAX).contains(&bytes.len()) && bytes.iter().all(u8::is_ascii_graphic)
 }
 
 /// The whole body, within [`GATEWAY_BODY_BYTES_MAX`] and [`GATEWAY_BODY_READ_S`]; one
