@@ -227,3 +227,56 @@ fn keyed_callers_through_two_clients_apply_each_key_once() {
         );
     });
 }
+
+/// Proves a read-only call rides in the same request as a write sent beside it (a request
+/// costs the cluster more than a command does), and that the read sees the log's order: a
+/// read and a write of one account, with the client's linger long enough for both to join,
+/// form one request of two commands whose read is the balance before or after the deposit.
+#[test]
+fn a_read_rides_in_the_request_of_a_write_beside_it() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    runtime.block_on(async {
+        let cluster = LocalCluster::start(dir.path(), 3, Bank, |_| {}).expect("starts");
+        cluster
+            .wait_for_leader(Duration::from_secs(10))
+            .await
+            .expect("a leader");
+        let formed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let told = formed.clone();
+        let options = SharedOptions {
+            inflight: 1,
+            // Far longer than the test needs: the request forms when its second command
+            // joins, at `batch_max`, not when the linger ends.
+            linger: Duration::from_secs(60),
+            on_formed: Some(std::sync::Arc::new(move |commands, _| {
+                told.lock().unwrap().push(commands)
+            })),
+            ..SharedOptions::new(2)
+        };
+        let client = SharedClient::<Bank>::start(cluster.client_config(), options);
+        let id = AccountId(7);
+        let open = BankCommand::Open {
+            id,
+            balance: 5,
+            flags: 0,
+        };
+        let opened = client.submit(vec![open, BankCommand::Get { id }]).await;
+        assert!(matches!(opened.expect("answered")[0], Outcome::Done(_)));
+        let deposit = BankCommand::Deposit { id, amount: 3 };
+        let (read, wrote) = tokio::join!(
+            client.submit_one(BankCommand::Get { id }),
+            client.submit_one(deposit)
+        );
+        let Outcome::Done(BankOutput::Account(read)) = read.expect("the read is answered") else {
+            panic!("the read found the account");
+        };
+        assert!([5, 8].contains(&read.balance), "{read:?}");
+        assert!(matches!(wrote.expect("answered"), Outcome::Done(_)));
+        assert_eq!(*formed.lock().unwrap(), [2, 2], "one request each time");
+    });
+}

@@ -8,9 +8,11 @@
 //!
 //! While every session is busy, callers queue, and the next request takes what queued at
 //! once: under load, requests fill by themselves. With a session free, the first caller waits
-//! at most `linger` for others (zero by default: an idle client adds no latency). Commands the
-//! handler marks read-only queue apart from the others, so that a request of reads only is
-//! answered off the log ([`Client::submit`]).
+//! at most `linger` for others (zero by default: an idle client adds no latency). Reads and
+//! writes share one queue: a read-only call rides in the next request with the writes, which
+//! applies it in the log's order, and a request that formed of reads only is answered off
+//! the log ([`Client::submit`]). A request costs the cluster more than a command does, so a
+//! read that waited for a request of its own would cost more than the log's few bytes.
 //!
 //! A call may carry its caller's key ([`SharedClient::submit_keyed`]): its commands still join
 //! the next request, as a keyed run the cluster applies once per key, whichever request,
@@ -172,22 +174,17 @@ impl<H: Handler> Clone for SharedClient<H> {
 }
 
 struct Inner<H: Handler> {
-    /// Writes and mixed calls; reads only.
-    queues: [mpsc::UnboundedSender<Pending<H>>; 2],
+    /// Every call that does not fill a request by itself.
+    queue: mpsc::UnboundedSender<Pending<H>>,
     queued: Arc<Semaphore>,
     in_flight: Arc<Semaphore>,
     sessions: Sessions,
     options: SharedOptions,
 }
 
-/// The queue of calls with a command that writes.
-const WRITES: usize = 0;
-/// The queue of calls whose every command the handler marks read-only.
-const READS: usize = 1;
-
 impl<H: Handler> SharedClient<H> {
-    /// Starts the client's two forming tasks (writes, reads) on the current tokio runtime;
-    /// sessions connect on first use.
+    /// Starts the client's forming task on the current tokio runtime; sessions connect on
+    /// first use.
     pub fn start(config: ClientConfig, options: SharedOptions) -> Self {
         let request_max = net::entry::REQUEST_COMMANDS_MAX as usize;
         assert!(
@@ -203,19 +200,16 @@ impl<H: Handler> SharedClient<H> {
             ..config
         });
         let in_flight = Arc::new(Semaphore::new(options.inflight));
-        let queues = [(); 2].map(|()| {
-            let (queue, waiting) = mpsc::unbounded_channel();
-            let former = Former {
-                in_flight: in_flight.clone(),
-                sessions: sessions.clone(),
-                options: options.clone(),
-            };
-            tokio::spawn(form(waiting, former));
-            queue
-        });
+        let (queue, waiting) = mpsc::unbounded_channel();
+        let former = Former {
+            in_flight: in_flight.clone(),
+            sessions: sessions.clone(),
+            options: options.clone(),
+        };
+        tokio::spawn(form(waiting, former));
         let queued = Arc::new(Semaphore::new(options.queued_max));
         let inner = Inner {
-            queues,
+            queue,
             queued,
             in_flight,
             sessions,
@@ -238,8 +232,8 @@ impl<H: Handler> SharedClient<H> {
     /// gateway derives it from an idempotency key): the cluster applies them once for that key, and answers a call with
     /// the same key and commands, from this client or any other, with the outcomes they had.
     /// A key used with other commands is [`SharedError::KeyReused`]; one the cluster no longer
-    /// keeps, [`SharedError::KeyExpired`]. A call whose every command is read-only goes as a
-    /// read, without its key: running it again changes nothing.
+    /// keeps, [`SharedError::KeyExpired`]. A call whose every command is read-only goes
+    /// without its key: running it again changes nothing.
     pub async fn submit_keyed(&self, key: ClientId, commands: Vec<H::Command>) -> SharedAnswer<H> {
         self.submit_maybe_keyed(Some(key), commands).await
     }
@@ -252,11 +246,7 @@ impl<H: Handler> SharedClient<H> {
         assert!(!commands.is_empty(), "a call submits at least one command");
         let inner = &self.inner;
         let room = self.room(commands.len())?;
-        let queue = match commands.iter().all(H::read_only) {
-            true => READS,
-            false => WRITES,
-        };
-        let key = key.filter(|_| queue == WRITES);
+        let key = key.filter(|_| !commands.iter().all(H::read_only));
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             commands,
@@ -267,7 +257,8 @@ impl<H: Handler> SharedClient<H> {
         if pending.commands.len() >= inner.options.batch_max {
             return self.submit_alone(pending).await;
         }
-        inner.queues[queue]
+        inner
+            .queue
             .send(pending)
             .map_err(|_| SharedError::Stopped)?;
         answer.await.unwrap_or(Err(SharedError::Stopped))
