@@ -3,7 +3,10 @@
 
 use bank::workload::{Transfers, open_command};
 use bank::{Bank, BankCommand};
-use engine::internals::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
+use engine::internals::entry::{
+    Entry, EntryHash, KeyRun, PayloadBuilder, Request, RequestDigest, encode_commands,
+    whole_requests_entry,
+};
 use engine::{ClientId, EntryIndex, RequestNumber, StateMachine, Term};
 
 /// Opens are packed this many to an entry during prefill.
@@ -42,6 +45,54 @@ impl Feeder {
             &self.prev,
             0,
             &[request],
+        );
+        self.prev = entry.header.hash;
+        self.next_index += 1;
+        self.next_request += 1;
+        entry
+    }
+
+    /// The next entry, holding `commands` as one request in which each command is a keyed
+    /// run of its own under `keys` (one a command), as a shared client or gateway sends its
+    /// keyed callers.
+    pub fn keyed_entry(&mut self, commands: &[BankCommand], keys: &[ClientId]) -> Entry {
+        assert_eq!(commands.len(), keys.len(), "one key a command");
+        let runs: Vec<KeyRun> = (keys.iter().enumerate())
+            .map(|(at, &key)| KeyRun {
+                key,
+                first: at as u32,
+                count: 1,
+            })
+            .collect();
+        let bytes = encode_commands(commands);
+        let count = commands.len() as u32;
+        let fragment = Request {
+            client: ClientId(1),
+            number: RequestNumber(self.next_request),
+            command_count: count,
+            commands: &bytes,
+        }
+        .whole_fragment();
+        let fragment = engine::internals::entry::FragmentHeader {
+            digest: RequestDigest::of_keyed(count, &bytes, &runs),
+            ..fragment
+        };
+        let mut payload = PayloadBuilder::new(0);
+        payload.push(&fragment, &bytes);
+        for (run, command) in runs.iter().zip(commands) {
+            let own = encode_commands(std::slice::from_ref(command));
+            payload.push_run(*run, RequestDigest::of(1, &own));
+        }
+        let (payload, command_count, kind) = payload.finish();
+        let index = EntryIndex(self.next_index);
+        let entry = Entry::seal(
+            index,
+            Term(1),
+            kind,
+            index.prev(),
+            command_count,
+            payload,
+            &self.prev,
         );
         self.prev = entry.header.hash;
         self.next_index += 1;

@@ -108,14 +108,9 @@ impl<H: Handler> StateMachine<H> {
                 return Err(ApplyError::MemoryExhausted { index, command });
             }
         }
-        self.sessions
-            .put_results(part.client, key_results, (count - skip) as u32);
-        if self
-            .sessions
-            .get(part.client)
-            .is_some_and(|s| s.is_complete())
-        {
-            self.record_session(part);
+        let applied = (count - skip) as u32;
+        if let Some(session) = self.sessions.put_results(part.client, key_results, applied) {
+            super::record_session(&mut self.state, part, session);
         }
         Ok(())
     }

@@ -561,7 +561,7 @@ impl<H: Handler> StateMachine<H> {
         self.handler_version = version;
         let mut write = vec![UPGRADE_WRITE_TAG];
         write.extend_from_slice(&version.to_le_bytes());
-        self.state.record_extra(&write);
+        self.state.record_extra(&[&write]);
         Ok(())
     }
 
@@ -968,13 +968,8 @@ impl<H: Handler> StateMachine<H> {
             self.run_keyed_fragment((index, now_ms), runs, place, &mut results)?;
         }
         let applied = commands.len() as u32;
-        self.sessions.put_results(fragment.client, results, applied);
-        if self
-            .sessions
-            .get(fragment.client)
-            .is_some_and(|s| s.is_complete())
-        {
-            self.record_session(fragment);
+        if let Some(session) = self.sessions.put_results(fragment.client, results, applied) {
+            record_session(&mut self.state, fragment, session);
         }
         Ok(self.reply_if_complete(fragment))
     }
@@ -1056,23 +1051,6 @@ impl<H: Handler> StateMachine<H> {
         codec::encode_into(&outcome, results).expect("outcomes encode into a vector");
     }
 
-    /// Puts a finished request's session update into the write stream: once per request, not
-    /// per fragment, so that the hash does not depend on how requests were split into entries.
-    fn record_session(&mut self, fragment: &FragmentHeader) {
-        let session = self
-            .sessions
-            .get(fragment.client)
-            .expect("session of a finished request");
-        let mut update = Vec::with_capacity(24 + session.results.len());
-        update.push(SESSION_WRITE_TAG);
-        update.extend_from_slice(&fragment.client.0.to_le_bytes());
-        update.extend_from_slice(&fragment.request.0.to_le_bytes());
-        update.extend_from_slice(&fragment.request_commands.to_le_bytes());
-        update.extend_from_slice(&fragment.digest.0);
-        update.extend_from_slice(&session.results);
-        self.state.record_extra(&update);
-    }
-
     /// The answer to a fragment skipped with `status`: once, at its request's last fragment.
     fn skipped(&self, fragment: &FragmentHeader, status: ReplyStatus) -> Option<Reply> {
         (fragment.is_last() && self.replying).then(|| reply(fragment, status))
@@ -1103,6 +1081,20 @@ fn outcome_of<H: Handler>(
         (Ok(_), Some(error)) => Outcome::Failed(error.into()),
         (Err(error), _) => Outcome::Failed(error),
     }
+}
+
+/// Puts a finished request's session update into the write stream: once per request, not
+/// per fragment, so that the hash does not depend on how requests were split into entries.
+fn record_session(state: &mut State, fragment: &FragmentHeader, session: &Session) {
+    assert!(session.is_complete(), "a finished request's session");
+    state.record_extra(&[
+        &[SESSION_WRITE_TAG],
+        &fragment.client.0.to_le_bytes(),
+        &fragment.request.0.to_le_bytes(),
+        &fragment.request_commands.to_le_bytes(),
+        &fragment.digest.0,
+        &session.results,
+    ]);
 }
 
 fn reply(fragment: &FragmentHeader, status: ReplyStatus) -> Reply {

@@ -637,9 +637,13 @@ impl State {
         self.hasher.appended_since(mark.stream)
     }
 
-    /// Appends engine bookkeeping (such as a client session update) to the write stream.
-    pub(crate) fn record_extra(&mut self, bytes: &[u8]) {
-        self.hasher.pending().extend_from_slice(bytes);
+    /// Appends engine bookkeeping (such as a client session update), given in parts, to the
+    /// write stream.
+    pub(crate) fn record_extra(&mut self, parts: &[&[u8]]) {
+        let pending = self.hasher.pending();
+        for part in parts {
+            pending.extend_from_slice(part);
+        }
     }
 
     /// Folds the entry's writes into the state hash and returns the new hash.

@@ -452,13 +452,21 @@ impl Sessions {
         results
     }
 
-    /// Puts `client`'s results back after a fragment applied `applied` more commands.
-    pub(crate) fn put_results(&mut self, client: ClientId, results: Vec<u8>, applied: u32) {
+    /// Puts `client`'s results back after a fragment applied `applied` more commands; returns
+    /// the session when that finished its request.
+    pub(crate) fn put_results(
+        &mut self,
+        client: ClientId,
+        results: Vec<u8>,
+        applied: u32,
+    ) -> Option<&Session> {
         self.results_bytes += results.len() as u64;
         self.update(client, |session| {
             session.results = results;
             session.applied_commands += applied;
         });
+        let session = &self.by_client[&client];
+        session.is_complete().then_some(session)
     }
 
     /// Changes `client`'s session in place with `change`, keeping the age index in step (its
@@ -668,6 +676,7 @@ impl Sessions {
         }
         self.note(client);
         if new {
+            // Inserted as the start below would leave it, which it then does not touch.
             let session = Session {
                 request: fragment.request,
                 request_commands: fragment.request_commands,
@@ -679,7 +688,10 @@ impl Sessions {
                 expired: false,
                 earlier: Vec::new(),
             };
-            self.replace(client, Some(session));
+            self.index.insert(client, &session);
+            let replaced = self.by_client.insert(client, session);
+            assert!(replaced.is_none(), "client {client:?}: a new session");
+            return;
         }
         let now = (index, self.clock_ms);
         let dropped = self.update(client, |session| session.start(fragment, now));
