@@ -4,7 +4,6 @@
 //! forgets the oldest expired mark), as a follower applies, as a Performance leader
 //! simulates and then reuses, and as a Verify leader simulates, undoes and executes again.
 
-use bank::workload::Transfers;
 use bank::{AccountId, BankCommand};
 use benches::prefilled;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -15,17 +14,15 @@ const ACCOUNTS: u64 = 2_000;
 /// Callers a request carries, as the gateway formed them (67-70 a request measured).
 const PER_ENTRY: usize = 64;
 
-fn deposits(transfers: &mut Transfers) -> Vec<BankCommand> {
+/// The next entry's deposits, spread over the accounts by a stride prime to their count.
+fn deposits(next: &mut u64) -> Vec<BankCommand> {
     (0..PER_ENTRY)
-        .map(|_| match transfers.next_command() {
-            BankCommand::Transfer { from, .. } => BankCommand::Deposit {
-                id: from,
+        .map(|_| {
+            *next = (*next + 7_919) % ACCOUNTS;
+            BankCommand::Deposit {
+                id: AccountId(*next),
                 amount: 1,
-            },
-            _ => BankCommand::Deposit {
-                id: AccountId(0),
-                amount: 1,
-            },
+            }
         })
         .collect()
 }
@@ -45,13 +42,13 @@ fn keyed(c: &mut Criterion) {
         if let Some(mode) = leader {
             machine.set_mode(mode);
         }
-        let mut transfers = Transfers::new(1, ACCOUNTS);
+        let mut next_account = 0;
         let mut next_key = 1u128 << 64;
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let entries: Vec<_> = (0..iters)
                     .map(|_| {
-                        let commands = deposits(&mut transfers);
+                        let commands = deposits(&mut next_account);
                         match with_keys {
                             true => {
                                 let keys: Vec<ClientId> = (0..PER_ENTRY)
