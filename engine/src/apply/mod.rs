@@ -31,7 +31,7 @@ use crate::entry::{Entry, EntryKind, FragmentHeader, KeyedRun, PayloadError, Req
 use crate::handler::{Handler, Outcome, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, RequestNumber, Term};
 use crate::members::Members;
-use crate::snapshot::{self, ScanProgress, Snapshot, SnapshotMeta};
+use crate::snapshot::{self, ScanProgress, Snapshot, SnapshotLink, SnapshotMeta};
 use crate::state::{CapacityTooSmall, InstallError, Prefetch, State, StateHash, Tx};
 use crate::state::{MIGRATE_SLOTS_PER_SNAPSHOT_TRY, ScanStep};
 use sessions::{Decision, SESSION_WRITE_TAG};
@@ -224,6 +224,8 @@ pub struct ApplyCounters {
 /// encoding has come.
 struct ScanState {
     meta: SnapshotMeta,
+    /// A delta's: the file it continues, and each table's removed keys.
+    delta: Option<(SnapshotLink, Vec<RemovedKeys>)>,
     /// The state clock as committed then, in ms.
     clock_ms: u64,
     sessions: Vec<(ClientId, Session)>,
@@ -236,6 +238,10 @@ struct ScanState {
     /// The file's start is encoded.
     head_written: bool,
 }
+
+/// A table's keys removed since the last snapshot began, encoded back to back, and their
+/// count.
+type RemovedKeys = (Vec<u8>, u64);
 
 /// A replica's state machine: the handler, its state and the client sessions.
 pub struct StateMachine<H: Handler> {
@@ -286,6 +292,8 @@ pub struct StateMachine<H: Handler> {
 pub struct BuiltState {
     state: State,
     hash: StateHash,
+    /// The entry the state is after: the newest snapshot built into it.
+    index: EntryIndex,
 }
 
 impl<H: Handler> StateMachine<H> {
@@ -618,10 +626,36 @@ impl<H: Handler> StateMachine<H> {
     /// start now (a pending speculation removed records, or a table's growth is still moving
     /// records, which this call moves a slice further; a later call can).
     pub fn begin_snapshot(&mut self) -> Option<SnapshotMeta> {
+        self.begin_any_snapshot(None)
+    }
+
+    /// True when every table knows what it wrote since the last snapshot's start (none was
+    /// abandoned since, and no table grew): a delta over that snapshot can be taken.
+    pub fn can_take_delta(&self) -> bool {
+        self.state.can_delta()
+    }
+
+    /// Starts a delta over the snapshot `previous` names, which must be the last one started
+    /// (and completed) on this machine: as [`StateMachine::begin_snapshot`], but the scan
+    /// covers only what was written since that one started
+    /// (`notes/decisions/snapshot-deltas.md`). Only when [`StateMachine::can_take_delta`].
+    pub fn begin_delta_snapshot(&mut self, previous: SnapshotLink) -> Option<SnapshotMeta> {
+        assert!(
+            self.can_take_delta(),
+            "a delta of tables that know what they wrote"
+        );
+        self.begin_any_snapshot(Some(previous))
+    }
+
+    fn begin_any_snapshot(&mut self, previous: Option<SnapshotLink>) -> Option<SnapshotMeta> {
         if self.scan.is_some() || !self.state.can_scan() {
             return None;
         }
         if !self.state.advance_growths(MIGRATE_SLOTS_PER_SNAPSHOT_TRY) {
+            return None;
+        }
+        if previous.is_some() && !self.state.can_delta() {
+            // A growth ended while moving its records: the positions changed.
             return None;
         }
         let journals: Vec<&sessions::Journal> =
@@ -629,7 +663,13 @@ impl<H: Handler> StateMachine<H> {
         let sessions = self.sessions.committed(&journals);
         let clock_ms = (self.sessions).committed_clock_ms(journals.iter().copied());
         let slots = self.state.committed_slots();
-        let hasher = self.state.begin_scan();
+        let (hasher, delta) = match previous {
+            Some(link) => {
+                let (hasher, removed) = self.state.begin_delta_scan();
+                (hasher, Some((link, removed)))
+            }
+            None => (self.state.begin_scan(), None),
+        };
         let meta = SnapshotMeta {
             index: self.applied,
             term: self.applied_term,
@@ -641,6 +681,7 @@ impl<H: Handler> StateMachine<H> {
         };
         self.scan = Some(ScanState {
             meta: meta.clone(),
+            delta,
             clock_ms,
             sessions,
             slots,
@@ -659,12 +700,21 @@ impl<H: Handler> StateMachine<H> {
         };
         let tables = self.state.table_ids().to_vec();
         if !scan.head_written {
-            snapshot::encode_head(&scan.meta, tables.len(), out);
+            let previous = scan.delta.as_ref().map(|(link, _)| link);
+            snapshot::encode_head(&scan.meta, previous, tables.len(), out);
             scan.head_written = true;
         }
         if let Some(&id) = tables.get(scan.table) {
             if !scan.in_table {
                 snapshot::encode_table_start(id, scan.slots[scan.table], out);
+                if let Some((_, removed)) = &scan.delta {
+                    let (keys, count) = &removed[scan.table];
+                    snapshot::encode_block(out, |out| {
+                        out.extend_from_slice(keys);
+                        ((), *count)
+                    });
+                    snapshot::encode_table_end(out);
+                }
                 scan.in_table = true;
             }
             let state = &mut self.state;
@@ -703,10 +753,30 @@ impl<H: Handler> StateMachine<H> {
     /// A whole snapshot file of the committed state, taken at once (for tests and tools; a
     /// node takes its snapshots a slice at a time): what it covers and its bytes.
     pub fn snapshot_file(&mut self) -> Option<(SnapshotMeta, Vec<u8>)> {
+        self.any_snapshot_file(None)
+    }
+
+    /// A delta over the file `previous` names (the last snapshot this machine took), taken
+    /// at once as [`StateMachine::snapshot_file`] takes a whole one; `None` when no delta can
+    /// be taken now ([`StateMachine::can_take_delta`]).
+    pub fn delta_snapshot_file(
+        &mut self,
+        previous: SnapshotLink,
+    ) -> Option<(SnapshotMeta, Vec<u8>)> {
+        self.any_snapshot_file(Some(previous))
+    }
+
+    fn any_snapshot_file(
+        &mut self,
+        previous: Option<SnapshotLink>,
+    ) -> Option<(SnapshotMeta, Vec<u8>)> {
         if self.scan.is_none() {
             self.state.advance_growths(usize::MAX);
         }
-        self.begin_snapshot()?;
+        if previous.is_some() && !self.can_take_delta() {
+            return None;
+        }
+        self.begin_any_snapshot(previous)?;
         let mut bytes = Vec::new();
         loop {
             match self.snapshot_step(usize::MAX, &mut bytes) {
@@ -809,7 +879,49 @@ impl<H: Handler> StateMachine<H> {
                 recorded: snapshot.meta.state_hash,
             });
         }
-        Ok(BuiltState { state, hash })
+        let index = snapshot.meta.index;
+        Ok(BuiltState { state, hash, index })
+    }
+
+    /// `built` with `delta` applied (its removed keys out, its records in), checked against
+    /// the state hash the delta recorded: the state of a chain, built one file at a time from
+    /// its whole snapshot on. `built` must be the state of the file the delta continues.
+    pub fn build_on(
+        &self,
+        built: BuiltState,
+        delta: &Snapshot,
+    ) -> Result<BuiltState, InstallError> {
+        let link = delta.previous.expect("a delta continues a file");
+        if link.index != built.index {
+            return Err(InstallError::NotContinued {
+                continues: link.index,
+                applied: built.index,
+            });
+        }
+        self.check_install(delta)?;
+        let mut state = built.state;
+        for table in &delta.tables {
+            let removed = (table.removed_bytes.as_slice(), table.removed);
+            let records = (table.bytes.as_slice(), table.records);
+            state.apply_delta_table(table.id, table.slots, removed, records)?;
+        }
+        state.check_capacity()?;
+        state.restore_hasher(delta.meta.hasher.clone());
+        let hash = state.hash();
+        if hash != delta.meta.state_hash {
+            return Err(InstallError::StateHash {
+                computed: hash,
+                recorded: delta.meta.state_hash,
+            });
+        }
+        let index = delta.meta.index;
+        Ok(BuiltState { state, hash, index })
+    }
+
+    /// Forgets what the state wrote since the last snapshot began: the next one must be
+    /// whole (the last one was not kept, so no delta can continue it).
+    pub fn forget_delta_base(&mut self) {
+        self.state.forget_written();
     }
 
     /// Puts in force the state [`StateMachine::build_state`] built from `snapshot`, with the
@@ -825,7 +937,11 @@ impl<H: Handler> StateMachine<H> {
             built.hash, snapshot.meta.state_hash,
             "a state built from another snapshot"
         );
-        let BuiltState { state, hash } = built;
+        assert_eq!(
+            built.index, snapshot.meta.index,
+            "a state built from another snapshot"
+        );
+        let BuiltState { state, hash, .. } = built;
         self.scan = None;
         self.state = state;
         let limits = (self.sessions.limit(), self.sessions.retention_s());

@@ -372,7 +372,7 @@ mod tests {
             handler_version: crate::handler::HANDLER_VERSION_FIRST,
         };
         let mut out = Vec::new();
-        encode_head(&meta, 0, &mut out);
+        encode_head(&meta, None, 0, &mut out);
         encode_sessions(0, &[], &mut out);
         let digest = blake3::hash(&out);
         out.extend_from_slice(digest.as_bytes());

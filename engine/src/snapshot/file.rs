@@ -5,6 +5,10 @@
 //! through the table). The slot count is the table's as the capacity account counted it, so
 //! that a restored state's account is the writer's (version 3; version 2 had none).
 //! Written to a temporary name, fsynced, renamed, and the directory fsynced.
+//!
+//! A delta (`notes/decisions/snapshot-deltas.md`) is the same file with its own magic, the
+//! link to the file before it after the meta, and in each table, before the blocks of its
+//! records, the blocks of the keys removed since that file (and their empty block).
 
 use super::SnapshotMeta;
 use crate::apply::Session;
@@ -29,6 +33,10 @@ const MAGIC_V6: [u8; 8] = *b"SNAPv006";
 /// handler version).
 const MAGIC_V5: [u8; 8] = *b"SNAPv005";
 
+/// A delta's first version: format 7's content, the link to the file before, and the keys
+/// each table removed since it.
+const MAGIC_DELTA: [u8; 8] = *b"SNAPd001";
+
 const _: () = assert!(crate::formats::magic_number(&MAGIC) == crate::formats::SNAPSHOT);
 const _: () = assert!(crate::formats::magic_number(&MAGIC_V5) == crate::formats::SNAPSHOT_OLDEST);
 
@@ -41,6 +49,8 @@ enum Format {
     V6,
     /// [`MAGIC`].
     V7,
+    /// [`MAGIC_DELTA`].
+    Delta1,
 }
 
 impl Format {
@@ -48,6 +58,7 @@ impl Format {
     fn of(magic: &[u8]) -> Option<Format> {
         match magic {
             m if m == MAGIC => Some(Format::V7),
+            m if m == MAGIC_DELTA => Some(Format::Delta1),
             m if m == MAGIC_V6 => Some(Format::V6),
             m if m == MAGIC_V5 => Some(Format::V5),
             _ => None,
@@ -185,6 +196,8 @@ pub enum StructureError {
 pub enum Part {
     /// The meta (what the snapshot covers).
     Meta,
+    /// A delta's link to the file before it.
+    Link,
     /// The number of tables.
     TableCount,
     /// The id of the table at this position (from 0) in the file.
@@ -210,6 +223,7 @@ impl std::fmt::Display for Part {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Part::Meta => write!(f, "the meta"),
+            Part::Link => write!(f, "the link to the file before"),
             Part::TableCount => write!(f, "the table count"),
             Part::TableId { position } => write!(f, "the id of table number {position}"),
             Part::SlotCount { table } => write!(f, "the slot count of table {table}"),
@@ -231,11 +245,24 @@ impl ParseError {
     }
 }
 
+/// The file a delta continues: the snapshot (whole or delta) it was taken over, by the index
+/// it covers and the blake3 digest that ends it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct SnapshotLink {
+    /// The index the file before covers.
+    pub index: EntryIndex,
+    /// Its digest (the file's last [`DIGEST_BYTES`] bytes).
+    pub digest: [u8; DIGEST_BYTES],
+}
+
 /// A snapshot read back and verified.
 #[derive(Debug)]
 pub struct Snapshot {
     /// What it covers.
     pub meta: SnapshotMeta,
+    /// For a delta, the file it continues; `None` for a whole snapshot.
+    pub previous: Option<SnapshotLink>,
     /// Each table's slot count and records.
     pub tables: Vec<SnapshotTable>,
     /// The state clock: the highest leader's time applied, in ms since the Unix epoch (0 for
@@ -258,6 +285,10 @@ pub struct SnapshotTable {
     pub records: u64,
     /// The records, encoded as `(key, record)` pairs back to back.
     pub bytes: Vec<u8>,
+    /// A delta's: the number of keys the table removed since the file before.
+    pub removed: u64,
+    /// Those keys, encoded back to back (empty in a whole snapshot).
+    pub removed_bytes: Vec<u8>,
 }
 
 /// The path of the snapshot covering `index` in `dir`.
@@ -295,15 +326,34 @@ pub fn list_snapshots_on<S: Storage>(
     Ok(found)
 }
 
-/// Appends the start of a snapshot file: magic, meta and the number of tables.
-pub(crate) fn encode_head(meta: &SnapshotMeta, tables: usize, out: &mut Vec<u8>) {
+/// Appends the start of a snapshot file: magic, meta, for a delta the link to the `previous`
+/// file, and the number of tables.
+pub(crate) fn encode_head(
+    meta: &SnapshotMeta,
+    previous: Option<&SnapshotLink>,
+    tables: usize,
+    out: &mut Vec<u8>,
+) {
     assert!(
         tables <= TABLES_MAX,
         "a snapshot of {tables} tables, at most {TABLES_MAX}"
     );
+    assert!(
+        previous.is_none_or(|link| link.index < meta.index),
+        "a delta of entry {} over a file of entry {:?}",
+        meta.index,
+        previous.map(|link| link.index)
+    );
     let start = out.len();
-    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(if previous.is_some() {
+        &MAGIC_DELTA
+    } else {
+        &MAGIC
+    });
     codec::encode_into(meta, out).expect("meta encodes");
+    if let Some(link) = previous {
+        codec::encode_into(link, out).expect("a link encodes");
+    }
     codec::encode_into(&(tables as u16), out).expect("u16 encodes");
     // Debug builds only: it decodes the meta again. The head written reads back as the meta
     // and the table count given.
@@ -318,6 +368,9 @@ fn parse_head(head: &[u8]) -> Result<(SnapshotMeta, usize), StructureError> {
     let format = head.get(..MAGIC.len()).and_then(Format::of);
     let mut at = MAGIC.len();
     let meta = parse_meta(head, &mut at, format == Some(Format::V5))?;
+    if format == Some(Format::Delta1) {
+        let _: SnapshotLink = decode_part(head, &mut at, Part::Link)?;
+    }
     let count: u16 = decode_part(head, &mut at, Part::TableCount)?;
     Ok((meta, count as usize))
 }
@@ -443,8 +496,9 @@ pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ParseError> {
     let format = check_head(bytes)?;
     let body = &bytes[..bytes.len() - DIGEST_BYTES];
     parse_body(body, format)
-        .map(|(meta, tables, (clock_ms, sessions))| Snapshot {
+        .map(|(meta, previous, tables, (clock_ms, sessions))| Snapshot {
             meta,
+            previous,
             tables,
             clock_ms,
             sessions,
@@ -480,18 +534,37 @@ fn check_head(bytes: &[u8]) -> Result<Format, ParseError> {
 /// The state clock and every session, as a snapshot keeps them.
 type SessionRecords = (u64, Vec<(ClientId, Session)>);
 
-/// What a snapshot's content decodes to: its meta, tables, state clock and sessions.
-type Content = (SnapshotMeta, Vec<SnapshotTable>, SessionRecords);
+/// What a snapshot's content decodes to: its meta, a delta's link, its tables, state clock
+/// and sessions.
+type Content = (
+    SnapshotMeta,
+    Option<SnapshotLink>,
+    Vec<SnapshotTable>,
+    SessionRecords,
+);
 
 /// Decodes the content between the magic and the digest, of `format`.
 fn parse_body(body: &[u8], format: Format) -> Result<Content, StructureError> {
     let mut at = MAGIC.len();
     let meta = parse_meta(body, &mut at, format == Format::V5)?;
+    let delta = format == Format::Delta1;
+    let previous = match delta {
+        true => Some(decode_part(body, &mut at, Part::Link)?),
+        false => None,
+    };
     let count: u16 = decode_part(body, &mut at, Part::TableCount)?;
     let mut tables = Vec::with_capacity(count as usize);
     for position in 0..count {
         let id: u16 = decode_part(body, &mut at, Part::TableId { position })?;
         let slots: u64 = decode_part(body, &mut at, Part::SlotCount { table: id })?;
+        let (removed, removed_bytes) = match delta {
+            true => {
+                let (removed, removed_bytes, end) = parse_table(body, id, at)?;
+                at = end;
+                (removed, removed_bytes)
+            }
+            false => (0, Vec::new()),
+        };
         let (records, bytes, end) = parse_table(body, id, at)?;
         at = end;
         tables.push(SnapshotTable {
@@ -499,6 +572,8 @@ fn parse_body(body: &[u8], format: Format) -> Result<Content, StructureError> {
             slots,
             records,
             bytes,
+            removed,
+            removed_bytes,
         });
     }
     let records = parse_sessions(&body[at..], format).map_err(|reason| StructureError::Decode {
@@ -506,7 +581,7 @@ fn parse_body(body: &[u8], format: Format) -> Result<Content, StructureError> {
         at,
         reason,
     })?;
-    Ok((meta, tables, records))
+    Ok((meta, previous, tables, records))
 }
 
 /// Decodes the state clock and the sessions (`bytes`: the rest of the content), of `format`,
@@ -514,7 +589,7 @@ fn parse_body(body: &[u8], format: Format) -> Result<Content, StructureError> {
 /// that kept no times gives the clock 0 and every session time 0: no time applied yet.
 fn parse_sessions(bytes: &[u8], format: Format) -> Result<SessionRecords, String> {
     let records = match format {
-        Format::V7 => codec::decode(bytes).map_err(|e| e.to_string())?,
+        Format::V7 | Format::Delta1 => codec::decode(bytes).map_err(|e| e.to_string())?,
         Format::V5 | Format::V6 => {
             let sessions: Vec<(ClientId, SessionV6)> =
                 codec::decode(bytes).map_err(|e| e.to_string())?;
@@ -661,7 +736,7 @@ mod tests {
             handler_version: crate::handler::HANDLER_VERSION_FIRST,
         };
         let mut out = Vec::new();
-        encode_head(&meta, 1, &mut out);
+        encode_head(&meta, None, 1, &mut out);
         encode_table_start(TableId(3), 16, &mut out);
         out
     }

@@ -71,6 +71,27 @@ impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
     /// scan sees what the speculation's oldest undo record kept. (No pending speculation
     /// removed a record: `can_scan` holds, so every key written is where it was.)
     pub(crate) fn begin_committed_scan(&mut self) {
+        let fixes = self.committed_fixes();
+        self.map.begin_scan(fixes);
+    }
+
+    /// Starts a delta's scan: the committed records of the slots written since the last
+    /// snapshot point (see [`TypedTable::begin_committed_scan`]); encodes the keys removed
+    /// since onto `removed` and returns their count. The table must know what it wrote
+    /// ([`Slots::can_delta`](super::slots::Slots::can_delta)).
+    pub(crate) fn begin_committed_delta_scan(&mut self, removed: &mut Vec<u8>) -> u64 {
+        let fixes = self.committed_fixes();
+        let keys = self.map.begin_delta_scan(fixes);
+        let keys = keys.expect("a delta only of a table that knows what it wrote");
+        for key in &keys {
+            codec::encode_into(key, removed).expect("keys encode into a vector");
+        }
+        keys.len() as u64
+    }
+
+    /// Where a pending speculation wrote a key, the slot and the content its oldest undo
+    /// record kept: the committed content a scan must see there.
+    fn committed_fixes(&self) -> Vec<(usize, Option<(K, R)>)> {
         let mut committed: FxHashMap<&K, &Option<R>> = FxHashMap::default();
         for (key, old) in &self.undo {
             committed.entry(key).or_insert(old);
@@ -85,7 +106,7 @@ impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
                 (position, old.clone().map(|record| (key.clone(), record)))
             })
             .collect();
-        self.map.begin_scan(fixes);
+        fixes
     }
 
     /// Fills an empty table of `slots` slots (what the table that wrote the snapshot had) from
@@ -159,6 +180,91 @@ impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
             "the index of a table loaded with {count} records"
         );
         Ok(bytes)
+    }
+}
+
+impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
+    /// Applies a delta to a loaded table: the `removed_count` encoded keys go, then the
+    /// `count` encoded `(key, record)` pairs are put (replacing a key's record, or new). A
+    /// delta never grows a table (a growth ends the chain): a record past the table's load
+    /// limit is refused. Returns the bytes the account charges beyond the slots after it and
+    /// before it, each [`TypedTable::loaded_bytes`] of the records put or dropped.
+    pub(crate) fn apply_delta(
+        &mut self,
+        (mut removed, removed_count): (&[u8], u64),
+        (mut records, count): (&[u8], u64),
+    ) -> Result<(u64, u64), LoadError> {
+        let (mut added, mut dropped) = (0, 0);
+        for record in 0..removed_count {
+            let (key, used): (K, usize) =
+                codec::decode_prefix(removed).map_err(|e| LoadError::Decode {
+                    record,
+                    count: removed_count,
+                    reason: e.to_string(),
+                })?;
+            removed = &removed[used..];
+            if let Some(old) = self.map.remove(&key) {
+                O::index_remove(&mut self.index, &key);
+                dropped += Self::record_bytes(&key, &old);
+            }
+        }
+        if !removed.is_empty() {
+            return Err(LoadError::TrailingBytes {
+                bytes: removed.len(),
+            });
+        }
+        for record in 0..count {
+            let ((key, value), used): ((K, R), usize) =
+                codec::decode_prefix(records).map_err(|e| LoadError::Decode {
+                    record,
+                    count,
+                    reason: e.to_string(),
+                })?;
+            records = &records[used..];
+            added += Self::loaded_bytes(&key, used);
+            self.put_loaded(key, value, record, &mut dropped)?;
+        }
+        if !records.is_empty() {
+            return Err(LoadError::TrailingBytes {
+                bytes: records.len(),
+            });
+        }
+        self.undo.clear();
+        Ok((added, dropped))
+    }
+
+    /// Puts a delta's record `record`, counting the bytes of the one it replaces, if any,
+    /// into `dropped`.
+    fn put_loaded(
+        &mut self,
+        key: K,
+        value: R,
+        record: u64,
+        dropped: &mut u64,
+    ) -> Result<(), LoadError> {
+        if let Some(position) = self.map.position(&key) {
+            let old = self.map.replace(position, value);
+            *dropped += Self::record_bytes(&key, &old);
+            return Ok(());
+        }
+        let slots = self.map.slot_count();
+        if !slots_hold(slots as u64, self.map.len() as u64 + 1) {
+            return Err(LoadError::SlotCount {
+                slots: slots as u64,
+                records: self.map.len() as u64 + 1,
+            });
+        }
+        self.map
+            .insert_new(key.clone(), value)
+            .map_err(|source| LoadError::Insert { record, source })?;
+        O::index_insert(&mut self.index, &key);
+        Ok(())
+    }
+
+    /// What [`TypedTable::loaded_bytes`] charged for `key`'s record `value`.
+    fn record_bytes(key: &K, value: &R) -> u64 {
+        let used = codec::encoded_len(&(key, value)).unwrap_or(0);
+        Self::loaded_bytes(key, used)
     }
 }
 

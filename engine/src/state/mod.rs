@@ -108,6 +108,25 @@ pub enum InstallError {
         /// The hash the snapshot recorded.
         recorded: StateHash,
     },
+    /// A delta's table has another slot count than the state it is applied to (a delta never
+    /// grows a table: it does not continue that state).
+    #[error("its table {table} has {slots} slots, the state it continues {loaded}")]
+    DeltaSlots {
+        /// The table's id.
+        table: u16,
+        /// The slot count the delta recorded.
+        slots: u64,
+        /// The slot count of the state it was applied to.
+        loaded: u64,
+    },
+    /// A delta continues another snapshot than the state it is applied to.
+    #[error("it continues the snapshot of entry {continues}, not the state of entry {applied}")]
+    NotContinued {
+        /// The index of the snapshot the delta continues.
+        continues: crate::ids::EntryIndex,
+        /// The index of the state it was applied to.
+        applied: crate::ids::EntryIndex,
+    },
 }
 
 /// A point in the state's history that a rollback returns to: the start of a command's
@@ -412,6 +431,77 @@ impl State {
             table.begin_scan();
         }
         self.hasher.save()
+    }
+
+    /// True when every table knows what it wrote since the last scan began (see
+    /// [`AnyTable::can_delta`]).
+    pub(crate) fn can_delta(&self) -> bool {
+        self.tables.iter().flatten().all(|t| t.can_delta())
+    }
+
+    /// Starts a delta's scan of every table (what each wrote since the last scan began, as
+    /// committed); returns the hasher's committed state and, in the schema's order, each
+    /// table's removed keys (encoded) and their count.
+    pub(crate) fn begin_delta_scan(&mut self) -> (HasherState, Vec<(Vec<u8>, u64)>) {
+        assert!(
+            self.can_scan() && self.can_delta(),
+            "a delta's scan begins only when it can see the committed records and each table \
+             knows what it wrote"
+        );
+        let removed = (self.table_ids.iter())
+            .map(|&id| {
+                let mut keys = Vec::new();
+                let count = table_slot(&mut self.tables, id).begin_delta_scan(&mut keys);
+                (keys, count)
+            })
+            .collect();
+        (self.hasher.save(), removed)
+    }
+
+    /// Forgets what every table wrote since the last scan began: the next scan is whole.
+    pub(crate) fn forget_written(&mut self) {
+        for table in self.tables.iter_mut().flatten() {
+            table.forget_written();
+        }
+    }
+
+    /// Applies a delta's table `id` (its removed keys and records, see
+    /// [`AnyTable::apply_delta`]) to a loaded state. The table must have the slot count the
+    /// delta recorded: a delta never grows one.
+    pub(crate) fn apply_delta_table(
+        &mut self,
+        id: TableId,
+        slots: u64,
+        removed: (&[u8], u64),
+        records: (&[u8], u64),
+    ) -> Result<(), InstallError> {
+        let table = self
+            .tables
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_deref_mut);
+        let table = table.ok_or(InstallError::UnknownTable { table: id.0 })?;
+        if table.counted_slots() != slots {
+            return Err(InstallError::DeltaSlots {
+                table: id.0,
+                slots,
+                loaded: table.counted_slots(),
+            });
+        }
+        let (added, dropped) =
+            table
+                .apply_delta(removed, records)
+                .map_err(|reason| InstallError::Records {
+                    table: id.0,
+                    reason,
+                })?;
+        assert!(
+            self.bytes_used >= dropped,
+            "the account ({} bytes) holds the {dropped} bytes of the records table {} dropped",
+            self.bytes_used,
+            id.0
+        );
+        self.bytes_used = (self.bytes_used - dropped).saturating_add(added);
+        Ok(())
     }
 
     /// Encodes up to `slots` more slots of table `id` (see [`AnyTable::scan_step`]).

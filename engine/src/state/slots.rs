@@ -95,6 +95,9 @@ pub(crate) struct Slots<K, V> {
     shift: u32,
     /// A snapshot scan in progress (see [`Scan`]).
     scan: Option<Box<Scan<K, V>>>,
+    /// What was written since the last snapshot point, for a delta (see [`Written`]); `None`
+    /// while the map cannot tell.
+    written: Option<Box<Written<K>>>,
     /// The array grew while a scan was in progress: the scan is void.
     scan_void: bool,
     /// Records removed so far (a removal moves other records between slots).
@@ -213,6 +216,34 @@ struct Scan<K, V> {
     saved_bits: Vec<u64>,
     /// The records saved since the last step (slots saved empty have only their bit).
     saved: Vec<(K, V)>,
+    /// A delta's scan covers only these slots (one bit each): the ones written since the
+    /// snapshot point before it. A whole scan covers every slot.
+    only: Option<Vec<u64>>,
+}
+
+/// What a map wrote since the last snapshot point (the start of the last scan): one bit per
+/// slot of its array, set by every write (a removal's shift included), and the keys it
+/// removed. A delta holds the current records of those slots and the removed keys: loading
+/// it over the snapshot before (removing the keys first) gives the map's records. Positions
+/// are the array's: a growth ends the tracking, and so does a map made or loaded since the
+/// last point, or a scan abandoned (its slots would be missing from the next delta).
+struct Written<K> {
+    bits: Vec<u64>,
+    removed: Vec<K>,
+}
+
+impl<K> Written<K> {
+    fn new(slots: usize) -> Self {
+        Written {
+            bits: vec![0; slots.div_ceil(64)],
+            removed: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn mark(&mut self, position: usize) {
+        self.bits[position >> 6] |= 1 << (position & 63);
+    }
 }
 
 impl<K: Clone, V: Clone> Scan<K, V> {
@@ -221,12 +252,56 @@ impl<K: Clone, V: Clone> Scan<K, V> {
     #[inline]
     fn save(&mut self, position: usize, slot: &Slot<K, V>) {
         let (word, bit) = (position >> 6, 1u64 << (position & 63));
-        if position >= self.cursor && self.saved_bits[word] & bit == 0 {
+        let covered = self.only.as_ref().is_none_or(|only| only[word] & bit != 0);
+        if position >= self.cursor && self.saved_bits[word] & bit == 0 && covered {
             self.saved_bits[word] |= bit;
             if let Some(record) = &slot.0 {
                 self.saved.push(record.clone());
             }
         }
+    }
+}
+
+impl<K, V> Scan<K, V> {
+    /// Moves the cursor over the slots after it for a budget of `slots`, calling `record` for
+    /// each record in a slot the scan covers and did not save; returns the new cursor. A
+    /// whole scan spends one a slot; a delta's one a word of 64 slots and one a record, so
+    /// that a step over slots nobody wrote costs little.
+    fn advance(
+        &mut self,
+        array: &[Slot<K, V>],
+        slots: usize,
+        mut record: impl FnMut(&(K, V)),
+    ) -> usize {
+        let Some(only) = &self.only else {
+            let end = self.cursor.saturating_add(slots).min(array.len());
+            let slots = array.iter().enumerate().take(end).skip(self.cursor);
+            for (position, slot) in slots {
+                if self.saved_bits[position >> 6] & (1 << (position & 63)) == 0
+                    && let Some(live) = &slot.0
+                {
+                    record(live);
+                }
+            }
+            self.cursor = end;
+            return end;
+        };
+        debug_assert_eq!(self.cursor % 64, 0, "a delta's scan moves a word at a time");
+        let mut spent = 0;
+        while self.cursor < array.len() && spent < slots {
+            let word = self.cursor >> 6;
+            let mut bits = only[word] & !self.saved_bits[word];
+            while bits != 0 {
+                if let Some(live) = &array[self.cursor + bits.trailing_zeros() as usize].0 {
+                    record(live);
+                }
+                bits &= bits - 1;
+                spent += 1;
+            }
+            spent += 1;
+            self.cursor = (self.cursor + 64).min(array.len());
+        }
+        self.cursor
     }
 }
 
@@ -253,6 +328,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
             len: 0,
             shift: 64 - SLOTS_INITIAL.trailing_zeros(),
             scan: None,
+            written: None,
             scan_void: false,
             removals: 0,
             freeing: None,
@@ -271,6 +347,9 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
     /// has not passed it and did not save it already).
     #[inline]
     fn before_write(&mut self, position: usize) {
+        if let Some(written) = self.written.as_deref_mut() {
+            written.mark(position);
+        }
         if let Some(scan) = self.scan.as_deref_mut() {
             scan.save(position, &self.slots[position]);
         }
@@ -279,17 +358,61 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
     /// Starts a scan of the array as it is now, except that the slots in `committed` are
     /// scanned with the content given there (what they held before changes still pending).
     /// While a growth is moving records between two arrays the scan is void at once.
+    /// The scan is also a snapshot point: what the map writes from here on is tracked for
+    /// the next delta.
     pub(crate) fn begin_scan(&mut self, committed: Vec<(usize, Option<(K, V)>)>) {
+        self.begin_any_scan(committed, None);
+    }
+
+    /// Starts a scan of the slots written since the last snapshot point only, as they are
+    /// now, except that the slots in `committed` are scanned with the content given there (as
+    /// [`Slots::begin_scan`]); returns the keys removed since that point. `None`, and no scan,
+    /// when the map cannot tell what it wrote (no point since it was made or loaded, a growth
+    /// or an abandoned scan since): only a whole scan will do. A new snapshot point either way
+    /// but the last.
+    pub(crate) fn begin_delta_scan(
+        &mut self,
+        committed: Vec<(usize, Option<(K, V)>)>,
+    ) -> Option<Vec<K>> {
+        if self.old.is_some() {
+            self.written = None;
+        }
+        let written = self.written.take()?;
+        self.begin_any_scan(committed, Some(written.bits));
+        Some(written.removed)
+    }
+
+    /// Ends the tracking of what was written: the next snapshot must be a whole one (the last
+    /// delta taken was not kept, say).
+    pub(crate) fn forget_written(&mut self) {
+        self.written = None;
+    }
+
+    /// True when [`Slots::begin_delta_scan`] would start a scan: the map knows what it wrote
+    /// since the last snapshot point.
+    pub(crate) fn can_delta(&self) -> bool {
+        self.written.is_some() && self.old.is_none()
+    }
+
+    fn begin_any_scan(&mut self, committed: Vec<(usize, Option<(K, V)>)>, only: Option<Vec<u64>>) {
         if self.old.is_some() {
             self.scan = None;
             self.scan_void = true;
+            self.written = None;
             return;
         }
         let mut scan = Scan {
             cursor: 0,
             saved_bits: vec![0; self.slots.len().div_ceil(64)],
             saved: Vec::new(),
+            only,
         };
+        // The writes of changes still pending are not in this scan: they belong to the next.
+        let mut written = Written::new(self.slots.len());
+        for (position, _) in &committed {
+            written.mark(*position);
+        }
+        self.written = Some(Box::new(written));
         for (position, content) in committed {
             assert!(
                 position < self.slots.len(),
@@ -325,18 +448,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         if !scan.saved.is_empty() {
             return ScanStep::More;
         }
-        let end = scan
-            .cursor
-            .saturating_add(slots - yielded)
-            .min(self.slots.len());
-        for position in scan.cursor..end {
-            if scan.saved_bits[position >> 6] & (1 << (position & 63)) == 0
-                && let Some(live) = &self.slots[position].0
-            {
-                record(live);
-            }
-        }
-        scan.cursor = end;
+        let end = scan.advance(&self.slots, slots - yielded, record);
         if end < self.slots.len() {
             return ScanStep::More;
         }
@@ -355,10 +467,12 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         self.scan.is_some() || self.scan_void
     }
 
-    /// Abandons a scan in progress.
+    /// Abandons the snapshot whose scan this is, in progress or done: what it took over of
+    /// the writes is lost with it, so the next snapshot must be a whole one.
     pub(crate) fn end_scan(&mut self) {
         self.scan = None;
         self.scan_void = false;
+        self.written = None;
     }
 
     /// Records removed so far.
@@ -529,12 +643,18 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
             let old = self.old.as_mut().expect("a position in the old array");
             return Some(remove_at(&mut old.slots, at, old.shift, |_, _| {}));
         }
-        let scan = &mut self.scan;
+        let (scan, written) = (&mut self.scan, &mut self.written);
+        if let Some(written) = written.as_deref_mut() {
+            written.removed.push(key.clone());
+        }
         Some(remove_at(
             &mut self.slots,
             position,
             self.shift,
             |at, slot| {
+                if let Some(written) = written.as_deref_mut() {
+                    written.mark(at);
+                }
                 if let Some(scan) = scan.as_deref_mut() {
                     scan.save(at, slot);
                 }
@@ -608,6 +728,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
         if self.scan.take().is_some() {
             self.scan_void = true;
         }
+        self.written = None;
         let cursor = old
             .iter()
             .position(|slot| slot.0.is_none())
@@ -766,6 +887,14 @@ impl<K, V> Slots<K, V> {
         if let Some(scan) = &self.scan {
             self.check_scan(scan);
         }
+        if let Some(written) = &self.written {
+            assert!(self.old.is_none(), "no tracking of writes during a growth");
+            assert_eq!(
+                written.bits.len(),
+                slots.div_ceil(64),
+                "the written slots' bits cover the array"
+            );
+        }
     }
 
     fn check_scan(&self, scan: &Scan<K, V>) {
@@ -781,6 +910,13 @@ impl<K, V> Slots<K, V> {
             slots.div_ceil(64),
             "a scan's saved bits cover the {slots} slots"
         );
+        if let Some(only) = &scan.only {
+            assert_eq!(
+                only.len(),
+                scan.saved_bits.len(),
+                "a delta's slots cover the array"
+            );
+        }
         // Each saved record is the content of a distinct slot at or past the cursor (saved
         // ahead of it, and yielded before it moves).
         assert!(
@@ -1076,6 +1212,7 @@ mod growth_tests {
 mod scan_tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     /// Proves a step yields no more saved records than its budget of slots, however many
     /// writes came before it (a table scanned after others collects saves all that time),
@@ -1107,7 +1244,134 @@ mod scan_tests {
         assert_eq!(seen, (0..100).map(|k| (k, k)).collect::<Vec<_>>());
     }
 
+    /// One write of a property test: `kind` 0 removes `key`, any other puts `value` there.
+    fn write(map: &mut Slots<u16, u32>, (key, value, kind): (u16, u32, u8)) {
+        if kind == 0 {
+            map.remove(&key);
+        } else {
+            map.insert(key, value).unwrap();
+        }
+    }
+
+    /// Runs the scan begun on `map` to its end, `step` slots a step, making three of
+    /// `during`'s writes after each step; its records, or `None` when it was void.
+    fn run_scan(
+        map: &mut Slots<u16, u32>,
+        step: usize,
+        during: &mut impl Iterator<Item = (u16, u32, u8)>,
+    ) -> Option<Vec<(u16, u32)>> {
+        let mut seen = Vec::new();
+        loop {
+            match map.scan_step(step, |(k, v)| seen.push((*k, *v))) {
+                ScanStep::More => {}
+                ScanStep::Done => return Some(seen),
+                ScanStep::Void => return None,
+            }
+            for op in during.by_ref().take(3) {
+                write(map, op);
+            }
+        }
+    }
+
+    fn records(map: &Slots<u16, u32>) -> BTreeMap<u16, u32> {
+        map.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// Proves a delta's scan covers only the slots written since the snapshot point before
+    /// it: with nothing written, a step over the whole array yields nothing.
+    #[test]
+    fn a_delta_of_nothing_written_is_empty() {
+        let mut map: Slots<u32, u32> = Slots::new();
+        for key in 0..1_000 {
+            map.insert(key, key).unwrap();
+        }
+        assert!(map.advance_growth(usize::MAX), "no growth in progress");
+        assert!(map.begin_delta_scan(Vec::new()).is_none(), "no point yet");
+        map.begin_scan(Vec::new());
+        while map.scan_step(usize::MAX, |_| {}) == ScanStep::More {}
+        let removed = map
+            .begin_delta_scan(Vec::new())
+            .expect("a point, then nothing grew");
+        assert!(removed.is_empty());
+        let mut seen = 0;
+        let step = map.scan_step(map.slot_count() / 64, |_| seen += 1);
+        assert_eq!((step, seen), (ScanStep::Done, 0));
+        map.insert(7, 70).unwrap();
+        map.remove(&8);
+        let removed = map.begin_delta_scan(Vec::new()).expect("tracked");
+        assert_eq!(removed, [8]);
+        let mut seen = Vec::new();
+        while map.scan_step(1, |(k, v)| seen.push((*k, *v))) == ScanStep::More {}
+        assert!(seen.contains(&(7, 70)), "{seen:?}");
+        assert!(
+            seen.len() < 10,
+            "the written slots and their shifted neighbours: {seen:?}"
+        );
+    }
+
     proptest! {
+        /// Proves a chain of deltas rebuilds the map: after a whole scan (the base), each
+        /// delta scan with writes before and during it, applied to what the scans before it
+        /// rebuilt (its removed keys out, then its records in), gives the records the map
+        /// held when the delta began. A growth, a void scan or an abandoned one ends the
+        /// chain (the next delta is refused and a whole scan starts another), and nothing
+        /// else does.
+        #[test]
+        fn deltas_over_a_base_rebuild_the_map(
+            rounds in proptest::collection::vec((
+                proptest::collection::vec((0u16..400, any::<u32>(), 0u8..4), 0..200),
+                proptest::collection::vec((0u16..400, any::<u32>(), 0u8..4), 0..200),
+                1usize..64,
+                0u8..8,
+            ), 1..8),
+        ) {
+            let mut map: Slots<u16, u32> = Slots::new();
+            map.set_growth_room(usize::MAX);
+            let mut rebuilt: Option<BTreeMap<u16, u32>> = None;
+            let mut point_slots = 0;
+            for (before, during, step, abandon) in rounds {
+                for op in before {
+                    write(&mut map, op);
+                }
+                let expected = records(&map);
+                let grew = map.slots.len() != point_slots || map.migrating();
+                let mut during = during.into_iter();
+                let chained = rebuilt.is_some();
+                match map.begin_delta_scan(Vec::new()) {
+                    Some(removed) => {
+                        prop_assert!(chained && !grew, "a delta only after a point, with no growth");
+                        let mut base = rebuilt.take().expect("chained");
+                        point_slots = map.slots.len();
+                        if abandon == 0 {
+                            map.end_scan();
+                            continue;
+                        }
+                        let Some(seen) = run_scan(&mut map, step, &mut during) else {
+                            continue;
+                        };
+                        for key in removed {
+                            base.remove(&key);
+                        }
+                        base.extend(seen);
+                        prop_assert_eq!(&base, &expected);
+                        rebuilt = Some(base);
+                    }
+                    None => {
+                        prop_assert!(!chained || grew, "the chain ended only by a growth");
+                        rebuilt = None;
+                        map.begin_scan(Vec::new());
+                        point_slots = map.slots.len();
+                        if let Some(seen) = run_scan(&mut map, step, &mut during) {
+                            let base: BTreeMap<u16, u32> = seen.into_iter().collect();
+                            prop_assert_eq!(&base, &expected);
+                            rebuilt = Some(base);
+                        }
+                    }
+                }
+                map.check_invariants();
+            }
+        }
+
         /// Proves a scan yields the records exactly as they were when it began, whatever is
         /// inserted, replaced or removed (moving other records) while it runs, and that growth
         /// during a scan voids it.

@@ -318,8 +318,24 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     /// Encodes up to `slots` more slots' records as `(key, record)` pairs onto `out`; returns
     /// how the scan stands and how many records it encoded.
     fn scan_step(&mut self, slots: usize, out: &mut Vec<u8>) -> (ScanStep, u64);
-    /// Abandons a scan in progress.
+    /// Abandons the snapshot whose scan this is: the next one must be whole.
     fn end_scan(&mut self);
+    /// True when the table knows what it wrote since the last snapshot point, so that
+    /// [`AnyTable::begin_delta_scan`] can start.
+    fn can_delta(&self) -> bool;
+    /// Starts a delta's copy-on-write scan (the committed records of the slots written since
+    /// the last snapshot point); encodes the keys removed since onto `removed` and returns
+    /// their count.
+    fn begin_delta_scan(&mut self, removed: &mut Vec<u8>) -> u64;
+    /// Forgets what was written since the last snapshot point: the next snapshot is whole.
+    fn forget_written(&mut self);
+    /// Applies a delta's removed keys and records (each encoded, with its count) to a loaded
+    /// table; returns the account's bytes beyond the slots added and dropped.
+    fn apply_delta(
+        &mut self,
+        removed: (&[u8], u64),
+        records: (&[u8], u64),
+    ) -> Result<(u64, u64), LoadError>;
     /// The bytes beyond the slots (records' heap bytes, an ordered table's index) the account
     /// charges for `count` encoded `(key, record)` pairs, decoded
     /// and dropped one at a time (none is stored); `None` when one does not decode.
@@ -470,6 +486,26 @@ impl<K: Key, R: Record, O: Order<K>> AnyTable for TypedTable<K, R, O> {
 
     fn end_scan(&mut self) {
         self.map.end_scan();
+    }
+
+    fn can_delta(&self) -> bool {
+        self.map.can_delta()
+    }
+
+    fn begin_delta_scan(&mut self, removed: &mut Vec<u8>) -> u64 {
+        self.begin_committed_delta_scan(removed)
+    }
+
+    fn forget_written(&mut self) {
+        self.map.forget_written();
+    }
+
+    fn apply_delta(
+        &mut self,
+        removed: (&[u8], u64),
+        records: (&[u8], u64),
+    ) -> Result<(u64, u64), LoadError> {
+        TypedTable::apply_delta(self, removed, records)
     }
 
     fn load(&mut self, records: &[u8], count: u64, slots: u64) -> Result<u64, LoadError> {

@@ -43,6 +43,9 @@ pub enum Command {
     DeleteOrder { id: u64 },
     /// Puts orders `first..first + count`, then fails (so everything is rolled back).
     OrdersThenFail { first: u64, count: u64 },
+    /// Puts account `id` with its version one higher (1 when it has none): a write whose
+    /// record differs from the one before it.
+    Bump { id: u64 },
 }
 
 /// Why a command of [`Shelves`] was refused.
@@ -115,6 +118,15 @@ impl Handler for Shelves {
             }
             Command::DeleteOrder { id } => {
                 tx.delete(&ORDERS, &id)?;
+            }
+            Command::Bump { id } => {
+                let version = tx.get(&ACCOUNTS, &id).map_or(0, |a| a.version) + 1;
+                let account = Account {
+                    balance: id,
+                    version,
+                    flags: 0,
+                };
+                tx.put(&ACCOUNTS, id, account)?;
             }
             Command::OrdersThenFail { first, count } => {
                 for id in first..first + count {

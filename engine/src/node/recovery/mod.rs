@@ -203,6 +203,10 @@ fn install_advice(problem: &InstallError) -> String {
         InstallError::Records { .. } | InstallError::StateHash { .. } => {
             "run the handler build that wrote it".into()
         }
+        InstallError::DeltaSlots { .. } | InstallError::NotContinued { .. } => {
+            "move the delta files after the newest whole snapshot aside; the log replays them"
+                .into()
+        }
     }
 }
 
