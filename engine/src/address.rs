@@ -23,6 +23,7 @@ pub struct Address {
 
 /// Why a text is not an address.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AddressError {
     /// Longer than [`ADDRESS_BYTES_MAX`].
     #[error("{0:?} is longer than {ADDRESS_BYTES_MAX} bytes")]
@@ -41,6 +42,7 @@ pub enum AddressError {
 
 /// Why an address gave nothing to connect to.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ResolveError {
     /// The name did not resolve.
     #[error("{address}: the name does not resolve: {source}")]

@@ -102,6 +102,7 @@ pub const RESUME_RETRY_MS: u64 = 20;
 
 /// Why a request has no results.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The cluster refused the request; nothing of it was applied.
     #[error("rejected: {0:?}")]

@@ -20,6 +20,7 @@ use tokio_util::codec::Framed;
 
 /// Why a handshake did not admit the connection.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HandshakeError {
     /// The socket or a frame failed.
     #[error(transparent)]

@@ -20,6 +20,7 @@ pub struct Members(Vec<Member>);
 /// Why a list of members or a change of it is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Encode, Decode)]
 #[codec(crate = "crate::codec")]
+#[non_exhaustive]
 pub enum MembersError {
     /// The node to add is a member already.
     #[error("node {0} is a member already")]

@@ -11,6 +11,7 @@ use std::path::Path;
 
 /// A single-node failure.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SingleNodeError {
     /// The log failed.
     #[error(transparent)]

@@ -96,6 +96,7 @@ impl<H: Handler> std::fmt::Debug for Checked<H> {
 
 /// Where a handler was found not to be deterministic (or the check could not run).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NotDeterministic {
     /// The capacity cannot hold the handler's empty tables.
     #[error(transparent)]
@@ -163,6 +164,7 @@ pub enum NotDeterministic {
 
 /// What a leader and a follower disagreed on, for one entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Disagreement {
     /// They answered its requests otherwise.
     #[error("answered otherwise")]

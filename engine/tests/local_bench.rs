@@ -31,8 +31,17 @@ struct Moves {
     broken: bool,
 }
 
+/// What the check of [`Moves`] finds: the outcomes of the final read, not the total expected.
+#[derive(Debug, thiserror::Error)]
+#[error("the total is {outcomes}, not {expected}")]
+struct WrongTotal {
+    outcomes: String,
+    expected: i64,
+}
+
 impl BenchWorkload for Moves {
     type H = Ledger;
+    type Error = WrongTotal;
 
     fn prefill(&mut self) -> Vec<Vec<Command>> {
         let set = |account| Command::Set {
@@ -58,14 +67,17 @@ impl BenchWorkload for Moves {
         vec![Command::Total]
     }
 
-    fn check(&self, outcomes: &[Outcome<i64, Refused>]) -> Result<(), String> {
+    fn check(&self, outcomes: &[Outcome<i64, Refused>]) -> Result<(), WrongTotal> {
         let expected = match self.broken {
             true => -1,
             false => i64::from(ACCOUNTS) * BALANCE,
         };
         match outcomes {
             [Outcome::Done(total)] if *total == expected => Ok(()),
-            other => Err(format!("the total is {other:?}, not {expected}")),
+            other => Err(WrongTotal {
+                outcomes: format!("{other:?}"),
+                expected,
+            }),
         }
     }
 }

@@ -275,8 +275,14 @@ fn effect(command: &ToyCommand, output: &ToyOutput) -> Option<(i128, i64)> {
     }
 }
 
+/// What the toy's checks find wrong, in words: all a test needs of it is the message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Broken(String);
+
 impl<H: ToyHandler> Workload for ToyWorkload<H> {
     type H = H;
+    type Error = Broken;
 
     fn handler(&self) -> H {
         H::default()
@@ -299,9 +305,9 @@ impl<H: ToyHandler> Workload for ToyWorkload<H> {
         }
     }
 
-    fn check(&self, state: &State) -> Result<(), String> {
+    fn check(&self, state: &State) -> Result<(), Broken> {
         if let Some(unfit) = &self.unfit {
-            return Err(unfit.clone());
+            return Err(Broken(unfit.clone()));
         }
         let total: i128 = state
             .iter_unordered(&REGISTERS)
@@ -309,15 +315,15 @@ impl<H: ToyHandler> Workload for ToyWorkload<H> {
             .sum();
         let registers = state.len(&REGISTERS) as i64;
         if (total, registers) != (self.total, self.registers) {
-            return Err(format!(
+            return Err(Broken(format!(
                 "{registers} registers sum to {total}; the commands done add up to {} summing to {}",
                 self.registers, self.total
-            ));
+            )));
         }
         Ok(())
     }
 
-    fn logged(&mut self, logged: Logged<'_, H>) -> Result<(), String> {
+    fn logged(&mut self, logged: Logged<'_, H>) -> Result<(), Broken> {
         let fragment = &logged.fragment;
         if fragment.command_count != fragment.request_commands {
             bump(&self.tally.partial);
@@ -333,11 +339,11 @@ impl<H: ToyHandler> Workload for ToyWorkload<H> {
         if !logged.runs.is_empty() {
             bump(&self.tally.keyed);
         }
-        self.oracle.logged(logged)
+        self.oracle.logged(logged).map_err(Broken)
     }
 
-    fn check_model(&self, state: &State) -> Result<(), String> {
-        self.oracle.check_state(state)
+    fn check_model(&self, state: &State) -> Result<(), Broken> {
+        self.oracle.check_state(state).map_err(Broken)
     }
 }
 

@@ -166,6 +166,7 @@ pub trait Decode<Context = ()>: Sized {
 
 /// Why bytes did not decode.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The bytes end before the value does.
     #[error("the bytes end early: {needed} more needed, {left} left")]
@@ -219,6 +220,7 @@ pub enum EncodeError {}
 
 /// An encoding or decoding failure.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CodecError {
     /// A value could not be encoded.
     #[error("encode failed: {0}")]

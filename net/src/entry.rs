@@ -123,6 +123,7 @@ pub struct EntryHeader {
 
 /// A damaged or mismatched entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EntryError {
     /// The payload's length differs from the header's.
     #[error("entry {index}: payload is {actual} bytes, header says {expected}")]

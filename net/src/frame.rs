@@ -44,6 +44,7 @@ const _: () = assert!(FRAME_BODY_BYTES_MAX <= u32::MAX as usize);
 
 /// A frame that cannot be read or written. The connection it came on is closed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FrameError {
     /// The socket failed.
     #[error("i/o: {0}")]

@@ -307,6 +307,7 @@ pub enum Admission {
 /// then closes; nothing the connection sent reached the log.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
 #[codec(crate = "crate::codec")]
+#[non_exhaustive]
 pub enum Refusal {
     /// Another protocol version.
     #[error("protocol version {theirs}, this node speaks {ours}")]
@@ -521,6 +522,28 @@ impl std::fmt::Display for ClientRole {
 }
 
 impl Refusal {
+    /// The refusal's kind as a short name that does not change (`wrong_cluster`,
+    /// `bad_crc`): the label a node's metrics count refused connections by.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Refusal::Version { .. } => "version",
+            Refusal::WrongCluster { .. } => "wrong_cluster",
+            Refusal::NotAPeer { .. } => "not_a_peer",
+            Refusal::NodeOnClientPort => "node_on_client_port",
+            Refusal::Unauthenticated => "unauthenticated",
+            Refusal::Forbidden { .. } => "forbidden",
+            Refusal::WrongCredential { .. } => "wrong_credential",
+            Refusal::TooManyConnections { .. } => "too_many_connections",
+            Refusal::HandshakeTimeout => "handshake_timeout",
+            Refusal::ReadTimeout => "read_timeout",
+            Refusal::IdleTimeout => "idle_timeout",
+            Refusal::EmptyFrame => "empty_frame",
+            Refusal::FrameTooLarge { .. } => "frame_too_large",
+            Refusal::BadCrc => "bad_crc",
+            Refusal::Undecodable => "undecodable",
+        }
+    }
+
     /// The refusal a frame error earns, if the connection can still hear one.
     pub fn for_frame(error: &crate::frame::FrameError) -> Option<Refusal> {
         use crate::frame::FrameError;
@@ -962,6 +985,7 @@ pub struct Member {
 /// Why a leader refused a change of members.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
 #[codec(crate = "crate::codec")]
+#[non_exhaustive]
 pub enum MembersRefusal {
     /// An earlier change is not committed yet (ask again shortly).
     #[error("an earlier change of members is not committed yet")]
@@ -1263,6 +1287,7 @@ impl ClientReply {
 /// Why a leader refused to put a handler version in force.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
 #[codec(crate = "crate::codec")]
+#[non_exhaustive]
 pub enum UpgradeRefusal {
     /// The leader's build does not run this version.
     #[error("the leader runs handler versions {oldest} to {newest}, not {version}")]

@@ -28,6 +28,7 @@ const DAY_SECONDS: i64 = 86_400;
 
 /// Why TLS cannot be set up from the files given.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// A file cannot be read.
     #[error("{key} {}: {source}", path.display())]
@@ -452,10 +453,10 @@ impl HttpAcceptor {
         };
         let (chain, key) = identity(&own)?.expect("a certificate and a key are given");
         let leaf = chain.first().expect("read_certificates finds one");
-        let facts = certificate_facts(leaf).map_err(|reason| TlsError::Unparsable {
+        let facts = certificate_facts(leaf).map_err(|error| TlsError::Unparsable {
             key: "tls_cert_file",
             path: files.cert.clone(),
-            reason,
+            reason: error.to_string(),
         })?;
         let builder = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -613,10 +614,20 @@ impl CertificateFacts {
     }
 }
 
+/// Why a certificate's facts cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertificateError {
+    /// The bytes are not an X.509 certificate in DER.
+    #[error(transparent)]
+    NotX509(x509_parser::nom::Err<x509_parser::error::X509Error>),
+}
+
 /// The facts of the first certificate in `der`.
-pub fn certificate_facts(der: &CertificateDer<'_>) -> Result<CertificateFacts, String> {
+pub fn certificate_facts(der: &CertificateDer<'_>) -> Result<CertificateFacts, CertificateError> {
     use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
-    let (_, certificate) = X509Certificate::from_der(der.as_ref()).map_err(|e| e.to_string())?;
+    let (_, certificate) =
+        X509Certificate::from_der(der.as_ref()).map_err(CertificateError::NotX509)?;
     let mut names = Vec::new();
     if let Ok(Some(extension)) = certificate.subject_alternative_name() {
         // Only the kinds of name a dialer checks; a certificate may hold others.
@@ -697,10 +708,10 @@ pub fn inspect(
     let facts = |key, path: &Path| -> Result<Vec<CertificateFacts>, TlsError> {
         let certificates = read_certificates(key, path)?;
         let parse = |der| {
-            certificate_facts(der).map_err(|reason| TlsError::Unparsable {
+            certificate_facts(der).map_err(|error| TlsError::Unparsable {
                 key,
                 path: path.to_path_buf(),
-                reason,
+                reason: error.to_string(),
             })
         };
         certificates.iter().map(parse).collect()

@@ -58,6 +58,7 @@ pub struct RestoreArgs {
 
 /// Why `backup` wrote nothing.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackupFailed {
     /// No node gave a whole snapshot.
     #[error("no node gave a backup: {}", .0.join("; "))]

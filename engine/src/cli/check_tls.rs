@@ -4,7 +4,7 @@
 //! that are not on this host (each host holds its own node's key) are said to be elsewhere,
 //! not counted as errors.
 
-use crate::node::{ClusterFile, NodeEntry};
+use crate::node::{ClusterFile, ClusterFileError, NodeEntry};
 use net::tls::{CertificateFacts, TlsError};
 use serde_json::{Value, json};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,7 +19,31 @@ pub(super) enum NodeTls {
         warning: Option<String>,
     },
     /// Its files do not load, or the certificate does not fit the node.
-    Failed(String),
+    Failed(TlsProblem),
+}
+
+/// Why a node's TLS fails `check`.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TlsProblem {
+    /// The cluster file's TLS settings for the node do not give its files.
+    #[error(transparent)]
+    Files(ClusterFileError),
+    /// The files do not load, or the certificate is not one the others accept.
+    #[error(transparent)]
+    Tls(TlsError),
+    /// The certificate file holds no certificate.
+    #[error("no certificate")]
+    NoCertificate,
+    /// The certificate is not valid now.
+    #[error("the certificate is {problem} (valid {} to {})", date(*not_before), date(*not_after))]
+    NotValidNow {
+        /// What is wrong: not valid yet, or expired.
+        problem: String,
+        /// Its first valid second, in Unix seconds.
+        not_before: i64,
+        /// Its last valid second, in Unix seconds.
+        not_after: i64,
+    },
 }
 
 /// Each node's TLS, for a cluster that speaks it (none otherwise), as of `now`.
@@ -31,7 +55,7 @@ pub(super) fn report(file: &ClusterFile, now: SystemTime) -> Vec<(u8, NodeTls)> 
     let one = |node: &NodeEntry| {
         let files = match node.tls_files(ca) {
             Ok(files) => files,
-            Err(error) => return NodeTls::Failed(error.to_string()),
+            Err(error) => return NodeTls::Failed(TlsProblem::Files(error)),
         };
         let hosts = [node.peer_address.host(), node.client_address.host()];
         let inspected = net::tls::inspect(&files)
@@ -42,8 +66,8 @@ pub(super) fn report(file: &ClusterFile, now: SystemTime) -> Vec<(u8, NodeTls)> 
             {
                 NodeTls::Elsewhere(format!("{key} {} is not on this host", path.display()))
             }
-            Err(error) => NodeTls::Failed(error.to_string()),
-            Ok((None, _)) => NodeTls::Failed("no certificate".into()),
+            Err(error) => NodeTls::Failed(TlsProblem::Tls(error)),
+            Ok((None, _)) => NodeTls::Failed(TlsProblem::NoCertificate),
             Ok((Some(facts), _)) => judge(facts, seconds),
         }
     };
@@ -54,11 +78,11 @@ pub(super) fn report(file: &ClusterFile, now: SystemTime) -> Vec<(u8, NodeTls)> 
 /// verifier has refused an expired one already).
 fn judge(facts: CertificateFacts, now: i64) -> NodeTls {
     match facts.problem_at(now) {
-        Some((true, problem)) => NodeTls::Failed(format!(
-            "the certificate is {problem} (valid {} to {})",
-            date(facts.not_before),
-            date(facts.not_after)
-        )),
+        Some((true, problem)) => NodeTls::Failed(TlsProblem::NotValidNow {
+            problem,
+            not_before: facts.not_before,
+            not_after: facts.not_after,
+        }),
         Some((false, warning)) => NodeTls::Loaded {
             facts,
             warning: Some(warning),
@@ -89,7 +113,7 @@ pub(super) fn errors(report: &[(u8, NodeTls)]) -> Vec<String> {
 pub(super) fn json_of(tls: &NodeTls) -> Value {
     match tls {
         NodeTls::Elsewhere(note) => json!({ "state": "elsewhere", "note": note }),
-        NodeTls::Failed(reason) => json!({ "state": "failed", "error": reason }),
+        NodeTls::Failed(reason) => json!({ "state": "failed", "error": reason.to_string() }),
         NodeTls::Loaded { facts, warning } => json!({
             "state": "loaded",
             "subject": facts.subject,

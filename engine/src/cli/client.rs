@@ -77,6 +77,7 @@ pub struct ClientArgs {
 
 /// Why commands sent under a key did not run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyRefused {
     /// The key was used before with other commands.
     #[error("the key {key:?} was used before with other commands; these did not run")]
@@ -124,26 +125,42 @@ pub async fn submit_keyed<H: crate::handler::Handler>(
         .collect()
 }
 
+/// Why a text is not a `--key`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// Empty, too long, or with a character that is not visible ASCII.
+    #[error(
+        "a key is 1 to {} visible ASCII characters, as an Idempotency-Key is",
+        super::gateway::IDEMPOTENCY_KEY_CHARS_MAX
+    )]
+    NotAKey,
+}
+
 /// `--key`'s value: a key as the gateway's Idempotency-Key takes it.
-pub fn key(text: &str) -> Result<String, String> {
+pub fn key(text: &str) -> Result<String, KeyError> {
     match super::gateway::is_key(text.as_bytes()) {
         true => Ok(text.to_owned()),
-        false => Err(format!(
-            "a key is 1 to {} visible ASCII characters, as an Idempotency-Key is",
-            super::gateway::IDEMPOTENCY_KEY_CHARS_MAX
-        )),
+        false => Err(KeyError::NotAKey),
     }
 }
 
+/// Why a text is not a `--client-id`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientIdError {
+    /// Not a number in decimal or `0x` hexadecimal, or one over 128 bits.
+    #[error("{0}: a client id is a number of up to 128 bits")]
+    NotANumber(std::num::ParseIntError),
+}
+
 /// `--client-id`'s value: a 128-bit id in decimal or `0x` hexadecimal.
-pub fn client_id(text: &str) -> Result<ClientId, String> {
+pub fn client_id(text: &str) -> Result<ClientId, ClientIdError> {
     let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
         Some(hex) => u128::from_str_radix(hex, 16),
         None => text.parse::<u128>(),
     };
-    parsed
-        .map(ClientId)
-        .map_err(|error| format!("{error}: a client id is a number of up to 128 bits"))
+    parsed.map(ClientId).map_err(ClientIdError::NotANumber)
 }
 
 /// Sends the commands; prints each request's outcomes as one JSON array per line; fails

@@ -81,6 +81,7 @@ pub struct Replace {
 
 /// Why a change of members did not complete.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MemberError {
     /// The node to add is not in the cluster file (its addresses are needed).
     #[error("node {0} is not in the cluster file: add its [[nodes]] table first")]

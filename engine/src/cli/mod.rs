@@ -74,9 +74,9 @@ pub use bench::{
 };
 pub use check::{CheckArgs, check};
 pub use client::{
-    CLIENT_GIVE_UP_SECS_DEFAULT, CLIENT_TIMEOUT_GRACE_MS, ClientArgs, KeyRefused,
-    Refused as ClientRefused, client, client_id, is_refused, key, outcome_json, session,
-    submit_keyed, within,
+    CLIENT_GIVE_UP_SECS_DEFAULT, CLIENT_TIMEOUT_GRACE_MS, ClientArgs, ClientIdError, KeyError,
+    KeyRefused, Refused as ClientRefused, client, client_id, is_refused, key, outcome_json,
+    session, submit_keyed, within,
 };
 pub use client_file::{ClientFileArgs, client_file};
 pub use exit::{
@@ -93,7 +93,9 @@ pub use recover::{RecoverArgs, StoppedNode, recover};
 pub use replay::{Differs, ReplayArgs, replay};
 #[cfg(feature = "sim")]
 pub use sim::{SimArgs, sim};
-pub use status::{STATUS_TIMEOUT_S_DEFAULT, StatusArgs, TIMEOUT_S_MAX, status, timeout_seconds};
+pub use status::{
+    STATUS_TIMEOUT_S_DEFAULT, SecondsError, StatusArgs, TIMEOUT_S_MAX, status, timeout_seconds,
+};
 pub use upgrade::{UpgradeArgs, UpgradeError, upgrade};
 
 use crate::apply::Mode;
@@ -273,6 +275,7 @@ type Extra<'a, A> = Box<dyn FnOnce(A) -> anyhow::Result<()> + 'a>;
 ///
 /// impl BenchWorkload for Numbers {
 ///     type H = Counter;
+///     type Error = std::convert::Infallible;
 ///     fn next_request(&mut self, _client: u32, rng: &mut Rng, commands: u32) -> Vec<u64> {
 ///         (0..commands).map(|_| rng.below(1000)).collect()
 ///     }

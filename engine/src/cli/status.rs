@@ -53,6 +53,7 @@ pub struct StatusArgs {
 
 /// What makes a cluster unhealthy.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Problem {
     /// The node did not answer within `--timeout`.
     #[error("node {0} is unreachable")]
@@ -480,23 +481,38 @@ fn notes(s: &NodeStatus) -> String {
     notes.join("; ")
 }
 
+/// Why a text is not a number of seconds an option takes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecondsError {
+    /// Not a number.
+    #[error("{0}")]
+    NotANumber(std::num::ParseFloatError),
+    /// `--wait`: below 0 or over `STATUS_WAIT_S_MAX`.
+    #[error("between 0 and {STATUS_WAIT_S_MAX} seconds")]
+    WaitOutOfRange,
+    /// `--timeout`: not above 0, or over [`TIMEOUT_S_MAX`].
+    #[error("above 0 and at most {TIMEOUT_S_MAX} seconds")]
+    TimeoutOutOfRange,
+}
+
 /// `--wait`'s value: seconds, 0 to [`STATUS_WAIT_S_MAX`].
-fn wait_seconds(text: &str) -> Result<f64, String> {
-    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+fn wait_seconds(text: &str) -> Result<f64, SecondsError> {
+    let seconds: f64 = text.parse().map_err(SecondsError::NotANumber)?;
     if (0.0..=STATUS_WAIT_S_MAX).contains(&seconds) {
         Ok(seconds)
     } else {
-        Err(format!("between 0 and {STATUS_WAIT_S_MAX} seconds"))
+        Err(SecondsError::WaitOutOfRange)
     }
 }
 
 /// `--timeout`'s value: seconds, above 0 and at most [`TIMEOUT_S_MAX`].
-pub fn timeout_seconds(text: &str) -> Result<f64, String> {
-    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+pub fn timeout_seconds(text: &str) -> Result<f64, SecondsError> {
+    let seconds: f64 = text.parse().map_err(SecondsError::NotANumber)?;
     if seconds > 0.0 && seconds <= TIMEOUT_S_MAX {
         Ok(seconds)
     } else {
-        Err(format!("above 0 and at most {TIMEOUT_S_MAX} seconds"))
+        Err(SecondsError::TimeoutOutOfRange)
     }
 }
 

@@ -37,6 +37,7 @@ pub struct UpgradeArgs {
 
 /// Why an upgrade did not happen or did not complete.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum UpgradeError {
     /// A node did not answer: its build is unknown, so the version might halt it.
     #[error(

@@ -15,6 +15,7 @@ use tokio::runtime::Runtime;
 
 /// Why a blocking client did not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// The client's own tokio runtime could not be built (no threads, timers or IO driver
     /// from the operating system).

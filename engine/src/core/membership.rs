@@ -12,6 +12,7 @@ use net::message::Role;
 
 /// Why a leader did not propose a change of members.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ChangeRefused {
     /// This replica does not lead.
     #[error(transparent)]

@@ -47,6 +47,7 @@ const _: () = assert!(WAL_SEGMENT_BYTES_MIN <= WAL_SEGMENT_BYTES_MAX);
 /// One thing wrong with a node's configuration; the message names the setting (as the cluster
 /// file spells it), the value and the range.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A number outside its range.
     #[error("{setting} = {value} is out of range: it must lie in {min}..={max} ({unit})")]

@@ -396,10 +396,10 @@ impl<H: Handler> Driver<H> {
                 replica.loaded(peer, entries, &mut out)
             }
             Input::Wal(WalEvent::AckFailed) => replica.ack_failed(&mut out),
-            Input::Wal(WalEvent::Failed(reason)) => {
+            Input::Wal(WalEvent::Failed(failure)) => {
                 // After a failed fsync the page cache's state is unknown: the node stops for
                 // good (its process exits) rather than go on from a log it cannot trust.
-                let halt = Halt::WalFailed(reason);
+                let halt = Halt::WalFailed(failure);
                 self.fatal = Some(halt.to_string());
                 replica.halt(halt, &mut out);
             }
@@ -513,7 +513,7 @@ impl<H: Handler> Driver<H> {
             }
             Io::PersistHardState(state) => {
                 storage::write_hard_state(&self.config.data_dir, state)
-                    .map_err(|error| Halt::HardState(error.to_string()))?;
+                    .map_err(|error| Halt::HardState((&error).into()))?;
                 self.repair_noted(state.repair.is_some());
             }
             Io::Wal(op) => {

@@ -101,7 +101,9 @@ pub(super) async fn serve_backup(
     let read = tokio::task::spawn_blocking(move || read_piece(&snapshot_dir, node, mode, request));
     let answer = match read.await {
         Ok(Ok(chunk)) => ClientReply::BackupChunk(chunk),
-        Ok(Err(reason)) => ClientReply::NoBackup { reason },
+        Ok(Err(error)) => ClientReply::NoBackup {
+            reason: error.to_string(),
+        },
         Err(error) => ClientReply::NoBackup {
             reason: error.to_string(),
         },
@@ -109,30 +111,69 @@ pub(super) async fn serve_backup(
     let _ = reply.send(answer).await;
 }
 
+/// Why a node has no piece of a snapshot for a backup request; the reason it answers with.
+#[derive(Debug, thiserror::Error)]
+enum PieceError {
+    /// The snapshot directory cannot be listed.
+    #[error("{}: {source}", dir.display())]
+    List {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No snapshot is durable yet.
+    #[error("node {node} has no durable snapshot yet")]
+    NoSnapshot {
+        /// This node.
+        node: NodeId,
+    },
+    /// The snapshot file cannot be opened or read (it may have been replaced meanwhile).
+    #[error("snapshot {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The piece asked for starts past the file's end.
+    #[error("offset {offset} is past the end ({total})")]
+    PastEnd {
+        /// Where the piece asked for starts.
+        offset: u64,
+        /// The file's length.
+        total: u64,
+    },
+}
+
 fn read_piece(
     dir: &Path,
     node: NodeId,
     mode: Mode,
     request: BackupRequest,
-) -> Result<BackupChunk, String> {
+) -> Result<BackupChunk, PieceError> {
     let index = match request.index {
         Some(index) => index,
-        None => match list_snapshots(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
-            snapshots if snapshots.is_empty() => {
-                return Err(format!("node {node} has no durable snapshot yet"));
-            }
+        None => match list_snapshots(dir).map_err(|source| PieceError::List {
+            dir: dir.to_path_buf(),
+            source,
+        })? {
+            snapshots if snapshots.is_empty() => return Err(PieceError::NoSnapshot { node }),
             snapshots => snapshots[0].0,
         },
     };
     let path = snapshot_path(dir, index);
-    let describe = |e: std::io::Error| format!("snapshot {}: {e}", path.display());
+    let describe = |source| PieceError::Read {
+        path: path.clone(),
+        source,
+    };
     let mut file = File::open(&path).map_err(describe)?;
     let total = file.metadata().map_err(describe)?.len();
     if request.offset > total {
-        return Err(format!(
-            "offset {} is past the end ({total})",
-            request.offset
-        ));
+        return Err(PieceError::PastEnd {
+            offset: request.offset,
+            total,
+        });
     }
     let length = (total - request.offset).min(BACKUP_CHUNK_BYTES as u64) as usize;
     let mut data = vec![0; length];

@@ -660,23 +660,7 @@ fn set(counter: &Counter, value: u64) {
 
 /// A refused connection's label value.
 pub fn refusal_reason(refusal: &Refusal) -> &'static str {
-    match refusal {
-        Refusal::Version { .. } => "version",
-        Refusal::WrongCluster { .. } => "wrong_cluster",
-        Refusal::NotAPeer { .. } => "not_a_peer",
-        Refusal::NodeOnClientPort => "node_on_client_port",
-        Refusal::Unauthenticated => "unauthenticated",
-        Refusal::Forbidden { .. } => "forbidden",
-        Refusal::WrongCredential { .. } => "wrong_credential",
-        Refusal::TooManyConnections { .. } => "too_many_connections",
-        Refusal::HandshakeTimeout => "handshake_timeout",
-        Refusal::ReadTimeout => "read_timeout",
-        Refusal::IdleTimeout => "idle_timeout",
-        Refusal::EmptyFrame => "empty_frame",
-        Refusal::FrameTooLarge { .. } => "frame_too_large",
-        Refusal::BadCrc => "bad_crc",
-        Refusal::Undecodable => "undecodable",
-    }
+    refusal.label()
 }
 
 /// A role's label value.

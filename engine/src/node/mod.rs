@@ -230,6 +230,7 @@ impl NodeConfig {
 
 /// Why a node could not start or stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NodeError {
     /// A file or socket operation failed.
     #[error("{path}: {source}")]
@@ -279,6 +280,24 @@ pub enum NodeError {
     /// The state capacity cannot hold the handler's empty tables.
     #[error("capacity_bytes: {0}")]
     Capacity(#[from] CapacityTooSmall),
+}
+
+impl From<&NodeError> for crate::storage::IoFault {
+    fn from(error: &NodeError) -> Self {
+        let kind = match error {
+            NodeError::Io { source, .. } => Some(source.kind()),
+            NodeError::Wal(wal) => return wal.into(),
+            NodeError::Corrupt { .. }
+            | NodeError::Apply(_)
+            | NodeError::Config(_)
+            | NodeError::Refused(_)
+            | NodeError::JoinHoldsData(_)
+            | NodeError::Bind { .. }
+            | NodeError::Thread
+            | NodeError::Capacity(_) => None,
+        };
+        crate::storage::IoFault::new(kind, error)
+    }
 }
 
 fn join(errors: &[config::ConfigError]) -> String {

@@ -65,6 +65,7 @@ impl Board {
 
 /// Why a node is not live or not ready: what `/livez` and `/readyz` answer with a 503.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NotReady {
     /// The driver has published nothing yet.
     #[error("starting: the event loop has published no figures yet")]

@@ -38,6 +38,7 @@ pub struct RehearsalOptions {
 
 /// The first thing this build does otherwise than the node recorded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Difference {
     /// A command's outcome differs from the journal's.
     #[error(
@@ -96,6 +97,7 @@ pub struct Rehearsal {
 
 /// Why a rehearsal could not run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RehearsalError {
     /// The directory is locked by a running node, or unreadable.
     #[error(transparent)]

@@ -8,7 +8,9 @@ use super::wal_prepare::Preparer;
 use crate::entry::Entry;
 use crate::handshake::Offer;
 use crate::ids::{EntryIndex, NodeId, Term};
+use crate::replica::WalFailure;
 pub(crate) use crate::replica::WalOp;
+use crate::storage::IoFault;
 use crate::wal::{Wal, WalError};
 use net::message::PeerMessage;
 use std::collections::VecDeque;
@@ -40,10 +42,10 @@ pub(crate) enum WalEvent {
     /// An acknowledgement could not be sent.
     AckFailed,
     /// The WAL failed; nothing more can be made durable.
-    Failed(String),
+    Failed(WalFailure),
     /// The file system has no room for the next append; it is retried every
     /// [`WAL_FULL_RETRY_MS`] until it succeeds (everything after it waits).
-    Full(String),
+    Full(WalError),
     /// An append that found the file system full succeeded.
     SpaceBack,
 }
@@ -179,14 +181,24 @@ fn run(
     }
 }
 
+/// Why a batch of the WAL's work stopped.
+#[derive(Debug)]
+enum Stop {
+    /// An append found the file system full: it is tried again.
+    Full(WalError),
+    /// The WAL failed for good.
+    Failed(WalFailure),
+}
+
+/// The error of one step of a batch, named by `step` (a [`WalFailure`] variant).
+fn failed(step: fn(IoFault) -> WalFailure) -> impl FnOnce(WalError) -> Stop {
+    move |error| Stop::Failed(step(IoFault::from(&error)))
+}
+
 /// Adds to `events` what a carry-out's `result` means, keeping in `full` whether the file
 /// system has no room: a full one is reported once, and again when room is back. True when
 /// the WAL failed for good.
-fn report_result(
-    result: Result<(), WalError>,
-    full: &mut bool,
-    events: &mut Vec<WalEvent>,
-) -> bool {
+fn report_result(result: Result<(), Stop>, full: &mut bool, events: &mut Vec<WalEvent>) -> bool {
     match result {
         Ok(()) => {
             if std::mem::take(full) {
@@ -194,15 +206,15 @@ fn report_result(
             }
             false
         }
-        Err(error) if error.is_storage_full() => {
+        Err(Stop::Full(error)) => {
             if !*full {
                 *full = true;
-                events.push(WalEvent::Full(error.to_string()));
+                events.push(WalEvent::Full(error));
             }
             false
         }
-        Err(error) => {
-            events.push(WalEvent::Failed(error.to_string()));
+        Err(Stop::Failed(failure)) => {
+            events.push(WalEvent::Failed(failure));
             true
         }
     }
@@ -232,7 +244,7 @@ fn carry_out(
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
     disk: &mut Disk,
-) -> Result<(), WalError> {
+) -> Result<(), Stop> {
     // Of several acknowledgements in a batch only the last matters: it covers the others.
     let mut acks_left = pending
         .iter()
@@ -245,17 +257,18 @@ fn carry_out(
         match op {
             WalOp::Append(entries) => {
                 if let Err(error) = append(wal, &entries, unsynced) {
-                    if error.is_storage_full() {
-                        pending.push_front(WalOp::Append(entries));
-                        // What came before the append is durable and acknowledged.
-                        sync(wal, unsynced, events, disk)?;
-                        if let Some((to, message)) = passed_over
-                            && !acker.ack(to, message)
-                        {
-                            events.push(WalEvent::AckFailed);
-                        }
+                    if !error.is_storage_full() {
+                        return Err(Stop::Failed(WalFailure::Write((&error).into())));
                     }
-                    return Err(error);
+                    pending.push_front(WalOp::Append(entries));
+                    // What came before the append is durable and acknowledged.
+                    sync(wal, unsynced, events, disk)?;
+                    if let Some((to, message)) = passed_over
+                        && !acker.ack(to, message)
+                    {
+                        events.push(WalEvent::AckFailed);
+                    }
+                    return Err(Stop::Full(error));
                 }
             }
             WalOp::Ack { to, message } => {
@@ -271,7 +284,8 @@ fn carry_out(
             }
             WalOp::Truncate(from) => {
                 sync(wal, unsynced, events, disk)?;
-                wal.truncate_from(from)?;
+                wal.truncate_from(from)
+                    .map_err(failed(WalFailure::Truncate))?;
             }
             WalOp::Compact(through) => {
                 sync(wal, unsynced, events, disk)?;
@@ -280,7 +294,8 @@ fn carry_out(
             WalOp::Reset(base) => {
                 // What was written before belongs to the replaced log: nothing to report.
                 *unsynced = None;
-                wal.reset_to(base.index, base.hash)?;
+                wal.reset_to(base.index, base.hash)
+                    .map_err(failed(WalFailure::Reset))?;
             }
             WalOp::Journal {
                 index,
@@ -298,7 +313,7 @@ fn carry_out(
                 });
             }
             WalOp::Load { peer, from, to } => {
-                let entries = load(wal, from, to)?;
+                let entries = load(wal, from, to).map_err(failed(WalFailure::Read))?;
                 events.push(WalEvent::Loaded { peer, entries });
             }
         }
@@ -314,7 +329,7 @@ fn finish_batch(
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
     disk: &mut Disk,
-) -> Result<(), WalError> {
+) -> Result<(), Stop> {
     sync(wal, unsynced, events, disk)?;
     disk.journal(JournalWriter::flush);
     if cfg!(debug_assertions) {
@@ -377,10 +392,10 @@ fn sync(
     unsynced: &mut Option<(EntryIndex, Term)>,
     events: &mut Vec<WalEvent>,
     disk: &Disk,
-) -> Result<(), WalError> {
+) -> Result<(), Stop> {
     if let Some((index, term)) = unsynced.take() {
         let started = std::time::Instant::now();
-        wal.sync()?;
+        wal.sync().map_err(failed(WalFailure::Sync))?;
         disk.counters.synced(started.elapsed().as_micros() as u64);
         disk.counters.written(wal.written_bytes());
         if !disk.slow.is_zero() {

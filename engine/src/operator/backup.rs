@@ -58,6 +58,7 @@ pub struct BackupHeader {
 
 /// A backup file that cannot be written, read or restored.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackupError {
     /// The file system refused an operation.
     #[error("{path}: {source}")]

@@ -87,7 +87,7 @@ impl ClientFile {
                         path: path.to_path_buf(),
                         message: format!(
                             "neither a cluster file ({}) nor a client file ({})",
-                            as_cluster.trim(),
+                            as_cluster.to_string().trim(),
                             as_client.to_string().trim()
                         ),
                     });

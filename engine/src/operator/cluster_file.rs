@@ -76,6 +76,7 @@ use std::path::{Path, PathBuf};
 
 /// Why a cluster file could not be read, written or used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClusterFileError {
     /// The file could not be read.
     #[error("reading {}: {source}", path.display())]
@@ -505,19 +506,22 @@ impl ClusterFile {
             path: path.to_path_buf(),
             source,
         })?;
-        ClusterFile::from_toml(&text).map_err(|message| {
+        ClusterFile::from_toml(&text).map_err(|error| {
             let path = path.to_path_buf();
             match is_client_file(&text) {
                 true => ClusterFileError::ClientFileGiven { path },
-                false => ClusterFileError::Parse { path, message },
+                false => ClusterFileError::Parse {
+                    path,
+                    message: error.to_string(),
+                },
             }
         })
     }
 
     /// Parses the text of a cluster file without checking its values; the error is the
-    /// parser's message.
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|error| error.to_string())
+    /// parser's, with the line.
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
     }
 
     /// The file's text: every key, in the order this type declares them.

@@ -38,6 +38,7 @@ const IDENTITY_MAGIC: [u8; 8] = *b"NODEIDv1";
 /// Why a data directory cannot be used as it is. Every message names the directory or file,
 /// the reason, and what to change.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DataDirError {
     /// Neither the directory nor its parent exists: a volume not mounted, or a typo.
     #[error(

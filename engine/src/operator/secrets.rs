@@ -51,6 +51,7 @@ impl std::ops::Deref for SecretText {
 
 /// Why a secret could not be had.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SecretError {
     /// The secret is given both inline and as a file.
     #[error("{field} and {field}_file are both set: keep one")]

@@ -32,6 +32,7 @@ use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 use crate::members::MemberChange;
 use crate::snapshot::SnapshotMeta;
 use crate::state::InstallError;
+use crate::storage::IoFault;
 use bytes::Bytes;
 use net::message::{
     AppliedHash, ClientReply, Divergence, HandlerVersions, MembersRefusal, NodeStatus, PeerMessage,
@@ -195,16 +196,17 @@ pub enum Io<T> {
 
 /// Why a replica halted: it takes no further part in consensus and applies nothing more.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Halt {
     /// The hard state could not be written.
     #[error("cannot persist the hard state: {0}")]
-    HardState(String),
+    HardState(IoFault),
     /// The WAL thread is gone.
     #[error("the WAL thread stopped")]
     WalStopped,
-    /// An fsync failed: the page cache's state is unknown.
+    /// The WAL failed for good (after a failed fsync the page cache's state is unknown).
     #[error("the WAL failed: {0}")]
-    WalFailed(String),
+    WalFailed(WalFailure),
     /// Every copy of a committed entry is lost.
     #[error(
         "unrecoverable corruption at index {0}: every copy of this committed entry is damaged or lost"
@@ -224,6 +226,28 @@ pub enum Halt {
         /// Why.
         error: InstallError,
     },
+}
+
+/// The WAL's work that failed for good, and how. The node halts on any of them rather than
+/// go on from a log it cannot trust.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WalFailure {
+    /// Writing entries to a segment.
+    #[error("writing entries: {0}")]
+    Write(IoFault),
+    /// An fsync of the log: what the page cache holds of it is unknown.
+    #[error("syncing: {0}")]
+    Sync(IoFault),
+    /// Cutting the log's tail for the leader's entries.
+    #[error("truncating: {0}")]
+    Truncate(IoFault),
+    /// Starting the log over after a snapshot.
+    #[error("starting over after a snapshot: {0}")]
+    Reset(IoFault),
+    /// Reading entries back for a peer.
+    #[error("reading entries for a peer: {0}")]
+    Read(IoFault),
 }
 
 /// One replica: see the module's documentation.

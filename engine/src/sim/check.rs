@@ -664,8 +664,8 @@ impl<W: Workload> Checker<W> {
             let (own, rest) = runs.split_at(runs.partition_point(|r| r.fragment as usize == at));
             runs = rest;
             let logged = (fragment, bytes, own);
-            if let Err(message) = self.feed_fragment(workload, index, logged, reply) {
-                found.push(message);
+            if let Err(mismatch) = self.feed_fragment(workload, index, logged, reply) {
+                found.push(mismatch.to_string());
             }
         }
         if replies.next().is_some() {
@@ -707,45 +707,42 @@ impl<W: Workload> Checker<W> {
         index: EntryIndex,
         (fragment, bytes, runs): (FragmentHeader, &[u8], &[KeyedRun]),
         reply: Option<&Reply>,
-    ) -> Result<(), String> {
+    ) -> Result<(), FragmentMismatch<W::Error>> {
         let key = (fragment.client, fragment.request);
-        let name = format!("entry {}: client {} request {}", index.0, key.0.0, key.1.0);
-        let sent = self
-            .requests
-            .get(&key)
-            .ok_or_else(|| format!("{name} is in the log but was never sent"))?;
+        let at = FragmentAt {
+            index,
+            client: key.0,
+            request: key.1,
+        };
+        let sent = (self.requests.get(&key)).ok_or(FragmentMismatch::NeverSent { at })?;
         let first = u64::from(fragment.first_command);
         let range = first as usize..(first + u64::from(fragment.command_count)) as usize;
         let commands = sent
             .get(range.clone())
             .filter(|_| sent.len() as u64 == u64::from(fragment.request_commands))
-            .ok_or_else(|| {
-                format!(
-                    "{name}: the log holds commands {range:?} of {}, the client sent {}",
-                    fragment.request_commands,
-                    sent.len()
-                )
+            .ok_or_else(|| FragmentMismatch::OtherCount {
+                at,
+                range: range.clone(),
+                logged: fragment.request_commands,
+                sent: sent.len(),
             })?;
         if encode_commands(commands) != bytes {
-            return Err(format!(
-                "{name}: the log's commands {range:?} are not the ones the client sent"
-            ));
+            return Err(FragmentMismatch::OtherCommands { at, range });
         }
         let sent_runs = self.runs.get(&key).map_or(&[][..], Vec::as_slice);
-        check_runs(&name, (sent, sent_runs), &fragment, runs)?;
+        check_runs(at, (sent, sent_runs), &fragment, runs)?;
         let answer = match reply {
-            None if fragment.is_last() => {
-                return Err(format!("{name}: its last fragment got no reply"));
-            }
+            None if fragment.is_last() => return Err(FragmentMismatch::NoReply { at }),
             None => None,
             Some(reply) if (reply.client, reply.request) == key => {
                 Some(answer_of(reply, sent_runs))
             }
             Some(reply) => {
-                return Err(format!(
-                    "{name}: its last fragment got the reply to client {} request {}",
-                    reply.client.0, reply.request.0
-                ));
+                return Err(FragmentMismatch::OtherReply {
+                    at,
+                    client: reply.client,
+                    request: reply.request,
+                });
             }
         };
         let logged = Logged {
@@ -755,7 +752,7 @@ impl<W: Workload> Checker<W> {
             runs,
             answer,
         };
-        workload.logged(logged)
+        workload.logged(logged).map_err(FragmentMismatch::Model)
     }
 
     /// A client whose latest request in the reference log has applied only in part.
@@ -927,14 +924,80 @@ fn decode_results<H: Handler>(
     decode_keyed_outcomes::<H>(results, count, keyed)
 }
 
+/// Where a fragment of the committed log is: its entry, its client and request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FragmentAt {
+    index: EntryIndex,
+    client: ClientId,
+    request: RequestNumber,
+}
+
+impl std::fmt::Display for FragmentAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (index, client, request) = (self.index.0, self.client.0, self.request.0);
+        write!(f, "entry {index}: client {client} request {request}")
+    }
+}
+
+/// Why a fragment of the committed log is not what its client sent, or not what the
+/// workload's model (`E`, its error) expected of it.
+#[derive(Debug, thiserror::Error)]
+enum FragmentMismatch<E> {
+    /// No client sent the request.
+    #[error("{at} is in the log but was never sent")]
+    NeverSent { at: FragmentAt },
+    /// The fragment's commands are not a range of the request the client sent.
+    #[error("{at}: the log holds commands {range:?} of {logged}, the client sent {sent}")]
+    OtherCount {
+        at: FragmentAt,
+        range: std::ops::Range<usize>,
+        logged: u32,
+        sent: usize,
+    },
+    /// The fragment's commands are not the client's.
+    #[error("{at}: the log's commands {range:?} are not the ones the client sent")]
+    OtherCommands {
+        at: FragmentAt,
+        range: std::ops::Range<usize>,
+    },
+    /// The keyed runs listed are not the ones the client sent over the fragment.
+    #[error("{at}: the log lists keyed runs {listed:?}, the client sent {sent:?}")]
+    OtherRuns {
+        at: FragmentAt,
+        listed: Vec<KeyRun>,
+        sent: Vec<KeyRun>,
+    },
+    /// A keyed run's digest is not that of its commands.
+    #[error(
+        "{at}: key {} of commands {}..{} carries the digest of other commands",
+        run.key.0,
+        run.first,
+        run.end()
+    )]
+    OtherDigest { at: FragmentAt, run: KeyRun },
+    /// The request's last fragment applied without a reply.
+    #[error("{at}: its last fragment got no reply")]
+    NoReply { at: FragmentAt },
+    /// The request's last fragment applied with another request's reply.
+    #[error("{at}: its last fragment got the reply to client {} request {}", client.0, request.0)]
+    OtherReply {
+        at: FragmentAt,
+        client: ClientId,
+        request: RequestNumber,
+    },
+    /// The workload's model disagrees.
+    #[error(transparent)]
+    Model(E),
+}
+
 /// Checks the keyed runs a fragment's entry lists for it: the runs its client sent
 /// (`sent`: the commands and runs) that overlap it, each with the digest of its commands.
-fn check_runs<C: crate::codec::Encode>(
-    name: &str,
+fn check_runs<C: crate::codec::Encode, E>(
+    at: FragmentAt,
     (commands, sent): (&[C], &[KeyRun]),
     fragment: &FragmentHeader,
     runs: &[KeyedRun],
-) -> Result<(), String> {
+) -> Result<(), FragmentMismatch<E>> {
     let (first, end) = (
         fragment.first_command,
         fragment.first_command + fragment.command_count,
@@ -943,10 +1006,11 @@ fn check_runs<C: crate::codec::Encode>(
         .iter()
         .filter(|run| run.first < end && run.end() > first);
     if !overlapping.copied().eq(runs.iter().map(|keyed| keyed.run)) {
-        let listed: Vec<KeyRun> = runs.iter().map(|keyed| keyed.run).collect();
-        return Err(format!(
-            "{name}: the log lists keyed runs {listed:?}, the client sent {sent:?}"
-        ));
+        return Err(FragmentMismatch::OtherRuns {
+            at,
+            listed: runs.iter().map(|keyed| keyed.run).collect(),
+            sent: sent.to_vec(),
+        });
     }
     for keyed in runs {
         let run = keyed.run;
@@ -954,12 +1018,7 @@ fn check_runs<C: crate::codec::Encode>(
             .get(run.first as usize..run.end() as usize)
             .map(|covered| RequestDigest::of(run.count, &encode_commands(covered)));
         if digest != Some(keyed.digest) {
-            return Err(format!(
-                "{name}: key {} of commands {}..{} carries the digest of other commands",
-                run.key.0,
-                run.first,
-                run.end()
-            ));
+            return Err(FragmentMismatch::OtherDigest { at, run });
         }
     }
     Ok(())

@@ -8,6 +8,7 @@
 use crate::core::HardState;
 use crate::entry::{Entry, EntryHash};
 use crate::ids::{EntryIndex, NodeId, Term};
+use crate::node::NodeError;
 use crate::node::storage::{HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, write_hard_state_on};
 use crate::replica::WalOp;
 use crate::rng::Rng;
@@ -171,9 +172,8 @@ impl Disk {
     }
 
     /// Keeps the hard state, durably.
-    pub fn persist(&mut self, hard: HardState) -> Result<(), String> {
-        let written = write_hard_state_on(&self.device, data_dir(), hard);
-        written.map_err(|error| error.to_string())?;
+    pub fn persist(&mut self, hard: HardState) -> Result<(), NodeError> {
+        write_hard_state_on(&self.device, data_dir(), hard)?;
         self.hard = hard;
         Ok(())
     }

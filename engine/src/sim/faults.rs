@@ -233,7 +233,7 @@ impl<W: Workload> Sim<W> {
     pub(super) fn fsync_failed(&mut self, id: NodeId, error: &WalError) {
         self.report.fsync_errors += 1;
         self.node(id).wal_failed = true;
-        let halt = Halt::WalFailed(error.to_string());
+        let halt = Halt::WalFailed(WalFailure::Sync(error.into()));
         self.drive(id, |r, out| r.halt(halt, out));
         self.crash(id);
         let down = 10 + self.rng.below(2_000);

@@ -77,7 +77,7 @@ use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{EntryIndex, NodeId, RequestNumber};
 use crate::node::NodeError;
 use crate::node::recovery::{RecoveryOptions, recover_on};
-use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalOp};
+use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalFailure, WalOp};
 use crate::rng::Rng;
 use crate::snapshot::{Incoming, SnapshotFiles, snapshot_path};
 use crate::state::State;
@@ -154,12 +154,16 @@ pub const QUIET_UNITS: Time = 4 * ELECTION_TICKS_MIN_DEFAULT as Time * TICK_UNIT
 pub trait Workload {
     /// The handler under test.
     type H: Handler;
+    /// What the workload's checks find wrong ([`Workload::check`], and the model's
+    /// [`Workload::logged`] and [`Workload::check_model`]): the simulator reports its message
+    /// as a violation.
+    type Error: std::error::Error;
     /// A fresh handler (one per node and one for the checker's reference replica).
     fn handler(&self) -> Self::H;
     /// The commands of a client's next request (1 to 1,024).
     fn next_request(&mut self, rng: &mut Rng) -> Vec<<Self::H as Handler>::Command>;
     /// Checks the committed state against what was observed (the business invariant).
-    fn check(&self, state: &State) -> Result<(), String>;
+    fn check(&self, state: &State) -> Result<(), Self::Error>;
     /// Takes note of a command's outcome, in the global order of the committed log; nothing
     /// by default.
     fn observe(&mut self, command: &<Self::H as Handler>::Command, outcome: &OutcomeOf<Self::H>) {
@@ -177,13 +181,13 @@ pub trait Workload {
     /// `Reused`. A model that ignores the runs reports false violations in those seeds. A key
     /// may also come alone, as a plain request 1 of its session. Without a model (the
     /// default) it accepts every fragment.
-    fn logged(&mut self, logged: check::Logged<'_, Self::H>) -> Result<(), String> {
+    fn logged(&mut self, logged: check::Logged<'_, Self::H>) -> Result<(), Self::Error> {
         let _ = logged;
         Ok(())
     }
     /// Compares the model with the committed state after an entry; passes by default (no
     /// model).
-    fn check_model(&self, state: &State) -> Result<(), String> {
+    fn check_model(&self, state: &State) -> Result<(), Self::Error> {
         let _ = state;
         Ok(())
     }
@@ -801,9 +805,8 @@ impl<W: Workload> Sim<W> {
                 }
                 self.send_peer(id, to, message);
             }
-            Io::PersistHardState(hard) => {
-                self.node(id).disk.persist(hard).map_err(Halt::HardState)?
-            }
+            Io::PersistHardState(hard) => (self.node(id).disk.persist(hard))
+                .map_err(|error| Halt::HardState((&error).into()))?,
             Io::Wal(op) => {
                 if let WalOp::Truncate(from) = op {
                     self.check_truncate(id, from);

@@ -33,6 +33,29 @@ pub enum Access {
     ReadOnly,
 }
 
+/// A storage error as a value that can be kept, cloned and compared (an [`io::Error`] can be
+/// none of these), as a replica's halt must be: the system's kind of error, where there was
+/// one, and the error's message, which names the file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct IoFault {
+    /// The kind of the [`io::Error`] behind it; `None` when the failure was found in the
+    /// bytes (a damaged entry) rather than reported by the system.
+    pub kind: Option<io::ErrorKind>,
+    /// What the error said.
+    pub message: String,
+}
+
+impl IoFault {
+    /// `error` as a value, of the system's `kind` when it has one.
+    pub fn new(kind: Option<io::ErrorKind>, error: &impl std::fmt::Display) -> Self {
+        IoFault {
+            kind,
+            message: error.to_string(),
+        }
+    }
+}
+
 /// A directory tree of files: the real file system, or a simulated disk.
 pub trait Storage: Clone + Debug + Send + Sync + 'static {
     /// An open file.

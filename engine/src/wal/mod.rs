@@ -12,7 +12,7 @@ pub use recovery::{Damage, Recovery};
 
 use crate::entry::{ENTRY_PAYLOAD_BYTES_MAX, Entry, EntryHash, chain_hash};
 use crate::ids::{EntryIndex, Term};
-use crate::storage::{Files, Storage, StorageFile};
+use crate::storage::{Files, IoFault, Storage, StorageFile};
 use bytes::Bytes;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -42,6 +42,7 @@ static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 /// A WAL failure.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WalError {
     /// The file system refused an operation.
     #[error("{path}: {source}")]
@@ -113,6 +114,19 @@ impl WalError {
             | WalError::Missing(_)
             | WalError::Newer { .. } => false,
         }
+    }
+}
+
+impl From<&WalError> for IoFault {
+    fn from(error: &WalError) -> Self {
+        let kind = match error {
+            WalError::Io { source, .. } | WalError::Full { source, .. } => Some(source.kind()),
+            WalError::Corruption { .. }
+            | WalError::Unchained { .. }
+            | WalError::Missing(_)
+            | WalError::Newer { .. } => None,
+        };
+        IoFault::new(kind, error)
     }
 }
 

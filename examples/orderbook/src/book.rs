@@ -401,19 +401,68 @@ fn cancel(tx: &mut Tx<'_>, trader: u32, id: u64) -> Result<BookOutput, BookError
     })
 }
 
+/// An invariant of the book that a committed state breaks.
+#[derive(Debug, thiserror::Error)]
+pub enum Broken {
+    /// The best bid is at or above the best ask.
+    #[error("the book is crossed: best bid {bid}, best ask {ask}")]
+    Crossed {
+        /// The best bid.
+        bid: u64,
+        /// The best ask.
+        ask: u64,
+    },
+    /// A level lists an order that does not rest there.
+    #[error("level {side:?} {price} lists order {id}: {order:?}")]
+    Misplaced {
+        /// The level's side.
+        side: Side,
+        /// The level's price.
+        price: u64,
+        /// The order listed.
+        id: u64,
+        /// The order as it rests, if it does.
+        order: Option<Order>,
+    },
+    /// A level is empty, or its total is not its orders' remaining quantity.
+    #[error("level {side:?} {price}: {level:?}, remaining {total}")]
+    LevelTotal {
+        /// The level's side.
+        side: Side,
+        /// The level's price.
+        price: u64,
+        /// The level.
+        level: Level,
+        /// Its orders' remaining quantity.
+        total: u64,
+    },
+    /// The levels do not list every resting order once.
+    #[error("{resting} orders rest, the levels list {listed}")]
+    Unlisted {
+        /// Resting orders.
+        resting: usize,
+        /// Orders the levels list.
+        listed: usize,
+    },
+    /// Positions do not net to zero.
+    #[error("positions net to {net:?}, not zero")]
+    Unbalanced {
+        /// The positions' sum: quantity and cash.
+        net: (i64, i128),
+    },
+}
+
 /// The book's invariants on a committed state (the simulator's workload checks them after
 /// every entry): the book is never crossed; each level lists resting orders of its side and
 /// price, oldest first, and its total is their remaining quantity; every resting order is
 /// listed once; and positions net to zero, in quantity and in cash.
-pub fn check_invariants(state: &State) -> Result<(), String> {
+pub fn check_invariants(state: &State) -> Result<(), Broken> {
     let best_bid = state.iter_ordered(&BIDS, ..).next_back().map(|(p, _)| *p);
     let best_ask = state.iter_ordered(&ASKS, ..).next().map(|(p, _)| *p);
     if let (Some(bid), Some(ask)) = (best_bid, best_ask)
         && bid >= ask
     {
-        return Err(format!(
-            "the book is crossed: best bid {bid}, best ask {ask}"
-        ));
+        return Err(Broken::Crossed { bid, ask });
     }
     let mut listed = 0;
     for (side, table) in [(Side::Buy, &BIDS), (Side::Sell, &ASKS)] {
@@ -422,29 +471,35 @@ pub fn check_invariants(state: &State) -> Result<(), String> {
             for id in &level.orders {
                 let order = state.get(&ORDERS, id);
                 let Some(order) = order.filter(|o| o.side == side && o.price == price) else {
-                    return Err(format!(
-                        "level {side:?} {price} lists order {id}: {order:?}"
-                    ));
+                    return Err(Broken::Misplaced {
+                        side,
+                        price,
+                        id: *id,
+                        order: order.cloned(),
+                    });
                 };
                 total += order.remaining;
             }
             if level.orders.is_empty() || total != level.total {
-                return Err(format!(
-                    "level {side:?} {price}: {level:?}, remaining {total}"
-                ));
+                return Err(Broken::LevelTotal {
+                    side,
+                    price,
+                    level: level.clone(),
+                    total,
+                });
             }
             listed += level.orders.len();
         }
     }
     if listed != state.len(&ORDERS) {
         let resting = state.len(&ORDERS);
-        return Err(format!("{resting} orders rest, the levels list {listed}"));
+        return Err(Broken::Unlisted { resting, listed });
     }
     let net = state
         .iter_unordered(&POSITIONS)
         .fold((0i64, 0i128), |(q, c), (_, p)| (q + p.quantity, c + p.cash));
     if net != (0, 0) {
-        return Err(format!("positions net to {net:?}, not zero"));
+        return Err(Broken::Unbalanced { net });
     }
     Ok(())
 }

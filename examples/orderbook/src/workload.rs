@@ -4,7 +4,7 @@
 //! (`orderbook bench`), a seeded book, then orders, cancels and reads by a few traders across
 //! a few price levels, and at the end the traders' positions summed and the best prices read.
 
-use crate::book::{BookCommand, BookError, BookOutput, OrderBook, Side, check_invariants};
+use crate::book::{BookCommand, BookError, BookOutput, Broken, OrderBook, Side, check_invariants};
 use engine::cli::BenchWorkload;
 use engine::rng::Rng;
 use engine::sim::Workload;
@@ -55,6 +55,7 @@ pub struct BookWorkload;
 
 impl Workload for BookWorkload {
     type H = OrderBook;
+    type Error = Broken;
 
     fn handler(&self) -> OrderBook {
         OrderBook
@@ -69,7 +70,7 @@ impl Workload for BookWorkload {
     // No model of its own (observe, logged and check_model keep their defaults): the checks
     // are the invariants of the committed state; the exactly-once rules are the simulator's
     // own (its reference replica and the clients' answers).
-    fn check(&self, state: &State) -> Result<(), String> {
+    fn check(&self, state: &State) -> Result<(), Broken> {
         check_invariants(state)
     }
 }
@@ -132,8 +133,33 @@ impl BookBench {
     }
 }
 
+/// What the benchmark's final check finds wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum FinalCheckFailed {
+    /// The best bid is at or above the best ask.
+    #[error("the book is crossed: bid {bid:?}, ask {ask:?}")]
+    Crossed {
+        /// (price, quantity) of the best bid.
+        bid: (u64, u64),
+        /// (price, quantity) of the best ask.
+        ask: (u64, u64),
+    },
+    /// A final read was answered with something else than a position or best prices.
+    #[error("a final read answered {0:?}")]
+    Unexpected(Outcome<BookOutput, BookError>),
+    /// The traders' positions do not sum to zero.
+    #[error("positions sum to {quantity} lots and {cash} in cash")]
+    Unbalanced {
+        /// Bought less sold, over the traders.
+        quantity: i64,
+        /// Received less paid, over the traders.
+        cash: i128,
+    },
+}
+
 impl BenchWorkload for BookBench {
     type H = OrderBook;
+    type Error = FinalCheckFailed;
 
     fn prefill(&mut self) -> Vec<Vec<BookCommand>> {
         let mut orders = Vec::new();
@@ -168,7 +194,7 @@ impl BenchWorkload for BookBench {
         positions.chain([BookCommand::Best]).collect()
     }
 
-    fn check(&self, outcomes: &[Outcome<BookOutput, BookError>]) -> Result<(), String> {
+    fn check(&self, outcomes: &[Outcome<BookOutput, BookError>]) -> Result<(), FinalCheckFailed> {
         let (mut quantity, mut cash) = (0i64, 0i128);
         for outcome in outcomes {
             match outcome {
@@ -180,18 +206,19 @@ impl BenchWorkload for BookBench {
                     if let (Some(bid), Some(ask)) = (bid, ask)
                         && bid.0 >= ask.0
                     {
-                        return Err(format!("the book is crossed: bid {bid:?}, ask {ask:?}"));
+                        return Err(FinalCheckFailed::Crossed {
+                            bid: *bid,
+                            ask: *ask,
+                        });
                     }
                 }
                 other @ (Outcome::Done(_) | Outcome::Failed(_) | Outcome::Invalid) => {
-                    return Err(format!("a final read answered {other:?}"));
+                    return Err(FinalCheckFailed::Unexpected(other.clone()));
                 }
             }
         }
         if quantity != 0 || cash != 0 {
-            return Err(format!(
-                "positions sum to {quantity} lots and {cash} in cash"
-            ));
+            return Err(FinalCheckFailed::Unbalanced { quantity, cash });
         }
         Ok(())
     }

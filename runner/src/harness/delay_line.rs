@@ -32,22 +32,46 @@ pub struct DelayRange {
     pub max_us: u64,
 }
 
+/// Why a text is not a [`DelayRange`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DelayRangeError {
+    /// One end is not a number of microseconds.
+    #[error("{text:?} is not a number of microseconds: {error}")]
+    NotANumber {
+        /// The end as written.
+        text: String,
+        /// The parser's error.
+        error: std::num::ParseIntError,
+    },
+    /// The least delay is more than the largest.
+    #[error("{min_us} us is more than {max_us} us")]
+    Reversed {
+        /// The least delay, in microseconds.
+        min_us: u64,
+        /// The largest delay, in microseconds.
+        max_us: u64,
+    },
+}
+
 impl std::str::FromStr for DelayRange {
-    type Err = String;
+    type Err = DelayRangeError;
 
     /// `40` or `25-50` (microseconds).
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, DelayRangeError> {
         let number = |s: &str| {
             s.trim()
                 .parse::<u64>()
-                .map_err(|e| format!("{s:?} is not a number of microseconds: {e}"))
+                .map_err(|error| DelayRangeError::NotANumber {
+                    text: s.to_owned(),
+                    error,
+                })
         };
         let (min_us, max_us) = match text.split_once('-') {
             Some((low, high)) => (number(low)?, number(high)?),
             None => (number(text)?, number(text)?),
         };
         if min_us > max_us {
-            return Err(format!("{min_us} us is more than {max_us} us"));
+            return Err(DelayRangeError::Reversed { min_us, max_us });
         }
         Ok(DelayRange { min_us, max_us })
     }

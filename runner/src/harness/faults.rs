@@ -567,7 +567,21 @@ pub struct Workload {
     /// When each acknowledged request was answered, and how long it took.
     pub latencies: Rc<RefCell<Vec<(Instant, Duration)>>>,
     stop: Rc<Cell<bool>>,
-    clients: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+    clients: Vec<tokio::task::JoinHandle<Result<(), ClientFailed>>>,
+}
+
+/// Why a client of the workload stopped before it was told to: clients never give up, so a
+/// request that fails is a violation.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientFailed {
+    /// A request failed.
+    #[error("client {client}: a request failed: {error}")]
+    Request {
+        /// The client's id.
+        client: u128,
+        /// Why.
+        error: engine::client::ClientError,
+    },
 }
 
 impl Workload {
@@ -593,10 +607,12 @@ impl Workload {
                     let batch = commands(&mut rng);
                     let sent = Instant::now();
                     let slot = history.borrow_mut().invoked(k, &batch);
-                    let outcomes = client
-                        .submit::<Bank>(&batch)
-                        .await
-                        .map_err(|e| format!("client {}: a request failed: {e}", client.id().0))?;
+                    let outcomes = client.submit::<Bank>(&batch).await.map_err(|error| {
+                        ClientFailed::Request {
+                            client: client.id().0,
+                            error,
+                        }
+                    })?;
                     history.borrow_mut().completed(slot, &outcomes);
                     latencies
                         .borrow_mut()
@@ -631,7 +647,7 @@ impl Workload {
         for client in std::mem::take(&mut self.clients) {
             match tokio::time::timeout_at(settle.into(), client).await {
                 Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(failure))) => findings.borrow_mut().violations.push(failure),
+                Ok(Ok(Err(failure))) => findings.borrow_mut().violations.push(failure.to_string()),
                 Ok(Err(panic)) => findings
                     .borrow_mut()
                     .violations

@@ -1,7 +1,7 @@
 //! `runner sim`: the deterministic cluster simulator (`engine::sim`) driving the Bank, over
 //! many seeds; each failing seed is printed and replays with `--seed S --seeds 1`.
 
-use crate::sim_oracle::BankOracle;
+use crate::sim_oracle::{BankOracle, OracleError};
 use bank::workload::account_id;
 use bank::{ACCOUNTS, AccountId, Bank, BankCommand, BankError, BankOutput};
 use engine::Outcome;
@@ -35,8 +35,25 @@ pub struct BankWorkload {
     oracle: BankOracle,
 }
 
+/// What the Bank's simulation checks find wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum BankBroken {
+    /// Money was made or lost (I3).
+    #[error("balances sum to {total}, deposits and withdrawals to {expected}")]
+    Total {
+        /// What the balances sum to.
+        total: u128,
+        /// What the outcomes say they must.
+        expected: u128,
+    },
+    /// The reference replica parts from the oracle.
+    #[error(transparent)]
+    Oracle(#[from] OracleError),
+}
+
 impl Workload for BankWorkload {
     type H = Bank;
+    type Error = BankBroken;
 
     fn handler(&self) -> Bank {
         Bank
@@ -64,26 +81,26 @@ impl Workload for BankWorkload {
         }
     }
 
-    fn check(&self, state: &State) -> Result<(), String> {
+    fn check(&self, state: &State) -> Result<(), BankBroken> {
         let total: u128 = state
             .iter_unordered(&ACCOUNTS)
             .map(|(_, account)| u128::from(account.balance))
             .sum();
         if total != self.expected_total {
-            return Err(format!(
-                "balances sum to {total}, deposits and withdrawals to {}",
-                self.expected_total
-            ));
+            return Err(BankBroken::Total {
+                total,
+                expected: self.expected_total,
+            });
         }
         Ok(())
     }
 
-    fn logged(&mut self, logged: Logged<'_, Bank>) -> Result<(), String> {
-        self.oracle.logged(logged)
+    fn logged(&mut self, logged: Logged<'_, Bank>) -> Result<(), BankBroken> {
+        Ok(self.oracle.logged(logged)?)
     }
 
-    fn check_model(&self, state: &State) -> Result<(), String> {
-        self.oracle.check_state(state)
+    fn check_model(&self, state: &State) -> Result<(), BankBroken> {
+        Ok(self.oracle.check_state(state)?)
     }
 }
 

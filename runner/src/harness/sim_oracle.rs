@@ -34,7 +34,7 @@ pub type BankOutcome = Outcome<BankOutput, BankError>;
 
 /// Where a command stands in the committed log, for a violation's message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Origin {
+pub struct Origin {
     index: u64,
     client: u128,
     request: u64,
@@ -50,6 +50,111 @@ impl fmt::Display for Origin {
             self.index, self.client, self.request, self.command
         )
     }
+}
+
+/// Where a request's fragment stands in the committed log, for a violation's message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestAt {
+    index: u64,
+    client: u128,
+    request: u64,
+}
+
+impl fmt::Display for RequestAt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (index, client, request) = (self.index, self.client, self.request);
+        write!(f, "entry {index}: client {client} request {request}")
+    }
+}
+
+/// Where the reference replica and the model part. The answers are kept as their debug
+/// text: the model's borrows its sessions, and the message is all a violation keeps.
+#[derive(Debug, thiserror::Error)]
+pub enum OracleError {
+    /// The reference answered a request before its last fragment applied.
+    #[error("{at}: the reference answered {answer} before its last fragment")]
+    EarlyAnswer {
+        /// The fragment.
+        at: RequestAt,
+        /// The reference's answer.
+        answer: String,
+    },
+    /// The reference did not answer a request whose last fragment applied.
+    #[error("{at}: the reference did not answer; the model says {expected}")]
+    NoAnswer {
+        /// The fragment.
+        at: RequestAt,
+        /// The model's answer.
+        expected: String,
+    },
+    /// The reference's answer is of another kind than the model's.
+    #[error("{at}: the reference answered {answer}, the model says {expected}")]
+    OtherAnswer {
+        /// The fragment.
+        at: RequestAt,
+        /// The reference's answer.
+        answer: String,
+        /// The model's answer.
+        expected: String,
+    },
+    /// The reference answered another number of outcomes than the model.
+    #[error("{at}: the reference has {reference} outcomes, the model {model}")]
+    OutcomeCount {
+        /// The fragment.
+        at: RequestAt,
+        /// The reference's outcomes.
+        reference: usize,
+        /// The model's outcomes.
+        model: usize,
+    },
+    /// A command's outcome differs.
+    #[error(
+        "{at} command {position} ({:?}): the reference says {:?}, the model {:?}",
+        differs.0,
+        differs.1,
+        differs.2
+    )]
+    OtherOutcome {
+        /// The fragment.
+        at: RequestAt,
+        /// The command's position in its request.
+        position: usize,
+        /// The command, the reference's outcome and the model's (boxed: the other
+        /// variants are small).
+        differs: Box<(BankCommand, Got, Got)>,
+    },
+    /// The state holds an account the model does not.
+    #[error("account {id} is in the state ({account:?}) but not in the model")]
+    NotInModel {
+        /// The account's id.
+        id: u64,
+        /// The state's account.
+        account: Account,
+    },
+    /// An account of the state differs from the model's.
+    #[error(
+        "account {id}: the state has {state:?}, the model {model:?} (last changed at {changed_by})"
+    )]
+    OtherAccount {
+        /// The account's id.
+        id: u64,
+        /// The state's account.
+        state: Account,
+        /// The model's account.
+        model: Account,
+        /// The command that opened or last changed the model's.
+        changed_by: Origin,
+    },
+    /// The model holds an account the state does not.
+    #[error(
+        "account {id} is in the model (opened or changed at {changed_by}) but not in the state"
+    )]
+    NotInState {
+        /// The account's id.
+        id: u64,
+        /// The command that opened or last changed the model's.
+        changed_by: Origin,
+    },
 }
 
 /// One account of the model.
@@ -91,7 +196,7 @@ struct ModelSession {
 
 /// What a command of a request got: `Ran` with its outcome (every command outside keyed runs,
 /// and a keyed one whose key's session ran it, now or before), or why a keyed one did not run.
-type Got = KeyedOutcome<BankOutcome>;
+pub type Got = KeyedOutcome<BankOutcome>;
 
 /// A request's commands applied so far, with what each got, in order.
 type Applied = Vec<(BankCommand, Got)>;
@@ -144,7 +249,7 @@ pub struct BankOracle {
 impl BankOracle {
     /// Takes in one fragment of the committed log: applies what the model says applies, and
     /// compares the reference's answer, if the fragment ends its request, with the model's.
-    pub fn logged(&mut self, logged: Logged<'_, bank::Bank>) -> Result<(), String> {
+    pub fn logged(&mut self, logged: Logged<'_, bank::Bank>) -> Result<(), OracleError> {
         let fragment = logged.fragment;
         let verdict = self.verdict(&fragment);
         if let Verdict::Apply { from, fresh } = verdict {
@@ -153,22 +258,25 @@ impl BankOracle {
             }
             self.apply(&logged, from);
         }
-        let name = format!(
-            "entry {}: client {} request {}",
-            logged.index.0, fragment.client.0, fragment.request.0
-        );
+        let at = RequestAt {
+            index: logged.index.0,
+            client: fragment.client.0,
+            request: fragment.request.0,
+        };
         let expected = fragment
             .is_last()
             .then(|| self.expected(&fragment, verdict));
         match (expected, &logged.answer) {
             (None, None) => Ok(()),
-            (Some(expected), Some(answer)) => compare(&name, &expected, answer),
-            (None, Some(answer)) => Err(format!(
-                "{name}: the reference answered {answer:?} before its last fragment"
-            )),
-            (Some(expected), None) => Err(format!(
-                "{name}: the reference did not answer; the model says {expected:?}"
-            )),
+            (Some(expected), Some(answer)) => compare(at, &expected, answer),
+            (None, Some(answer)) => Err(OracleError::EarlyAnswer {
+                at,
+                answer: format!("{answer:?}"),
+            }),
+            (Some(expected), None) => Err(OracleError::NoAnswer {
+                at,
+                expected: format!("{expected:?}"),
+            }),
         }
     }
 
@@ -391,21 +499,21 @@ impl BankOracle {
     }
 
     /// Compares the model's accounts with the `ACCOUNTS` table of a committed state.
-    pub fn check_state(&self, state: &State) -> Result<(), String> {
+    pub fn check_state(&self, state: &State) -> Result<(), OracleError> {
         for (id, account) in state.iter_unordered(&ACCOUNTS) {
             let Some(model) = self.accounts.get(&id.0) else {
-                return Err(format!(
-                    "account {} is in the state ({account:?}) but not in the model",
-                    id.0
-                ));
+                return Err(OracleError::NotInModel {
+                    id: id.0,
+                    account: *account,
+                });
             };
             if model.public() != *account {
-                return Err(format!(
-                    "account {}: the state has {account:?}, the model {:?} (last changed at {})",
-                    id.0,
-                    model.public(),
-                    model.changed_by
-                ));
+                return Err(OracleError::OtherAccount {
+                    id: id.0,
+                    state: *account,
+                    model: model.public(),
+                    changed_by: model.changed_by,
+                });
             }
         }
         let missing = self
@@ -413,10 +521,10 @@ impl BankOracle {
             .iter()
             .find(|(id, _)| state.get(&ACCOUNTS, &AccountId(**id)).is_none());
         match missing {
-            Some((id, model)) => Err(format!(
-                "account {id} is in the model (opened or changed at {}) but not in the state",
-                model.changed_by
-            )),
+            Some((id, model)) => Err(OracleError::NotInState {
+                id: *id,
+                changed_by: model.changed_by,
+            }),
             None => Ok(()),
         }
     }
@@ -542,7 +650,11 @@ fn take(balance: u64, amount: u64) -> Result<u64, BankError> {
 }
 
 /// Compares the reference's answer to a request with the model's.
-fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> Result<(), String> {
+fn compare(
+    at: RequestAt,
+    expected: &Expected<'_>,
+    answer: &Answer<bank::Bank>,
+) -> Result<(), OracleError> {
     match (expected, answer) {
         (Expected::Stale, Answer::Stale)
         | (Expected::Expired, Answer::Expired)
@@ -550,10 +662,10 @@ fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> 
         | (Expected::NotYet, Answer::NotYet) => Ok(()),
         (Expected::Results(model), Answer::Results(reference)) => {
             let ran: Vec<Got> = reference.iter().cloned().map(KeyedOutcome::Ran).collect();
-            compare_results(name, model, &ran)
+            compare_results(at, model, &ran)
         }
         (Expected::Results(model), Answer::Keyed(reference)) => {
-            compare_results(name, model, reference)
+            compare_results(at, model, reference)
         }
         (
             Expected::Results(_)
@@ -568,34 +680,37 @@ fn compare(name: &str, expected: &Expected<'_>, answer: &Answer<bank::Bank>) -> 
             | Answer::Reused
             | Answer::NotYet
             | Answer::Undecodable,
-        ) => Err(format!(
-            "{name}: the reference answered {answer:?}, the model says {expected:?}"
-        )),
+        ) => Err(OracleError::OtherAnswer {
+            at,
+            answer: format!("{answer:?}"),
+            expected: format!("{expected:?}"),
+        }),
     }
 }
 
 /// Compares the reference's outcomes of a request (each plain one as `Ran`) with the model's.
 fn compare_results(
-    name: &str,
+    at: RequestAt,
     model: &[(BankCommand, Got)],
     reference: &[Got],
-) -> Result<(), String> {
+) -> Result<(), OracleError> {
     if model.len() != reference.len() {
-        return Err(format!(
-            "{name}: the reference has {} outcomes, the model {}",
-            reference.len(),
-            model.len()
-        ));
+        return Err(OracleError::OutcomeCount {
+            at,
+            reference: reference.len(),
+            model: model.len(),
+        });
     }
     let wrong = model
         .iter()
         .zip(reference)
         .position(|((_, model), reference)| model != reference);
     match wrong {
-        Some(k) => Err(format!(
-            "{name} command {k} ({:?}): the reference says {:?}, the model {:?}",
-            model[k].0, reference[k], model[k].1
-        )),
+        Some(k) => Err(OracleError::OtherOutcome {
+            at,
+            position: k,
+            differs: Box::new((model[k].0.clone(), reference[k].clone(), model[k].1.clone())),
+        }),
         None => Ok(()),
     }
 }
@@ -635,13 +750,14 @@ mod tests {
         commands: &[BankCommand],
         answer: Option<Answer<Bank>>,
     ) -> Result<(), String> {
-        oracle.logged(Logged {
+        let logged = Logged {
             index: EntryIndex(index),
             fragment,
             commands,
             runs: &[],
             answer,
-        })
+        };
+        oracle.logged(logged).map_err(|error| error.to_string())
     }
 
     fn account(balance: u64, version: u64) -> BankOutcome {
@@ -745,7 +861,8 @@ mod tests {
         sandbox.run(&[deposit]).expect("the sandbox applies");
         let found = oracle
             .check_state(sandbox.state())
-            .expect_err("a state with the deposit twice is a violation");
+            .expect_err("a state with the deposit twice is a violation")
+            .to_string();
         assert!(found.contains(&format!("account {}", A.0)), "{found}");
         assert!(
             found.contains("entry 3: client 1 request 3 command 0"),
@@ -866,13 +983,14 @@ mod tests {
         answer: Vec<Got>,
     ) -> Result<(), String> {
         let count = commands.len() as u32;
-        oracle.logged(Logged {
+        let logged = Logged {
             index: EntryIndex(index),
             fragment: fragment(client, request, count, 0, count),
             commands,
             runs: &[run],
             answer: Some(Answer::Keyed(answer)),
-        })
+        };
+        oracle.logged(logged).map_err(|error| error.to_string())
     }
 
     /// Proves a key applies once whichever request, client or session carries it: a copy

@@ -96,13 +96,24 @@ pub struct BenchOptions {
     pub json: Option<PathBuf>,
 }
 
+/// Why a text is not a `--rate`.
+#[derive(Debug, thiserror::Error)]
+enum RateError {
+    /// Not a number, or not a finite one above zero.
+    #[error("{text:?} is not a positive number of requests per second")]
+    NotPositive {
+        /// The text given.
+        text: String,
+    },
+}
+
 /// `--rate`: a finite number of requests per second above zero.
-fn positive_rate(text: &str) -> Result<f64, String> {
+fn positive_rate(text: &str) -> Result<f64, RateError> {
     match text.parse::<f64>() {
         Ok(rate) if rate > 0.0 && rate.is_finite() => Ok(rate),
-        _ => Err(format!(
-            "{text:?} is not a positive number of requests per second"
-        )),
+        _ => Err(RateError::NotPositive {
+            text: text.to_owned(),
+        }),
     }
 }
 
@@ -277,6 +288,7 @@ struct BankLoad(TransferMix);
 
 impl BenchWorkload for BankLoad {
     type H = Bank;
+    type Error = std::convert::Infallible;
 
     fn next_request(&mut self, _client: u32, rng: &mut Rng, commands: u32) -> Vec<BankCommand> {
         let mut request = Vec::with_capacity(commands as usize);

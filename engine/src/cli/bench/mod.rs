@@ -30,7 +30,7 @@ use crate::rng::Rng;
 use anyhow::{Context, bail};
 use clap::Args;
 use cost::StageAverages;
-use report::{Around, BenchReport, CPU_OF_CLIENT, Convergence, Found, Prefill, Run};
+use report::{Around, BenchReport, CPU_OF_CLIENT, CheckFailed, Convergence, Found, Prefill, Run};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,9 @@ const CONVERGENCE_WAIT_S: u64 = 30;
 pub trait BenchWorkload {
     /// The handler the cluster runs.
     type H: Handler;
+    /// What [`BenchWorkload::check`] finds wrong (`std::convert::Infallible` for a workload
+    /// that checks nothing).
+    type Error: std::error::Error + Send + Sync + 'static;
 
     /// Requests sent once, in order, before anything is timed (accounts opened, a book
     /// seeded); none by default. A business refusal of one is counted, not fatal (a rerun
@@ -79,7 +82,7 @@ pub trait BenchWorkload {
 
     /// Judges the outcomes of [`BenchWorkload::final_request`]: an error fails the
     /// benchmark. Passes by default.
-    fn check(&self, outcomes: &[OutcomeOf<Self::H>]) -> Result<(), String> {
+    fn check(&self, outcomes: &[OutcomeOf<Self::H>]) -> Result<(), Self::Error> {
         let _ = outcomes;
         Ok(())
     }
@@ -371,7 +374,7 @@ async fn prefill<W: BenchWorkload>(
 async fn final_check<W: BenchWorkload>(
     config: &ClientConfig,
     workload: &mut W,
-) -> anyhow::Result<Result<(), String>> {
+) -> anyhow::Result<Result<(), CheckFailed>> {
     let request = workload.final_request();
     if request.is_empty() {
         return Ok(Ok(()));
@@ -380,7 +383,7 @@ async fn final_check<W: BenchWorkload>(
         .submit::<W::H>(&request)
         .await
         .context("the final check's request")?;
-    Ok(workload.check(&outcomes))
+    Ok(workload.check(&outcomes).map_err(CheckFailed::new))
 }
 
 /// Waits until every node answers with the same applied entry and state hash, having

@@ -6,6 +6,7 @@ use super::{Load, Measured};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Latency percentiles of one run's requests, in milliseconds.
 #[derive(Debug, Clone, Serialize)]
@@ -305,6 +306,19 @@ pub struct BenchReport {
     state_hashes: Vec<String>,
 }
 
+/// The workload's final check failed: its own error, shared so that what a benchmark found
+/// can be cloned.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct CheckFailed(Arc<dyn std::error::Error + Send + Sync>);
+
+impl CheckFailed {
+    /// The workload's `error`.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        CheckFailed(Arc::new(error))
+    }
+}
+
 /// What a benchmark found, before it is reported.
 #[derive(Debug, Clone)]
 pub struct Found {
@@ -313,7 +327,7 @@ pub struct Found {
     /// The runs, in the order run.
     pub runs: Vec<Run>,
     /// The workload's check.
-    pub check: Result<(), String>,
+    pub check: Result<(), CheckFailed>,
     /// The replicas at the end.
     pub convergence: Convergence,
 }
@@ -348,7 +362,7 @@ impl BenchReport {
             unknown: runs.iter().map(|r| r.unknown).sum(),
             runs: found.runs,
             check_passed: found.check.is_ok(),
-            check: found.check.err().unwrap_or_else(|| "ok".into()),
+            check: (found.check.err()).map_or_else(|| "ok".into(), |e| e.to_string()),
             replicas_converged: found.convergence.converged,
             state_hashes: found.convergence.state_hashes,
         }

@@ -16,6 +16,7 @@ pub const RETRY_AFTER_S: u64 = 1;
 
 /// Why a caller's commands have no outcomes.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Failure {
     /// The body is not a JSON array of the handler's commands.
     #[error("{message}")]

@@ -14,6 +14,7 @@ pub const GATEWAY_TLS_HANDSHAKE_S: u64 = 10;
 
 /// Why the gateway's TLS options cannot be served.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum GatewayTlsError {
     /// A certificate without its key.
     #[error("--tls-cert-file needs --tls-key-file (the certificate's private key)")]
