@@ -13,17 +13,21 @@ pub const WAL: u16 = 1;
 pub const SNAPSHOT: u16 = 7;
 /// The oldest snapshot format this build reads.
 pub const SNAPSHOT_OLDEST: u16 = 5;
+/// The delta file's format (`SNAPd001`), which builds before it neither write nor read: they
+/// list whole snapshots only, and replay the log, kept from the whole snapshot on.
+pub const SNAPSHOT_DELTA: u16 = 1;
 /// The backup file's format.
 pub const BACKUP: u16 = crate::operator::backup::BACKUP_FORMAT_VERSION;
 
 const _: () = assert!(PROTOCOL_OLDEST <= PROTOCOL && SNAPSHOT_OLDEST <= SNAPSHOT);
 
-/// One line naming every version: `protocol 4 (reads 3-4), WAL 1, snapshot 7 (reads 5-7),
-/// backup 1`.
+/// One line naming every version: `protocol 5 (reads 3-5), WAL 1, snapshot 7 (reads 5-7),
+/// delta 1, backup 1`.
 pub fn describe() -> String {
     format!(
         "protocol {PROTOCOL} (reads {PROTOCOL_OLDEST}-{PROTOCOL}), WAL {WAL}, \
-         snapshot {SNAPSHOT} (reads {SNAPSHOT_OLDEST}-{SNAPSHOT}), backup {BACKUP}"
+         snapshot {SNAPSHOT} (reads {SNAPSHOT_OLDEST}-{SNAPSHOT}), delta {SNAPSHOT_DELTA}, \
+         backup {BACKUP}"
     )
 }
 

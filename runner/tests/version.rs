@@ -67,6 +67,11 @@ fn the_changelog_names_the_formats_of_this_build() {
         )
     );
     assert_eq!(row("backups"), format!("{BACKUP} / -"));
+    let delta = engine::formats::SNAPSHOT_DELTA;
+    assert_eq!(
+        row("snapshot deltas"),
+        format!("{delta} (`SNAPd{delta:03}`) / -")
+    );
 }
 
 /// Proves the compatibility table in `notes/operations.md` has a row for this build whose

@@ -635,6 +635,15 @@ impl<H: Handler> StateMachine<H> {
         self.state.can_delta()
     }
 
+    /// The bytes a delta taken now would write, estimated from a whole snapshot of
+    /// `whole_bytes`: its share of the records written since the last snapshot began (each
+    /// record taken as the whole's average). `None` when no delta can be taken.
+    pub fn delta_bytes_estimate(&self, whole_bytes: u64) -> Option<u64> {
+        let (written, held) = self.state.written()?;
+        let share = u128::from(whole_bytes) * u128::from(written) / u128::from(held.max(1));
+        Some(u64::try_from(share).unwrap_or(u64::MAX))
+    }
+
     /// Starts a delta over the snapshot `previous` names, which must be the last one started
     /// (and completed) on this machine: as [`StateMachine::begin_snapshot`], but the scan
     /// covers only what was written since that one started

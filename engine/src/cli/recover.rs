@@ -138,6 +138,7 @@ fn as_json<H: Handler>(
                 "first_start": report.first_start,
                 "snapshot_index": report.snapshot.map_or(0, |(index, _)| index.0),
                 "snapshot_bytes": report.snapshot.map_or(0, |(_, bytes)| bytes),
+                "delta_entries": report.deltas,
                 "replayed_entries": report.replayed,
                 "discarded_entries": report.discarded,
                 "torn_tail_bytes": report.torn_tail_bytes,
@@ -215,6 +216,12 @@ fn would_do(report: &RecoveryReport) -> Vec<String> {
     }
     if let Some(damage) = &report.damage {
         lines.push(format!("repair: {damage}"));
+    }
+    if report.deltas > 0 {
+        lines.push(format!(
+            "load the deltas over the snapshot, {} entries past it",
+            report.deltas
+        ));
     }
     for passed in &report.passed_over {
         lines.push(format!("pass over {passed}"));

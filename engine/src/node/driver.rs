@@ -414,12 +414,16 @@ impl<H: Handler> Driver<H> {
             Input::Snapshot(Ok(durable)) => {
                 let (index, bytes, took) = (durable.meta.index, durable.bytes, durable.took);
                 let ms = took.as_secs_f64() * 1e3;
-                tracing::debug!(index = index.0, bytes, ms, "snapshot written");
+                let delta = durable.delta;
+                tracing::debug!(index = index.0, bytes, ms, delta, "snapshot written");
                 self.metrics.snapshot_written(bytes, took);
                 self.snapshot_at = Instant::now();
-                replica.snapshot_durable(index, bytes, &mut out)
+                replica.snapshot_durable(&durable, &mut out)
             }
-            Input::Snapshot(Err(error)) => tracing::warn!(%error, "a snapshot failed"),
+            Input::Snapshot(Err(error)) => {
+                tracing::warn!(%error, "a snapshot failed");
+                replica.snapshot_failed();
+            }
             Input::SnapshotAborted(peer) => replica.snapshot_send_aborted(peer, &mut out),
         }
         self.carry_out(out);

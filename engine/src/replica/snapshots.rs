@@ -1,12 +1,18 @@
-//! Snapshots: when to start one (counted in applied entries, log bytes and ticks), its slices,
-//! what a durable one lets the log drop, sending one to a follower and installing the leader's.
+//! Snapshots: when to start one (counted in applied entries, log bytes and ticks) and whether
+//! whole or a delta over the last one, its slices, what a durable one lets the log drop,
+//! sending one to a follower and installing the leader's.
 
 use super::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalOp};
 use crate::core::{Event, LogBase};
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId};
-use crate::snapshot::{ScanProgress, Snapshot};
+use crate::snapshot::{Durable, ScanProgress, Snapshot, SnapshotLink};
 use net::message::AppliedHash;
+
+/// Deltas follow a whole snapshot until their bytes add up to this percent of its size; the
+/// next snapshot is then whole (a recovery loads the whole snapshot and every delta over it,
+/// and the log is kept from the whole snapshot before it).
+pub const DELTA_CHAIN_PERCENT: u64 = 100;
 
 /// What decides when a replica starts its next snapshot, and the newest durable one.
 pub(super) struct Snapshots {
@@ -20,8 +26,15 @@ pub(super) struct Snapshots {
     durable_bytes: u64,
     /// The machine's applied payload bytes at the last start.
     log_bytes_at_start: u64,
-    /// The newest durable snapshot (the one sent to followers): its entry and size.
+    /// The newest durable whole snapshot (the one sent to followers): its entry and size.
     latest: Option<(EntryIndex, u64)>,
+    /// The newest durable file, whole or a delta, when it is also the last one started: what
+    /// the next delta continues (the state tracks its writes from that start on).
+    tip: Option<SnapshotLink>,
+    /// Bytes of the deltas since the newest whole snapshot.
+    chain_bytes: u64,
+    /// A snapshot's scan finished and its file is with the writer, not reported yet.
+    writing: bool,
     /// Bytes of the snapshot in progress not handed to the writer yet.
     pending: Vec<u8>,
 }
@@ -39,6 +52,9 @@ impl Snapshots {
             durable_bytes: latest.map_or(0, |(_, bytes)| bytes),
             log_bytes_at_start: 0,
             latest,
+            tip: None,
+            chain_bytes: 0,
+            writing: false,
             pending: Vec::new(),
         }
     }
@@ -70,6 +86,14 @@ impl<H: Handler, T> Replica<H, T> {
             policy.durable_at.is_none_or(|at| at <= self.ticks),
             "a snapshot durable in the future"
         );
+        assert!(
+            !(policy.writing && self.machine.snapshotting()),
+            "no scan starts while the writer makes the last one's file"
+        );
+        assert!(
+            policy.tip.is_none_or(|tip| tip.index == policy.last_start),
+            "a delta continues the last snapshot started"
+        );
         if !policy.pending.is_empty() {
             assert!(
                 self.machine.snapshotting(),
@@ -95,25 +119,56 @@ impl<H: Handler, T> Replica<H, T> {
         let policy = &self.snapshots;
         let retain = self.config.snapshot_retain_ticks;
         let log = self.machine.applied_bytes() - policy.log_bytes_at_start;
+        let over = self.delta_over();
+        // What the snapshot would write: a delta its share of the written records, a whole
+        // one what the last whole one did.
+        let cost = match over {
+            Some(_) => self
+                .machine
+                .delta_bytes_estimate(policy.latest.map_or(0, |(_, b)| b)),
+            None => None,
+        };
+        let whole = policy.latest.map(|(_, bytes)| bytes);
+        let cost = cost.or(whole).unwrap_or(policy.durable_bytes);
         if !policy.enabled
             || self.machine.snapshotting()
+            || policy.writing
             || applied.0 / every <= policy.last_start.0 / every
             || policy.durable_at.is_some_and(|at| self.ticks - at < retain)
-            || log * 100 < policy.durable_bytes * self.config.snapshot_log_percent
+            || log * 100 < cost.saturating_mul(self.config.snapshot_log_percent)
         {
             return;
         }
         // `None`: a pending speculation is in the way; the next applied entry tries again.
-        if let Some(meta) = self.machine.begin_snapshot() {
+        let started = match over {
+            Some(link) => self.machine.begin_delta_snapshot(link),
+            None => self.machine.begin_snapshot(),
+        };
+        if let Some(meta) = started {
             assert_eq!(
                 meta.index, applied,
                 "a snapshot starts at the entry applied"
             );
             self.snapshots.last_start = applied;
+            // Its scan holds the link now; the file it writes is the next one to continue.
+            self.snapshots.tip = None;
             self.snapshots.log_bytes_at_start = self.machine.applied_bytes();
             self.snapshots.pending.clear();
             out.push(Io::Snapshot(SnapshotWrite::Begin(meta.index)));
         }
+    }
+
+    /// The file the next snapshot continues as a delta, or `None` when it must be whole: no
+    /// durable file is the last one started, the state lost track of its writes (a table grew,
+    /// a scan was abandoned, the state was loaded), or the chain's deltas reached
+    /// [`DELTA_CHAIN_PERCENT`] of their whole snapshot's size.
+    fn delta_over(&self) -> Option<SnapshotLink> {
+        let policy = &self.snapshots;
+        let (_, whole_bytes) = policy.latest?;
+        let chain_full = policy.chain_bytes * 100 >= whole_bytes * DELTA_CHAIN_PERCENT;
+        policy
+            .tip
+            .filter(|_| !chain_full && self.machine.can_take_delta())
     }
 
     /// True while a snapshot is being scanned.
@@ -136,6 +191,7 @@ impl<H: Handler, T> Replica<H, T> {
             ScanProgress::Done(meta) => {
                 out.push(Io::Snapshot(SnapshotWrite::Bytes(std::mem::take(pending))));
                 out.push(Io::Snapshot(SnapshotWrite::Finish(meta)));
+                self.snapshots.writing = true;
             }
             ScanProgress::Void => {
                 pending.clear();
@@ -162,13 +218,33 @@ impl<H: Handler, T> Replica<H, T> {
         }
     }
 
-    /// A snapshot of `index` is durable (`bytes` long): the log behind the one before it can
-    /// go, what followers still need excepted. The log is kept from the snapshot before this
-    /// one: should this one turn out damaged after a crash, recovery falls back to that one
-    /// and replays the log after it.
-    pub fn snapshot_durable(&mut self, index: EntryIndex, bytes: u64, out: &mut Vec<Io<T>>) {
+    /// The writer could not make the last snapshot durable: no delta can continue it, so the
+    /// next snapshot is whole.
+    pub fn snapshot_failed(&mut self) {
+        self.snapshots.writing = false;
+        self.snapshots.tip = None;
+        self.machine.forget_delta_base();
+    }
+
+    /// A snapshot is durable: the next delta continues it. A whole one lets the log behind the
+    /// whole one before it go, what followers still need excepted: should this one turn out
+    /// damaged after a crash, recovery falls back to that one (and its deltas) and replays
+    /// the log after it. A delta lets nothing go: a damaged delta falls back to its whole
+    /// snapshot and the log.
+    pub fn snapshot_durable(&mut self, durable: &Durable, out: &mut Vec<Io<T>>) {
+        let (index, bytes) = (durable.meta.index, durable.bytes);
         self.snapshots.durable_at = Some(self.ticks);
         self.snapshots.durable_bytes = bytes;
+        // The writer makes one file at a time, and no scan starts while it does.
+        self.snapshots.writing = false;
+        if index == self.snapshots.last_start {
+            self.snapshots.tip = Some(durable.link());
+        }
+        if durable.delta {
+            self.snapshots.chain_bytes += bytes;
+            return;
+        }
+        self.snapshots.chain_bytes = 0;
         if self.snapshots.latest.is_some_and(|(l, _)| l >= index) {
             return;
         }
@@ -225,6 +301,9 @@ impl<H: Handler, T> Replica<H, T> {
         };
         let policy = &mut self.snapshots;
         policy.latest = Some((meta.index, bytes));
+        policy.tip = None;
+        policy.chain_bytes = 0;
+        policy.writing = false;
         policy.last_start = meta.index;
         policy.durable_at = Some(self.ticks);
         policy.durable_bytes = bytes;

@@ -223,8 +223,7 @@ enum SimEvent {
     SnapshotDurable {
         node: NodeId,
         incarnation: u64,
-        index: EntryIndex,
-        bytes: u64,
+        durable: Box<crate::snapshot::Durable>,
     },
     Request {
         node: NodeId,
@@ -704,9 +703,8 @@ impl<W: Workload> Sim<W> {
             SimEvent::SnapshotDurable {
                 node,
                 incarnation,
-                index,
-                bytes,
-            } if self.current(node, incarnation) => self.snapshot_durable(node, index, bytes),
+                durable,
+            } if self.current(node, incarnation) => self.snapshot_durable(node, &durable),
             SimEvent::TransferBroken {
                 leader,
                 incarnation,

@@ -29,8 +29,7 @@ impl<W: Workload> Sim<W> {
                 let durable = SimEvent::SnapshotDurable {
                     node: id,
                     incarnation,
-                    index: durable.meta.index,
-                    bytes: durable.bytes,
+                    durable: Box::new(durable),
                 };
                 self.schedule(write_delay, durable);
             }
@@ -41,10 +40,11 @@ impl<W: Workload> Sim<W> {
         }
     }
 
-    /// A snapshot is durable: the replica lets the log behind the one before it go.
-    pub(super) fn snapshot_durable(&mut self, id: NodeId, index: EntryIndex, size: u64) {
+    /// A snapshot is durable: the next delta continues it, and a whole one lets the log
+    /// behind the whole one before it go.
+    pub(super) fn snapshot_durable(&mut self, id: NodeId, durable: &crate::snapshot::Durable) {
         self.report.snapshots += 1;
-        self.drive(id, |r, out| r.snapshot_durable(index, size, out));
+        self.drive(id, |r, out| r.snapshot_durable(durable, out));
     }
 
     /// Leader: sends `peer` the durable snapshot of `index`, in chunks over one connection (in

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 
 /// Suffix of snapshot files; the stem is the index they cover, 20 digits.
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
+/// Suffix of delta files (`notes/decisions/snapshot-deltas.md`), named as snapshot files are.
+pub const DELTA_SUFFIX: &str = ".delta";
 /// Version 7: the state clock before the sessions, and each session's time of last activity
 /// (the sessions' age bound needs both, and every replica must judge age alike). Written for
 /// every state.
@@ -38,6 +40,7 @@ const MAGIC_V5: [u8; 8] = *b"SNAPv005";
 const MAGIC_DELTA: [u8; 8] = *b"SNAPd001";
 
 const _: () = assert!(crate::formats::magic_number(&MAGIC) == crate::formats::SNAPSHOT);
+const _: () = assert!(crate::formats::magic_number(&MAGIC_DELTA) == crate::formats::SNAPSHOT_DELTA);
 const _: () = assert!(crate::formats::magic_number(&MAGIC_V5) == crate::formats::SNAPSHOT_OLDEST);
 
 /// The snapshot formats this build reads.
@@ -272,6 +275,18 @@ pub struct Snapshot {
     pub sessions: Vec<(ClientId, Session)>,
     /// Bytes of the file.
     pub file_bytes: u64,
+    /// The blake3 digest that ends the file (what a delta over it links to).
+    pub digest: [u8; DIGEST_BYTES],
+}
+
+impl Snapshot {
+    /// The link a delta over this file carries.
+    pub fn link(&self) -> SnapshotLink {
+        SnapshotLink {
+            index: self.meta.index,
+            digest: self.digest,
+        }
+    }
 }
 
 /// One table of a snapshot.
@@ -296,6 +311,16 @@ pub fn snapshot_path(dir: &Path, index: EntryIndex) -> PathBuf {
     dir.join(format!("{:020}{SNAPSHOT_SUFFIX}", index.0))
 }
 
+/// The path of the delta covering `index` in `dir`.
+pub fn delta_path(dir: &Path, index: EntryIndex) -> PathBuf {
+    dir.join(format!("{:020}{DELTA_SUFFIX}", index.0))
+}
+
+/// True when `bytes` (a snapshot file's, from its start) begin as a delta's.
+pub fn is_delta(bytes: &[u8]) -> bool {
+    bytes.starts_with(&MAGIC_DELTA)
+}
+
 /// Snapshot files in `dir`, newest (highest index) first; none when `dir` does not exist.
 pub fn list_snapshots(dir: &Path) -> std::io::Result<Vec<(EntryIndex, PathBuf)>> {
     list_snapshots_on(&Files, dir)
@@ -305,6 +330,22 @@ pub fn list_snapshots(dir: &Path) -> std::io::Result<Vec<(EntryIndex, PathBuf)>>
 pub fn list_snapshots_on<S: Storage>(
     storage: &S,
     dir: &Path,
+) -> std::io::Result<Vec<(EntryIndex, PathBuf)>> {
+    list_with_suffix(storage, dir, SNAPSHOT_SUFFIX)
+}
+
+/// Delta files in `dir`, newest first; none when `dir` does not exist.
+pub fn list_deltas_on<S: Storage>(
+    storage: &S,
+    dir: &Path,
+) -> std::io::Result<Vec<(EntryIndex, PathBuf)>> {
+    list_with_suffix(storage, dir, DELTA_SUFFIX)
+}
+
+fn list_with_suffix<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    suffix: &str,
 ) -> std::io::Result<Vec<(EntryIndex, PathBuf)>> {
     let items = match storage.list(dir) {
         Ok(items) => items,
@@ -316,7 +357,7 @@ pub fn list_snapshots_on<S: Storage>(
         let stem = path
             .file_name()
             .and_then(|name| name.to_str())
-            .and_then(|name| name.strip_suffix(SNAPSHOT_SUFFIX))
+            .and_then(|name| name.strip_suffix(suffix))
             .and_then(|stem| stem.parse().ok());
         if let Some(stem) = stem {
             found.push((EntryIndex(stem), path));
@@ -503,6 +544,9 @@ pub fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ParseError> {
             clock_ms,
             sessions,
             file_bytes: bytes.len() as u64,
+            digest: bytes[bytes.len() - DIGEST_BYTES..]
+                .try_into()
+                .expect("the digest's size"),
         })
         .map_err(ParseError::Structure)
 }

@@ -13,9 +13,10 @@ mod writer;
 pub use priority::WRITER_NICENESS;
 
 pub use file::{
-    DIGEST_BYTES, ParseError, Part, SNAPSHOT_SUFFIX, Snapshot, SnapshotError, SnapshotLink,
-    SnapshotTable, StructureError, list_snapshots, list_snapshots_on, parse_snapshot,
-    read_snapshot, read_snapshot_on, snapshot_path, write_snapshot, write_snapshot_on,
+    DELTA_SUFFIX, DIGEST_BYTES, ParseError, Part, SNAPSHOT_SUFFIX, Snapshot, SnapshotError,
+    SnapshotLink, SnapshotTable, StructureError, delta_path, is_delta, list_deltas_on,
+    list_snapshots, list_snapshots_on, parse_snapshot, read_snapshot, read_snapshot_on,
+    snapshot_path, write_snapshot, write_snapshot_on,
 };
 pub(crate) use file::{
     encode_block, encode_head, encode_sessions, encode_table_end, encode_table_start,

@@ -1,10 +1,12 @@
 //! The background snapshot writer: a thread that takes a snapshot's bytes as the node's scan
 //! produces them, hashes and writes them to a temporary file, and once the scan is done
 //! appends the digest, fsyncs, renames, fsyncs the directory, removes all but the newest few
-//! snapshots and reports the new one.
+//! snapshots (and the deltas no kept snapshot's chain holds) and reports the new one. A delta
+//! says so by its magic: it is renamed to a delta's name.
 
 use super::{
-    DIGEST_BYTES, SNAPSHOTS_KEPT, SnapshotError, SnapshotMeta, list_snapshots_on, snapshot_path,
+    DIGEST_BYTES, SNAPSHOTS_KEPT, SnapshotError, SnapshotLink, SnapshotMeta, delta_path, is_delta,
+    list_deltas_on, list_snapshots_on, snapshot_path,
 };
 use crate::ids::EntryIndex;
 use crate::storage::{Files, Storage, StorageFile};
@@ -23,6 +25,20 @@ pub struct Durable {
     pub bytes: u64,
     /// Time from the start of its scan to its rename.
     pub took: Duration,
+    /// The blake3 digest that ends it.
+    pub digest: [u8; DIGEST_BYTES],
+    /// A delta (`notes/decisions/snapshot-deltas.md`), not a whole snapshot.
+    pub delta: bool,
+}
+
+impl Durable {
+    /// The link a delta over this file carries.
+    pub fn link(&self) -> SnapshotLink {
+        SnapshotLink {
+            index: self.meta.index,
+            digest: self.digest,
+        }
+    }
 }
 
 /// Work for the writer, in order.
@@ -90,6 +106,8 @@ struct Open<F> {
     hasher: blake3::Hasher,
     bytes: u64,
     started: Instant,
+    /// The content begins as a delta's.
+    delta: bool,
 }
 
 /// A node's snapshot files as they are written, one snapshot at a time: the writer thread
@@ -129,6 +147,9 @@ impl<S: Storage> SnapshotFiles<S> {
         let Some(open) = self.open.as_mut().filter(|_| !self.failed) else {
             return Ok(());
         };
+        if open.bytes == 0 {
+            open.delta = is_delta(bytes);
+        }
         open.hasher.update(bytes);
         let written = open.file.write_all_at(bytes, open.bytes);
         open.bytes += bytes.len() as u64;
@@ -245,6 +266,7 @@ fn start<S: Storage>(
         hasher: blake3::Hasher::new(),
         bytes: 0,
         started: Instant::now(),
+        delta: false,
     })
 }
 
@@ -272,7 +294,10 @@ fn finish<S: Storage>(
     );
     let digest = open.hasher.finalize();
     assert_eq!(digest.as_bytes().len(), DIGEST_BYTES, "the digest's size");
-    let path = snapshot_path(dir, open.index);
+    let path = match open.delta {
+        true => delta_path(dir, open.index),
+        false => snapshot_path(dir, open.index),
+    };
     let written = open
         .file
         .write_all_at(digest.as_bytes(), open.bytes)
@@ -302,14 +327,27 @@ fn finish<S: Storage>(
         path,
         bytes: open.bytes + digest.as_bytes().len() as u64,
         took: open.started.elapsed(),
+        digest: *digest.as_bytes(),
+        delta: open.delta,
     })
 }
 
-/// Removes all but the newest [`SNAPSHOTS_KEPT`] snapshots, and leftover temporary files.
+/// Removes all but the newest [`SNAPSHOTS_KEPT`] whole snapshots, the deltas older than the
+/// oldest of those (no chain kept holds them), and leftover temporary files.
 fn prune<S: Storage>(storage: &S, dir: &Path) {
     let snapshots = list_snapshots_on(storage, dir).unwrap_or_default();
+    let kept = snapshots.len().min(SNAPSHOTS_KEPT);
+    let oldest_kept = kept.checked_sub(1).map(|at| snapshots[at].0);
     for (_, path) in snapshots.into_iter().skip(SNAPSHOTS_KEPT) {
         let _ = storage.remove_file(&path);
+    }
+    // Only once a whole snapshot is kept: before it, every delta waits for its chain's start
+    // (a node never writes a delta first).
+    if let Some(oldest_kept) = oldest_kept {
+        let deltas = list_deltas_on(storage, dir).unwrap_or_default();
+        for (_, path) in deltas.into_iter().filter(|(index, _)| *index < oldest_kept) {
+            let _ = storage.remove_file(&path);
+        }
     }
     for path in storage.list(dir).unwrap_or_default() {
         if path.extension().is_some_and(|e| e == "tmp") {

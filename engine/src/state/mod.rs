@@ -458,6 +458,17 @@ impl State {
         (self.hasher.save(), removed)
     }
 
+    /// The part of the records a delta taken now would hold, as (records in it, records
+    /// held), over every table; `None` when a table does not track its writes.
+    pub(crate) fn written(&self) -> Option<(u64, u64)> {
+        let mut sum = (0, 0);
+        for table in self.tables.iter().flatten() {
+            let (written, held) = table.written()?;
+            sum = (sum.0 + written, sum.1 + held);
+        }
+        Some(sum)
+    }
+
     /// Forgets what every table wrote since the last scan began: the next scan is whole.
     pub(crate) fn forget_written(&mut self) {
         for table in self.tables.iter_mut().flatten() {

@@ -229,6 +229,8 @@ struct Scan<K, V> {
 /// last point, or a scan abandoned (its slots would be missing from the next delta).
 struct Written<K> {
     bits: Vec<u64>,
+    /// Bits set.
+    count: usize,
     removed: Vec<K>,
 }
 
@@ -236,13 +238,16 @@ impl<K> Written<K> {
     fn new(slots: usize) -> Self {
         Written {
             bits: vec![0; slots.div_ceil(64)],
+            count: 0,
             removed: Vec::new(),
         }
     }
 
     #[inline]
     fn mark(&mut self, position: usize) {
-        self.bits[position >> 6] |= 1 << (position & 63);
+        let (word, bit) = (&mut self.bits[position >> 6], 1 << (position & 63));
+        self.count += usize::from(*word & bit == 0);
+        *word |= bit;
     }
 }
 
@@ -392,6 +397,12 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
     /// since the last snapshot point.
     pub(crate) fn can_delta(&self) -> bool {
         self.written.is_some() && self.old.is_none()
+    }
+
+    /// Slots written (and keys removed) since the last snapshot point, when the map tracks
+    /// them: what a delta would hold.
+    pub(crate) fn written(&self) -> Option<(usize, usize)> {
+        (self.written.as_deref()).map(|written| (written.count, written.removed.len()))
     }
 
     fn begin_any_scan(&mut self, committed: Vec<(usize, Option<(K, V)>)>, only: Option<Vec<u64>>) {

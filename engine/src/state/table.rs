@@ -329,6 +329,9 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     fn begin_delta_scan(&mut self, removed: &mut Vec<u8>) -> u64;
     /// Forgets what was written since the last snapshot point: the next snapshot is whole.
     fn forget_written(&mut self);
+    /// Records a delta taken now would hold (slots written and keys removed since the last
+    /// snapshot point), and the records the table holds; `None` without tracking.
+    fn written(&self) -> Option<(u64, u64)>;
     /// Applies a delta's removed keys and records (each encoded, with its count) to a loaded
     /// table; returns the account's bytes beyond the slots added and dropped.
     fn apply_delta(
@@ -498,6 +501,11 @@ impl<K: Key, R: Record, O: Order<K>> AnyTable for TypedTable<K, R, O> {
 
     fn forget_written(&mut self) {
         self.map.forget_written();
+    }
+
+    fn written(&self) -> Option<(u64, u64)> {
+        let (slots, removed) = self.map.written()?;
+        Some(((slots + removed) as u64, self.map.len() as u64))
     }
 
     fn apply_delta(

@@ -231,7 +231,8 @@ pub struct Restored<H: Handler> {
     pub core: Recovered,
     /// What the WAL scan found.
     pub recovery: Recovery,
-    /// The snapshot recovery started from, if any.
+    /// The whole snapshot recovery started from, if any (the deltas over it aside): the one a
+    /// follower is sent.
     pub snapshot: Option<Durable>,
     /// How recovery went, for people.
     pub report: RecoveryReport,
@@ -252,8 +253,10 @@ pub struct RecoveryReport {
     pub first_start: bool,
     /// The identity was stamped (a first start, or a directory from before identities).
     pub stamped: bool,
-    /// The snapshot used: its index and size in bytes.
+    /// The whole snapshot used: its index and size in bytes.
     pub snapshot: Option<(EntryIndex, u64)>,
+    /// Entries the deltas loaded over it cover (`notes/decisions/snapshot-deltas.md`).
+    pub deltas: u64,
     /// Snapshots passed over, with the reason.
     pub passed_over: Vec<String>,
     /// Files moved to quarantine (damaged snapshots, or everything on a rebuild).
@@ -302,6 +305,9 @@ impl std::fmt::Display for RecoveryReport {
                 bytes as f64 / (1024.0 * 1024.0)
             )?,
             None => write!(f, "no snapshot")?,
+        }
+        if let Some((index, _)) = self.snapshot.filter(|_| self.deltas > 0) {
+            write!(f, " and its deltas through entry {}", index.0 + self.deltas)?;
         }
         let ms = self.took.as_secs_f64() * 1e3;
         write!(f, ", {} entries replayed, {ms:.0} ms", self.replayed)?;
@@ -441,7 +447,7 @@ pub fn recover_on<S: Storage, H: Handler>(
         wal: plan.wal,
         core,
         recovery: plan.recovery,
-        snapshot: plan.chosen,
+        snapshot: plan.whole,
         report: plan.report,
         stamp: plan.stamp,
     })

@@ -11,7 +11,9 @@ use crate::node::storage::{
     HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
 };
 use crate::operator::data_dir::{self, Identity};
-use crate::snapshot::{Durable, Snapshot, SnapshotError, list_snapshots_on, read_snapshot_on};
+use crate::snapshot::{
+    Durable, Snapshot, SnapshotError, list_deltas_on, list_snapshots_on, read_snapshot_on,
+};
 use crate::state::InstallError;
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
@@ -30,7 +32,11 @@ pub(super) struct Plan<H: Handler, S: Storage = Files> {
     pub(super) hard_state: HardState,
     /// The hard state must be written before the damage is cut (a new repair obligation).
     pub(super) repair_added: bool,
+    /// The newest file of the chosen chain (a whole snapshot, or its newest delta): the
+    /// log replays after it.
     pub(super) chosen: Option<Durable>,
+    /// The chain's whole snapshot: the one a follower can be sent.
+    pub(super) whole: Option<Durable>,
     pub(super) base: LogBase,
     /// The log lies behind the chosen snapshot or conflicts with it: it is emptied to
     /// continue after it.
@@ -86,11 +92,11 @@ pub(super) fn plan<S: Storage, H: Handler>(
         ));
     }
     let chosen = choose_snapshot(storage, dir, &wal, (&mut machine, early), &mut report);
-    let (chosen, damaged) = match chosen {
-        Ok(chosen) => chosen,
+    let ((whole, chosen), damaged) = match chosen {
+        Ok((chain, damaged)) => (chain.unzip(), damaged),
         Err(error) => return Err((error, machine.into_handler())),
     };
-    let (base, reset_log) = match log_base(dir, &wal, chosen.as_ref(), &report) {
+    let (base, reset_log) = match log_base(dir, &wal, whole.as_ref(), &report) {
         Ok(base) => base,
         Err(error) => return Err((error, machine.into_handler())),
     };
@@ -104,6 +110,7 @@ pub(super) fn plan<S: Storage, H: Handler>(
         hard_state,
         repair_added,
         chosen,
+        whole,
         base,
         reset_log,
         damaged,
@@ -234,8 +241,9 @@ pub(super) fn damage_repair(damage: &crate::wal::Damage) -> Repair {
     }
 }
 
-/// The newest snapshot that verifies and that the WAL continues, installed into `machine`;
-/// with the damaged snapshots passed over on the way. An intact snapshot that does not fit
+/// The newest snapshot that verifies and that the WAL continues, with the deltas after it
+/// that continue it, installed into `machine`: the whole snapshot and the chain's newest
+/// file; with the damaged snapshots passed over on the way. An intact snapshot that does not fit
 /// the configuration or the handler refuses the start: it is the configuration that is wrong,
 /// and an older snapshot replayed under it would not give the state the others have.
 fn choose_snapshot<S: Storage, H: Handler>(
@@ -244,7 +252,7 @@ fn choose_snapshot<S: Storage, H: Handler>(
     wal: &Wal<S>,
     (machine, mut early): (&mut StateMachine<H>, Option<Early>),
     report: &mut RecoveryReport,
-) -> Result<(Option<Durable>, Vec<PathBuf>), NodeError> {
+) -> Result<(Option<Chosen>, Vec<PathBuf>), NodeError> {
     let snapshots_dir = dir.join(SNAPSHOT_DIR);
     let snapshots =
         list_snapshots_on(storage, &snapshots_dir).map_err(|source| Refusal::Unreadable {
@@ -283,34 +291,133 @@ fn choose_snapshot<S: Storage, H: Handler>(
                 return Err(Refusal::Unreadable { path, source }.into());
             }
         };
-        let durable = install(machine, (snapshot, built), path)?;
-        report.snapshot = Some((index, durable.bytes));
-        return Ok((Some(durable), damaged));
+        let built = built.unwrap_or_else(|| machine.build_state(&snapshot));
+        let built = built.map_err(|problem| Refusal::SnapshotConfig {
+            path: path.clone(),
+            problem,
+        })?;
+        let whole = durable(&snapshot, path.clone());
+        let chain = Tip {
+            snapshot,
+            built,
+            path,
+        };
+        // A log that does not continue the whole snapshot is emptied after it: no delta.
+        let continued = replay::log_continues(wal, index, whole.meta.entry_hash);
+        let tip = match continued {
+            true => extend_chain(
+                storage,
+                (&snapshots_dir, wal),
+                machine,
+                chain,
+                (report, &mut damaged),
+            )?,
+            false => chain,
+        };
+        report.snapshot = Some((index, whole.bytes));
+        report.deltas = tip.snapshot.meta.index.0 - index.0;
+        return Ok((Some((whole, install(machine, tip))), damaged));
     }
     Ok((None, damaged))
 }
 
-/// Puts the snapshot's state in force: the one built beside the scan, or one built now.
-fn install<H: Handler>(
-    machine: &mut StateMachine<H>,
-    (snapshot, built): (Snapshot, Option<Result<BuiltState, InstallError>>),
+/// The whole snapshot chosen and the newest file of its chain (itself, without deltas).
+type Chosen = (Durable, Durable);
+
+/// The newest file of a chain read so far, and the state it builds.
+struct Tip {
+    snapshot: Snapshot,
+    built: BuiltState,
     path: PathBuf,
-) -> Result<Durable, NodeError> {
-    let meta = snapshot.meta.clone();
-    let bytes = snapshot.file_bytes;
-    let installed = match built {
-        Some(built) => built.map(|built| machine.install_built(snapshot, built)),
-        None => machine.install(snapshot),
-    };
-    if let Err(problem) = installed {
-        return Err(Refusal::SnapshotConfig { path, problem }.into());
+}
+
+/// Extends a whole snapshot with the deltas after it, each continuing the file before it
+/// (`notes/decisions/snapshot-deltas.md`): the newest state they build. A damaged delta (to
+/// quarantine), one of another format, one that continues another file, or one whose entry
+/// the log does not hold ends the chain where it is: the log, kept from the whole snapshot
+/// on, replays the rest. (The log must hold the chain's entries: the node's log starts
+/// after the whole snapshot, which is what it can send a follower.) A delta that verifies
+/// but does not build refuses the start, as a whole snapshot does.
+fn extend_chain<S: Storage, H: Handler>(
+    storage: &S,
+    (snapshots_dir, wal): (&Path, &Wal<S>),
+    machine: &StateMachine<H>,
+    mut tip: Tip,
+    (report, damaged): (&mut RecoveryReport, &mut Vec<PathBuf>),
+) -> Result<Tip, NodeError> {
+    let deltas = list_deltas_on(storage, snapshots_dir).map_err(|source| Refusal::Unreadable {
+        path: snapshots_dir.to_path_buf(),
+        source,
+    })?;
+    let base = tip.snapshot.meta.index;
+    for (_, path) in deltas.into_iter().rev().filter(|(index, _)| *index > base) {
+        let delta = match read_snapshot_on(storage, &path) {
+            Ok(delta) => delta,
+            Err(SnapshotError::Invalid { path, problem }) => {
+                report
+                    .passed_over
+                    .push(format!("{}: {problem}", path.display()));
+                if problem.is_damage() {
+                    damaged.push(path);
+                }
+                break;
+            }
+            Err(SnapshotError::Io { path, source }) => {
+                return Err(Refusal::Unreadable { path, source }.into());
+            }
+        };
+        if delta.previous != Some(tip.snapshot.link()) {
+            report.passed_over.push(format!(
+                "{}: it does not continue {}",
+                path.display(),
+                tip.path.display()
+            ));
+            break;
+        }
+        let (index, hash) = (delta.meta.index, delta.meta.entry_hash);
+        if index > wal.last_index() || !replay::log_continues(wal, index, hash) {
+            report.passed_over.push(format!(
+                "{}: the log does not hold its entry {index}",
+                path.display()
+            ));
+            break;
+        }
+        let built = machine.build_on(tip.built, &delta);
+        let built = built.map_err(|problem| Refusal::SnapshotConfig {
+            path: path.clone(),
+            problem,
+        })?;
+        tip = Tip {
+            snapshot: delta,
+            built,
+            path,
+        };
     }
-    Ok(Durable {
-        meta,
+    Ok(tip)
+}
+
+/// Puts the state of a chain's newest file in force.
+fn install<H: Handler>(machine: &mut StateMachine<H>, tip: Tip) -> Durable {
+    let Tip {
+        snapshot,
+        built,
         path,
-        bytes,
+    } = tip;
+    let durable = durable(&snapshot, path);
+    machine.install_built(snapshot, built);
+    durable
+}
+
+/// What a snapshot read back says of its file.
+fn durable(snapshot: &Snapshot, path: PathBuf) -> Durable {
+    Durable {
+        meta: snapshot.meta.clone(),
+        path,
+        bytes: snapshot.file_bytes,
         took: Duration::ZERO,
-    })
+        digest: snapshot.digest,
+        delta: snapshot.previous.is_some(),
+    }
 }
 
 /// Where the log starts after the chosen snapshot, and whether the WAL must be emptied to get

@@ -86,6 +86,7 @@ pub(super) fn rebuild_from_leader<S: Storage, H: Handler>(
         hard_state,
         repair_added: false,
         chosen: None,
+        whole: None,
         base: LogBase::default(),
         reset_log: false,
         damaged: Vec::new(),

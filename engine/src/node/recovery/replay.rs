@@ -145,7 +145,8 @@ pub enum ReplayError<E> {
 }
 
 /// Where the replay starts: the hard state, the base, whether the log is taken as empty after
-/// it, and the snapshot installed into the machine (if any).
+/// it, and the snapshot installed into the machine (if any; with deltas loaded over it the
+/// machine may be past the base, at an entry the log holds).
 pub struct ReplayFrom {
     /// Term, vote and repair obligation.
     pub hard_state: HardState,
@@ -166,24 +167,27 @@ pub fn replay<H: Handler, L: RecoveryLog>(
     mut applied: impl FnMut(AppliedHash, u64),
 ) -> Result<Recovered, ReplayError<L::Error>> {
     let base = from.base;
-    assert_eq!(
-        machine.applied_index(),
-        base.index,
-        "the machine holds the snapshot of the base"
+    let loaded = machine.applied_index();
+    assert!(
+        loaded == base.index
+            || (!from.reset_log && loaded > base.index && loaded <= log.last_index()),
+        "the machine holds the snapshot of the base, or a state at an entry the log holds after \
+         it: {loaded} against the base {}",
+        base.index
     );
     let last = if from.reset_log {
         base.index
     } else {
         log.last_index()
     };
-    let committed = log.max_commit().min(last).max(base.index);
+    let committed = log.max_commit().min(last).max(loaded);
     let mut latest = from.snapshot;
-    for index in (base.index.0 + 1..=committed.0).map(EntryIndex) {
+    for index in (loaded.0 + 1..=committed.0).map(EntryIndex) {
         let entry = log.read(index).map_err(ReplayError::Log)?;
         let hash = machine.apply(&entry)?.state_hash;
         let done = AppliedHash { index, hash };
         latest = Some(done);
-        applied(done, committed.0 - base.index.0);
+        applied(done, committed.0 - loaded.0);
     }
     let after_base = || (base.index.0 + 1..=last.0).map(EntryIndex);
     let held = "an index the log holds";
