@@ -23,11 +23,13 @@ use engine::{ClientId, NodeId, RequestNumber};
 use std::cell::{Cell, RefCell};
 use std::path::Path;
 
-/// Snapshots every 4 entries, kept at least 20 ms, and a leader that keeps only 16 entries
-/// behind its snapshot for a lagging follower: a few hundred requests truncate the log.
+/// Snapshots every 4 entries (deltas among them), kept at least 20 ms, and a leader that keeps
+/// only 16 entries behind its snapshot for a lagging follower: a few hundred requests
+/// truncate the log.
 /// Small WAL segments let the log go in small steps.
 fn snapshots_often(file: &mut ClusterFile) {
     file.snapshot_every = 4;
+    file.snapshot_deltas = true;
     file.snapshot_retain_ms = 20;
     file.lagging_entries_max = 16;
     file.wal_segment_bytes = SEGMENT_BYTES;

@@ -282,6 +282,8 @@ pub struct StateMachine<H: Handler> {
     journaling: bool,
     /// The entry being run: each command's outcome fingerprint, by position.
     fingerprints: Vec<u32>,
+    /// Whole snapshots start tracking the slots written after them (for a delta).
+    write_tracking: bool,
     /// An entry failed to apply ([`StateMachine::apply`] returned an error): it may have
     /// stopped part way, its writes left pending. Nothing more applies; only the checks of
     /// what holds at an entry's edge look at it, and pass over what it left.
@@ -347,6 +349,7 @@ impl<H: Handler> StateMachine<H> {
             journaling: false,
             fingerprints: Vec::new(),
             stopped: false,
+            write_tracking: true,
         })
     }
 
@@ -629,6 +632,15 @@ impl<H: Handler> StateMachine<H> {
         self.begin_any_snapshot(None)
     }
 
+    /// Whether a whole snapshot starts tracking the slots written after it, so that a delta
+    /// can follow it (on by default; each write then sets a bit).
+    pub fn set_write_tracking(&mut self, tracking: bool) {
+        self.write_tracking = tracking;
+        if !tracking {
+            self.state.forget_written();
+        }
+    }
+
     /// True when every table knows what it wrote since the last snapshot's start (none was
     /// abandoned since, and no table grew): a delta over that snapshot can be taken.
     pub fn can_take_delta(&self) -> bool {
@@ -677,7 +689,7 @@ impl<H: Handler> StateMachine<H> {
                 let (hasher, removed) = self.state.begin_delta_scan();
                 (hasher, Some((link, removed)))
             }
-            None => (self.state.begin_scan(), None),
+            None => (self.state.begin_scan(self.write_tracking), None),
         };
         let meta = SnapshotMeta {
             index: self.applied,

@@ -147,6 +147,7 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
         ("seed", json!(file.seed)),
         ("snapshot_every", json!(file.snapshot_every)),
         ("snapshot_retain_ms", json!(file.snapshot_retain_ms)),
+        ("snapshot_deltas", json!(file.snapshot_deltas)),
         ("lagging_entries_max", json!(file.lagging_entries_max)),
         ("wal_segment_bytes", json!(file.wal_segment_bytes)),
         ("fsync_delay_ms", json!(file.fsync_delay_ms)),

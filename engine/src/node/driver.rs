@@ -229,6 +229,7 @@ fn replica_config(config: &NodeConfig) -> ReplicaConfig {
         pipeline_entries_max: config.pipeline_entries_max,
         snapshot_every: config.snapshot_every,
         snapshot_retain_ticks: config.snapshot_retain_ms.div_ceil(config.tick_ms.max(1)),
+        snapshot_deltas: config.snapshot_deltas,
         snapshot_log_percent: SNAPSHOT_LOG_PERCENT,
         snapshot_slice_slots: SNAPSHOT_SLICE_SLOTS,
         snapshot_write_bytes: SNAPSHOT_WRITE_BYTES,

@@ -124,6 +124,8 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
     /// Least time a persisted snapshot is kept before a newer one replaces it.
     pub snapshot_retain_ms: u64,
+    /// Snapshots may be deltas over the last one (`notes/decisions/snapshot-deltas.md`).
+    pub snapshot_deltas: bool,
     /// Entries behind a durable snapshot a leader keeps for a lagging follower.
     pub lagging_entries_max: u64,
     /// Bytes after which the WAL starts a new segment (the unit in which a durable snapshot
@@ -180,6 +182,7 @@ impl NodeConfig {
             mode: crate::apply::Mode::default(),
             snapshot_every: crate::snapshot::SNAPSHOT_EVERY_DEFAULT,
             snapshot_retain_ms: crate::snapshot::SNAPSHOT_RETAIN_MS_DEFAULT,
+            snapshot_deltas: false,
             lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
             fsync_delay_ms: 0,

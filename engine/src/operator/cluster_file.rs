@@ -20,6 +20,7 @@
 //! mode = "verify"               # optional; "verify" (default) or "performance"
 //! snapshot_every = 64            # optional; entries between snapshot captures, 0 for none
 //! snapshot_retain_ms = 1000      # optional; least time a snapshot is kept before replacing
+//! snapshot_deltas = false        # optional; true: a snapshot may be a delta over the last one
 //! lagging_entries_max = 4096     # optional; log a leader keeps behind its snapshot for followers
 //! wal_segment_bytes = 8388608    # optional; bytes per WAL segment (4 KiB to 64 MiB)
 //! fsync_delay_ms = 0             # optional; added after every WAL fsync (emulates a slow disk)
@@ -338,6 +339,10 @@ pub struct ClusterFile {
     /// Least milliseconds a persisted snapshot is kept.
     #[serde(default = "default_snapshot_retain_ms")]
     pub snapshot_retain_ms: u64,
+    /// Snapshots may be deltas over the last one (off by default: tracking the written slots
+    /// costs the apply loop, `notes/decisions/snapshot-deltas.md`).
+    #[serde(default)]
+    pub snapshot_deltas: bool,
     /// Entries behind a durable snapshot a leader keeps for a lagging follower.
     #[serde(default = "default_lagging_entries_max")]
     pub lagging_entries_max: u64,
@@ -471,6 +476,7 @@ impl ClusterFile {
             mode: ModeSetting::default(),
             snapshot_every: default_snapshot_every(),
             snapshot_retain_ms: default_snapshot_retain_ms(),
+            snapshot_deltas: false,
             lagging_entries_max: default_lagging_entries_max(),
             wal_segment_bytes: default_wal_segment_bytes(),
             fsync_delay_ms: 0,
@@ -714,6 +720,7 @@ impl ClusterFile {
         config.mode = self.mode.into();
         config.snapshot_every = self.snapshot_every;
         config.snapshot_retain_ms = self.snapshot_retain_ms;
+        config.snapshot_deltas = self.snapshot_deltas;
         config.lagging_entries_max = self.lagging_entries_max;
         config.wal_segment_bytes = self.wal_segment_bytes;
         config.fsync_delay_ms = self.fsync_delay_ms;

@@ -57,6 +57,9 @@ pub struct ReplicaConfig {
     pub pipeline_entries_max: u64,
     /// Entries between snapshots (0: none).
     pub snapshot_every: u64,
+    /// Snapshots may be deltas over the last one (`notes/decisions/snapshot-deltas.md`):
+    /// the state then tracks the slots it writes.
+    pub snapshot_deltas: bool,
     /// Ticks a durable snapshot is kept at least before a newer one starts.
     pub snapshot_retain_ticks: u64,
     /// Percent of the newest snapshot's size that the log applied since must reach before the
@@ -361,6 +364,7 @@ impl<H: Handler, T> Replica<H, T> {
         latest_snapshot: Option<(EntryIndex, u64)>,
     ) -> Self {
         machine.set_replying(false);
+        machine.set_write_tracking(config.snapshot_deltas);
         let snapshots = Snapshots::new(&config, machine.applied_index(), latest_snapshot);
         Replica {
             core: Core::new(config.core.clone(), recovered),

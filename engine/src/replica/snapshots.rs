@@ -13,6 +13,11 @@ use net::message::AppliedHash;
 /// next snapshot is then whole (a recovery loads the whole snapshot and every delta over it,
 /// and the log is kept from the whole snapshot before it).
 pub const DELTA_CHAIN_PERCENT: u64 = 100;
+/// A delta is taken only while it would write at most this percent of its whole snapshot's
+/// bytes; past it the next snapshot is whole, on the whole snapshot's schedule. A delta that
+/// rewrites most records costs what a whole snapshot costs, and its chain costs the recovery
+/// more (`notes/decisions/snapshot-deltas.md`).
+pub const DELTA_SHARE_PERCENT_MAX: u64 = 25;
 
 /// What decides when a replica starts its next snapshot, and the newest durable one.
 pub(super) struct Snapshots {
@@ -119,16 +124,16 @@ impl<H: Handler, T> Replica<H, T> {
         let policy = &self.snapshots;
         let retain = self.config.snapshot_retain_ticks;
         let log = self.machine.applied_bytes() - policy.log_bytes_at_start;
-        let over = self.delta_over();
-        // What the snapshot would write: a delta its share of the written records, a whole
-        // one what the last whole one did.
-        let cost = match over {
-            Some(_) => self
-                .machine
-                .delta_bytes_estimate(policy.latest.map_or(0, |(_, b)| b)),
-            None => None,
-        };
+        // What the snapshot would write: a delta its share of the written records, while
+        // small; a whole one what the last whole one did.
         let whole = policy.latest.map(|(_, bytes)| bytes);
+        let estimate = self.delta_over().and_then(|link| {
+            let bytes = self.machine.delta_bytes_estimate(whole.unwrap_or(0))?;
+            let small = bytes * 100 <= whole.unwrap_or(0) * DELTA_SHARE_PERCENT_MAX;
+            small.then_some((link, bytes))
+        });
+        let over = estimate.map(|(link, _)| link);
+        let cost = estimate.map(|(_, bytes)| bytes);
         let cost = cost.or(whole).unwrap_or(policy.durable_bytes);
         if !policy.enabled
             || self.machine.snapshotting()
@@ -164,6 +169,9 @@ impl<H: Handler, T> Replica<H, T> {
     /// [`DELTA_CHAIN_PERCENT`] of their whole snapshot's size.
     fn delta_over(&self) -> Option<SnapshotLink> {
         let policy = &self.snapshots;
+        if !self.config.snapshot_deltas {
+            return None;
+        }
         let (_, whole_bytes) = policy.latest?;
         let chain_full = policy.chain_bytes * 100 >= whole_bytes * DELTA_CHAIN_PERCENT;
         policy

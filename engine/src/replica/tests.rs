@@ -63,6 +63,7 @@ pub(super) fn replica(id: NodeId) -> Replica<Echo, u32> {
         entry_commands_max: 64,
         pipeline_entries_max: 8,
         snapshot_every: 0,
+        snapshot_deltas: false,
         snapshot_retain_ticks: 0,
         snapshot_log_percent: 0,
         snapshot_slice_slots: 64,

@@ -493,6 +493,7 @@ fn replica_config(
         entry_commands_max: SIM_ENTRY_COMMANDS_MAX,
         pipeline_entries_max: SIM_PIPELINE_ENTRIES_MAX,
         snapshot_every: swarm.snapshot_every,
+        snapshot_deltas: swarm.snapshot_deltas,
         snapshot_retain_ticks: swarm.snapshot_retain_ticks,
         snapshot_log_percent: swarm.snapshot_log_percent,
         snapshot_slice_slots: SIM_SNAPSHOT_SLICE_SLOTS,

@@ -422,6 +422,7 @@ impl<W: Workload> Sim<W> {
         let mut keys = keys::Keys::new(options.seed);
         let mut swarm = Swarm::draw(&mut rng);
         swarm.draw_keys(&mut keys.rng);
+        swarm.snapshot_deltas = options.seed.is_multiple_of(2);
         let nodes = (1..=SIM_NODES + swarm.spares)
             .map(|id| SimNode {
                 id: NodeId(id),

@@ -51,6 +51,9 @@ pub struct Swarm {
     /// no keys). Always 0 where a node speaks an older protocol: a leader refuses keys until
     /// every member is upgraded, which the simulated clients do not wait out.
     pub keyed_percent: u64,
+    /// Snapshots may be deltas (drawn from the seed alone, so that the other draws are what
+    /// they were before deltas).
+    pub snapshot_deltas: bool,
 }
 
 impl Swarm {
@@ -110,6 +113,7 @@ impl Swarm {
         let wal_zero_ahead = rng.chance(1, 2);
         Swarm {
             keyed_percent: 0,
+            snapshot_deltas: false,
             read_checks_unspoken_by,
             wal_zero_ahead,
             spares,
@@ -146,11 +150,12 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes, read rounds {}, WAL zeros ahead {}, keys in {}% of requests",
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}, deltas {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes, read rounds {}, WAL zeros ahead {}, keys in {}% of requests",
             self.mode,
             self.snapshot_every,
             self.snapshot_retain_ticks,
             self.snapshot_log_percent,
+            self.snapshot_deltas,
             self.lagging_entries_max,
             self.client_timeout as f64 / 10.0,
             self.hedge_after.map_or("never".to_string(), |t| format!(

@@ -422,12 +422,13 @@ impl State {
 
     /// Starts a copy-on-write scan of every table's committed records; returns the hasher's
     /// committed state, to continue the write stream from.
-    pub(crate) fn begin_scan(&mut self) -> HasherState {
+    pub(crate) fn begin_scan(&mut self, track: bool) -> HasherState {
         assert!(
             self.can_scan(),
             "a scan begins only when it can see the committed records"
         );
         for table in self.tables.iter_mut().flatten() {
+            table.set_tracking(track);
             table.begin_scan();
         }
         self.hasher.save()

@@ -329,6 +329,9 @@ pub(crate) trait AnyTable: Any + Send + Sync {
     fn begin_delta_scan(&mut self, removed: &mut Vec<u8>) -> u64;
     /// Forgets what was written since the last snapshot point: the next snapshot is whole.
     fn forget_written(&mut self);
+    /// Whether scans begun from now on track the writes after them (see
+    /// [`Slots::set_tracking`]).
+    fn set_tracking(&mut self, tracking: bool);
     /// Records a delta taken now would hold (slots written and keys removed since the last
     /// snapshot point), and the records the table holds; `None` without tracking.
     fn written(&self) -> Option<(u64, u64)>;
@@ -501,6 +504,10 @@ impl<K: Key, R: Record, O: Order<K>> AnyTable for TypedTable<K, R, O> {
 
     fn forget_written(&mut self) {
         self.map.forget_written();
+    }
+
+    fn set_tracking(&mut self, tracking: bool) {
+        self.map.set_tracking(tracking);
     }
 
     fn written(&self) -> Option<(u64, u64)> {
