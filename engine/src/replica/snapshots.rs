@@ -226,11 +226,16 @@ impl<H: Handler, T> Replica<H, T> {
         }
     }
 
-    /// The writer could not make the last snapshot durable: no delta can continue it, so the
-    /// next snapshot is whole.
+    /// The writer could not write the snapshot in progress or make the last one durable: the
+    /// rest of a scan in progress is for nothing (the writer dropped its file, and would
+    /// report nothing of it), and no delta can continue it, so the next snapshot is whole.
     pub fn snapshot_failed(&mut self) {
         self.snapshots.writing = false;
         self.snapshots.tip = None;
+        self.snapshots.pending.clear();
+        if self.machine.snapshotting() {
+            self.machine.abort_snapshot();
+        }
         self.machine.forget_delta_base();
     }
 

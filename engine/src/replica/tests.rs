@@ -2,7 +2,7 @@
 //! driver and the simulator would carry it out. Each IO renders as one short line, so that a
 //! test states everything a step asks for and a change in order or content fails it.
 
-use super::{Io, Replica, ReplicaConfig, WalOp};
+use super::{Io, Replica, ReplicaConfig, SnapshotWrite, WalOp};
 use crate::apply::StateMachine;
 use crate::core::{CoreConfig, Recovered};
 use crate::entry::EntryHeader;
@@ -50,6 +50,12 @@ const ELECTION_TICKS_MIN: u32 = 10;
 
 /// Node `id` of three, new (an empty log), with snapshots off.
 pub(super) fn replica(id: NodeId) -> Replica<Echo, u32> {
+    replica_snapshotting(id, 0)
+}
+
+/// Node `id` of three, new, with a snapshot every `every` entries (0: none), kept no time and
+/// whatever the log's size.
+fn replica_snapshotting(id: NodeId, every: u64) -> Replica<Echo, u32> {
     let config = ReplicaConfig {
         core: CoreConfig {
             id,
@@ -62,7 +68,7 @@ pub(super) fn replica(id: NodeId) -> Replica<Echo, u32> {
         },
         entry_commands_max: 64,
         pipeline_entries_max: 8,
-        snapshot_every: 0,
+        snapshot_every: every,
         snapshot_deltas: false,
         snapshot_retain_ticks: 0,
         snapshot_log_percent: 0,
@@ -76,7 +82,11 @@ pub(super) fn replica(id: NodeId) -> Replica<Echo, u32> {
 
 /// Node 1, ticked until it campaigns for term 1; the IO of the tick that started it.
 fn candidate() -> (Replica<Echo, u32>, Vec<Io<u32>>) {
-    let mut replica = replica(N1);
+    candidate_of(replica(N1))
+}
+
+/// `replica`, ticked until it campaigns for term 1; the IO of the tick that started it.
+fn candidate_of(mut replica: Replica<Echo, u32>) -> (Replica<Echo, u32>, Vec<Io<u32>>) {
     for _ in 0..ELECTION_TICKS_MIN * 3 {
         let mut out = Vec::new();
         replica.tick(0, &mut out);
@@ -89,7 +99,12 @@ fn candidate() -> (Replica<Echo, u32>, Vec<Io<u32>>) {
 
 /// Node 1, leading term 1 with its no-op durable here and acknowledged by node 2 (applied).
 pub(super) fn leader() -> Replica<Echo, u32> {
-    let (mut replica, mut out) = candidate();
+    leader_of(replica(N1))
+}
+
+/// `replica` (node 1), made leader of term 1 as [`leader`] makes node 1.
+fn leader_of(replica: Replica<Echo, u32>) -> Replica<Echo, u32> {
+    let (mut replica, mut out) = candidate_of(replica);
     replica.receive(N2, vote_granted(N2), &mut out);
     let noop = appended(&out).expect("the new leader's no-op");
     replica.persisted(noop.index, noop.term, &mut out);
@@ -379,4 +394,42 @@ fn a_full_disk_refuses_new_requests_until_it_has_room() {
     replica.admit(submit(1, &[7]), 10, &mut out);
     replica.propose(1_000, &mut out);
     assert_eq!(appended(&out).map(|h| h.index), Some(EntryIndex(2)));
+}
+
+/// Commits request `number` of one command through the leader `replica` (node 3 holds it).
+fn commit(replica: &mut Replica<Echo, u32>, number: u64, out: &mut Vec<Io<u32>>) {
+    replica.admit(submit(number, &[number]), 9, out);
+    replica.propose(1_000, out);
+    let entry = appended(out).expect("the request's entry");
+    replica.persisted(entry.index, entry.term, out);
+    replica.receive(N3, matched(N3, entry.index), out);
+}
+
+fn begins_snapshot(out: &[Io<u32>]) -> bool {
+    out.iter()
+        .any(|io| matches!(io, Io::Snapshot(SnapshotWrite::Begin(_))))
+}
+
+/// Proves a snapshot whose file the writer could not write ends its scan there: no finish is
+/// handed to a writer that dropped the file (and would report nothing of it), and the next
+/// snapshot starts at the next entry. A scan left running would finish into a writer that
+/// reports nothing, and hold every later snapshot back, the log with them.
+#[test]
+fn a_failed_snapshot_write_ends_its_scan_and_the_next_one_starts() {
+    let mut replica = leader_of(replica_snapshotting(N1, 1));
+    assert!(
+        replica.snapshotting(),
+        "the no-op's snapshot is being scanned"
+    );
+    replica.snapshot_failed();
+    assert!(!replica.snapshotting(), "the scan ends with its file");
+    let mut out = Vec::new();
+    replica.snapshot_slice(&mut out);
+    assert!(render(&out).is_empty(), "{:?}", render(&out));
+    commit(&mut replica, 1, &mut out);
+    assert!(
+        begins_snapshot(&out),
+        "the next one starts: {:?}",
+        render(&out)
+    );
 }

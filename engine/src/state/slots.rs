@@ -433,11 +433,13 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Slots<K, 
             only,
         };
         // The writes of changes still pending are not in this scan: they belong to the next.
-        let mut written = Written::new(self.slots.len());
-        for (position, _) in &committed {
-            written.mark(*position);
-        }
-        self.written = self.tracking.then(|| Box::new(written));
+        self.written = self.tracking.then(|| {
+            let mut written = Written::new(self.slots.len());
+            for (position, _) in &committed {
+                written.mark(*position);
+            }
+            Box::new(written)
+        });
         for (position, content) in committed {
             assert!(
                 position < self.slots.len(),
