@@ -288,6 +288,18 @@ fn a_stopped_followers_data_with(
     nodes.data_dir(follower.0)
 }
 
+/// How these tests recover a stopped node's directory in process, as its node would.
+fn recovery_options() -> RecoveryOptions {
+    RecoveryOptions {
+        capacity_bytes: 1 << 30,
+        sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
+        session_retention_s: engine::apply::SESSION_RETENTION_S_DEFAULT,
+        wal_segment_bytes: SEGMENT_BYTES,
+        owner: None,
+        rebuild_from_leader: false,
+    }
+}
+
 /// Proves a snapshot interrupted at each step of its writing leaves a data directory that
 /// recovers to the state the node had: before the fsync (a partial temporary file), before the
 /// rename (a whole temporary file), and after the rename (the new file in place).
@@ -295,14 +307,7 @@ fn a_stopped_followers_data_with(
 fn interrupted_snapshot_writes_recover() {
     let dir = tempfile::tempdir().unwrap();
     let data = a_stopped_followers_data(dir.path());
-    let options = RecoveryOptions {
-        capacity_bytes: 1 << 30,
-        sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
-        session_retention_s: engine::apply::SESSION_RETENTION_S_DEFAULT,
-        wal_segment_bytes: SEGMENT_BYTES,
-        owner: None,
-        rebuild_from_leader: false,
-    };
+    let options = recovery_options();
     let reference = restore(&data, Bank, &options).unwrap();
     let expected = (
         reference.machine.applied_index(),
@@ -389,14 +394,7 @@ fn deltas(snapshots: &Path) -> Vec<std::path::PathBuf> {
 fn a_damaged_or_missing_delta_ends_its_chain_and_the_log_replays_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let data = a_stopped_followers_data_with(dir.path(), 4096, 400);
-    let options = RecoveryOptions {
-        capacity_bytes: 1 << 30,
-        sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
-        session_retention_s: engine::apply::SESSION_RETENTION_S_DEFAULT,
-        wal_segment_bytes: SEGMENT_BYTES,
-        owner: None,
-        rebuild_from_leader: false,
-    };
+    let options = recovery_options();
     let recover = || restore(&data, Bank, &options).unwrap();
     let reference = recover();
     let expected = content(&reference.machine);

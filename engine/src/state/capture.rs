@@ -141,12 +141,7 @@ impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
             })?;
         self.counted_slots = slots;
         for record in 0..count {
-            let ((key, value), used): ((K, R), usize) =
-                codec::decode_prefix(records).map_err(|e| LoadError::Decode {
-                    record,
-                    count,
-                    reason: e.to_string(),
-                })?;
+            let ((key, value), used): ((K, R), usize) = decode_next(records, (record, count))?;
             records = &records[used..];
             bytes += Self::loaded_bytes(&key, used);
             if self.map.get(&key).is_some() {
@@ -196,12 +191,7 @@ impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
     ) -> Result<(u64, u64), LoadError> {
         let (mut added, mut dropped) = (0, 0);
         for record in 0..removed_count {
-            let (key, used): (K, usize) =
-                codec::decode_prefix(removed).map_err(|e| LoadError::Decode {
-                    record,
-                    count: removed_count,
-                    reason: e.to_string(),
-                })?;
+            let (key, used): (K, usize) = decode_next(removed, (record, removed_count))?;
             removed = &removed[used..];
             if let Some(old) = self.map.remove(&key) {
                 O::index_remove(&mut self.index, &key);
@@ -214,12 +204,7 @@ impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
             });
         }
         for record in 0..count {
-            let ((key, value), used): ((K, R), usize) =
-                codec::decode_prefix(records).map_err(|e| LoadError::Decode {
-                    record,
-                    count,
-                    reason: e.to_string(),
-                })?;
+            let ((key, value), used): ((K, R), usize) = decode_next(records, (record, count))?;
             records = &records[used..];
             added += Self::loaded_bytes(&key, used);
             self.put_loaded(key, value, record, &mut dropped)?;
@@ -266,6 +251,18 @@ impl<K: Key, R: Record, O: Order<K>> TypedTable<K, R, O> {
         let used = codec::encoded_len(&(key, value)).unwrap_or(0);
         Self::loaded_bytes(key, used)
     }
+}
+
+/// The item `bytes` begin with, the `at`th of `count`, and the bytes it took.
+fn decode_next<T: codec::Decode<()>>(
+    bytes: &[u8],
+    (at, count): (u64, u64),
+) -> Result<(T, usize), LoadError> {
+    codec::decode_prefix(bytes).map_err(|e| LoadError::Decode {
+        record: at,
+        count,
+        reason: e.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -487,11 +487,7 @@ impl State {
         removed: (&[u8], u64),
         records: (&[u8], u64),
     ) -> Result<(), InstallError> {
-        let table = self
-            .tables
-            .get_mut(id.0 as usize)
-            .and_then(Option::as_deref_mut);
-        let table = table.ok_or(InstallError::UnknownTable { table: id.0 })?;
+        let table = self.declared_mut(id)?;
         if table.counted_slots() != slots {
             return Err(InstallError::DeltaSlots {
                 table: id.0,
@@ -595,11 +591,7 @@ impl State {
         count: u64,
         slots: u64,
     ) -> Result<(), InstallError> {
-        let table = self
-            .tables
-            .get_mut(id.0 as usize)
-            .and_then(Option::as_deref_mut);
-        let table = table.ok_or(InstallError::UnknownTable { table: id.0 })?;
+        let table = self.declared_mut(id)?;
         let before = array_bytes(table.slot_bytes(), table.counted_slots());
         let heap = table
             .load(records, count, slots)
@@ -624,6 +616,13 @@ impl State {
             .saturating_add(after)
             .saturating_add(heap);
         Ok(())
+    }
+
+    /// Table `id`, which a snapshot names: one the schema declares.
+    fn declared_mut(&mut self, id: TableId) -> Result<&mut dyn AnyTable, InstallError> {
+        (self.tables.get_mut(id.0 as usize))
+            .and_then(Option::as_deref_mut)
+            .ok_or(InstallError::UnknownTable { table: id.0 })
     }
 
     /// Checks the whole account against the capacity (after a snapshot's tables loaded).
