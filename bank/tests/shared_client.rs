@@ -16,6 +16,15 @@ const DEPOSITS: u64 = 30;
 /// The caller's deposit at which the leader is stopped (by caller 1).
 const STOP_AT: u64 = 10;
 
+/// A runtime of two worker threads, as a service sharing one client across them has.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Proves a shared client is what its callers may share across threads.
 #[test]
 fn a_shared_client_is_clone_send_and_sync() {
@@ -72,11 +81,7 @@ async fn caller(client: SharedClient<Bank>, caller: u64, stop: tokio::sync::mpsc
 /// exactly once (each balance, and the audit's total).
 #[test]
 fn callers_share_a_client_through_a_leader_change_exactly_once() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let dir = tempfile::tempdir().unwrap();
     runtime.block_on(async {
         let mut cluster = LocalCluster::start(dir.path(), 3, Bank, |_| {}).expect("starts");
@@ -166,11 +171,7 @@ async fn keyed_caller(
 /// and a key sent again with another command runs nothing.
 #[test]
 fn keyed_callers_through_two_clients_apply_each_key_once() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let dir = tempfile::tempdir().unwrap();
     runtime.block_on(async {
         let mut cluster = LocalCluster::start(dir.path(), 3, Bank, |_| {}).expect("starts");
@@ -234,11 +235,7 @@ fn keyed_callers_through_two_clients_apply_each_key_once() {
 /// form one request of two commands whose read is the balance before or after the deposit.
 #[test]
 fn a_read_rides_in_the_request_of_a_write_beside_it() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let dir = tempfile::tempdir().unwrap();
     runtime.block_on(async {
         let cluster = LocalCluster::start(dir.path(), 3, Bank, |_| {}).expect("starts");

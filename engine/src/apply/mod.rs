@@ -891,17 +891,7 @@ impl<H: Handler> StateMachine<H> {
         for table in &snapshot.tables {
             state.load_table(table.id, &table.bytes, table.records, table.slots)?;
         }
-        state.check_capacity()?;
-        state.restore_hasher(snapshot.meta.hasher.clone());
-        let hash = state.hash();
-        if hash != snapshot.meta.state_hash {
-            return Err(InstallError::StateHash {
-                computed: hash,
-                recorded: snapshot.meta.state_hash,
-            });
-        }
-        let index = snapshot.meta.index;
-        Ok(BuiltState { state, hash, index })
+        checked_state(state, &snapshot.meta)
     }
 
     /// `built` with `delta` applied (its removed keys out, its records in), checked against
@@ -926,17 +916,7 @@ impl<H: Handler> StateMachine<H> {
             let records = (table.bytes.as_slice(), table.records);
             state.apply_delta_table(table.id, table.slots, removed, records)?;
         }
-        state.check_capacity()?;
-        state.restore_hasher(delta.meta.hasher.clone());
-        let hash = state.hash();
-        if hash != delta.meta.state_hash {
-            return Err(InstallError::StateHash {
-                computed: hash,
-                recorded: delta.meta.state_hash,
-            });
-        }
-        let index = delta.meta.index;
-        Ok(BuiltState { state, hash, index })
+        checked_state(state, &delta.meta)
     }
 
     /// Forgets what the state wrote since the last snapshot began: the next one must be
@@ -1218,6 +1198,22 @@ fn outcome_of<H: Handler>(
         (Ok(_), Some(error)) => Outcome::Failed(error.into()),
         (Err(error), _) => Outcome::Failed(error),
     }
+}
+
+/// `state`, its records loaded from the file `meta` describes, checked against the capacity
+/// and, with the hasher's state the file kept, against the state hash it recorded.
+fn checked_state(mut state: State, meta: &SnapshotMeta) -> Result<BuiltState, InstallError> {
+    state.check_capacity()?;
+    state.restore_hasher(meta.hasher.clone());
+    let hash = state.hash();
+    if hash != meta.state_hash {
+        return Err(InstallError::StateHash {
+            computed: hash,
+            recorded: meta.state_hash,
+        });
+    }
+    let index = meta.index;
+    Ok(BuiltState { state, hash, index })
 }
 
 /// Puts a finished request's session update into the write stream: once per request, not
