@@ -86,3 +86,104 @@ fn a_request_without_commands_is_only_a_registration() {
     assert_eq!(ends(0, &one, 0), Err(Rejection::Malformed { command: 0 }));
     assert_eq!(ends(1, &one, 1), Ok(vec![one.len() as u32]));
 }
+
+/// Proves a whole snapshot's file that holds something else than its name says (another
+/// entry, or a delta) is passed over and kept, never installed (snapshot_file found a file
+/// named for entry 1 that holds entry 0: counting the deltas after it underflowed).
+#[test]
+fn a_snapshot_file_that_is_not_what_its_name_says_is_passed_over() {
+    use engine::internals::snapshot::SnapshotLink;
+    let log = entries(3, 4);
+    let mut machine = StateMachine::new(Ledger, 1 << 20);
+    let (_, empty) = machine.snapshot_file().unwrap();
+    machine.apply(&log[0]).unwrap();
+    let link = SnapshotLink {
+        index: engine::EntryIndex(0),
+        digest: empty[empty.len() - DIGEST_BYTES..].try_into().unwrap(),
+    };
+    let (_, delta) = machine
+        .delta_snapshot_file(link)
+        .expect("a delta over the empty one");
+    for entry in &log[1..] {
+        machine.apply(entry).unwrap();
+    }
+    let (_, later) = machine.snapshot_file().unwrap();
+    for (what, file) in [
+        ("entry 0", &empty),
+        ("entry 4", &later),
+        ("a delta", &delta),
+    ] {
+        let restored = restore_one_snapshot(file);
+        assert_eq!(restored.snapshot, None, "{what}: not installed");
+        assert_eq!(
+            restored.passed_over.len(),
+            1,
+            "{what}: {:?}",
+            restored.passed_over
+        );
+        assert!(
+            restored.quarantined.is_empty(),
+            "{what}: intact, kept in place"
+        );
+    }
+}
+
+/// Proves a delta whose link names a file not older than itself is refused by the parser,
+/// even with its digest fixed: a chain's indices only grow.
+#[test]
+fn a_delta_that_continues_a_later_file_is_refused() {
+    use engine::internals::snapshot::SnapshotLink;
+    let mut machine = StateMachine::new(Ledger, 1 << 20);
+    let (_, empty) = machine.snapshot_file().unwrap();
+    machine.apply(&entries(3, 1)[0]).unwrap();
+    let link = SnapshotLink {
+        index: engine::EntryIndex(0),
+        digest: empty[empty.len() - DIGEST_BYTES..].try_into().unwrap(),
+    };
+    let (_, delta) = machine.delta_snapshot_file(link).unwrap();
+    let encoded = codec::encode_to_vec(&link).unwrap();
+    let at = delta
+        .windows(encoded.len())
+        .position(|window| window == encoded)
+        .expect("the link is in the file");
+    for later in [1, 7] {
+        let forged = SnapshotLink {
+            index: engine::EntryIndex(later),
+            ..link
+        };
+        let forged = codec::encode_to_vec(&forged).unwrap();
+        assert_eq!(forged.len(), encoded.len(), "fixed-width indices");
+        let mut file = delta.clone();
+        file[at..at + forged.len()].copy_from_slice(&forged);
+        let error = parse_snapshot(&with_digest(file)).expect_err("the link is not before");
+        assert!(error.to_string().contains("not an older one"), "{error}");
+    }
+    parse_snapshot(&delta).expect("the delta as written parses");
+}
+
+/// Restores a node directory holding a hard state, an empty log and `file` under the name
+/// of a whole snapshot of entry 1: its report.
+fn restore_one_snapshot(file: &[u8]) -> engine::node::recovery::RecoveryReport {
+    use engine::internals::core::HardState;
+    use engine::internals::snapshot::snapshot_path;
+    use engine::node::recovery::{RecoveryOptions, restore};
+    use engine::node::storage::{SNAPSHOT_DIR, WAL_DIR, write_hard_state};
+    let dir = tempfile::tempdir().unwrap();
+    write_hard_state(dir.path(), HardState::default()).unwrap();
+    std::fs::create_dir_all(dir.path().join(WAL_DIR)).unwrap();
+    let snapshots = dir.path().join(SNAPSHOT_DIR);
+    std::fs::create_dir_all(&snapshots).unwrap();
+    let path = snapshot_path(&snapshots, engine::EntryIndex(1));
+    std::fs::write(&path, file).unwrap();
+    let options = RecoveryOptions {
+        capacity_bytes: 1 << 20,
+        sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
+        session_retention_s: engine::apply::SESSION_RETENTION_S_DEFAULT,
+        wal_segment_bytes: engine::internals::wal::WAL_SEGMENT_BYTES_MIN,
+        owner: None,
+        rebuild_from_leader: false,
+    };
+    let restored = restore(dir.path(), Ledger, &options).expect("the node starts");
+    assert!(path.exists(), "the file is kept");
+    restored.report
+}

@@ -179,6 +179,14 @@ pub enum StructureError {
         /// Where the content ends (the digest starts).
         end: usize,
     },
+    /// A delta continues a file that is not older than itself.
+    #[error("a delta of entry {index} continues the file of entry {previous}, not an older one")]
+    LinkNotBefore {
+        /// The index the file before covers, by the link.
+        previous: EntryIndex,
+        /// The index the delta covers.
+        index: EntryIndex,
+    },
     /// The blocks of a table claim more records in all than a u64 counts.
     #[error(
         "table record count overflows: table {table} has {records} records before a block of \
@@ -592,10 +600,16 @@ fn parse_body(body: &[u8], format: Format) -> Result<Content, StructureError> {
     let mut at = MAGIC.len();
     let meta = parse_meta(body, &mut at, format == Format::V5)?;
     let delta = format == Format::Delta1;
-    let previous = match delta {
+    let previous: Option<SnapshotLink> = match delta {
         true => Some(decode_part(body, &mut at, Part::Link)?),
         false => None,
     };
+    if let Some(link) = previous.filter(|link| link.index >= meta.index) {
+        return Err(StructureError::LinkNotBefore {
+            previous: link.index,
+            index: meta.index,
+        });
+    }
     let count: u16 = decode_part(body, &mut at, Part::TableCount)?;
     let mut tables = Vec::with_capacity(count as usize);
     for position in 0..count {

@@ -5,7 +5,7 @@ use super::{RecoveryOptions, RecoveryReport, Refusal, replay};
 use crate::apply::{BuiltState, StateMachine};
 use crate::core::{HardState, LogBase, Recovered, Repair};
 use crate::handler::Handler;
-use crate::ids::Term;
+use crate::ids::{EntryIndex, Term};
 use crate::node::NodeError;
 use crate::node::storage::{
     HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
@@ -291,6 +291,12 @@ fn choose_snapshot<S: Storage, H: Handler>(
                 return Err(Refusal::Unreadable { path, source }.into());
             }
         };
+        if let Some(reason) = not_as_named(&snapshot, index) {
+            report
+                .passed_over
+                .push(format!("{}: {reason}", path.display()));
+            continue;
+        }
         let built = built.unwrap_or_else(|| machine.build_state(&snapshot));
         let built = built.map_err(|problem| Refusal::SnapshotConfig {
             path: path.clone(),
@@ -319,6 +325,18 @@ fn choose_snapshot<S: Storage, H: Handler>(
         return Ok((Some((whole, install(machine, tip))), damaged));
     }
     Ok((None, damaged))
+}
+
+/// Why a whole snapshot's file that verifies is not what its name says (a delta, or another
+/// entry's state): such a file was renamed or copied in by hand, and installing it would
+/// start the log from an entry the name's checks did not cover. Kept, not quarantined: it
+/// is intact.
+fn not_as_named(snapshot: &Snapshot, index: EntryIndex) -> Option<String> {
+    if snapshot.previous.is_some() {
+        return Some("it is a delta, under a whole snapshot's name".to_owned());
+    }
+    let holds = snapshot.meta.index;
+    (holds != index).then(|| format!("it holds entry {holds}, its name says {index}"))
 }
 
 /// The whole snapshot chosen and the newest file of its chain (itself, without deltas).
