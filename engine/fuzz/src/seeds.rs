@@ -259,6 +259,10 @@ fn snapshot_seeds() -> Vec<Vec<u8>> {
         digest_added,
         vec![2, 12, 0],
         vec![2, 12, 1, 40, 0, 0x80],
+        // A delta beside its whole snapshot: intact, damaged, damaged with its digest fixed.
+        vec![3, 12, 0],
+        vec![3, 12, 0, 40, 0, 0x80],
+        vec![3, 12, 1, 40, 0, 0x80],
     ]
 }
 
