@@ -3,6 +3,7 @@
 //! restarts that recover a node with the product's own recovery over its simulated disk
 //! (`node::recovery::recover_on`), and the healing at the end.
 
+use super::odds::{self, Fault, Odds};
 use super::*;
 use crate::members::{Member, MemberChange};
 
@@ -41,16 +42,16 @@ impl<W: Workload> Sim<W> {
                 .map(|_| n.id)
         });
         let count = self.nodes.len() as u8;
-        if self.swarm.spares > 0 && self.rng.chance(1, 4) {
+        if self.swarm.spares > 0 && odds::MEMBER_CHANGE.hit(&mut self.rng) {
             return self.change_members(leader);
         }
         let random_node = NodeId(1 + self.rng.below(u64::from(count)) as u8);
-        match self.rng.below(12) {
-            0..=1 => self.crash_for_a_while(leader.unwrap_or(random_node)),
-            2 => self.crash_for_a_while(random_node),
-            3 => self.power_cut(),
-            4..=5 => self.isolate_one(leader, random_node),
-            6 => {
+        match odds::draw_fault(&mut self.rng) {
+            Fault::CrashLeader => self.crash_for_a_while(leader.unwrap_or(random_node)),
+            Fault::CrashAny => self.crash_for_a_while(random_node),
+            Fault::PowerCut => self.power_cut(),
+            Fault::IsolateOne => self.isolate_one(leader, random_node),
+            Fault::OnePeerOnly => {
                 // A node that reaches only one peer.
                 let a = random_node;
                 let b = NodeId(1 + a.0 % count);
@@ -58,22 +59,22 @@ impl<W: Workload> Sim<W> {
                 self.links.cut.insert((b, a));
                 self.partitioned();
             }
-            7 => {
+            Fault::Clog => {
                 let a = random_node;
                 let b = NodeId(1 + (a.0 + self.rng.below(2) as u8) % count);
                 self.links.clogged.insert((a, b));
                 self.partitioned();
             }
-            8 => self.fill_disks(random_node),
-            9 => self.stall(leader, random_node),
-            10 => {
+            Fault::FullDisks => self.fill_disks(random_node),
+            Fault::Stall => self.stall(leader, random_node),
+            Fault::AcksDown => {
                 // The WAL thread's acknowledgement connections of one node fail.
                 let lasting = 50 + self.rng.below(3_000);
                 let now = self.now;
                 self.node(random_node).acks_down_until = now + lasting;
                 self.report.acks_down += 1;
             }
-            _ => {
+            Fault::RestartDown => {
                 for id in self.node_ids() {
                     if self.node(id).live.is_none() {
                         self.restart(id);
@@ -102,7 +103,7 @@ impl<W: Workload> Sim<W> {
     /// Isolates one node (the leader more often than not), both ways or one way.
     fn isolate_one(&mut self, leader: Option<NodeId>, random_node: NodeId) {
         let isolated = leader
-            .filter(|_| self.rng.chance(2, 3))
+            .filter(|_| odds::LEADER_TARGETED.hit(&mut self.rng))
             .unwrap_or(random_node);
         let one_way = self.rng.below(3);
         for other in self.node_ids().into_iter().filter(|&n| n != isolated) {
@@ -141,7 +142,7 @@ impl<W: Workload> Sim<W> {
     /// it resumes where it was.
     fn stall(&mut self, leader: Option<NodeId>, random_node: NodeId) {
         let stalled = leader
-            .filter(|_| self.rng.chance(2, 3))
+            .filter(|_| odds::LEADER_TARGETED.hit(&mut self.rng))
             .unwrap_or(random_node);
         let lasting = 10 + self.rng.below(STALL_UNITS_MAX - 10);
         let until = self.now + lasting;
@@ -151,7 +152,7 @@ impl<W: Workload> Sim<W> {
         let resume = node.stalled_until - self.now;
         self.schedule(resume, SimEvent::Resume(stalled));
         self.report.stalls += 1;
-        if Some(stalled) == leader && self.rng.chance(1, 2) {
+        if Some(stalled) == leader && odds::STALLED_LEADER_CUT_OFF.hit(&mut self.rng) {
             // Cut off as well: it resumes believing it leads, hearing nothing of the leader
             // elected meanwhile, with clients' reads waiting for it.
             let lasting = resume + self.rng.below(1_000);
@@ -181,7 +182,8 @@ impl<W: Workload> Sim<W> {
             .collect();
         let (fewest, most) = SIM_MEMBERS_RANGE;
         let add = !others.is_empty()
-            && (members.len() <= fewest || (members.len() < most && self.rng.chance(1, 2)));
+            && (members.len() <= fewest
+                || (members.len() < most && odds::MEMBER_ADDED.hit(&mut self.rng)));
         let change = if add {
             let id = others[self.rng.below(others.len() as u64) as usize];
             let address = format!("sim-node-{}", id.0);
@@ -276,16 +278,17 @@ impl<W: Workload> Sim<W> {
     fn draw_damage(&mut self) -> Damage {
         let repairing = self.nodes.iter().any(|n| n.disk.hard.repair.is_some());
         let damage = self.options.faults && !self.healed && !repairing;
-        let together = self.options.faults && !self.healed && repairing && self.rng.chance(1, 4);
+        let rng = &mut self.rng;
+        let together = self.options.faults
+            && !self.healed
+            && repairing
+            && odds::DAMAGE_WHILE_REPAIRING.hit(rng);
+        let mut draw = |odds: Odds| odds.hit(rng).then(|| rng.next_u64());
         let entry = (damage || together)
-            .then(|| self.rng.chance(1, 4).then(|| self.rng.next_u64()))
+            .then(|| draw(odds::DAMAGED_ENTRY))
             .flatten();
-        let snapshot = damage
-            .then(|| self.rng.chance(1, 6).then(|| self.rng.next_u64()))
-            .flatten();
-        let hard_state = damage
-            .then(|| self.rng.chance(1, 12).then(|| self.rng.next_u64()))
-            .flatten();
+        let snapshot = damage.then(|| draw(odds::DAMAGED_SNAPSHOT)).flatten();
+        let hard_state = damage.then(|| draw(odds::DAMAGED_HARD_STATE)).flatten();
         Damage {
             entry,
             snapshot,

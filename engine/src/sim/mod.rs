@@ -62,6 +62,7 @@ mod disk;
 mod faults;
 mod keys;
 mod network;
+pub mod odds;
 mod options;
 mod snapshots;
 mod storage;
@@ -484,8 +485,8 @@ impl<W: Workload> Sim<W> {
             self.next_batch(window);
         }
         if self.options.faults {
-            self.links.loss = self.rng.below(30);
-            self.links.duplication = self.rng.below(30);
+            self.links.loss = self.rng.below(odds::LINK_FAULT_PERMILLE_BELOW);
+            self.links.duplication = self.rng.below(odds::LINK_FAULT_PERMILLE_BELOW);
             self.swarm.loss_permille = self.links.loss;
             self.swarm.duplication_permille = self.links.duplication;
             self.report.swarm = self.swarm.clone();

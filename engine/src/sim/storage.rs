@@ -104,7 +104,7 @@ impl<W: Workload> Sim<W> {
         if !self.node(id).disk.begin_sync() {
             return;
         }
-        let slow = self.rng.chance(1, 20);
+        let slow = super::odds::SLOW_SYNC.hit(&mut self.rng);
         let after = 1 + self.rng.below(if slow { 200 } else { 20 });
         self.schedule(
             after,

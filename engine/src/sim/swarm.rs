@@ -1,7 +1,7 @@
 //! What each seed draws for its whole run (swarm testing): every run explores one corner of
 //! the settings, and a failing seed prints the corner it was in.
 
-use super::{CLIENT_TIMEOUT_SHORT_UNITS, CLIENT_TIMEOUT_UNITS, Time};
+use super::{CLIENT_TIMEOUT_SHORT_UNITS, CLIENT_TIMEOUT_UNITS, Time, odds};
 use crate::apply::{Mode, PIPELINE_REQUESTS_MAX};
 use crate::core::LAGGING_FOLLOWER_ENTRIES_MAX;
 use crate::rng::Rng;
@@ -86,10 +86,10 @@ impl Swarm {
         } else {
             CLIENT_TIMEOUT_UNITS
         };
-        let fsync_error_permille = if rng.chance(1, 2) {
+        let fsync_error_permille = if odds::NO_FSYNC_ERRORS.hit(rng) {
             0
         } else {
-            1 + rng.below(5)
+            1 + rng.below(odds::FSYNC_ERROR_PERMILLE_MAX)
         };
         let hedge_after = rng
             .chance(1, 2)

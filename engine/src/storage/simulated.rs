@@ -202,6 +202,12 @@ impl SimDisk {
     }
 }
 
+/// A crash tears the first write it loses of a file (some of its pages reach the disk),
+/// as a chance of `.0` in `.1`.
+pub const CRASH_TEARS_WRITE: (u64, u64) = (1, 2);
+/// Each page of a torn write reaches the disk, as a chance of `.0` in `.1`.
+pub const TORN_PAGE_KEPT: (u64, u64) = (1, 2);
+
 impl Inode {
     fn crash(&mut self, rng: &mut Rng, crash: &mut Crash) {
         let pending = std::mem::take(&mut self.pending);
@@ -212,7 +218,7 @@ impl Inode {
         crash.kept += kept as u64;
         crash.lost += (pending.len() - kept) as u64;
         if let Some(Change::Write { offset, bytes }) = pending.get(kept)
-            && rng.chance(1, 2)
+            && rng.chance(CRASH_TEARS_WRITE.0, CRASH_TEARS_WRITE.1)
         {
             crash.torn += tear(&mut self.durable, bytes, *offset, rng) as u64;
         }
@@ -237,7 +243,7 @@ fn tear(data: &mut Vec<u8>, bytes: &[u8], offset: u64, rng: &mut Rng) -> bool {
     let end = offset + bytes.len() as u64;
     while at < end {
         let page_end = ((at / SIM_PAGE_BYTES + 1) * SIM_PAGE_BYTES).min(end);
-        if rng.chance(1, 2) {
+        if rng.chance(TORN_PAGE_KEPT.0, TORN_PAGE_KEPT.1) {
             let part = &bytes[(at - offset) as usize..(page_end - offset) as usize];
             write_at(data, part, at);
             torn = true;
