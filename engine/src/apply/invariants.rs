@@ -12,12 +12,6 @@ use crate::ids::{EntryIndex, Term};
 impl<H: Handler> StateMachine<H> {
     /// What holds of the last entry applied and the machine's bookkeeping around it.
     pub(super) fn check_applied(&self) {
-        assert_eq!(
-            self.hash,
-            self.state.hash(),
-            "the state hash after entry {} is the state's",
-            self.applied
-        );
         if self.applied == EntryIndex::ZERO {
             assert!(
                 self.applied_term == Term(0) && self.applied_entry == EntryHash::default(),

@@ -23,7 +23,7 @@ mod quorum;
 mod read_check;
 mod repair;
 
-pub use log::{LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN, LogBase};
+pub use log::{LOG_CHECK_RECENT_ENTRIES, LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN, LogBase};
 pub use membership::{ChangeRefused, MemberSet, RepairView};
 pub use quorum::{majority, quorum_index};
 
@@ -357,7 +357,18 @@ impl Core {
     /// (see [`crate::replica::Replica::check_invariants`]).
     /// Walks the in-memory log window, the peers and the member lists, never the whole log.
     pub fn check_invariants(&self) {
-        self.log.check_invariants(self.hard.term);
+        self.check_invariants_of(false);
+    }
+
+    /// [`Core::check_invariants`] walking only the log window's end
+    /// ([`LOG_CHECK_RECENT_ENTRIES`]): what an event can have changed, at a cost that
+    /// does not grow with the window.
+    pub fn check_recent_invariants(&self) {
+        self.check_invariants_of(true);
+    }
+
+    fn check_invariants_of(&self, recent: bool) {
+        self.log.check_invariants(self.hard.term, recent);
         self.check_indexes();
         self.check_role();
         self.check_timers();

@@ -111,11 +111,13 @@ impl Disk {
         held.then(|| wal.read(EntryIndex(index)).ok()).flatten()
     }
 
-    /// The open WAL's invariants (see [`Wal::check_invariants`]); none while the process is
-    /// down.
-    pub fn check_invariants(&self) {
-        if let Some(wal) = &self.wal {
-            wal.check_invariants();
+    /// The open WAL's invariants (see [`Wal::check_invariants`]), or with `recent` those of
+    /// its last segment; none while the process is down.
+    pub fn check_invariants(&self, recent: bool) {
+        match &self.wal {
+            Some(wal) if recent => wal.check_recent_invariants(),
+            Some(wal) => wal.check_invariants(),
+            None => {}
         }
     }
 
