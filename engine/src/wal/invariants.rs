@@ -9,6 +9,10 @@ use crate::entry::{ENTRY_PAYLOAD_BYTES_MAX, EntryHash};
 use crate::ids::EntryIndex;
 use crate::storage::Storage;
 
+/// Entries at the end of the last segment that a check of recent work walks (the ones a batch
+/// can have appended); a whole check walks every segment.
+const WAL_CHECK_RECENT_ENTRIES: usize = 64;
+
 /// Bytes of the largest record: its header and the largest payload.
 const RECORD_BYTES_MAX: u64 = RECORD_HEADER_BYTES as u64 + ENTRY_PAYLOAD_BYTES_MAX as u64;
 
@@ -29,8 +33,9 @@ impl<S: Storage> Wal<S> {
         );
     }
 
-    /// [`Wal::check_index`] for the last segment only (where appends and cuts happen): its
-    /// entries are the index's last ones, each where the one before it ended.
+    /// [`Wal::check_index`] for the end of the last segment (where appends and cuts happen):
+    /// its last [`WAL_CHECK_RECENT_ENTRIES`] entries are the index's last ones, each where the
+    /// one before it ended, and they end where its records do.
     pub(super) fn check_last_segment(&self) {
         self.check_start();
         let Some(segment) = self.segments.last() else {
@@ -38,9 +43,8 @@ impl<S: Storage> Wal<S> {
         };
         let position = self.segments.len() - 1;
         let number = position + self.segments_removed;
-        let first = (self.entries.iter())
-            .rposition(|entry| entry.segment != number)
-            .map_or(0, |before| before + 1);
+        let tail = self.entries.len().saturating_sub(WAL_CHECK_RECENT_ENTRIES);
+        let first = tail + self.entries[tail..].partition_point(|entry| entry.segment != number);
         let at = self.check_segment_entries(position, segment, first);
         assert_eq!(
             at,
@@ -106,7 +110,11 @@ impl<S: Storage> Wal<S> {
         first: usize,
     ) -> usize {
         let number = position + self.segments_removed;
-        let mut end = 0;
+        // Where the entry before the first one checked ended, in this segment.
+        let before = first.checked_sub(1).and_then(|at| self.entries.get(at));
+        let mut end = before
+            .filter(|entry| entry.segment == number)
+            .map_or(0, |entry| entry.offset + u64::from(entry.record_bytes));
         let mut at = first;
         while let Some(entry) = self.entries.get(at).filter(|e| e.segment == number) {
             check_record(entry, end, segment);

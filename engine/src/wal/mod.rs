@@ -247,8 +247,9 @@ impl<S: Storage> Wal<S> {
         self.check_index();
     }
 
-    /// [`Wal::check_invariants`] for the last segment only, where an event appends or cuts:
-    /// the simulator calls it after every event.
+    /// [`Wal::check_invariants`] for the end of the last segment only, where an event appends
+    /// or cuts: the simulator calls it after every event, a release node's WAL thread after
+    /// every batch.
     pub fn check_recent_invariants(&self) {
         self.check_last_segment();
     }
