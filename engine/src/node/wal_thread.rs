@@ -12,7 +12,7 @@ use crate::replica::WalFailure;
 pub(crate) use crate::replica::WalOp;
 use crate::storage::IoFault;
 use crate::wal::{Wal, WalError};
-use net::message::PeerMessage;
+use net::message::{AppendOutcome, AppendReply, PeerMessage};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -263,10 +263,11 @@ fn carry_out(
                     pending.push_front(WalOp::Append(entries));
                     // What came before the append is durable and acknowledged.
                     sync(wal, unsynced, events, disk)?;
-                    if let Some((to, message)) = passed_over
-                        && !acker.ack(to, message)
-                    {
-                        events.push(WalEvent::AckFailed);
+                    if let Some((to, message)) = passed_over {
+                        check_covered(wal, unsynced, &message);
+                        if !acker.ack(to, message) {
+                            events.push(WalEvent::AckFailed);
+                        }
                     }
                     return Err(Stop::Full(error));
                 }
@@ -275,6 +276,7 @@ fn carry_out(
                 acks_left -= 1;
                 if acks_left == 0 {
                     sync(wal, unsynced, events, disk)?;
+                    check_covered(wal, unsynced, &message);
                     if !acker.ack(to, message) {
                         events.push(WalEvent::AckFailed);
                     }
@@ -405,6 +407,26 @@ fn sync(
         events.push(WalEvent::Persisted { index, term });
     }
     Ok(())
+}
+
+/// An acknowledgement leaves only once what it covers is durable: no append waits for a
+/// sync, and the entry it says matched is in the log.
+fn check_covered(wal: &Wal, unsynced: &Option<(EntryIndex, Term)>, message: &PeerMessage) {
+    assert!(
+        unsynced.is_none(),
+        "an acknowledgement before the sync of the appends ahead of it ({unsynced:?})"
+    );
+    if let PeerMessage::AppendReply(AppendReply {
+        outcome: AppendOutcome::Matched { index },
+        ..
+    }) = message
+    {
+        assert!(
+            *index <= wal.last_index(),
+            "an acknowledgement of entry {index}, past the log's last entry {}",
+            wal.last_index()
+        );
+    }
 }
 
 /// Where an acknowledgement goes once what it covers is durable.
@@ -667,7 +689,6 @@ fn configure(stream: &std::net::TcpStream) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::entry::{EntryHash, EntryKind};
-    use net::message::{AppendOutcome, AppendReply};
 
     fn ack(index: u64) -> PeerMessage {
         PeerMessage::AppendReply(AppendReply {
@@ -703,6 +724,30 @@ mod tests {
     /// Proves the WAL carried out on the caller's thread makes its appends durable before it
     /// reports them or lets an acknowledgement go, with one report for all appends queued
     /// together, nothing when nothing is queued, and the entries read back from the files.
+    /// Proves an acknowledgement never leaves while an append before it waits for its sync.
+    #[test]
+    #[should_panic(expected = "an acknowledgement before the sync of the appends ahead of it")]
+    fn an_acknowledgement_never_passes_an_unsynced_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path()).unwrap();
+        wal.append(&noops(1, 1, &mut EntryHash::default())[0])
+            .unwrap();
+        check_covered(&wal, &Some((EntryIndex(1), Term(1))), &ack(1));
+    }
+
+    /// Proves an acknowledgement never names an entry the log does not hold.
+    #[test]
+    #[should_panic(expected = "an acknowledgement of entry 3, past the log's last entry 1")]
+    fn an_acknowledgement_never_names_an_entry_past_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path()).unwrap();
+        wal.append(&noops(1, 1, &mut EntryHash::default())[0])
+            .unwrap();
+        wal.sync().unwrap();
+        check_covered(&wal, &None, &ack(1));
+        check_covered(&wal, &None, &ack(3));
+    }
+
     #[test]
     fn inline_wal_reports_and_acknowledges_only_what_is_durable() {
         let dir = tempfile::tempdir().unwrap();
