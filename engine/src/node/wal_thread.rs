@@ -263,11 +263,8 @@ fn carry_out(
                     pending.push_front(WalOp::Append(entries));
                     // What came before the append is durable and acknowledged.
                     sync(wal, unsynced, events, disk)?;
-                    if let Some((to, message)) = passed_over {
-                        check_covered(unsynced);
-                        if !acker.ack(to, message) {
-                            events.push(WalEvent::AckFailed);
-                        }
+                    if let Some(ack) = passed_over {
+                        send_ack(acker, unsynced, events, ack);
                     }
                     return Err(Stop::Full(error));
                 }
@@ -276,10 +273,7 @@ fn carry_out(
                 acks_left -= 1;
                 if acks_left == 0 {
                     sync(wal, unsynced, events, disk)?;
-                    check_covered(unsynced);
-                    if !acker.ack(to, message) {
-                        events.push(WalEvent::AckFailed);
-                    }
+                    send_ack(acker, unsynced, events, (to, message));
                 } else {
                     passed_over = Some((to, message));
                 }
@@ -407,6 +401,19 @@ fn sync(
         events.push(WalEvent::Persisted { index, term });
     }
     Ok(())
+}
+
+/// Sends an acknowledgement, once what it covers is durable.
+fn send_ack(
+    acker: &mut impl AckSink,
+    unsynced: &Option<(EntryIndex, Term)>,
+    events: &mut Vec<WalEvent>,
+    (to, message): (NodeId, PeerMessage),
+) {
+    check_covered(unsynced);
+    if !acker.ack(to, message) {
+        events.push(WalEvent::AckFailed);
+    }
 }
 
 /// An acknowledgement leaves only once what it covers is durable: no append before it waits
