@@ -161,12 +161,37 @@ fn a_delta_that_continues_a_later_file_is_refused() {
     parse_snapshot(&delta).expect("the delta as written parses");
 }
 
-/// Restores a node directory holding a hard state, an empty log and `file` under the name
-/// of a whole snapshot of entry 1: its report.
-fn restore_one_snapshot(file: &[u8]) -> engine::node::recovery::RecoveryReport {
+/// Proves a rehearsal (`runner replay`) passes over, as a restart does, a whole snapshot's
+/// file that holds another entry than its name says, and does not start from it.
+#[test]
+fn a_rehearsal_passes_over_a_snapshot_file_that_is_not_what_its_name_says() {
+    use engine::node::rehearsal::{RehearsalOptions, rehearse};
+    let mut machine = StateMachine::new(Ledger, 1 << 20);
+    let (_, empty) = machine.snapshot_file().unwrap();
+    let (dir, _) = node_dir_with_snapshot(&empty);
+    let options = RehearsalOptions {
+        capacity_bytes: 1 << 20,
+        sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,
+        session_retention_s: engine::apply::SESSION_RETENTION_S_DEFAULT,
+        wal_segment_bytes: engine::internals::wal::WAL_SEGMENT_BYTES_MIN,
+        from_start: false,
+    };
+    let rehearsal = rehearse(dir.path(), Ledger, &options, |_, _| {}).expect("it runs");
+    assert_eq!(rehearsal.from_snapshot, None, "not started from the file");
+    assert_eq!(
+        rehearsal.passed_over.len(),
+        1,
+        "{:?}",
+        rehearsal.passed_over
+    );
+    assert!(rehearsal.passed_over[0].contains("its name says 1"));
+}
+
+/// A node directory holding a hard state, an empty log and `file` under the name of a whole
+/// snapshot of entry 1; and that file's path.
+fn node_dir_with_snapshot(file: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
     use engine::internals::core::HardState;
     use engine::internals::snapshot::snapshot_path;
-    use engine::node::recovery::{RecoveryOptions, restore};
     use engine::node::storage::{SNAPSHOT_DIR, WAL_DIR, write_hard_state};
     let dir = tempfile::tempdir().unwrap();
     write_hard_state(dir.path(), HardState::default()).unwrap();
@@ -175,6 +200,14 @@ fn restore_one_snapshot(file: &[u8]) -> engine::node::recovery::RecoveryReport {
     std::fs::create_dir_all(&snapshots).unwrap();
     let path = snapshot_path(&snapshots, engine::EntryIndex(1));
     std::fs::write(&path, file).unwrap();
+    (dir, path)
+}
+
+/// Restores a node directory holding a hard state, an empty log and `file` under the name
+/// of a whole snapshot of entry 1: its report.
+fn restore_one_snapshot(file: &[u8]) -> engine::node::recovery::RecoveryReport {
+    use engine::node::recovery::{RecoveryOptions, restore};
+    let (dir, path) = node_dir_with_snapshot(file);
     let options = RecoveryOptions {
         capacity_bytes: 1 << 20,
         sessions_max: engine::apply::SESSIONS_MAX_DEFAULT,

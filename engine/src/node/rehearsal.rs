@@ -224,6 +224,11 @@ fn start<H: Handler>(
                 continue;
             }
         };
+        // As a restart does: a file renamed or copied in by hand is no start.
+        if let Some(reason) = crate::node::recovery::not_as_named(&snapshot, *index) {
+            passed_over.push(format!("{}: {reason}", path.display()));
+            continue;
+        }
         recorded.insert(*index, snapshot.meta.state_hash);
         if usable {
             machine

@@ -720,9 +720,6 @@ mod tests {
             .collect()
     }
 
-    /// Proves the WAL carried out on the caller's thread makes its appends durable before it
-    /// reports them or lets an acknowledgement go, with one report for all appends queued
-    /// together, nothing when nothing is queued, and the entries read back from the files.
     /// Proves an acknowledgement never leaves while an append before it waits for its sync.
     #[test]
     #[should_panic(expected = "an acknowledgement before the sync of the appends ahead of it")]
@@ -731,6 +728,9 @@ mod tests {
         check_covered(&Some((EntryIndex(1), Term(1))));
     }
 
+    /// Proves the WAL carried out on the caller's thread makes its appends durable before it
+    /// reports them or lets an acknowledgement go, with one report for all appends queued
+    /// together, nothing when nothing is queued, and the entries read back from the files.
     #[test]
     fn inline_wal_reports_and_acknowledges_only_what_is_durable() {
         let dir = tempfile::tempdir().unwrap();

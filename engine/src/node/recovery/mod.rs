@@ -8,6 +8,7 @@
 //! deleted: the start is refused with the file, the reason and the setting to change.
 
 mod plan;
+pub(crate) use plan::not_as_named;
 mod rebuild;
 pub mod replay;
 

@@ -331,7 +331,7 @@ fn choose_snapshot<S: Storage, H: Handler>(
 /// entry's state): such a file was renamed or copied in by hand, and installing it would
 /// start the log from an entry the name's checks did not cover. Kept, not quarantined: it
 /// is intact.
-fn not_as_named(snapshot: &Snapshot, index: EntryIndex) -> Option<String> {
+pub(crate) fn not_as_named(snapshot: &Snapshot, index: EntryIndex) -> Option<String> {
     if snapshot.previous.is_some() {
         return Some("it is a delta, under a whole snapshot's name".to_owned());
     }
