@@ -130,14 +130,7 @@ fn chain(data: &[u8], wal_dir: &Path) -> (Vec<u8>, Vec<u8>, Expect) {
             amount: n + 1,
         })
         .collect();
-    let commands = encode_commands(&deposits);
-    let request = Request {
-        client: ClientId(1),
-        number: RequestNumber(2),
-        command_count: accounts as u32,
-        commands: &commands,
-    };
-    let second = whole_requests_entry(EntryIndex(2), Term(1), &first.header.hash, 8, &[request]);
+    let second = entry_of(2, &first.header.hash, &deposits);
     let whole_hash = machine.state_hash();
     machine.apply(&second).expect("deposits apply");
     let link = SnapshotLink {
@@ -180,17 +173,23 @@ fn opened(data: &[u8]) -> (StateMachine<Bank>, Entry) {
             flags: 0,
         })
         .collect();
-    let commands = encode_commands(&commands);
-    let request = Request {
-        client: ClientId(1),
-        number: RequestNumber(1),
-        command_count: accounts as u32,
-        commands: &commands,
-    };
-    let entry = whole_requests_entry(EntryIndex(1), Term(1), &EntryHash::default(), 7, &[request]);
+    let entry = entry_of(1, &EntryHash::default(), &commands);
     let mut machine = StateMachine::new(Bank, CAPACITY_BYTES);
     machine.apply(&entry).expect("openings apply");
     (machine, entry)
+}
+
+/// Entry `index` of term 1, chained to `prev`: one request of client 1, numbered as the
+/// entry, holding `commands`.
+fn entry_of(index: u64, prev: &EntryHash, commands: &[BankCommand]) -> Entry {
+    let encoded = encode_commands(commands);
+    let request = Request {
+        client: ClientId(1),
+        number: RequestNumber(index),
+        command_count: commands.len() as u32,
+        commands: &encoded,
+    };
+    whole_requests_entry(EntryIndex(index), Term(1), prev, 6 + index, &[request])
 }
 
 /// Damages `file` by the ops in data[2..] and, when data[1] is odd, fixes its digest after:
