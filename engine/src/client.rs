@@ -22,6 +22,7 @@ use tokio::time::error::Elapsed;
 use tokio_util::codec::Framed;
 
 pub mod blocking;
+mod changes;
 mod operator;
 mod requests;
 pub mod shared;
@@ -30,6 +31,7 @@ pub use operator::{
     OperatorConfig, OperatorRefused, change_members, set_node_mode, upgrade_handler,
 };
 
+pub use changes::{CHANGES_ANSWER_GRACE_MS, CHANGES_ASK_BYTES, ChangeStream, ChangesError};
 pub use requests::{Answer, Attempt, Next, Requests, answer_to};
 pub use shared::{SharedAnswer, SharedClient, SharedError, SharedOptions};
 
@@ -740,6 +742,25 @@ pub async fn node_build(
     let reply = ask(config, address, &ClientRequest::Build, timeout).await?;
     if let ClientReply::Build(build) = reply {
         return Ok(build);
+    }
+    Err(unexpected(address, &reply))
+}
+
+/// Asks one node for the changes it holds from `request.from` on (the change stream): its
+/// batch, or why it has none (a position it no longer keeps, entries it holds no changes
+/// of). `timeout` must leave the node its `request.wait_ms`.
+pub async fn node_changes(
+    config: &impl Connects,
+    address: &Address,
+    request: net::message::ChangesRequest,
+    timeout: Duration,
+) -> Result<Result<net::message::ChangeBatch, net::message::ChangesRefusal>, ClientError> {
+    let reply = ask(config, address, &ClientRequest::Changes(request), timeout).await?;
+    if let ClientReply::Changes(batch) = reply {
+        return Ok(Ok(batch));
+    }
+    if let ClientReply::NoChanges(refusal) = reply {
+        return Ok(Err(refusal));
     }
     Err(unexpected(address, &reply))
 }

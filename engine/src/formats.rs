@@ -16,18 +16,25 @@ pub const SNAPSHOT_OLDEST: u16 = 5;
 /// The delta file's format (`SNAPd001`), which builds before it neither write nor read: they
 /// list whole snapshots only, and replay the log, kept from the whole snapshot on.
 pub const SNAPSHOT_DELTA: u16 = 1;
+/// The apply journal's record format (`JRN2`: with each command's outcome, what the change
+/// stream serves).
+pub const JOURNAL: u16 = 2;
+/// The oldest journal record format this build reads (`JRN1`: outcome fingerprints only).
+pub const JOURNAL_OLDEST: u16 = 1;
 /// The backup file's format.
 pub const BACKUP: u16 = crate::operator::backup::BACKUP_FORMAT_VERSION;
 
-const _: () = assert!(PROTOCOL_OLDEST <= PROTOCOL && SNAPSHOT_OLDEST <= SNAPSHOT);
+const _: () = assert!(
+    PROTOCOL_OLDEST <= PROTOCOL && SNAPSHOT_OLDEST <= SNAPSHOT && JOURNAL_OLDEST <= JOURNAL
+);
 
 /// One line naming every version: `protocol 5 (reads 3-5), WAL 1, snapshot 7 (reads 5-7),
-/// delta 1, backup 1`.
+/// delta 1, journal 2 (reads 1-2), backup 1`.
 pub fn describe() -> String {
     format!(
         "protocol {PROTOCOL} (reads {PROTOCOL_OLDEST}-{PROTOCOL}), WAL {WAL}, \
          snapshot {SNAPSHOT} (reads {SNAPSHOT_OLDEST}-{SNAPSHOT}), delta {SNAPSHOT_DELTA}, \
-         backup {BACKUP}"
+         journal {JOURNAL} (reads {JOURNAL_OLDEST}-{JOURNAL}), backup {BACKUP}"
     )
 }
 

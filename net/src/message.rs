@@ -149,6 +149,8 @@ pub mod tags {
         pub const BUILD: u32 = 9;
         /// [`ClientRequest::SubmitKeyed`](crate::message::ClientRequest::SubmitKeyed).
         pub const SUBMIT_KEYED: u32 = 10;
+        /// [`ClientRequest::Changes`](crate::message::ClientRequest::Changes).
+        pub const CHANGES: u32 = 11;
     }
 
     /// Tags of [`ClientReply`](super::ClientReply): what a node answers a client.
@@ -193,6 +195,21 @@ pub mod tags {
         pub const READ_RESULTS: u32 = 18;
         /// [`ClientReply::Build`](crate::message::ClientReply::Build).
         pub const BUILD: u32 = 19;
+        /// [`ClientReply::Changes`](crate::message::ClientReply::Changes).
+        pub const CHANGES: u32 = 20;
+        /// [`ClientReply::NoChanges`](crate::message::ClientReply::NoChanges).
+        pub const NO_CHANGES: u32 = 21;
+    }
+
+    /// Tags of [`ChangesRefusal`](super::ChangesRefusal): why a node serves no changes from a
+    /// position.
+    pub mod changes_refusal {
+        /// [`ChangesRefusal::Gone`](crate::message::ChangesRefusal::Gone).
+        pub const GONE: u32 = 0;
+        /// [`ChangesRefusal::Missing`](crate::message::ChangesRefusal::Missing).
+        pub const MISSING: u32 = 1;
+        /// [`ChangesRefusal::Unreadable`](crate::message::ChangesRefusal::Unreadable).
+        pub const UNREADABLE: u32 = 2;
     }
 
     /// Tags of [`Rejection`](super::Rejection): why a node refused a request without applying it.
@@ -491,6 +508,7 @@ impl ClientRequest {
             ClientRequest::Read(_) => "read",
             ClientRequest::Build => "build",
             ClientRequest::SubmitKeyed(_) => "submit keyed",
+            ClientRequest::Changes(_) => "changes",
         }
     }
 }
@@ -499,7 +517,10 @@ impl ClientRole {
     /// True when a connection of this role may make `request`.
     pub fn permits(self, request: &ClientRequest) -> bool {
         match request {
-            ClientRequest::Status | ClientRequest::Versions | ClientRequest::Build => true,
+            ClientRequest::Status
+            | ClientRequest::Versions
+            | ClientRequest::Build
+            | ClientRequest::Changes(_) => true,
             ClientRequest::Submit(_)
             | ClientRequest::SubmitKeyed(_)
             | ClientRequest::Read(_)
@@ -888,6 +909,105 @@ pub enum ClientRequest {
     /// once per key, whichever request carries it.
     #[codec(tag = tags::client_request::SUBMIT_KEYED)]
     SubmitKeyed(SubmitKeyed),
+    /// The committed commands and their outcomes from a position of the change stream on, as
+    /// this node applied them (added within the fifth version: a node of an older build
+    /// answers `Refused(Undecodable)` and closes). Any node answers; followers are asked
+    /// first, so that the leader's path is untouched.
+    #[codec(tag = tags::client_request::CHANGES)]
+    Changes(ChangesRequest),
+}
+
+/// A place in the change stream: an entry of the log, and a command's position in it
+/// (counted over the entry's requests). Commands are streamed in the one global order of
+/// (entry, position).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct ChangePosition {
+    /// The entry.
+    pub index: EntryIndex,
+    /// The command's position in it.
+    pub position: u32,
+}
+
+/// What a change stream's reader asks a node for.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct ChangesRequest {
+    /// The first change wanted: the entry, and the first position in it.
+    pub from: ChangePosition,
+    /// Most bytes of changes in the answer (a node answers at least one entry it holds).
+    pub bytes_max: u32,
+    /// Milliseconds the node may hold the request while it has applied nothing at or past
+    /// `from` yet (0: answer at once, with no entry).
+    pub wait_ms: u32,
+}
+
+/// Changes a node holds, from the position asked for.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct ChangeBatch {
+    /// The node that answered.
+    pub node: NodeId,
+    /// Entries with changes (or with a handler version of their own), in order; each one's
+    /// changes start at the position asked for when it is the entry asked for.
+    pub entries: Vec<ChangeEntry>,
+    /// Where to ask next: the entry after the last one this answer covers.
+    pub next: ChangePosition,
+    /// The node's last applied entry when it answered (how far behind the reader is).
+    pub applied: EntryIndex,
+}
+
+/// One entry's changes.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[codec(crate = "crate::codec")]
+pub struct ChangeEntry {
+    /// The entry.
+    pub index: EntryIndex,
+    /// The handler version in force after it.
+    pub version: u32,
+    /// The commands that ran, each `position u32 | command length u32 | command | outcome
+    /// length u32 | outcome` (little-endian), by position.
+    pub changes: Vec<u8>,
+}
+
+/// Why a node serves no changes from a position.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode, thiserror::Error)]
+#[codec(crate = "crate::codec")]
+#[non_exhaustive]
+pub enum ChangesRefusal {
+    /// The position is older than what this node keeps (its log was compacted past it, or it
+    /// started from a snapshot after it): `oldest` is the oldest it serves.
+    #[error("node {node} no longer holds entry {asked}: the oldest it serves is entry {oldest}")]
+    #[codec(tag = tags::changes_refusal::GONE)]
+    Gone {
+        /// The node.
+        node: NodeId,
+        /// The entry asked for.
+        asked: EntryIndex,
+        /// The oldest entry it serves.
+        oldest: EntryIndex,
+    },
+    /// The node applied these entries without keeping their changes (it installed a snapshot
+    /// over them, or its journal was off); another node may hold them.
+    #[error("node {node} holds no changes of entries {from} to {to}")]
+    #[codec(tag = tags::changes_refusal::MISSING)]
+    Missing {
+        /// The node.
+        node: NodeId,
+        /// The first entry missing.
+        from: EntryIndex,
+        /// The last entry missing.
+        to: EntryIndex,
+    },
+    /// The node could not read what it keeps: why.
+    #[error("node {node} could not read its changes: {reason}")]
+    #[codec(tag = tags::changes_refusal::UNREADABLE)]
+    Unreadable {
+        /// The node.
+        node: NodeId,
+        /// Why, as the node says.
+        reason: String,
+    },
 }
 
 /// A request whose runs of commands carry keys: each run is applied at most once per key,
@@ -1200,6 +1320,12 @@ pub enum ClientReply {
     /// The build the node runs.
     #[codec(tag = tags::client_reply::BUILD)]
     Build(BuildInfo),
+    /// Changes from the position asked for (see [`ClientRequest::Changes`]).
+    #[codec(tag = tags::client_reply::CHANGES)]
+    Changes(ChangeBatch),
+    /// No changes from the position asked for, and why.
+    #[codec(tag = tags::client_reply::NO_CHANGES)]
+    NoChanges(ChangesRefusal),
 }
 
 /// A node's build: what `status` shows of each node, so that mixed builds in a rolling
@@ -1240,6 +1366,8 @@ impl ClientReply {
             ClientReply::Versions(_) => "versions",
             ClientReply::ReadResults { .. } => "read results",
             ClientReply::Build(_) => "build",
+            ClientReply::Changes(_) => "changes",
+            ClientReply::NoChanges(_) => "no changes",
         }
     }
 
@@ -1567,6 +1695,59 @@ mod tests {
         let bytes = codec::encode_to_vec(&build).unwrap();
         assert_eq!(tag(bytes.clone()), 19);
         assert_eq!(codec::decode::<ClientReply>(&bytes).unwrap(), build);
+    }
+
+    /// Proves the change stream's question and answers take the next tags and round-trip, and
+    /// that both roles may ask it.
+    #[test]
+    fn the_change_stream_takes_new_tags() {
+        let tag = |bytes: &[u8]| u32::from_le_bytes(bytes[..4].try_into().unwrap());
+        let from = ChangePosition {
+            index: EntryIndex(7),
+            position: 3,
+        };
+        let request = ClientRequest::Changes(ChangesRequest {
+            from,
+            bytes_max: 1 << 20,
+            wait_ms: 500,
+        });
+        let batch = ClientReply::Changes(ChangeBatch {
+            node: NodeId(2),
+            entries: vec![ChangeEntry {
+                index: EntryIndex(7),
+                version: 1,
+                changes: vec![3, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0],
+            }],
+            next: ChangePosition {
+                index: EntryIndex(8),
+                position: 0,
+            },
+            applied: EntryIndex(9),
+        });
+        let gone = ClientReply::NoChanges(ChangesRefusal::Gone {
+            node: NodeId(2),
+            asked: EntryIndex(7),
+            oldest: EntryIndex(40),
+        });
+        for (message, expected) in [(&batch, 20), (&gone, 21)] {
+            let bytes = codec::encode_to_vec(message).unwrap();
+            assert_eq!(tag(&bytes), expected);
+            assert_eq!(&codec::decode::<ClientReply>(&bytes).unwrap(), message);
+        }
+        let bytes = codec::encode_to_vec(&request).unwrap();
+        assert_eq!(tag(&bytes), 11);
+        assert_eq!(codec::decode::<ClientRequest>(&bytes).unwrap(), request);
+        assert!(
+            ClientRole::Application.permits(&request) && ClientRole::Operator.permits(&request)
+        );
+        let ClientReply::NoChanges(refusal) = gone else {
+            unreachable!()
+        };
+        assert!(
+            refusal
+                .to_string()
+                .contains("the oldest it serves is entry 40")
+        );
     }
 
     /// Proves the refusal that names another role's key takes the next tag of `Refusal`

@@ -107,6 +107,9 @@ enum Command {
     /// The cluster over HTTP with JSON, for callers in any language: batches concurrent
     /// callers' commands, exactly once across retries by Idempotency-Key.
     Gateway(engine::cli::GatewayArgs),
+    /// Every committed command and its outcome, in commit order, from a position on (with
+    /// --follow, and every later commit), read from a follower.
+    Changes(engine::cli::ChangesArgs),
     /// Prints a shell's completion script for runner (bash, zsh, fish, elvish, powershell).
     Completions(engine::cli::CompletionsArgs),
     /// Writes runner's man pages (one per command) into a directory.
@@ -195,6 +198,9 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Upgrade(args) => engine::cli::upgrade(args),
         Command::Replay(args) => engine::cli::replay(args, Bank),
         Command::Gateway(args) => engine::cli::gateway::<Bank>(args),
+        Command::Changes(args) => {
+            engine::cli::changes::<Bank>(args, engine::cli::publish_all::<Bank>)
+        }
         Command::Completions(args) => {
             engine::cli::completions(args, with_exit_codes(Cli::command()))
         }

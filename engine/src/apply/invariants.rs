@@ -42,7 +42,7 @@ impl<H: Handler> StateMachine<H> {
             counters.simulated
         );
         assert!(
-            self.journaling || self.fingerprints.is_empty(),
+            self.journaling || self.ran.is_empty(),
             "outcome fingerprints kept without journaling"
         );
         assert!(

@@ -10,6 +10,7 @@ mod invariants;
 mod keyed;
 #[cfg(test)]
 mod keyed_tests;
+mod ran;
 mod sessions;
 mod speculate;
 #[cfg(test)]
@@ -21,6 +22,8 @@ pub use sessions::{
     SESSIONS_AGED_PER_ENTRY_MAX, SESSIONS_MAX_DEFAULT, SESSIONS_MAX_LIMIT, SESSIONS_MAX_MIN,
     Session, Sessions,
 };
+
+pub use ran::{Change, MalformedChanges, Ran, changes};
 
 pub use keyed::{KEYED_EXPIRED, KEYED_RAN, KEYED_REUSED, KeyedOutcome, decode_keyed_outcomes};
 
@@ -192,9 +195,9 @@ pub struct Applied {
     /// Requests that finished in this entry.
     pub replies: Vec<Reply>,
     /// When journaling ([`StateMachine::set_journaling`]): each command's outcome fingerprint
-    /// by its position in the entry ([`outcome_fingerprint`]; 0 for a command not run, a
-    /// duplicate's say). Empty otherwise, and for entries without commands.
-    pub outcomes: Vec<u32>,
+    /// by its position in the entry, and the commands that ran with their outcomes. Empty
+    /// otherwise, and for entries without commands.
+    pub ran: Ran,
 }
 
 /// A command's outcome as the journal keeps it: 32 bits of a hash of its encoded bytes, never 0
@@ -278,10 +281,14 @@ pub struct StateMachine<H: Handler> {
     /// The handler version in force (an upgrade entry changes it; never speculatively: upgrade
     /// entries are not simulated, so no speculation runs across one).
     handler_version: u32,
-    /// Whether each command's outcome fingerprint is kept for the journal.
+    /// Whether each command's outcome is kept for the journal.
     journaling: bool,
-    /// The entry being run: each command's outcome fingerprint, by position.
-    fingerprints: Vec<u32>,
+    /// The entry being run, while journaling: what ran and how it answered.
+    ran: Ran,
+    /// The entry being run, while journaling: its commands' bytes, and where each command
+    /// lies in them (by position; an undecodable command's span is empty).
+    command_bytes: Vec<u8>,
+    command_spans: Vec<(u32, u32)>,
     /// Whole snapshots start tracking the slots written after them (for a delta).
     write_tracking: bool,
     /// An entry failed to apply ([`StateMachine::apply`] returned an error): it may have
@@ -360,19 +367,21 @@ impl<H: Handler> StateMachine<H> {
             members: None,
             handler_version: crate::handler::HANDLER_VERSION_FIRST,
             journaling: false,
-            fingerprints: Vec::new(),
+            ran: Ran::default(),
+            command_bytes: Vec::new(),
+            command_spans: Vec::new(),
             stopped: false,
             write_tracking: true,
         })
     }
 
-    /// Keeps each command's outcome fingerprint in [`Applied::outcomes`] (off by default; a
-    /// node turns it on for its journal, a replay to compare with one).
+    /// Keeps what each command answered in [`Applied::ran`] (off by default; a node turns it
+    /// on for its journal, a replay to compare with one).
     pub fn set_journaling(&mut self, journaling: bool) {
         self.journaling = journaling;
     }
 
-    /// Whether outcome fingerprints are kept.
+    /// Whether outcomes are kept.
     pub fn journaling(&self) -> bool {
         self.journaling
     }
@@ -619,7 +628,7 @@ impl<H: Handler> StateMachine<H> {
             index,
             state_hash: self.hash,
             replies,
-            outcomes: std::mem::take(&mut self.fingerprints),
+            ran: std::mem::take(&mut self.ran),
         })
     }
 
@@ -973,7 +982,7 @@ impl<H: Handler> StateMachine<H> {
 
     /// Runs the entry's commands in the current pass; returns the requests it finished.
     fn run_entry(&mut self, entry: &Entry) -> Result<Vec<Reply>, ApplyError> {
-        self.fingerprints.clear();
+        self.ran.start(0);
         let replies = match entry.header.kind {
             EntryKind::Noop | EntryKind::Members => Vec::new(),
             EntryKind::Upgrade => {
@@ -998,7 +1007,7 @@ impl<H: Handler> StateMachine<H> {
         self.sessions.advance_clock(header.now_ms, index);
         self.decode_commands(&fragments);
         if self.journaling {
-            self.fingerprints.resize(self.commands.len(), 0);
+            self.ran.start(self.commands.len());
         }
         for at in 0..PREFETCH_AHEAD_COMMANDS {
             self.prefetch(at);
@@ -1029,19 +1038,32 @@ impl<H: Handler> StateMachine<H> {
     /// disagree.
     fn decode_commands(&mut self, fragments: &[(FragmentHeader, &[u8])]) {
         self.commands.clear();
+        self.command_bytes.clear();
+        self.command_spans.clear();
         for (fragment, bytes) in fragments {
             let start = self.commands.len();
             let mut rest: &[u8] = bytes;
             let mut whole = true;
+            let mut end = self.command_bytes.len();
+            if self.journaling {
+                self.command_bytes.extend_from_slice(bytes);
+            }
             for _ in 0..fragment.command_count {
                 let decoded = whole
                     .then(|| codec::decode_prefix::<H::Command>(rest).ok())
                     .flatten();
                 whole = decoded.is_some();
+                let before = rest.len();
                 self.commands.push(decoded.map(|(command, used)| {
                     rest = &rest[used..];
                     command
                 }));
+                if self.journaling {
+                    // An undecodable command's span is empty: its bytes have no known end.
+                    let start = end;
+                    end += before - rest.len();
+                    self.command_spans.push((start as u32, end as u32));
+                }
             }
             if whole && !rest.is_empty() {
                 self.commands[start..].fill_with(|| None);

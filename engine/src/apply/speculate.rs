@@ -68,8 +68,8 @@ pub(super) struct Speculation {
     replies: Vec<Reply>,
     commands: u64,
     recording: Recording,
-    /// Each command's outcome fingerprint, when journaling.
-    fingerprints: Vec<u32>,
+    /// What ran and how it answered, when journaling.
+    ran: super::Ran,
 }
 
 impl Speculation {
@@ -179,7 +179,7 @@ impl<H: Handler> StateMachine<H> {
                 replies,
                 commands: self.counters.simulated - simulated_before,
                 recording,
-                fingerprints: std::mem::take(&mut self.fingerprints),
+                ran: std::mem::take(&mut self.ran),
             }),
             Err(_) => {
                 self.sessions.restore(sessions);
@@ -209,7 +209,7 @@ impl<H: Handler> StateMachine<H> {
             index: speculation.index,
             state_hash: self.hash,
             replies: speculation.replies,
-            outcomes: speculation.fingerprints,
+            ran: speculation.ran,
         }
     }
 
@@ -251,7 +251,7 @@ impl<H: Handler> StateMachine<H> {
             index: entry.index(),
             state_hash: self.hash,
             replies,
-            outcomes: std::mem::take(&mut self.fingerprints),
+            ran: std::mem::take(&mut self.ran),
         })
     }
 
@@ -331,7 +331,9 @@ impl<H: Handler> StateMachine<H> {
         self.execute(now_ms, at, results);
         let outcome = &results[outcome_start..];
         if self.journaling {
-            self.fingerprints[at] = super::outcome_fingerprint(outcome);
+            let (start, end) = self.command_spans[at];
+            let command = &self.command_bytes[start as usize..end as usize];
+            self.ran.push(at, command, outcome);
         }
         match &mut self.pass {
             Pass::Execute => self.counters.executed += 1,

@@ -484,3 +484,52 @@ fn a_discarded_speculation_undoes_the_clock_and_its_expiry() {
     assert_eq!(machine.sessions().clock_ms(), T0_MS);
     assert!(!machine.sessions().get(ClientId(1)).unwrap().is_expired());
 }
+
+/// What a journaling machine keeps of `entry`: each change's position, command and outcome,
+/// decoded.
+fn journaled(applied: &super::Applied) -> Vec<(u32, u64, u64)> {
+    let changes = applied.ran.changes().expect("the changes read back");
+    let decode = |bytes: &[u8]| crate::codec::decode::<u64>(bytes).expect("a u64");
+    let outcome =
+        |bytes: &[u8]| match crate::codec::decode::<crate::handler::OutcomeOf<Writer>>(bytes) {
+            Ok(crate::handler::Outcome::Done(n)) => n,
+            other => panic!("{other:?}"),
+        };
+    changes
+        .iter()
+        .map(|c| (c.position, decode(c.command), outcome(c.outcome)))
+        .collect()
+}
+
+/// Proves a journaling machine keeps each command that ran with its outcome, positioned over
+/// the entry's fragments, and nothing of a retried request it does not run again; the same
+/// whether the entry executes or a Performance speculation of it is confirmed.
+#[test]
+fn journaled_changes_are_the_commands_that_ran() {
+    for speculating in [false, true] {
+        let mut machine = machine(16);
+        machine.set_journaling(true);
+        machine.set_mode(Mode::Performance);
+        let mut log = Log::new();
+        let first = log.entry(T0_MS, &[request(1, 1, &[10, 11]), request(2, 1, &[20])]);
+        // Client 1's request again (a retry), and client 2's next.
+        let second = log.entry(T0_MS, &[request(1, 1, &[10, 11]), request(2, 2, &[21, 22])]);
+        let mut ran = Vec::new();
+        for entry in [&first, &second] {
+            if speculating {
+                machine.simulate(entry);
+            }
+            let applied = machine.apply(entry).expect("the entry applies");
+            machine.check_invariants();
+            ran.push((journaled(&applied), applied.ran.fingerprints.clone()));
+        }
+        assert_eq!(
+            ran[0].0,
+            [(0, 10, 10), (1, 11, 11), (2, 20, 20)],
+            "{speculating}"
+        );
+        assert_eq!(ran[1].0, [(2, 21, 21), (3, 22, 22)], "{speculating}");
+        assert_eq!(&ran[1].1[..2], [0, 0], "the retry ran nothing");
+        assert!(ran[1].1[2..].iter().all(|&f| f != 0));
+    }
+}

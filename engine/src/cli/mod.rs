@@ -36,6 +36,7 @@
 
 mod backup;
 mod bench;
+mod changes;
 mod check;
 mod check_tls;
 mod client;
@@ -71,6 +72,11 @@ pub use bench::{
     Measured as BenchMeasured, RunArgs as BenchRunArgs, Summary as RunSummary,
     SummaryRow as RunSummaryRow, bench, measure as measure_load, print_run_summary, run_load,
     summarize_runs,
+};
+pub use changes::{
+    CHANGES_CATCH_UP_WAIT_MS, CHANGES_FOLLOW_WAIT_MS, CHANGES_RETRY_MS, CHANGES_STATUS_TIMEOUT_S,
+    ChangesArgs, Lines as ChangeLines, PositionError, Publish, Published, Undecodable, changes,
+    parse_position, publish_all,
 };
 pub use check::{CheckArgs, check};
 pub use client::{

@@ -448,7 +448,9 @@ pub fn answer_to<A>(
         | ClientReply::Upgrading { .. }
         | ClientReply::UpgradeRefused(_)
         | ClientReply::Versions(_)
-        | ClientReply::Build(_) => None,
+        | ClientReply::Build(_)
+        | ClientReply::Changes(_)
+        | ClientReply::NoChanges(_) => None,
     }
 }
 

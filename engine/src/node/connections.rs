@@ -714,6 +714,7 @@ fn log_operator_action(request: &ClientRequest, caller: SocketAddr) {
         | ClientRequest::Status
         | ClientRequest::Versions
         | ClientRequest::Build
+        | ClientRequest::Changes(_)
         | ClientRequest::Submit(_)
         | ClientRequest::SubmitKeyed(_)
         | ClientRequest::Read(_)

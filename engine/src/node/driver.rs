@@ -2,18 +2,19 @@
 //! out in order (a failed one halts the replica by its rule, `Replica::io_failed`); idle work
 //! (`Replica::idle_work`) once the inputs that arrived together are handled.
 
+use super::changes::ChangeSource;
 use super::connections::{PeerAddresses, PeerWakes, accept_clients, accept_peers, connect_peer};
 use super::data_dir::{self, DirLock};
 use super::install::{SnapshotSend, stream_snapshot};
 use super::recovery::Restored;
 use super::storage::{self, SNAPSHOT_DIR};
 use super::wal_io::WalWorker;
-use super::wal_thread::{Acker, InlineWal, WalEvent, WalThread};
+use super::wal_thread::{Acker, DiskSetup, InlineWal, WalEvent, WalThread};
 use super::{Input, NodeConfig, NodeError};
 use crate::address::Address;
 use crate::core::CoreConfig;
 use crate::handler::Handler;
-use crate::ids::NodeId;
+use crate::ids::{EntryIndex, NodeId};
 use crate::members::Members;
 use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite};
 use crate::snapshot::{
@@ -185,7 +186,7 @@ fn listen(
 fn start_wal(
     config: &NodeConfig,
     mut wal: crate::wal::Wal,
-    disk: (Duration, Arc<DirLock>, super::metrics::WalCounters),
+    disk: DiskSetup,
     (inbox, found): (&mpsc::Sender<Input>, &PeerAddresses),
 ) -> Option<WalWorker> {
     wal.set_zero_ahead(super::wal_io::zero_ahead_for(wal.dir()));
@@ -279,6 +280,8 @@ struct Driver<H: Handler> {
     snapshot_at: Instant,
     /// The WAL's queued work is being carried out on this thread (see `flush_wal`).
     flushing: bool,
+    /// What the change stream serves from.
+    changes: Arc<ChangeSource>,
 }
 
 impl<H: Handler> Driver<H> {
@@ -294,8 +297,19 @@ impl<H: Handler> Driver<H> {
         let lock = Arc::new(restored.lock);
         let found = PeerAddresses::default();
         let fsync_delay = Duration::from_millis(config.fsync_delay_ms);
-        let disk = (fsync_delay, Arc::clone(&lock), metrics.wal());
+        let (journaled, journal_watch) = tokio::sync::watch::channel(EntryIndex::ZERO);
+        let disk = DiskSetup {
+            slow: fsync_delay,
+            lock: Arc::clone(&lock),
+            counters: metrics.wal(),
+            journaled,
+        };
         let wal = start_wal(&config, restored.wal, disk, (&inbox, &found))?;
+        let changes = Arc::new(ChangeSource::new(
+            config.id,
+            &config.data_dir,
+            journal_watch,
+        ));
         let peers = config
             .nodes
             .iter()
@@ -310,8 +324,8 @@ impl<H: Handler> Driver<H> {
         let repairing = restored.core.hard_state.repair.is_some();
         let mut machine = restored.machine;
         machine.set_mode(config.mode);
-        // Each applied entry's state hash and outcome fingerprints go to the apply journal,
-        // which `replay` compares a build with.
+        // Each applied entry's state hash and outcomes go to the apply journal, which `replay`
+        // compares a build with and the change stream serves.
         machine.set_journaling(true);
         let latest = restored.snapshot.map(|s| (s.meta.index, s.bytes));
         let replica = Replica::new(replica_config(&config), restored.core, machine, latest);
@@ -333,6 +347,7 @@ impl<H: Handler> Driver<H> {
             board: (board, Instant::now()),
             snapshot_at: Instant::now(),
             flushing: false,
+            changes,
             config,
         };
         driver.snapshots = driver.spawn_snapshot_writer(Arc::clone(&driver.lock));
@@ -762,6 +777,17 @@ impl<H: Handler> Driver<H> {
                     commit: commit.to_string(),
                     formats: crate::formats::describe(),
                 }));
+            }
+            ClientRequest::Changes(request) => {
+                let applied = self.replica.machine().applied_index();
+                let source = Arc::clone(&self.changes);
+                tokio::spawn(async move {
+                    let answer = match source.answer(request, applied).await {
+                        Ok(batch) => ClientReply::Changes(batch),
+                        Err(refusal) => ClientReply::NoChanges(refusal),
+                    };
+                    let _ = reply.send(answer).await;
+                });
             }
             ClientRequest::Backup(request) => {
                 // Read off the event loop; the connection gets one piece per request.

@@ -2,15 +2,23 @@
 //! command's outcome fingerprint. `replay` re-executes a stopped node's log with the current
 //! build and compares with it, entry by entry and command by command.
 //!
-//! Files `journal/<first index, 20 digits>.jrn`, each a run of records
-//! `magic "JRN1" | index u64 | state hash [32] | count u32 | fingerprints u32 x count | crc32`
-//! (little-endian, the crc over all before it). Written by the WAL thread after the entry's
-//! apply, once per batch of its work, and never fsynced: the journal is a record for
-//! diagnosis, not for recovery, and a torn tail or a lost last record only shortens what a
-//! replay can compare with. Entries applied during a node's recovery are not journaled again.
-//! A file is started past [`JOURNAL_FILE_BYTES_MAX`]; files wholly behind what the WAL let go
-//! are removed with the WAL's segments.
+//! Files `journal/<first index, 20 digits>.jrn`, each a run of records (little-endian, the
+//! crc over all before it):
+//!
+//! - `JRN2` (written): `magic | index u64 | state hash [32] | handler version u32 | count u32 |
+//!   fingerprints u32 x count | changes length u32 | changes | crc32`, where the changes are
+//!   the commands that ran with their encoded outcomes ([`crate::apply::Ran`]): what the change
+//!   stream serves.
+//! - `JRN1` (read): `magic | index u64 | state hash [32] | count u32 | fingerprints u32 x
+//!   count | crc32`; it holds no changes.
+//!
+//! Written by the WAL thread after the entry's apply, once per batch of its work, and never
+//! fsynced: a torn tail or a lost last record only shortens what a replay can compare with,
+//! and a restart journals again the entries it replays past the journal's end. A file is
+//! started past [`JOURNAL_FILE_BYTES_MAX`]; files wholly behind what the WAL let go are
+//! removed with the WAL's segments.
 
+use crate::apply::Ran;
 use crate::ids::EntryIndex;
 use crate::state::StateHash;
 use std::collections::BTreeMap;
@@ -24,12 +32,22 @@ pub const JOURNAL_DIR: &str = "journal";
 pub const JOURNAL_FILE_BYTES_MAX: u64 = 8 << 20;
 /// Suffix of journal files.
 const JOURNAL_SUFFIX: &str = ".jrn";
-/// Starts every record ("JRN1").
-const RECORD_MAGIC: u32 = 0x4A52_4E31;
-/// Bytes of a record around its fingerprints: magic, index, state hash, count, crc.
-const RECORD_FIXED_BYTES: usize = 4 + 8 + 32 + 4 + 4;
+/// Starts every record of the first format ("JRN1": no handler version, no changes).
+const RECORD_MAGIC_1: u32 = 0x4A52_4E31;
+/// Starts every record this build writes ("JRN2").
+const RECORD_MAGIC: u32 = 0x4A52_4E32;
+/// Bytes of a `JRN1` record around its fingerprints: magic, index, state hash, count, crc.
+const RECORD_1_FIXED_BYTES: usize = 4 + 8 + 32 + 4 + 4;
+/// Bytes of a `JRN2` record around its fingerprints and changes: magic, index, state hash,
+/// version, count, changes length, crc.
+const RECORD_FIXED_BYTES: usize = 4 + 8 + 32 + 4 + 4 + 4 + 4;
+/// The changes length of a record that keeps none.
+const CHANGES_NOT_KEPT: u32 = u32::MAX;
 /// Most fingerprints one record holds (an entry's most commands).
 const RECORD_OUTCOMES_MAX: usize = crate::entry::ENTRY_COMMANDS_MAX as usize;
+/// Most bytes of changes one record holds (a record past it is read as damaged; the writer
+/// keeps no changes for an entry whose changes are larger, and the stream names the gap).
+pub const RECORD_CHANGES_BYTES_MAX: usize = net::codec::DECODE_BYTES_MAX;
 
 /// One applied entry as the journal keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,49 +56,88 @@ pub struct JournalRecord {
     pub index: EntryIndex,
     /// The state hash after it.
     pub state_hash: StateHash,
+    /// The handler version in force after it (0 in a `JRN1` record: not recorded).
+    pub version: u32,
     /// Each command's outcome fingerprint by position (0: not run); empty for an entry
     /// without commands.
     pub outcomes: Vec<u32>,
+    /// The commands that ran and their outcomes, as [`crate::apply::Ran::changes`] holds them
+    /// (`None` in a `JRN1` record: not recorded).
+    pub changes: Option<Vec<u8>>,
 }
 
 impl JournalRecord {
+    /// The record of an applied entry.
+    pub fn of(index: EntryIndex, state_hash: StateHash, version: u32, ran: Ran) -> Self {
+        let kept = ran.changes.len() <= RECORD_CHANGES_BYTES_MAX;
+        JournalRecord {
+            index,
+            state_hash,
+            version,
+            outcomes: ran.fingerprints,
+            changes: kept.then_some(ran.changes),
+        }
+    }
+
     fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
+        let changes = self.changes.as_deref().unwrap_or_default();
+        let changes_len = self
+            .changes
+            .as_ref()
+            .map_or(CHANGES_NOT_KEPT, |c| c.len() as u32);
         out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
         out.extend_from_slice(&self.index.0.to_le_bytes());
         out.extend_from_slice(&self.state_hash.0);
+        out.extend_from_slice(&self.version.to_le_bytes());
         out.extend_from_slice(&(self.outcomes.len() as u32).to_le_bytes());
         for outcome in &self.outcomes {
             out.extend_from_slice(&outcome.to_le_bytes());
         }
+        out.extend_from_slice(&changes_len.to_le_bytes());
+        out.extend_from_slice(changes);
         let crc = crc32fast::hash(&out[start..]);
         out.extend_from_slice(&crc.to_le_bytes());
     }
 
     /// The record at the front of `bytes` and its length; `None` at a torn or damaged one.
-    fn decode(bytes: &[u8]) -> Option<(JournalRecord, usize)> {
+    pub(super) fn decode(bytes: &[u8]) -> Option<(JournalRecord, usize)> {
         let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
-        if u32_at(0)? != RECORD_MAGIC {
-            return None;
-        }
-        let count = u32_at(44)? as usize;
+        let (first_format, count_at) = match u32_at(0)? {
+            RECORD_MAGIC => (false, 48),
+            RECORD_MAGIC_1 => (true, 44),
+            _ => return None,
+        };
+        let count = u32_at(count_at)? as usize;
         if count > RECORD_OUTCOMES_MAX {
             return None;
         }
-        let end = RECORD_FIXED_BYTES + 4 * count;
+        let fingerprints_end = count_at + 4 + 4 * count;
+        let changes_len = match first_format {
+            true => CHANGES_NOT_KEPT,
+            false => u32_at(fingerprints_end)?,
+        };
+        let kept = changes_len != CHANGES_NOT_KEPT;
+        let changes_len = if kept { changes_len as usize } else { 0 };
+        if changes_len > RECORD_CHANGES_BYTES_MAX {
+            return None;
+        }
+        let fixed = [RECORD_FIXED_BYTES, RECORD_1_FIXED_BYTES][usize::from(first_format)];
+        let end = fixed + 4 * count + changes_len;
         let body = bytes.get(..end - 4)?;
         if crc32fast::hash(body) != u32_at(end - 4)? {
             return None;
         }
-        let index = EntryIndex(u64::from_le_bytes(body[4..12].try_into().ok()?));
-        let state_hash = StateHash(body[12..44].try_into().ok()?);
         let outcomes = (0..count)
-            .map(|i| u32_at(48 + 4 * i))
+            .map(|i| u32_at(count_at + 4 + 4 * i))
             .collect::<Option<_>>()?;
+        let changes_at = fingerprints_end + 4;
         let record = JournalRecord {
-            index,
-            state_hash,
+            index: EntryIndex(u64::from_le_bytes(body[4..12].try_into().ok()?)),
+            state_hash: StateHash(body[12..44].try_into().ok()?),
+            version: if first_format { 0 } else { u32_at(44)? },
             outcomes,
+            changes: kept.then(|| body[changes_at..changes_at + changes_len].to_vec()),
         };
         Some((record, end))
     }
@@ -112,6 +169,9 @@ pub struct JournalWriter {
     buffer: Vec<u8>,
     /// The first record to go into a new file (its name).
     next_first: Option<EntryIndex>,
+    /// The last record queued, and the last one written.
+    queued_last: Option<EntryIndex>,
+    written: Option<EntryIndex>,
 }
 
 impl JournalWriter {
@@ -119,18 +179,27 @@ impl JournalWriter {
     pub fn open(data_dir: &Path) -> Result<Self, JournalError> {
         let dir = data_dir.join(JOURNAL_DIR);
         crate::files::create_dir_all(&dir).map_err(|e| io_error(&dir)(e.source))?;
+        let written = last_record(&dir)?;
         Ok(JournalWriter {
             dir,
             file: None,
             buffer: Vec::new(),
             next_first: None,
+            queued_last: None,
+            written,
         })
     }
 
     /// Queues `record`; [`JournalWriter::flush`] writes it.
     pub fn append(&mut self, record: &JournalRecord) {
         self.next_first.get_or_insert(record.index);
+        self.queued_last = Some(record.index);
         record.encode(&mut self.buffer);
+    }
+
+    /// The entry of the last record written (by this writer, or found at its start).
+    pub fn written(&self) -> Option<EntryIndex> {
+        self.written
     }
 
     /// Writes the queued records (starting a new file first when the current one is full).
@@ -158,6 +227,7 @@ impl JournalWriter {
         *bytes += self.buffer.len() as u64;
         self.buffer.clear();
         self.next_first = None;
+        self.written = self.queued_last.take().or(self.written);
         Ok(())
     }
 
@@ -179,7 +249,7 @@ fn journal_path(dir: &Path, first: EntryIndex) -> PathBuf {
 }
 
 /// The journal's files by first index.
-fn journal_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, JournalError> {
+pub(super) fn journal_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, JournalError> {
     let mut files = Vec::new();
     let listing = match std::fs::read_dir(dir) {
         Ok(listing) => listing,
@@ -201,6 +271,22 @@ fn journal_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, JournalError>
     }
     files.sort();
     Ok(files)
+}
+
+/// The entry of the newest file's last whole record in the journal directory `dir`.
+fn last_record(dir: &Path) -> Result<Option<EntryIndex>, JournalError> {
+    let files = journal_files(dir)?;
+    let Some((_, newest)) = files.last() else {
+        return Ok(None);
+    };
+    let bytes = std::fs::read(newest).map_err(io_error(newest))?;
+    let mut at = 0;
+    let mut last = None;
+    while let Some((record, used)) = JournalRecord::decode(&bytes[at..]) {
+        last = Some(record.index);
+        at += used;
+    }
+    Ok(last)
 }
 
 /// What a data directory's journal holds: every record by index (the first one kept when an
@@ -239,11 +325,47 @@ mod tests {
     use super::*;
 
     fn record(index: u64, commands: u32) -> JournalRecord {
+        let changes = (0..commands).flat_map(|c| [c as u8, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 0]);
         JournalRecord {
             index: EntryIndex(index),
             state_hash: StateHash([index as u8; 32]),
+            version: 1,
             outcomes: (0..commands).map(|c| c * 7 + 1).collect(),
+            changes: (index % 2 == 1).then(|| changes.collect()),
         }
+    }
+
+    /// The bytes a build of the first format wrote for a record (no version, no changes).
+    fn first_format(record: &JournalRecord) -> Vec<u8> {
+        let mut out = RECORD_MAGIC_1.to_le_bytes().to_vec();
+        out.extend_from_slice(&record.index.0.to_le_bytes());
+        out.extend_from_slice(&record.state_hash.0);
+        out.extend_from_slice(&(record.outcomes.len() as u32).to_le_bytes());
+        record
+            .outcomes
+            .iter()
+            .for_each(|o| out.extend_from_slice(&o.to_le_bytes()));
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Proves a record keeps its changes, or that it kept none, and that a first-format
+    /// record (an older build's file) reads with its fingerprints, no version and no changes.
+    #[test]
+    fn records_keep_their_changes_and_the_first_format_still_reads() {
+        for index in [1, 2] {
+            let written = record(index, 3);
+            let mut bytes = Vec::new();
+            written.encode(&mut bytes);
+            assert_eq!(JournalRecord::decode(&bytes), Some((written, bytes.len())));
+        }
+        let old = record(5, 2);
+        let bytes = first_format(&old);
+        let (read, used) = JournalRecord::decode(&bytes).expect("a first-format record reads");
+        assert_eq!(used, bytes.len());
+        assert_eq!((read.index, read.outcomes), (old.index, old.outcomes));
+        assert_eq!((read.version, read.changes), (0, None));
     }
 
     /// Proves records read back as written, across files, a torn tail ends a file's records,

@@ -5,6 +5,7 @@
 //! WAL's own thread, or inline on tmpfs), snapshot files, answers. Recovery at start is
 //! `recovery`; the operator's files it reads live in `crate::operator`.
 
+mod changes;
 pub mod config;
 mod connections;
 mod driver;

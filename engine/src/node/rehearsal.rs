@@ -266,7 +266,7 @@ impl<H: Handler> Run<'_, H> {
                 self.rehearsal.entries += 1;
                 self.rehearsal.commands += u64::from(entry.header.command_count);
                 self.rehearsal.through = index;
-                self.compare(entry, &applied.outcomes, applied.state_hash)
+                self.compare(entry, &applied.ran.fingerprints, applied.state_hash)
             }
         };
         self.rehearsal.difference = difference;

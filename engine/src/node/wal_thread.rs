@@ -63,7 +63,7 @@ impl WalThread {
         wal: Wal,
         acker: Acker,
         name: String,
-        disk: (Duration, Arc<DirLock>, WalCounters),
+        disk: DiskSetup,
         report: impl Fn(WalEvent) -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let (ops, queue) = mpsc::channel();
@@ -82,12 +82,23 @@ impl WalThread {
     }
 }
 
-/// What the WAL thread works with beside the log: the delay added after every fsync
-/// (`NodeConfig::fsync_delay_ms`; zero adds nothing), the data directory's lock, its counters.
+/// What the WAL's worker is given beside the log: the delay added after every fsync
+/// (`NodeConfig::fsync_delay_ms`; zero adds nothing), the data directory's lock, its counters,
+/// and where it tells the last entry the apply journal has written (the change stream waits
+/// on it).
+pub(crate) struct DiskSetup {
+    pub(crate) slow: Duration,
+    pub(crate) lock: Arc<DirLock>,
+    pub(crate) counters: WalCounters,
+    pub(crate) journaled: tokio::sync::watch::Sender<EntryIndex>,
+}
+
+/// What the WAL thread works with beside the log (see [`DiskSetup`]).
 struct Disk {
     slow: Duration,
     lock: Arc<DirLock>,
     counters: WalCounters,
+    journaled: tokio::sync::watch::Sender<EntryIndex>,
     /// The apply journal, while it can be written (a failure turns it off: it is a record
     /// for diagnosis, and the node goes on without it).
     journal: Option<JournalWriter>,
@@ -98,18 +109,33 @@ struct Disk {
 impl Disk {
     /// What the WAL kept in `wal`'s directory works with: the apply journal beside it, if it
     /// opens (the node goes on without one).
-    fn open(wal: &Wal, (slow, lock, counters): (Duration, Arc<DirLock>, WalCounters)) -> Self {
+    fn open(wal: &Wal, setup: DiskSetup) -> Self {
         let data_dir = wal.dir().parent().unwrap_or(wal.dir());
         let journal = JournalWriter::open(data_dir)
             .map_err(|error| tracing::warn!(%error, "no apply journal"))
             .ok();
-        Disk {
-            slow,
-            lock,
-            counters,
+        let mut disk = Disk {
+            slow: setup.slow,
+            lock: setup.lock,
+            counters: setup.counters,
+            journaled: setup.journaled,
             journal,
             preparer: None,
-        }
+        };
+        disk.tell_journaled();
+        disk
+    }
+
+    /// Tells the change stream the last entry the journal has written, when it moved.
+    fn tell_journaled(&mut self) {
+        let Some(written) = self.journal.as_ref().and_then(JournalWriter::written) else {
+            return;
+        };
+        self.journaled.send_if_modified(|last| {
+            let moved = *last != written;
+            *last = written;
+            moved
+        });
     }
 
     /// Gives the log a segment file its preparer finished, and asks for the next one when
@@ -296,13 +322,10 @@ fn carry_out(
             WalOp::Journal {
                 index,
                 state_hash,
-                outcomes,
+                version,
+                ran,
             } => {
-                let record = JournalRecord {
-                    index,
-                    state_hash,
-                    outcomes,
-                };
+                let record = JournalRecord::of(index, state_hash, version, ran);
                 disk.journal(|journal| {
                     journal.append(&record);
                     Ok(())
@@ -328,6 +351,7 @@ fn finish_batch(
 ) -> Result<(), Stop> {
     sync(wal, unsynced, events, disk)?;
     disk.journal(JournalWriter::flush);
+    disk.tell_journaled();
     match cfg!(debug_assertions) {
         true => wal.check_invariants(),
         false => wal.check_recent_invariants(),
@@ -465,7 +489,7 @@ pub(crate) struct InlineWal {
 
 impl InlineWal {
     /// The WAL, to be carried out on the calling thread; see [`WalThread::spawn`] for `disk`.
-    pub(crate) fn new(wal: Wal, disk: (Duration, Arc<DirLock>, WalCounters)) -> Self {
+    pub(crate) fn new(wal: Wal, disk: DiskSetup) -> Self {
         InlineWal {
             disk: Disk::open(&wal, disk),
             wal,
@@ -738,7 +762,13 @@ mod tests {
         let (wal, _) = Wal::open(&wal_dir).unwrap();
         let lock = Arc::new(DirLock::exclusive(dir.path()).unwrap());
         let counters = WalCounters::default();
-        let disk = (Duration::ZERO, lock, counters.clone());
+        let (journaled, _) = tokio::sync::watch::channel(EntryIndex::ZERO);
+        let disk = DiskSetup {
+            slow: Duration::ZERO,
+            lock,
+            counters: counters.clone(),
+            journaled,
+        };
         let mut inline = InlineWal::new(wal, disk);
         let mut prev = EntryHash::default();
         inline.queue(WalOp::Append(noops(1, 2, &mut prev)));

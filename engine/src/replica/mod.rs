@@ -101,15 +101,18 @@ pub enum WalOp {
         /// The last.
         to: EntryIndex,
     },
-    /// Keep in the apply journal (not durably) that this entry applied with this state hash
-    /// and these outcome fingerprints (`StateMachine::set_journaling`).
+    /// Keep in the apply journal (not durably) that this entry applied with this state hash,
+    /// under this handler version, and what its commands answered
+    /// (`StateMachine::set_journaling`).
     Journal {
         /// The entry.
         index: EntryIndex,
         /// The state hash after it.
         state_hash: crate::state::StateHash,
-        /// Each command's outcome fingerprint, by position.
-        outcomes: Vec<u32>,
+        /// The handler version in force after it.
+        version: u32,
+        /// Each command's outcome fingerprint by position, and the commands that ran.
+        ran: crate::apply::Ran,
     },
 }
 
@@ -676,7 +679,8 @@ impl<H: Handler, T> Replica<H, T> {
                 out.push(Io::Wal(WalOp::Journal {
                     index: applied.index,
                     state_hash: applied.state_hash,
-                    outcomes: applied.outcomes,
+                    version: self.machine.handler_version(),
+                    ran: applied.ran,
                 }));
             }
             for reply in applied.replies {

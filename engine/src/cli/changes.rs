@@ -1,0 +1,262 @@
+//! `changes`: the change stream on standard output, every committed command and its outcome
+//! in the one global order, from a position on (`--follow`: and every later commit), read
+//! from a follower. A position is `ENTRY.POSITION` (`ENTRY` alone is its first command);
+//! the lines name theirs, so a consumer that stops resumes from the last one it kept, and
+//! lines seen twice carry the same position.
+
+use super::gateway::json::Wide;
+use super::{CliHandler, Exit, coded, runtime};
+use crate::client::{ChangeStream, ChangesError, Connects};
+use crate::codec;
+use crate::handler::{Handler, OutcomeOf};
+use crate::ids::{EntryIndex, NodeId};
+use clap::Args;
+use net::message::{ChangeBatch, ChangeEntry, ChangePosition};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Milliseconds a node may hold a `--follow` reader's request while nothing new commits.
+pub const CHANGES_FOLLOW_WAIT_MS: u64 = 1_000;
+/// Milliseconds a node may hold a reader's request for entries it applied and has not
+/// journaled yet (without `--follow`, the stream ends at the node's last applied entry).
+pub const CHANGES_CATCH_UP_WAIT_MS: u64 = 200;
+/// Milliseconds a `--follow` reader waits before asking again after no node answered.
+pub const CHANGES_RETRY_MS: u64 = 500;
+/// Seconds each node has to answer its status when the reader picks a follower.
+pub const CHANGES_STATUS_TIMEOUT_S: f64 = 2.0;
+
+/// What the change stream publishes of a command that ran: the command and its outcome as
+/// JSON, as the handler chooses them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Published {
+    /// The command (or what the handler tells of it).
+    pub command: Value,
+    /// Its outcome (or what the handler tells of it).
+    pub outcome: Value,
+}
+
+/// A handler's choice of what the change stream publishes of each command that ran: `None`
+/// leaves the command out. [`publish_all`] publishes each command and its outcome.
+pub type Publish<H> = fn(&<H as Handler>::Command, &OutcomeOf<H>) -> Option<Published>;
+
+/// The default [`Publish`]: every command as serde writes it, and its outcome as `client`
+/// prints it.
+pub fn publish_all<H>(command: &H::Command, outcome: &OutcomeOf<H>) -> Option<Published>
+where
+    H: CliHandler<Command: serde::Serialize>,
+{
+    Some(Published {
+        command: serde_json::to_value(Wide(command)).unwrap_or_else(|e| json!(e.to_string())),
+        outcome: super::outcome_json::<H>(outcome),
+    })
+}
+
+/// A change's bytes that this build's handler cannot decode (another build's stream, or a
+/// damaged journal on the node).
+#[derive(Debug, thiserror::Error)]
+#[error("entry {index}, position {position}: the {what} does not decode: {error}")]
+pub struct Undecodable {
+    /// The entry.
+    pub index: EntryIndex,
+    /// The command's position.
+    pub position: u32,
+    /// `command` or `outcome`.
+    pub what: &'static str,
+    /// Why.
+    pub error: codec::CodecError,
+}
+
+/// Turns the changes of a stream into its JSON lines: one object per published command
+/// (`index`, `position`, `version`, `command`, `outcome`), and one when the handler version
+/// changes (`upgrade`: from and to, `command` and `outcome` null).
+pub struct Lines<H: CliHandler> {
+    publish: Publish<H>,
+    version: Option<u32>,
+}
+
+impl<H: CliHandler> Lines<H> {
+    /// Lines published with `publish`.
+    pub fn new(publish: Publish<H>) -> Self {
+        Lines {
+            publish,
+            version: None,
+        }
+    }
+
+    /// The lines of `entry`, in order.
+    pub fn of(&mut self, entry: &ChangeEntry) -> Result<Vec<Value>, anyhow::Error> {
+        let mut lines = Vec::new();
+        let index = entry.index.0;
+        if let Some(before) = self.version.filter(|&v| v != entry.version) {
+            let upgrade = json!({ "from": before, "to": entry.version });
+            lines.push(
+                json!({ "index": index, "position": 0, "version": entry.version,
+                "command": null, "outcome": null, "upgrade": upgrade }),
+            );
+        }
+        self.version = Some(entry.version);
+        for change in crate::apply::changes(&entry.changes)? {
+            let failed = |what, error| Undecodable {
+                index: entry.index,
+                position: change.position,
+                what,
+                error,
+            };
+            let command =
+                codec::decode::<H::Command>(change.command).map_err(|e| failed("command", e))?;
+            let outcome =
+                codec::decode::<OutcomeOf<H>>(change.outcome).map_err(|e| failed("outcome", e))?;
+            if let Some(published) = (self.publish)(&command, &outcome) {
+                lines.push(json!({ "index": index, "position": change.position,
+                    "version": entry.version, "command": published.command,
+                    "outcome": published.outcome }));
+            }
+        }
+        Ok(lines)
+    }
+}
+
+/// A position as the command line and the gateway take it: `ENTRY` or `ENTRY.POSITION`.
+pub fn parse_position(text: &str) -> Result<ChangePosition, PositionError> {
+    let (index, position) = text.split_once('.').unwrap_or((text, "0"));
+    let index = index.parse().map_err(|_| PositionError(text.to_string()))?;
+    let position = position
+        .parse()
+        .map_err(|_| PositionError(text.to_string()))?;
+    Ok(ChangePosition {
+        index: EntryIndex(index),
+        position,
+    })
+}
+
+/// A position that is not `ENTRY` or `ENTRY.POSITION`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a position: ENTRY or ENTRY.POSITION (decimal: 1200 or 1200.7)")]
+pub struct PositionError(pub String);
+
+/// Options of `changes`.
+#[derive(Args, Debug)]
+pub struct ChangesArgs {
+    /// The cluster file, or a client file (`client-file` writes one).
+    #[arg(long, env = crate::cli::CLUSTER_FILE_ENV, visible_alias = "client-file")]
+    pub cluster: PathBuf,
+    /// The first change wanted: ENTRY, or ENTRY.POSITION for a command within the entry
+    /// (each line names its own: resume from the last one kept). A position older than any
+    /// node keeps is an error that names the oldest one served (exit 4, refused).
+    #[arg(long, value_name = "POSITION", value_parser = parse_position)]
+    pub from: ChangePosition,
+    /// Keep reading new commits as they come, until interrupted (a node that stops is
+    /// replaced by another).
+    #[arg(long)]
+    pub follow: bool,
+    /// One JSON object a line (`index`, `position`, `version`, `command`, `outcome`);
+    /// without it, one line per change for a person.
+    #[arg(long)]
+    pub json: bool,
+    /// Read from this node only (by default a follower, then any node). Without --follow
+    /// the stream ends at the highest commit a node names when it starts.
+    #[arg(long, value_name = "ID")]
+    pub node: Option<u8>,
+}
+
+/// Prints the change stream from `args.from` on, published with `publish`.
+pub fn changes<H: CliHandler>(args: ChangesArgs, publish: Publish<H>) -> anyhow::Result<()> {
+    let file = super::read_client_file(&args.cluster)?;
+    let nodes: Vec<_> = (file.nodes.iter())
+        .filter(|n| args.node.is_none_or(|only| only == n.id))
+        .map(|n| (NodeId(n.id), n.client_address.clone()))
+        .collect();
+    if nodes.is_empty() {
+        let error = anyhow::anyhow!("the file names no node {}", args.node.unwrap_or_default());
+        return Err(coded(Exit::Usage, error));
+    }
+    let config = file.client_config()?;
+    let stream = ChangeStream::new(config, nodes, args.from);
+    runtime()?.block_on(print_stream::<H, _>(stream, &args, Lines::new(publish)))
+}
+
+async fn print_stream<H: CliHandler, C: Connects>(
+    mut stream: ChangeStream<C>,
+    args: &ChangesArgs,
+    mut lines: Lines<H>,
+) -> anyhow::Result<()> {
+    let timeout = Duration::from_secs_f64(CHANGES_STATUS_TIMEOUT_S);
+    // Without --follow, the stream ends at what was committed when it started.
+    let committed = stream.prefer_followers(timeout).await;
+    let wait = Duration::from_millis(match args.follow {
+        true => CHANGES_FOLLOW_WAIT_MS,
+        false => CHANGES_CATCH_UP_WAIT_MS,
+    });
+    let mut out = std::io::stdout().lock();
+    loop {
+        let batch = match stream.next_batch(wait).await {
+            Ok(batch) => batch,
+            Err(ChangesError::Unreachable(errors)) if args.follow => {
+                tracing::warn!(?errors, "no node answered; asking again");
+                tokio::time::sleep(Duration::from_millis(CHANGES_RETRY_MS)).await;
+                continue;
+            }
+            Err(error) => return Err(exit_of(error)),
+        };
+        for entry in &batch.entries {
+            for line in lines.of(entry)? {
+                print_line(&mut out, &line, args.json)?;
+            }
+        }
+        out.flush()?;
+        if !args.follow && caught_up(&batch, committed) {
+            return Ok(());
+        }
+    }
+}
+
+/// True when a batch reaches past `committed` (without it, past the last entry its node had
+/// applied when it answered).
+fn caught_up(batch: &ChangeBatch, committed: Option<EntryIndex>) -> bool {
+    batch.next.index > committed.unwrap_or(batch.applied)
+}
+
+fn print_line(out: &mut impl Write, line: &Value, json: bool) -> std::io::Result<()> {
+    if json {
+        return writeln!(out, "{line}");
+    }
+    let at = format!("{}.{}", line["index"], line["position"]);
+    match line.get("upgrade") {
+        Some(upgrade) => writeln!(out, "{at}\thandler upgraded {upgrade}"),
+        None => writeln!(out, "{at}\t{}\t{}", line["command"], line["outcome"]),
+    }
+}
+
+/// The error of a stream that cannot go on, with its exit code: a position no node holds is
+/// refused for good (4), no node answering is unreachable (2).
+fn exit_of(error: ChangesError) -> anyhow::Error {
+    let exit = match &error {
+        ChangesError::Gone { .. } | ChangesError::Missing { .. } => Exit::Refused,
+        ChangesError::Unreachable(_) => Exit::Unreachable,
+        ChangesError::Refused { error, .. } => Exit::of_client(error),
+    };
+    coded(exit, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves positions read as entry and position, an entry alone as its first command, and
+    /// anything else is refused naming the text.
+    #[test]
+    fn positions_read_as_entry_and_command() {
+        let at = |index, position| ChangePosition {
+            index: EntryIndex(index),
+            position,
+        };
+        assert_eq!(parse_position("1200"), Ok(at(1200, 0)));
+        assert_eq!(parse_position("1200.7"), Ok(at(1200, 7)));
+        for bad in ["", "x", "1.2.3", "-1", "1.", ".4"] {
+            let error = parse_position(bad).expect_err(bad);
+            assert!(error.to_string().contains(&format!("{bad:?}")), "{error}");
+        }
+    }
+}

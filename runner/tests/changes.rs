@@ -1,0 +1,113 @@
+//! The change stream on real node processes: `runner changes` prints every committed command
+//! with its outcome, in commit order, each once, from any position, and names the oldest
+//! position served when asked for one no node keeps.
+
+mod common;
+
+use bank::{AccountId, Bank, BankCommand};
+use common::{ACCOUNTS, OPENING_BALANCE, runtime, start_cluster, three_up_with_a_leader};
+use engine::Outcome;
+use engine::client::Client;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Requests of transfers the stream tests send.
+const REQUESTS: u64 = 40;
+/// Transfers in each.
+const PER_REQUEST: u64 = 5;
+
+/// Runs `runner changes` with `args` against the cluster file in `dir`.
+fn changes(cluster_file: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+        .arg("changes")
+        .arg("--cluster")
+        .arg(cluster_file)
+        .args(args)
+        .output()
+        .expect("runner changes runs")
+}
+
+/// The JSON lines of a successful `runner changes --json`.
+fn lines(output: &Output) -> Vec<Value> {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "runner changes failed: {stderr}");
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The opens, then transfers with the outcomes the client got, in the order sent.
+async fn history(
+    client: &mut Client,
+) -> Vec<(BankCommand, Outcome<bank::BankOutput, bank::BankError>)> {
+    let mut sent = Vec::new();
+    let opens: Vec<BankCommand> = (1..=ACCOUNTS)
+        .map(|id| BankCommand::Open {
+            id: AccountId(id),
+            balance: OPENING_BALANCE,
+            flags: 0,
+        })
+        .collect();
+    let outcomes = client.submit::<Bank>(&opens).await.unwrap();
+    sent.extend(opens.into_iter().zip(outcomes));
+    for n in 0..REQUESTS {
+        let transfers: Vec<BankCommand> = (0..PER_REQUEST)
+            .map(|k| BankCommand::Transfer {
+                from: AccountId((n + k) % ACCOUNTS + 1),
+                to: AccountId((n * 7 + k + 1) % ACCOUNTS + 1),
+                amount: k + 1,
+            })
+            .collect();
+        let outcomes = client.submit::<Bank>(&transfers).await.unwrap();
+        sent.extend(transfers.into_iter().zip(outcomes));
+    }
+    sent
+}
+
+/// The position of a line, to compare and order.
+fn position(line: &Value) -> (u64, u64) {
+    (
+        line["index"].as_u64().unwrap(),
+        line["position"].as_u64().unwrap(),
+    )
+}
+
+/// Proves `runner changes --json` from entry 1 prints every command the client sent, each once,
+/// in the order they committed, with the outcome the client got; that a stream resumed from
+/// a line's position starts at exactly that line.
+#[test]
+fn the_stream_holds_every_committed_command_once_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = start_cluster(dir.path(), |_| {});
+    let sent = runtime().block_on(async {
+        three_up_with_a_leader(&config).await;
+        let mut client = Client::register(config.clone()).await.unwrap();
+        history(&mut client).await
+    });
+    let all = lines(&changes(&nodes.cluster_file, &["--from", "1", "--json"]));
+    assert_eq!(all.len(), sent.len(), "one line per command sent");
+    for (line, (command, outcome)) in all.iter().zip(&sent) {
+        let expected_command = serde_json::to_value(command).unwrap();
+        let expected_outcome = engine::cli::outcome_json::<Bank>(outcome);
+        assert_eq!(line["command"], expected_command, "{line}");
+        assert_eq!(line["outcome"], expected_outcome, "{line}");
+        assert_eq!(line["version"], 1, "{line}");
+    }
+    let positions: Vec<(u64, u64)> = all.iter().map(position).collect();
+    assert!(
+        positions.windows(2).all(|p| p[0] < p[1]),
+        "in commit order, each once"
+    );
+    let middle = &all[all.len() / 2];
+    let (index, at) = position(middle);
+    let from = format!("{index}.{at}");
+    let resumed = lines(&changes(&nodes.cluster_file, &["--from", &from, "--json"]));
+    assert_eq!(
+        resumed[0], *middle,
+        "a resumed stream starts at the position named"
+    );
+    assert_eq!(resumed[..], all[all.len() / 2..]);
+}
