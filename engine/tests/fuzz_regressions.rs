@@ -215,6 +215,7 @@ fn restore_one_snapshot(file: &[u8]) -> engine::node::recovery::RecoveryReport {
         wal_segment_bytes: engine::internals::wal::WAL_SEGMENT_BYTES_MIN,
         owner: None,
         rebuild_from_leader: false,
+        keep_outcomes_after: None,
     };
     let restored = restore(dir.path(), Ledger, &options).expect("the node starts");
     assert!(path.exists(), "the file is kept");

@@ -484,6 +484,7 @@ fn rebuilt_hard_state(disk: &SimDisk, dir: &Path) -> engine::internals::core::Ha
         wal_segment_bytes: TEST_SEGMENT_BYTES,
         owner: None,
         rebuild_from_leader: true,
+        keep_outcomes_after: None,
     };
     let started = recover_on(disk, dir, common::Ledger, &options, None, |_| {}).unwrap();
     assert_eq!(started.wal.last_index(), EntryIndex(0), "it starts empty");

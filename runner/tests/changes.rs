@@ -111,3 +111,88 @@ fn the_stream_holds_every_committed_command_once_in_order() {
     );
     assert_eq!(resumed[..], all[all.len() / 2..]);
 }
+
+/// Runs `runner changes --json` from entry 1 on node `node` only.
+fn from_node(cluster_file: &Path, node: u8) -> Vec<Value> {
+    let node = node.to_string();
+    lines(&changes(
+        cluster_file,
+        &["--from", "1", "--json", "--node", &node],
+    ))
+}
+
+/// Proves a restart journals again the entries a crash kept from the journal: node 2 loses
+/// its journal's last records (as a crash loses what the WAL thread had not written yet),
+/// restarts, and serves the whole stream from entry 1 with no gap, as node 1 does.
+#[test]
+fn a_restart_journals_what_a_crash_kept_from_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    // No snapshot: the restart replays the whole log.
+    let (mut nodes, config) = start_cluster(dir.path(), |file| file.snapshot_every = 0);
+    let sent = runtime().block_on(async {
+        three_up_with_a_leader(&config).await;
+        let mut client = Client::register(config.clone()).await.unwrap();
+        let sent = history(&mut client).await;
+        common::converged(&config).await;
+        sent
+    });
+    let whole = from_node(&nodes.cluster_file, 1);
+    assert_eq!(whole.len(), sent.len());
+    nodes.kill(2);
+    let journal = nodes.data_dir(2).join("journal");
+    let mut files: Vec<_> = std::fs::read_dir(&journal)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    files.sort();
+    let newest = files.last().expect("node 2 journaled");
+    let bytes = std::fs::read(newest).unwrap();
+    std::fs::write(newest, &bytes[..bytes.len() / 2]).unwrap();
+    nodes.start(2);
+    runtime().block_on(common::converged(&config));
+    assert_eq!(
+        from_node(&nodes.cluster_file, 2),
+        whole,
+        "node 2 serves every change again"
+    );
+}
+
+/// Proves a position older than every node keeps is refused, naming the oldest position
+/// served (exit 4), and that reading from that position works and starts there: no change
+/// is skipped silently.
+#[test]
+fn a_position_no_node_keeps_is_refused_naming_the_oldest() {
+    let dir = tempfile::tempdir().unwrap();
+    // Whole snapshots every few entries, kept briefly, and small segments: the log, and the
+    // journal with it, let go of their start within a few hundred requests.
+    let (nodes, config) = start_cluster(dir.path(), |file| {
+        file.snapshot_every = 4;
+        file.snapshot_retain_ms = 20;
+        file.lagging_entries_max = 16;
+        file.wal_segment_bytes = 4096;
+    });
+    runtime().block_on(async {
+        three_up_with_a_leader(&config).await;
+        let mut client = Client::register(config.clone()).await.unwrap();
+        for _ in 0..8 {
+            history(&mut client).await;
+        }
+        common::converged(&config).await;
+    });
+    let refused = changes(&nodes.cluster_file, &["--from", "1", "--json"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(4), "{stderr}");
+    let oldest: u64 = stderr
+        .split("the oldest any node serves is entry ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the refusal names the oldest entry: {stderr}"));
+    assert!(oldest > 1, "{stderr}");
+    let from = lines(&changes(
+        &nodes.cluster_file,
+        &["--from", &oldest.to_string(), "--json"],
+    ));
+    assert!(!from.is_empty());
+    assert!(from.iter().all(|line| position(line).0 >= oldest));
+}

@@ -80,6 +80,7 @@ fn assert_cut_with_obligation(data: &Path, scratch: &Path, last: u64, at: Where)
         wal_segment_bytes: 16384,
         owner: None,
         rebuild_from_leader: false,
+        keep_outcomes_after: None,
     };
     let restored = restore(scratch, Bank, &options).unwrap();
     assert!(restored.report.damage.is_some(), "{at:?}: damage found");

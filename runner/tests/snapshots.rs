@@ -297,6 +297,7 @@ fn recovery_options() -> RecoveryOptions {
         wal_segment_bytes: SEGMENT_BYTES,
         owner: None,
         rebuild_from_leader: false,
+        keep_outcomes_after: None,
     }
 }
 

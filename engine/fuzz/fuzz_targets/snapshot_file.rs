@@ -63,6 +63,7 @@ fuzz_target!(|input: &[u8]| {
         wal_segment_bytes: WAL_SEGMENT_BYTES_MIN,
         owner: None,
         rebuild_from_leader: false,
+        keep_outcomes_after: None,
     };
     let restored = restore(dir.path(), Bank, &options);
     match expect {

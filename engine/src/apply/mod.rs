@@ -553,8 +553,13 @@ impl<H: Handler> StateMachine<H> {
 
     /// Applies the next committed entry.
     pub fn apply(&mut self, entry: &Entry) -> Result<Applied, ApplyError> {
-        let applied = self.apply_members(entry);
+        let mut applied = self.apply_members(entry);
         self.stopped |= applied.is_err();
+        if let Ok(applied) = applied.as_mut()
+            && self.journaling
+        {
+            applied.ran.version = self.handler_version;
+        }
         applied
     }
 

@@ -14,6 +14,8 @@ pub struct Ran {
     /// The commands that ran, in the order they ran, each `position u32 | command length u32 |
     /// command | outcome length u32 | outcome` (little-endian); [`Ran::changes`] reads them.
     pub changes: Vec<u8>,
+    /// The handler version in force after the entry.
+    pub version: u32,
 }
 
 /// One command that ran, and its outcome, as encoded on the wire.
@@ -41,6 +43,7 @@ impl Ran {
         self.fingerprints.clear();
         self.fingerprints.resize(commands, 0);
         self.changes.clear();
+        self.version = 0;
     }
 
     /// Records that the command at `position` ran and answered `outcome`.
@@ -65,7 +68,7 @@ impl Ran {
 
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
-        self.fingerprints.is_empty() && self.changes.is_empty()
+        self.fingerprints.is_empty() && self.changes.is_empty() && self.version == 0
     }
 
     /// The commands that ran, in order.

@@ -70,6 +70,7 @@ fn target(args: &RecoverArgs) -> anyhow::Result<(PathBuf, RecoveryOptions)> {
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
             owner: None,
             rebuild_from_leader: false,
+            keep_outcomes_after: None,
         },
     };
     if let Some(capacity) = args.node.capacity_bytes {

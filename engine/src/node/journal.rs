@@ -28,7 +28,9 @@ use std::path::{Path, PathBuf};
 
 /// The journal's directory under a data directory.
 pub const JOURNAL_DIR: &str = "journal";
-/// Bytes after which the journal starts a new file (so that old ones can be removed).
+/// Bytes after which the journal starts a new file (so that old ones can be removed), unless
+/// the WAL's segments are smaller: then at a segment's size, so that the journal lets go of
+/// the entries the WAL lets go of, and no more than about them.
 pub const JOURNAL_FILE_BYTES_MAX: u64 = 8 << 20;
 /// Suffix of journal files.
 const JOURNAL_SUFFIX: &str = ".jrn";
@@ -68,12 +70,12 @@ pub struct JournalRecord {
 
 impl JournalRecord {
     /// The record of an applied entry.
-    pub fn of(index: EntryIndex, state_hash: StateHash, version: u32, ran: Ran) -> Self {
+    pub fn of(index: EntryIndex, state_hash: StateHash, ran: Ran) -> Self {
         let kept = ran.changes.len() <= RECORD_CHANGES_BYTES_MAX;
         JournalRecord {
             index,
             state_hash,
-            version,
+            version: ran.version,
             outcomes: ran.fingerprints,
             changes: kept.then_some(ran.changes),
         }
@@ -172,6 +174,8 @@ pub struct JournalWriter {
     /// The last record queued, and the last one written.
     queued_last: Option<EntryIndex>,
     written: Option<EntryIndex>,
+    /// Bytes after which a file is full.
+    file_bytes_max: u64,
 }
 
 impl JournalWriter {
@@ -187,7 +191,14 @@ impl JournalWriter {
             next_first: None,
             queued_last: None,
             written,
+            file_bytes_max: JOURNAL_FILE_BYTES_MAX,
         })
+    }
+
+    /// Starts new files past `bytes` (at most [`JOURNAL_FILE_BYTES_MAX`]).
+    pub fn with_file_bytes(mut self, bytes: u64) -> Self {
+        self.file_bytes_max = bytes.clamp(1, JOURNAL_FILE_BYTES_MAX);
+        self
     }
 
     /// Queues `record`; [`JournalWriter::flush`] writes it.
@@ -210,7 +221,7 @@ impl JournalWriter {
         let full = self
             .file
             .as_ref()
-            .is_none_or(|(_, bytes)| *bytes >= JOURNAL_FILE_BYTES_MAX);
+            .is_none_or(|(_, bytes)| *bytes >= self.file_bytes_max);
         if full {
             let first = self.next_first.expect("a record is queued");
             let path = journal_path(&self.dir, first);
@@ -273,20 +284,22 @@ pub(super) fn journal_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, Jo
     Ok(files)
 }
 
-/// The entry of the newest file's last whole record in the journal directory `dir`.
+/// The entry of the last whole record in the journal directory `dir`: in the newest file that
+/// holds one (a crash may leave the newest empty).
 fn last_record(dir: &Path) -> Result<Option<EntryIndex>, JournalError> {
-    let files = journal_files(dir)?;
-    let Some((_, newest)) = files.last() else {
-        return Ok(None);
-    };
-    let bytes = std::fs::read(newest).map_err(io_error(newest))?;
-    let mut at = 0;
-    let mut last = None;
-    while let Some((record, used)) = JournalRecord::decode(&bytes[at..]) {
-        last = Some(record.index);
-        at += used;
+    for (_, path) in journal_files(dir)?.iter().rev() {
+        let bytes = std::fs::read(path).map_err(io_error(path))?;
+        let mut at = 0;
+        let mut last = None;
+        while let Some((record, used)) = JournalRecord::decode(&bytes[at..]) {
+            last = Some(record.index);
+            at += used;
+        }
+        if last.is_some() {
+            return Ok(last);
+        }
     }
-    Ok(last)
+    Ok(None)
 }
 
 /// What a data directory's journal holds: every record by index (the first one kept when an

@@ -208,6 +208,7 @@ impl NodeConfig {
                 node: self.id,
             }),
             rebuild_from_leader: self.rebuild_from_leader,
+            keep_outcomes_after: None,
         }
     }
 

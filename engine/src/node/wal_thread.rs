@@ -112,6 +112,7 @@ impl Disk {
     fn open(wal: &Wal, setup: DiskSetup) -> Self {
         let data_dir = wal.dir().parent().unwrap_or(wal.dir());
         let journal = JournalWriter::open(data_dir)
+            .map(|journal| journal.with_file_bytes(wal.segment_bytes_max()))
             .map_err(|error| tracing::warn!(%error, "no apply journal"))
             .ok();
         let mut disk = Disk {
@@ -322,10 +323,9 @@ fn carry_out(
             WalOp::Journal {
                 index,
                 state_hash,
-                version,
                 ran,
             } => {
-                let record = JournalRecord::of(index, state_hash, version, ran);
+                let record = JournalRecord::of(index, state_hash, ran);
                 disk.journal(|journal| {
                     journal.append(&record);
                     Ok(())

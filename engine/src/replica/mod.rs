@@ -102,16 +102,14 @@ pub enum WalOp {
         to: EntryIndex,
     },
     /// Keep in the apply journal (not durably) that this entry applied with this state hash,
-    /// under this handler version, and what its commands answered
+    /// and what its commands answered under which handler version
     /// (`StateMachine::set_journaling`).
     Journal {
         /// The entry.
         index: EntryIndex,
         /// The state hash after it.
         state_hash: crate::state::StateHash,
-        /// The handler version in force after it.
-        version: u32,
-        /// Each command's outcome fingerprint by position, and the commands that ran.
+        /// Each command's outcome fingerprint by position, the commands that ran, the version.
         ran: crate::apply::Ran,
     },
 }
@@ -679,7 +677,6 @@ impl<H: Handler, T> Replica<H, T> {
                 out.push(Io::Wal(WalOp::Journal {
                     index: applied.index,
                     state_hash: applied.state_hash,
-                    version: self.machine.handler_version(),
                     ran: applied.ran,
                 }));
             }

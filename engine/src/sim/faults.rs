@@ -325,6 +325,7 @@ impl<W: Workload> Sim<W> {
             wal_segment_bytes: SIM_WAL_SEGMENT_BYTES,
             owner: None,
             rebuild_from_leader: false,
+            keep_outcomes_after: None,
         };
         let refusal = match self.start_from_disk(id, &options) {
             Err(NodeError::Refused(refusal)) => refusal,
@@ -367,7 +368,10 @@ impl<W: Workload> Sim<W> {
         let mut replayed = Vec::new();
         let device = disk.device.clone();
         let started = recover_on(&device, disk::data_dir(), handler, options, None, |done| {
-            replayed.push(done)
+            replayed.push(AppliedHash {
+                index: done.index,
+                hash: done.state_hash,
+            })
         })?;
         let mut wal = started.wal;
         if self.swarm.wal_zero_ahead {

@@ -14,8 +14,9 @@ pub mod replay;
 
 use super::NodeError;
 use super::data_dir::{self, DataDirError, DirLock, DirState, Identity, QUARANTINE_DIR};
+use super::journal::{JournalRecord, JournalWriter};
 use super::storage::WAL_DIR;
-use crate::apply::StateMachine;
+use crate::apply::{Applied, StateMachine};
 use crate::core::Recovered;
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId};
@@ -23,7 +24,6 @@ use crate::snapshot::{Durable, ParseError};
 use crate::state::{CapacityTooSmall, InstallError};
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
-use net::message::AppliedHash;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,10 @@ pub struct RecoveryOptions {
     /// log and snapshots are moved to quarantine (never deleted), the hard state is kept when
     /// it reads, and a repair obligation covers the log the node had.
     pub rebuild_from_leader: bool,
+    /// Entries after this one are replayed with what each command answered kept
+    /// ([`crate::apply::Applied::ran`]), for the apply journal, which ends there; `None`
+    /// keeps nothing.
+    pub keep_outcomes_after: Option<EntryIndex>,
 }
 
 impl RecoveryOptions {
@@ -366,7 +370,19 @@ pub fn restore<H: Handler>(
     data_dir::check_writable(dir).map_err(Refusal::from)?;
     data_dir::warn_if_open(dir);
     let stamp = check_identity(dir, options, &handler)?;
-    let started_on = recover_on(&Files, dir, handler, options, stamp, |_| {})?;
+    let mut journal = CatchUp::open(dir);
+    let options = &RecoveryOptions {
+        keep_outcomes_after: journal.as_ref().map(CatchUp::written),
+        ..options.clone()
+    };
+    let started_on = recover_on(&Files, dir, handler, options, stamp, |applied| {
+        if let Some(journal) = journal.as_mut() {
+            journal.replayed(applied);
+        }
+    })?;
+    if let Some(journal) = journal {
+        journal.finish();
+    }
     let Started {
         machine,
         wal,
@@ -393,6 +409,43 @@ pub fn restore<H: Handler>(
     })
 }
 
+/// The apply journal brought up to a restart's replay: the entries replayed past its last
+/// record are journaled, so that the change stream has no gap where a crash lost the
+/// journal's unwritten tail.
+struct CatchUp {
+    writer: JournalWriter,
+    written: EntryIndex,
+}
+
+impl CatchUp {
+    /// The journal of `dir`, if it opens (a node goes on without it, as the WAL thread does).
+    fn open(dir: &Path) -> Option<CatchUp> {
+        let writer = JournalWriter::open(dir)
+            .map_err(|error| tracing::warn!(%error, "no apply journal"))
+            .ok()?;
+        let written = writer.written().unwrap_or(EntryIndex::ZERO);
+        Some(CatchUp { writer, written })
+    }
+
+    fn written(&self) -> EntryIndex {
+        self.written
+    }
+
+    fn replayed(&mut self, applied: &Applied) {
+        if applied.index > self.written {
+            let ran = applied.ran.clone();
+            self.writer
+                .append(&JournalRecord::of(applied.index, applied.state_hash, ran));
+        }
+    }
+
+    fn finish(mut self) {
+        if let Err(error) = self.writer.flush() {
+            tracing::warn!(%error, "the apply journal misses the entries replayed");
+        }
+    }
+}
+
 /// What a start on any storage leaves a node with.
 pub struct Started<H: Handler, S: Storage> {
     /// The state machine, at the last committed entry the log holds.
@@ -415,7 +468,7 @@ pub struct Started<H: Handler, S: Storage> {
 /// its identity checked (`stamp`): the plan and the replay in memory, then what the plan
 /// proved garbage. With `rebuild_from_leader`, data the plan refuses for a reason a rebuild
 /// answers is moved to quarantine and the node starts empty. `applied` hears each entry
-/// replayed with the state hash after it. The node runs it on its files, the simulator on
+/// replayed (with what its commands answered, past `options.keep_outcomes_after`). The node runs it on its files, the simulator on
 /// its simulated disks.
 pub fn recover_on<S: Storage, H: Handler>(
     storage: &S,
@@ -423,14 +476,14 @@ pub fn recover_on<S: Storage, H: Handler>(
     handler: H,
     options: &RecoveryOptions,
     stamp: Option<Identity>,
-    applied: impl FnMut(AppliedHash),
+    applied: impl FnMut(&Applied),
 ) -> Result<Started<H, S>, NodeError> {
     CapacityTooSmall::check(&handler.schema(), options.capacity_bytes)?;
     let read_write = (stamp.clone(), Access::ReadWrite);
     let (plan, core) = match plan::plan(storage, dir, handler, options, read_write) {
         Ok(mut plan) => {
             plan.report.rebuild_ignored = options.rebuild_from_leader;
-            let core = plan::replay(&mut plan, applied)?;
+            let core = plan::replay(&mut plan, options.keep_outcomes_after, applied)?;
             (plan::carry_out(dir, plan)?, core)
         }
         Err((NodeError::Refused(refusal), handler))
@@ -438,7 +491,7 @@ pub fn recover_on<S: Storage, H: Handler>(
         {
             let why = (stamp, &refusal);
             let mut plan = rebuild::rebuild_from_leader(storage, dir, handler, options, why)?;
-            let core = plan::replay(&mut plan, applied)?;
+            let core = plan::replay(&mut plan, options.keep_outcomes_after, applied)?;
             (plan, core)
         }
         Err((error, _)) => return Err(error),
@@ -487,7 +540,7 @@ pub fn inspect<H: Handler>(
     // A start stamps a directory that holds no identity, whoever it is checked against.
     plan.report.stamped |= unstamped;
     plan.report.quarantined = plan.damaged.clone();
-    plan::replay(&mut plan, |_| {})?;
+    plan::replay(&mut plan, None, |_| {})?;
     plan.report.took = started.elapsed();
     Ok(Inspection {
         machine: plan.machine,

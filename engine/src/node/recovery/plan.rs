@@ -2,7 +2,7 @@
 //! it, and the replay of the committed log.
 
 use super::{RecoveryOptions, RecoveryReport, Refusal, replay};
-use crate::apply::{BuiltState, StateMachine};
+use crate::apply::{Applied, BuiltState, StateMachine};
 use crate::core::{HardState, LogBase, Recovered, Repair};
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, Term};
@@ -490,7 +490,8 @@ pub(super) fn carry_out<S: Storage, H: Handler>(
 /// empty, emptied yet or not.
 pub(super) fn replay<S: Storage, H: Handler>(
     plan: &mut Plan<H, S>,
-    mut applied: impl FnMut(AppliedHash),
+    keep_outcomes_after: Option<EntryIndex>,
+    mut applied: impl FnMut(&Applied),
 ) -> Result<Recovered, NodeError> {
     let from = replay::ReplayFrom {
         hard_state: plan.hard_state,
@@ -500,10 +501,11 @@ pub(super) fn replay<S: Storage, H: Handler>(
             index: d.meta.index,
             hash: d.meta.state_hash,
         }),
+        keep_outcomes_after,
     };
     let report = &mut plan.report;
     let mut last_progress = Instant::now();
-    let progress = |done: AppliedHash, total: u64| {
+    let progress = |done: &Applied, total: u64| {
         applied(done);
         report.replayed += 1;
         if last_progress.elapsed() >= Duration::from_millis(RECOVERY_PROGRESS_MS) {

@@ -3,7 +3,7 @@
 //! starts after it, and the replay of the committed log into the state machine and into what
 //! the consensus core starts from.
 
-use crate::apply::{ApplyError, StateMachine};
+use crate::apply::{Applied, ApplyError, StateMachine};
 use crate::core::{HardState, LogBase, Recovered, Repair};
 use crate::entry::{Entry, EntryHash};
 use crate::handler::Handler;
@@ -156,6 +156,8 @@ pub struct ReplayFrom {
     pub reset_log: bool,
     /// The snapshot installed: its index and state hash.
     pub snapshot: Option<AppliedHash>,
+    /// Entries after this one are replayed with their commands' outcomes kept.
+    pub keep_outcomes_after: Option<EntryIndex>,
 }
 
 /// Applies every entry the log shows committed after the base, calling `applied` after each;
@@ -164,7 +166,7 @@ pub fn replay<H: Handler, L: RecoveryLog>(
     log: &L,
     machine: &mut StateMachine<H>,
     from: ReplayFrom,
-    mut applied: impl FnMut(AppliedHash, u64),
+    mut applied: impl FnMut(&Applied, u64),
 ) -> Result<Recovered, ReplayError<L::Error>> {
     let base = from.base;
     let loaded = machine.applied_index();
@@ -184,11 +186,15 @@ pub fn replay<H: Handler, L: RecoveryLog>(
     let mut latest = from.snapshot;
     for index in (loaded.0 + 1..=committed.0).map(EntryIndex) {
         let entry = log.read(index).map_err(ReplayError::Log)?;
-        let hash = machine.apply(&entry)?.state_hash;
-        let done = AppliedHash { index, hash };
-        latest = Some(done);
-        applied(done, committed.0 - loaded.0);
+        machine.set_journaling(from.keep_outcomes_after.is_some_and(|after| index > after));
+        let done = machine.apply(&entry)?;
+        latest = Some(AppliedHash {
+            index,
+            hash: done.state_hash,
+        });
+        applied(&done, committed.0 - loaded.0);
     }
+    machine.set_journaling(false);
     let after_base = || (base.index.0 + 1..=last.0).map(EntryIndex);
     let held = "an index the log holds";
     let window = (committed.0 + 1..=last.0)
