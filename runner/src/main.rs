@@ -197,7 +197,9 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Restore(args) => engine::cli::restore(args, Bank),
         Command::Upgrade(args) => engine::cli::upgrade(args),
         Command::Replay(args) => engine::cli::replay(args, Bank),
-        Command::Gateway(args) => engine::cli::gateway::<Bank>(args),
+        Command::Gateway(args) => {
+            engine::cli::gateway_publishing::<Bank>(args, engine::cli::publish_all::<Bank>)
+        }
         Command::Changes(args) => {
             engine::cli::changes::<Bank>(args, engine::cli::publish_all::<Bank>)
         }

@@ -5,12 +5,14 @@
 mod common;
 
 use bank::{AccountId, Bank, BankCommand};
+use common::gateway::{Gateway, TOKEN, exchange};
 use common::{ACCOUNTS, OPENING_BALANCE, runtime, start_cluster, three_up_with_a_leader};
 use engine::Outcome;
 use engine::client::Client;
-use serde_json::Value;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// Requests of transfers the stream tests send.
 const REQUESTS: u64 = 40;
@@ -195,4 +197,107 @@ fn a_position_no_node_keeps_is_refused_naming_the_oldest() {
     ));
     assert!(!from.is_empty());
     assert!(from.iter().all(|line| position(line).0 >= oldest));
+    let gateway = Gateway::start(dir.path(), &nodes.cluster_file, "gateway");
+    let (status, body) = get_with_token(&gateway, "/v1/changes?after=0");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, &body["error"]),
+        (410, &json!("changes_gone")),
+        "{body}"
+    );
+    assert!(
+        body["oldest"].as_u64().is_some_and(|o| o >= oldest),
+        "{body}"
+    );
+}
+
+/// `GET path` on `gateway` with the callers' token: status and body.
+fn get_with_token(gateway: &Gateway, path: &str) -> (u16, String) {
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\
+         Authorization: Bearer {TOKEN}\r\n\r\n"
+    );
+    exchange(&gateway.address, request.as_bytes()).unwrap()
+}
+
+/// A `curl` following `GET /v1/changes?after=AFTER` on `gateway`: its lines as they come.
+struct Follower {
+    curl: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Follower {
+    fn start(gateway: &Gateway, after: &str) -> Follower {
+        let url = format!("http://{}/v1/changes?after={after}", gateway.address);
+        let mut curl = Command::new("curl")
+            .args(["--silent", "--show-error", "--no-buffer", "--fail", "-H"])
+            .arg(format!("Authorization: Bearer {TOKEN}"))
+            .arg(url)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("curl runs (CI installs it)");
+        let lines = BufReader::new(curl.stdout.take().unwrap()).lines();
+        Follower { curl, lines }
+    }
+
+    /// The next `count` lines, as JSON.
+    fn take(&mut self, count: usize) -> Vec<Value> {
+        (0..count)
+            .map(|_| {
+                let line = self.lines.next().expect("the stream goes on").unwrap();
+                serde_json::from_str(&line).unwrap()
+            })
+            .collect()
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.curl.kill();
+        let _ = self.curl.wait();
+    }
+}
+
+/// Proves the gateway's `GET /v1/changes` serves the lines `runner changes --json` prints, from
+/// the command after the position named, then follows new commits as they come; and that it
+/// wants the callers' token and a position.
+#[test]
+fn the_gateway_streams_the_changes_and_follows_new_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = start_cluster(dir.path(), |_| {});
+    let sent = runtime().block_on(async {
+        three_up_with_a_leader(&config).await;
+        let mut client = Client::register(config.clone()).await.unwrap();
+        history(&mut client).await
+    });
+    let gateway = Gateway::start(dir.path(), &nodes.cluster_file, "gateway");
+    assert_eq!(
+        gateway.get("/v1/changes?after=0").0,
+        401,
+        "the token is needed"
+    );
+    let (status, body) = get_with_token(&gateway, "/v1/changes?after=x");
+    assert_eq!(status, 400, "{body}");
+    let printed = lines(&changes(&nodes.cluster_file, &["--from", "1", "--json"]));
+    let mut follower = Follower::start(&gateway, "0");
+    assert_eq!(follower.take(sent.len()), printed);
+    let (index, at) = position(&printed[9]);
+    let mut resumed = Follower::start(&gateway, &format!("{index}.{at}"));
+    assert_eq!(
+        resumed.take(1)[0],
+        printed[10],
+        "after a position: the next command"
+    );
+    let more = r#"[{"Deposit": {"id": 1, "amount": 5}}, {"Deposit": {"id": 2, "amount": 6}}]"#;
+    gateway.commands(more, &[]);
+    let new = follower.take(2);
+    assert_eq!(
+        new[0]["command"],
+        json!({"Deposit": {"id": 1, "amount": 5}})
+    );
+    assert_eq!(
+        new[1]["command"],
+        json!({"Deposit": {"id": 2, "amount": 6}})
+    );
+    assert!(position(&new[0]) > position(&printed[printed.len() - 1]));
 }

@@ -89,7 +89,7 @@ pub use exit::{
     Coded, EXIT_CODES_HEADING, Exit, coded, exit_code, exit_codes_help, parse_command_line,
     parse_failed, with_exit_codes,
 };
-pub use gateway::{GatewayArgs, gateway};
+pub use gateway::{GatewayArgs, gateway, gateway_publishing};
 pub use manual::{CompletionsArgs, ManArgs, completions, man};
 pub use member::{MemberAction, MemberArgs, MemberError, member};
 pub use mode::{ModeArgs, ModeChoice, mode};

@@ -95,6 +95,28 @@ pub enum Failure {
     /// The gateway is stopping.
     #[error("the gateway is stopping")]
     Stopped,
+    /// The binary serves no change stream (its handler did not say what it publishes).
+    #[error("this gateway serves no change stream")]
+    NoChangeStream,
+    /// The `after` of `/v1/changes` is not a position.
+    #[error("{0}")]
+    BadPosition(String),
+    /// No node keeps the position asked for any more.
+    #[error("no node holds entry {asked} any more: the oldest any node serves is entry {oldest}")]
+    ChangesGone {
+        /// The entry asked for.
+        asked: u64,
+        /// The oldest entry a node serves.
+        oldest: u64,
+    },
+    /// No node holds the changes of these entries.
+    #[error("no node holds the changes of entries {from} to {to}")]
+    ChangesMissing {
+        /// The first entry missing.
+        from: u64,
+        /// The last entry missing.
+        to: u64,
+    },
 }
 
 impl Failure {
@@ -104,7 +126,10 @@ impl Failure {
             Failure::BadBody { .. }
             | Failure::CommandCount { .. }
             | Failure::NotReadOnly { .. }
-            | Failure::BadKey { .. } => StatusCode::BAD_REQUEST,
+            | Failure::BadKey { .. }
+            | Failure::BadPosition(_) => StatusCode::BAD_REQUEST,
+            Failure::NoChangeStream => StatusCode::NOT_FOUND,
+            Failure::ChangesGone { .. } | Failure::ChangesMissing { .. } => StatusCode::GONE,
             Failure::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Failure::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
             Failure::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -139,6 +164,10 @@ impl Failure {
             Failure::Cluster(_) => "cluster",
             Failure::NoRandomness => "no_randomness",
             Failure::Stopped => "stopped",
+            Failure::NoChangeStream => "no_change_stream",
+            Failure::BadPosition(_) => "bad_position",
+            Failure::ChangesGone { .. } => "changes_gone",
+            Failure::ChangesMissing { .. } => "changes_missing",
         }
     }
 }
@@ -222,16 +251,31 @@ impl From<&ClientError> for Failure {
     }
 }
 
-impl IntoResponse for Failure {
-    fn into_response(self) -> Response {
+impl Failure {
+    /// The JSON body a caller gets: `error` and `message`, and what the kind names (the
+    /// field's `path`, the `oldest` entry served, the entries `from` and `to` missing).
+    pub fn body(&self) -> serde_json::Value {
         let mut body = json!({ "error": self.code(), "message": self.to_string() });
         if let Failure::BadBody {
             path: Some(path), ..
-        } = &self
+        } = self
         {
             body["path"] = json!(path);
         }
-        let mut response = (self.status(), axum::Json(body)).into_response();
+        if let Failure::ChangesGone { oldest, .. } = self {
+            body["oldest"] = json!(oldest);
+        }
+        if let Failure::ChangesMissing { from, to } = self {
+            body["from"] = json!(from);
+            body["to"] = json!(to);
+        }
+        body
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let mut response = (self.status(), axum::Json(self.body())).into_response();
         if self.status() == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()

@@ -17,6 +17,7 @@
 //! below or beside it ([`GATEWAY_QUEUED_COMMANDS_MAX`]).
 
 mod answer;
+mod changes;
 mod coalesce;
 pub(crate) mod json;
 mod listener;
@@ -121,6 +122,10 @@ struct Gateway<H: Handler> {
     keys_in_flight: Mutex<HashSet<ClientId>>,
     ready: AtomicBool,
     metrics: Arc<GatewayMetrics>,
+    /// What the change stream publishes of each command, when this binary serves one.
+    publish: Option<crate::cli::Publish<H>>,
+    /// Every node, by id, where the change stream is read from.
+    nodes: Vec<(crate::ids::NodeId, crate::address::Address)>,
 }
 
 /// Which endpoint a POST came to.
@@ -130,12 +135,33 @@ enum Endpoint {
     Reads,
 }
 
-/// Serves `args.listen` until SIGINT or SIGTERM.
+/// Serves `args.listen` until SIGINT or SIGTERM, with no change stream (`/v1/changes`
+/// answers 404; [`gateway_publishing`] serves one).
 pub fn gateway<H: CliHandler>(args: GatewayArgs) -> anyhow::Result<()> {
+    serve_until_stopped::<H>(args, None)
+}
+
+/// [`gateway`], and `GET /v1/changes`: the change stream, each command published as
+/// `publish` says ([`crate::cli::publish_all`]: the command and its outcome).
+pub fn gateway_publishing<H: CliHandler>(
+    args: GatewayArgs,
+    publish: crate::cli::Publish<H>,
+) -> anyhow::Result<()> {
+    serve_until_stopped::<H>(args, Some(publish))
+}
+
+fn serve_until_stopped<H: CliHandler>(
+    args: GatewayArgs,
+    publish: Option<crate::cli::Publish<H>>,
+) -> anyhow::Result<()> {
     // The listener's own options first: a mistake there is the operator's, whatever the
     // cluster.
     let tls = tls::from_options(&args, std::time::SystemTime::now())?;
-    let mut config = crate::cli::read_client_file(&args.cluster)?.client_config()?;
+    let file = crate::cli::read_client_file(&args.cluster)?;
+    let nodes = (file.nodes.iter())
+        .map(|n| (crate::ids::NodeId(n.id), n.client_address.clone()))
+        .collect();
+    let mut config = file.client_config()?;
     config.give_up_after = Some(Duration::from_secs(GATEWAY_GIVE_UP_S));
     let token = match &args.token_file {
         Some(path) => Some(read_token(path)?),
@@ -144,7 +170,21 @@ pub fn gateway<H: CliHandler>(args: GatewayArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve::<H>(args, config, token, tls))
+    let serving = Serving {
+        config,
+        token,
+        publish,
+        nodes,
+    };
+    runtime.block_on(serve::<H>(args, serving, tls))
+}
+
+/// What a gateway serves with beside its options.
+struct Serving<H: Handler> {
+    config: ClientConfig,
+    token: Option<blake3::Hash>,
+    publish: Option<crate::cli::Publish<H>>,
+    nodes: Vec<(crate::ids::NodeId, crate::address::Address)>,
 }
 
 /// The token of `--token-file`, as its hash.
@@ -165,10 +205,15 @@ fn read_token(path: &std::path::Path) -> anyhow::Result<blake3::Hash> {
 
 async fn serve<H: CliHandler>(
     args: GatewayArgs,
-    config: ClientConfig,
-    token: Option<blake3::Hash>,
+    serving: Serving<H>,
     tls: Option<net::tls::HttpAcceptor>,
 ) -> anyhow::Result<()> {
+    let Serving {
+        config,
+        token,
+        publish,
+        nodes,
+    } = serving;
     let metrics = Arc::new(GatewayMetrics::default());
     let shape = Shape {
         batch_max: args.batch_max as usize,
@@ -183,6 +228,8 @@ async fn serve<H: CliHandler>(
         keys_in_flight: Mutex::new(HashSet::new()),
         ready: AtomicBool::new(false),
         metrics,
+        publish,
+        nodes,
     });
     tokio::spawn(probe_readiness(gateway.clone()));
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -199,6 +246,7 @@ fn router<H: CliHandler>(gateway: Arc<Gateway<H>>) -> Router {
     Router::new()
         .route("/v1/commands", post(post_commands::<H>))
         .route("/v1/reads", post(post_reads::<H>))
+        .route("/v1/changes", get(changes::get_changes::<H>))
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz::<H>))
         .route("/metrics", get(metrics_text::<H>))

@@ -124,6 +124,19 @@ fn error_body_schema() -> Value {
                 "type": "string",
                 "description": "Where in the body a bad body went wrong (`[2].Transfer.amount`).",
             },
+            "oldest": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "changes_gone: the oldest entry a node still serves.",
+            },
+            "from": {
+                "type": "integer",
+                "description": "changes_missing: the first entry no node holds changes of.",
+            },
+            "to": {
+                "type": "integer",
+                "description": "changes_missing: the last entry no node holds changes of.",
+            },
         },
         "required": ["error", "message"],
         "additionalProperties": false,
@@ -158,6 +171,7 @@ fn paths(command: &Value) -> Value {
     json!({
         "/v1/commands": { "post": post(Endpoint::Commands, command) },
         "/v1/reads": { "post": post(Endpoint::Reads, command) },
+        "/v1/changes": { "get": changes_get(command) },
         "/livez": { "get": {
             "summary": "The gateway process answers.",
             "responses": { "200": text("ok") },
@@ -179,11 +193,60 @@ fn paths(command: &Value) -> Value {
     })
 }
 
-/// Which POST endpoint a failure can answer.
+/// Which endpoint a failure can answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Endpoint {
     Commands,
     Reads,
+    Changes,
+}
+
+/// `GET /v1/changes`: the change stream as newline-delimited JSON.
+fn changes_get(command: &Value) -> Value {
+    let line = json!({
+        "type": "object",
+        "description": "One committed command and its outcome (what the handler publishes of \
+            them: by default the command as sent and its outcome), or, with `upgrade`, the \
+            entry where the handler version changed (`command` and `outcome` null).",
+        "properties": {
+            "index": { "type": "integer", "minimum": 1, "description": "The log entry." },
+            "position": { "type": "integer", "minimum": 0,
+                "description": "The command's position in the entry." },
+            "version": { "type": "integer", "description": "The handler version it ran under." },
+            "command": { "anyOf": [command, { "type": "null" }] },
+            "outcome": { "anyOf": [{ "$ref": format!("{SCHEMAS}{OUTCOME}") }, { "type": "null" }] },
+            "upgrade": { "type": "object", "properties": {
+                "from": { "type": "integer" }, "to": { "type": "integer" } } },
+            "error": { "type": "string",
+                "description": "The last line of a stream that cannot go on: an error body." },
+        },
+    });
+    let mut responses = Map::new();
+    responses.insert(
+        "200".into(),
+        json!({
+            "description": "One JSON object a line, in commit order, following new commits \
+                until the caller closes. Positions (`index`.`position`) make a consumer \
+                idempotent: a line seen twice has the same position.",
+            "content": { "application/x-ndjson": { "schema": line } },
+        }),
+    );
+    responses.extend(failure_responses(Endpoint::Changes));
+    json!({
+        "summary": "Every committed command and its outcome, in commit order, from a position on.",
+        "description": "Read from a follower first. The stream serves what the log still \
+            holds: a position older than every node keeps is a 410 naming the oldest served.",
+        "security": [{ "bearer": [] }, {}],
+        "parameters": [{
+            "name": "after",
+            "in": "query",
+            "required": false,
+            "description": "ENTRY or ENTRY.POSITION: the stream starts with the command after \
+                it (0 or none: the first entry).",
+            "schema": { "type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$" },
+        }],
+        "responses": responses,
+    })
 }
 
 /// `POST /v1/commands` or `POST /v1/reads`.
@@ -198,6 +261,7 @@ fn post(endpoint: Endpoint, command: &Value) -> Value {
             "Runs read-only commands off the log (linearizable); answers with their outcomes.",
             "Every command must be read-only: one that is not makes the request a 400.",
         ),
+        Endpoint::Changes => unreachable!("GET /v1/changes is described by changes_get"),
     };
     let mut responses = Map::new();
     responses.insert(
@@ -274,6 +338,7 @@ fn failure_responses(endpoint: Endpoint) -> Map<String, Value> {
 }
 
 const BOTH: &[Endpoint] = &[Endpoint::Commands, Endpoint::Reads];
+const EVERY: &[Endpoint] = &[Endpoint::Commands, Endpoint::Reads, Endpoint::Changes];
 
 /// What the 400 answer adds about a body: the gateway reads commands strictly.
 const BAD_BODY: &str = " A command is read strictly: an unknown field (one its type does not \
@@ -306,6 +371,13 @@ fn every_failure() -> Vec<(Failure, &'static [Endpoint])> {
         Failure::Cluster(text()),
         Failure::NoRandomness,
         Failure::Stopped,
+        Failure::NoChangeStream,
+        Failure::BadPosition(text()),
+        Failure::ChangesGone {
+            asked: 1,
+            oldest: 2,
+        },
+        Failure::ChangesMissing { from: 0, to: 0 },
     ];
     all.into_iter()
         .map(|failure| {
@@ -315,16 +387,18 @@ fn every_failure() -> Vec<(Failure, &'static [Endpoint])> {
                 Failure::KeyReused | Failure::KeyExpired | Failure::KeyInFlight => {
                     &[Endpoint::Commands]
                 }
+                Failure::NoChangeStream
+                | Failure::BadPosition(_)
+                | Failure::ChangesGone { .. }
+                | Failure::ChangesMissing { .. } => &[Endpoint::Changes],
+                Failure::Unauthorized | Failure::Unavailable { .. } | Failure::Cluster(_) => EVERY,
                 Failure::BadBody { .. }
                 | Failure::CommandCount { .. }
                 | Failure::TooLarge { .. }
                 | Failure::SlowBody { .. }
-                | Failure::Unauthorized
                 | Failure::BadKey { .. }
                 | Failure::QueueFull
-                | Failure::Unavailable { .. }
                 | Failure::Rejected(_)
-                | Failure::Cluster(_)
                 | Failure::NoRandomness
                 | Failure::Stopped => BOTH,
             };

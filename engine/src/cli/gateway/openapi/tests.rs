@@ -46,7 +46,7 @@ fn body_of(failure: Failure) -> Value {
 }
 
 /// Proves every failure's body validates against the schema of its status on each endpoint
-/// that can send it, that a 503 names `Retry-After`, and that no endpoint lists a status it
+/// (the two POSTs and the change stream's GET) that can send it, that a 503 names `Retry-After`, and that no endpoint lists a status it
 /// cannot send.
 #[test]
 fn failures_match_their_responses() {
@@ -61,11 +61,12 @@ fn failures_match_their_responses() {
         let body = body_of(failure);
         let any_error = json!({ "$ref": format!("{SCHEMAS}{ERROR_BODY}") });
         assert_eq!(validate(&document, &any_error, &body), Ok(()), "{code}");
-        for (path, endpoint) in [
-            ("/v1/commands", Endpoint::Commands),
-            ("/v1/reads", Endpoint::Reads),
+        for (path, method, endpoint) in [
+            ("/v1/commands", "post", Endpoint::Commands),
+            ("/v1/reads", "post", Endpoint::Reads),
+            ("/v1/changes", "get", Endpoint::Changes),
         ] {
-            let response = &document["paths"][path]["post"]["responses"][&status];
+            let response = &document["paths"][path][method]["responses"][&status];
             let schema = &response["content"]["application/json"]["schema"];
             if !endpoints.contains(&endpoint) {
                 assert!(
