@@ -110,6 +110,9 @@ enum Command {
     /// Every committed command and its outcome, in commit order, from a position on (with
     /// --follow, and every later commit), read from a follower.
     Changes(engine::cli::ChangesArgs),
+    /// The change stream to a RabbitMQ exchange (AMQP 0.9.1) with publisher confirms, at
+    /// least once and in order, going on after a restart where the broker confirmed.
+    Publish(engine::cli::PublishArgs),
     /// Prints a shell's completion script for runner (bash, zsh, fish, elvish, powershell).
     Completions(engine::cli::CompletionsArgs),
     /// Writes runner's man pages (one per command) into a directory.
@@ -202,6 +205,9 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Changes(args) => {
             engine::cli::changes::<Bank>(args, engine::cli::publish_all::<Bank>)
+        }
+        Command::Publish(args) => {
+            engine::cli::publish::<Bank>(args, engine::cli::publish_all::<Bank>)
         }
         Command::Completions(args) => {
             engine::cli::completions(args, with_exit_codes(Cli::command()))

@@ -231,7 +231,7 @@ fn print_line(out: &mut impl Write, line: &Value, json: bool) -> std::io::Result
 
 /// The error of a stream that cannot go on, with its exit code: a position no node holds is
 /// refused for good (4), no node answering is unreachable (2).
-fn exit_of(error: ChangesError) -> anyhow::Error {
+pub(super) fn exit_of(error: ChangesError) -> anyhow::Error {
     let exit = match &error {
         ChangesError::Gone { .. } | ChangesError::Missing { .. } => Exit::Refused,
         ChangesError::Unreachable(_) => Exit::Unreachable,

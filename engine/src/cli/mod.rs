@@ -49,6 +49,8 @@ mod member;
 mod mode;
 mod node;
 mod output;
+#[cfg(feature = "amqp")]
+mod publish;
 mod recover;
 mod replay;
 #[cfg(feature = "sim")]
@@ -95,6 +97,12 @@ pub use member::{MemberAction, MemberArgs, MemberError, member};
 pub use mode::{ModeArgs, ModeChoice, mode};
 pub use node::{NodeArgs, StorageOptions, node};
 pub use output::{JSON_STDOUT, Output, OutputArgs};
+#[cfg(feature = "amqp")]
+pub use publish::{
+    Broker, BrokerError, Lag as PublishLag, Message as PublishMessage, PUBLISH_RECONNECT_MS,
+    PUBLISH_ROUTING_KEY_DEFAULT, Per, Progress as PublishProgress, ProgressError, PublishArgs,
+    publish,
+};
 pub use recover::{RecoverArgs, StoppedNode, recover};
 pub use replay::{Differs, ReplayArgs, replay};
 #[cfg(feature = "sim")]

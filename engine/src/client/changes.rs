@@ -109,6 +109,12 @@ impl<C: Connects> ChangeStream<C> {
         self.next
     }
 
+    /// Makes the next batch start at `at` (a reader whose consumer lost what it read goes
+    /// back to what it kept).
+    pub fn seek(&mut self, at: ChangePosition) {
+        self.next = at;
+    }
+
     /// The node the last batch came from.
     pub fn node(&self) -> NodeId {
         self.nodes[self.at].0

@@ -255,7 +255,7 @@ fn router<H: CliHandler>(gateway: Arc<Gateway<H>>) -> Router {
 }
 
 /// SIGINT or SIGTERM.
-async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {
