@@ -987,9 +987,12 @@ pub enum ChangesRefusal {
         /// The oldest entry it serves.
         oldest: EntryIndex,
     },
-    /// The node applied these entries without keeping their changes (it installed a snapshot
-    /// over them, or its journal was off); another node may hold them.
-    #[error("node {node} holds no changes of entries {from} to {to}")]
+    /// The node applied these entries without keeping their changes (it led the cluster then,
+    /// installed a snapshot over them, or its journal was off); another node may hold them.
+    #[error(
+        "node {node} holds no changes of entries {from} to {to} (it led then, or skipped them \
+         with a snapshot): ask another node"
+    )]
     #[codec(tag = tags::changes_refusal::MISSING)]
     Missing {
         /// The node.

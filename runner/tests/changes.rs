@@ -123,40 +123,58 @@ fn from_node(cluster_file: &Path, node: u8) -> Vec<Value> {
     ))
 }
 
-/// Proves a restart journals again the entries a crash kept from the journal: node 2 loses
-/// its journal's last records (as a crash loses what the WAL thread had not written yet),
-/// restarts, and serves the whole stream from entry 1 with no gap, as node 1 does.
+/// Proves a restart journals again the entries a crash kept from the journal: a follower
+/// loses its journal's last records (as a crash loses what the WAL thread had not written
+/// yet), restarts, and serves the whole stream from entry 1 with no gap, as the other
+/// follower does; and that the leader, which keeps no changes, refuses to serve them.
 #[test]
 fn a_restart_journals_what_a_crash_kept_from_the_journal() {
     let dir = tempfile::tempdir().unwrap();
     // No snapshot: the restart replays the whole log.
     let (mut nodes, config) = start_cluster(dir.path(), |file| file.snapshot_every = 0);
-    let sent = runtime().block_on(async {
+    let (sent, leader) = runtime().block_on(async {
         three_up_with_a_leader(&config).await;
         let mut client = Client::register(config.clone()).await.unwrap();
         let sent = history(&mut client).await;
-        common::converged(&config).await;
-        sent
+        let leader = common::leader_of(&common::converged(&config).await).expect("a leader");
+        (sent, leader.0)
     });
-    let whole = from_node(&nodes.cluster_file, 1);
+    let followers: Vec<u8> = (1..=3).filter(|&id| id != leader).collect();
+    let (one, two) = (followers[0], followers[1]);
+    let whole = from_node(&nodes.cluster_file, one);
     assert_eq!(whole.len(), sent.len());
-    nodes.kill(2);
-    let journal = nodes.data_dir(2).join("journal");
+    let asked = ["--from", "1", "--json", "--node", &leader.to_string()];
+    let from_leader = changes(&nodes.cluster_file, &asked);
+    let stderr = String::from_utf8_lossy(&from_leader.stderr);
+    assert_eq!(
+        from_leader.status.code(),
+        Some(4),
+        "the leader keeps none: {stderr}"
+    );
+    assert!(stderr.contains("led then"), "{stderr}");
+    nodes.kill(two);
+    let journal = nodes.data_dir(two).join("journal");
     let mut files: Vec<_> = std::fs::read_dir(&journal)
         .unwrap()
         .map(|f| f.unwrap().path())
         .collect();
     files.sort();
-    let newest = files.last().expect("node 2 journaled");
+    let newest = files.last().expect("the follower journaled");
     let bytes = std::fs::read(newest).unwrap();
     std::fs::write(newest, &bytes[..bytes.len() / 2]).unwrap();
-    nodes.start(2);
+    nodes.start(two);
     runtime().block_on(common::converged(&config));
-    assert_eq!(
-        from_node(&nodes.cluster_file, 2),
-        whole,
-        "node 2 serves every change again"
-    );
+    let again = from_node(&nodes.cluster_file, two);
+    assert_eq!(again, whole, "the follower serves every change again");
+}
+
+/// Whole snapshots every few entries, kept briefly, and small segments: the log, and the
+/// journal with it, let go of their start within a few hundred requests.
+fn snapshots_often(file: &mut engine::node::ClusterFile) {
+    file.snapshot_every = 4;
+    file.snapshot_retain_ms = 20;
+    file.lagging_entries_max = 16;
+    file.wal_segment_bytes = 4096;
 }
 
 /// Proves a position older than every node keeps is refused, naming the oldest position
@@ -165,14 +183,7 @@ fn a_restart_journals_what_a_crash_kept_from_the_journal() {
 #[test]
 fn a_position_no_node_keeps_is_refused_naming_the_oldest() {
     let dir = tempfile::tempdir().unwrap();
-    // Whole snapshots every few entries, kept briefly, and small segments: the log, and the
-    // journal with it, let go of their start within a few hundred requests.
-    let (nodes, config) = start_cluster(dir.path(), |file| {
-        file.snapshot_every = 4;
-        file.snapshot_retain_ms = 20;
-        file.lagging_entries_max = 16;
-        file.wal_segment_bytes = 4096;
-    });
+    let (nodes, config) = start_cluster(dir.path(), snapshots_often);
     runtime().block_on(async {
         three_up_with_a_leader(&config).await;
         let mut client = Client::register(config.clone()).await.unwrap();
@@ -209,6 +220,33 @@ fn a_position_no_node_keeps_is_refused_naming_the_oldest() {
         body["oldest"].as_u64().is_some_and(|o| o >= oldest),
         "{body}"
     );
+}
+
+/// Proves `changes_retain_entries` keeps the stream whole past the snapshots that would let
+/// the log go: with the same snapshots as the test above, every command sent is served from
+/// entry 1.
+#[test]
+fn a_retention_keeps_the_stream_past_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = start_cluster(dir.path(), |file| {
+        snapshots_often(file);
+        file.changes_retain_entries = 100_000;
+    });
+    let sent = runtime().block_on(async {
+        three_up_with_a_leader(&config).await;
+        let mut client = Client::register(config.clone()).await.unwrap();
+        let mut sent = Vec::new();
+        for _ in 0..8 {
+            sent.extend(history(&mut client).await);
+        }
+        common::converged(&config).await;
+        sent
+    });
+    let snapshots = nodes.data_dir(1).join("snapshots");
+    let taken = std::fs::read_dir(&snapshots).map_or(0, |files| files.count());
+    assert!(taken > 0, "snapshots were taken");
+    let all = lines(&changes(&nodes.cluster_file, &["--from", "1", "--json"]));
+    assert_eq!(all.len(), sent.len(), "every command, from entry 1");
 }
 
 /// `GET path` on `gateway` with the callers' token: status and body.

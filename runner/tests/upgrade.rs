@@ -125,6 +125,7 @@ fn an_upgrade_under_load_switches_every_node_at_one_entry() {
         let refused = client.submit::<Bank>(&[reserved]).await.unwrap();
         assert!(matches!(refused[..], [Outcome::Failed(_)]), "{refused:?}");
     });
+    the_stream_shows_the_upgrade(&nodes.cluster_file);
     let beyond = upgrade(&nodes.cluster_file, 3);
     let stderr = String::from_utf8_lossy(&beyond.stderr);
     assert!(!beyond.status.success());
@@ -133,6 +134,36 @@ fn an_upgrade_under_load_switches_every_node_at_one_entry() {
         "{stderr}"
     );
     replays_without_difference(nodes);
+}
+
+/// Proves the change stream shows the upgrade: one line names it (from version 1 to 2), the
+/// commands before it ran under version 1 and those after it under version 2.
+fn the_stream_shows_the_upgrade(cluster_file: &std::path::Path) {
+    let output = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["changes", "--from", "1", "--json", "--cluster"])
+        .arg(cluster_file)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<serde_json::Value> = (String::from_utf8(output.stdout).unwrap().lines())
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let upgrades: Vec<usize> = (0..lines.len())
+        .filter(|&at| lines[at].get("upgrade").is_some())
+        .collect();
+    let [at] = upgrades[..] else {
+        panic!("one upgrade line, not {upgrades:?}")
+    };
+    assert_eq!(
+        lines[at]["upgrade"],
+        serde_json::json!({"from": 1, "to": 2})
+    );
+    assert!(lines[..at].iter().all(|line| line["version"] == 1));
+    assert!(lines[at + 1..].iter().all(|line| line["version"] == 2));
+    assert!(
+        at > 0 && at + 1 < lines.len(),
+        "commands on both sides of it"
+    );
 }
 
 /// Stops the nodes and replays each one's history, across the upgrade, with `runner replay`:

@@ -283,6 +283,9 @@ pub struct StateMachine<H: Handler> {
     handler_version: u32,
     /// Whether each command's outcome is kept for the journal.
     journaling: bool,
+    /// While journaling: whether the commands that ran are kept with their outcomes (the
+    /// change stream's), or their fingerprints only.
+    keep_changes: bool,
     /// The entry being run, while journaling: what ran and how it answered.
     ran: Ran,
     /// The entry being run, while journaling: its commands' bytes, and where each command
@@ -367,6 +370,7 @@ impl<H: Handler> StateMachine<H> {
             members: None,
             handler_version: crate::handler::HANDLER_VERSION_FIRST,
             journaling: false,
+            keep_changes: true,
             ran: Ran::default(),
             command_bytes: Vec::new(),
             command_spans: Vec::new(),
@@ -384,6 +388,13 @@ impl<H: Handler> StateMachine<H> {
     /// Whether outcomes are kept.
     pub fn journaling(&self) -> bool {
         self.journaling
+    }
+
+    /// While journaling, keeps each command that ran with its outcome (the change stream's;
+    /// the default), or only the outcomes' fingerprints: a leader's followers keep the changes,
+    /// so a leader spends none of its time on them. Applies from the next entry run.
+    pub fn set_keep_changes(&mut self, keep: bool) {
+        self.keep_changes = keep;
     }
 
     /// Keeps at most `limit` live client sessions (the cluster's `sessions_max`; every replica
@@ -987,7 +998,7 @@ impl<H: Handler> StateMachine<H> {
 
     /// Runs the entry's commands in the current pass; returns the requests it finished.
     fn run_entry(&mut self, entry: &Entry) -> Result<Vec<Reply>, ApplyError> {
-        self.ran.start(0);
+        self.ran.start(0, self.journaling && self.keep_changes);
         let replies = match entry.header.kind {
             EntryKind::Noop | EntryKind::Members => Vec::new(),
             EntryKind::Upgrade => {
@@ -1012,7 +1023,7 @@ impl<H: Handler> StateMachine<H> {
         self.sessions.advance_clock(header.now_ms, index);
         self.decode_commands(&fragments);
         if self.journaling {
-            self.ran.start(self.commands.len());
+            self.ran.start(self.commands.len(), self.keep_changes);
         }
         for at in 0..PREFETCH_AHEAD_COMMANDS {
             self.prefetch(at);
@@ -1050,7 +1061,8 @@ impl<H: Handler> StateMachine<H> {
             let mut rest: &[u8] = bytes;
             let mut whole = true;
             let mut end = self.command_bytes.len();
-            if self.journaling {
+            let spans = self.journaling && self.keep_changes;
+            if spans {
                 self.command_bytes.extend_from_slice(bytes);
             }
             for _ in 0..fragment.command_count {
@@ -1063,7 +1075,7 @@ impl<H: Handler> StateMachine<H> {
                     rest = &rest[used..];
                     command
                 }));
-                if self.journaling {
+                if spans {
                     // An undecodable command's span is empty: its bytes have no known end.
                     let start = end;
                     end += before - rest.len();

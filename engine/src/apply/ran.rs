@@ -16,6 +16,9 @@ pub struct Ran {
     pub changes: Vec<u8>,
     /// The handler version in force after the entry.
     pub version: u32,
+    /// Whether the changes were kept (a leader keeps the fingerprints only: its followers
+    /// keep the changes, and readers of the stream ask followers).
+    pub kept: bool,
 }
 
 /// One command that ran, and its outcome, as encoded on the wire.
@@ -39,24 +42,34 @@ pub struct MalformedChanges {
 
 impl Ran {
     /// Empties it for an entry of `commands` commands.
-    pub(super) fn start(&mut self, commands: usize) {
+    pub(super) fn start(&mut self, commands: usize, kept: bool) {
         self.fingerprints.clear();
         self.fingerprints.resize(commands, 0);
         self.changes.clear();
         self.version = 0;
+        self.kept = kept;
     }
 
-    /// Records that the command at `position` ran and answered `outcome`.
-    pub(super) fn push(&mut self, position: usize, command: &[u8], outcome: &[u8]) {
+    /// Records that the command at `position` ran and answered `outcome` (the command's bytes
+    /// are asked for only when the changes are kept).
+    pub(super) fn push<'a>(
+        &mut self,
+        position: usize,
+        command: impl FnOnce() -> &'a [u8],
+        outcome: &[u8],
+    ) {
         self.fingerprints[position] = super::outcome_fingerprint(outcome);
-        self.push_change(&Change {
-            position: position as u32,
-            command,
-            outcome,
-        });
+        if self.kept {
+            self.push_change(&Change {
+                position: position as u32,
+                command: command(),
+                outcome,
+            });
+        }
     }
 
-    /// Appends `change` to the changes, as [`Ran::push`] writes one (its fingerprint stays).
+    /// Appends `change` to the changes, as applying a command that ran does (its fingerprint
+    /// is left as it is).
     pub fn push_change(&mut self, change: &Change<'_>) {
         let out = &mut self.changes;
         out.extend_from_slice(&change.position.to_le_bytes());
@@ -68,7 +81,7 @@ impl Ran {
 
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
-        self.fingerprints.is_empty() && self.changes.is_empty() && self.version == 0
+        self.fingerprints.is_empty() && self.changes.is_empty() && self.version == 0 && !self.kept
     }
 
     /// The commands that ran, in order.
@@ -118,9 +131,9 @@ mod tests {
     #[test]
     fn changes_read_back_as_pushed_and_a_cut_one_is_refused() {
         let mut ran = Ran::default();
-        ran.start(3);
-        ran.push(0, b"first", b"ok");
-        ran.push(2, b"third", b"");
+        ran.start(3, true);
+        ran.push(0, || b"first", b"ok");
+        ran.push(2, || b"third", b"");
         let read = ran.changes().unwrap();
         assert_eq!(read.len(), 2);
         assert_eq!(
@@ -139,7 +152,14 @@ mod tests {
         let first_len = CHANGE_FIXED_BYTES + 5 + 2;
         let cut = &ran.changes[..ran.changes.len() - 1];
         assert_eq!(changes(cut), Err(MalformedChanges { at: first_len }));
-        ran.start(0);
+        ran.start(1, false);
+        ran.push(
+            0,
+            || unreachable!("not asked when the changes are not kept"),
+            b"ok",
+        );
+        assert!(ran.changes.is_empty() && ran.fingerprints[0] != 0);
+        ran.start(0, false);
         assert!(ran.is_empty());
     }
 }

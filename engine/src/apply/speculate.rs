@@ -331,8 +331,11 @@ impl<H: Handler> StateMachine<H> {
         self.execute(now_ms, at, results);
         let outcome = &results[outcome_start..];
         if self.journaling {
-            let (start, end) = self.command_spans[at];
-            let command = &self.command_bytes[start as usize..end as usize];
+            let (bytes, spans) = (&self.command_bytes, &self.command_spans);
+            let command = || {
+                let (start, end) = spans[at];
+                &bytes[start as usize..end as usize]
+            };
             self.ran.push(at, command, outcome);
         }
         match &mut self.pass {

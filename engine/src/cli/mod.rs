@@ -303,7 +303,7 @@ type Extra<'a, A> = Box<dyn FnOnce(A) -> anyhow::Result<()> + 'a>;
 /// ```
 ///
 /// `examples/orderbook` adds both (`.sim(|| BookWorkload).bench(BookBench::default())`).
-pub struct App<'a, H, F> {
+pub struct App<'a, H: Handler, F> {
     about: &'static str,
     /// Shared with `local`, whose nodes make their handlers on threads of their own.
     make: std::sync::Arc<F>,
@@ -312,6 +312,8 @@ pub struct App<'a, H, F> {
     #[cfg(feature = "sim")]
     sim: Option<Extra<'a, SimArgs>>,
     bench: Option<Extra<'a, Benchmark>>,
+    /// What the change stream publishes of each command ([`App::changes`]).
+    changes: Option<Publish<H>>,
     handler: std::marker::PhantomData<fn() -> H>,
 }
 
@@ -326,8 +328,18 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
             #[cfg(feature = "sim")]
             sim: None,
             bench: None,
+            changes: None,
             handler: std::marker::PhantomData,
         }
+    }
+
+    /// Adds the change stream: `changes`, the gateway's `GET /v1/changes` and, with the
+    /// feature `amqp`, `publish` to RabbitMQ, each command published as `publish` says
+    /// ([`publish_all`] for the command and its outcome, when the command type is
+    /// `Serialize`; a function of the author's for a summary, or to leave commands out).
+    pub fn changes(mut self, publish: Publish<H>) -> Self {
+        self.changes = Some(publish);
+        self
     }
 
     /// Adds `sim`: the deterministic simulator with the workload `workload` builds (one per
@@ -383,7 +395,10 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
 
     /// This binary's whole command line.
     fn command_line(&self) -> clap::Command {
-        let line = command_line(self.about, self.has_sim(), self.bench.is_some());
+        let mut line = command_line(self.about, self.has_sim(), self.bench.is_some());
+        if self.changes.is_some() {
+            line = with_change_stream(line);
+        }
         with_exit_codes(versioned(
             line,
             self.build.unwrap_or_else(crate::formats::binary),
@@ -422,11 +437,47 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
                     .expect("local is on the command line only when given");
                 return run(Benchmark::Local(LocalArgs::from_arg_matches(options)?));
             }
+            Some((name @ ("changes" | "publish" | "gateway"), options))
+                if let Some(publish) = self.changes =>
+            {
+                return run_change_stream::<H>(name, options, publish);
+            }
             Some(_) | None => {}
         }
         let line = self.command_line();
         let cli = Cli::from_arg_matches(matches)?;
         cli.command.run_in(&*self.make, line)
+    }
+}
+
+/// `line` with `changes` and (feature `amqp`) `publish`.
+fn with_change_stream(line: clap::Command) -> clap::Command {
+    use clap::Args;
+    let about = "Every committed command and its outcome, in commit order, from a position on \
+                 (with --follow, and every later commit), read from a follower";
+    let line =
+        line.subcommand(ChangesArgs::augment_args(clap::Command::new("changes")).about(about));
+    #[cfg(feature = "amqp")]
+    let line = line.subcommand(
+        PublishArgs::augment_args(clap::Command::new("publish")).about(
+            "The change stream to a RabbitMQ exchange (AMQP 0.9.1) with publisher confirms, at \
+             least once and in order, going on after a restart where the broker confirmed",
+        ),
+    );
+    line
+}
+
+/// Runs `changes`, `publish` or `gateway` of a binary with the change stream.
+fn run_change_stream<H: CliHandler>(
+    name: &str,
+    options: &clap::ArgMatches,
+    publish: Publish<H>,
+) -> anyhow::Result<()> {
+    match name {
+        "changes" => changes::<H>(ChangesArgs::from_arg_matches(options)?, publish),
+        #[cfg(feature = "amqp")]
+        "publish" => self::publish::<H>(PublishArgs::from_arg_matches(options)?, publish),
+        _ => gateway_publishing::<H>(GatewayArgs::from_arg_matches(options)?, publish),
     }
 }
 

@@ -29,7 +29,10 @@ pub enum ChangesError {
     },
     /// No node holds the changes of these entries (each applied them from a snapshot, or its
     /// journal was off), though they are in the log.
-    #[error("no node holds the changes of entries {from} to {to}")]
+    #[error(
+        "no node asked holds the changes of entries {from} to {to} (a node that led then, or \
+         skipped them with a snapshot, keeps none)"
+    )]
     Missing {
         /// The first entry missing.
         from: EntryIndex,
@@ -136,11 +139,16 @@ impl<C: Connects> ChangeStream<C> {
             let at = (self.at + turn) % self.nodes.len();
             let (node, address) = &self.nodes[at];
             match node_changes(&self.config, address, request.clone(), timeout).await {
-                Ok(Ok(batch)) => {
-                    assert!(
-                        batch.next >= self.next,
-                        "a batch never moves the reader back"
+                // A node's answer is input: one that would move the reader back, or holds an
+                // entry outside what it covers, is not taken.
+                Ok(Ok(batch)) if !fits(&batch, self.next) => {
+                    let error = format!(
+                        "answered to {:?} when asked from {:?}",
+                        batch.next, self.next
                     );
+                    silent.push((*node, error));
+                }
+                Ok(Ok(batch)) => {
                     self.at = at;
                     self.next = batch.next;
                     return Ok(batch);
@@ -158,6 +166,17 @@ impl<C: Connects> ChangeStream<C> {
         }
         Err(worst(request.from.index, &refusals).unwrap_or(ChangesError::Unreachable(silent)))
     }
+}
+
+/// True when `batch` answers a request from `from`: it ends at or past it, and its entries
+/// are in order from `from` on, before where it ends.
+fn fits(batch: &ChangeBatch, from: ChangePosition) -> bool {
+    let indexes = batch.entries.iter().map(|entry| entry.index);
+    batch.next >= from
+        && indexes
+            .clone()
+            .all(|index| index >= from.index && index < batch.next.index)
+        && indexes.clone().zip(indexes.skip(1)).all(|(a, b)| a < b)
 }
 
 /// What every node's refusal of entry `asked` comes to: gone when every node that answered
@@ -179,4 +198,79 @@ fn worst(asked: EntryIndex, refusals: &[ChangesRefusal]) -> Option<ChangesError>
         return Some(ChangesError::Missing { from, to });
     }
     oldest.map(|oldest| ChangesError::Gone { asked, oldest })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use net::message::ChangeEntry;
+
+    fn batch(entries: &[u64], next: u64) -> ChangeBatch {
+        ChangeBatch {
+            node: NodeId(1),
+            entries: (entries.iter())
+                .map(|&index| ChangeEntry {
+                    index: EntryIndex(index),
+                    version: 1,
+                    changes: Vec::new(),
+                })
+                .collect(),
+            next: ChangePosition {
+                index: EntryIndex(next),
+                position: 0,
+            },
+            applied: EntryIndex(next),
+        }
+    }
+
+    /// Proves a node's answer is taken only when it continues the reader where it asked:
+    /// never behind it, its entries in order, from the position on, before where it ends.
+    #[test]
+    fn an_answer_is_taken_only_where_the_reader_stands() {
+        let from = ChangePosition {
+            index: EntryIndex(5),
+            position: 2,
+        };
+        assert!(fits(&batch(&[5, 6, 8], 9), from));
+        let mut nothing = batch(&[], 5);
+        nothing.next = from;
+        assert!(fits(&nothing, from), "nothing new yet");
+        assert!(!fits(&batch(&[], 4), from), "behind the reader");
+        assert!(
+            !fits(&batch(&[4, 6], 9), from),
+            "an entry before the position"
+        );
+        assert!(!fits(&batch(&[6, 6], 9), from), "an entry twice");
+        assert!(!fits(&batch(&[6, 9], 9), from), "an entry past its end");
+    }
+
+    /// Proves every node refusing a position gone names the oldest any of them serves, and a
+    /// node missing the changes decides over one that has compacted.
+    #[test]
+    fn refusals_come_to_the_oldest_served_or_the_entries_missing() {
+        let gone = |node, oldest| ChangesRefusal::Gone {
+            node: NodeId(node),
+            asked: EntryIndex(1),
+            oldest: EntryIndex(oldest),
+        };
+        let error = worst(EntryIndex(1), &[gone(1, 40), gone(2, 30)]).unwrap();
+        assert!(
+            matches!(
+                error,
+                ChangesError::Gone {
+                    oldest: EntryIndex(30),
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        let missing = ChangesRefusal::Missing {
+            node: NodeId(3),
+            from: EntryIndex(2),
+            to: EntryIndex(3),
+        };
+        let error = worst(EntryIndex(1), &[gone(1, 40), missing]).unwrap();
+        assert!(matches!(error, ChangesError::Missing { .. }), "{error}");
+        assert!(worst(EntryIndex(1), &[]).is_none());
+    }
 }

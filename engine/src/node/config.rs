@@ -36,6 +36,9 @@ pub const SNAPSHOT_EVERY_ENTRIES_MAX: u64 = 1_000_000;
 pub const SNAPSHOT_RETAIN_MS_MAX: u64 = 3_600_000;
 /// Most entries a leader may keep behind its snapshot for a lagging follower.
 pub const LAGGING_ENTRIES_CONFIG_MAX: u64 = 1_000_000;
+/// Most entries the log may be kept behind the last applied one for the change stream (the
+/// consensus core keeps about 40 bytes of every entry in the log in memory: 160 MiB at it).
+pub const CHANGES_RETAIN_ENTRIES_MAX: u64 = 4_194_304;
 /// Longest delay added after each WAL fsync (fault runs only).
 pub const FSYNC_DELAY_MS_MAX: u64 = 10_000;
 /// Most nodes in a cluster.
@@ -267,6 +270,13 @@ impl NodeConfig {
                 self.lagging_entries_max,
                 0,
                 LAGGING_ENTRIES_CONFIG_MAX,
+                "entries",
+            ),
+            Bounds::of(
+                "changes_retain_entries",
+                self.changes_retain_entries,
+                0,
+                CHANGES_RETAIN_ENTRIES_MAX,
                 "entries",
             ),
             Bounds::of(

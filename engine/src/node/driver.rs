@@ -233,6 +233,7 @@ fn replica_config(config: &NodeConfig) -> ReplicaConfig {
         pipeline_entries_max: config.pipeline_entries_max,
         snapshot_every: config.snapshot_every,
         snapshot_retain_ticks: config.snapshot_retain_ms.div_ceil(config.tick_ms.max(1)),
+        changes_retain_entries: config.changes_retain_entries,
         snapshot_deltas: config.snapshot_deltas,
         snapshot_log_percent: SNAPSHOT_LOG_PERCENT,
         snapshot_slice_slots: SNAPSHOT_SLICE_SLOTS,

@@ -71,7 +71,7 @@ pub struct JournalRecord {
 impl JournalRecord {
     /// The record of an applied entry.
     pub fn of(index: EntryIndex, state_hash: StateHash, ran: Ran) -> Self {
-        let kept = ran.changes.len() <= RECORD_CHANGES_BYTES_MAX;
+        let kept = ran.kept && ran.changes.len() <= RECORD_CHANGES_BYTES_MAX;
         JournalRecord {
             index,
             state_hash,

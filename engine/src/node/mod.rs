@@ -129,6 +129,9 @@ pub struct NodeConfig {
     pub snapshot_deltas: bool,
     /// Entries behind a durable snapshot a leader keeps for a lagging follower.
     pub lagging_entries_max: u64,
+    /// Entries behind the last applied one the log (and with it the change stream) keeps at
+    /// least, snapshots or not (0: only what recovery and lagging followers need).
+    pub changes_retain_entries: u64,
     /// Bytes after which the WAL starts a new segment (the unit in which a durable snapshot
     /// lets the log go).
     pub wal_segment_bytes: u64,
@@ -185,6 +188,7 @@ impl NodeConfig {
             snapshot_retain_ms: crate::snapshot::SNAPSHOT_RETAIN_MS_DEFAULT,
             snapshot_deltas: false,
             lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
+            changes_retain_entries: 0,
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
             fsync_delay_ms: 0,
             wal_io: WalIo::Auto,

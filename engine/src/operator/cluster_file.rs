@@ -22,6 +22,8 @@
 //! snapshot_retain_ms = 1000      # optional; least time a snapshot is kept before replacing
 //! snapshot_deltas = false        # optional; true: a snapshot may be a delta over the last one
 //! lagging_entries_max = 4096     # optional; log a leader keeps behind its snapshot for followers
+//! changes_retain_entries = 0     # optional; entries the log keeps behind the last applied for
+//!                                # the change stream at least (0: what recovery needs)
 //! wal_segment_bytes = 8388608    # optional; bytes per WAL segment (4 KiB to 64 MiB)
 //! fsync_delay_ms = 0             # optional; added after every WAL fsync (emulates a slow disk)
 //! wal_io = "auto"                # optional; "auto" (default), "thread" or "inline": where the
@@ -346,6 +348,9 @@ pub struct ClusterFile {
     /// Entries behind a durable snapshot a leader keeps for a lagging follower.
     #[serde(default = "default_lagging_entries_max")]
     pub lagging_entries_max: u64,
+    /// Entries the log (and the change stream) keeps behind the last applied at least.
+    #[serde(default)]
+    pub changes_retain_entries: u64,
     /// Bytes per WAL segment.
     #[serde(default = "default_wal_segment_bytes")]
     pub wal_segment_bytes: u64,
@@ -478,6 +483,7 @@ impl ClusterFile {
             snapshot_retain_ms: default_snapshot_retain_ms(),
             snapshot_deltas: false,
             lagging_entries_max: default_lagging_entries_max(),
+            changes_retain_entries: 0,
             wal_segment_bytes: default_wal_segment_bytes(),
             fsync_delay_ms: 0,
             wal_io: WalIo::Auto,
@@ -722,6 +728,7 @@ impl ClusterFile {
         config.snapshot_retain_ms = self.snapshot_retain_ms;
         config.snapshot_deltas = self.snapshot_deltas;
         config.lagging_entries_max = self.lagging_entries_max;
+        config.changes_retain_entries = self.changes_retain_entries;
         config.wal_segment_bytes = self.wal_segment_bytes;
         config.fsync_delay_ms = self.fsync_delay_ms;
         config.wal_io = self.wal_io;

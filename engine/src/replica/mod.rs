@@ -62,6 +62,9 @@ pub struct ReplicaConfig {
     pub snapshot_deltas: bool,
     /// Ticks a durable snapshot is kept at least before a newer one starts.
     pub snapshot_retain_ticks: u64,
+    /// Entries behind the last applied one the log keeps at least (the change stream's
+    /// retention); 0 keeps what recovery and lagging followers need only.
+    pub changes_retain_entries: u64,
     /// Percent of the newest snapshot's size that the log applied since must reach before the
     /// next one starts.
     pub snapshot_log_percent: u64,
@@ -658,6 +661,9 @@ impl<H: Handler, T> Replica<H, T> {
                 return;
             };
             self.check_applying(&entry, next);
+            // A leader's followers keep the changes; a cluster of one keeps them itself.
+            let keep = self.core.role() != Role::Leader || self.core.members().len() == 1;
+            self.machine.set_keep_changes(keep);
             let started = timing::now();
             let applied = match self.machine.apply(&entry) {
                 Ok(applied) => applied,

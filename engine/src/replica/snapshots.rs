@@ -262,7 +262,9 @@ impl<H: Handler, T> Replica<H, T> {
             return;
         }
         if let Some((previous, _)) = self.snapshots.latest.replace((index, bytes)) {
-            let through = self.core.compactable(previous);
+            let applied = self.machine.applied_index().0;
+            let retained = EntryIndex(applied.saturating_sub(self.config.changes_retain_entries));
+            let through = self.core.compactable(previous).min(retained);
             // The log is kept from the snapshot before the newest: never past it.
             assert!(
                 through <= previous && previous < index,

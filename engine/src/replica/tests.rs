@@ -71,6 +71,7 @@ fn replica_snapshotting(id: NodeId, every: u64) -> Replica<Echo, u32> {
         snapshot_every: every,
         snapshot_deltas: false,
         snapshot_retain_ticks: 0,
+        changes_retain_entries: 0,
         snapshot_log_percent: 0,
         snapshot_slice_slots: 64,
         snapshot_write_bytes: 4096,

@@ -1,9 +1,10 @@
 //! A limit order book on three machines: the whole `main` of a handler author's node binary
 //! is the one expression below, and the binary has `node`, `status`, `check`, `client`,
 //! `recover`, `sim`, the deterministic simulator with the book's workload, `bench`, a
-//! benchmark of a running cluster with the book's benchmark workload, and `local`, three
+//! benchmark of a running cluster with the book's benchmark workload, `local`, three
 //! nodes in the one process and that benchmark against them in both modes, alternated (see
-//! the README's "Run your handler on three machines").
+//! the README's "Run your handler on three machines"), and the change stream (`changes`,
+//! the gateway's `/v1/changes`), which publishes only the commands the book took.
 //!
 //! ```sh
 //! cargo build --release -p orderbook
@@ -15,7 +16,19 @@
 //! target/release/orderbook local --inflight 4 --batch 64   # verify vs performance
 //! ```
 
+use engine::Outcome;
+use engine::cli::Published;
+use orderbook::book::{BookCommand, OrderBook};
 use orderbook::{book, workload};
+
+/// What the book's change stream publishes of a command: an order placed or cancelled, with
+/// its outcome; a command the book refused changed nothing downstream systems need.
+fn published(command: &BookCommand, outcome: &engine::OutcomeOf<OrderBook>) -> Option<Published> {
+    match outcome {
+        Outcome::Done(_) => engine::cli::publish_all::<OrderBook>(command, outcome),
+        Outcome::Failed(_) | Outcome::Invalid => None,
+    }
+}
 
 fn main() -> std::process::ExitCode {
     let about = "A limit order book on three machines";
@@ -23,5 +36,6 @@ fn main() -> std::process::ExitCode {
         .version(engine::build_identity!())
         .sim(|| workload::BookWorkload)
         .bench(workload::BookBench::default())
+        .changes(published)
         .run()
 }
