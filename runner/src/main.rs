@@ -201,13 +201,13 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Upgrade(args) => engine::cli::upgrade(args),
         Command::Replay(args) => engine::cli::replay(args, Bank),
         Command::Gateway(args) => {
-            engine::cli::gateway_publishing::<Bank>(args, engine::cli::publish_all::<Bank>)
+            engine::cli::gateway_publishing::<Bank>(args, engine::cli::publish_all::<Bank>())
         }
         Command::Changes(args) => {
-            engine::cli::changes::<Bank>(args, engine::cli::publish_all::<Bank>)
+            engine::cli::changes::<Bank>(args, engine::cli::publish_all::<Bank>())
         }
         Command::Publish(args) => {
-            engine::cli::publish::<Bank>(args, engine::cli::publish_all::<Bank>)
+            engine::cli::publish::<Bank>(args, engine::cli::publish_all::<Bank>())
         }
         Command::Completions(args) => {
             engine::cli::completions(args, with_exit_codes(Cli::command()))

@@ -27,8 +27,8 @@ pub const CHANGES_RETRY_MS: u64 = 500;
 /// Seconds each node has to answer its status when the reader picks a follower.
 pub const CHANGES_STATUS_TIMEOUT_S: f64 = 2.0;
 
-/// What the change stream publishes of a command that ran: the command and its outcome as
-/// JSON, as the handler chooses them.
+/// What the change stream publishes of a command that ran, as a handler's own choice
+/// ([`Publish::chosen`]): the command and its outcome as JSON.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Published {
     /// The command (or what the handler tells of it).
@@ -37,20 +37,66 @@ pub struct Published {
     pub outcome: Value,
 }
 
-/// A handler's choice of what the change stream publishes of each command that ran: `None`
-/// leaves the command out. [`publish_all`] publishes each command and its outcome.
-pub type Publish<H> = fn(&<H as Handler>::Command, &OutcomeOf<H>) -> Option<Published>;
+impl Published {
+    /// The command as serde writes it and its outcome as `client` prints it: what
+    /// [`publish_all`] publishes, for a choice that publishes some commands whole.
+    pub fn whole<H>(command: &H::Command, outcome: &OutcomeOf<H>) -> Published
+    where
+        H: CliHandler<Command: serde::Serialize>,
+    {
+        Published {
+            command: serde_json::to_value(Wide(command)).unwrap_or_else(|e| json!(e.to_string())),
+            outcome: super::outcome_json::<H>(outcome),
+        }
+    }
+}
 
-/// The default [`Publish`]: every command as serde writes it, and its outcome as `client`
-/// prints it.
-pub fn publish_all<H>(command: &H::Command, outcome: &OutcomeOf<H>) -> Option<Published>
+/// What the change stream publishes of each command that ran: [`publish_all`], every command
+/// and its outcome (written straight as JSON), or the handler's own choice
+/// ([`Publish::chosen`]).
+pub struct Publish<H: Handler>(Choice<H>);
+
+/// How a [`Publish`] writes a command.
+enum Choice<H: Handler> {
+    /// Every command whole, with this writer of its JSON.
+    All(fn(&H::Command, &mut Vec<u8>) -> serde_json::Result<()>),
+    /// What the handler's function says (`None`: the command is left out).
+    Chosen(fn(&H::Command, &OutcomeOf<H>) -> Option<Published>),
+}
+
+impl<H: Handler> Clone for Publish<H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H: Handler> Copy for Publish<H> {}
+
+impl<H: Handler> Clone for Choice<H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H: Handler> Copy for Choice<H> {}
+
+impl<H: Handler> Publish<H> {
+    /// The handler's own choice: `choose` says what is published of each command (its own
+    /// description of it, or `None` to leave it out).
+    pub fn chosen(choose: fn(&H::Command, &OutcomeOf<H>) -> Option<Published>) -> Self {
+        Publish(Choice::Chosen(choose))
+    }
+}
+
+/// Every command as serde writes it and its outcome as `client` prints it (a 128-bit integer
+/// as a string of its digits), for a command type that is also `Serialize`.
+pub fn publish_all<H>() -> Publish<H>
 where
     H: CliHandler<Command: serde::Serialize>,
 {
-    Some(Published {
-        command: serde_json::to_value(Wide(command)).unwrap_or_else(|e| json!(e.to_string())),
-        outcome: super::outcome_json::<H>(outcome),
-    })
+    Publish(Choice::All(|command, out| {
+        serde_json::to_writer(out, &Wide(command))
+    }))
 }
 
 /// A change's bytes that this build's handler cannot decode (another build's stream, or a
@@ -74,6 +120,8 @@ pub struct Undecodable {
 pub struct Lines<H: CliHandler> {
     publish: Publish<H>,
     version: Option<u32>,
+    /// The line being written.
+    line: Vec<u8>,
 }
 
 impl<H: CliHandler> Lines<H> {
@@ -82,19 +130,22 @@ impl<H: CliHandler> Lines<H> {
         Lines {
             publish,
             version: None,
+            line: Vec::new(),
         }
     }
 
-    /// The lines of `entry`, in order.
-    pub fn of(&mut self, entry: &ChangeEntry) -> Result<Vec<Value>, anyhow::Error> {
-        let mut lines = Vec::new();
+    /// Hands each line of `entry` to `each`, in order, with its position (no newline).
+    pub fn write(
+        &mut self,
+        entry: &ChangeEntry,
+        mut each: impl FnMut(u32, &[u8]),
+    ) -> Result<(), anyhow::Error> {
         let index = entry.index.0;
         if let Some(before) = self.version.filter(|&v| v != entry.version) {
             let upgrade = json!({ "from": before, "to": entry.version });
-            lines.push(
-                json!({ "index": index, "position": 0, "version": entry.version,
-                "command": null, "outcome": null, "upgrade": upgrade }),
-            );
+            let line = json!({ "index": index, "position": 0, "version": entry.version,
+                "command": null, "outcome": null, "upgrade": upgrade });
+            each(0, &serde_json::to_vec(&line)?);
         }
         self.version = Some(entry.version);
         for change in crate::apply::changes(&entry.changes)? {
@@ -108,13 +159,55 @@ impl<H: CliHandler> Lines<H> {
                 codec::decode::<H::Command>(change.command).map_err(|e| failed("command", e))?;
             let outcome =
                 codec::decode::<OutcomeOf<H>>(change.outcome).map_err(|e| failed("outcome", e))?;
-            if let Some(published) = (self.publish)(&command, &outcome) {
-                lines.push(json!({ "index": index, "position": change.position,
-                    "version": entry.version, "command": published.command,
-                    "outcome": published.outcome }));
+            let at = (index, change.position, entry.version);
+            if self.line_of(at, &command, &outcome)? {
+                each(change.position, &self.line);
             }
         }
-        Ok(lines)
+        Ok(())
+    }
+
+    /// The lines of `entry`, in order, as JSON values.
+    pub fn of(&mut self, entry: &ChangeEntry) -> Result<Vec<Value>, anyhow::Error> {
+        let mut lines = Vec::new();
+        let mut failed = None;
+        self.write(entry, |_, line| match serde_json::from_slice(line) {
+            Ok(value) => lines.push(value),
+            Err(error) => failed = Some(error),
+        })?;
+        failed.map_or(Ok(lines), |error| Err(error.into()))
+    }
+
+    /// Writes the line of one command into `self.line`; false when it is not published.
+    fn line_of(
+        &mut self,
+        (index, position, version): (u64, u32, u32),
+        command: &H::Command,
+        outcome: &OutcomeOf<H>,
+    ) -> serde_json::Result<bool> {
+        use std::io::Write as _;
+        let line = &mut self.line;
+        line.clear();
+        let head =
+            format!(r#"{{"index":{index},"position":{position},"version":{version},"command":"#);
+        line.extend_from_slice(head.as_bytes());
+        match self.publish.0 {
+            Choice::All(write_command) => {
+                write_command(command, line)?;
+                line.extend_from_slice(br#","outcome":"#);
+                super::gateway::write_outcome(outcome, line)?;
+            }
+            Choice::Chosen(choose) => {
+                let Some(published) = choose(command, outcome) else {
+                    return Ok(false);
+                };
+                serde_json::to_writer(&mut *line, &published.command)?;
+                line.extend_from_slice(br#","outcome":"#);
+                serde_json::to_writer(&mut *line, &published.outcome)?;
+            }
+        }
+        let _ = line.write_all(b"}");
+        Ok(true)
     }
 }
 
@@ -201,9 +294,13 @@ async fn print_stream<H: CliHandler, C: Connects>(
             Err(error) => return Err(exit_of(error)),
         };
         for entry in &batch.entries {
-            for line in lines.of(entry)? {
-                print_line(&mut out, &line, args.json)?;
-            }
+            let mut printed = Ok(());
+            lines.write(entry, |_, line| {
+                if printed.is_ok() {
+                    printed = print_line(&mut out, line, args.json);
+                }
+            })?;
+            printed?;
         }
         out.flush()?;
         if !args.follow && caught_up(&batch, committed) {
@@ -218,10 +315,12 @@ fn caught_up(batch: &ChangeBatch, committed: Option<EntryIndex>) -> bool {
     batch.next.index > committed.unwrap_or(batch.applied)
 }
 
-fn print_line(out: &mut impl Write, line: &Value, json: bool) -> std::io::Result<()> {
+fn print_line(out: &mut impl Write, line: &[u8], json: bool) -> std::io::Result<()> {
     if json {
-        return writeln!(out, "{line}");
+        out.write_all(line)?;
+        return out.write_all(b"\n");
     }
+    let line: Value = serde_json::from_slice(line).map_err(std::io::Error::other)?;
     let at = format!("{}.{}", line["index"], line["position"]);
     match line.get("upgrade") {
         Some(upgrade) => writeln!(out, "{at}\thandler upgraded {upgrade}"),
@@ -243,6 +342,74 @@ pub(super) fn exit_of(error: ChangesError) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::cli::gateway::tests::{Order, Receipt, Refusal, Shop};
+    use crate::handler::Outcome;
+
+    /// An entry of `index` holding `changes` (position, command, outcome), as a node serves it.
+    fn entry(index: u64, version: u32, changes: &[(u32, Order, OutcomeOf<Shop>)]) -> ChangeEntry {
+        let mut ran = crate::apply::Ran::default();
+        for (position, command, outcome) in changes {
+            ran.push_change(&crate::apply::Change {
+                position: *position,
+                command: &codec::encode_to_vec(command).unwrap(),
+                outcome: &codec::encode_to_vec(outcome).unwrap(),
+            });
+        }
+        ChangeEntry {
+            index: EntryIndex(index),
+            version,
+            changes: ran.changes,
+        }
+    }
+
+    /// A handler's choice: what the shop did, never what it refused.
+    fn done_only(order: &Order, outcome: &OutcomeOf<Shop>) -> Option<Published> {
+        match outcome {
+            Outcome::Done(_) => Some(Published::whole::<Shop>(order, outcome)),
+            Outcome::Failed(_) | Outcome::Invalid => None,
+        }
+    }
+
+    /// Proves the lines written straight as JSON are the command as serde writes it and the
+    /// outcome as `client` prints it (128-bit integers as strings), a handler's choice leaves
+    /// out what it says to, and a version change comes as an upgrade line first.
+    #[test]
+    fn lines_hold_what_is_published() {
+        let pay = Order::Pay {
+            from: 1,
+            to: 2,
+            amount: 3,
+        };
+        let paid = Outcome::Done(Receipt::Paid {
+            balance: 1,
+            total: u128::MAX,
+            net: -1,
+        });
+        let changes = [
+            (0, pay.clone(), paid.clone()),
+            (2, pay.clone(), Outcome::Failed(Refusal::Full)),
+        ];
+        let mut all = Lines::<Shop>::new(publish_all::<Shop>());
+        let lines = all.of(&entry(7, 1, &changes)).unwrap();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["command"], serde_json::to_value(&pay).unwrap());
+        assert_eq!(lines[0]["outcome"], crate::cli::outcome_json::<Shop>(&paid));
+        assert_eq!(
+            lines[0]["outcome"]["output"]["Paid"]["total"],
+            json!(u128::MAX.to_string())
+        );
+        assert_eq!(
+            (&lines[1]["index"], &lines[1]["position"]),
+            (&json!(7), &json!(2))
+        );
+        let mut chosen = Lines::<Shop>::new(Publish::chosen(done_only));
+        let lines = chosen.of(&entry(7, 1, &changes)).unwrap();
+        assert_eq!(lines.len(), 1, "the refused order is left out");
+        let upgraded = chosen.of(&entry(8, 2, &changes[..1])).unwrap();
+        assert_eq!(upgraded[0]["upgrade"], json!({"from": 1, "to": 2}));
+        assert_eq!(upgraded[1]["version"], json!(2));
+    }
 
     /// Proves positions read as entry and position, an entry alone as its first command, and
     /// anything else is refused naming the text.

@@ -17,7 +17,7 @@
 //! ```
 
 use engine::Outcome;
-use engine::cli::Published;
+use engine::cli::{Publish, Published};
 use orderbook::book::{BookCommand, OrderBook};
 use orderbook::{book, workload};
 
@@ -25,7 +25,7 @@ use orderbook::{book, workload};
 /// its outcome; a command the book refused changed nothing downstream systems need.
 fn published(command: &BookCommand, outcome: &engine::OutcomeOf<OrderBook>) -> Option<Published> {
     match outcome {
-        Outcome::Done(_) => engine::cli::publish_all::<OrderBook>(command, outcome),
+        Outcome::Done(_) => Some(Published::whole::<OrderBook>(command, outcome)),
         Outcome::Failed(_) | Outcome::Invalid => None,
     }
 }
@@ -36,6 +36,6 @@ fn main() -> std::process::ExitCode {
         .version(engine::build_identity!())
         .sim(|| workload::BookWorkload)
         .bench(workload::BookBench::default())
-        .changes(published)
+        .changes(Publish::chosen(published))
         .run()
 }

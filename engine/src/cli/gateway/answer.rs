@@ -304,29 +304,38 @@ pub fn outcomes_json<H: crate::cli::CliHandler>(outcomes: &[OutcomeOf<H>]) -> Re
 fn write_outcomes<O: serde::Serialize, E: serde::Serialize>(
     outcomes: &[crate::handler::Outcome<O, E>],
 ) -> serde_json::Result<Vec<u8>> {
-    use crate::handler::Outcome;
     let mut body = Vec::with_capacity(OUTCOME_JSON_BYTES_GUESS * outcomes.len() + 2);
     body.push(b'[');
     for (index, outcome) in outcomes.iter().enumerate() {
         if index > 0 {
             body.push(b',');
         }
-        match outcome {
-            Outcome::Done(output) => {
-                body.extend_from_slice(br#"{"outcome":"done","output":"#);
-                serde_json::to_writer(&mut body, &Wide(output))?;
-                body.push(b'}');
-            }
-            Outcome::Failed(error) => {
-                body.extend_from_slice(br#"{"outcome":"failed","error":"#);
-                serde_json::to_writer(&mut body, &Wide(error))?;
-                body.push(b'}');
-            }
-            Outcome::Invalid => body.extend_from_slice(br#"{"outcome":"invalid"}"#),
-        }
+        write_outcome(outcome, &mut body)?;
     }
     body.push(b']');
     Ok(body)
+}
+
+/// One outcome's JSON, as [`outcomes_json`] writes each, appended to `body`.
+pub fn write_outcome<O: serde::Serialize, E: serde::Serialize>(
+    outcome: &crate::handler::Outcome<O, E>,
+    body: &mut Vec<u8>,
+) -> serde_json::Result<()> {
+    use crate::handler::Outcome;
+    match outcome {
+        Outcome::Done(output) => {
+            body.extend_from_slice(br#"{"outcome":"done","output":"#);
+            serde_json::to_writer(&mut *body, &Wide(output))?;
+            body.push(b'}');
+        }
+        Outcome::Failed(error) => {
+            body.extend_from_slice(br#"{"outcome":"failed","error":"#);
+            serde_json::to_writer(&mut *body, &Wide(error))?;
+            body.push(b'}');
+        }
+        Outcome::Invalid => body.extend_from_slice(br#"{"outcome":"invalid"}"#),
+    }
+    Ok(())
 }
 
 /// Bytes an outcome's JSON is guessed to take, to size the body once for most handlers.

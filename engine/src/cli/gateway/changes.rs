@@ -110,10 +110,10 @@ fn ndjson<H: CliHandler>(
 ) -> anyhow::Result<Vec<u8>> {
     let mut body = Vec::new();
     for entry in entries {
-        for line in lines.of(entry)? {
-            serde_json::to_writer(&mut body, &line)?;
+        lines.write(entry, |_, line| {
+            body.extend_from_slice(line);
             body.push(b'\n');
-        }
+        })?;
     }
     Ok(body)
 }

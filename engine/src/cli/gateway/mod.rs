@@ -28,7 +28,7 @@ mod serve;
 pub(crate) mod tests;
 mod tls;
 
-pub use answer::{Failure, RETRY_AFTER_S};
+pub use answer::{Failure, RETRY_AFTER_S, write_outcome};
 pub use coalesce::{GATEWAY_QUEUED_COMMANDS_MAX, GATEWAY_SESSION_IDLE_S};
 pub use openapi::{
     SchemaMismatch, json_schema, openapi_document, openapi_json, reachable_schemas, validate,

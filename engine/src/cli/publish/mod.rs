@@ -19,7 +19,6 @@ use super::{CliHandler, Exit, coded, runtime};
 use crate::client::{ChangeStream, ChangesError, ClientConfig};
 use crate::ids::{EntryIndex, NodeId};
 use net::message::{ChangeBatch, ChangePosition};
-use serde_json::json;
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -180,26 +179,35 @@ impl<H: CliHandler> Publisher<H> {
     fn messages(&mut self, batch: &ChangeBatch) -> anyhow::Result<Vec<Message>> {
         let mut messages = Vec::new();
         for entry in &batch.entries {
-            let lines = self.lines.of(entry)?;
-            if lines.is_empty() {
-                continue;
-            }
+            let index = entry.index.0;
             match self.per {
-                Per::Entry => messages.push(Message {
-                    message_id: entry.index.0.to_string(),
-                    body: serde_json::to_vec(&json!({
-                        "index": entry.index.0,
-                        "version": entry.version,
-                        "changes": lines,
-                    }))?,
-                }),
-                Per::Command => {
-                    for line in lines {
-                        let message_id = format!("{}.{}", line["index"], line["position"]);
-                        let body = serde_json::to_vec(&line)?;
+                Per::Entry => {
+                    // `{"index":I,"version":V,"changes":[lines]}`, written as it goes.
+                    let head = format!(
+                        r#"{{"index":{index},"version":{},"changes":["#,
+                        entry.version
+                    );
+                    let mut body = head.into_bytes();
+                    let empty = body.len();
+                    self.lines.write(entry, |_, line| {
+                        if body.len() > empty {
+                            body.push(b',');
+                        }
+                        body.extend_from_slice(line);
+                    })?;
+                    if body.len() > empty {
+                        body.extend_from_slice(b"]}");
+                        let message_id = index.to_string();
                         messages.push(Message { message_id, body });
                     }
                 }
+                Per::Command => self.lines.write(entry, |position, line| {
+                    let message_id = format!("{index}.{position}");
+                    messages.push(Message {
+                        message_id,
+                        body: line.to_vec(),
+                    });
+                })?,
             }
         }
         Ok(messages)
