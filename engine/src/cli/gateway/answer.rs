@@ -316,7 +316,7 @@ fn write_outcomes<O: serde::Serialize, E: serde::Serialize>(
     Ok(body)
 }
 
-/// One outcome's JSON, as [`outcomes_json`] writes each, appended to `body`.
+/// One outcome's JSON, as the gateway answers each, appended to `body`.
 pub fn write_outcome<O: serde::Serialize, E: serde::Serialize>(
     outcome: &crate::handler::Outcome<O, E>,
     body: &mut Vec<u8>,
