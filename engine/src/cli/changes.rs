@@ -188,9 +188,12 @@ impl<H: CliHandler> Lines<H> {
         use std::io::Write as _;
         let line = &mut self.line;
         line.clear();
-        let head =
-            format!(r#"{{"index":{index},"position":{position},"version":{version},"command":"#);
-        line.extend_from_slice(head.as_bytes());
+        let head = r#"{"index":"#;
+        write!(
+            line,
+            r#"{head}{index},"position":{position},"version":{version},"command":"#
+        )
+        .map_err(serde_json::Error::io)?;
         match self.publish.0 {
             Choice::All(write_command) => {
                 write_command(command, line)?;
@@ -206,7 +209,7 @@ impl<H: CliHandler> Lines<H> {
                 serde_json::to_writer(&mut *line, &published.outcome)?;
             }
         }
-        let _ = line.write_all(b"}");
+        line.push(b'}');
         Ok(true)
     }
 }

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 /// Milliseconds between two tries to reach the broker.
 pub const PUBLISH_RECONNECT_MS: u64 = 1_000;
+/// Bytes of JSON a message is given room for per byte of encoded changes.
+const JSON_BYTES_PER_CHANGE_BYTE: usize = 4;
 /// The routing key of every message by default.
 pub const PUBLISH_ROUTING_KEY_DEFAULT: &str = "changes";
 
@@ -188,6 +190,8 @@ impl<H: CliHandler> Publisher<H> {
                         entry.version
                     );
                     let mut body = head.into_bytes();
+                    // The JSON of a change is a few times its encoded bytes: one allocation.
+                    body.reserve(JSON_BYTES_PER_CHANGE_BYTE * entry.changes.len());
                     let empty = body.len();
                     self.lines.write(entry, |_, line| {
                         if body.len() > empty {
