@@ -617,6 +617,14 @@ fn request_tags() -> Vec<(&'static str, Tags)> {
                 runs: Vec::new(),
             }),
         ),
+        (
+            q::CHANGES,
+            Q::Changes(net::message::ChangesRequest {
+                from: net::message::ChangePosition::default(),
+                bytes_max: 1,
+                wait_ms: 0,
+            }),
+        ),
     ];
     vec![tags_of("ClientRequest", requests)]
 }
@@ -727,6 +735,42 @@ fn other_replies() -> Vec<(u32, ClientReply)> {
             },
         ),
         (y::BUILD, Y::Build(build)),
+        (
+            y::CHANGES,
+            Y::Changes(net::message::ChangeBatch {
+                node: NodeId(1),
+                entries: Vec::new(),
+                next: net::message::ChangePosition::default(),
+                applied: index,
+            }),
+        ),
+        (y::NO_CHANGES, Y::NoChanges(changes_refusals().remove(0).1)),
+    ]
+}
+
+/// One refusal of the change stream of each kind, with its tag.
+fn changes_refusals() -> Vec<(u32, net::message::ChangesRefusal)> {
+    use net::message::ChangesRefusal as C;
+    use tags::changes_refusal as c;
+    let (node, from, to) = (NodeId(1), EntryIndex(1), EntryIndex(2));
+    vec![
+        (
+            c::GONE,
+            C::Gone {
+                node,
+                asked: from,
+                oldest: to,
+            },
+        ),
+        (c::MISSING, C::Missing { node, from, to }),
+        (
+            c::UNREADABLE,
+            C::Unreadable {
+                node,
+                reason: String::new(),
+            },
+        ),
+        (c::OFF, C::Off { node }),
     ]
 }
 
@@ -808,6 +852,7 @@ fn operator_tags() -> Vec<(&'static str, Tags)> {
         tags_of("MemberChange", changes),
         tags_of("MembersRefusal", refusals),
         tags_of("UpgradeRefusal", upgrades),
+        tags_of("ChangesRefusal", changes_refusals()),
     ]
 }
 

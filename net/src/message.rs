@@ -210,6 +210,8 @@ pub mod tags {
         pub const MISSING: u32 = 1;
         /// [`ChangesRefusal::Unreadable`](crate::message::ChangesRefusal::Unreadable).
         pub const UNREADABLE: u32 = 2;
+        /// [`ChangesRefusal::Off`](crate::message::ChangesRefusal::Off).
+        pub const OFF: u32 = 3;
     }
 
     /// Tags of [`Rejection`](super::Rejection): why a node refused a request without applying it.
@@ -1010,6 +1012,13 @@ pub enum ChangesRefusal {
         node: NodeId,
         /// Why, as the node says.
         reason: String,
+    },
+    /// The cluster keeps no changes (`change_stream = false` in its cluster file).
+    #[error("node {node} keeps no changes: the cluster file sets change_stream = false")]
+    #[codec(tag = tags::changes_refusal::OFF)]
+    Off {
+        /// The node.
+        node: NodeId,
     },
 }
 

@@ -249,6 +249,23 @@ fn a_retention_keeps_the_stream_past_snapshots() {
     assert_eq!(all.len(), sent.len(), "every command, from entry 1");
 }
 
+/// Proves a cluster that keeps no changes (`change_stream = false`) refuses the stream, naming
+/// the setting (exit 4), rather than serving nothing.
+#[test]
+fn a_cluster_without_the_stream_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = start_cluster(dir.path(), |file| file.change_stream = false);
+    runtime().block_on(async {
+        three_up_with_a_leader(&config).await;
+        let mut client = Client::register(config.clone()).await.unwrap();
+        history(&mut client).await;
+    });
+    let refused = changes(&nodes.cluster_file, &["--from", "1", "--json"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("change_stream = false"), "{stderr}");
+}
+
 /// `GET path` on `gateway` with the callers' token: status and body.
 fn get_with_token(gateway: &Gateway, path: &str) -> (u16, String) {
     let request = format!(

@@ -335,7 +335,9 @@ fn print_line(out: &mut impl Write, line: &[u8], json: bool) -> std::io::Result<
 /// refused for good (4), no node answering is unreachable (2).
 pub(super) fn exit_of(error: ChangesError) -> anyhow::Error {
     let exit = match &error {
-        ChangesError::Gone { .. } | ChangesError::Missing { .. } => Exit::Refused,
+        ChangesError::Gone { .. } | ChangesError::Missing { .. } | ChangesError::Off(_) => {
+            Exit::Refused
+        }
         ChangesError::Unreachable(_) => Exit::Unreachable,
         ChangesError::Refused { error, .. } => Exit::of_client(error),
     };

@@ -150,6 +150,7 @@ fn settings(file: &ClusterFile) -> Vec<(String, serde_json::Value)> {
         ("snapshot_deltas", json!(file.snapshot_deltas)),
         ("lagging_entries_max", json!(file.lagging_entries_max)),
         ("changes_retain_entries", json!(file.changes_retain_entries)),
+        ("change_stream", json!(file.change_stream)),
         ("wal_segment_bytes", json!(file.wal_segment_bytes)),
         ("fsync_delay_ms", json!(file.fsync_delay_ms)),
         ("wal_io", json!(file.wal_io.as_str())),

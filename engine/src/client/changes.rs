@@ -39,6 +39,9 @@ pub enum ChangesError {
         /// The last entry missing.
         to: EntryIndex,
     },
+    /// The cluster keeps no changes (`change_stream = false` in its cluster file).
+    #[error("{0}")]
+    Off(ChangesRefusal),
     /// No node answered; each one's error, by node.
     #[error("no node answered: {}", describe(.0))]
     Unreachable(Vec<(NodeId, String)>),
@@ -156,6 +159,9 @@ impl<C: Connects> ChangeStream<C> {
                 // A node that cannot read its journal counts as one that did not answer.
                 Ok(Err(refusal @ ChangesRefusal::Unreadable { .. })) => {
                     silent.push((*node, refusal.to_string()));
+                }
+                Ok(Err(refusal @ ChangesRefusal::Off { .. })) => {
+                    return Err(ChangesError::Off(refusal));
                 }
                 Ok(Err(refusal)) => refusals.push(refusal),
                 Err(error @ ClientError::Refused(_)) => {

@@ -37,21 +37,24 @@ struct Cursor {
 /// the last entry the journal has written.
 pub(crate) struct ChangeSource {
     node: NodeId,
+    /// False when the cluster keeps no changes (`change_stream = false`).
+    on: bool,
     dir: PathBuf,
     cursors: Mutex<VecDeque<Cursor>>,
     journaled: watch::Receiver<EntryIndex>,
 }
 
 impl ChangeSource {
-    /// The change stream of node `node` with data directory `data_dir`; `journaled` names the
-    /// last entry its journal has written.
+    /// The change stream of node `node` (`on`: unless the cluster keeps no changes) with data
+    /// directory `data_dir`; `journaled` names the last entry its journal has written.
     pub(crate) fn new(
-        node: NodeId,
+        (node, on): (NodeId, bool),
         data_dir: &Path,
         journaled: watch::Receiver<EntryIndex>,
     ) -> Self {
         ChangeSource {
             node,
+            on,
             dir: data_dir.join(JOURNAL_DIR),
             cursors: Mutex::new(VecDeque::new()),
             journaled,
@@ -65,6 +68,9 @@ impl ChangeSource {
         request: ChangesRequest,
         applied: EntryIndex,
     ) -> Result<ChangeBatch, ChangesRefusal> {
+        if !self.on {
+            return Err(ChangesRefusal::Off { node: self.node });
+        }
         let mut journaled = self.journaled.clone();
         let wait = request.wait_ms.min(CHANGES_WAIT_MS_MAX);
         let reached = journaled.wait_for(|last| *last >= request.from.index);

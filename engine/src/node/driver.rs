@@ -234,6 +234,7 @@ fn replica_config(config: &NodeConfig) -> ReplicaConfig {
         snapshot_every: config.snapshot_every,
         snapshot_retain_ticks: config.snapshot_retain_ms.div_ceil(config.tick_ms.max(1)),
         changes_retain_entries: config.changes_retain_entries,
+        change_stream: config.change_stream,
         snapshot_deltas: config.snapshot_deltas,
         snapshot_log_percent: SNAPSHOT_LOG_PERCENT,
         snapshot_slice_slots: SNAPSHOT_SLICE_SLOTS,
@@ -307,7 +308,7 @@ impl<H: Handler> Driver<H> {
         };
         let wal = start_wal(&config, restored.wal, disk, (&inbox, &found))?;
         let changes = Arc::new(ChangeSource::new(
-            config.id,
+            (config.id, config.change_stream),
             &config.data_dir,
             journal_watch,
         ));

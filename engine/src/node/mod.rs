@@ -132,6 +132,9 @@ pub struct NodeConfig {
     /// Entries behind the last applied one the log (and with it the change stream) keeps at
     /// least, snapshots or not (0: only what recovery and lagging followers need).
     pub changes_retain_entries: u64,
+    /// Followers keep each command that ran with its outcome for the change stream (the
+    /// default); false keeps the outcomes' fingerprints only, and the stream is refused.
+    pub change_stream: bool,
     /// Bytes after which the WAL starts a new segment (the unit in which a durable snapshot
     /// lets the log go).
     pub wal_segment_bytes: u64,
@@ -189,6 +192,7 @@ impl NodeConfig {
             snapshot_deltas: false,
             lagging_entries_max: crate::core::LAGGING_FOLLOWER_ENTRIES_MAX,
             changes_retain_entries: 0,
+            change_stream: true,
             wal_segment_bytes: crate::wal::WAL_SEGMENT_BYTES_DEFAULT,
             fsync_delay_ms: 0,
             wal_io: WalIo::Auto,

@@ -24,6 +24,8 @@
 //! lagging_entries_max = 4096     # optional; log a leader keeps behind its snapshot for followers
 //! changes_retain_entries = 0     # optional; entries the log keeps behind the last applied for
 //!                                # the change stream at least (0: what recovery needs)
+//! change_stream = true           # optional; false: no node keeps the commands' outcomes for
+//!                                # the change stream (the journal's cost off the main job)
 //! wal_segment_bytes = 8388608    # optional; bytes per WAL segment (4 KiB to 64 MiB)
 //! fsync_delay_ms = 0             # optional; added after every WAL fsync (emulates a slow disk)
 //! wal_io = "auto"                # optional; "auto" (default), "thread" or "inline": where the
@@ -351,6 +353,9 @@ pub struct ClusterFile {
     /// Entries the log (and the change stream) keeps behind the last applied at least.
     #[serde(default)]
     pub changes_retain_entries: u64,
+    /// Followers keep each command that ran with its outcome for the change stream.
+    #[serde(default = "default_change_stream")]
+    pub change_stream: bool,
     /// Bytes per WAL segment.
     #[serde(default = "default_wal_segment_bytes")]
     pub wal_segment_bytes: u64,
@@ -404,6 +409,10 @@ fn default_cluster_id() -> u64 {
 
 fn default_snapshot_every() -> u64 {
     crate::snapshot::SNAPSHOT_EVERY_DEFAULT
+}
+
+fn default_change_stream() -> bool {
+    true
 }
 
 fn default_wal_segment_bytes() -> u64 {
@@ -484,6 +493,7 @@ impl ClusterFile {
             snapshot_deltas: false,
             lagging_entries_max: default_lagging_entries_max(),
             changes_retain_entries: 0,
+            change_stream: default_change_stream(),
             wal_segment_bytes: default_wal_segment_bytes(),
             fsync_delay_ms: 0,
             wal_io: WalIo::Auto,
@@ -729,6 +739,7 @@ impl ClusterFile {
         config.snapshot_deltas = self.snapshot_deltas;
         config.lagging_entries_max = self.lagging_entries_max;
         config.changes_retain_entries = self.changes_retain_entries;
+        config.change_stream = self.change_stream;
         config.wal_segment_bytes = self.wal_segment_bytes;
         config.fsync_delay_ms = self.fsync_delay_ms;
         config.wal_io = self.wal_io;

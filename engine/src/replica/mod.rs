@@ -65,6 +65,8 @@ pub struct ReplicaConfig {
     /// Entries behind the last applied one the log keeps at least (the change stream's
     /// retention); 0 keeps what recovery and lagging followers need only.
     pub changes_retain_entries: u64,
+    /// Whether followers keep each command's outcome for the change stream.
+    pub change_stream: bool,
     /// Percent of the newest snapshot's size that the log applied since must reach before the
     /// next one starts.
     pub snapshot_log_percent: u64,
@@ -662,7 +664,8 @@ impl<H: Handler, T> Replica<H, T> {
             };
             self.check_applying(&entry, next);
             // A leader's followers keep the changes; a cluster of one keeps them itself.
-            let keep = self.core.role() != Role::Leader || self.core.members().len() == 1;
+            let keep = self.config.change_stream
+                && (self.core.role() != Role::Leader || self.core.members().len() == 1);
             self.machine.set_keep_changes(keep);
             let started = timing::now();
             let applied = match self.machine.apply(&entry) {

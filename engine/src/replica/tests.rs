@@ -72,6 +72,7 @@ fn replica_snapshotting(id: NodeId, every: u64) -> Replica<Echo, u32> {
         snapshot_deltas: false,
         snapshot_retain_ticks: 0,
         changes_retain_entries: 0,
+        change_stream: true,
         snapshot_log_percent: 0,
         snapshot_slice_slots: 64,
         snapshot_write_bytes: 4096,

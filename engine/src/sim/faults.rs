@@ -503,6 +503,7 @@ fn replica_config(
         snapshot_deltas: swarm.snapshot_deltas,
         snapshot_retain_ticks: swarm.snapshot_retain_ticks,
         changes_retain_entries: 0,
+        change_stream: true,
         snapshot_log_percent: swarm.snapshot_log_percent,
         snapshot_slice_slots: SIM_SNAPSHOT_SLICE_SLOTS,
         snapshot_write_bytes: SIM_SNAPSHOT_WRITE_BYTES,

@@ -99,7 +99,9 @@ fn failure(error: ChangesError) -> Failure {
         ChangesError::Unreachable(_) => Failure::Unavailable {
             reason: error.to_string(),
         },
-        other @ ChangesError::Refused { .. } => Failure::Cluster(other.to_string()),
+        other @ (ChangesError::Refused { .. } | ChangesError::Off(_)) => {
+            Failure::Cluster(other.to_string())
+        }
     }
 }
 
