@@ -3,11 +3,12 @@
 //! killed when dropped. And a reader of what reached a queue bound to an exchange.
 
 use super::WAIT;
+use futures::StreamExt;
 use lapin::options::{
-    BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Connection, ConnectionProperties, Consumer, ExchangeKind};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -99,11 +100,10 @@ impl Drop for Rabbit {
 }
 
 /// A queue bound to an exchange (declared as `publish` declares it: durable, topic) with
-/// every routing key, and the messages that reached it.
+/// every routing key, and a consumer of the messages that reach it.
 pub struct Queue {
     _connection: Connection,
-    channel: Channel,
-    name: String,
+    consumer: Consumer,
 }
 
 /// One message read from a queue: its `message_id` and body.
@@ -134,31 +134,32 @@ impl Queue {
         (channel.queue_bind(name.into(), exchange.into(), "#".into(), bind, none()))
             .await
             .unwrap();
+        let consume = BasicConsumeOptions {
+            no_ack: true,
+            ..BasicConsumeOptions::default()
+        };
+        let consumer = (channel.basic_consume(name.into(), "test".into(), consume, none()))
+            .await
+            .unwrap();
         Queue {
             _connection: connection,
-            channel,
-            name: name.to_owned(),
+            consumer,
         }
     }
 
-    /// Every message waiting in the queue now, in order (taken off it).
-    pub async fn drain(&self) -> Vec<Received> {
-        let mut received = Vec::new();
-        let options = BasicGetOptions { no_ack: true };
-        while let Some(message) = (self.channel)
-            .basic_get(self.name.as_str().into(), options)
+    /// The next message that reaches the queue, in order; fails the test after [`WAIT`].
+    pub async fn next(&mut self) -> Received {
+        let delivery = tokio::time::timeout(WAIT, self.consumer.next())
             .await
-            .unwrap()
-        {
-            let delivery = message.delivery;
-            let id = delivery
-                .properties
-                .message_id()
-                .clone()
-                .map(|i| i.to_string());
-            let body = serde_json::from_slice(&delivery.data).unwrap();
-            received.push((id.unwrap_or_default(), body));
-        }
-        received
+            .expect("a message within the wait")
+            .expect("the consumer goes on")
+            .unwrap();
+        let id = delivery
+            .properties
+            .message_id()
+            .clone()
+            .map(|i| i.to_string());
+        let body = serde_json::from_slice(&delivery.data).unwrap();
+        (id.unwrap_or_default(), body)
     }
 }
