@@ -246,12 +246,14 @@ impl<H: Handler> StateMachine<H> {
         self.settle(entry);
         self.hash = self.state.finish_entry();
         self.counters.verified += speculation.commands;
+        // Taken before the next simulation starts: it runs its entry into `self.ran`.
+        let ran = std::mem::take(&mut self.ran);
         self.simulate_next();
         Ok(Applied {
             index: entry.index(),
             state_hash: self.hash,
             replies,
-            ran: std::mem::take(&mut self.ran),
+            ran,
         })
     }
 
