@@ -134,6 +134,13 @@ impl<H: CliHandler> Lines<H> {
         }
     }
 
+    /// Forgets the handler version of the last entry written: the next entry's is not taken
+    /// for a change (a reader that goes back, to where its consumer confirmed, would see
+    /// entries older than the last one it wrote).
+    pub fn forget_version(&mut self) {
+        self.version = None;
+    }
+
     /// Hands each line of `entry` to `each`, in order, with its position (no newline).
     pub fn write(
         &mut self,

@@ -74,8 +74,15 @@ impl ChangeSource {
         let mut journaled = self.journaled.clone();
         let wait = request.wait_ms.min(CHANGES_WAIT_MS_MAX);
         let reached = journaled.wait_for(|last| *last >= request.from.index);
-        // A timeout or a stopped journal answers with what there is (perhaps nothing).
+        // A timeout answers with what there is (perhaps nothing).
         let _ = tokio::time::timeout(std::time::Duration::from_millis(wait.into()), reached).await;
+        // The journal lags the applied entries by a batch of the WAL's work: one still behind
+        // them after the wait has stopped (a write failed), and a reader must go elsewhere.
+        let journaled = *self.journaled.borrow();
+        if wait > 0 && journaled < request.from.index && applied >= request.from.index {
+            let reason = format!("its journal stopped at entry {journaled}, applied {applied}");
+            return Err(self.unreadable(reason));
+        }
         let source = std::sync::Arc::clone(&self);
         let read = tokio::task::spawn_blocking(move || source.read(&request, applied)).await;
         read.unwrap_or_else(|error| Err(self.unreadable(error.to_string())))

@@ -201,8 +201,18 @@ impl JournalWriter {
         self
     }
 
-    /// Queues `record`; [`JournalWriter::flush`] writes it.
+    /// Queues `record`; [`JournalWriter::flush`] writes it. An entry at or before the last one
+    /// journaled is passed over: a restart applies again the entries after the last commit
+    /// its log showed, which the journal may hold already, and a second copy would start a
+    /// file that sorts before the newest.
     pub fn append(&mut self, record: &JournalRecord) {
+        if self
+            .queued_last
+            .or(self.written)
+            .is_some_and(|last| record.index <= last)
+        {
+            return;
+        }
         self.next_first.get_or_insert(record.index);
         self.queued_last = Some(record.index);
         record.encode(&mut self.buffer);
@@ -230,8 +240,11 @@ impl JournalWriter {
                 .append(true)
                 .open(&path);
             let file = file.map_err(io_error(&path))?;
-            let bytes = file.metadata().map_err(io_error(&path))?.len();
-            self.file = Some((file, bytes));
+            // A file of this name holds no whole record: the journal's last one is before
+            // `first` (see `append`), so what a crash left in it is a torn start. Records
+            // after it would never be read.
+            file.set_len(0).map_err(io_error(&path))?;
+            self.file = Some((file, 0));
         }
         let (file, bytes) = self.file.as_mut().expect("opened above");
         file.write_all(&self.buffer).map_err(io_error(&self.dir))?;
@@ -363,6 +376,39 @@ mod tests {
         out
     }
 
+    /// Proves a restart that applies again entries the journal holds journals only the ones
+    /// after its last record, so the new file sorts after the newest and nothing is held
+    /// twice; and that a file a crash left with a torn start is started over, not appended to.
+    #[test]
+    fn a_restart_journals_only_past_the_last_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || JournalWriter::open(dir.path()).unwrap().with_file_bytes(1);
+        let mut writer = open();
+        (100..=150).for_each(|i| writer.append(&record(i, 2)));
+        writer.flush().unwrap();
+        (151..=160).for_each(|i| writer.append(&record(i, 2)));
+        writer.flush().unwrap();
+        let journal_dir = dir.path().join(JOURNAL_DIR);
+        // A crash while the next file was being started: its name, a torn record.
+        std::fs::write(journal_path(&journal_dir, EntryIndex(161)), b"JRN").unwrap();
+        let mut writer = open();
+        assert_eq!(writer.written(), Some(EntryIndex(160)));
+        (141..=170).for_each(|i| writer.append(&record(i, 2)));
+        writer.flush().unwrap();
+        let firsts: Vec<u64> = journal_files(&journal_dir)
+            .unwrap()
+            .iter()
+            .map(|f| f.0.0)
+            .collect();
+        assert_eq!(firsts, [100, 151, 161]);
+        let read = read_journal(dir.path()).unwrap();
+        assert_eq!(
+            read.records.keys().map(|i| i.0).collect::<Vec<_>>(),
+            (100..=170).collect::<Vec<_>>()
+        );
+        assert!(read.conflicts.is_empty());
+    }
+
     /// Proves a record keeps its changes, or that it kept none, and that a first-format
     /// record (an older build's file) reads with its fingerprints, no version and no changes.
     #[test]
@@ -381,16 +427,18 @@ mod tests {
         assert_eq!((read.version, read.changes), (0, None));
     }
 
-    /// Proves records read back as written, across files, a torn tail ends a file's records,
-    /// an index journaled twice alike is kept once and differently is a conflict, and files
-    /// wholly behind a point are removed.
+    /// Proves records read back as written, across files; a restart passes over the entries
+    /// journaled already; an index an older build journaled twice differently is a conflict
+    /// (the first kept); a torn tail ends a file's records; and files wholly behind a point
+    /// are removed, the file being written kept.
     #[test]
     fn records_round_trip_and_old_files_go() {
         let dir = tempfile::tempdir().unwrap();
+        let journal_dir = dir.path().join(JOURNAL_DIR);
         let mut writer = JournalWriter::open(dir.path()).unwrap();
         (1..=3).for_each(|i| writer.append(&record(i, i as u32)));
         writer.flush().unwrap();
-        // A restart: a new writer appends to a new file.
+        // A restart: a new writer appends to a new file, past what is journaled.
         let mut writer = JournalWriter::open(dir.path()).unwrap();
         writer.append(&record(3, 3));
         writer.append(&record(4, 0));
@@ -401,21 +449,35 @@ mod tests {
         let read = read_journal(dir.path()).unwrap();
         assert_eq!(read.records.len(), 4);
         assert_eq!(read.records[&EntryIndex(2)], record(2, 2));
-        assert_eq!(read.conflicts, [EntryIndex(4)]);
-        let second = journal_path(&dir.path().join(JOURNAL_DIR), EntryIndex(3));
+        assert_eq!(
+            read.records[&EntryIndex(4)],
+            record(4, 0),
+            "the second 4 passed over"
+        );
+        assert!(read.conflicts.is_empty());
+        let mut older = Vec::new();
+        other.encode(&mut older);
+        std::fs::write(journal_path(&journal_dir, EntryIndex(9)), &older).unwrap();
+        assert_eq!(read_journal(dir.path()).unwrap().conflicts, [EntryIndex(4)]);
+        let second = journal_path(&journal_dir, EntryIndex(4));
         let bytes = std::fs::read(&second).unwrap();
         std::fs::write(&second, &bytes[..bytes.len() - 3]).unwrap();
         let torn = read_journal(dir.path()).unwrap();
         assert_eq!((torn.records.len(), torn.conflicts.len()), (4, 0));
+        assert_eq!(
+            torn.records[&EntryIndex(4)],
+            other,
+            "only the older file's is whole"
+        );
         writer.release_through(EntryIndex(1)).unwrap();
         assert_eq!(
             read_journal(dir.path()).unwrap().records.len(),
             4,
             "entry 2 still needed"
         );
-        writer.release_through(EntryIndex(2)).unwrap();
+        writer.release_through(EntryIndex(3)).unwrap();
         let left = read_journal(dir.path()).unwrap();
         let kept: Vec<u64> = left.records.keys().map(|i| i.0).collect();
-        assert_eq!(kept, [3, 4], "the file being written stays");
+        assert_eq!(kept, [4], "the newest file stays");
     }
 }

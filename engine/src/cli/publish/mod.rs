@@ -150,6 +150,7 @@ impl<H: CliHandler> Publisher<H> {
                     tracing::warn!(%error, from, "the broker failed; publishing again from the last confirmed position");
                     self.metrics.reconnects.inc();
                     self.stream.seek(self.confirmed);
+                    self.lines.forget_version();
                 }
                 Err(Stop::Fatal(error)) => return Err(error),
             }
