@@ -69,6 +69,24 @@ async fn history(
     sent
 }
 
+/// Three nodes under `dir` (`settings` on the cluster file), once they have a leader and the
+/// [`history`] applied: the nodes and what was sent, with the outcomes.
+fn with_history(
+    dir: &Path,
+    settings: impl FnOnce(&mut engine::node::ClusterFile),
+) -> (
+    common::Nodes,
+    Vec<(BankCommand, Outcome<bank::BankOutput, bank::BankError>)>,
+) {
+    let (nodes, config) = start_cluster(dir, settings);
+    let sent = runtime().block_on(async {
+        three_up_with_a_leader(&config).await;
+        let mut client = Client::register(config.clone()).await.unwrap();
+        history(&mut client).await
+    });
+    (nodes, sent)
+}
+
 /// The position of a line, to compare and order.
 fn position(line: &Value) -> (u64, u64) {
     (
@@ -83,12 +101,7 @@ fn position(line: &Value) -> (u64, u64) {
 #[test]
 fn the_stream_holds_every_committed_command_once_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let (nodes, config) = start_cluster(dir.path(), |_| {});
-    let sent = runtime().block_on(async {
-        three_up_with_a_leader(&config).await;
-        let mut client = Client::register(config.clone()).await.unwrap();
-        history(&mut client).await
-    });
+    let (nodes, sent) = with_history(dir.path(), |_| {});
     let all = lines(&changes(&nodes.cluster_file, &["--from", "1", "--json"]));
     assert_eq!(all.len(), sent.len(), "one line per command sent");
     for (line, (command, outcome)) in all.iter().zip(&sent) {
@@ -254,12 +267,7 @@ fn a_retention_keeps_the_stream_past_snapshots() {
 #[test]
 fn a_cluster_without_the_stream_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let (nodes, config) = start_cluster(dir.path(), |file| file.change_stream = false);
-    runtime().block_on(async {
-        three_up_with_a_leader(&config).await;
-        let mut client = Client::register(config.clone()).await.unwrap();
-        history(&mut client).await;
-    });
+    let (nodes, _) = with_history(dir.path(), |file| file.change_stream = false);
     let refused = changes(&nodes.cluster_file, &["--from", "1", "--json"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(4), "{stderr}");
@@ -319,12 +327,7 @@ impl Drop for Follower {
 #[test]
 fn the_gateway_streams_the_changes_and_follows_new_commits() {
     let dir = tempfile::tempdir().unwrap();
-    let (nodes, config) = start_cluster(dir.path(), |_| {});
-    let sent = runtime().block_on(async {
-        three_up_with_a_leader(&config).await;
-        let mut client = Client::register(config.clone()).await.unwrap();
-        history(&mut client).await
-    });
+    let (nodes, sent) = with_history(dir.path(), |_| {});
     let gateway = Gateway::start(dir.path(), &nodes.cluster_file, "gateway");
     assert_eq!(
         gateway.get("/v1/changes?after=0").0,
