@@ -41,10 +41,11 @@ fn lines(output: &Output) -> Vec<Value> {
         .collect()
 }
 
+/// Commands sent, each with the outcome the client got, in the order sent.
+type Sent = Vec<(BankCommand, Outcome<bank::BankOutput, bank::BankError>)>;
+
 /// The opens, then transfers with the outcomes the client got, in the order sent.
-async fn history(
-    client: &mut Client,
-) -> Vec<(BankCommand, Outcome<bank::BankOutput, bank::BankError>)> {
+async fn history(client: &mut Client) -> Sent {
     let mut sent = Vec::new();
     let opens: Vec<BankCommand> = (1..=ACCOUNTS)
         .map(|id| BankCommand::Open {
@@ -74,10 +75,7 @@ async fn history(
 fn with_history(
     dir: &Path,
     settings: impl FnOnce(&mut engine::node::ClusterFile),
-) -> (
-    common::Nodes,
-    Vec<(BankCommand, Outcome<bank::BankOutput, bank::BankError>)>,
-) {
+) -> (common::Nodes, Sent) {
     let (nodes, config) = start_cluster(dir, settings);
     let sent = runtime().block_on(async {
         three_up_with_a_leader(&config).await;
