@@ -9,10 +9,11 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties, Consumer, ExchangeKind};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
 
 /// Where the server program is (Debian's package puts it here, outside `PATH`).
 const SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
@@ -53,7 +54,7 @@ impl Rabbit {
             .spawn()
             .expect("epmd runs (it comes with rabbitmq-server)");
         let log = std::fs::File::create(base.join("server.log")).unwrap();
-        let server = Command::new(SERVER)
+        let mut server = Command::new(SERVER)
             .current_dir(&base)
             .env("HOME", base.join("home"))
             .env("RABBITMQ_NODENAME", format!("rabbit_{port}@localhost"))
@@ -69,23 +70,38 @@ impl Rabbit {
             )
             .env("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS", "-start_epmd false")
             .process_group(0)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
+            .stdout(Stdio::piped())
+            .stderr(log.try_clone().unwrap())
             .spawn()
             .expect("rabbitmq-server starts");
+        let booted = watch_boot(server.stdout.take().expect("piped"), log);
         let rabbit = Rabbit {
             server,
             epmd,
             url: format!("amqp://guest:guest@127.0.0.1:{port}/%2f"),
         };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            let log = std::fs::read_to_string(base.join("server.log")).unwrap_or_default();
-            assert!(started.elapsed() < WAIT, "RabbitMQ did not start:\n{log}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let up = booted.recv_timeout(WAIT).unwrap_or(false);
+        let log = std::fs::read_to_string(base.join("server.log")).unwrap_or_default();
+        assert!(up, "RabbitMQ did not start:\n{log}");
         rabbit
     }
+}
+
+/// Copies the server's standard output into `log` on a thread of its own, and tells (true)
+/// when the server says its boot completed (its listeners are up then), or (false) when its
+/// output ends first.
+fn watch_boot(output: ChildStdout, mut log: std::fs::File) -> mpsc::Receiver<bool> {
+    let (told, booted) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
+            let _ = writeln!(log, "{line}");
+            if line.contains("Starting broker... completed") {
+                let _ = told.send(true);
+            }
+        }
+        let _ = told.send(false);
+    });
+    booted
 }
 
 impl Drop for Rabbit {
