@@ -6,6 +6,7 @@ mod common;
 
 use bank::{AccountId, Bank, BankCommand};
 use common::gateway::{Gateway, TOKEN, exchange};
+use common::probe::poll;
 use common::{ACCOUNTS, OPENING_BALANCE, runtime, start_cluster, three_up_with_a_leader};
 use engine::Outcome;
 use engine::client::Client;
@@ -270,6 +271,65 @@ fn a_cluster_without_the_stream_says_so() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(4), "{stderr}");
     assert!(stderr.contains("change_stream = false"), "{stderr}");
+}
+
+/// The value of the series `name` (no labels but the handler's) in a scrape.
+fn series(text: &str, name: &str) -> Option<f64> {
+    let prefix = format!("{name}{{handler=\"bank\"}} ");
+    let line = text.lines().find(|l| l.starts_with(&prefix))?;
+    line[prefix.len()..].parse().ok()
+}
+
+/// Proves a follower's metrics show the stream from its side: its journal's last entry up with
+/// its applied entries, the reader it answered lacking nothing after reading to the end, and
+/// lacking the entries committed after its last answer.
+#[test]
+fn a_follower_shows_its_readers_in_its_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics: Vec<std::net::SocketAddr> = engine::node::local::free_loopback_addresses(3)
+        .unwrap()
+        .iter()
+        .map(|a| a.peer_address.socket_addr().expect("numeric"))
+        .collect();
+    let addresses = metrics.clone();
+    let (nodes, config) = start_cluster(dir.path(), move |file| {
+        for (node, address) in file.nodes.iter_mut().zip(&addresses) {
+            node.metrics_address = Some(*address);
+        }
+    });
+    let (mut client, all) = runtime().block_on(async {
+        three_up_with_a_leader(&config).await;
+        let mut client = Client::register(config.clone()).await.unwrap();
+        history(&mut client).await;
+        let all = common::wait_for(&config, "all applied", |all| {
+            all.len() == 3 && all.iter().all(|s| s.applied_index == all[0].applied_index)
+        });
+        (client, all.await)
+    });
+    let leader = common::leader_of(&all).expect("a leader");
+    let follower = all.iter().find(|s| s.node != leader).unwrap();
+    let (node, applied) = (follower.node.0, follower.applied_index.0 as f64);
+    let address = metrics[usize::from(node) - 1];
+    from_node(&nodes.cluster_file, node);
+    poll(address, "/metrics", |status, text| {
+        status == 200
+            && series(text, "engine_changes_readers") == Some(1.0)
+            && series(text, "engine_changes_journaled_index") >= Some(applied)
+            && series(text, "engine_changes_reader_lag_entries") == Some(0.0)
+            && series(text, "engine_changes_reader_lag_seconds") == Some(0.0)
+    });
+    let transfer = BankCommand::Transfer {
+        from: AccountId(1),
+        to: AccountId(2),
+        amount: 1,
+    };
+    runtime()
+        .block_on(client.submit::<Bank>(&[transfer]))
+        .unwrap();
+    poll(address, "/metrics", |_, text| {
+        series(text, "engine_changes_reader_lag_entries").is_some_and(|lag| lag > 0.0)
+            && series(text, "engine_changes_reader_lag_seconds").is_some_and(|s| s > 0.0)
+    });
 }
 
 /// `GET path` on `gateway` with the callers' token: status and body.

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Most bytes of changes one answer holds, whatever the reader asks (half a frame's body: an
@@ -22,15 +23,62 @@ pub const CHANGES_WAIT_MS_MAX: u32 = 30_000;
 const CURSORS_KEPT: usize = 16;
 /// Bytes of a frame's body left for everything in an answer around the changes.
 const ANSWER_FIXED_BYTES_MAX: usize = 64 * 1024;
+/// How long after its last answer a reader still counts in the node's figures, in
+/// milliseconds: longer than the longest wait, so a following reader that waits counts.
+const READER_ACTIVE_MS: u64 = 2 * CHANGES_WAIT_MS_MAX as u64;
 
 /// Where an answer ended in the journal: the next entry, where its record starts, and the
-/// handler version of the record before it.
+/// handler version of the record before it; and the reader it went to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Cursor {
     next: EntryIndex,
     path: PathBuf,
     offset: u64,
     version: u32,
+    reader: Reader,
+}
+
+/// A reader as the node sees it through the answers it was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reader {
+    /// When its last answer was sent.
+    answered: Instant,
+    /// Since when it has lacked applied entries, if it does: its last answer that reached
+    /// the applied entries (anything later was applied after it), else its first answer.
+    since: Instant,
+}
+
+impl Reader {
+    /// A reader (`previous` when it was answered before) whose answer at `now` ended before
+    /// `next` while `applied` was applied.
+    fn answered(
+        previous: Option<Reader>,
+        (next, applied): (EntryIndex, EntryIndex),
+        now: Instant,
+    ) -> Self {
+        let since = if next > applied {
+            now
+        } else {
+            previous.map_or(now, |reader| reader.since)
+        };
+        Reader {
+            answered: now,
+            since,
+        }
+    }
+}
+
+/// The stream's readers and the journal, as the node's metrics show them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct ChangeFigures {
+    /// The last entry the journal has written.
+    pub(crate) journaled: EntryIndex,
+    /// Readers answered in the last [`READER_ACTIVE_MS`].
+    pub(crate) readers: u64,
+    /// The most applied entries one of them lacked after its last answer.
+    pub(crate) behind_entries: u64,
+    /// The longest one of them has been behind the applied entries, in seconds.
+    pub(crate) behind_seconds: f64,
 }
 
 /// What a node serves its change stream from: its journal, where recent answers ended, and
@@ -79,6 +127,8 @@ impl ChangeSource {
         // The journal lags the applied entries by a batch of the WAL's work: one still behind
         // them after the wait has stopped (a write failed), and a reader must go elsewhere.
         let journaled = *self.journaled.borrow();
+        // The journal follows the applied entries: what it holds was applied.
+        let applied = applied.max(journaled);
         if wait > 0 && journaled < request.from.index && applied >= request.from.index {
             let reason = format!("its journal stopped at entry {journaled}, applied {applied}");
             return Err(self.unreadable(reason));
@@ -122,7 +172,7 @@ impl ChangeSource {
                 oldest,
             });
         }
-        let start = self.start(&files, from.index);
+        let (start, previous) = self.start(&files, from.index);
         let budget = request.bytes_max.clamp(1, CHANGES_ANSWER_BYTES_MAX) as usize;
         let mut reading = Reading {
             from,
@@ -130,6 +180,7 @@ impl ChangeSource {
             used: 0,
             version: start.version,
             cursor: None,
+            reader: start.reader,
         };
         let first_file = files.iter().position(|(_, path)| *path == start.path);
         for (at, (_, path)) in files.iter().enumerate().skip(first_file.unwrap_or(0)) {
@@ -138,44 +189,79 @@ impl ChangeSource {
             } else {
                 0
             };
-            let bytes = read_from(path, offset).map_err(|e| self.unreadable(e))?;
+            let bytes = read_from(path, offset)
+                .map_err(|e| self.unreadable(format!("{}: {e}", path.display())))?;
             let done = reading.records(&bytes, (path, offset), &mut batch, self.node)?;
             if done {
                 break;
             }
         }
-        if let Some(cursor) = reading.cursor {
-            self.keep(cursor);
-        }
+        let mut ended = reading.cursor.unwrap_or(start);
+        ended.reader = Reader::answered(previous, (batch.next.index, applied), Instant::now());
+        self.keep(ended);
         Ok(batch)
     }
 
-    /// Where to start reading for entry `from`: a kept cursor at it, else the start of the
-    /// last file that begins at or before it.
-    fn start(&self, files: &[(EntryIndex, PathBuf)], from: EntryIndex) -> Cursor {
-        let cursors = self
-            .cursors
+    /// The journal's last entry and the readers answered lately, as of `now` with `applied`
+    /// applied.
+    pub(crate) fn figures(&self, applied: EntryIndex, now: Instant) -> ChangeFigures {
+        let mut figures = ChangeFigures {
+            journaled: *self.journaled.borrow(),
+            ..ChangeFigures::default()
+        };
+        let active = Duration::from_millis(READER_ACTIVE_MS);
+        let cursors = self.lock_cursors();
+        for cursor in cursors.iter() {
+            let reader = cursor.reader;
+            if now.saturating_duration_since(reader.answered) > active {
+                continue;
+            }
+            figures.readers += 1;
+            let behind = applied.0.saturating_sub(cursor.next.0.saturating_sub(1));
+            figures.behind_entries = figures.behind_entries.max(behind);
+            if behind > 0 {
+                let seconds = now.saturating_duration_since(reader.since).as_secs_f64();
+                figures.behind_seconds = figures.behind_seconds.max(seconds);
+            }
+        }
+        figures
+    }
+
+    fn lock_cursors(&self) -> std::sync::MutexGuard<'_, VecDeque<Cursor>> {
+        self.cursors
             .lock()
-            .expect("no reader panics holding the cursors");
-        let kept = cursors.iter().find(|c| c.next == from);
-        if let Some(cursor) = kept.filter(|c| files.iter().any(|(_, path)| *path == c.path)) {
-            return cursor.clone();
+            .expect("no reader panics holding the cursors")
+    }
+
+    /// Where to start reading for entry `from`: a kept cursor at it (taken, with the reader
+    /// it was kept for), else the start of the last file that begins at or before it.
+    fn start(&self, files: &[(EntryIndex, PathBuf)], from: EntryIndex) -> (Cursor, Option<Reader>) {
+        let mut cursors = self.lock_cursors();
+        let kept = cursors
+            .iter()
+            .position(|c| c.next == from && files.iter().any(|(_, path)| *path == c.path));
+        if let Some(cursor) = kept.and_then(|at| cursors.remove(at)) {
+            let reader = cursor.reader;
+            return (cursor, Some(reader));
         }
         let file = files.iter().rev().find(|(first, _)| *first <= from);
         let (_, path) = file.unwrap_or(&files[0]);
-        Cursor {
+        let now = Instant::now();
+        let cursor = Cursor {
             next: from,
             path: path.clone(),
             offset: 0,
             version: 0,
-        }
+            reader: Reader {
+                answered: now,
+                since: now,
+            },
+        };
+        (cursor, None)
     }
 
     fn keep(&self, cursor: Cursor) {
-        let mut cursors = self
-            .cursors
-            .lock()
-            .expect("no reader panics holding the cursors");
+        let mut cursors = self.lock_cursors();
         cursors.retain(|c| c.next != cursor.next);
         if cursors.len() == CURSORS_KEPT {
             cursors.pop_front();
@@ -185,12 +271,11 @@ impl ChangeSource {
 }
 
 /// The bytes of the file at `path` from `offset` on.
-fn read_from(path: &Path, offset: u64) -> Result<Vec<u8>, String> {
-    let describe = |error: std::io::Error| format!("{}: {error}", path.display());
-    let mut file = std::fs::File::open(path).map_err(describe)?;
-    file.seek(SeekFrom::Start(offset)).map_err(describe)?;
+fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
+    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(offset))?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(describe)?;
+    file.read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
@@ -202,6 +287,8 @@ struct Reading {
     used: usize,
     version: u32,
     cursor: Option<Cursor>,
+    /// The reader the answer goes to.
+    reader: Reader,
 }
 
 impl Reading {
@@ -270,6 +357,7 @@ impl Reading {
                 path: path.to_path_buf(),
                 offset: offset + at as u64,
                 version: record.version,
+                reader: self.reader,
             });
         }
         Ok(self.used >= self.budget)
@@ -291,5 +379,110 @@ impl Reading {
             kept.push_change(change);
         }
         Ok(kept.changes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::journal::JournalWriter;
+    use super::*;
+    use crate::apply::{Change, Ran};
+    use crate::ids::StateHash;
+    use std::sync::Arc;
+
+    /// A journal in `dir` holding entries `1..=last`, each with one command, and the change
+    /// stream served from it (the watch says the journal wrote through `last`).
+    fn source(dir: &Path, last: u64) -> (Arc<ChangeSource>, watch::Sender<EntryIndex>) {
+        let mut writer = JournalWriter::open(dir).unwrap();
+        for index in 1..=last {
+            let mut ran = Ran {
+                fingerprints: vec![1],
+                version: 1,
+                kept: true,
+                ..Ran::default()
+            };
+            let command = index.to_le_bytes();
+            ran.push_change(&Change {
+                position: 0,
+                command: &command,
+                outcome: b"ok",
+            });
+            let record = JournalRecord::of(EntryIndex(index), StateHash([0; 32]), ran);
+            writer.append(&record);
+        }
+        writer.flush().unwrap();
+        let (journaled, watch) = watch::channel(EntryIndex(last));
+        let source = ChangeSource::new((NodeId(2), true), dir, watch);
+        (Arc::new(source), journaled)
+    }
+
+    fn request(from: u64, wait_ms: u32) -> ChangesRequest {
+        ChangesRequest {
+            from: ChangePosition {
+                index: EntryIndex(from),
+                position: 0,
+            },
+            bytes_max: CHANGES_ANSWER_BYTES_MAX,
+            wait_ms,
+        }
+    }
+
+    /// Proves a node whose journal stopped short of its applied entries (a write failed)
+    /// refuses, after the reader's wait, the entries it cannot serve as unreadable, naming
+    /// where the journal stopped, while what the journal holds is still served.
+    #[tokio::test]
+    async fn a_journal_that_stopped_short_is_unreadable_past_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let (source, _journaled) = source(dir.path(), 5);
+        let answer = Arc::clone(&source).answer(request(6, 20), EntryIndex(9));
+        match answer.await {
+            Err(ChangesRefusal::Unreadable { node, reason }) => {
+                assert_eq!(node, NodeId(2));
+                assert!(reason.contains("stopped at entry 5"), "{reason}");
+            }
+            other => panic!("expected unreadable, got {other:?}"),
+        }
+        let served = Arc::clone(&source).answer(request(3, 20), EntryIndex(9));
+        let batch = served.await.expect("the journaled entries are served");
+        let indexes: Vec<u64> = batch.entries.iter().map(|e| e.index.0).collect();
+        assert_eq!(indexes, [3, 4, 5]);
+        assert_eq!(batch.next.index, EntryIndex(6));
+    }
+
+    /// Proves the node's figures count the readers it answered lately, how many applied
+    /// entries the furthest behind lacks and since when, and that a reader that caught up
+    /// lacks nothing; readers answered longer ago than the window do not count.
+    #[tokio::test]
+    async fn the_figures_follow_the_readers_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let (source, _journaled) = source(dir.path(), 8);
+        let small = ChangesRequest {
+            bytes_max: 1,
+            ..request(1, 0)
+        };
+        let first = Arc::clone(&source).answer(small, EntryIndex(8)).await;
+        assert_eq!(first.unwrap().next.index, EntryIndex(2));
+        let started = Instant::now();
+        let figures = source.figures(EntryIndex(8), started);
+        assert_eq!((figures.journaled, figures.readers), (EntryIndex(8), 1));
+        assert_eq!(figures.behind_entries, 7);
+        let later = started + Duration::from_secs(3);
+        let behind = source.figures(EntryIndex(8), later).behind_seconds;
+        assert!(behind >= 3.0, "behind for {behind} s");
+        // The same reader goes on where it stopped and reaches the end: it lacks nothing.
+        let rest = Arc::clone(&source)
+            .answer(request(2, 0), EntryIndex(8))
+            .await;
+        assert_eq!(rest.unwrap().next.index, EntryIndex(9));
+        let figures = source.figures(EntryIndex(8), Instant::now());
+        assert_eq!((figures.readers, figures.behind_entries), (1, 0));
+        assert_eq!(figures.behind_seconds, 0.0);
+        // Two entries applied since: it lacks them, for no longer than since its answer.
+        let now = Instant::now();
+        let figures = source.figures(EntryIndex(10), now);
+        assert_eq!(figures.behind_entries, 2);
+        assert!(figures.behind_seconds < 3.0);
+        let gone = now + Duration::from_millis(READER_ACTIVE_MS + 1);
+        assert_eq!(source.figures(EntryIndex(10), gone).readers, 0);
     }
 }

@@ -732,6 +732,7 @@ impl<H: Handler> Driver<H> {
             peers: self.replica.peer_lags(),
             snapshot_age: self.snapshot_at.elapsed(),
             leader_commit: self.replica.core().leader_commit(),
+            changes: (self.changes).figures(machine.applied_index(), Instant::now()),
         };
         self.board.0.publish(figures);
         self.board.1 = Instant::now();

@@ -165,6 +165,15 @@ struct PeerFamilies {
     round_trip_seconds: Family<Peer, Gauge<f64, AtomicU64>>,
 }
 
+/// The change stream: how far the journal has written and how far behind its readers are.
+#[derive(Clone, Default)]
+struct ChangeGauges {
+    journaled_index: Gauge,
+    readers: Gauge,
+    reader_lag_entries: Gauge,
+    reader_lag_seconds: Gauge<f64, AtomicU64>,
+}
+
 /// The process: CPU, memory, descriptors (the conventional `process_` names).
 #[derive(Clone, Default)]
 struct ProcessGauges {
@@ -181,6 +190,7 @@ pub struct NodeMetrics {
     status: StatusGauges,
     room: Room,
     peers: PeerFamilies,
+    changes: ChangeGauges,
     process: ProcessGauges,
     build: Family<Build, Gauge>,
     entries_committed: Counter,
@@ -211,6 +221,7 @@ impl NodeMetrics {
             status: StatusGauges::default(),
             room: Room::default(),
             peers: PeerFamilies::default(),
+            changes: ChangeGauges::default(),
             process: ProcessGauges::default(),
             build: Family::default(),
             entries_committed: Counter::default(),
@@ -250,6 +261,7 @@ impl NodeMetrics {
         self.register_status(r);
         self.register_room(r);
         self.register_peers(r);
+        self.register_changes(r);
         self.register_data_path(r);
         self.register_events(r);
         let p = root.sub_registry_with_prefix("process");
@@ -366,6 +378,31 @@ impl NodeMetrics {
             "on the leader: proposal to a follower's durable acknowledgement, last entry",
             Unit::Seconds,
             peers.round_trip_seconds.clone(),
+        );
+    }
+
+    fn register_changes(&self, r: &mut Registry) {
+        let changes = &self.changes;
+        r.register(
+            "changes_journaled_index",
+            "the last entry whose changes the apply journal has written",
+            changes.journaled_index.clone(),
+        );
+        r.register(
+            "changes_readers",
+            "change-stream readers answered in the last minute",
+            changes.readers.clone(),
+        );
+        r.register(
+            "changes_reader_lag_entries",
+            "applied entries the furthest-behind recent reader has not been sent",
+            changes.reader_lag_entries.clone(),
+        );
+        r.register_with_unit(
+            "changes_reader_lag",
+            "how long the furthest-behind recent reader has lacked applied entries",
+            Unit::Seconds,
+            changes.reader_lag_seconds.clone(),
         );
     }
 
@@ -559,6 +596,12 @@ impl NodeMetrics {
         room.snapshot_age.set(figures.snapshot_age.as_secs_f64());
         (self.status.handler_version).set(i64::from(figures.handler_version));
         self.observe_peers(&figures.peers);
+        let changes = &self.changes;
+        let stream = &figures.changes;
+        changes.journaled_index.set(stream.journaled.0 as i64);
+        changes.readers.set(stream.readers as i64);
+        changes.reader_lag_entries.set(stream.behind_entries as i64);
+        changes.reader_lag_seconds.set(stream.behind_seconds);
     }
 
     /// Sets the per-peer series to `lags`; a follower no longer reported (this node stopped
@@ -746,6 +789,12 @@ mod tests {
             peers: vec![lag],
             snapshot_age: Duration::from_millis(2_500),
             leader_commit: status().commit_index,
+            changes: crate::node::changes::ChangeFigures {
+                journaled: EntryIndex(9),
+                readers: 2,
+                behind_entries: 7,
+                behind_seconds: 0.25,
+            },
         }
     }
 
@@ -849,6 +898,10 @@ mod tests {
             format!("engine_disk_free_bytes{{{h}}} 10"),
             format!("engine_disk_size_bytes{{{h}}} 100"),
             format!("engine_peer_lag_entries{{{h},peer=\"3\"}} 4"),
+            format!("engine_changes_journaled_index{{{h}}} 9"),
+            format!("engine_changes_readers{{{h}}} 2"),
+            format!("engine_changes_reader_lag_entries{{{h}}} 7"),
+            format!("engine_changes_reader_lag_seconds{{{h}}} 0.25"),
             format!("engine_peer_lag_seconds{{{h},peer=\"3\"}} 0.0015"),
             format!("engine_peer_round_trip_seconds{{{h},peer=\"3\"}} 0.00025"),
             format!("engine_refusals_total{{{h},reason=\"unauthenticated\"}} 1"),

@@ -42,6 +42,8 @@ pub(crate) struct Figures {
     /// The newest commit index the node knows of: a follower's own commit index stops at the
     /// end of its log, so one catching up would look current by it alone.
     pub(crate) leader_commit: EntryIndex,
+    /// The change stream's journal and readers.
+    pub(crate) changes: super::changes::ChangeFigures,
 }
 
 /// Where the driver publishes and the endpoints read. Cloning shares it.
@@ -179,6 +181,7 @@ mod tests {
             peers: vec![],
             snapshot_age: Duration::ZERO,
             leader_commit: EntryIndex(900),
+            changes: Default::default(),
         }
     }
 

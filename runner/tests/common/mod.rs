@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod gateway;
+pub mod probe;
 pub mod rabbit;
 
 use bank::workload::account_id;
