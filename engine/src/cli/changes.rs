@@ -134,11 +134,17 @@ impl<H: CliHandler> Lines<H> {
         }
     }
 
-    /// Forgets the handler version of the last entry written: the next entry's is not taken
-    /// for a change (a reader that goes back, to where its consumer confirmed, would see
-    /// entries older than the last one it wrote).
-    pub fn forget_version(&mut self) {
-        self.version = None;
+    /// The handler version of the last entry written (`None` before the first).
+    pub fn version(&self) -> Option<u32> {
+        self.version
+    }
+
+    /// Takes `version` for the handler version of the entry before the next one written: a
+    /// reader that goes back to where its consumer confirmed passes the version it had there,
+    /// so an upgrade among the entries read again still shows; `None` when it is unknown (no
+    /// upgrade line before the next entry).
+    pub fn resume_version(&mut self, version: Option<u32>) {
+        self.version = version;
     }
 
     /// Hands each line of `entry` to `each`, in order, with its position (no newline).
@@ -421,6 +427,13 @@ mod tests {
         let upgraded = chosen.of(&entry(8, 2, &changes[..1])).unwrap();
         assert_eq!(upgraded[0]["upgrade"], json!({"from": 1, "to": 2}));
         assert_eq!(upgraded[1]["version"], json!(2));
+        assert_eq!(chosen.version(), Some(2));
+        // Read again from entry 8, the version before it given back: the upgrade shows again.
+        chosen.resume_version(Some(1));
+        let again = chosen.of(&entry(8, 2, &changes[..1])).unwrap();
+        assert_eq!(again, upgraded);
+        chosen.resume_version(None);
+        assert_eq!(chosen.of(&entry(8, 2, &changes[..1])).unwrap().len(), 1);
     }
 
     /// Proves positions read as entry and position, an entry alone as its first command, and

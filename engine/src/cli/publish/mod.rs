@@ -11,7 +11,7 @@ mod broker;
 mod progress;
 
 pub use broker::{Broker, BrokerError, Message};
-pub use progress::{Lag, Progress, ProgressError};
+pub use progress::{Kept, Lag, Progress, ProgressError};
 
 use super::changes::{CHANGES_FOLLOW_WAIT_MS, CHANGES_RETRY_MS, CHANGES_STATUS_TIMEOUT_S};
 use super::changes::{Lines, Publish, exit_of, parse_position};
@@ -87,12 +87,18 @@ pub fn publish<H: CliHandler>(args: PublishArgs, publish: Publish<H>) -> anyhow:
     let nodes = (file.nodes.iter())
         .map(|n| (NodeId(n.id), n.client_address.clone()))
         .collect();
-    let stream = ChangeStream::new(file.client_config()?, nodes, start.unwrap_or(args.from));
+    let start = start.unwrap_or(Kept {
+        next: args.from,
+        version: None,
+    });
+    let stream = ChangeStream::new(file.client_config()?, nodes, start.next);
     let metrics = Arc::new(PublisherMetrics::default());
+    let mut lines = Lines::<H>::new(publish);
+    lines.resume_version(start.version);
     let publisher = Publisher {
-        confirmed: stream.position(),
+        confirmed: start,
         stream,
-        lines: Lines::<H>::new(publish),
+        lines,
         progress,
         lag: Lag::default(),
         metrics: Arc::clone(&metrics),
@@ -112,8 +118,9 @@ pub fn publish<H: CliHandler>(args: PublishArgs, publish: Publish<H>) -> anyhow:
 /// A publisher: the stream it reads, what it publishes of each command, where it stands.
 struct Publisher<H: CliHandler> {
     stream: ChangeStream<ClientConfig>,
-    /// The position after the last message the broker confirmed (kept in `progress`).
-    confirmed: ChangePosition,
+    /// The position after the last message the broker confirmed and the handler version
+    /// before it (kept in `progress`).
+    confirmed: Kept,
     lines: Lines<H>,
     progress: Progress,
     lag: Lag,
@@ -129,7 +136,7 @@ impl<H: CliHandler> Publisher<H> {
         self.stream.prefer_followers(timeout).await;
         tracing::info!(
             exchange = args.exchange,
-            from = %position(self.confirmed),
+            from = %position(self.confirmed.next),
             progress = %self.progress.path().display(),
             "publishing the change stream"
         );
@@ -146,11 +153,11 @@ impl<H: CliHandler> Publisher<H> {
             match self.publish_batches(&broker).await {
                 Ok(never) => match never {},
                 Err(Stop::Broker(error)) => {
-                    let from = position(self.confirmed);
+                    let from = position(self.confirmed.next);
                     tracing::warn!(%error, from, "the broker failed; publishing again from the last confirmed position");
                     self.metrics.reconnects.inc();
-                    self.stream.seek(self.confirmed);
-                    self.lines.forget_version();
+                    self.stream.seek(self.confirmed.next);
+                    self.lines.resume_version(self.confirmed.version);
                 }
                 Err(Stop::Fatal(error)) => return Err(error),
             }
@@ -221,13 +228,17 @@ impl<H: CliHandler> Publisher<H> {
     /// Keeps the position after `batch`, whose messages the broker confirmed, durably.
     async fn confirm(&mut self, batch: &ChangeBatch) -> anyhow::Result<()> {
         let now = Instant::now();
-        if batch.next != self.confirmed {
+        // The lines are written through the batch's end: their version is the confirmed one.
+        let kept = Kept {
+            next: batch.next,
+            version: self.lines.version(),
+        };
+        if kept != self.confirmed {
             let progress = self.progress.clone();
-            let next = batch.next;
-            tokio::task::spawn_blocking(move || progress.write(next)).await??;
-            self.confirmed = next;
+            tokio::task::spawn_blocking(move || progress.write(kept)).await??;
+            self.confirmed = kept;
         }
-        let confirmed = self.confirmed.index.prev();
+        let confirmed = self.confirmed.next.index.prev();
         self.lag.confirmed(confirmed);
         self.metrics
             .set(confirmed, batch.applied, self.lag.seconds(now));

@@ -1,6 +1,7 @@
 //! Where a publisher stands, kept durably: the position after the last change the broker
-//! confirmed, in a file of its own (`{"exchange": NAME, "next": "ENTRY.POSITION"}`, written
-//! to a temporary file, fsynced and renamed). A restarted publisher goes on from it, so every
+//! confirmed, in a file of its own (`{"exchange": NAME, "next": "ENTRY.POSITION", "version":
+//! V}`, written to a temporary file, fsynced and renamed; `version` is the handler version in
+//! force before `next`, so that an upgrade among the entries published again still shows). A restarted publisher goes on from it, so every
 //! change reaches the broker at least once, and one seen twice carries the same position.
 
 use crate::cli::changes::{PositionError, parse_position};
@@ -48,6 +49,16 @@ pub enum ProgressError {
     },
 }
 
+/// Where a publisher stands: the position after the last change confirmed, and the handler
+/// version in force before it (absent from a file an older build wrote).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// The position after the last change the broker confirmed.
+    pub next: ChangePosition,
+    /// The handler version of the last entry confirmed, if known.
+    pub version: Option<u32>,
+}
+
 /// A publisher's durable position.
 #[derive(Clone, Debug)]
 pub struct Progress {
@@ -70,7 +81,7 @@ impl Progress {
     }
 
     /// The position kept, or `None` when there is no file yet.
-    pub fn read(&self) -> Result<Option<ChangePosition>, ProgressError> {
+    pub fn read(&self) -> Result<Option<Kept>, ProgressError> {
         let text = match std::fs::read(&self.path) {
             Ok(text) => text,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -95,14 +106,23 @@ impl Progress {
             .as_str()
             .ok_or_else(|| malformed("no next".into()))?;
         let next = parse_position(next).map_err(|e: PositionError| malformed(e.to_string()))?;
-        Ok(Some(next))
+        let version = &value["version"];
+        let version = if version.is_null() {
+            None
+        } else {
+            let number = version.as_u64().and_then(|v| u32::try_from(v).ok());
+            Some(number.ok_or_else(|| malformed(format!("version {version} is not a u32")))?)
+        };
+        Ok(Some(Kept { next, version }))
     }
 
-    /// Keeps `next` durably.
-    pub fn write(&self, next: ChangePosition) -> Result<(), ProgressError> {
+    /// Keeps `kept` durably.
+    pub fn write(&self, kept: Kept) -> Result<(), ProgressError> {
+        let next = kept.next;
         let text = json!({
             "exchange": self.exchange,
             "next": format!("{}.{}", next.index.0, next.position),
+            "version": kept.version,
         });
         crate::files::write_durably(&self.path, format!("{text}\n").as_bytes())
             .map_err(|e| self.io(e.source))
@@ -164,12 +184,25 @@ mod tests {
         let path = dir.path().join("progress");
         let progress = Progress::new(path.clone(), "ledger");
         assert!(progress.read().unwrap().is_none());
-        let at = ChangePosition {
+        let next = ChangePosition {
             index: EntryIndex(42),
             position: 7,
         };
-        progress.write(at).unwrap();
-        assert_eq!(progress.read().unwrap(), Some(at));
+        for version in [Some(3), None] {
+            let at = Kept { next, version };
+            progress.write(at).unwrap();
+            assert_eq!(progress.read().unwrap(), Some(at));
+        }
+        // An older build's file names no version.
+        std::fs::write(&path, r#"{"exchange":"ledger","next":"42.7"}"#).unwrap();
+        let older = progress.read().unwrap();
+        assert_eq!(
+            older,
+            Some(Kept {
+                next,
+                version: None
+            })
+        );
         let other = Progress::new(path.clone(), "orders").read().unwrap_err();
         assert!(
             matches!(other, ProgressError::OtherExchange { .. }),
