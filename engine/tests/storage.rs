@@ -418,23 +418,29 @@ fn write_some(
 /// 122209, I4). The term counts the entries readable beyond damage in that log too (here the
 /// log is cut at entry 10, of term 2, and entries up to 20, of term 3, lie beyond it): seed
 /// 165093 rebuilt a node at the term before the damage, which then acknowledged appends of a
-/// term below the one whose committed entries it had acknowledged.
+/// term below the one whose committed entries it had acknowledged. A hard state missing beside
+/// the log is lost as much as a damaged one: its vote went with it.
 #[test]
 fn a_rebuild_after_a_lost_hard_state_starts_at_its_logs_last_term() {
-    for damaged in [None, Some(EntryIndex(10))] {
+    let cases = [(None, true), (Some(EntryIndex(10)), true), (None, false)];
+    for (damaged, hard_state_kept) in cases {
         let disk = SimDisk::new();
         let dir = Path::new("/data");
         disk.create_dir_all(dir).unwrap();
         write_log_damaging(&disk, &dir.join("wal"), 20, damaged);
-        disk.write_durably(&dir.join("hard_state"), b"not a hard state")
-            .unwrap();
+        if hard_state_kept {
+            disk.write_durably(&dir.join("hard_state"), b"not a hard state")
+                .unwrap();
+        }
         let hard = rebuilt_hard_state(&disk, dir);
-        assert_eq!(hard.term, Term(3), "{damaged:?}: {hard:?}");
+        let case = format!("{damaged:?}, hard state kept damaged: {hard_state_kept}");
+        assert_eq!(hard.term, Term(3), "{case}: {hard:?}");
         assert_eq!(
             hard.votes_lost,
-            Some(engine::internals::core::LostVotes::Unknown)
+            Some(engine::internals::core::LostVotes::Unknown),
+            "{case}"
         );
-        assert_eq!(hard.repair.map(|r| r.index), Some(EntryIndex(20)));
+        assert_eq!(hard.repair.map(|r| r.index), Some(EntryIndex(20)), "{case}");
     }
 }
 

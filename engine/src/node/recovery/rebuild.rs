@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Starts the node empty over data a plan refused (`refusal`): the hard state is kept when it
-/// reads; a repair obligation covering the log the node had is made durable first (a damaged
+/// reads (damaged or missing, its votes are marked lost); a repair obligation covering the log the node had is made durable first (a damaged
 /// hard state copied to quarantine before it is replaced); then the log and the snapshots are
 /// moved to quarantine. A crash at any step leaves the data, and the obligation once written.
 pub(super) fn rebuild_from_leader<S: Storage, H: Handler>(
@@ -29,29 +29,36 @@ pub(super) fn rebuild_from_leader<S: Storage, H: Handler>(
     options: &RecoveryOptions,
     (stamp, refusal): (Option<Identity>, &Refusal),
 ) -> Result<Plan<H, S>, NodeError> {
-    let (mut hard_state, hard_damaged) = match read_hard_state_on(storage, dir) {
-        Ok(state) => (state, false),
-        // Its term and vote are lost: it votes again only above every term the others hold.
-        Err(NodeError::Corrupt { .. }) => (
-            HardState {
-                votes_lost: Some(LostVotes::Unknown),
-                ..HardState::default()
-            },
-            true,
-        ),
+    let lost = HardState {
+        votes_lost: Some(LostVotes::Unknown),
+        ..HardState::default()
+    };
+    let hard_state_path = dir.join(HARD_STATE_FILE);
+    let hard_kept = storage
+        .exists(&hard_state_path)
+        .map_err(|source| NodeError::Io {
+            path: hard_state_path,
+            source,
+        })?;
+    // Its term and vote are lost, whether the file is damaged or missing: it votes again only
+    // above every term the others hold.
+    let (mut hard_state, hard_damaged, hard_lost) = match read_hard_state_on(storage, dir) {
+        Ok(state) if hard_kept => (state, false, false),
+        Ok(_) => (lost, false, true),
+        Err(NodeError::Corrupt { .. }) => (lost, true, true),
         Err(other) => return Err(other),
     };
     let (repair, reached) = rebuilt_repair(storage, dir, options)?;
     tracing::debug!(
         ?repair,
         term = reached.0,
-        hard_damaged,
+        hard_lost,
         "rebuild: what the old log shows"
     );
     if let Some(repair) = repair {
         hard_state.repair = Some(hard_state.repair.map_or(repair, |r| r.merge(repair)));
     }
-    if hard_damaged {
+    if hard_lost {
         // The lost hard state took the term with it, but the log shows a term the node had
         // reached. Starting below it, the node would take appends from a leader of an older
         // term and acknowledge them: a majority for entries that a later term's leader
@@ -78,7 +85,7 @@ pub(super) fn rebuild_from_leader<S: Storage, H: Handler>(
         // Copied there before it was replaced.
         kept.push(PathBuf::from(HARD_STATE_FILE));
     }
-    let rebuilt = rebuilt_message(refusal, &kept, &folder, hard_damaged, hard_state.repair);
+    let rebuilt = rebuilt_message(refusal, &kept, &folder, hard_lost, hard_state.repair);
     Ok(Plan {
         machine: options.machine(handler),
         wal,
