@@ -69,7 +69,9 @@ impl Sessions {
             self.clock_ms, 0,
             "only sessions before any time are untimed"
         );
-        let clients: Vec<ClientId> = self.by_client.keys().copied().collect();
+        let mut clients: Vec<ClientId> = self.by_client.keys().copied().collect();
+        // In client order, as every replica journals them.
+        clients.sort_unstable();
         for client in clients {
             self.note(client);
             let session = self.by_client.get_mut(&client).expect("listed");

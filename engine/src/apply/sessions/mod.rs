@@ -7,6 +7,7 @@ use crate::ids::{ClientId, EntryIndex, RequestNumber};
 pub use age::SESSIONS_AGED_PER_ENTRY_MAX;
 pub use age::{SESSION_RETENTION_S_DEFAULT, SESSION_RETENTION_S_MAX, SESSION_RETENTION_S_MIN};
 use index::{AgeIndex, Standing};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod age;
@@ -282,7 +283,12 @@ pub(crate) struct Journal {
 /// All client sessions.
 #[derive(Clone, Debug)]
 pub struct Sessions {
-    by_client: BTreeMap<ClientId, Session>,
+    /// Hashed, not ordered: a session is looked up, put and taken out per command, and its
+    /// value is large (an ordered map moves its neighbours' values on each insert and
+    /// remove). Nothing replicated depends on its order: eviction and expiry go by the age
+    /// index, and snapshots take the sessions in client order (`committed`). Fx, as the
+    /// state's own tables hash their keys.
+    by_client: FxHashMap<ClientId, Session>,
     /// Every session of `by_client` in order of last activity, by standing.
     index: AgeIndex,
     /// While an entry runs speculatively: what each change replaced.
@@ -309,7 +315,7 @@ impl Sessions {
     /// No sessions; at most `limit` live ones, each kept at most `retention_s` inactive.
     pub fn new(limit: usize, retention_s: u64) -> Self {
         Sessions {
-            by_client: BTreeMap::new(),
+            by_client: FxHashMap::default(),
             index: AgeIndex::default(),
             journal: None,
             limit,
@@ -544,7 +550,9 @@ impl Sessions {
     /// Every session as committed: a session a pending speculation changed has the value its
     /// journal kept (the oldest journal first), in client order.
     pub(crate) fn committed(&self, pending: &[&Journal]) -> Vec<(ClientId, Session)> {
-        let mut committed = self.by_client.clone();
+        let mut committed: BTreeMap<ClientId, Session> = (self.by_client.iter())
+            .map(|(client, session)| (*client, session.clone()))
+            .collect();
         let mut fixed = BTreeSet::new();
         for (client, before) in pending.iter().flat_map(|journal| journal.sessions.iter()) {
             if fixed.insert(*client) {
@@ -599,26 +607,33 @@ impl Sessions {
     /// [`EXPIRED_SESSIONS_PER_SESSION`] times the limit are then expired, forgets the mark
     /// made first.
     fn expire(&mut self, client: ClientId, at: EntryIndex) {
-        self.note(client);
         let clock_ms = self.clock_ms;
-        let dropped = self.update(client, |session| {
-            let dropped = session.results_bytes();
-            *session = session.expired(at, clock_ms);
-            dropped
+        let before = self.update(client, |session| {
+            let mark = session.expired(at, clock_ms);
+            std::mem::replace(session, mark)
         });
-        self.results_bytes -= dropped;
+        self.results_bytes -= before.results_bytes();
+        self.noted(client, Some(before));
         if self.index.len(Standing::Expired) > EXPIRED_SESSIONS_PER_SESSION * self.limit
             && let Some(oldest) = self.index.oldest(Standing::Expired)
         {
-            self.note(oldest);
-            self.replace(oldest, None);
+            let forgotten = self.replace(oldest, None);
+            self.noted(oldest, forgotten);
         }
     }
 
     /// Journals `client`'s session before a change.
     fn note(&mut self, client: ClientId) {
-        if let Some(journal) = &mut self.journal {
+        if self.journal.is_some() {
             let before = self.by_client.get(&client).cloned();
+            self.noted(client, before);
+        }
+    }
+
+    /// Journals that `client`'s session was `before` until the change just made (the session
+    /// taken out rather than copied; no other change to it in between).
+    fn noted(&mut self, client: ClientId, before: Option<Session>) {
+        if let Some(journal) = &mut self.journal {
             journal.sessions.push((client, before));
         }
     }
