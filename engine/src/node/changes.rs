@@ -28,14 +28,16 @@ const ANSWER_FIXED_BYTES_MAX: usize = 64 * 1024;
 const READER_ACTIVE_MS: u64 = 2 * CHANGES_WAIT_MS_MAX as u64;
 
 /// Where an answer ended in the journal: the next entry, where its record starts, and the
-/// handler version of the record before it; and the reader it went to.
+/// handler version of the record before it; and the reader it went to, until that reader
+/// asks again (a position read again, by another reader or after a reconnect, finds the
+/// cursor still, without a reader).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Cursor {
     next: EntryIndex,
     path: PathBuf,
     offset: u64,
     version: u32,
-    reader: Reader,
+    reader: Option<Reader>,
 }
 
 /// A reader as the node sees it through the answers it was sent.
@@ -180,7 +182,6 @@ impl ChangeSource {
             used: 0,
             version: start.version,
             cursor: None,
-            reader: start.reader,
         };
         let first_file = files.iter().position(|(_, path)| *path == start.path);
         for (at, (_, path)) in files.iter().enumerate().skip(first_file.unwrap_or(0)) {
@@ -197,7 +198,8 @@ impl ChangeSource {
             }
         }
         let mut ended = reading.cursor.unwrap_or(start);
-        ended.reader = Reader::answered(previous, (batch.next.index, applied), Instant::now());
+        let now = Instant::now();
+        ended.reader = Some(Reader::answered(previous, (batch.next.index, applied), now));
         self.keep(ended);
         Ok(batch)
     }
@@ -212,7 +214,9 @@ impl ChangeSource {
         let active = Duration::from_millis(READER_ACTIVE_MS);
         let cursors = self.lock_cursors();
         for cursor in cursors.iter() {
-            let reader = cursor.reader;
+            let Some(reader) = cursor.reader else {
+                continue;
+            };
             if now.saturating_duration_since(reader.answered) > active {
                 continue;
             }
@@ -233,29 +237,25 @@ impl ChangeSource {
             .expect("no reader panics holding the cursors")
     }
 
-    /// Where to start reading for entry `from`: a kept cursor at it (taken, with the reader
-    /// it was kept for), else the start of the last file that begins at or before it.
+    /// Where to start reading for entry `from`: a kept cursor at it (its reader taken: the
+    /// answer's end will carry it), else the start of the last file that begins at or before
+    /// it.
     fn start(&self, files: &[(EntryIndex, PathBuf)], from: EntryIndex) -> (Cursor, Option<Reader>) {
         let mut cursors = self.lock_cursors();
-        let kept = cursors
-            .iter()
-            .position(|c| c.next == from && files.iter().any(|(_, path)| *path == c.path));
-        if let Some(cursor) = kept.and_then(|at| cursors.remove(at)) {
-            let reader = cursor.reader;
-            return (cursor, Some(reader));
+        let kept = (cursors.iter_mut())
+            .find(|c| c.next == from && files.iter().any(|(_, path)| *path == c.path));
+        if let Some(cursor) = kept {
+            let reader = cursor.reader.take();
+            return (cursor.clone(), reader);
         }
         let file = files.iter().rev().find(|(first, _)| *first <= from);
         let (_, path) = file.unwrap_or(&files[0]);
-        let now = Instant::now();
         let cursor = Cursor {
             next: from,
             path: path.clone(),
             offset: 0,
             version: 0,
-            reader: Reader {
-                answered: now,
-                since: now,
-            },
+            reader: None,
         };
         (cursor, None)
     }
@@ -287,8 +287,6 @@ struct Reading {
     used: usize,
     version: u32,
     cursor: Option<Cursor>,
-    /// The reader the answer goes to.
-    reader: Reader,
 }
 
 impl Reading {
@@ -357,7 +355,7 @@ impl Reading {
                 path: path.to_path_buf(),
                 offset: offset + at as u64,
                 version: record.version,
-                reader: self.reader,
+                reader: None,
             });
         }
         Ok(self.used >= self.budget)
@@ -477,6 +475,12 @@ mod tests {
         let figures = source.figures(EntryIndex(8), Instant::now());
         assert_eq!((figures.readers, figures.behind_entries), (1, 0));
         assert_eq!(figures.behind_seconds, 0.0);
+        // Another reader reads from entry 2 again: the same entries, from the cursor kept
+        // there; the place it left is no reader, and two readers at one end count once.
+        let again = Arc::clone(&source).answer(request(2, 0), EntryIndex(8)).await;
+        let indexes: Vec<u64> = again.unwrap().entries.iter().map(|e| e.index.0).collect();
+        assert_eq!(indexes, (2..=8).collect::<Vec<_>>());
+        assert_eq!(source.figures(EntryIndex(8), Instant::now()).readers, 1);
         // Two entries applied since: it lacks them, for no longer than since its answer.
         let now = Instant::now();
         let figures = source.figures(EntryIndex(10), now);
