@@ -477,7 +477,9 @@ mod tests {
         assert_eq!(figures.behind_seconds, 0.0);
         // Another reader reads from entry 2 again: the same entries, from the cursor kept
         // there; the place it left is no reader, and two readers at one end count once.
-        let again = Arc::clone(&source).answer(request(2, 0), EntryIndex(8)).await;
+        let again = Arc::clone(&source)
+            .answer(request(2, 0), EntryIndex(8))
+            .await;
         let indexes: Vec<u64> = again.unwrap().entries.iter().map(|e| e.index.0).collect();
         assert_eq!(indexes, (2..=8).collect::<Vec<_>>());
         assert_eq!(source.figures(EntryIndex(8), Instant::now()).readers, 1);

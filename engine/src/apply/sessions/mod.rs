@@ -283,12 +283,13 @@ pub(crate) struct Journal {
 /// All client sessions.
 #[derive(Clone, Debug)]
 pub struct Sessions {
-    /// Hashed, not ordered: a session is looked up, put and taken out per command, and its
-    /// value is large (an ordered map moves its neighbours' values on each insert and
-    /// remove). Nothing replicated depends on its order: eviction and expiry go by the age
-    /// index, and snapshots take the sessions in client order (`committed`). Fx, as the
-    /// state's own tables hash their keys.
-    by_client: FxHashMap<ClientId, Session>,
+    /// Hashed, not ordered: a session is looked up, put and taken out per command, and
+    /// nothing replicated depends on the map's order (eviction and expiry go by the age
+    /// index, snapshots take the sessions in client order: `committed`). Boxed, so that the
+    /// table's slack after it doubles costs a pointer a slot, not a session: what a session
+    /// allocates stays near [`SESSION_BYTES_FIXED`] at every count. Fx, as the state's own
+    /// tables hash their keys.
+    by_client: FxHashMap<ClientId, Box<Session>>,
     /// Every session of `by_client` in order of last activity, by standing.
     index: AgeIndex,
     /// While an entry runs speculatively: what each change replaced.
@@ -353,7 +354,7 @@ impl Sessions {
             self.results_bytes,
             self.by_client
                 .values()
-                .map(Session::results_bytes)
+                .map(|session| session.results_bytes())
                 .sum::<u64>(),
             "the sessions' results bytes are counted as held"
         );
@@ -441,7 +442,7 @@ impl Sessions {
     }
 
     pub(crate) fn get(&self, client: ClientId) -> Option<&Session> {
-        self.by_client.get(&client)
+        self.by_client.get(&client).map(|session| &**session)
     }
 
     /// Takes the results so far out of `client`'s session, which a fragment then extends.
@@ -488,7 +489,7 @@ impl Sessions {
     /// Puts `session` in `client`'s place (none: removes it), keeping the age index and the
     /// count of results' bytes in step; returns what it replaced.
     fn replace(&mut self, client: ClientId, session: Option<Session>) -> Option<Session> {
-        let replaced = self.by_client.remove(&client);
+        let replaced = self.by_client.remove(&client).map(|session| *session);
         if let Some(replaced) = &replaced {
             self.index.remove(client, replaced);
             assert!(
@@ -500,7 +501,7 @@ impl Sessions {
         if let Some(session) = session {
             self.index.insert(client, &session);
             self.results_bytes += session.results_bytes();
-            self.by_client.insert(client, session);
+            self.by_client.insert(client, Box::new(session));
         }
         replaced
     }
@@ -534,7 +535,7 @@ impl Sessions {
                 return before.as_ref();
             }
         }
-        self.by_client.get(&client)
+        self.by_client.get(&client).map(|session| &**session)
     }
 
     /// The state clock as committed: the one before the oldest pending speculation, if any.
@@ -551,7 +552,7 @@ impl Sessions {
     /// journal kept (the oldest journal first), in client order.
     pub(crate) fn committed(&self, pending: &[&Journal]) -> Vec<(ClientId, Session)> {
         let mut committed: BTreeMap<ClientId, Session> = (self.by_client.iter())
-            .map(|(client, session)| (*client, session.clone()))
+            .map(|(client, session)| (*client, Session::clone(session)))
             .collect();
         let mut fixed = BTreeSet::new();
         for (client, before) in pending.iter().flat_map(|journal| journal.sessions.iter()) {
@@ -625,7 +626,7 @@ impl Sessions {
     /// Journals `client`'s session before a change.
     fn note(&mut self, client: ClientId) {
         if self.journal.is_some() {
-            let before = self.by_client.get(&client).cloned();
+            let before = self.by_client.get(&client).map(|s| Session::clone(s));
             self.noted(client, before);
         }
     }
@@ -704,7 +705,7 @@ impl Sessions {
                 earlier: Vec::new(),
             };
             self.index.insert(client, &session);
-            let replaced = self.by_client.insert(client, session);
+            let replaced = self.by_client.insert(client, Box::new(session));
             assert!(replaced.is_none(), "client {client:?}: a new session");
             return;
         }
