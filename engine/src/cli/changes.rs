@@ -114,6 +114,16 @@ pub struct Undecodable {
     pub error: codec::CodecError,
 }
 
+/// Where a line of the stream stands within its entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// The upgrade line before the entry's commands (its `position` reads 0, and it names no
+    /// command: the command at position 0 has a line of its own).
+    Upgrade,
+    /// The line of the command at this position.
+    Command(u32),
+}
+
 /// Turns the changes of a stream into its JSON lines: one object per published command
 /// (`index`, `position`, `version`, `command`, `outcome`), and one when the handler version
 /// changes (`upgrade`: from and to, `command` and `outcome` null).
@@ -147,18 +157,18 @@ impl<H: CliHandler> Lines<H> {
         self.version = version;
     }
 
-    /// Hands each line of `entry` to `each`, in order, with its position (no newline).
+    /// Hands each line of `entry` to `each`, in order, with its place (no newline).
     pub fn write(
         &mut self,
         entry: &ChangeEntry,
-        mut each: impl FnMut(u32, &[u8]),
+        mut each: impl FnMut(Place, &[u8]),
     ) -> Result<(), anyhow::Error> {
         let index = entry.index.0;
         if let Some(before) = self.version.filter(|&v| v != entry.version) {
             let upgrade = json!({ "from": before, "to": entry.version });
             let line = json!({ "index": index, "position": 0, "version": entry.version,
                 "command": null, "outcome": null, "upgrade": upgrade });
-            each(0, &serde_json::to_vec(&line)?);
+            each(Place::Upgrade, &serde_json::to_vec(&line)?);
         }
         self.version = Some(entry.version);
         for change in crate::apply::changes(&entry.changes)? {
@@ -174,7 +184,7 @@ impl<H: CliHandler> Lines<H> {
                 codec::decode::<OutcomeOf<H>>(change.outcome).map_err(|e| failed("outcome", e))?;
             let at = (index, change.position, entry.version);
             if self.line_of(at, &command, &outcome)? {
-                each(change.position, &self.line);
+                each(Place::Command(change.position), &self.line);
             }
         }
         Ok(())
@@ -434,6 +444,14 @@ mod tests {
         assert_eq!(again, upgraded);
         chosen.resume_version(None);
         assert_eq!(chosen.of(&entry(8, 2, &changes[..1])).unwrap().len(), 1);
+        // The upgrade line is no command's place: a consumer that names messages by place
+        // (the publisher's per-command ids) must not take it for the command at position 0.
+        chosen.resume_version(Some(1));
+        let mut places = Vec::new();
+        chosen
+            .write(&entry(8, 2, &changes[..1]), |place, _| places.push(place))
+            .unwrap();
+        assert_eq!(places, [Place::Upgrade, Place::Command(0)]);
     }
 
     /// Proves positions read as entry and position, an entry alone as its first command, and

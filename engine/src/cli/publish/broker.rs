@@ -26,7 +26,8 @@ pub enum BrokerError {
 /// One message: its position and its JSON body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
-    /// `ENTRY` (one message per entry) or `ENTRY.POSITION` (per command).
+    /// `ENTRY` (one message per entry) or `ENTRY.POSITION` (per command; `ENTRY.upgrade` for
+    /// an upgrade line).
     pub message_id: String,
     /// The JSON body.
     pub body: Vec<u8>,

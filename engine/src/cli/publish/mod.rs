@@ -14,7 +14,7 @@ pub use broker::{Broker, BrokerError, Message};
 pub use progress::{Kept, Lag, Progress, ProgressError};
 
 use super::changes::{CHANGES_FOLLOW_WAIT_MS, CHANGES_RETRY_MS, CHANGES_STATUS_TIMEOUT_S};
-use super::changes::{Lines, Publish, exit_of, parse_position};
+use super::changes::{Lines, Place, Publish, exit_of, parse_position};
 use super::{CliHandler, Exit, coded, runtime};
 use crate::client::{ChangeStream, ChangesError, ClientConfig};
 use crate::ids::{EntryIndex, NodeId};
@@ -213,8 +213,8 @@ impl<H: CliHandler> Publisher<H> {
                         messages.push(Message { message_id, body });
                     }
                 }
-                Per::Command => self.lines.write(entry, |position, line| {
-                    let message_id = format!("{index}.{position}");
+                Per::Command => self.lines.write(entry, |place, line| {
+                    let message_id = message_id(index, place);
                     messages.push(Message {
                         message_id,
                         body: line.to_vec(),
@@ -243,6 +243,16 @@ impl<H: CliHandler> Publisher<H> {
         self.metrics
             .set(confirmed, batch.applied, self.lag.seconds(now));
         Ok(())
+    }
+}
+
+/// The `message_id` of a message per command: `ENTRY.POSITION`, and `ENTRY.upgrade` for the
+/// upgrade line before an entry's commands, so that no two messages share an id (consumers
+/// deduplicate by it).
+fn message_id(index: u64, place: Place) -> String {
+    match place {
+        Place::Command(position) => format!("{index}.{position}"),
+        Place::Upgrade => format!("{index}.upgrade"),
     }
 }
 
@@ -353,5 +363,19 @@ async fn serve_metrics(address: std::net::SocketAddr, metrics: Arc<PublisherMetr
     );
     if let Err(error) = axum::serve(listener, router).await {
         tracing::error!(%error, "the metrics endpoint stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves a message per command is named by its place, and an upgrade line by a name no
+    /// command's message has.
+    #[test]
+    fn every_message_per_command_has_an_id_of_its_own() {
+        assert_eq!(message_id(1200, Place::Command(0)), "1200.0");
+        assert_eq!(message_id(1200, Place::Command(7)), "1200.7");
+        assert_eq!(message_id(1200, Place::Upgrade), "1200.upgrade");
     }
 }
