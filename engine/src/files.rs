@@ -5,6 +5,7 @@
 //! ([`write_durably`]): a temporary file beside it, fsynced, renamed over the old one, and the
 //! directory fsynced, so that a crash leaves the old file or the new one, never a mix.
 
+use crate::storage::{Files, Storage};
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -98,11 +99,9 @@ pub fn temporary_for(path: &Path) -> PathBuf {
 
 /// Writes `bytes` as the whole file `path`, durably and owner-only: a temporary file beside
 /// it, fsynced, renamed over `path`, and the directory fsynced.
+/// The sequence is [`Storage::write_durably`]'s, the one the simulator's disk runs too.
 pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
-    let temporary = temporary_for(path);
-    let mut file = create(&temporary)?;
-    file.write_all(bytes).map_err(at(&temporary))?;
-    publish(file, &temporary, path)
+    Files.write_durably(path, bytes).map_err(at(path))
 }
 
 /// Ends a write made in `temporary` (`file`, opened by [`create`]): fsyncs it, renames it
@@ -218,6 +217,6 @@ mod tests {
         assert_eq!(temporary_for(&path), dir.path().join("mode.tmp"));
         let missing = dir.path().join("no/such/dir/file");
         let error = write_durably(&missing, b"").unwrap_err();
-        assert_eq!(error.path, temporary_for(&missing));
+        assert_eq!(error.path, missing, "the error names the file the caller asked for");
     }
 }

@@ -18,7 +18,7 @@ use crate::ids::{EntryIndex, NodeId};
 use crate::members::Members;
 use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite};
 use crate::snapshot::{
-    Incoming, SNAPSHOT_LOG_PERCENT, SNAPSHOT_SLICE_INTERVAL_MS, SNAPSHOT_SLICE_SLOTS,
+    Intake, SNAPSHOT_LOG_PERCENT, SNAPSHOT_SLICE_INTERVAL_MS, SNAPSHOT_SLICE_SLOTS,
     SNAPSHOT_WRITE_BYTES, SnapshotWriter, snapshot_path,
 };
 use crate::storage::Files;
@@ -264,8 +264,8 @@ struct Driver<H: Handler> {
     snapshots: Option<SnapshotWriter>,
     /// When the last slice of a snapshot ran.
     last_slice: Instant,
-    /// Follower: a snapshot arriving from the leader.
-    incoming: Option<Incoming<Files>>,
+    /// Follower: the snapshots arriving from the leader.
+    intake: Intake<Files>,
     /// The data directory's lock (the WAL thread and the snapshot writer hold it too).
     lock: Arc<DirLock>,
     /// Wake-ups of the connections to peers.
@@ -340,7 +340,7 @@ impl<H: Handler> Driver<H> {
             inbox,
             snapshots: None,
             last_slice: Instant::now(),
-            incoming: None,
+            intake: Intake::new(Files, config.data_dir.join(SNAPSHOT_DIR)),
             lock,
             wakes,
             found,
@@ -671,28 +671,10 @@ impl<H: Handler> Driver<H> {
     /// Follower: keeps a chunk of the leader's snapshot; once it is whole, verified and
     /// durable, hands it to the replica to install.
     fn store_snapshot_chunk(&mut self, chunk: SnapshotChunk, more: &mut Vec<Io<Waiter>>) {
-        let dir = self.snapshot_dir();
-        if chunk.offset == 0 {
-            self.incoming = Incoming::start(Files, &dir, &chunk)
-                .map_err(|error| tracing::warn!(%error, "leader's snapshot refused"))
-                .ok();
-        }
-        let Some(incoming) = self.incoming.as_mut() else {
-            return;
-        };
-        match incoming.take(&chunk) {
-            Ok(false) => return,
-            Ok(true) => {}
-            Err(error) => {
-                tracing::warn!(%error, "leader's snapshot dropped");
-                self.incoming = None;
-                return;
-            }
-        }
-        let incoming = self.incoming.take().expect("just used");
-        match incoming.finish(&dir) {
-            Ok((snapshot, _, bytes)) => self.replica.snapshot_received(snapshot, bytes, more),
-            Err(error) => tracing::warn!(%error, "leader's snapshot refused"),
+        match self.intake.take(&chunk) {
+            Ok(Some((snapshot, bytes))) => self.replica.snapshot_received(snapshot, bytes, more),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error),
         }
     }
 

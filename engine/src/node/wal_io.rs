@@ -2,9 +2,8 @@
 //! or on the node's thread itself, for storage whose fsync is a memory operation (tmpfs), where
 //! handing each entry to another thread and its report back cost more than the write.
 //!
-//! Either way the work is the same (`wal_thread::carry_out`) and so are its events: the replica
-//! cannot tell them apart, and neither can the simulator, which carries out the replica's WAL
-//! work itself.
+//! Either way the work is the same ([`crate::wal::executor`]) and so are its events: the
+//! replica cannot tell them apart, and the simulator runs the same executor over its disk.
 
 use super::wal_thread::{InlineWal, WalThread};
 use crate::replica::WalOp;

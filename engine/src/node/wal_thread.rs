@@ -5,15 +5,17 @@ use super::data_dir::DirLock;
 use super::journal::{JournalError, JournalRecord, JournalWriter};
 use super::metrics::WalCounters;
 use super::wal_prepare::Preparer;
-use crate::entry::Entry;
+use crate::apply::Ran;
 use crate::handshake::Offer;
-use crate::ids::{EntryIndex, NodeId, Term};
-use crate::replica::WalFailure;
+use crate::ids::{EntryIndex, NodeId};
 pub(crate) use crate::replica::WalOp;
-use crate::storage::IoFault;
-use crate::wal::{Wal, WalError};
+use crate::state::StateHash;
+use crate::storage::Files;
+use crate::wal::Wal;
+pub(crate) use crate::wal::executor::WalEvent;
+use crate::wal::executor::{AckSink, Beside, Step, WalExecutor};
 use net::message::PeerMessage;
-use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
@@ -21,34 +23,6 @@ use std::time::{Duration, Instant};
 
 /// Time between two tries of an append that found the file system full.
 pub const WAL_FULL_RETRY_MS: u64 = 100;
-
-/// What the WAL thread reports.
-#[derive(Debug)]
-pub(crate) enum WalEvent {
-    /// Every entry up to `index` is durable.
-    Persisted {
-        /// The last durable entry.
-        index: EntryIndex,
-        /// Its term.
-        term: Term,
-    },
-    /// Entries read back for a peer.
-    Loaded {
-        /// The peer.
-        peer: NodeId,
-        /// The entries.
-        entries: Vec<Entry>,
-    },
-    /// An acknowledgement could not be sent.
-    AckFailed,
-    /// The WAL failed; nothing more can be made durable.
-    Failed(WalFailure),
-    /// The file system has no room for the next append; it is retried every
-    /// [`WAL_FULL_RETRY_MS`] until it succeeds (everything after it waits).
-    Full(WalError),
-    /// An append that found the file system full succeeded.
-    SpaceBack,
-}
 
 /// The node's handle on the WAL thread.
 pub(crate) struct WalThread {
@@ -71,7 +45,7 @@ impl WalThread {
         let span = tracing::Span::current();
         thread::Builder::new().name(name).spawn(move || {
             let _entered = span.entered();
-            run(wal, acker, queue, disk, report)
+            run(WalExecutor::new(wal), acker, queue, disk, report)
         })?;
         Ok(WalThread { ops })
     }
@@ -139,9 +113,21 @@ impl Disk {
         });
     }
 
+    /// Runs `work` on the journal; on an error, says so and turns the journal off.
+    fn journal_do(&mut self, work: impl FnOnce(&mut JournalWriter) -> Result<(), JournalError>) {
+        if let Some(journal) = self.journal.as_mut()
+            && let Err(error) = work(journal)
+        {
+            tracing::warn!(%error, "apply journal off: replay will compare less");
+            self.journal = None;
+        }
+    }
+}
+
+impl Beside<Files> for Disk {
     /// Gives the log a segment file its preparer finished, and asks for the next one when
     /// the log wants one and none is on its way (starting the preparer the first time).
-    fn tend_prepared(&mut self, wal: &mut Wal) {
+    fn prepare(&mut self, wal: &mut Wal) {
         if let Some(preparer) = self.preparer.as_mut() {
             preparer.deliver(wal);
         }
@@ -154,307 +140,105 @@ impl Disk {
             .ask();
     }
 
-    /// Runs `work` on the journal; on an error, says so and turns the journal off.
-    fn journal(&mut self, work: impl FnOnce(&mut JournalWriter) -> Result<(), JournalError>) {
-        if let Some(journal) = self.journal.as_mut()
-            && let Err(error) = work(journal)
-        {
-            tracing::warn!(%error, "apply journal off: replay will compare less");
-            self.journal = None;
+    fn journal(&mut self, index: EntryIndex, state_hash: StateHash, ran: Ran) {
+        let record = JournalRecord::of(index, state_hash, ran);
+        self.journal_do(|journal| {
+            journal.append(&record);
+            Ok(())
+        });
+    }
+
+    fn synced(&mut self, wal: &Wal, took: Duration) {
+        self.counters.synced(took.as_micros() as u64);
+        self.counters.written(wal.written_bytes());
+        if !self.slow.is_zero() {
+            thread::sleep(self.slow);
         }
+    }
+
+    /// The freed segments are removed off this thread, so that appends and their fsyncs do
+    /// not wait for the deletion.
+    fn released(&mut self, _: &Files, dir: &Path, through: EntryIndex, segments: Vec<PathBuf>) {
+        self.journal_do(|journal| journal.release_through(through));
+        if segments.is_empty() {
+            return;
+        }
+        let dir = dir.to_path_buf();
+        let lock = Arc::clone(&self.lock);
+        let span = tracing::Span::current();
+        thread::spawn(move || {
+            let _entered = span.entered();
+            let _held = lock;
+            if let Err(error) = crate::wal::remove_segments(&Files, &dir, &segments) {
+                tracing::warn!(%error, "cannot remove WAL segments behind a snapshot");
+            }
+        });
+    }
+
+    /// The apply journal flushed, and its progress told to the change stream.
+    fn drained(&mut self) {
+        self.journal_do(JournalWriter::flush);
+        self.tell_journaled();
     }
 }
 
 fn run(
-    mut wal: Wal,
+    mut executor: WalExecutor<Files>,
     mut acker: Acker,
     queue: mpsc::Receiver<WalOp>,
     mut disk: Disk,
     report: impl Fn(WalEvent) -> bool,
 ) {
-    let mut pending = VecDeque::new();
-    let mut unsynced = None;
-    let mut full = false;
     loop {
-        if pending.is_empty() {
+        if !executor.has_pending() {
             match queue.recv() {
-                Ok(op) => pending.push_back(op),
+                Ok(op) => executor.queue(op),
                 Err(_) => return,
             }
         }
-        pending.extend(queue.try_iter());
-        disk.tend_prepared(&mut wal);
+        queue.try_iter().for_each(|op| executor.queue(op));
         let mut events = Vec::new();
-        let result = carry_out(
-            &mut wal,
-            &mut acker,
-            &mut pending,
-            &mut unsynced,
-            &mut events,
-            &mut disk,
-        );
-        let failed = report_result(result, &mut full, &mut events);
+        let step = carry_out(&mut executor, &mut disk, &mut acker, &mut events);
         for event in events {
             if !report(event) {
                 return;
             }
         }
-        if failed {
-            return;
-        }
-        if full && !wait_for_room(&queue, &mut pending) {
-            return;
+        match step {
+            Step::Failed => return,
+            Step::Full if !wait_for_room(&queue, &mut executor) => return,
+            Step::Idle | Step::Full | Step::SyncDue => {}
         }
     }
 }
 
-/// Why a batch of the WAL's work stopped.
-#[derive(Debug)]
-enum Stop {
-    /// An append found the file system full: it is tried again.
-    Full(WalError),
-    /// The WAL failed for good.
-    Failed(WalFailure),
-}
-
-/// The error of one step of a batch, named by `step` (a [`WalFailure`] variant).
-fn failed(step: fn(IoFault) -> WalFailure) -> impl FnOnce(WalError) -> Stop {
-    move |error| Stop::Failed(step(IoFault::from(&error)))
-}
-
-/// Adds to `events` what a carry-out's `result` means, keeping in `full` whether the file
-/// system has no room: a full one is reported once, and again when room is back. True when
-/// the WAL failed for good.
-fn report_result(result: Result<(), Stop>, full: &mut bool, events: &mut Vec<WalEvent>) -> bool {
-    match result {
-        Ok(()) => {
-            if std::mem::take(full) {
-                events.push(WalEvent::SpaceBack);
-            }
-            false
-        }
-        Err(Stop::Full(error)) => {
-            if !*full {
-                *full = true;
-                events.push(WalEvent::Full(error));
-            }
-            false
-        }
-        Err(Stop::Failed(failure)) => {
-            events.push(WalEvent::Failed(failure));
-            true
+/// Runs the executor, with each sync it asks for at once, until it is idle or stopped.
+fn carry_out(
+    executor: &mut WalExecutor<Files>,
+    disk: &mut Disk,
+    acks: &mut impl AckSink,
+    events: &mut Vec<WalEvent>,
+) -> Step {
+    loop {
+        match executor.run(disk, acks, events) {
+            Step::SyncDue => executor.sync(disk, events),
+            step @ (Step::Idle | Step::Full | Step::Failed) => return step,
         }
     }
 }
 
 /// Waits [`WAL_FULL_RETRY_MS`] before the next try of an append that found no room, queuing
 /// what arrives meanwhile; false once the node has gone (its queue closed).
-fn wait_for_room(queue: &mpsc::Receiver<WalOp>, pending: &mut VecDeque<WalOp>) -> bool {
+fn wait_for_room(queue: &mpsc::Receiver<WalOp>, executor: &mut WalExecutor<Files>) -> bool {
     let deadline = std::time::Instant::now() + Duration::from_millis(WAL_FULL_RETRY_MS);
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match queue.recv_timeout(left) {
-            Ok(op) => pending.push_back(op),
+            Ok(op) => executor.queue(op),
             Err(mpsc::RecvTimeoutError::Timeout) => return true,
             Err(mpsc::RecvTimeoutError::Disconnected) => return false,
         }
     }
-}
-
-/// Carries out the pending work, in order, with one fsync for all its appends. An append the
-/// file system has no room for stays first in `pending` (with what was already written of it
-/// skipped on the next try); what was written before it is made durable and reported first.
-fn carry_out(
-    wal: &mut Wal,
-    acker: &mut impl AckSink,
-    pending: &mut VecDeque<WalOp>,
-    unsynced: &mut Option<(EntryIndex, Term)>,
-    events: &mut Vec<WalEvent>,
-    disk: &mut Disk,
-) -> Result<(), Stop> {
-    // Of several acknowledgements in a batch only the last matters: it covers the others.
-    let mut acks_left = pending
-        .iter()
-        .filter(|op| matches!(op, WalOp::Ack { .. }))
-        .count();
-    // The latest acknowledgement passed over for a later one: sent after all if a full disk
-    // stops the batch before that later one.
-    let mut passed_over = None;
-    while let Some(op) = pending.pop_front() {
-        match op {
-            WalOp::Append(entries) => {
-                if let Err(error) = append(wal, &entries, unsynced) {
-                    if !error.is_storage_full() {
-                        return Err(Stop::Failed(WalFailure::Write((&error).into())));
-                    }
-                    pending.push_front(WalOp::Append(entries));
-                    // What came before the append is durable and acknowledged.
-                    sync(wal, unsynced, events, disk)?;
-                    if let Some(ack) = passed_over {
-                        send_ack(acker, unsynced, events, ack);
-                    }
-                    return Err(Stop::Full(error));
-                }
-            }
-            WalOp::Ack { to, message } => {
-                acks_left -= 1;
-                if acks_left == 0 {
-                    sync(wal, unsynced, events, disk)?;
-                    send_ack(acker, unsynced, events, (to, message));
-                } else {
-                    passed_over = Some((to, message));
-                }
-            }
-            WalOp::Truncate(from) => {
-                sync(wal, unsynced, events, disk)?;
-                wal.truncate_from(from)
-                    .map_err(failed(WalFailure::Truncate))?;
-            }
-            WalOp::Compact(through) => {
-                sync(wal, unsynced, events, disk)?;
-                compact(wal, through, disk);
-            }
-            WalOp::Reset(base) => {
-                // What was written before belongs to the replaced log: nothing to report.
-                *unsynced = None;
-                wal.reset_to(base.index, base.hash)
-                    .map_err(failed(WalFailure::Reset))?;
-            }
-            WalOp::Journal {
-                index,
-                state_hash,
-                ran,
-            } => {
-                let record = JournalRecord::of(index, state_hash, ran);
-                disk.journal(|journal| {
-                    journal.append(&record);
-                    Ok(())
-                });
-            }
-            WalOp::Load { peer, from, to } => {
-                let entries = load(wal, from, to).map_err(failed(WalFailure::Read))?;
-                events.push(WalEvent::Loaded { peer, entries });
-            }
-        }
-    }
-    finish_batch(wal, unsynced, events, disk)
-}
-
-/// The end of a batch: one fsync for its appends, the apply journal flushed, and the WAL's
-/// invariants checked (the end of its last segment in release builds; the whole index in
-/// debug builds, as the driver checks the replica).
-fn finish_batch(
-    wal: &mut Wal,
-    unsynced: &mut Option<(EntryIndex, Term)>,
-    events: &mut Vec<WalEvent>,
-    disk: &mut Disk,
-) -> Result<(), Stop> {
-    sync(wal, unsynced, events, disk)?;
-    disk.journal(JournalWriter::flush);
-    disk.tell_journaled();
-    match cfg!(debug_assertions) {
-        true => wal.check_invariants(),
-        false => wal.check_recent_invariants(),
-    }
-    Ok(())
-}
-
-/// Writes the entries of an append that the log does not hold yet, unsynced.
-fn append(
-    wal: &mut Wal,
-    entries: &[Entry],
-    unsynced: &mut Option<(EntryIndex, Term)>,
-) -> Result<(), WalError> {
-    let last = wal.last_index();
-    for entry in entries.iter().filter(|e| e.index() > last) {
-        wal.write(entry)?;
-        *unsynced = Some((entry.index(), entry.term()));
-    }
-    Ok(())
-}
-
-/// Lets the log go through `through` (behind a durable snapshot); the segments it frees are
-/// removed off this thread, so that appends and their fsyncs do not wait for the deletion.
-fn compact(wal: &mut Wal, through: EntryIndex, disk: &mut Disk) {
-    disk.journal(|journal| journal.release_through(through));
-    let (_, segments) = wal.release_through(through);
-    if segments.is_empty() {
-        return;
-    }
-    let dir = wal.dir().to_path_buf();
-    let lock = Arc::clone(&disk.lock);
-    let span = tracing::Span::current();
-    thread::spawn(move || {
-        let _entered = span.entered();
-        let _held = lock;
-        if let Err(error) = crate::wal::remove_segments(&crate::storage::Files, &dir, &segments) {
-            tracing::warn!(%error, "cannot remove WAL segments behind a snapshot");
-        }
-    });
-}
-
-/// The entries `from..=to` the log holds, up to about [`crate::core::APPEND_BYTES_MAX`].
-fn load(wal: &Wal, from: EntryIndex, to: EntryIndex) -> Result<Vec<Entry>, WalError> {
-    let mut entries = Vec::new();
-    let mut bytes = 0;
-    for index in from.0..=to.0.min(wal.last_index().0) {
-        let entry = wal.read(EntryIndex(index))?;
-        bytes += entry.payload.len();
-        entries.push(entry);
-        if bytes >= crate::core::APPEND_BYTES_MAX {
-            break;
-        }
-    }
-    Ok(entries)
-}
-
-fn sync(
-    wal: &mut Wal,
-    unsynced: &mut Option<(EntryIndex, Term)>,
-    events: &mut Vec<WalEvent>,
-    disk: &Disk,
-) -> Result<(), Stop> {
-    if let Some((index, term)) = unsynced.take() {
-        let started = std::time::Instant::now();
-        wal.sync().map_err(failed(WalFailure::Sync))?;
-        disk.counters.synced(started.elapsed().as_micros() as u64);
-        disk.counters.written(wal.written_bytes());
-        if !disk.slow.is_zero() {
-            thread::sleep(disk.slow);
-        }
-        events.push(WalEvent::Persisted { index, term });
-    }
-    Ok(())
-}
-
-/// Sends an acknowledgement, once what it covers is durable.
-fn send_ack(
-    acker: &mut impl AckSink,
-    unsynced: &Option<(EntryIndex, Term)>,
-    events: &mut Vec<WalEvent>,
-    (to, message): (NodeId, PeerMessage),
-) {
-    check_covered(unsynced);
-    if !acker.ack(to, message) {
-        events.push(WalEvent::AckFailed);
-    }
-}
-
-/// An acknowledgement leaves only once what it covers is durable: no append before it waits
-/// for a sync. (Not that the entry it names is still in the log: an acknowledgement passed
-/// over in a batch and sent at a full disk may name entries a later truncation in the batch
-/// cut, after the sync that made them durable; it says what was durable when it was made.)
-fn check_covered(unsynced: &Option<(EntryIndex, Term)>) {
-    assert!(
-        unsynced.is_none(),
-        "an acknowledgement before the sync of the appends ahead of it ({unsynced:?})"
-    );
-}
-
-/// Where an acknowledgement goes once what it covers is durable.
-trait AckSink {
-    /// Sends `message` to `to`; false when it could not.
-    fn ack(&mut self, to: NodeId, message: PeerMessage) -> bool;
 }
 
 impl AckSink for Acker {
@@ -463,22 +247,12 @@ impl AckSink for Acker {
     }
 }
 
-/// Acknowledgements kept for the node's thread to send on its own connections.
-impl AckSink for Vec<(NodeId, PeerMessage)> {
-    fn ack(&mut self, to: NodeId, message: PeerMessage) -> bool {
-        self.push((to, message));
-        true
-    }
-}
-
 /// The WAL carried out on the node's own thread (`wal_io`): the same work as the thread's, in
 /// the same order, flushed by the driver after each batch of IO; only for storage whose fsync
 /// costs microseconds, since each one holds the node while it runs.
 pub(crate) struct InlineWal {
-    wal: Wal,
+    executor: WalExecutor<Files>,
     disk: Disk,
-    pending: VecDeque<WalOp>,
-    unsynced: Option<(EntryIndex, Term)>,
     /// The file system had no room for the last try.
     full: bool,
     /// While full, the next try is not before this.
@@ -492,9 +266,7 @@ impl InlineWal {
     pub(crate) fn new(wal: Wal, disk: DiskSetup) -> Self {
         InlineWal {
             disk: Disk::open(&wal, disk),
-            wal,
-            pending: VecDeque::new(),
-            unsynced: None,
+            executor: WalExecutor::new(wal),
             full: false,
             retry_at: Instant::now(),
             failed: false,
@@ -503,7 +275,7 @@ impl InlineWal {
 
     /// Queues work for the next [`InlineWal::flush`].
     pub(crate) fn queue(&mut self, op: WalOp) {
-        self.pending.push_back(op);
+        self.executor.queue(op);
     }
 
     /// Carries out what is queued, with one fsync for all its appends; returns what the
@@ -512,18 +284,12 @@ impl InlineWal {
     pub(crate) fn flush(&mut self, acks: &mut Vec<(NodeId, PeerMessage)>) -> Vec<WalEvent> {
         let mut events = Vec::new();
         let waiting = self.full && Instant::now() < self.retry_at;
-        if self.failed || waiting || self.pending.is_empty() {
+        if self.failed || waiting || !self.executor.has_pending() {
             return events;
         }
-        let result = carry_out(
-            &mut self.wal,
-            acks,
-            &mut self.pending,
-            &mut self.unsynced,
-            &mut events,
-            &mut self.disk,
-        );
-        self.failed = report_result(result, &mut self.full, &mut events);
+        let step = carry_out(&mut self.executor, &mut self.disk, acks, &mut events);
+        self.failed = step == Step::Failed;
+        self.full = step == Step::Full;
         if self.full {
             self.retry_at = Instant::now() + Duration::from_millis(WAL_FULL_RETRY_MS);
         }
@@ -710,7 +476,8 @@ fn configure(stream: &std::net::TcpStream) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::{EntryHash, EntryKind};
+    use crate::entry::{Entry, EntryHash, EntryKind};
+    use crate::ids::Term;
     use net::message::{AppendOutcome, AppendReply};
 
     fn ack(index: u64) -> PeerMessage {
@@ -742,14 +509,6 @@ mod tests {
                 entry
             })
             .collect()
-    }
-
-    /// Proves an acknowledgement never leaves while an append before it waits for its sync.
-    #[test]
-    #[should_panic(expected = "an acknowledgement before the sync of the appends ahead of it")]
-    fn an_acknowledgement_never_passes_an_unsynced_append() {
-        check_covered(&None);
-        check_covered(&Some((EntryIndex(1), Term(1))));
     }
 
     /// Proves the WAL carried out on the caller's thread makes its appends durable before it

@@ -408,7 +408,7 @@ impl<W: Workload> Checker<W> {
         }
         // WAL work held behind a full disk (appends, truncations) is not written yet: the log
         // is checked once it is.
-        if !disk.held.is_empty() {
+        if disk.has_pending() {
             return;
         }
         for index in from.0 + 1..=commit.0 {

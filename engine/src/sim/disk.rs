@@ -7,17 +7,19 @@
 
 use crate::core::HardState;
 use crate::entry::{Entry, EntryHash};
-use crate::ids::{EntryIndex, NodeId, Term};
+use crate::ids::{EntryIndex, NodeId};
 use crate::node::NodeError;
 use crate::node::storage::{HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, write_hard_state_on};
 use crate::replica::WalOp;
 use crate::rng::Rng;
 use crate::snapshot::{list_snapshots_on, read_snapshot_on};
+use crate::state::StateHash;
 use crate::storage::{Access, SimDisk, Storage};
-use crate::wal::{PREPARED_SEGMENT_NAME, Wal, WalError, prepare_segment};
+use crate::wal::executor::{Beside, Step, WalEvent, WalExecutor};
+use crate::wal::{PREPARED_SEGMENT_NAME, Wal, WalError, prepare_segment, remove_segments};
 use net::message::PeerMessage;
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Where a simulated node keeps its data, on its own device.
 pub const SIM_DATA_DIR: &str = "/data";
@@ -27,30 +29,29 @@ pub const SIM_WAL_SEGMENT_BYTES: u64 = 16 * 1024;
 /// Bytes of zeros written ahead of appends, on the seeds that write them.
 pub const SIM_WAL_ZERO_AHEAD_BYTES: u64 = 8 * 1024;
 
-/// What an fsync that completed made durable.
-pub(super) struct Synced {
-    /// Acknowledgements that waited for it.
+/// What a run of a simulated node's WAL executor did.
+pub(super) struct Ran {
+    /// Where it stopped.
+    pub step: Step,
+    /// What it reports, as the node's WAL thread would.
+    pub events: Vec<WalEvent>,
+    /// Acknowledgements it let go.
     pub acks: Vec<(NodeId, PeerMessage)>,
-    /// The last entry, durable now, if the log holds one.
-    pub persisted: Option<(EntryIndex, Term)>,
+    /// Segments behind a compaction that could not be removed.
+    pub removal: Option<WalError>,
 }
 
 pub(super) struct Disk {
     /// The device: what outlives a crash.
     pub device: SimDisk,
-    /// The product's WAL, while the process lives.
-    wal: Option<Wal<SimDisk>>,
-    /// Acknowledgements waiting for an fsync, in order.
-    acks: Vec<(NodeId, PeerMessage)>,
-    /// An fsync is under way (its completion is an event).
+    /// The product's WAL executor, while the process lives.
+    wal: Option<WalExecutor<SimDisk>>,
+    /// An fsync is under way (its completion is an event): the executor waits for it.
     syncing: bool,
     /// The hard state last made durable.
     pub hard: HardState,
-    /// The file system is full: an append waits until it has room.
+    /// The file system is full: the executor's writes that would grow a file fail.
     pub full: bool,
-    /// WAL work waiting behind an append that found the disk full, in order (the WAL does
-    /// nothing else meanwhile).
-    pub held: VecDeque<WalOp>,
 }
 
 impl Default for Disk {
@@ -63,11 +64,9 @@ impl Default for Disk {
         Disk {
             device,
             wal: None,
-            acks: Vec::new(),
             syncing: false,
             hard: HardState::default(),
             full: false,
-            held: VecDeque::new(),
         }
     }
 }
@@ -85,27 +84,27 @@ pub(super) fn snapshot_dir() -> PathBuf {
 impl Disk {
     /// A started process's WAL.
     pub fn open(&mut self, wal: Wal<SimDisk>, hard: HardState) {
-        self.wal = Some(wal);
+        self.wal = Some(WalExecutor::new(wal));
         self.hard = hard;
     }
 
-    fn wal(&mut self) -> &mut Wal<SimDisk> {
+    fn executor(&mut self) -> &mut WalExecutor<SimDisk> {
         self.wal.as_mut().expect("a live node's WAL is open")
     }
 
     /// The first index the log holds (the one after its base when it is empty).
     pub fn first_index(&self) -> u64 {
-        self.wal.as_ref().map_or(1, |wal| wal.first_index().0)
+        self.wal.as_ref().map_or(1, |wal| wal.wal().first_index().0)
     }
 
     /// The last index the log holds.
     pub fn last_index(&self) -> u64 {
-        self.wal.as_ref().map_or(0, |wal| wal.last_index().0)
+        self.wal.as_ref().map_or(0, |wal| wal.wal().last_index().0)
     }
 
     /// The entry at `index`, read back from the device, if the log holds it.
     pub fn get(&self, index: u64) -> Option<Entry> {
-        let wal = self.wal.as_ref()?;
+        let wal = self.wal.as_ref()?.wal();
         let held = index >= wal.first_index().0 && index <= wal.last_index().0;
         // A read that fails is reported by the caller as an entry missing.
         held.then(|| wal.read(EntryIndex(index)).ok()).flatten()
@@ -114,39 +113,43 @@ impl Disk {
     /// The open WAL's invariants (see [`Wal::check_invariants`]), or with `recent` those of
     /// its last segment; none while the process is down.
     pub fn check_invariants(&self, recent: bool) {
-        match &self.wal {
+        match self.wal.as_ref().map(WalExecutor::wal) {
             Some(wal) if recent => wal.check_recent_invariants(),
             Some(wal) => wal.check_invariants(),
             None => {}
         }
     }
 
-    /// Carries out one of the replica's WAL operations that write. A log that writes zeros
-    /// ahead first gets its next segment file prepared, as a node's preparer thread makes it
-    /// (here at once: which of its writes a crash keeps is the device's to decide all the
-    /// same).
-    pub fn write(&mut self, op: WalOp) -> Result<(), WalError> {
-        let wal = self.wal.as_mut().expect("a live node's WAL is open");
-        if wal.wants_prepared() {
-            let bytes = wal.segment_bytes_max();
-            // A preparation that fails (a full disk) leaves the log to make its own segment.
-            if let Ok(prepared) = prepare_segment(&self.device, wal.dir(), bytes) {
-                drop(wal.offer_prepared(prepared));
-            }
-        }
-        match op {
-            WalOp::Append(entries) => entries.iter().try_for_each(|entry| wal.write(entry)),
-            WalOp::Truncate(from) => wal.truncate_from(from),
-            WalOp::Compact(through) => wal.compact_through(through).map(drop),
-            WalOp::Reset(base) => wal.reset_to(base.index, base.hash),
-            WalOp::Ack { .. } | WalOp::Load { .. } | WalOp::Journal { .. } => {
-                unreachable!("not a write")
-            }
-        }
+    /// True while WAL work is queued and not carried out (behind a sync under way or a full
+    /// disk).
+    pub fn has_pending(&self) -> bool {
+        self.wal.as_ref().is_some_and(WalExecutor::has_pending)
     }
 
-    pub fn push_ack(&mut self, to: NodeId, message: PeerMessage) {
-        self.acks.push((to, message));
+    /// Queues one of the replica's WAL operations.
+    pub fn queue(&mut self, op: WalOp) {
+        self.executor().queue(op);
+    }
+
+    /// Runs the executor unless a sync is under way, with the device full while it runs if
+    /// the disk is: only the WAL's writes find it full.
+    pub fn run(&mut self) -> Ran {
+        let mut ran = Ran {
+            step: Step::SyncDue,
+            events: Vec::new(),
+            acks: Vec::new(),
+            removal: None,
+        };
+        if self.syncing {
+            return ran;
+        }
+        let mut beside = SimBeside::default();
+        self.device.set_full(self.full);
+        let executor = self.wal.as_mut().expect("a live node's WAL is open");
+        ran.step = executor.run(&mut beside, &mut ran.acks, &mut ran.events);
+        self.device.set_full(false);
+        ran.removal = beside.removal;
+        ran
     }
 
     /// Starts an fsync unless one is under way; true when one started.
@@ -154,23 +157,17 @@ impl Disk {
         !std::mem::replace(&mut self.syncing, true)
     }
 
-    /// The fsync under way completes (`fails`: with an error): everything written is durable,
-    /// and the acknowledgements waiting for it go.
-    pub fn finish_sync(&mut self, fails: bool) -> Result<Synced, WalError> {
+    /// The fsync under way completes (`fails`: with an error): everything written is durable
+    /// and reported, or the WAL failed.
+    pub fn finish_sync(&mut self, fails: bool) -> Vec<WalEvent> {
         self.syncing = false;
         if fails {
             self.device.fail_syncs(1);
         }
-        let synced = self.wal().sync();
+        let mut events = Vec::new();
+        self.executor().sync(&mut SimBeside::default(), &mut events);
         self.device.fail_syncs(0);
-        synced?;
-        let wal = self.wal();
-        let last = wal.last_index();
-        let persisted = (last >= wal.first_index()).then(|| (last, wal.last_term()));
-        Ok(Synced {
-            acks: std::mem::take(&mut self.acks),
-            persisted,
-        })
+        events
     }
 
     /// Keeps the hard state, durably.
@@ -184,9 +181,7 @@ impl Disk {
     /// keeps what `rng` draws.
     pub fn crash(&mut self, rng: &mut Rng) {
         self.wal = None;
-        self.acks.clear();
         self.syncing = false;
-        self.held.clear();
         self.device.crash(rng);
     }
 
@@ -248,7 +243,7 @@ impl Disk {
                 .map(|i| wal.hash_at(EntryIndex(i)).expect("held"))
                 .collect()
         };
-        let (first, hashes) = match &self.wal {
+        let (first, hashes) = match self.wal.as_ref().map(WalExecutor::wal) {
             Some(wal) => (wal.first_index().0, hashes(wal)),
             None => {
                 let dir = data_dir().join(WAL_DIR);
@@ -266,6 +261,39 @@ impl Disk {
             hashes,
         }
     }
+}
+
+/// What the simulated node's WAL executor does beside the log: its next segment prepared at
+/// once (which of its writes a crash keeps is the device's to decide all the same), freed
+/// segments removed at once, no apply journal (the simulated replicas keep none).
+#[derive(Default)]
+struct SimBeside {
+    removal: Option<WalError>,
+}
+
+impl Beside<SimDisk> for SimBeside {
+    fn prepare(&mut self, wal: &mut Wal<SimDisk>) {
+        if !wal.wants_prepared() {
+            return;
+        }
+        let bytes = wal.segment_bytes_max();
+        // A preparation that fails (a full disk) leaves the log to make its own segment.
+        if let Ok(prepared) = prepare_segment(wal.storage(), wal.dir(), bytes) {
+            drop(wal.offer_prepared(prepared));
+        }
+    }
+
+    fn journal(&mut self, _: EntryIndex, _: StateHash, _: crate::apply::Ran) {}
+
+    fn synced(&mut self, _: &Wal<SimDisk>, _: Duration) {}
+
+    fn released(&mut self, disk: &SimDisk, dir: &Path, _: EntryIndex, segments: Vec<PathBuf>) {
+        if let Err(error) = remove_segments(disk, dir, &segments) {
+            self.removal.get_or_insert(error);
+        }
+    }
+
+    fn drained(&mut self) {}
 }
 
 /// What one disk holds of the log (see [`Disk::copies`]).

@@ -229,13 +229,17 @@ impl<W: Workload> Sim<W> {
             && self.rng.below(1_000) < self.swarm.fsync_error_permille
     }
 
-    /// An fsync of node `id` failed: as the node's driver does, the replica halts (its waiting
-    /// clients are told to go elsewhere) and the process exits, with what the fsync covered
-    /// in an unknown state (a crash keeps a random part of it). The operator restarts it.
-    pub(super) fn fsync_failed(&mut self, id: NodeId, error: &WalError) {
-        self.report.fsync_errors += 1;
+    /// The WAL of node `id` failed where the faults explain it (an fsync that failed, a write
+    /// that found the disk full where the log could not wait): as the node's driver does, the
+    /// replica halts (its waiting clients are told to go elsewhere) and the process exits,
+    /// with what was written and not synced in an unknown state (a crash keeps a random part
+    /// of it). The operator restarts it.
+    pub(super) fn wal_failed(&mut self, id: NodeId, failure: WalFailure) {
+        if matches!(failure, WalFailure::Sync(_)) {
+            self.report.fsync_errors += 1;
+        }
         self.node(id).wal_failed = true;
-        let halt = Halt::WalFailed(WalFailure::Sync(error.into()));
+        let halt = Halt::WalFailed(failure);
         self.drive(id, |r, out| r.halt(halt, out));
         self.crash(id);
         let down = 10 + self.rng.below(2_000);
@@ -453,8 +457,8 @@ impl<W: Workload> Sim<W> {
             leading_since: None,
             members_since: now,
             commit_before: committed,
-            snapshots: SnapshotFiles::new(device, disk::snapshot_dir()),
-            incoming: None,
+            snapshots: SnapshotFiles::new(device.clone(), disk::snapshot_dir()),
+            intake: Intake::new(device, disk::snapshot_dir()),
         });
         for done in replayed {
             self.checker.node_applied(id, done.index, done.hash);

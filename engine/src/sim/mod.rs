@@ -70,9 +70,7 @@ mod swarm;
 pub mod violation;
 
 use crate::apply::{SESSION_RETENTION_S_DEFAULT, SESSIONS_MAX_DEFAULT, StateMachine};
-use crate::core::{
-    APPEND_BYTES_MAX, CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT, Recovered,
-};
+use crate::core::{CoreConfig, ELECTION_TICKS_MIN_DEFAULT, HEARTBEAT_TICKS_DEFAULT, Recovered};
 use crate::entry::Entry;
 use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{EntryIndex, NodeId, RequestNumber};
@@ -80,10 +78,9 @@ use crate::node::NodeError;
 use crate::node::recovery::{RecoveryOptions, recover_on};
 use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalFailure, WalOp};
 use crate::rng::Rng;
-use crate::snapshot::{Incoming, SnapshotFiles, snapshot_path};
+use crate::snapshot::{Intake, IntakeError, SnapshotFiles, snapshot_path};
 use crate::state::State;
 use crate::storage::{SimDisk, Storage};
-use crate::wal::WalError;
 use check::Checker;
 use clients::{SimClient, Token, Window};
 use disk::Disk;
@@ -306,8 +303,8 @@ struct Live<H: Handler> {
     commit_before: EntryIndex,
     /// The product's snapshot files, as the writer thread runs them.
     snapshots: SnapshotFiles<SimDisk>,
-    /// A snapshot arriving from the leader, as the node assembles it.
-    incoming: Option<Incoming<SimDisk>>,
+    /// The snapshots arriving from the leader, as the node takes them.
+    intake: Intake<SimDisk>,
 }
 
 struct SimNode<H: Handler> {
@@ -325,8 +322,11 @@ struct SimNode<H: Handler> {
     /// Its WAL thread's acknowledgement connections fail until then: an acknowledgement after
     /// an fsync is reported undeliverable and the core sends it the ordinary way.
     acks_down_until: Time,
-    /// An fsync failed in this incarnation (the halt that follows is expected).
+    /// The WAL failed in this incarnation where the faults explain it (the halt that
+    /// follows is expected).
     wal_failed: bool,
+    /// Its WAL executor is running: work queued meanwhile waits for the running loop.
+    wal_running: bool,
 }
 
 impl<H: Handler> SimNode<H> {
@@ -437,6 +437,7 @@ impl<W: Workload> Sim<W> {
                 waiting: VecDeque::new(),
                 acks_down_until: 0,
                 wal_failed: false,
+                wal_running: false,
             })
             .collect();
         let width = swarm.pipeline;

@@ -1,7 +1,7 @@
 //! Snapshots in the simulator: written a slice at a time by the product's snapshot files
 //! (`snapshot::SnapshotFiles`) on the node's simulated disk, made durable, sent to a lagging
 //! follower in chunks over one connection that a crash or a cut breaks, received by the
-//! product's `snapshot::Incoming` and installed.
+//! product's `snapshot::Intake` and installed.
 
 use super::*;
 
@@ -137,39 +137,22 @@ impl<W: Workload> Sim<W> {
         }
     }
 
-    /// Follower: keeps a chunk as the node does ([`Incoming`]); once the snapshot is whole,
-    /// durable and verified, the replica installs it.
+    /// Follower: keeps a chunk as the node does ([`Intake`]); once the snapshot is whole,
+    /// durable and verified, the replica installs it. A dropped one is sent again; one that
+    /// arrived whole and does not verify is a violation (the simulated network does not
+    /// damage what it carries).
     pub(super) fn store_snapshot_chunk(
         &mut self,
         id: NodeId,
         chunk: SnapshotChunk,
         more: &mut Vec<Io<Token>>,
     ) {
-        let device = self.node(id).disk.device.clone();
-        let dir = disk::snapshot_dir();
         let Some(live) = self.live(id) else { return };
-        if chunk.offset == 0 {
-            live.incoming = Incoming::start(device, &dir, &chunk).ok();
-        }
-        let Some(incoming) = live.incoming.as_mut() else {
-            return;
-        };
-        match incoming.take(&chunk) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(_) => {
-                live.incoming = None;
-                return;
-            }
-        }
-        let incoming = live.incoming.take().expect("just used");
-        match incoming.finish(&dir) {
-            Ok((snapshot, _, size)) => live.replica.snapshot_received(snapshot, size, more),
-            Err(reason) => {
-                let message = format!(
-                    "node {}: a leader's snapshot does not verify: {reason}",
-                    id.0
-                );
+        match live.intake.take(&chunk) {
+            Ok(Some((snapshot, size))) => live.replica.snapshot_received(snapshot, size, more),
+            Ok(None) | Err(IntakeError::Dropped(_)) => {}
+            Err(error) => {
+                let message = format!("node {}: {error}", id.0);
                 self.checker.violation(Invariant::Storage, message);
             }
         }

@@ -1,83 +1,110 @@
-//! The replica's WAL actions carried out on the simulated disk: appends held while the disk
-//! is full, fsyncs that complete later and release their acknowledgements, and reads of
-//! entries for a lagging follower.
+//! The replica's WAL actions carried out on the simulated disk by the node's own executor
+//! ([`crate::wal::executor`]): the simulator decides only when an fsync completes (an event
+//! drawn later), whether it fails, and when a full disk has room again.
 
+use super::disk::Ran;
 use super::*;
+use crate::wal::executor::{Step, WalEvent};
 
 impl<W: Workload> Sim<W> {
     pub(super) fn write_log(&mut self, id: NodeId, op: WalOp) {
-        let disk = &mut self.node(id).disk;
-        if !disk.held.is_empty() || (disk.full && matches!(op, WalOp::Append(_))) {
-            let first = disk.held.is_empty();
-            disk.held.push_back(op);
-            if let Some(live) = self.live(id).filter(|_| first) {
-                live.replica.set_storage_full(true);
-            }
+        self.trace_log_write(id, &op);
+        self.node(id).disk.queue(op);
+        self.run_wal(id);
+    }
+
+    /// Runs node `id`'s WAL executor (unless an fsync is under way: the work waits for it)
+    /// and takes what it did as the node's driver takes the WAL thread's reports. Work that
+    /// taking a report queues waits for the next round of this loop, never runs inside it.
+    fn run_wal(&mut self, id: NodeId) {
+        if std::mem::replace(&mut self.node(id).wal_running, true) {
             return;
         }
-        match op {
-            WalOp::Ack { to, message } => {
-                self.node(id).disk.push_ack(to, message);
-                self.request_sync(id);
+        while self.live(id).is_some() {
+            let full = self.node(id).disk.full;
+            let Ran {
+                step,
+                events,
+                acks,
+                removal,
+            } = self.node(id).disk.run();
+            if let Some(error) = removal {
+                let message = format!("node {}: freed WAL segments not removed: {error}", id.0);
+                self.checker.violation(Invariant::Storage, message);
             }
-            WalOp::Load { peer, from, to } => self.load(id, peer, from, to),
-            // The simulated nodes keep no apply journal (their replicas do not journal).
-            WalOp::Journal { .. } => {}
-            WalOp::Append(_) | WalOp::Truncate(_) | WalOp::Compact(_) | WalOp::Reset(_) => {
-                self.trace_log_write(id, &op);
-                let append = matches!(op, WalOp::Append(_));
-                if let Err(error) = self.node(id).disk.write(op) {
-                    let message = format!("node {}: the WAL failed: {error}", id.0);
-                    self.checker.violation(Invariant::Storage, message);
-                    return;
+            self.acknowledge(id, acks);
+            if !self.take_wal_events(id, events, full) {
+                break;
+            }
+            match step {
+                Step::SyncDue => self.request_sync(id),
+                Step::Idle if self.node(id).disk.has_pending() => continue,
+                Step::Idle | Step::Full | Step::Failed => {}
+            }
+            break;
+        }
+        self.node(id).wal_running = false;
+    }
+
+    /// Sends the acknowledgements the executor let go, or fails them while node `id`'s
+    /// acknowledgement connections are down.
+    fn acknowledge(&mut self, id: NodeId, acks: Vec<(NodeId, PeerMessage)>) {
+        let acks_down = self.node(id).acks_down_until > self.now;
+        for (to, message) in acks {
+            if acks_down {
+                self.drive(id, |r, out| r.ack_failed(out));
+            } else {
+                self.send_peer(id, to, message);
+            }
+        }
+    }
+
+    /// Takes the executor's reports; false when the WAL failed (the node halted and went
+    /// down: a failure the faults explain, `injected`, or a violation otherwise).
+    fn take_wal_events(&mut self, id: NodeId, events: Vec<WalEvent>, injected: bool) -> bool {
+        for event in events {
+            match event {
+                WalEvent::Persisted { index, term } => {
+                    self.drive(id, |r, out| r.persisted(index, term, out));
                 }
-                if append {
-                    self.request_sync(id);
+                WalEvent::Loaded { peer, entries } => self.schedule_loaded(id, peer, entries),
+                WalEvent::AckFailed => self.drive(id, |r, out| r.ack_failed(out)),
+                WalEvent::Full(_) => {
+                    if let Some(live) = self.live(id) {
+                        live.replica.set_storage_full(true);
+                    }
+                }
+                WalEvent::SpaceBack => {
+                    if let Some(live) = self.live(id) {
+                        live.replica.set_storage_full(false);
+                    }
+                }
+                WalEvent::Failed(failure) if injected => {
+                    self.wal_failed(id, failure);
+                    return false;
+                }
+                WalEvent::Failed(failure) => {
+                    let message = format!("node {}: the WAL failed: {failure}", id.0);
+                    self.checker.violation(Invariant::Storage, message);
+                    return false;
                 }
             }
         }
+        true
     }
 
     /// The disk of node `id` has room again: the WAL work held behind the full disk goes on,
     /// in order.
     pub(super) fn space_back(&mut self, id: NodeId) {
-        let disk = &mut self.node(id).disk;
-        disk.full = false;
-        let held = std::mem::take(&mut disk.held);
-        for op in held {
-            self.write_log(id, op);
-        }
-        if let Some(live) = self.live(id) {
-            live.replica.set_storage_full(false);
+        self.node(id).disk.full = false;
+        if self.live(id).is_some() {
+            self.run_wal(id);
         }
     }
 
-    /// Reads entries back for a peer (at most [`APPEND_BYTES_MAX`] of them, as the WAL does).
-    pub(super) fn load(&mut self, id: NodeId, peer: NodeId, from: EntryIndex, to: EntryIndex) {
-        let disk = &self.node(id).disk;
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        if from.0 < disk.first_index() {
-            let message = format!(
-                "node {}: asked to read entry {from}, behind its log's start {}",
-                id.0,
-                disk.first_index()
-            );
-            self.checker.violation(Invariant::Storage, message);
-            return;
-        }
-        for index in from.0..=to.0.min(disk.last_index()) {
-            let Some(entry) = disk.get(index) else {
-                let message = format!("node {}: entry {index} of its log does not read", id.0);
-                self.checker.violation(Invariant::Storage, message);
-                return;
-            };
-            bytes += entry.payload.len();
-            entries.push(entry);
-            if bytes >= APPEND_BYTES_MAX {
-                break;
-            }
-        }
+    /// Entries read back for a peer reach the replica a little later, as a WAL thread's
+    /// report would.
+    fn schedule_loaded(&mut self, id: NodeId, peer: NodeId, entries: Vec<Entry>) {
         let incarnation = self.node(id).incarnation;
         let after = 1 + self.rng.below(20);
         self.schedule(
@@ -115,30 +142,15 @@ impl<W: Workload> Sim<W> {
         );
     }
 
-    /// An fsync completed: what it covered is durable, its acknowledgements go out; a failed
-    /// one halts the node.
+    /// An fsync completed: what it covered is durable and the work behind it goes on; a
+    /// failed one halts the node.
     pub(super) fn synced(&mut self, id: NodeId) {
         let fails = self.fsync_fails();
-        let synced = match self.node(id).disk.finish_sync(fails) {
-            Ok(synced) => synced,
-            Err(error) if fails => return self.fsync_failed(id, &error),
-            Err(error) => {
-                let message = format!("node {}: an fsync failed unasked: {error}", id.0);
-                return self.checker.violation(Invariant::Storage, message);
-            }
-        };
-        if let Some((index, term)) = synced.persisted {
-            self.drive(id, |r, out| r.persisted(index, term, out));
+        let events = self.node(id).disk.finish_sync(fails);
+        if self.take_wal_events(id, events, fails) {
+            self.run_wal(id);
+            self.deferred(id);
         }
-        let acks_down = self.node(id).acks_down_until > self.now;
-        for (to, message) in synced.acks {
-            if acks_down {
-                self.drive(id, |r, out| r.ack_failed(out));
-            } else {
-                self.send_peer(id, to, message);
-            }
-        }
-        self.deferred(id);
     }
 
     /// The account of a seed, step by step (`RUST_LOG=engine::sim=trace`): what the replica

@@ -21,7 +21,7 @@ pub use file::{
 pub(crate) use file::{
     encode_block, encode_head, encode_sessions, encode_table_end, encode_table_start,
 };
-pub use receive::{Incoming, ReceiveError};
+pub use receive::{Incoming, Intake, IntakeError, ReceiveError};
 pub use writer::{Durable, SnapshotFiles, SnapshotWriter};
 
 use crate::codec::{Decode, Encode};

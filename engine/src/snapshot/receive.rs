@@ -240,6 +240,63 @@ impl<S: Storage> Incoming<S> {
     }
 }
 
+/// A follower's intake of its leaders' snapshots, chunk by chunk: a first chunk starts one
+/// (dropping any other under way), a chunk that does not follow drops it (the leader sends it
+/// again), and the last makes it durable, verified and in place. The node and the simulator
+/// both keep one.
+pub struct Intake<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    incoming: Option<Incoming<S>>,
+}
+
+/// Why a snapshot arriving from the leader was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    /// Its first chunk was refused, or a later one did not follow: nothing of it is kept,
+    /// and the leader sends it again.
+    #[error("leader's snapshot dropped: {0}")]
+    Dropped(ReceiveError),
+    /// Every chunk arrived, and the file does not verify or could not be put in place.
+    #[error("leader's snapshot refused: {0}")]
+    Refused(ReceiveError),
+}
+
+impl<S: Storage + Clone> Intake<S> {
+    /// An intake of snapshots into `dir`, with none under way.
+    pub fn new(storage: S, dir: PathBuf) -> Self {
+        Intake {
+            storage,
+            dir,
+            incoming: None,
+        }
+    }
+
+    /// Takes the next chunk; the snapshot read back and its size once it is whole, durable
+    /// and in place.
+    pub fn take(&mut self, chunk: &SnapshotChunk) -> Result<Option<(Snapshot, u64)>, IntakeError> {
+        if chunk.offset == 0 {
+            self.incoming = None;
+            let started = Incoming::start(self.storage.clone(), &self.dir, chunk);
+            self.incoming = Some(started.map_err(IntakeError::Dropped)?);
+        }
+        let Some(incoming) = self.incoming.as_mut() else {
+            return Ok(None);
+        };
+        match incoming.take(chunk) {
+            Ok(false) => return Ok(None),
+            Ok(true) => {}
+            Err(error) => {
+                self.incoming = None;
+                return Err(IntakeError::Dropped(error));
+            }
+        }
+        let whole = self.incoming.take().expect("just used");
+        let (snapshot, _, bytes) = whole.finish(&self.dir).map_err(IntakeError::Refused)?;
+        Ok(Some((snapshot, bytes)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +397,32 @@ mod tests {
             }
         ));
         assert!(incoming.take(&chunk(5, 4, 8, b"efgh")).unwrap());
+    }
+
+    /// Proves the intake keeps a snapshot only once every chunk arrived in order: a chunk
+    /// that does not follow drops the one under way (later chunks of it are ignored), a first
+    /// chunk starts it over, and the whole one is read back, in place; one that does not
+    /// verify is refused, apart from the dropped ones.
+    #[test]
+    fn the_intake_keeps_a_snapshot_only_when_it_arrived_whole_and_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut intake = Intake::new(Files, dir.path().to_path_buf());
+        let bytes = snapshot_bytes(7);
+        let total = bytes.len() as u64;
+        let (head, tail) = bytes.split_at(bytes.len() / 2);
+        let second = chunk(7, head.len() as u64, total, tail);
+        assert!(intake.take(&chunk(7, 0, total, head)).unwrap().is_none());
+        let gap = chunk(7, head.len() as u64 + 1, total, &tail[1..]);
+        assert!(matches!(intake.take(&gap), Err(IntakeError::Dropped(_))));
+        assert!(intake.take(&second).unwrap().is_none(), "nothing under way");
+        assert!(intake.take(&chunk(7, 0, total, head)).unwrap().is_none());
+        let (snapshot, size) = intake.take(&second).unwrap().expect("whole");
+        assert_eq!((snapshot.meta.index, size), (EntryIndex(7), total));
+        assert!(snapshot_path(dir.path(), EntryIndex(7)).exists());
+        let mut damaged = snapshot_bytes(8);
+        damaged[0] ^= 1;
+        let whole = chunk(8, 0, damaged.len() as u64, &damaged);
+        assert!(matches!(intake.take(&whole), Err(IntakeError::Refused(_))));
     }
 
     /// Proves an assembled file that does not verify, or that covers another entry than its

@@ -1,6 +1,7 @@
 //! The write-ahead log: entries appended to segment files and fdatasynced before they are
 //! reported durable, with a recovery scan that cuts a torn tail and reports damage in the middle.
 
+pub(crate) mod executor;
 mod invariants;
 mod prepare;
 mod record;
