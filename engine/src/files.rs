@@ -217,6 +217,9 @@ mod tests {
         assert_eq!(temporary_for(&path), dir.path().join("mode.tmp"));
         let missing = dir.path().join("no/such/dir/file");
         let error = write_durably(&missing, b"").unwrap_err();
-        assert_eq!(error.path, missing, "the error names the file the caller asked for");
+        assert_eq!(
+            error.path, missing,
+            "the error names the file the caller asked for"
+        );
     }
 }

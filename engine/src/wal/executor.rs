@@ -370,6 +370,8 @@ impl<S: Storage> WalExecutor<S> {
 mod tests {
     use super::*;
     use crate::entry::{EntryHash, EntryKind};
+    use crate::storage::Files;
+    #[cfg(feature = "sim")]
     use crate::storage::SimDisk;
     use net::message::{AppendOutcome, AppendReply};
 
@@ -378,11 +380,11 @@ mod tests {
     /// Nothing beside the log: what a test of the acknowledgement rule needs.
     struct Nothing;
 
-    impl Beside<SimDisk> for Nothing {
-        fn prepare(&mut self, _: &mut Wal<SimDisk>) {}
+    impl<S: Storage> Beside<S> for Nothing {
+        fn prepare(&mut self, _: &mut Wal<S>) {}
         fn journal(&mut self, _: EntryIndex, _: StateHash, _: crate::apply::Ran) {}
-        fn synced(&mut self, _: &Wal<SimDisk>, _: Duration) {}
-        fn released(&mut self, _: &SimDisk, _: &Path, _: EntryIndex, _: Vec<PathBuf>) {}
+        fn synced(&mut self, _: &Wal<S>, _: Duration) {}
+        fn released(&mut self, _: &S, _: &Path, _: EntryIndex, _: Vec<PathBuf>) {}
         fn drained(&mut self) {}
     }
 
@@ -421,8 +423,8 @@ mod tests {
             .collect()
     }
 
-    fn executor(disk: &SimDisk) -> WalExecutor<SimDisk> {
-        let (wal, _) = Wal::open_in(disk.clone(), Path::new("/wal"), SEGMENT_BYTES).unwrap();
+    fn executor<S: Storage>(storage: S, dir: &Path) -> WalExecutor<S> {
+        let (wal, _) = Wal::open_in(storage, dir, SEGMENT_BYTES).unwrap();
         WalExecutor::new(wal)
     }
 
@@ -431,8 +433,8 @@ mod tests {
     /// acknowledgement unsent whatever the device loses.
     #[test]
     fn an_acknowledgement_waits_for_the_sync_that_covers_it() {
-        let disk = SimDisk::new();
-        let mut executor = executor(&disk);
+        let dir = tempfile::tempdir().unwrap();
+        let mut executor = executor(Files, &dir.path().join("wal"));
         let mut prev = EntryHash::default();
         executor.queue(WalOp::Append(noops(1, 2, &mut prev)));
         executor.queue(ack(2));
@@ -472,9 +474,10 @@ mod tests {
     /// it, after what came before it is synced and acknowledged; the full disk is reported
     /// once, and the append goes on when there is room.
     #[test]
+    #[cfg(feature = "sim")]
     fn a_full_disk_holds_the_append_and_what_follows() {
         let disk = SimDisk::new();
-        let mut executor = executor(&disk);
+        let mut executor = executor(disk.clone(), Path::new("/wal"));
         let mut prev = EntryHash::default();
         executor.queue(WalOp::Append(noops(1, 1, &mut prev)));
         executor.queue(ack(1));
@@ -524,9 +527,10 @@ mod tests {
     /// Proves a failed sync fails the WAL for good: reported once, nothing acknowledged,
     /// nothing more carried out.
     #[test]
+    #[cfg(feature = "sim")]
     fn a_failed_sync_stops_the_wal() {
         let disk = SimDisk::new();
-        let mut executor = executor(&disk);
+        let mut executor = executor(disk.clone(), Path::new("/wal"));
         let mut prev = EntryHash::default();
         executor.queue(WalOp::Append(noops(1, 1, &mut prev)));
         executor.queue(ack(1));
