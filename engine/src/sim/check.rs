@@ -406,12 +406,17 @@ impl<W: Workload> Checker<W> {
             // are compared once another node has reported the ones before.
             return;
         }
-        // WAL work held behind a full disk (appends, truncations) is not written yet: the log
-        // is checked once it is.
-        if disk.has_pending() {
+        // A truncation or a reset still queued may replace entries: the log is checked once
+        // it ran. Appends still queued (behind a sync under way or a full disk) are checked
+        // once written.
+        if disk.rewrite_pending() {
             return;
         }
-        for index in from.0 + 1..=commit.0 {
+        let through = match disk.has_pending() {
+            true => commit.min(EntryIndex(disk.last_index())),
+            false => commit,
+        };
+        for index in from.0 + 1..=through.0 {
             let Some(entry) = disk.get(index) else {
                 self.note(
                     Invariant::CommittedChanged,
@@ -447,7 +452,7 @@ impl<W: Workload> Checker<W> {
                 }
             }
         }
-        self.checked.insert(node, commit.max(checked));
+        self.checked.insert(node, through.max(checked));
     }
 
     /// I2: node `node` applied `index` with state hash `hash`.

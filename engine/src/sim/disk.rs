@@ -18,6 +18,7 @@ use crate::storage::{Access, SimDisk, Storage};
 use crate::wal::executor::{Beside, Step, WalEvent, WalExecutor};
 use crate::wal::{PREPARED_SEGMENT_NAME, Wal, WalError, prepare_segment, remove_segments};
 use net::message::PeerMessage;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -48,6 +49,11 @@ pub(super) struct Disk {
     wal: Option<WalExecutor<SimDisk>>,
     /// An fsync is under way (its completion is an event): the executor waits for it.
     syncing: bool,
+    /// Work the replica queued while the executor's batch was under way: as on a node's WAL
+    /// thread, it joins the next batch.
+    arrived: VecDeque<WalOp>,
+    /// The executor's batch is under way: its last run stopped for a sync.
+    in_batch: bool,
     /// The hard state last made durable.
     pub hard: HardState,
     /// The file system is full: the executor's writes that would grow a file fail.
@@ -65,6 +71,8 @@ impl Default for Disk {
             device,
             wal: None,
             syncing: false,
+            arrived: VecDeque::new(),
+            in_batch: false,
             hard: HardState::default(),
             full: false,
         }
@@ -123,12 +131,20 @@ impl Disk {
     /// True while WAL work is queued and not carried out (behind a sync under way or a full
     /// disk).
     pub fn has_pending(&self) -> bool {
-        self.wal.as_ref().is_some_and(WalExecutor::has_pending)
+        !self.arrived.is_empty() || self.wal.as_ref().is_some_and(WalExecutor::has_pending)
     }
 
-    /// Queues one of the replica's WAL operations.
+    /// True while a truncation or a reset is queued: the log's entries may be replaced.
+    pub fn rewrite_pending(&self) -> bool {
+        let queued = self.wal.iter().flat_map(WalExecutor::queued);
+        queued
+            .chain(&self.arrived)
+            .any(|op| matches!(op, WalOp::Truncate(_) | WalOp::Reset(_)))
+    }
+
+    /// Queues one of the replica's WAL operations, for the executor's next batch.
     pub fn queue(&mut self, op: WalOp) {
-        self.executor().queue(op);
+        self.arrived.push_back(op);
     }
 
     /// Runs the executor unless a sync is under way, with the device full while it runs if
@@ -144,10 +160,14 @@ impl Disk {
             return ran;
         }
         let mut beside = SimBeside::default();
-        self.device.set_full(self.full);
         let executor = self.wal.as_mut().expect("a live node's WAL is open");
+        if !self.in_batch {
+            self.arrived.drain(..).for_each(|op| executor.queue(op));
+        }
+        self.device.set_full(self.full);
         ran.step = executor.run(&mut beside, &mut ran.acks, &mut ran.events);
         self.device.set_full(false);
+        self.in_batch = ran.step == Step::SyncDue;
         ran.removal = beside.removal;
         ran
     }
@@ -182,6 +202,8 @@ impl Disk {
     pub fn crash(&mut self, rng: &mut Rng) {
         self.wal = None;
         self.syncing = false;
+        self.arrived.clear();
+        self.in_batch = false;
         self.device.crash(rng);
     }
 

@@ -4,7 +4,9 @@
 
 use super::disk::Ran;
 use super::*;
+use crate::storage::IoFault;
 use crate::wal::executor::{Step, WalEvent};
+use std::io::ErrorKind::StorageFull;
 
 impl<W: Workload> Sim<W> {
     pub(super) fn write_log(&mut self, id: NodeId, op: WalOp) {
@@ -33,7 +35,11 @@ impl<W: Workload> Sim<W> {
                 self.checker.violation(Invariant::Storage, message);
             }
             self.acknowledge(id, acks);
-            if !self.take_wal_events(id, events, full) {
+            // Only a write that grows a file finds the disk full; the executor holds such an
+            // append, so no other failure is explained by it.
+            let explained =
+                |failure: &WalFailure| full && fault_of(failure).kind == Some(StorageFull);
+            if !self.take_wal_events(id, events, explained) {
                 break;
             }
             match step {
@@ -60,8 +66,13 @@ impl<W: Workload> Sim<W> {
     }
 
     /// Takes the executor's reports; false when the WAL failed (the node halted and went
-    /// down: a failure the faults explain, `injected`, or a violation otherwise).
-    fn take_wal_events(&mut self, id: NodeId, events: Vec<WalEvent>, injected: bool) -> bool {
+    /// down: a failure the faults explain, `explained`, or a violation otherwise).
+    fn take_wal_events(
+        &mut self,
+        id: NodeId,
+        events: Vec<WalEvent>,
+        explained: impl Fn(&WalFailure) -> bool,
+    ) -> bool {
         for event in events {
             match event {
                 WalEvent::Persisted { index, term } => {
@@ -79,7 +90,7 @@ impl<W: Workload> Sim<W> {
                         live.replica.set_storage_full(false);
                     }
                 }
-                WalEvent::Failed(failure) if injected => {
+                WalEvent::Failed(failure) if explained(&failure) => {
                     self.wal_failed(id, failure);
                     return false;
                 }
@@ -147,7 +158,8 @@ impl<W: Workload> Sim<W> {
     pub(super) fn synced(&mut self, id: NodeId) {
         let fails = self.fsync_fails();
         let events = self.node(id).disk.finish_sync(fails);
-        if self.take_wal_events(id, events, fails) {
+        let explained = |failure: &WalFailure| fails && matches!(failure, WalFailure::Sync(_));
+        if self.take_wal_events(id, events, explained) {
             self.run_wal(id);
             self.deferred(id);
         }
@@ -172,5 +184,16 @@ impl<W: Workload> Sim<W> {
             // Called for the log writes only.
             WalOp::Ack { .. } | WalOp::Load { .. } | WalOp::Journal { .. } => {}
         }
+    }
+}
+
+/// The system's fault behind a failure of the WAL.
+fn fault_of(failure: &WalFailure) -> &IoFault {
+    match failure {
+        WalFailure::Write(fault)
+        | WalFailure::Sync(fault)
+        | WalFailure::Truncate(fault)
+        | WalFailure::Reset(fault)
+        | WalFailure::Read(fault) => fault,
     }
 }

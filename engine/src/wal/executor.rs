@@ -155,10 +155,11 @@ impl<S: Storage> WalExecutor<S> {
         beside.prepare(&mut self.wal);
         while let Some(op) = self.pending.pop_front() {
             let step = self.carry_out(op, beside, acks, events);
-            if let Err(step) = step {
+            if let Err(step) = step.map_err(|step| self.room_back_unless(step, events)) {
                 return step;
             }
         }
+        self.room_back_unless(Step::Idle, events);
         if self.unsynced.is_some() {
             return Step::SyncDue;
         }
@@ -168,6 +169,20 @@ impl<S: Storage> WalExecutor<S> {
             false => self.wal.check_recent_invariants(),
         }
         Step::Idle
+    }
+
+    /// Reports room back once a run that found the file system full gets past the append it
+    /// held (`step`, where the run stopped, is not [`Step::Full`] again).
+    fn room_back_unless(&mut self, step: Step, events: &mut Vec<WalEvent>) -> Step {
+        if step != Step::Full && step != Step::Failed && std::mem::take(&mut self.full) {
+            events.push(WalEvent::SpaceBack);
+        }
+        step
+    }
+
+    /// The work queued and not carried out yet, in order.
+    pub(crate) fn queued(&self) -> impl Iterator<Item = &WalOp> {
+        self.pending.iter()
     }
 
     /// Makes everything written so far durable; reports the last entry it covers.
@@ -208,8 +223,12 @@ impl<S: Storage> WalExecutor<S> {
                 beside.released(storage, dir, through, segments);
             }
             WalOp::Reset(base) => {
-                // What was written before belongs to the replaced log: nothing to report.
-                self.unsynced = None;
+                // What was written before belongs to the replaced log: nothing to report, and
+                // an acknowledgement passed over that may name its unsynced entries is void
+                // (the later one it was passed over for still goes).
+                if self.unsynced.take().is_some() {
+                    self.passed_over = None;
+                }
                 let reset = self.wal.reset_to(base.index, base.hash);
                 self.check(reset, WalFailure::Reset, events)?;
             }
@@ -256,9 +275,6 @@ impl<S: Storage> WalExecutor<S> {
                     return Err(Step::Failed);
                 }
             }
-        }
-        if std::mem::take(&mut self.full) {
-            events.push(WalEvent::SpaceBack);
         }
         Ok(())
     }
@@ -522,6 +538,51 @@ mod tests {
         );
         assert_eq!(acks.len(), 2);
         assert_eq!(executor.wal().last_index(), EntryIndex(200));
+    }
+
+    /// Proves an acknowledgement passed over for a later one is forgotten when a reset throws
+    /// away the unsynced appends it names: a full disk that stops the work before the later
+    /// one does not let it go.
+    #[test]
+    #[cfg(feature = "sim")]
+    fn a_reset_forgets_the_acknowledgement_of_appends_it_threw_away() {
+        let disk = SimDisk::new();
+        let (mut wal, _) = Wal::open_in(disk.clone(), Path::new("/wal"), SEGMENT_BYTES).unwrap();
+        wal.set_zero_ahead(8 * 1024);
+        let mut executor = WalExecutor::new(wal);
+        let mut prev = EntryHash::default();
+        executor.queue(WalOp::Append(noops(1, 1, &mut prev)));
+        let (mut acks, mut events) = (Vec::new(), Vec::new());
+        assert_eq!(
+            executor.run(&mut Nothing, &mut acks, &mut events),
+            Step::SyncDue
+        );
+        executor.sync(&mut Nothing, &mut events);
+        assert_eq!(
+            executor.run(&mut Nothing, &mut acks, &mut events),
+            Step::Idle
+        );
+        // Entries 2 and 3 fit in the zeros written ahead; a new segment does not.
+        disk.set_full(true);
+        executor.queue(WalOp::Append(noops(2, 3, &mut prev)));
+        executor.queue(ack(3));
+        let base = crate::core::LogBase {
+            index: EntryIndex(10),
+            term: Term(1),
+            hash: EntryHash::default(),
+        };
+        executor.queue(WalOp::Reset(base));
+        let mut after = EntryHash::default();
+        executor.queue(WalOp::Append(noops(11, 11, &mut after)));
+        executor.queue(ack(11));
+        assert_eq!(
+            executor.run(&mut Nothing, &mut acks, &mut events),
+            Step::Full
+        );
+        assert!(
+            acks.is_empty(),
+            "no acknowledgement of entries never synced: {acks:?}"
+        );
     }
 
     /// Proves a failed sync fails the WAL for good: reported once, nothing acknowledged,
