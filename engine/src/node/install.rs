@@ -6,13 +6,11 @@ use crate::apply::Mode;
 use crate::ids::{EntryIndex, NodeId, Term};
 use crate::operator::backup::BACKUP_CHUNK_BYTES;
 use crate::snapshot::{SNAPSHOT_CHUNK_BYTES, list_snapshots, snapshot_path};
+use crate::storage::{Access, Files, Storage, StorageFile};
 use net::message::{BackupChunk, BackupRequest, ClientReply, PeerMessage, SnapshotChunk};
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 /// Why a leader stopped sending a snapshot to a follower.
@@ -43,13 +41,15 @@ pub(super) async fn stream_snapshot(
         path: path.clone(),
         source,
     };
-    let mut file = tokio::fs::File::open(&path).await.map_err(describe)?;
-    let total = file.metadata().await.map_err(describe)?.len();
+    let opened = Files.open(&path, Access::ReadOnly).map_err(describe)?;
+    let file = Arc::new(opened);
+    let total = file.size().map_err(describe)?;
     let mut offset = 0;
     while offset < total {
         let length = (total - offset).min(SNAPSHOT_CHUNK_BYTES as u64) as usize;
-        let mut data = vec![0; length];
-        file.read_exact(&mut data).await.map_err(describe)?;
+        let data = read_off_the_loop(Arc::clone(&file), offset, length)
+            .await
+            .map_err(describe)?;
         let room = queue.reserve().await.map_err(|_| StreamError::Closed)?;
         // Checked with the slot in hand, so that nothing can be queued between the check
         // and the chunk: a newer transfer to this follower started, and two would interleave.
@@ -67,6 +67,20 @@ pub(super) async fn stream_snapshot(
         offset += length as u64;
     }
     Ok(())
+}
+
+/// `length` bytes of `file` from `offset`, read on a blocking thread (a snapshot may sit on a
+/// disk, where a read of a chunk takes milliseconds the event loop must not wait).
+async fn read_off_the_loop(
+    file: Arc<std::fs::File>,
+    offset: u64,
+    length: usize,
+) -> std::io::Result<Vec<u8>> {
+    let read = tokio::task::spawn_blocking(move || {
+        let mut data = vec![0; length];
+        file.read_exact_at(&mut data, offset).map(|()| data)
+    });
+    read.await.map_err(std::io::Error::other)?
 }
 
 /// One transfer to a follower: it stops once a newer one to the same follower starts.
@@ -167,8 +181,8 @@ fn read_piece(
         path: path.clone(),
         source,
     };
-    let mut file = File::open(&path).map_err(describe)?;
-    let total = file.metadata().map_err(describe)?.len();
+    let file = Files.open(&path, Access::ReadOnly).map_err(describe)?;
+    let total = file.size().map_err(describe)?;
     if request.offset > total {
         return Err(PieceError::PastEnd {
             offset: request.offset,
@@ -177,9 +191,8 @@ fn read_piece(
     }
     let length = (total - request.offset).min(BACKUP_CHUNK_BYTES as u64) as usize;
     let mut data = vec![0; length];
-    file.seek(SeekFrom::Start(request.offset))
-        .and_then(|_| file.read_exact(&mut data))
-        .map_err(describe)?;
+    let read = file.read_exact_at(&mut data, request.offset);
+    read.map_err(describe)?;
     Ok(BackupChunk {
         node,
         index,
