@@ -56,6 +56,7 @@ const PREFETCH_AHEAD_COMMANDS: usize = 8;
 
 /// Why the apply loop stopped. The node applies nothing after this.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ApplyError {
     /// An entry arrived out of order: a bug in the caller.
     #[error("entry {got} applied out of order: expected {expected}")]

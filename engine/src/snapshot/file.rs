@@ -103,6 +103,7 @@ const BLOCK_HEADER_BYTES: usize = 16;
 
 /// A snapshot file that cannot be written or used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SnapshotError {
     /// The file system refused an operation on the file (or on its directory).
     #[error("{path}: {source}")]
@@ -124,6 +125,7 @@ pub enum SnapshotError {
 
 /// Why a snapshot file's bytes were refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ParseError {
     /// Too short to hold the magic and the digest: a file cut short.
     #[error("damaged: {bytes} bytes, too short for a snapshot")]
@@ -151,9 +153,46 @@ pub enum ParseError {
     Structure(#[source] StructureError),
 }
 
+/// What is wrong with the sessions of a snapshot file whose digest holds.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionsError {
+    /// They do not decode: the decoder's account.
+    #[error("{0}")]
+    Decode(String),
+    /// Two sessions of one client, or out of client order.
+    #[error("the sessions are not in client order, each once")]
+    NotInClientOrder,
+    /// A session active after the state clock (which never goes back).
+    #[error(
+        "client {client:?} was active at {active_ms} ms, after the state clock's {clock_ms} ms"
+    )]
+    ActiveAfterClock {
+        /// The session's client.
+        client: ClientId,
+        /// When it was last active.
+        active_ms: u64,
+        /// The state clock the file holds.
+        clock_ms: u64,
+    },
+    /// A session active at a later entry than another has an earlier time.
+    #[error("a session active at a later entry has an earlier time")]
+    TimesOutOfOrder,
+}
+
 /// Why the content of a snapshot whose digest holds does not decode.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StructureError {
+    /// The sessions, at the end of the content, did not decode or are not what the state can
+    /// take.
+    #[error("the sessions at byte {at}: {source}")]
+    Sessions {
+        /// Where they start in the file.
+        at: usize,
+        /// What is wrong with them.
+        source: SessionsError,
+    },
     /// A part of the content did not decode.
     #[error("{part} at byte {at}: {reason}")]
     Decode {
@@ -634,23 +673,22 @@ fn parse_body(body: &[u8], format: Format) -> Result<Content, StructureError> {
             removed_bytes,
         });
     }
-    let records = parse_sessions(&body[at..], format).map_err(|reason| StructureError::Decode {
-        part: Part::Sessions,
-        at,
-        reason,
-    })?;
+    let records = parse_sessions(&body[at..], format)
+        .map_err(|source| StructureError::Sessions { at, source })?;
     Ok((meta, previous, tables, records))
 }
 
 /// Decodes the state clock and the sessions (`bytes`: the rest of the content), of `format`,
 /// and checks what the sessions must hold to be loaded (see [`check_sessions`]). A format
 /// that kept no times gives the clock 0 and every session time 0: no time applied yet.
-fn parse_sessions(bytes: &[u8], format: Format) -> Result<SessionRecords, String> {
+fn parse_sessions(bytes: &[u8], format: Format) -> Result<SessionRecords, SessionsError> {
     let records = match format {
-        Format::V7 | Format::Delta1 => codec::decode(bytes).map_err(|e| e.to_string())?,
+        Format::V7 | Format::Delta1 => {
+            codec::decode(bytes).map_err(|e| SessionsError::Decode(e.to_string()))?
+        }
         Format::V5 | Format::V6 => {
             let sessions: Vec<(ClientId, SessionV6)> =
-                codec::decode(bytes).map_err(|e| e.to_string())?;
+                codec::decode(bytes).map_err(|e| SessionsError::Decode(e.to_string()))?;
             (0, sessions.into_iter().map(untimed).collect())
         }
     };
@@ -677,15 +715,16 @@ fn untimed((client, old): (ClientId, SessionV6)) -> (ClientId, Session) {
 /// What the sessions of a file whose digest holds must be for the state to take them: in
 /// client order, each once, none active after the state clock, and their times in the order
 /// of their last activity (the state clock never goes back).
-fn check_sessions((clock_ms, sessions): &SessionRecords) -> Result<(), String> {
+fn check_sessions((clock_ms, sessions): &SessionRecords) -> Result<(), SessionsError> {
     if !sessions.windows(2).all(|w| w[0].0 < w[1].0) {
-        return Err("the sessions are not in client order, each once".into());
+        return Err(SessionsError::NotInClientOrder);
     }
     if let Some((client, s)) = sessions.iter().find(|(_, s)| s.last_active_ms > *clock_ms) {
-        return Err(format!(
-            "client {client:?} was active at {} ms, after the state clock's {clock_ms} ms",
-            s.last_active_ms
-        ));
+        return Err(SessionsError::ActiveAfterClock {
+            client: *client,
+            active_ms: s.last_active_ms,
+            clock_ms: *clock_ms,
+        });
     }
     let mut by_age: Vec<(EntryIndex, u64)> = sessions
         .iter()
@@ -693,7 +732,7 @@ fn check_sessions((clock_ms, sessions): &SessionRecords) -> Result<(), String> {
         .collect();
     by_age.sort_unstable();
     if !by_age.windows(2).all(|w| w[0].1 <= w[1].1) {
-        return Err("a session active at a later entry has an earlier time".into());
+        return Err(SessionsError::TimesOutOfOrder);
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ const INCOMING_FILE: &str = "incoming.part";
 /// Why a follower refused or dropped a snapshot arriving from its leader (the leader sends it
 /// again).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReceiveError {
     /// The first chunk of a snapshot is not at its start.
     #[error("a snapshot starts at offset 0, not at {offset}")]
@@ -252,6 +253,7 @@ pub struct Intake<S: Storage> {
 
 /// Why a snapshot arriving from the leader was not taken.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum IntakeError {
     /// Its first chunk was refused, or a later one did not follow: nothing of it is kept,
     /// and the leader sends it again.

@@ -11,6 +11,7 @@ use std::collections::TryReserveError;
 
 /// Why a table's records from a snapshot cannot be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The table's slot count is not one a table holding its records can have.
     #[error("{slots} slots cannot hold {records} records")]

@@ -36,6 +36,10 @@ const WRITE_DELETE: u8 = 2;
 
 /// Why a write could not be made. Handlers convert it into their own business error (their
 /// `Error` type implements `From<StateError>`); the command then changes nothing.
+///
+/// Exhaustive on purpose, unlike the engine's other public errors: handlers match on it to
+/// choose their business error, so a new variant is a change to the handler API, made with a
+/// new engine version and its changelog line rather than hidden behind a wildcard.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
     /// The write would take the state past its configured capacity.
@@ -63,6 +67,7 @@ pub enum StateError {
 /// Why a snapshot's content cannot be installed into this state (its file verified: the
 /// handler, its schema or the configuration differs from the one that wrote it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum InstallError {
     /// The snapshot's state is under a handler version this build cannot run.
     #[error(
