@@ -476,40 +476,9 @@ fn configure(stream: &std::net::TcpStream) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::{Entry, EntryHash, EntryKind};
+    use crate::entry::EntryHash;
     use crate::ids::Term;
-    use net::message::{AppendOutcome, AppendReply};
-
-    fn ack(index: u64) -> PeerMessage {
-        PeerMessage::AppendReply(AppendReply {
-            term: Term(1),
-            from: NodeId(2),
-            outcome: AppendOutcome::Matched {
-                index: EntryIndex(index),
-            },
-            applied: None,
-        })
-    }
-
-    /// Entries `from..=to` of term 1, chained from `prev`.
-    fn noops(from: u64, to: u64, prev: &mut EntryHash) -> Vec<Entry> {
-        (from..=to)
-            .map(|i| {
-                let index = EntryIndex(i);
-                let entry = Entry::seal(
-                    index,
-                    Term(1),
-                    EntryKind::Noop,
-                    index.prev(),
-                    0,
-                    Default::default(),
-                    prev,
-                );
-                *prev = entry.header.hash;
-                entry
-            })
-            .collect()
-    }
+    use crate::wal::executor::tests::{ack, noops};
 
     /// Proves the WAL carried out on the caller's thread makes its appends durable before it
     /// reports them or lets an acknowledgement go, with one report for all appends queued
@@ -532,10 +501,7 @@ mod tests {
         let mut prev = EntryHash::default();
         inline.queue(WalOp::Append(noops(1, 2, &mut prev)));
         inline.queue(WalOp::Append(noops(3, 3, &mut prev)));
-        inline.queue(WalOp::Ack {
-            to: NodeId(1),
-            message: ack(3),
-        });
+        inline.queue(ack(3));
         let mut acks = Vec::new();
         let events = inline.flush(&mut acks);
         let [WalEvent::Persisted { index, term }] = events.as_slice() else {
@@ -551,10 +517,7 @@ mod tests {
         assert!(matches!(acks[0], (NodeId(1), PeerMessage::AppendReply(_))));
         assert!(inline.flush(&mut acks).is_empty(), "nothing more queued");
         // An acknowledgement with nothing new to make durable goes at once, with no fsync.
-        inline.queue(WalOp::Ack {
-            to: NodeId(1),
-            message: ack(3),
-        });
+        inline.queue(ack(3));
         assert!(inline.flush(&mut acks).is_empty());
         assert_eq!((acks.len(), counters.fsyncs()), (2, 1));
         inline.queue(WalOp::Load {
@@ -595,7 +558,9 @@ mod tests {
         };
         let mut acker = Acker::new(access, Default::default());
         acker.streams.insert(NodeId(1), AckStream::Plain(stream));
-        let ack = ack(1);
+        let WalOp::Ack { message: ack, .. } = ack(1) else {
+            unreachable!("an acknowledgement")
+        };
         let (done, gave_up) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             // The kernel buffers some megabytes; then a write blocks.

@@ -124,6 +124,7 @@ impl<S: Storage> WalExecutor<S> {
     }
 
     /// The log.
+    #[cfg(feature = "sim")]
     pub(crate) fn wal(&self) -> &Wal<S> {
         &self.wal
     }
@@ -181,6 +182,7 @@ impl<S: Storage> WalExecutor<S> {
     }
 
     /// The work queued and not carried out yet, in order.
+    #[cfg(feature = "sim")]
     pub(crate) fn queued(&self) -> impl Iterator<Item = &WalOp> {
         self.pending.iter()
     }
@@ -383,7 +385,7 @@ impl<S: Storage> WalExecutor<S> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::entry::{EntryHash, EntryKind};
     use crate::storage::Files;
@@ -404,7 +406,8 @@ mod tests {
         fn drained(&mut self) {}
     }
 
-    fn ack(index: u64) -> WalOp {
+    /// A follower's acknowledgement of entries through `index`, to node 1.
+    pub(crate) fn ack(index: u64) -> WalOp {
         let message = PeerMessage::AppendReply(AppendReply {
             term: Term(1),
             from: NodeId(2),
@@ -420,7 +423,7 @@ mod tests {
     }
 
     /// Entries `from..=to` of term 1, chained from `prev`.
-    fn noops(from: u64, to: u64, prev: &mut EntryHash) -> Vec<Entry> {
+    pub(crate) fn noops(from: u64, to: u64, prev: &mut EntryHash) -> Vec<Entry> {
         (from..=to)
             .map(|i| {
                 let index = EntryIndex(i);
@@ -486,6 +489,17 @@ mod tests {
         assert_eq!(acks.len(), 2);
     }
 
+    /// An executor on `disk` with entry 1 appended and acknowledged, not run yet; the hash
+    /// the next entry chains from.
+    #[cfg(feature = "sim")]
+    fn one_append_acknowledged(disk: &SimDisk) -> (WalExecutor<SimDisk>, EntryHash) {
+        let mut executor = executor(disk.clone(), Path::new("/wal"));
+        let mut prev = EntryHash::default();
+        executor.queue(WalOp::Append(noops(1, 1, &mut prev)));
+        executor.queue(ack(1));
+        (executor, prev)
+    }
+
     /// Proves an append that finds the disk full waits first in the queue with what is behind
     /// it, after what came before it is synced and acknowledged; the full disk is reported
     /// once, and the append goes on when there is room.
@@ -493,10 +507,7 @@ mod tests {
     #[cfg(feature = "sim")]
     fn a_full_disk_holds_the_append_and_what_follows() {
         let disk = SimDisk::new();
-        let mut executor = executor(disk.clone(), Path::new("/wal"));
-        let mut prev = EntryHash::default();
-        executor.queue(WalOp::Append(noops(1, 1, &mut prev)));
-        executor.queue(ack(1));
+        let (mut executor, mut prev) = one_append_acknowledged(&disk);
         let (mut acks, mut events) = (Vec::new(), Vec::new());
         assert_eq!(
             executor.run(&mut Nothing, &mut acks, &mut events),
@@ -591,10 +602,7 @@ mod tests {
     #[cfg(feature = "sim")]
     fn a_failed_sync_stops_the_wal() {
         let disk = SimDisk::new();
-        let mut executor = executor(disk.clone(), Path::new("/wal"));
-        let mut prev = EntryHash::default();
-        executor.queue(WalOp::Append(noops(1, 1, &mut prev)));
-        executor.queue(ack(1));
+        let (mut executor, _) = one_append_acknowledged(&disk);
         let (mut acks, mut events) = (Vec::new(), Vec::new());
         assert_eq!(
             executor.run(&mut Nothing, &mut acks, &mut events),
