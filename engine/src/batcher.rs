@@ -14,6 +14,7 @@ use crate::handler::Handler;
 use crate::ids::{ClientId, RequestNumber};
 use bytes::Bytes;
 use net::message::Rejection;
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
 /// Commands the batcher holds at most; a request that would pass it is refused as busy.
@@ -68,6 +69,8 @@ impl Queued {
 #[derive(Debug)]
 pub struct Batcher {
     queue: VecDeque<Queued>,
+    /// The digest of each request queued, by client and number.
+    queued_keys: FxHashMap<(ClientId, RequestNumber), RequestDigest>,
     /// Commands of the head request already placed in earlier entries.
     head_sent: u32,
     queued_commands: usize,
@@ -103,6 +106,7 @@ impl Batcher {
             "commands counted waiting"
         );
         assert_eq!(self.queued_bytes, bytes, "bytes counted waiting");
+        assert_eq!(self.queued_keys.len(), self.queue.len(), "requests indexed");
         assert!(
             self.queued_commands <= BATCHER_COMMANDS_MAX && self.queued_bytes <= BATCHER_BYTES_MAX,
             "the batcher holds {} commands, {} bytes: over its limits",
@@ -124,6 +128,7 @@ impl Batcher {
         );
         Batcher {
             queue: VecDeque::new(),
+            queued_keys: FxHashMap::default(),
             head_sent: 0,
             queued_commands: 0,
             queued_bytes: 0,
@@ -155,17 +160,18 @@ impl Batcher {
             "request {}: command ends out of order",
             request.request
         );
+        let key = (request.client, request.request);
+        let twice = self.queued_keys.insert(key, request.digest);
+        assert!(twice.is_none(), "request {} queued twice", request.request);
         self.queued_commands += request.ends.len();
         self.queued_bytes += request.commands.len();
         self.queue.push_back(request);
         Ok(())
     }
 
-    /// True when `(client, request)` is queued.
-    pub fn contains(&self, client: ClientId, request: RequestNumber) -> bool {
-        self.queue
-            .iter()
-            .any(|q| q.client == client && q.request == request)
+    /// The digest of request `request` of `client` when it is queued.
+    pub fn queued_digest(&self, client: ClientId, request: RequestNumber) -> Option<RequestDigest> {
+        self.queued_keys.get(&(client, request)).copied()
     }
 
     /// The payload of the next entry, stamped `now_ms`, its command count and its kind
@@ -212,6 +218,7 @@ impl Batcher {
             self.queued_commands -= count as usize;
             if fragment.is_last() {
                 let done = self.queue.pop_front().expect("the head");
+                self.queued_keys.remove(&(done.client, done.request));
                 self.queued_bytes -= done.commands.len();
                 self.head_sent = 0;
             } else {
@@ -232,6 +239,7 @@ impl Batcher {
         self.head_sent = 0;
         self.queued_commands = 0;
         self.queued_bytes = 0;
+        self.queued_keys.clear();
         self.queue.drain(..).collect()
     }
 }
@@ -337,6 +345,32 @@ mod tests {
 
     /// Proves small requests share an entry up to the maximum, a large one is split into
     /// fragments that carry exactly its command bytes, and nothing waits for a full entry.
+    /// Proves the batcher knows each queued request by client and number, with its digest,
+    /// while any of it waits (a request split between entries too), and forgets it once its
+    /// last command is placed or the queue is drained.
+    #[test]
+    fn a_queued_request_is_known_until_its_last_command_is_placed() {
+        let mut batcher = Batcher::new(16);
+        batcher.push(request(1, 7, 24)).unwrap();
+        batcher.push(request(2, 3, 4)).unwrap();
+        let digest = Some(RequestDigest::default());
+        assert_eq!(batcher.queued_digest(ClientId(1), RequestNumber(7)), digest);
+        assert_eq!(batcher.queued_digest(ClientId(1), RequestNumber(8)), None);
+        batcher
+            .next_entry(0)
+            .expect("16 of the first request's 24 commands");
+        assert_eq!(batcher.queued_digest(ClientId(1), RequestNumber(7)), digest);
+        batcher
+            .next_entry(0)
+            .expect("its last 8, and the second request");
+        assert_eq!(batcher.queued_digest(ClientId(1), RequestNumber(7)), None);
+        assert_eq!(batcher.queued_digest(ClientId(2), RequestNumber(3)), None);
+        batcher.push(request(3, 1, 1)).unwrap();
+        batcher.drain();
+        assert_eq!(batcher.queued_digest(ClientId(3), RequestNumber(1)), None);
+        batcher.check_invariants();
+    }
+
     #[test]
     fn packs_and_splits() {
         let mut batcher = Batcher::new(16);

@@ -100,6 +100,17 @@ impl<H: Handler, T> Replica<H, T> {
             Some(_) => return Err((token, ClientReply::Reused { request })),
             None => {}
         }
+        // A retry of a request still queued whose waiter was answered meanwhile, by an earlier
+        // copy that committed (the committed sessions may not show it yet while its
+        // speculation is pending): it waits for the queued copy's answer, never queued twice.
+        match self.batcher.queued_digest(submit.client, request) {
+            Some(queued) if queued == digest => {
+                self.waiters.insert(key, (digest, token));
+                return Ok(());
+            }
+            Some(_) => return Err((token, ClientReply::Reused { request })),
+            None => {}
+        }
         // Only a request the sessions and the log do not know of is refused for a full disk:
         // one they know is answered (or waited for) as any retry is.
         if self.storage_full {
