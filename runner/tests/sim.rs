@@ -119,6 +119,17 @@ const LOST_VOTE_SEEDS: [u64; 2] = [6177, 8989];
 ///   The term a rebuild starts at now counts the entries beyond damage.
 const REBUILT_NODE_SEEDS: [u64; 3] = [122_209, 123_335, 165_093];
 
+/// Seeds where a client's retry met a copy of its request still queued at a new leader,
+/// after an older copy committed and answered it (found in 10,000 seeds from 100000): the
+/// retry was queued a second time. It now waits for the queued copy's answer.
+const QUEUED_RETRY_SEEDS: [u64; 1] = [104_163];
+
+/// Proves the seeds where a retry meets its request still queued violate nothing.
+#[test]
+fn seeds_where_a_retry_meets_its_queued_request_violate_nothing() {
+    each_seed_violates_nothing(&QUEUED_RETRY_SEEDS);
+}
+
 /// Proves the seeds where a rebuilt replica decided an election or a commit violate nothing.
 #[test]
 fn seeds_where_a_rebuilt_replica_decides_violate_nothing() {
