@@ -91,6 +91,12 @@ impl Batcher {
         let (mut commands, mut bytes) = (0usize, 0usize);
         for queued in &self.queue {
             queued.check();
+            assert_eq!(
+                self.queued_keys.get(&(queued.client, queued.request)),
+                Some(&queued.digest),
+                "request {} indexed with its digest",
+                queued.request
+            );
             commands += queued.ends.len();
             bytes += queued.commands.len();
         }
@@ -106,7 +112,11 @@ impl Batcher {
             "commands counted waiting"
         );
         assert_eq!(self.queued_bytes, bytes, "bytes counted waiting");
-        assert_eq!(self.queued_keys.len(), self.queue.len(), "requests indexed");
+        assert_eq!(
+            self.queued_keys.len(),
+            self.queue.len(),
+            "only queued requests indexed"
+        );
         assert!(
             self.queued_commands <= BATCHER_COMMANDS_MAX && self.queued_bytes <= BATCHER_BYTES_MAX,
             "the batcher holds {} commands, {} bytes: over its limits",
