@@ -13,7 +13,7 @@
 //!   determinism check every handler's tests should run;
 //! - `cli` (feature `cli`, off by default): a node binary's whole command line in one call;
 //! - [`node`]: a node's configuration and start, a local cluster;
-//! - [`operator`]: the cluster file, client files, secrets, the data directory, backups;
+//! - [`operator`]: the cluster file, client files, secrets, backups;
 //! - [`client`]: the client library (registration, exactly-once requests, pipelining), async
 //!   or blocking ([`client::blocking`], for programs without tokio);
 //! - `sim` (feature `sim`): the deterministic simulator with the author's workload;
@@ -29,7 +29,6 @@ pub mod apply;
 pub mod cli;
 pub mod client;
 pub mod codec;
-pub mod files;
 pub mod formats;
 pub mod guide;
 pub mod handler;

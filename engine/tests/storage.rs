@@ -28,6 +28,7 @@ fn conformance<S: Storage>(storage: &S, root: &Path) {
     files_read_and_write(storage, &dir);
     names_list_rename_remove(storage, &dir);
     durable_writes_replace_whole_files(storage, &dir);
+    new_files_never_replace_old_ones(storage, &dir);
     let missing = root.join("missing");
     assert!(!storage.exists(&missing).unwrap() && !storage.is_dir(&missing));
     assert_eq!(
@@ -118,6 +119,34 @@ fn durable_writes_replace_whole_files<S: Storage>(storage: &S, dir: &Path) {
     assert_eq!(storage.read(&path).unwrap(), b"term 3");
     assert!(!storage.exists(&temporary).unwrap());
     storage.remove_file(&path).unwrap();
+}
+
+fn new_files_never_replace_old_ones<S: Storage>(storage: &S, dir: &Path) {
+    let path = dir.join("cluster.toml");
+    storage.write_new(&path, b"the first").unwrap();
+    let taken = storage.write_new(&path, b"the second").unwrap_err();
+    assert_eq!(taken.kind(), ErrorKind::AlreadyExists);
+    assert_eq!(storage.read(&path).unwrap(), b"the first");
+    assert!(
+        !storage.exists(&dir.join("cluster.toml.tmp")).unwrap(),
+        "the refused write leaves no temporary file"
+    );
+    let other = dir.join("other");
+    let linked = storage.hard_link(&path, &other);
+    linked.unwrap();
+    assert_eq!(storage.read(&other).unwrap(), b"the first");
+    let again = storage.hard_link(&other, &path).unwrap_err();
+    assert_eq!(again.kind(), ErrorKind::AlreadyExists);
+    let sub = dir.join("wal");
+    storage.create_dir(&sub).unwrap();
+    assert!(storage.is_dir(&sub));
+    let twice = storage.create_dir(&sub).unwrap_err();
+    assert_eq!(twice.kind(), ErrorKind::AlreadyExists);
+    let orphan = storage.create_dir(&dir.join("no/parent")).unwrap_err();
+    assert_eq!(orphan.kind(), ErrorKind::NotFound);
+    for name in [&path, &other] {
+        storage.remove_file(name).unwrap();
+    }
 }
 
 /// Proves the real file system keeps the interface's promises.
@@ -495,4 +524,72 @@ fn rebuilt_hard_state(disk: &SimDisk, dir: &Path) -> engine::internals::core::Ha
     let started = recover_on(disk, dir, common::Ledger, &options, None, |_| {}).unwrap();
     assert_eq!(started.wal.last_index(), EntryIndex(0), "it starts empty");
     started.core.hard_state
+}
+
+/// A disk holding `old` (when given) durably at `path`, its process stopped after `steps`
+/// changes.
+fn disk_stopping_after(steps: u64, path: &Path, old: Option<&[u8]>) -> SimDisk {
+    let disk = SimDisk::new();
+    disk.create_dir_all(path.parent().unwrap()).unwrap();
+    if let Some(old) = old {
+        disk.write_durably(path, old).unwrap();
+    }
+    disk.stop_after(steps);
+    disk
+}
+
+/// Proves a whole-file write (every operator file, the hard state, the identity, the mode)
+/// stopped at any step and followed by a crash, whatever the crash keeps, leaves the old file
+/// or the new one, never a mix, and the new one once the write returned.
+#[test]
+fn a_crash_at_any_step_of_a_durable_write_leaves_the_old_file_or_the_new() {
+    let path = Path::new("/d/identity");
+    let new = vec![7u8; 3 * 4096 + 100];
+    for draw in 0..8 {
+        for steps in 0.. {
+            let disk = disk_stopping_after(steps, path, Some(b"the old identity"));
+            let written = disk.write_durably(path, &new);
+            disk.crash(&mut Rng::new(steps * 8 + draw));
+            let read = disk.read(path).unwrap();
+            assert!(
+                read == new || read == b"the old identity",
+                "stopped after {steps} steps: a mix of {} bytes",
+                read.len()
+            );
+            if written.is_ok() {
+                assert_eq!(read, new, "a write that returned is durable");
+                break;
+            }
+        }
+    }
+}
+
+/// Proves a new file's write (a cluster file, a client file, a backup) stopped at any step
+/// and followed by a crash leaves no file or the whole one, and never replaces one that was
+/// there.
+#[test]
+fn a_crash_at_any_step_of_a_new_files_write_leaves_nothing_or_the_whole_file() {
+    let path = Path::new("/d/cluster.toml");
+    let new = vec![3u8; 5000];
+    for draw in 0..8 {
+        for steps in 0.. {
+            let disk = disk_stopping_after(steps, path, None);
+            let written = disk.write_new(path, &new);
+            disk.crash(&mut Rng::new(steps * 8 + draw));
+            match disk.read(path) {
+                Ok(read) => assert_eq!(read, new, "stopped after {steps} steps"),
+                Err(error) => {
+                    assert_eq!(error.kind(), ErrorKind::NotFound);
+                    assert!(written.is_err(), "a write that returned is durable");
+                }
+            }
+            if written.is_ok() {
+                break;
+            }
+        }
+        let disk = disk_stopping_after(u64::MAX, path, Some(b"an earlier backup"));
+        assert!(disk.write_new(path, &new).is_err());
+        disk.crash(&mut Rng::new(draw));
+        assert_eq!(disk.read(path).unwrap(), b"an earlier backup");
+    }
 }

@@ -27,6 +27,10 @@ pub const RATE_LIMIT_WINDOW_MS: u64 = 1_000;
 
 /// The filter when `RUST_LOG` is not set.
 pub const LOG_FILTER_DEFAULT: &str = "info";
+/// The simulator's default filter: its simulated nodes run the product's code under the
+/// faults it injects, and the apply journal's warning when a full disk turns it off is
+/// expected there at every such fault; a violation is reported in the simulator's table.
+pub const SIM_LOG_FILTER_DEFAULT: &str = "info,engine::storage::journal=error";
 
 /// How log lines look.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -62,12 +66,16 @@ pub fn format() -> LogFormat {
 /// Sets the process's subscriber: `format` on standard error, filtered by `RUST_LOG` (or
 /// [`LOG_FILTER_DEFAULT`]), rate-limited per callsite. A second call changes nothing.
 pub fn init(format: LogFormat) {
+    init_with(format, LOG_FILTER_DEFAULT);
+}
+
+/// [`init`] for a command with its own default filter (`default`, when `RUST_LOG` is unset).
+pub fn init_with(format: LogFormat, default: &str) {
     if FORMAT.set(format).is_err() {
         // Already set (a test, or a binary that called this twice): the first one stays.
         return;
     }
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(LOG_FILTER_DEFAULT));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let registry = tracing_subscriber::registry().with(filter);
     let writer = std::io::stderr;
     let result = match format {

@@ -389,7 +389,11 @@ impl<'a, H: CliHandler, F: Fn() -> H> App<'a, H, F> {
             Ok(log) => log,
             Err(error) => return parse_failed(&error),
         };
-        logging::init(log.log_format);
+        let default = match matches.subcommand_name() {
+            Some("sim") => logging::SIM_LOG_FILTER_DEFAULT,
+            Some(_) | None => logging::LOG_FILTER_DEFAULT,
+        };
+        logging::init_with(log.log_format, default);
         exit_code(self.dispatch(&matches))
     }
 
@@ -574,7 +578,7 @@ pub fn read_client_file(path: &std::path::Path) -> anyhow::Result<crate::node::C
 /// refusal: files written by hand before secrets had files of their own keep working; the
 /// `_file` keys, which are new, refuse such a file.
 fn warn_if_secrets_open(path: &std::path::Path, holds_secret: bool) {
-    if let (true, Some(mode)) = (holds_secret, crate::files::open_to_others(path)) {
+    if let (true, Some(mode)) = (holds_secret, crate::storage::files::open_to_others(path)) {
         tracing::warn!(
             path = %path.display(),
             mode = format!("{mode:o}"),

@@ -83,7 +83,7 @@ pub fn sim<W: Workload>(args: SimArgs, make: impl Fn() -> W) -> anyhow::Result<(
             "failing_seeds": failing,
             "violations_by_invariant": broken,
         });
-        crate::files::write_durably(
+        crate::storage::files::write_durably(
             path,
             (serde_json::to_string_pretty(&json)? + "\n").as_bytes(),
         )?;

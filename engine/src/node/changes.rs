@@ -4,8 +4,9 @@
 //! served; the journal's files go with the log's segments, so the stream serves what the log
 //! still holds (`notes/decisions/changes.md`).
 
-use super::journal::{JOURNAL_DIR, JournalRecord, journal_files};
 use crate::ids::{EntryIndex, NodeId};
+use crate::storage::Files;
+use crate::storage::journal::{JOURNAL_DIR, JournalRecord, journal_files};
 use net::message::{ChangeBatch, ChangeEntry, ChangePosition, ChangesRefusal, ChangesRequest};
 use std::collections::VecDeque;
 use std::io::{Read, Seek, SeekFrom};
@@ -157,7 +158,7 @@ impl ChangeSource {
             index: request.from.index.max(EntryIndex(1)),
             position: request.from.position,
         };
-        let files = journal_files(&self.dir).map_err(|e| self.unreadable(e.to_string()))?;
+        let files = journal_files(&Files, &self.dir).map_err(|e| self.unreadable(e.to_string()))?;
         let mut batch = ChangeBatch {
             node: self.node,
             entries: Vec::new(),
@@ -382,10 +383,10 @@ impl Reading {
 
 #[cfg(test)]
 mod tests {
-    use super::super::journal::JournalWriter;
     use super::*;
     use crate::apply::{Change, Ran};
     use crate::ids::StateHash;
+    use crate::storage::journal::JournalWriter;
     use std::sync::Arc;
 
     /// A journal in `dir` holding entries `1..=last`, each with one command, and the change

@@ -4,7 +4,6 @@
 
 use super::changes::ChangeSource;
 use super::connections::{PeerAddresses, PeerWakes, accept_clients, accept_peers, connect_peer};
-use super::data_dir::{self, DirLock};
 use super::install::{SnapshotSend, stream_snapshot};
 use super::recovery::Restored;
 use super::storage::{self, SNAPSHOT_DIR};
@@ -22,6 +21,7 @@ use crate::snapshot::{
     SNAPSHOT_WRITE_BYTES, SnapshotWriter, snapshot_path,
 };
 use crate::storage::Files;
+use crate::storage::data_dir::{self, DirLock};
 use net::message::{ClientReply, ClientRequest, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;

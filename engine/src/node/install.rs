@@ -4,8 +4,7 @@
 
 use crate::apply::Mode;
 use crate::ids::{EntryIndex, NodeId, Term};
-use crate::operator::backup::BACKUP_CHUNK_BYTES;
-use crate::snapshot::{SNAPSHOT_CHUNK_BYTES, list_snapshots, snapshot_path};
+use crate::snapshot::{BACKUP_CHUNK_BYTES, SNAPSHOT_CHUNK_BYTES, list_snapshots, snapshot_path};
 use crate::storage::{Access, Files, Storage, StorageFile};
 use net::message::{BackupChunk, BackupRequest, ClientReply, PeerMessage, SnapshotChunk};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! connections, feeds it what arrives (ticks, peers' messages, clients' requests, the WAL's and
 //! the snapshot writer's reports) and carries out the IO it returns: sends, WAL work (on the
 //! WAL's own thread, or inline on tmpfs), snapshot files, answers. Recovery at start is
-//! `recovery`; the operator's files it reads live in `crate::operator`.
+//! `recovery`; every durable byte goes through `crate::storage`.
 
 mod changes;
 pub mod config;
@@ -11,7 +11,6 @@ mod connections;
 mod driver;
 mod http;
 mod install;
-pub mod journal;
 pub mod local;
 pub mod metrics;
 pub mod probe;
@@ -27,12 +26,12 @@ mod wal_io;
 mod wal_prepare;
 mod wal_thread;
 
+/// The operator's files under the path programs were first written against; they live in
+/// [`crate::operator`], which builds on this module (the node's code uses none of them).
+#[doc(hidden)]
 pub use crate::operator::{
     ClientFile, ClientNode, ClusterFile, ClusterFileError, ModeSetting, NodeEntry,
 };
-/// The operator's files, where they were before they had a module of their own.
-#[doc(hidden)]
-pub use crate::operator::{backup, client_file, cluster_file, data_dir, secrets};
 pub use connections::{
     CLIENT_CONNECTIONS_MAX, CLIENT_REPLIES_QUEUED_MAX, HANDSHAKE_TIMEOUT_MS,
     PEER_QUEUE_MESSAGES_MAX, RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN,
@@ -50,6 +49,7 @@ use crate::entry::ENTRY_COMMANDS_MAX;
 use crate::handler::Handler;
 use crate::ids::NodeId;
 use crate::state::{CapacityTooSmall, STATE_BYTES_DEFAULT};
+use crate::storage::data_dir;
 use crate::wal::WalError;
 use net::message::{ClientReply, ClientRequest, PeerMessage};
 use std::net::SocketAddr;

@@ -5,8 +5,6 @@
 //! author checks a new handler build against real history before rolling it out. Writes
 //! nothing (the log is opened read-only, under a shared lock a running node refuses).
 
-use super::data_dir::{DataDirError, DirLock};
-use super::journal::{Journal, JournalError, read_journal};
 use super::storage::{SNAPSHOT_DIR, WAL_DIR};
 use crate::apply::{ApplyError, StateMachine};
 use crate::codec;
@@ -15,6 +13,8 @@ use crate::handler::Handler;
 use crate::ids::EntryIndex;
 use crate::snapshot::{SnapshotError, list_snapshots, read_snapshot};
 use crate::state::{InstallError, StateHash};
+use crate::storage::data_dir::{DataDirError, DirLock};
+use crate::storage::journal::{Journal, JournalError, read_journal};
 use crate::wal::{Access, Wal, WalError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

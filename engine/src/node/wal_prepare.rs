@@ -2,8 +2,8 @@
 //! ([`crate::wal::prepare_segment`]), so that the appends on the WAL's thread never grow a
 //! file and never wait for its zeros.
 
-use super::data_dir::DirLock;
 use crate::storage::Files;
+use crate::storage::data_dir::DirLock;
 use crate::wal::{PreparedSegment, Wal, WalError};
 use std::io;
 use std::path::{Path, PathBuf};

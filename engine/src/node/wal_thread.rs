@@ -1,8 +1,6 @@
 //! The WAL's own thread: appends and fsyncs off the async runtime, batching whatever queued
 //! while the previous fsync ran into one fsync (group commit).
 
-use super::data_dir::DirLock;
-use super::journal::{JournalError, JournalRecord, JournalWriter};
 use super::metrics::WalCounters;
 use super::wal_prepare::Preparer;
 use crate::apply::Ran;
@@ -11,6 +9,8 @@ use crate::ids::{EntryIndex, NodeId};
 pub(crate) use crate::replica::WalOp;
 use crate::state::StateHash;
 use crate::storage::Files;
+use crate::storage::data_dir::DirLock;
+use crate::storage::journal::Journaling;
 use crate::wal::Wal;
 pub(crate) use crate::wal::executor::WalEvent;
 use crate::wal::executor::{AckSink, Beside, Step, WalExecutor};
@@ -73,9 +73,8 @@ struct Disk {
     lock: Arc<DirLock>,
     counters: WalCounters,
     journaled: tokio::sync::watch::Sender<EntryIndex>,
-    /// The apply journal, while it can be written (a failure turns it off: it is a record
-    /// for diagnosis, and the node goes on without it).
-    journal: Option<JournalWriter>,
+    /// The apply journal.
+    journal: Journaling<Files>,
     /// The thread that prepares the log's next segment file, started once the log wants one.
     preparer: Option<Preparer>,
 }
@@ -85,10 +84,7 @@ impl Disk {
     /// opens (the node goes on without one).
     fn open(wal: &Wal, setup: DiskSetup) -> Self {
         let data_dir = wal.dir().parent().unwrap_or(wal.dir());
-        let journal = JournalWriter::open(data_dir)
-            .map(|journal| journal.with_file_bytes(wal.segment_bytes_max()))
-            .map_err(|error| tracing::warn!(%error, "no apply journal"))
-            .ok();
+        let journal = Journaling::open(Files, data_dir, wal.segment_bytes_max());
         let mut disk = Disk {
             slow: setup.slow,
             lock: setup.lock,
@@ -103,7 +99,7 @@ impl Disk {
 
     /// Tells the change stream the last entry the journal has written, when it moved.
     fn tell_journaled(&mut self) {
-        let Some(written) = self.journal.as_ref().and_then(JournalWriter::written) else {
+        let Some(written) = self.journal.written() else {
             return;
         };
         self.journaled.send_if_modified(|last| {
@@ -111,16 +107,6 @@ impl Disk {
             *last = written;
             moved
         });
-    }
-
-    /// Runs `work` on the journal; on an error, says so and turns the journal off.
-    fn journal_do(&mut self, work: impl FnOnce(&mut JournalWriter) -> Result<(), JournalError>) {
-        if let Some(journal) = self.journal.as_mut()
-            && let Err(error) = work(journal)
-        {
-            tracing::warn!(%error, "apply journal off: replay will compare less");
-            self.journal = None;
-        }
     }
 }
 
@@ -141,11 +127,7 @@ impl Beside<Files> for Disk {
     }
 
     fn journal(&mut self, index: EntryIndex, state_hash: StateHash, ran: Ran) {
-        let record = JournalRecord::of(index, state_hash, ran);
-        self.journal_do(|journal| {
-            journal.append(&record);
-            Ok(())
-        });
+        self.journal.record(index, state_hash, ran);
     }
 
     fn synced(&mut self, wal: &Wal, took: Duration) {
@@ -159,7 +141,7 @@ impl Beside<Files> for Disk {
     /// The freed segments are removed off this thread, so that appends and their fsyncs do
     /// not wait for the deletion.
     fn released(&mut self, _: &Files, dir: &Path, through: EntryIndex, segments: Vec<PathBuf>) {
-        self.journal_do(|journal| journal.release_through(through));
+        self.journal.release_through(through);
         if segments.is_empty() {
             return;
         }
@@ -177,7 +159,7 @@ impl Beside<Files> for Disk {
 
     /// The apply journal flushed, and its progress told to the change stream.
     fn drained(&mut self) {
-        self.journal_do(JournalWriter::flush);
+        self.journal.flush();
         self.tell_journaled();
     }
 }

@@ -213,8 +213,8 @@ impl ClientFile {
         };
         let text = self.to_toml();
         let written = match force {
-            true => crate::files::write_durably(path, text.as_bytes()),
-            false => crate::files::write_new(path, text.as_bytes()),
+            true => crate::storage::files::write_durably(path, text.as_bytes()),
+            false => crate::storage::files::write_new(path, text.as_bytes()),
         };
         written.map_err(|error| write_error(error.source))
     }

@@ -554,7 +554,7 @@ impl ClusterFile {
     /// Writes the file to `path` durably and owner-only (it holds secrets), replacing what
     /// was there.
     pub fn write(&self, path: &Path) -> Result<(), ClusterFileError> {
-        crate::files::write_durably(path, self.to_toml().as_bytes()).map_err(|error| {
+        crate::storage::files::write_durably(path, self.to_toml().as_bytes()).map_err(|error| {
             ClusterFileError::Write {
                 path: path.to_path_buf(),
                 source: error.source,
@@ -568,7 +568,7 @@ impl ClusterFile {
         if force {
             return self.write(path);
         }
-        crate::files::write_new(path, self.to_toml().as_bytes()).map_err(|error| {
+        crate::storage::files::write_new(path, self.to_toml().as_bytes()).map_err(|error| {
             ClusterFileError::Write {
                 path: path.to_path_buf(),
                 source: error.source,

@@ -182,7 +182,7 @@ fn read_secret_file(field: &'static str, path: &Path) -> Result<Vec<u8>, SecretE
             path: path.to_path_buf(),
         });
     }
-    if let Some(mode) = crate::files::open_to_others(path) {
+    if let Some(mode) = crate::storage::files::open_to_others(path) {
         return Err(SecretError::OpenToOthers {
             field,
             path: path.to_path_buf(),
@@ -278,7 +278,7 @@ mod tests {
     fn a_secret_comes_inline_or_from_an_owner_only_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("peer.secret");
-        crate::files::write_durably(&path, b"sixteen bytes at least\n").unwrap();
+        crate::storage::files::write_durably(&path, b"sixteen bytes at least\n").unwrap();
         let inline = source(Some("sixteen bytes inline"), None);
         assert_eq!(inline.read().unwrap().unwrap(), b"sixteen bytes inline");
         let file = source(None, Some(&path));
@@ -294,11 +294,11 @@ mod tests {
         );
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let large = dir.path().join("large");
-        crate::files::write_durably(&large, &[b'x'; 5000]).unwrap();
+        crate::storage::files::write_durably(&large, &[b'x'; 5000]).unwrap();
         let error = source(None, Some(&large)).read().unwrap_err();
         assert!(matches!(error, SecretError::TooLarge { .. }), "{error}");
         let two = dir.path().join("two lines");
-        crate::files::write_durably(&two, b"sixteen bytes at least\nand more\n").unwrap();
+        crate::storage::files::write_durably(&two, b"sixteen bytes at least\nand more\n").unwrap();
         let error = source(None, Some(&two)).read().unwrap_err();
         assert!(matches!(error, SecretError::NotOneLine { .. }), "{error}");
         let text = SecretText::from("never printed, 16+");

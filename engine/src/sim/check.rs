@@ -42,6 +42,7 @@ use crate::handler::{Handler, OutcomeOf};
 use crate::ids::{ClientId, EntryIndex, NodeId, RequestNumber, Term};
 use crate::members::Members;
 use crate::state::StateHash;
+use crate::storage::journal::Journal;
 use std::collections::{BTreeMap, BTreeSet};
 
 type Cmd<W> = <<W as Workload>::H as Handler>::Command;
@@ -468,6 +469,29 @@ impl<W: Workload> Checker<W> {
             Some(_) => {}
             None => {
                 self.hashes.insert(index, (node, hash));
+            }
+        }
+    }
+
+    /// I2 for what node `node`'s apply journal holds: each record's state hash is the one
+    /// every replica reached after its entry, and no entry is journaled twice differently.
+    pub(super) fn journaled(&mut self, node: NodeId, journal: &Journal) {
+        for &index in &journal.conflicts {
+            let why = format!(
+                "node {}'s apply journal holds entry {} twice, differently",
+                node.0, index.0
+            );
+            self.note(Invariant::Diverged, why);
+        }
+        for record in journal.records.values() {
+            if let Some(&(first, known)) = self.hashes.get(&record.index)
+                && known != record.state_hash
+            {
+                let why = format!(
+                    "node {}'s apply journal has state hash {} after entry {}, node {} applied {}",
+                    node.0, record.state_hash, record.index.0, first.0, known
+                );
+                self.note(Invariant::Diverged, why);
             }
         }
     }

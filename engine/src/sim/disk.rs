@@ -14,6 +14,7 @@ use crate::replica::WalOp;
 use crate::rng::Rng;
 use crate::snapshot::{list_snapshots_on, read_snapshot_on};
 use crate::state::StateHash;
+use crate::storage::journal::Journaling;
 use crate::storage::{Access, SimDisk, Storage};
 use crate::wal::executor::{Beside, Step, WalEvent, WalExecutor};
 use crate::wal::{PREPARED_SEGMENT_NAME, Wal, WalError, prepare_segment, remove_segments};
@@ -54,6 +55,8 @@ pub(super) struct Disk {
     arrived: VecDeque<WalOp>,
     /// The executor's batch is under way: its last run stopped for a sync.
     in_batch: bool,
+    /// The apply journal beside the log, while the process lives.
+    journal: Option<Journaling<SimDisk>>,
     /// The hard state last made durable.
     pub hard: HardState,
     /// The file system is full: the executor's writes that would grow a file fail.
@@ -73,6 +76,7 @@ impl Default for Disk {
             syncing: false,
             arrived: VecDeque::new(),
             in_batch: false,
+            journal: None,
             hard: HardState::default(),
             full: false,
         }
@@ -92,12 +96,10 @@ pub(super) fn snapshot_dir() -> PathBuf {
 impl Disk {
     /// A started process's WAL.
     pub fn open(&mut self, wal: Wal<SimDisk>, hard: HardState) {
+        let bytes = wal.segment_bytes_max();
+        self.journal = Some(Journaling::open(self.device.clone(), data_dir(), bytes));
         self.wal = Some(WalExecutor::new(wal));
         self.hard = hard;
-    }
-
-    fn executor(&mut self) -> &mut WalExecutor<SimDisk> {
-        self.wal.as_mut().expect("a live node's WAL is open")
     }
 
     /// The first index the log holds (the one after its base when it is empty).
@@ -159,7 +161,8 @@ impl Disk {
         if self.syncing {
             return ran;
         }
-        let mut beside = SimBeside::default();
+        let journal = self.journal.as_mut().expect("opened with the WAL");
+        let mut beside = SimBeside::new(journal);
         let executor = self.wal.as_mut().expect("a live node's WAL is open");
         if !self.in_batch {
             self.arrived.drain(..).for_each(|op| executor.queue(op));
@@ -185,7 +188,9 @@ impl Disk {
             self.device.fail_syncs(1);
         }
         let mut events = Vec::new();
-        self.executor().sync(&mut SimBeside::default(), &mut events);
+        let journal = self.journal.as_mut().expect("opened with the WAL");
+        let executor = self.wal.as_mut().expect("a live node's WAL is open");
+        executor.sync(&mut SimBeside::new(journal), &mut events);
         self.device.fail_syncs(0);
         events
     }
@@ -201,6 +206,7 @@ impl Disk {
     /// keeps what `rng` draws.
     pub fn crash(&mut self, rng: &mut Rng) {
         self.wal = None;
+        self.journal = None;
         self.syncing = false;
         self.arrived.clear();
         self.in_batch = false;
@@ -287,13 +293,22 @@ impl Disk {
 
 /// What the simulated node's WAL executor does beside the log: its next segment prepared at
 /// once (which of its writes a crash keeps is the device's to decide all the same), freed
-/// segments removed at once, no apply journal (the simulated replicas keep none).
-#[derive(Default)]
-struct SimBeside {
+/// segments removed at once, and the product's apply journal kept on the device.
+struct SimBeside<'a> {
     removal: Option<WalError>,
+    journal: &'a mut Journaling<SimDisk>,
 }
 
-impl Beside<SimDisk> for SimBeside {
+impl<'a> SimBeside<'a> {
+    fn new(journal: &'a mut Journaling<SimDisk>) -> Self {
+        SimBeside {
+            removal: None,
+            journal,
+        }
+    }
+}
+
+impl Beside<SimDisk> for SimBeside<'_> {
     fn prepare(&mut self, wal: &mut Wal<SimDisk>) {
         if !wal.wants_prepared() {
             return;
@@ -305,17 +320,28 @@ impl Beside<SimDisk> for SimBeside {
         }
     }
 
-    fn journal(&mut self, _: EntryIndex, _: StateHash, _: crate::apply::Ran) {}
+    fn journal(&mut self, index: EntryIndex, state_hash: StateHash, ran: crate::apply::Ran) {
+        self.journal.record(index, state_hash, ran);
+    }
 
     fn synced(&mut self, _: &Wal<SimDisk>, _: Duration) {}
 
-    fn released(&mut self, disk: &SimDisk, dir: &Path, _: EntryIndex, segments: Vec<PathBuf>) {
+    fn released(
+        &mut self,
+        disk: &SimDisk,
+        dir: &Path,
+        through: EntryIndex,
+        segments: Vec<PathBuf>,
+    ) {
+        self.journal.release_through(through);
         if let Err(error) = remove_segments(disk, dir, &segments) {
             self.removal.get_or_insert(error);
         }
     }
 
-    fn drained(&mut self) {}
+    fn drained(&mut self) {
+        self.journal.flush();
+    }
 }
 
 /// What one disk holds of the log (see [`Disk::copies`]).

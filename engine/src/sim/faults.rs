@@ -6,6 +6,7 @@
 use super::odds::{self, Fault, Odds};
 use super::*;
 use crate::members::{Member, MemberChange};
+use crate::node::recovery::CatchUp;
 
 /// Time after which faults end even if clients have not sent everything (60 s; a healthy
 /// run takes a few seconds).
@@ -371,12 +372,24 @@ impl<W: Workload> Sim<W> {
         let disk = &mut self.nodes[usize::from(id.0 - 1)].disk;
         let mut replayed = Vec::new();
         let device = disk.device.clone();
+        // The apply journal caught up with the replay, as a node's start does.
+        let mut journal = CatchUp::open(device.clone(), disk::data_dir());
+        let options = &RecoveryOptions {
+            keep_outcomes_after: journal.as_ref().map(CatchUp::written),
+            ..options.clone()
+        };
         let started = recover_on(&device, disk::data_dir(), handler, options, None, |done| {
             replayed.push(AppliedHash {
                 index: done.index,
                 hash: done.state_hash,
-            })
+            });
+            if let Some(journal) = journal.as_mut() {
+                journal.replayed(done);
+            }
         })?;
+        if let Some(journal) = journal {
+            journal.finish();
+        }
         let mut wal = started.wal;
         if self.swarm.wal_zero_ahead {
             wal.set_zero_ahead(disk::SIM_WAL_ZERO_AHEAD_BYTES);
@@ -443,6 +456,7 @@ impl<W: Workload> Sim<W> {
             ..
         } = restored;
         machine.set_mode(swarm.mode);
+        machine.set_journaling(true);
         let committed = machine.applied_index();
         let first_members: Vec<NodeId> = match self.checker.committed_members() {
             Some(members) => members.ids().collect(),

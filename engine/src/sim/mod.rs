@@ -80,6 +80,7 @@ use crate::replica::{Halt, Io, Note, Replica, ReplicaConfig, SnapshotWrite, WalF
 use crate::rng::Rng;
 use crate::snapshot::{Intake, IntakeError, SnapshotFiles, snapshot_path};
 use crate::state::State;
+use crate::storage::journal::read_journal_on;
 use crate::storage::{SimDisk, Storage};
 use check::Checker;
 use clients::{SimClient, Token, Window};
@@ -590,6 +591,7 @@ impl<W: Workload> Sim<W> {
                     .then(|| format!("node {} applied {:?}", n.id.0, applied))
             })
             .collect();
+        self.check_journals();
         self.note_copies_lost();
         if self.copies_lost.is_some() {
             // Damage took every copy of a committed entry: a cluster that stops is right.
@@ -879,6 +881,20 @@ impl<W: Workload> Sim<W> {
             Note::Halted(reason) => self
                 .checker
                 .violation(Invariant::Halted, format!("node {}: {reason}", id.0)),
+        }
+    }
+
+    /// Checks what every node's apply journal holds against the state hashes the replicas
+    /// reached (a journal that cannot be read is a storage failure).
+    fn check_journals(&mut self) {
+        for node in &self.nodes {
+            match read_journal_on(&node.disk.device, disk::data_dir()) {
+                Ok(journal) => self.checker.journaled(node.id, &journal),
+                Err(error) => self.checker.violation(
+                    Invariant::Storage,
+                    format!("node {}'s apply journal: {error}", node.id.0),
+                ),
+            }
         }
     }
 

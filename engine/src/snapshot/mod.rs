@@ -38,6 +38,8 @@ pub const SNAPSHOT_RETAIN_MS_DEFAULT: u64 = 1_000;
 pub const SNAPSHOTS_KEPT: usize = 2;
 /// Bytes of snapshot a leader sends a follower per message.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Bytes of snapshot a node sends per backup answer: one piece in flight per connection.
+pub const BACKUP_CHUNK_BYTES: usize = 1024 * 1024;
 /// Log a node applies after starting a snapshot before it starts the next, in percent of that
 /// snapshot's size: with 100, a snapshot costs at most as much writing as the log it lets go,
 /// and disk use stays near two snapshots and two snapshots' worth of log.
@@ -57,6 +59,10 @@ const _: () = assert!(
     SNAPSHOT_CHUNK_BYTES + net::frame::MESSAGE_OVERHEAD_BYTES_MAX
         <= net::frame::FRAME_BODY_BYTES_MAX,
     "a chunk fits a frame"
+);
+const _: () = assert!(
+    BACKUP_CHUNK_BYTES + net::frame::MESSAGE_OVERHEAD_BYTES_MAX <= net::frame::FRAME_BODY_BYTES_MAX,
+    "a backup piece fits a reply frame"
 );
 
 /// What a snapshot covers: the last entry it includes and the state after it.

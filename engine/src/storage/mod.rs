@@ -11,15 +11,18 @@
 //! crash. What a crash keeps of the rest is up to the implementation, and the engine's code
 //! must be right for every choice.
 
-mod files;
+pub mod data_dir;
+pub mod files;
+pub mod journal;
+mod real;
 #[cfg(feature = "sim")]
 mod simulated;
 
-pub use files::Files;
+pub use real::Files;
 #[cfg(feature = "sim")]
 pub use simulated::{Crash, SimDisk};
 
-use crate::files::{parent_of, temporary_for};
+use files::{parent_of, temporary_for};
 use std::fmt::Debug;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -64,6 +67,9 @@ pub trait Storage: Clone + Debug + Send + Sync + 'static {
     /// Creates `dir` and every missing directory above it (owner-only); an existing one is
     /// left as it is.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Creates the directory `dir`, whose parent exists, owner-only; an error
+    /// ([`io::ErrorKind::AlreadyExists`]) when something is at that name.
+    fn create_dir(&self, dir: &Path) -> io::Result<()>;
     /// Whether a file or directory is at `path`.
     fn exists(&self, path: &Path) -> io::Result<bool>;
     /// Whether a directory is at `path`.
@@ -81,6 +87,9 @@ pub trait Storage: Clone + Debug + Send + Sync + 'static {
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     /// Renames the file `from` to `to`, replacing what `to` names.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Gives the file `from` the second name `to`; an error ([`io::ErrorKind::AlreadyExists`])
+    /// when something is at `to`, with no window between a check and the link.
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes the names in `dir` (files created, renamed or removed there) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
 
@@ -112,6 +121,28 @@ pub trait Storage: Clone + Debug + Send + Sync + 'static {
         file.sync_all()?;
         drop(file);
         self.rename(temporary, path)?;
+        self.sync_dir(parent_of(path))
+    }
+
+    /// Writes `bytes` as the new file `path`, durably, as [`Storage::write_durably`] does;
+    /// an error ([`io::ErrorKind::AlreadyExists`]) when `path` exists, which is left as it is.
+    fn write_new(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let temporary = temporary_for(path);
+        let file = self.create_replacing(&temporary)?;
+        file.write_all_at(bytes, 0)?;
+        self.publish_new(file, &temporary, path)
+    }
+
+    /// Ends a write made in `temporary` as [`Storage::publish`] does, except that an existing
+    /// `path` is never replaced: the file is linked to its name (which fails when the name is
+    /// taken) and the temporary name removed. A crash leaves no `path` or the whole file.
+    fn publish_new(&self, file: Self::File, temporary: &Path, path: &Path) -> io::Result<()> {
+        file.sync_all()?;
+        drop(file);
+        let linked = self.hard_link(temporary, path);
+        let removed = self.remove_file(temporary);
+        linked?;
+        removed?;
         self.sync_dir(parent_of(path))
     }
 }

@@ -13,8 +13,8 @@
 //! - A full disk refuses a write that would grow a file, with nothing written.
 
 use super::{Access, Storage, StorageFile};
-use crate::files::parent_of;
 use crate::rng::Rng;
+use crate::storage::files::parent_of;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -55,6 +55,8 @@ struct Device {
     generation: u64,
     full: bool,
     failing_syncs: u64,
+    /// Changes the process makes before it stops ([`SimDisk::stop_after`]); `None`: no end.
+    steps_left: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +125,7 @@ impl SimDisk {
     /// `rng` chooses, the first change lost possibly torn; every name reverts to its
     /// directory's last sync; handles opened before die.
     pub fn crash(&self, rng: &mut Rng) -> Crash {
+        self.device().steps_left = None;
         let mut device = self.device();
         let mut crash = Crash::default();
         for inode in device.files.values_mut() {
@@ -155,6 +158,14 @@ impl SimDisk {
     /// The next `count` syncs (of files or directories) fail, making nothing durable.
     pub fn fail_syncs(&self, count: u64) {
         self.device().failing_syncs = count;
+    }
+
+    /// The process stops after `steps` more changes (a file or directory created, renamed,
+    /// linked or removed, a write, a length change, a sync): each later one fails, as if the
+    /// process had died there, until the next [`SimDisk::crash`]. Crash tests stop a sequence
+    /// of writes at each step in turn.
+    pub fn stop_after(&self, steps: u64) {
+        self.device().steps_left = Some(steps);
     }
 
     /// Flips bit `bit` (0-7) of the byte at `offset` in the file `path`, in what a read sees
@@ -284,6 +295,27 @@ impl Device {
         }
     }
 
+    /// One change the process makes: refused once the process has stopped.
+    fn step(&mut self) -> io::Result<()> {
+        match self.steps_left {
+            None => Ok(()),
+            Some(0) => Err(io::Error::other("the simulated process stopped")),
+            Some(left) => {
+                self.steps_left = Some(left - 1);
+                Ok(())
+            }
+        }
+    }
+
+    /// Nothing is at `path` ([`io::ErrorKind::AlreadyExists`] otherwise).
+    fn check_free(&self, path: &Path) -> io::Result<()> {
+        if self.names.contains_key(path) || self.dirs.contains(path) {
+            let message = format!("{}: exists", path.display());
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, message));
+        }
+        Ok(())
+    }
+
     fn take_sync(&mut self) -> io::Result<()> {
         if self.failing_syncs == 0 {
             return Ok(());
@@ -298,6 +330,7 @@ impl Storage for SimDisk {
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         let mut device = self.device();
+        device.step()?;
         for ancestor in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
             if device.names.contains_key(ancestor) {
                 return Err(io::Error::new(
@@ -307,6 +340,15 @@ impl Storage for SimDisk {
             }
             device.dirs.insert(ancestor.to_path_buf());
         }
+        Ok(())
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut device = self.device();
+        device.step()?;
+        device.check_dir(parent_of(dir))?;
+        device.check_free(dir)?;
+        device.dirs.insert(dir.to_path_buf());
         Ok(())
     }
 
@@ -339,11 +381,9 @@ impl Storage for SimDisk {
 
     fn create_new(&self, path: &Path) -> io::Result<SimFile> {
         let mut device = self.device();
+        device.step()?;
         device.check_dir(parent_of(path))?;
-        if device.names.contains_key(path) || device.dirs.contains(path) {
-            let message = format!("{}: exists", path.display());
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, message));
-        }
+        device.check_free(path)?;
         device.next_inode += 1;
         let inode = device.next_inode;
         device.files.insert(inode, Inode::default());
@@ -364,6 +404,7 @@ impl Storage for SimDisk {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut device = self.device();
+        device.step()?;
         device
             .names
             .remove(path)
@@ -373,6 +414,7 @@ impl Storage for SimDisk {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut device = self.device();
+        device.step()?;
         device.check_dir(parent_of(to))?;
         if device.dirs.contains(from) {
             device.move_dir(from, to);
@@ -383,8 +425,19 @@ impl Storage for SimDisk {
         Ok(())
     }
 
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut device = self.device();
+        device.step()?;
+        device.check_dir(parent_of(to))?;
+        device.check_free(to)?;
+        let inode = *device.names.get(from).ok_or_else(|| not_found(from))?;
+        device.names.insert(to.to_path_buf(), inode);
+        Ok(())
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut device = self.device();
+        device.step()?;
         device.check_dir(dir)?;
         device.take_sync()?;
         let in_dir = |name: &PathBuf| name.parent() == Some(dir);
@@ -441,6 +494,7 @@ impl StorageFile for SimFile {
         self.writable()?;
         self.with(|device, inode| {
             let end = offset + bytes.len() as u64;
+            device.step()?;
             if device.full && end > inode.now.len() as u64 {
                 return Err(io::ErrorKind::StorageFull.into());
             }
@@ -457,7 +511,8 @@ impl StorageFile for SimFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.writable()?;
-        self.with(|_, inode| {
+        self.with(|device, inode| {
+            device.step()?;
             inode.now.resize(len as usize, 0);
             inode.pending.push(Change::SetLen(len));
             Ok(())
@@ -466,6 +521,7 @@ impl StorageFile for SimFile {
 
     fn sync_data(&self) -> io::Result<()> {
         self.with(|device, inode| {
+            device.step()?;
             device.take_sync()?;
             inode.sync();
             Ok(())

@@ -61,7 +61,11 @@ fn main() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(exit) => return exit,
     };
-    engine::cli::logging::init(cli.log.log_format);
+    let default = match matches!(cli.command, Command::Sim(_)) {
+        true => engine::cli::logging::SIM_LOG_FILTER_DEFAULT,
+        false => engine::cli::logging::LOG_FILTER_DEFAULT,
+    };
+    engine::cli::logging::init_with(cli.log.log_format, default);
     if let Err(error) = runner::check_forwarded_build() {
         return engine::cli::exit_code(Err(error));
     }

@@ -510,7 +510,7 @@ pub fn wal_records_end(wal: &Path) -> (PathBuf, u64) {
 }
 
 /// Fails unless `path` and everything under it is its owner's alone: directories
-/// [`engine::files::DIR_MODE_OWNER_ONLY`], files [`engine::files::FILE_MODE_OWNER_ONLY`].
+/// [`engine::internals::storage::files::DIR_MODE_OWNER_ONLY`], files [`engine::internals::storage::files::FILE_MODE_OWNER_ONLY`].
 /// Returns how many files it checked.
 pub fn assert_owner_only(path: &Path) -> usize {
     use std::os::unix::fs::PermissionsExt;
@@ -519,7 +519,7 @@ pub fn assert_owner_only(path: &Path) -> usize {
     if metadata.is_dir() {
         assert_eq!(
             mode,
-            engine::files::DIR_MODE_OWNER_ONLY,
+            engine::internals::storage::files::DIR_MODE_OWNER_ONLY,
             "{}",
             path.display()
         );
@@ -530,7 +530,7 @@ pub fn assert_owner_only(path: &Path) -> usize {
     }
     assert_eq!(
         mode,
-        engine::files::FILE_MODE_OWNER_ONLY,
+        engine::internals::storage::files::FILE_MODE_OWNER_ONLY,
         "{}",
         path.display()
     );

@@ -124,7 +124,7 @@ impl Progress {
             "next": format!("{}.{}", next.index.0, next.position),
             "version": kept.version,
         });
-        crate::files::write_durably(&self.path, format!("{text}\n").as_bytes())
+        crate::storage::files::write_durably(&self.path, format!("{text}\n").as_bytes())
             .map_err(|e| self.io(e.source))
     }
 

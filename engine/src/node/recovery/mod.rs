@@ -13,8 +13,6 @@ mod rebuild;
 pub mod replay;
 
 use super::NodeError;
-use super::data_dir::{self, DataDirError, DirLock, DirState, Identity, QUARANTINE_DIR};
-use super::journal::{JournalRecord, JournalWriter};
 use super::storage::WAL_DIR;
 use crate::apply::{Applied, StateMachine};
 use crate::core::Recovered;
@@ -22,6 +20,8 @@ use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId};
 use crate::snapshot::{Durable, ParseError};
 use crate::state::{CapacityTooSmall, InstallError};
+use crate::storage::data_dir::{self, DataDirError, DirLock, DirState, Identity, QUARANTINE_DIR};
+use crate::storage::journal::{JournalRecord, JournalWriter};
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
 use std::path::{Path, PathBuf};
@@ -370,7 +370,7 @@ pub fn restore<H: Handler>(
     data_dir::check_writable(dir).map_err(Refusal::from)?;
     data_dir::warn_if_open(dir);
     let stamp = check_identity(dir, options, &handler)?;
-    let mut journal = CatchUp::open(dir);
+    let mut journal = CatchUp::open(Files, dir);
     let options = &RecoveryOptions {
         keep_outcomes_after: journal.as_ref().map(CatchUp::written),
         ..options.clone()
@@ -412,26 +412,29 @@ pub fn restore<H: Handler>(
 /// The apply journal brought up to a restart's replay: the entries replayed past its last
 /// record are journaled, so that the change stream has no gap where a crash lost the
 /// journal's unwritten tail.
-struct CatchUp {
-    writer: JournalWriter,
+pub(crate) struct CatchUp<S: Storage> {
+    writer: JournalWriter<S>,
     written: EntryIndex,
 }
 
-impl CatchUp {
-    /// The journal of `dir`, if it opens (a node goes on without it, as the WAL thread does).
-    fn open(dir: &Path) -> Option<CatchUp> {
-        let writer = JournalWriter::open(dir)
+impl<S: Storage> CatchUp<S> {
+    /// The journal of `dir` on `storage`, if it opens (a node goes on without it, as the WAL
+    /// thread does).
+    pub(crate) fn open(storage: S, dir: &Path) -> Option<CatchUp<S>> {
+        let writer = JournalWriter::open_on(storage, dir)
             .map_err(|error| tracing::warn!(%error, "no apply journal"))
             .ok()?;
         let written = writer.written().unwrap_or(EntryIndex::ZERO);
         Some(CatchUp { writer, written })
     }
 
-    fn written(&self) -> EntryIndex {
+    /// The last entry the journal held at the start.
+    pub(crate) fn written(&self) -> EntryIndex {
         self.written
     }
 
-    fn replayed(&mut self, applied: &Applied) {
+    /// Journals `applied` when the journal did not hold it.
+    pub(crate) fn replayed(&mut self, applied: &Applied) {
         if applied.index > self.written {
             let ran = applied.ran.clone();
             self.writer
@@ -439,7 +442,8 @@ impl CatchUp {
         }
     }
 
-    fn finish(mut self) {
+    /// Writes what the replay journaled.
+    pub(crate) fn finish(mut self) {
         if let Err(error) = self.writer.flush() {
             tracing::warn!(%error, "the apply journal misses the entries replayed");
         }

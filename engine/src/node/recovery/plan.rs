@@ -10,11 +10,11 @@ use crate::node::NodeError;
 use crate::node::storage::{
     HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
 };
-use crate::operator::data_dir::{self, Identity};
 use crate::snapshot::{
     Durable, Snapshot, SnapshotError, list_deltas_on, list_snapshots_on, read_snapshot_on,
 };
 use crate::state::InstallError;
+use crate::storage::data_dir::{self, Identity};
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
 use net::message::AppliedHash;

@@ -11,9 +11,9 @@ use crate::node::NodeError;
 use crate::node::storage::{
     HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
 };
-use crate::operator::data_dir::{self, Identity};
 use crate::snapshot::list_snapshots_on;
 use crate::storage::Storage;
+use crate::storage::data_dir::{self, Identity};
 use crate::wal::{Access, Wal};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -7,10 +7,10 @@
 use crate::apply::Mode;
 use crate::codec::{self, Decode, Encode};
 use crate::entry::ENTRY_PAYLOAD_BYTES_MAX;
-use crate::files;
 use crate::ids::NodeId;
 use crate::state::Schema;
-use crate::storage::{Storage, StorageFile};
+use crate::storage::files::{self, FileError};
+use crate::storage::{Files, Storage, StorageFile};
 use rustix::fs::{Access, FlockOperation};
 use std::fs::{self, File};
 use std::os::unix::fs::MetadataExt;
@@ -536,17 +536,34 @@ pub fn read_identity(dir: &Path) -> Result<Option<Identity>, DataDirError> {
 /// Stamps `identity` in `dir` durably: a temporary file, fsynced, renamed over the old one,
 /// and the directory fsynced.
 pub fn write_identity(dir: &Path, identity: &Identity) -> Result<(), DataDirError> {
+    write_identity_on(&Files, dir, identity)
+}
+
+/// [`write_identity`] on `storage`.
+pub fn write_identity_on<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    identity: &Identity,
+) -> Result<(), DataDirError> {
     let body = codec::encode_to_vec(identity).expect("an identity encodes");
     let mut bytes = IDENTITY_MAGIC.to_vec();
     bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     bytes.extend_from_slice(&body);
-    write_durably(dir, IDENTITY_FILE, &bytes)
+    write_durably(storage, dir, IDENTITY_FILE, &bytes)
 }
 
 /// Writes `bytes` as the file `name` in `dir` durably: a temporary file, fsynced, renamed over
 /// the old one, and the directory fsynced.
-fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), DataDirError> {
-    files::write_durably(&dir.join(name), bytes).map_err(|e| file_error(dir, e))
+fn write_durably<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), DataDirError> {
+    let path = dir.join(name);
+    storage
+        .write_durably(&path, bytes)
+        .map_err(|source| file_error(dir, FileError { path, source }))
 }
 
 /// The mode an operator set for the node of `dir` ([`MODE_FILE`]); `None` when none was set.
@@ -571,6 +588,7 @@ pub fn joined(dir: &Path) -> bool {
 /// Marks the node of `dir` as one that joined a running cluster, durably.
 pub fn write_joined(dir: &Path) -> Result<(), DataDirError> {
     write_durably(
+        &Files,
         dir,
         JOIN_FILE,
         b"started with --join: a member once a members entry names it\n",
@@ -579,7 +597,13 @@ pub fn write_joined(dir: &Path) -> Result<(), DataDirError> {
 
 /// Keeps `mode` as the one an operator set for the node of `dir`, durably.
 pub fn write_mode(dir: &Path, mode: Mode) -> Result<(), DataDirError> {
-    write_durably(dir, MODE_FILE, format!("{}\n", mode.name()).as_bytes())
+    write_mode_on(&Files, dir, mode)
+}
+
+/// [`write_mode`] on `storage`.
+pub fn write_mode_on<S: Storage>(storage: &S, dir: &Path, mode: Mode) -> Result<(), DataDirError> {
+    let text = format!("{}\n", mode.name());
+    write_durably(storage, dir, MODE_FILE, text.as_bytes())
 }
 
 /// Moves `paths` (files or directories inside `dir`) into the folder `quarantine/<name>` of

@@ -21,9 +21,9 @@
 use crate::apply::Ran;
 use crate::ids::EntryIndex;
 use crate::state::StateHash;
+use crate::storage::{Access, Files, Storage, StorageFile};
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 /// The journal's directory under a data directory.
@@ -103,7 +103,7 @@ impl JournalRecord {
     }
 
     /// The record at the front of `bytes` and its length; `None` at a torn or damaged one.
-    pub(super) fn decode(bytes: &[u8]) -> Option<(JournalRecord, usize)> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<(JournalRecord, usize)> {
         let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
         let (first_format, count_at) = match u32_at(0)? {
             RECORD_MAGIC => (false, 48),
@@ -163,10 +163,11 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
 }
 
 /// Appends records to the journal of one data directory.
-pub struct JournalWriter {
+pub struct JournalWriter<S: Storage = Files> {
+    storage: S,
     dir: PathBuf,
     /// The file being appended to, and its size.
-    file: Option<(File, u64)>,
+    file: Option<(S::File, u64)>,
     /// Records not yet written.
     buffer: Vec<u8>,
     /// The first record to go into a new file (its name).
@@ -181,10 +182,18 @@ pub struct JournalWriter {
 impl JournalWriter {
     /// A writer into `data_dir`'s journal (created if missing).
     pub fn open(data_dir: &Path) -> Result<Self, JournalError> {
+        JournalWriter::open_on(Files, data_dir)
+    }
+}
+
+impl<S: Storage> JournalWriter<S> {
+    /// A writer into `data_dir`'s journal on `storage` (created if missing).
+    pub fn open_on(storage: S, data_dir: &Path) -> Result<Self, JournalError> {
         let dir = data_dir.join(JOURNAL_DIR);
-        crate::files::create_dir_all(&dir).map_err(|e| io_error(&dir)(e.source))?;
-        let written = last_record(&dir)?;
+        storage.create_dir_all(&dir).map_err(io_error(&dir))?;
+        let written = last_record(&storage, &dir)?;
         Ok(JournalWriter {
+            storage,
             dir,
             file: None,
             buffer: Vec::new(),
@@ -235,19 +244,11 @@ impl JournalWriter {
         if full {
             let first = self.next_first.expect("a record is queued");
             let path = journal_path(&self.dir, first);
-            let file = crate::files::owner_only()
-                .create(true)
-                .append(true)
-                .open(&path);
-            let file = file.map_err(io_error(&path))?;
-            // A file of this name holds no whole record: the journal's last one is before
-            // `first` (see `append`), so what a crash left in it is a torn start. Records
-            // after it would never be read.
-            file.set_len(0).map_err(io_error(&path))?;
-            self.file = Some((file, 0));
+            self.file = Some((self.start_file(&path)?, 0));
         }
         let (file, bytes) = self.file.as_mut().expect("opened above");
-        file.write_all(&self.buffer).map_err(io_error(&self.dir))?;
+        file.write_all_at(&self.buffer, *bytes)
+            .map_err(io_error(&self.dir))?;
         *bytes += self.buffer.len() as u64;
         self.buffer.clear();
         self.next_first = None;
@@ -255,16 +256,86 @@ impl JournalWriter {
         Ok(())
     }
 
+    /// Opens the file `path` empty. A file of this name holds no whole record: the journal's
+    /// last one is before its first (see `append`), so what a crash left in it is a torn
+    /// start, and records after it would never be read.
+    fn start_file(&self, path: &Path) -> Result<S::File, JournalError> {
+        let file = match self.storage.create_new(path) {
+            Err(error) if error.kind() == ErrorKind::AlreadyExists => {
+                self.storage.open(path, Access::ReadWrite)
+            }
+            created => created,
+        };
+        let file = file.map_err(io_error(path))?;
+        file.set_len(0).map_err(io_error(path))?;
+        Ok(file)
+    }
+
     /// Removes the files whose records all lie at or before `through` (the next file starts
     /// after it); the file being written stays.
     pub fn release_through(&mut self, through: EntryIndex) -> Result<(), JournalError> {
-        let files = journal_files(&self.dir)?;
+        let files = journal_files(&self.storage, &self.dir)?;
         for pair in files.windows(2) {
             if pair[1].0 <= through.next() {
-                std::fs::remove_file(&pair[0].1).map_err(io_error(&pair[0].1))?;
+                let removed = self.storage.remove_file(&pair[0].1);
+                removed.map_err(io_error(&pair[0].1))?;
             }
         }
         Ok(())
+    }
+}
+
+/// The apply journal as the WAL's executor keeps it beside the log: a record appended as each
+/// entry applies, written when the executor's queue drains, files let go with the log's
+/// segments. It is a record for diagnosis and for the change stream, so a failure turns it
+/// off with a warning and the node goes on without it.
+pub(crate) struct Journaling<S: Storage> {
+    writer: Option<JournalWriter<S>>,
+}
+
+impl<S: Storage> Journaling<S> {
+    /// The journal of `data_dir` on `storage`, files started past `file_bytes`; off (with a
+    /// warning) when it cannot be opened.
+    pub(crate) fn open(storage: S, data_dir: &Path, file_bytes: u64) -> Self {
+        let writer = JournalWriter::open_on(storage, data_dir)
+            .map(|writer| writer.with_file_bytes(file_bytes))
+            .map_err(|error| tracing::warn!(%error, "no apply journal"))
+            .ok();
+        Journaling { writer }
+    }
+
+    /// Queues the record of the entry `index`, applied with `ran` to `state_hash`.
+    pub(crate) fn record(&mut self, index: EntryIndex, state_hash: StateHash, ran: Ran) {
+        let record = JournalRecord::of(index, state_hash, ran);
+        self.run(|writer| {
+            writer.append(&record);
+            Ok(())
+        });
+    }
+
+    /// Writes what is queued.
+    pub(crate) fn flush(&mut self) {
+        self.run(JournalWriter::flush);
+    }
+
+    /// Lets go of the files wholly at or before `through`.
+    pub(crate) fn release_through(&mut self, through: EntryIndex) {
+        self.run(|writer| writer.release_through(through));
+    }
+
+    /// The entry of the last record written, while the journal is on.
+    pub(crate) fn written(&self) -> Option<EntryIndex> {
+        self.writer.as_ref().and_then(JournalWriter::written)
+    }
+
+    /// Runs `work` on the writer; on an error, says so and turns the journal off.
+    fn run(&mut self, work: impl FnOnce(&mut JournalWriter<S>) -> Result<(), JournalError>) {
+        if let Some(writer) = self.writer.as_mut()
+            && let Err(error) = work(writer)
+        {
+            tracing::warn!(%error, "apply journal off: replay will compare less");
+            self.writer = None;
+        }
     }
 }
 
@@ -272,36 +343,36 @@ fn journal_path(dir: &Path, first: EntryIndex) -> PathBuf {
     dir.join(format!("{:020}{JOURNAL_SUFFIX}", first.0))
 }
 
-/// The journal's files by first index.
-pub(super) fn journal_files(dir: &Path) -> Result<Vec<(EntryIndex, PathBuf)>, JournalError> {
-    let mut files = Vec::new();
-    let listing = match std::fs::read_dir(dir) {
+/// The journal's files in `dir` by first index (none when `dir` is missing).
+pub(crate) fn journal_files<S: Storage>(
+    storage: &S,
+    dir: &Path,
+) -> Result<Vec<(EntryIndex, PathBuf)>, JournalError> {
+    let listing = match storage.list(dir) {
         Ok(listing) => listing,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(files),
+        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => return Err(io_error(dir)(source)),
     };
-    for item in listing {
-        let path = item.map_err(io_error(dir))?.path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if let Some(first) = name
-            .strip_suffix(JOURNAL_SUFFIX)
-            .and_then(|n| n.parse().ok())
-        {
-            files.push((EntryIndex(first), path));
-        }
-    }
+    let mut files: Vec<(EntryIndex, PathBuf)> = listing
+        .into_iter()
+        .filter_map(|path| {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let first = name.strip_suffix(JOURNAL_SUFFIX)?.parse().ok()?;
+            Some((EntryIndex(first), path))
+        })
+        .collect();
     files.sort();
     Ok(files)
 }
 
 /// The entry of the last whole record in the journal directory `dir`: in the newest file that
 /// holds one (a crash may leave the newest empty).
-fn last_record(dir: &Path) -> Result<Option<EntryIndex>, JournalError> {
-    for (_, path) in journal_files(dir)?.iter().rev() {
-        let bytes = std::fs::read(path).map_err(io_error(path))?;
+fn last_record<S: Storage>(storage: &S, dir: &Path) -> Result<Option<EntryIndex>, JournalError> {
+    for (_, path) in journal_files(storage, dir)?.iter().rev() {
+        let bytes = storage.read(path).map_err(io_error(path))?;
         let mut at = 0;
         let mut last = None;
         while let Some((record, used)) = JournalRecord::decode(&bytes[at..]) {
@@ -328,9 +399,14 @@ pub struct Journal {
 
 /// Reads `data_dir`'s journal; each file is read up to its first torn or damaged record.
 pub fn read_journal(data_dir: &Path) -> Result<Journal, JournalError> {
+    read_journal_on(&Files, data_dir)
+}
+
+/// [`read_journal`] on `storage`.
+pub fn read_journal_on<S: Storage>(storage: &S, data_dir: &Path) -> Result<Journal, JournalError> {
     let mut journal = Journal::default();
-    for (_, path) in journal_files(&data_dir.join(JOURNAL_DIR))? {
-        let bytes = std::fs::read(&path).map_err(io_error(&path))?;
+    for (_, path) in journal_files(storage, &data_dir.join(JOURNAL_DIR))? {
+        let bytes = storage.read(&path).map_err(io_error(&path))?;
         let mut at = 0;
         while let Some((record, used)) = JournalRecord::decode(&bytes[at..]) {
             at += used;
@@ -395,7 +471,7 @@ mod tests {
         assert_eq!(writer.written(), Some(EntryIndex(160)));
         (141..=170).for_each(|i| writer.append(&record(i, 2)));
         writer.flush().unwrap();
-        let firsts: Vec<u64> = journal_files(&journal_dir)
+        let firsts: Vec<u64> = journal_files(&Files, &journal_dir)
             .unwrap()
             .iter()
             .map(|f| f.0.0)
@@ -479,5 +555,49 @@ mod tests {
         let left = read_journal(dir.path()).unwrap();
         let kept: Vec<u64> = left.records.keys().map(|i| i.0).collect();
         assert_eq!(kept, [4], "the newest file stays");
+    }
+
+    /// Proves the journal on a disk whose process stops at any step of a write and then
+    /// crashes: what it keeps reads back as written (no record twice, none altered), a
+    /// writer reopened on it starts after its last record, and what it appends then is read.
+    #[cfg(feature = "sim")]
+    #[test]
+    fn a_crash_at_any_step_leaves_records_as_written() {
+        use crate::rng::Rng;
+        use crate::storage::SimDisk;
+        let dir = Path::new("/data");
+        for steps in 0..40 {
+            let disk = SimDisk::new();
+            disk.create_dir_all(dir).unwrap();
+            let open = || {
+                JournalWriter::open_on(disk.clone(), dir)
+                    .unwrap()
+                    .with_file_bytes(300)
+            };
+            let mut writer = open();
+            (1..=10).for_each(|i| writer.append(&record(i, 2)));
+            writer.flush().unwrap();
+            disk.sync_dir(&dir.join(JOURNAL_DIR)).unwrap();
+            disk.stop_after(steps);
+            (11..=30).for_each(|i| {
+                writer.append(&record(i, 2));
+                drop(writer.flush());
+            });
+            disk.crash(&mut Rng::new(steps));
+            let mut writer = open();
+            let kept = read_journal_on(&disk, dir).unwrap();
+            assert!(kept.conflicts.is_empty());
+            for (index, read) in &kept.records {
+                assert_eq!(*read, record(index.0, 2), "stopped after {steps} steps");
+            }
+            let last = kept.records.keys().next_back().copied();
+            assert_eq!(writer.written(), last);
+            let next = last.map_or(1, |last| last.0 + 1);
+            (next..=40).for_each(|i| writer.append(&record(i, 2)));
+            writer.flush().unwrap();
+            let read = read_journal_on(&disk, dir).unwrap();
+            assert!(read.conflicts.is_empty());
+            assert!(read.records.contains_key(&EntryIndex(40)));
+        }
     }
 }
