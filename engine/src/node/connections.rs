@@ -10,12 +10,14 @@ use super::metrics::NodeMetrics;
 use crate::address::Address;
 use crate::codec;
 use crate::handshake::{HandshakeError, MisusedKeys, Offer, admit, introduce, welcome};
-use crate::ids::NodeId;
+use crate::ids::{EntryIndex, NodeId, Term};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use net::auth::{Caller, Credentials, Gate, Key, Port};
 use net::frame::{CLIENT_FRAME_BODY_BYTES_MAX, FrameCodec, FrameError};
-use net::message::{ClientReply, ClientRequest, ClientRole, Hello, PeerMessage, Refusal};
+use net::message::{
+    ClientReply, ClientRequest, ClientRole, Hello, PeerMessage, Refusal, SnapshotChunk,
+};
 use net::tls::{Stream, Tls, TlsPort};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -545,12 +547,16 @@ struct Transfer {
     open: bool,
     /// The last chunk taken for writing ends its snapshot.
     final_taken: bool,
+    /// The snapshot (entry and term) of the last chunk taken from the queue or dropped, and
+    /// where that chunk ended.
+    last_chunk: Option<(EntryIndex, Term, u64)>,
 }
 
 impl Transfer {
     /// A message was taken from the queue to be written.
     fn taken(&mut self, message: &PeerMessage) {
         if let PeerMessage::Snapshot(chunk) = message {
+            self.follow(chunk);
             self.open = true;
             self.final_taken = chunk.offset + chunk.data.len() as u64 >= chunk.total;
         }
@@ -558,10 +564,27 @@ impl Transfer {
 
     /// A message was dropped unwritten (the peer is unreachable).
     fn dropped(&mut self, message: &PeerMessage) {
-        if matches!(message, PeerMessage::Snapshot(_)) {
+        if let PeerMessage::Snapshot(chunk) = message {
+            self.follow(chunk);
             self.open = true;
             self.final_taken = false;
         }
+    }
+
+    /// Checks that `chunk` leaves the queue in order: a transfer starts at offset 0, and each
+    /// later chunk continues the one before it, of the same snapshot, because the leader
+    /// queues one transfer to a peer at a time (`install::stream_snapshot` stops a transfer a
+    /// newer one supersedes before it queues another chunk).
+    fn follow(&mut self, chunk: &SnapshotChunk) {
+        let end = chunk.offset + chunk.data.len() as u64;
+        if chunk.offset > 0 {
+            assert_eq!(
+                self.last_chunk,
+                Some((chunk.index, chunk.term, chunk.offset)),
+                "a snapshot's chunks leave for a peer in order, one transfer at a time"
+            );
+        }
+        self.last_chunk = Some((chunk.index, chunk.term, end));
     }
 
     /// What was taken is written and flushed.
@@ -1040,7 +1063,17 @@ mod tests {
         transfer.taken(&chunk(0, 32));
         transfer.taken(&chunk(16, 32));
         assert!(transfer.lost(), "the last chunk was taken but not flushed");
-        transfer.dropped(&chunk(16, 32));
+        transfer.dropped(&chunk(0, 32));
         assert!(transfer.lost(), "a dropped chunk loses the transfer");
+    }
+
+    /// Proves a chunk that does not continue the one before it (a transfer interleaved with
+    /// another, or a chunk skipped) stops the node rather than reach the follower.
+    #[test]
+    #[should_panic(expected = "in order, one transfer at a time")]
+    fn a_chunk_out_of_order_is_caught() {
+        let mut transfer = Transfer::default();
+        transfer.taken(&chunk(0, 48));
+        transfer.taken(&chunk(32, 48));
     }
 }

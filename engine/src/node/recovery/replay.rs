@@ -135,6 +135,7 @@ pub fn rebuild_repair<L: RecoveryLog>(
 
 /// Why the replay stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplayError<E> {
     /// An entry the log holds could not be read back.
     #[error("reading the log: {0}")]
