@@ -19,6 +19,8 @@ use std::process::{Command, Output, Stdio};
 const REQUESTS: u64 = 40;
 /// Transfers in each.
 const PER_REQUEST: u64 = 5;
+/// Rounds of history written at most until every node has let entry 1's changes go.
+const GONE_ROUNDS_MAX: usize = 40;
 
 /// Runs `runner changes` with `args` against the cluster file in `dir`.
 fn changes(cluster_file: &Path, args: &[&str]) -> Output {
@@ -196,15 +198,24 @@ fn snapshots_often(file: &mut engine::node::ClusterFile) {
 fn a_position_no_node_keeps_is_refused_naming_the_oldest() {
     let dir = tempfile::tempdir().unwrap();
     let (nodes, config) = start_cluster(dir.path(), snapshots_often);
-    runtime().block_on(async {
+    let runtime = runtime();
+    let mut client = runtime.block_on(async {
         three_up_with_a_leader(&config).await;
-        let mut client = Client::register(config.clone()).await.unwrap();
-        for _ in 0..8 {
-            history(&mut client).await;
-        }
-        common::converged(&config).await;
+        Client::register(config.clone()).await.unwrap()
     });
-    let refused = changes(&nodes.cluster_file, &["--from", "1", "--json"]);
+    // Each node lets entry 1's changes go when its log is compacted past it, after a snapshot;
+    // until every node has, one answers that it holds no changes there (it led then, or a
+    // snapshot skipped it), so history is written until the refusal is "gone" everywhere.
+    let refused = (0..GONE_ROUNDS_MAX)
+        .map(|_| {
+            runtime.block_on(async {
+                history(&mut client).await;
+                common::converged(&config).await;
+            });
+            changes(&nodes.cluster_file, &["--from", "1", "--json"])
+        })
+        .find(|refused| String::from_utf8_lossy(&refused.stderr).contains("no node holds entry 1"))
+        .expect("every node compacts past entry 1 within the rounds");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(4), "{stderr}");
     let oldest: u64 = stderr
