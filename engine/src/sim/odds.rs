@@ -96,6 +96,34 @@ pub const FSYNC_ERROR_PERMILLE_MAX: u64 = 5;
 /// A seed's links lose, and duplicate, fewer than this many messages per mille each.
 pub const LINK_FAULT_PERMILLE_BELOW: u64 = 30;
 
+// The settings a seed draws at its start (`Swarm::draw`), in the order drawn.
+
+/// A seed runs in Verify mode (else Performance).
+pub const VERIFY_MODE: Odds = Odds(1, 2);
+/// A seed takes no snapshots.
+pub const NO_SNAPSHOTS: Odds = Odds(1, 5);
+/// A seed keeps the product's default allowance for a lagging follower (else a small one,
+/// so that followers are sent snapshots).
+pub const DEFAULT_LAGGING_ALLOWANCE: Odds = Odds(1, 4);
+/// A seed starts the next snapshot as soon as one is durable (else it keeps each a while).
+pub const NO_SNAPSHOT_RETENTION: Odds = Odds(1, 2);
+/// A seed snapshots without the log-size rule (as often as `snapshot_every` says).
+pub const NO_SNAPSHOT_LOG_RULE: Odds = Odds(1, 2);
+/// A seed's clients time out early.
+pub const SHORT_CLIENT_TIMEOUT: Odds = Odds(1, 4);
+/// A seed's clients send a request again before their timeout (hedging).
+pub const HEDGED_CLIENTS: Odds = Odds(1, 2);
+/// A seed's clients send one request at a time (else several in flight).
+pub const NO_PIPELINE: Odds = Odds(1, 2);
+/// A seed runs no spare nodes (so no membership changes).
+pub const NO_SPARES: Odds = Odds(1, 2);
+/// A seed has one node that does not speak read rounds (an older build, as the others see it).
+pub const A_NODE_WITHOUT_READ_ROUNDS: Odds = Odds(1, 4);
+/// A seed's WALs write zeros ahead of their appends.
+pub const WAL_ZEROS_AHEAD: Odds = Odds(1, 2);
+/// A seed's clients send callers' keys (drawn from the keys' own generator).
+pub const KEYED_CLIENTS: Odds = Odds(1, 2);
+
 #[cfg(test)]
 mod tests {
     use super::*;

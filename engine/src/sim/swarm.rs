@@ -1,7 +1,8 @@
 //! What each seed draws for its whole run (swarm testing): every run explores one corner of
 //! the settings, and a failing seed prints the corner it was in.
 
-use super::{CLIENT_TIMEOUT_SHORT_UNITS, CLIENT_TIMEOUT_UNITS, Time, odds};
+use super::odds::{self, Odds};
+use super::{CLIENT_TIMEOUT_SHORT_UNITS, CLIENT_TIMEOUT_UNITS, Time};
 use crate::apply::{Mode, PIPELINE_REQUESTS_MAX};
 use crate::core::LAGGING_FOLLOWER_ENTRIES_MAX;
 use crate::rng::Rng;
@@ -59,58 +60,52 @@ pub struct Swarm {
 impl Swarm {
     /// The settings drawn at the start of a run (the network's are drawn when faults start).
     pub(super) fn draw(rng: &mut Rng) -> Self {
-        let mode = if rng.chance(1, 2) {
+        let mode = if odds::VERIFY_MODE.hit(rng) {
             Mode::Verify
         } else {
             Mode::Performance
         };
-        let snapshot_every = if rng.chance(1, 5) {
-            0
-        } else {
-            4 + rng.below(29)
-        };
-        let lagging_entries_max = if rng.chance(1, 4) {
+        let snapshot_every = zero_or(odds::NO_SNAPSHOTS, rng, |rng| 4 + rng.below(29));
+        let lagging_entries_max = if odds::DEFAULT_LAGGING_ALLOWANCE.hit(rng) {
             LAGGING_FOLLOWER_ENTRIES_MAX
         } else {
             rng.below(64)
         };
-        let snapshot_retain_ticks = if rng.chance(1, 2) { 0 } else { rng.below(200) };
-        let snapshot_log_percent = if rng.chance(1, 2) {
+        let snapshot_retain_ticks = zero_or(odds::NO_SNAPSHOT_RETENTION, rng, |rng| rng.below(200));
+        let snapshot_log_percent = if odds::NO_SNAPSHOT_LOG_RULE.hit(rng) {
             0
         } else {
             SNAPSHOT_LOG_PERCENT
         };
         let (short, long) = CLIENT_TIMEOUT_SHORT_UNITS;
-        let client_timeout = if rng.chance(1, 4) {
+        let client_timeout = if odds::SHORT_CLIENT_TIMEOUT.hit(rng) {
             short + rng.below(long - short)
         } else {
             CLIENT_TIMEOUT_UNITS
         };
-        let fsync_error_permille = if odds::NO_FSYNC_ERRORS.hit(rng) {
-            0
-        } else {
+        let fsync_error_permille = zero_or(odds::NO_FSYNC_ERRORS, rng, |rng| {
             1 + rng.below(odds::FSYNC_ERROR_PERMILLE_MAX)
-        };
-        let hedge_after = rng
-            .chance(1, 2)
+        });
+        let hedge_after = odds::HEDGED_CLIENTS
+            .hit(rng)
             .then(|| 10 + rng.below(client_timeout.saturating_sub(10).max(1)));
         // Drawn last, so that the draws above are those of a seed before pipelining.
-        let pipeline = if rng.chance(1, 2) {
+        let pipeline = if odds::NO_PIPELINE.hit(rng) {
             1
         } else {
             2 + rng.below(PIPELINE_REQUESTS_MAX as u64 - 1) as u32
         };
         // Drawn after the pipeline, for the same reason.
-        let spares = if rng.chance(1, 2) {
+        let spares = if odds::NO_SPARES.hit(rng) {
             0
         } else {
             super::SIM_SPARES
         };
         // Drawn after the spares, for the same reason.
-        let read_checks_unspoken_by = rng
-            .chance(1, 4)
+        let read_checks_unspoken_by = odds::A_NODE_WITHOUT_READ_ROUNDS
+            .hit(rng)
             .then(|| 1 + rng.below(u64::from(super::SIM_NODES)) as u8);
-        let wal_zero_ahead = rng.chance(1, 2);
+        let wal_zero_ahead = odds::WAL_ZEROS_AHEAD.hit(rng);
         Swarm {
             keyed_percent: 0,
             snapshot_deltas: false,
@@ -138,11 +133,19 @@ impl Swarm {
     /// it did before keys existed (seeds found to reach a rare case still reach it).
     pub(super) fn draw_keys(&mut self, keys: &mut Rng) {
         let older_node = self.read_checks_unspoken_by.is_some();
-        self.keyed_percent = if !older_node && keys.chance(1, 2) {
+        self.keyed_percent = if !older_node && odds::KEYED_CLIENTS.hit(keys) {
             KEYED_PERCENT_MIN + keys.below(101 - KEYED_PERCENT_MIN)
         } else {
             0
         };
+    }
+}
+
+/// Zero when `odds` hits, else what `draw` draws (from the same generator, after the odds).
+fn zero_or(odds: Odds, rng: &mut Rng, draw: impl FnOnce(&mut Rng) -> u64) -> u64 {
+    match odds.hit(rng) {
+        true => 0,
+        false => draw(rng),
     }
 }
 
