@@ -6,7 +6,6 @@ use super::changes::ChangeSource;
 use super::connections::{PeerAddresses, PeerWakes, accept_clients, accept_peers, connect_peer};
 use super::install::{SnapshotSend, stream_snapshot};
 use super::recovery::Restored;
-use super::storage::{self, SNAPSHOT_DIR};
 use super::wal_io::WalWorker;
 use super::wal_thread::{Acker, DiskSetup, InlineWal, WalEvent, WalThread};
 use super::{Input, NodeConfig, NodeError};
@@ -22,6 +21,7 @@ use crate::snapshot::{
 };
 use crate::storage::Files;
 use crate::storage::data_dir::{self, DirLock};
+use crate::storage::hard_state::{self, SNAPSHOT_DIR};
 use net::message::{ClientReply, ClientRequest, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -537,8 +537,8 @@ impl<H: Handler> Driver<H> {
                 }
             }
             Io::PersistHardState(state) => {
-                storage::write_hard_state(&self.config.data_dir, state)
-                    .map_err(|error| Halt::HardState((&error).into()))?;
+                hard_state::write_hard_state(&self.config.data_dir, state)
+                    .map_err(|error| Halt::HardState((&NodeError::from(error)).into()))?;
                 self.repair_noted(state.repair.is_some());
             }
             Io::Wal(op) => {

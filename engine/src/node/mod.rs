@@ -17,10 +17,6 @@ pub mod probe;
 pub mod process;
 pub mod recovery;
 pub mod rehearsal;
-/// The data directory's files as the driver keeps them: an inner layer (see `crate::internals`),
-/// public for the fault tools and tests.
-#[doc(hidden)]
-pub mod storage;
 
 mod wal_io;
 mod wal_prepare;
@@ -50,6 +46,7 @@ use crate::handler::Handler;
 use crate::ids::NodeId;
 use crate::state::{CapacityTooSmall, STATE_BYTES_DEFAULT};
 use crate::storage::data_dir;
+use crate::storage::hard_state::HardStateError;
 use crate::wal::WalError;
 use net::message::{ClientReply, ClientRequest, PeerMessage};
 use std::net::SocketAddr;
@@ -293,6 +290,18 @@ pub enum NodeError {
     /// The state capacity cannot hold the handler's empty tables.
     #[error("capacity_bytes: {0}")]
     Capacity(#[from] CapacityTooSmall),
+}
+
+impl From<HardStateError> for NodeError {
+    fn from(error: HardStateError) -> Self {
+        match error {
+            HardStateError::Io { path, source } => NodeError::Io { path, source },
+            HardStateError::Damaged { path } => NodeError::Corrupt {
+                path,
+                reason: "hard state checksum".into(),
+            },
+        }
+    }
 }
 
 impl From<&NodeError> for crate::storage::IoFault {

@@ -5,7 +5,6 @@
 //! author checks a new handler build against real history before rolling it out. Writes
 //! nothing (the log is opened read-only, under a shared lock a running node refuses).
 
-use super::storage::{SNAPSHOT_DIR, WAL_DIR};
 use crate::apply::{ApplyError, StateMachine};
 use crate::codec;
 use crate::entry::{Entry, EntryKind, parse_payload_of};
@@ -14,6 +13,7 @@ use crate::ids::EntryIndex;
 use crate::snapshot::{SnapshotError, list_snapshots, read_snapshot};
 use crate::state::{InstallError, StateHash};
 use crate::storage::data_dir::{DataDirError, DirLock};
+use crate::storage::hard_state::{SNAPSHOT_DIR, WAL_DIR};
 use crate::storage::journal::{Journal, JournalError, read_journal};
 use crate::wal::{Access, Wal, WalError};
 use std::collections::BTreeMap;

@@ -8,11 +8,11 @@ use crate::apply::Mode;
 use crate::codec::{self, Decode, Encode};
 use crate::core::HardState;
 use crate::ids::{EntryIndex, NodeId, StateHash, Term};
-use crate::node::storage::{HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, write_hard_state_on};
 use crate::snapshot::{ParseError, SnapshotError, parse_snapshot};
 use crate::state::Schema;
 use crate::storage::data_dir::{self, DataDirError, DirState, Identity};
 use crate::storage::files;
+use crate::storage::hard_state::{HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, write_hard_state_on};
 use crate::storage::{Files, Storage};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -489,7 +489,7 @@ mod tests {
             let snapshot = snapshot_path(&seed.dir.join(SNAPSHOT_DIR), EntryIndex(128));
             assert_eq!(fs::read(snapshot).unwrap(), snapshot_bytes(128));
             assert_eq!(fs::read_dir(seed.dir.join(WAL_DIR)).unwrap().count(), 0);
-            let hard_state = crate::node::storage::read_hard_state(&seed.dir).unwrap();
+            let hard_state = crate::storage::hard_state::read_hard_state(&seed.dir).unwrap();
             assert_eq!((hard_state.term, hard_state.voted_for), (Term(3), None));
             let identity = data_dir::read_identity(&seed.dir).unwrap().unwrap();
             assert_eq!(

@@ -13,6 +13,7 @@
 
 pub mod data_dir;
 pub mod files;
+pub mod hard_state;
 pub mod journal;
 mod real;
 #[cfg(feature = "sim")]

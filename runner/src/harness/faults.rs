@@ -955,7 +955,7 @@ pub fn compare_wals(dir: &Path, findings: &mut Findings) {
     for id in 1..=3 {
         let path = dir
             .join(format!("node{id}"))
-            .join(engine::node::storage::WAL_DIR);
+            .join(engine::internals::storage::hard_state::WAL_DIR);
         // Read-only: the checker looks at the evidence and changes none of it.
         let segment_bytes = engine::internals::wal::WAL_SEGMENT_BYTES_DEFAULT;
         match engine::internals::wal::Wal::scan_repairing(

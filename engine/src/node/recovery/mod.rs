@@ -13,7 +13,6 @@ mod rebuild;
 pub mod replay;
 
 use super::NodeError;
-use super::storage::WAL_DIR;
 use crate::apply::{Applied, StateMachine};
 use crate::core::Recovered;
 use crate::handler::Handler;
@@ -21,6 +20,7 @@ use crate::ids::{EntryIndex, NodeId};
 use crate::snapshot::{Durable, ParseError};
 use crate::state::{CapacityTooSmall, InstallError};
 use crate::storage::data_dir::{self, DataDirError, DirLock, DirState, Identity, QUARANTINE_DIR};
+use crate::storage::hard_state::WAL_DIR;
 use crate::storage::journal::{JournalRecord, JournalWriter};
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};

@@ -7,14 +7,14 @@ use crate::core::{HardState, LogBase, Recovered, Repair};
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, Term};
 use crate::node::NodeError;
-use crate::node::storage::{
-    HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
-};
 use crate::snapshot::{
     Durable, Snapshot, SnapshotError, list_deltas_on, list_snapshots_on, read_snapshot_on,
 };
 use crate::state::InstallError;
 use crate::storage::data_dir::{self, Identity};
+use crate::storage::hard_state::{
+    HARD_STATE_FILE, HardStateError, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
+};
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
 use net::message::AppliedHash;
@@ -184,10 +184,11 @@ fn read_files<S: Storage>(
 ) -> Result<ReadFiles<S>, NodeError> {
     let hard_state = match read_hard_state_on(storage, dir) {
         Ok(state) => state,
-        Err(NodeError::Corrupt { path, reason }) => {
+        Err(HardStateError::Damaged { path }) => {
+            let reason = "hard state checksum".to_string();
             return Err(Refusal::HardStateDamaged { path, reason }.into());
         }
-        Err(other) => return Err(other),
+        Err(other) => return Err(other.into()),
     };
     let exists = |path: PathBuf| match storage.exists(&path) {
         Ok(exists) => Ok(exists),

@@ -8,12 +8,12 @@ use crate::core::{HardState, LogBase, LostVotes, Repair};
 use crate::handler::Handler;
 use crate::ids::Term;
 use crate::node::NodeError;
-use crate::node::storage::{
-    HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
-};
 use crate::snapshot::list_snapshots_on;
 use crate::storage::Storage;
 use crate::storage::data_dir::{self, Identity};
+use crate::storage::hard_state::{
+    HARD_STATE_FILE, HardStateError, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
+};
 use crate::wal::{Access, Wal};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -45,8 +45,8 @@ pub(super) fn rebuild_from_leader<S: Storage, H: Handler>(
     let (mut hard_state, hard_damaged, hard_lost) = match read_hard_state_on(storage, dir) {
         Ok(state) if hard_kept => (state, false, false),
         Ok(_) => (lost, false, true),
-        Err(NodeError::Corrupt { .. }) => (lost, true, true),
-        Err(other) => return Err(other),
+        Err(HardStateError::Damaged { .. }) => (lost, true, true),
+        Err(other) => return Err(other.into()),
     };
     let (repair, reached) = rebuilt_repair(storage, dir, options)?;
     tracing::debug!(

@@ -1,12 +1,31 @@
 //! A node's files: where each lives in the data directory, and the hard state (term, vote and
 //! repair obligation). Recovery from them is `node::recovery`.
 
-use super::NodeError;
 use crate::codec::{self, Decode, Encode};
 use crate::core::{HardState, LostVotes, MemberSet};
 use crate::ids::{EntryIndex, NodeId, Term};
 use crate::storage::{Files, Storage};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why the hard state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HardStateError {
+    /// The file system failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file does not verify (its checksum or its record).
+    #[error("{}: damaged (hard state checksum)", path.display())]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+    },
+}
 
 /// File holding the hard state, inside the data directory.
 pub const HARD_STATE_FILE: &str = "hard_state";
@@ -120,28 +139,28 @@ impl HardStateRecord {
 }
 
 /// Reads the hard state; a missing file is a fresh node.
-pub fn read_hard_state(dir: &Path) -> Result<HardState, NodeError> {
+pub fn read_hard_state(dir: &Path) -> Result<HardState, HardStateError> {
     read_hard_state_on(&Files, dir)
 }
 
 /// Makes the hard state durable: written to a temporary file, fsynced, renamed over the old
 /// one, and the directory fsynced.
-pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), NodeError> {
+pub fn write_hard_state(dir: &Path, state: HardState) -> Result<(), HardStateError> {
     write_hard_state_on(&Files, dir, state)
 }
 
 /// [`read_hard_state`] from `storage`.
-pub fn read_hard_state_on<S: Storage>(storage: &S, dir: &Path) -> Result<HardState, NodeError> {
+pub fn read_hard_state_on<S: Storage>(
+    storage: &S,
+    dir: &Path,
+) -> Result<HardState, HardStateError> {
     let path = dir.join(HARD_STATE_FILE);
     let bytes = match storage.read(&path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HardState::default()),
-        Err(source) => return Err(NodeError::Io { path, source }),
+        Err(source) => return Err(HardStateError::Io { path, source }),
     };
-    let corrupt = || NodeError::Corrupt {
-        path: path.clone(),
-        reason: "hard state checksum".into(),
-    };
+    let corrupt = || HardStateError::Damaged { path: path.clone() };
     if bytes.len() < 4 {
         return Err(corrupt());
     }
@@ -176,7 +195,7 @@ pub fn write_hard_state_on<S: Storage>(
     storage: &S,
     dir: &Path,
     state: HardState,
-) -> Result<(), NodeError> {
+) -> Result<(), HardStateError> {
     let record = HardStateRecord {
         term: state.term,
         voted_for: state.voted_for,
@@ -197,7 +216,7 @@ pub fn write_hard_state_on<S: Storage>(
     let path = dir.join(HARD_STATE_FILE);
     match storage.write_durably(&path, &bytes) {
         Ok(()) => Ok(()),
-        Err(source) => Err(NodeError::Io { path, source }),
+        Err(source) => Err(HardStateError::Io { path, source }),
     }
 }
 
@@ -233,7 +252,7 @@ mod tests {
         fs::write(&path, bytes).unwrap();
         assert!(matches!(
             read_hard_state(dir.path()),
-            Err(NodeError::Corrupt { .. })
+            Err(HardStateError::Damaged { .. })
         ));
     }
 
