@@ -115,8 +115,13 @@ fn election_timeout_starts_a_campaign() {
     );
 }
 
-/// Proves a vote is made durable before it is sent, and that a second candidate in the same
-/// term is refused.
+/// The record of known members of a replica of three that vouched for N1 in term 1.
+fn known_voted_n1() -> KnownMembers {
+    KnownMembers::new(Term(0), [(N1, Term(1)), (N2, Term(0)), (N3, Term(0))])
+}
+
+/// Proves a vote is made durable before it is sent, its record of known members too, and
+/// that a second candidate in the same term is refused.
 #[test]
 fn a_vote_is_persisted_before_it_is_sent() {
     let mut n2 = core(N2);
@@ -149,6 +154,7 @@ fn a_vote_is_persisted_before_it_is_sent() {
                 members: first_members(),
                 first_members: first_members(),
             }),
+            Action::PersistKnownMembers(known_voted_n1()),
             Action::Send {
                 to: N1,
                 message: PeerMessage::VoteReply(VoteReply {
@@ -542,6 +548,7 @@ fn follower_acknowledges_after_its_fsync() {
                 term: Term(1),
                 leader: Some(N1)
             },
+            Action::PersistKnownMembers(known_voted_n1()),
             Action::Persist(vec![noop]),
             Action::AckWhenDurable {
                 to: N1,
@@ -1437,6 +1444,7 @@ impl Cluster {
                     self.queue.push_back((id, Event::Loaded { peer, entries }));
                 }
                 Action::PersistHardState(_)
+                | Action::PersistKnownMembers(_)
                 | Action::RoleChanged { .. }
                 | Action::MembersChanged(_)
                 | Action::ReadsConfirmed(_) => {}
@@ -1780,6 +1788,7 @@ fn a_follower_whose_entries_are_read_back_still_hears_heartbeats() {
             hash: StateHash([3; 32]),
         }),
         members: None,
+        known: KnownRead::Missing,
     };
     let mut n1 = Core::new(config(N1), recovered);
     tick_until_active(&mut n1);
@@ -2187,6 +2196,7 @@ fn restarted(id: NodeId, hard: HardState, entries: &[Entry]) -> Core {
             hash: StateHash([5; 32]),
         }),
         members: None,
+        known: KnownRead::Missing,
     };
     Core::new(config(id), recovered)
 }
@@ -2585,4 +2595,102 @@ fn change_members(cluster: &mut Cluster, leader: NodeId, change: crate::members:
         cluster.tick();
     }
     assert!(cluster.cores[Cluster::at(leader)].commit_index() >= index);
+}
+
+const N4: NodeId = NodeId(4);
+
+/// N1 rebuilt after its hard state was lost (owing entries 1-5 of term 1), its lists and its
+/// cluster file naming N1, N2 and N3, and `known` what its start read of its record of known
+/// members.
+fn rebuilt_n1_with_record(known: KnownRead) -> Core {
+    let recovered = Recovered {
+        hard_state: lost_votes(N1, false).hard,
+        known,
+        ..Recovered::default()
+    };
+    Core::new(config(N1), recovered)
+}
+
+/// The record of N1 in the example of `notes/decisions/data-dir.md` ("Whom it hears"): N3
+/// was replaced by N4, for which N1 voted in term 20; N2 and N3 it never vouched for.
+fn voted_n4_in_20() -> KnownMembers {
+    let nodes = [(N1, Term(0)), (N2, Term(0)), (N3, Term(0)), (N4, Term(20))];
+    KnownMembers::new(Term(0), nodes)
+}
+
+/// N3's term-19 append of N1's no-op, as leader.
+fn append_of_n3_in_19(noop: Entry) -> Event {
+    Event::Message {
+        from: N3,
+        message: PeerMessage::Append(Append {
+            term: Term(19),
+            leader: N3,
+            ..first_append(noop)
+        }),
+    }
+}
+
+/// Proves a replica rebuilt after losing its hard state waits for the nodes its record of
+/// known members names beyond its lists. N1 voted for N4 in term 20 (N4 had replaced N3),
+/// then lost its hard state; rebuilt from the cluster file's list it hears N2 and N3 in term
+/// 19. Without the record it bounds its lost votes at 19: it votes again in term 20, where it
+/// voted for N4, and vouches for N3, a leader older than N4. With it, N4 is a judge: neither,
+/// until a term above 20 is heard (N4 then passed: every vote it got is at or below 20).
+#[test]
+fn a_rebuilt_replica_waits_for_a_node_its_record_names_beyond_its_lists() {
+    let mut n1 = rebuilt_n1_with_record(KnownRead::Whole(voted_n4_in_20()));
+    step(&mut n1, term_answer(N2, 19));
+    step(&mut n1, term_answer(N3, 19));
+    assert_eq!(n1.hard.votes_lost, Some(LostVotes::Unknown), "N4 unheard");
+    assert!(
+        !granted(&step(&mut n1, vote_from(N2, 20, 5))),
+        "term 20 holds its vote for N4"
+    );
+    let (_, noop) = leader();
+    let actions = step(&mut n1, append_of_n3_in_19(noop));
+    assert!(
+        !acknowledges(&actions),
+        "N3 of term 19 is older than N4: {actions:?}"
+    );
+    step(&mut n1, term_answer(N2, 21));
+    assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(21))));
+    assert!(!granted(&step(&mut n1, vote_from(N2, 21, 5))));
+    assert!(n1.may_vote_in(Term(22)), "above the bound");
+}
+
+/// Proves a node the record names that never answers (N3, retired by a replace) does not
+/// keep a rebuilt replica from bounding its lost votes once a term above its record has been
+/// heard from the others; nor does a node it never vouched for (N2, recorded 0).
+#[test]
+fn a_retired_node_of_the_record_is_passed_once_a_higher_term_is_heard() {
+    let nodes = [(N1, Term(0)), (N2, Term(0)), (N3, Term(10)), (N4, Term(12))];
+    let known = KnownMembers::new(Term(0), nodes);
+    let mut n1 = rebuilt_n1_with_record(KnownRead::Whole(known));
+    step(&mut n1, term_answer(N4, 10));
+    assert_eq!(
+        n1.hard.votes_lost,
+        Some(LostVotes::Unknown),
+        "N3 was vouched for in term 10: a term above it is needed"
+    );
+    step(&mut n1, term_answer(N4, 25));
+    assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(25))));
+    assert_eq!(n1.term(), Term(25));
+}
+
+/// Proves a record that is missing or damaged at the start is not relied on (the judges are
+/// the lists' alone, as before it was kept), and that it is started anew, above the bound of
+/// the lost votes, once they are bounded: every vote and acknowledgement before is below it.
+#[test]
+fn a_missing_or_damaged_record_is_not_relied_on_and_started_at_the_bound() {
+    for read in [KnownRead::Missing, KnownRead::Damaged] {
+        let mut n1 = rebuilt_n1_with_record(read);
+        step(&mut n1, term_answer(N2, 19));
+        let actions = step(&mut n1, term_answer(N3, 19));
+        assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(19))));
+        let started = KnownMembers::new(Term(19), [(N1, Term(0)), (N2, Term(0)), (N3, Term(0))]);
+        assert!(
+            actions.contains(&Action::PersistKnownMembers(started)),
+            "{actions:?}"
+        );
+    }
 }

@@ -6,6 +6,7 @@ use super::changes::ChangeSource;
 use super::connections::{PeerAddresses, PeerWakes, accept_clients, accept_peers, connect_peer};
 use super::data_dir::{self, DirLock};
 use super::install::{SnapshotSend, stream_snapshot};
+use super::members_file;
 use super::recovery::Restored;
 use super::storage::{self, SNAPSHOT_DIR};
 use super::wal_io::WalWorker;
@@ -540,6 +541,10 @@ impl<H: Handler> Driver<H> {
                 storage::write_hard_state(&self.config.data_dir, state)
                     .map_err(|error| Halt::HardState((&error).into()))?;
                 self.repair_noted(state.repair.is_some());
+            }
+            Io::PersistKnownMembers(known) => {
+                members_file::write_known_members(&self.config.data_dir, &known)
+                    .map_err(|error| Halt::KnownMembers((&error).into()))?;
             }
             Io::Wal(op) => {
                 if !self.wal.send(op) {

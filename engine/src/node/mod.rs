@@ -13,6 +13,7 @@ mod http;
 mod install;
 pub mod journal;
 pub mod local;
+pub mod members_file;
 pub mod metrics;
 pub mod probe;
 pub mod process;

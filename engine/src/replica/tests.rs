@@ -166,6 +166,10 @@ fn render_one(io: &Io<u32>) -> String {
         Io::PersistHardState(hard) => {
             format!("persist term {} vote {:?}", hard.term, hard.voted_for)
         }
+        Io::PersistKnownMembers(known) => {
+            let nodes: Vec<String> = known.nodes().map(|(n, t)| format!("{n}@{t}")).collect();
+            format!("persist known {}", nodes.join(" "))
+        }
         Io::Wal(WalOp::Append(entries)) => format!("wal append {}", entries_of(entries)),
         Io::Wal(WalOp::Ack { to, message }) => format!("wal ack {to} {}", peer(message)),
         Io::Wal(other) => format!("wal {other:?}"),
@@ -330,6 +334,7 @@ fn a_new_follower_refuses_a_gap_then_takes_the_log_and_acknowledges_it_durably()
         [
             "persist term 1 vote None",
             "note Follower term 1 leader Some(NodeId(1))",
+            "persist known 1@1 2@0 3@0",
             "send 1 reply term 1 Conflict { hint: EntryIndex(0) }",
         ]
     );

@@ -5,10 +5,11 @@
 //! product's recovery's ([`crate::node::recovery::recover_on`]); damage is bits flipped in
 //! the files, for the product's scans to find.
 
-use crate::core::HardState;
+use crate::core::{HardState, KnownMembers};
 use crate::entry::{Entry, EntryHash};
 use crate::ids::{EntryIndex, NodeId};
 use crate::node::NodeError;
+use crate::node::members_file::{MEMBERS_FILE, MembersFileError, write_known_members_on};
 use crate::node::storage::{HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, write_hard_state_on};
 use crate::replica::WalOp;
 use crate::rng::Rng;
@@ -195,6 +196,20 @@ impl Disk {
         write_hard_state_on(&self.device, data_dir(), hard)?;
         self.hard = hard;
         Ok(())
+    }
+
+    /// Keeps the record of known members, durably.
+    pub fn persist_known(&mut self, known: &KnownMembers) -> Result<(), MembersFileError> {
+        write_known_members_on(&self.device, data_dir(), known)
+    }
+
+    /// Damage at rest in the record of known members. False when there is none.
+    pub fn damage_known_members(&self, draw: u64) -> bool {
+        let path = data_dir().join(MEMBERS_FILE);
+        match self.device.read(&path) {
+            Ok(bytes) => self.flip(&(path, bytes.len() as u64), draw),
+            Err(_) => false,
+        }
     }
 
     /// A crash: the process's WAL is gone, and of what it wrote and did not sync the device
