@@ -496,3 +496,104 @@ fn rebuilt_hard_state(disk: &SimDisk, dir: &Path) -> engine::internals::core::Ha
     assert_eq!(started.wal.last_index(), EntryIndex(0), "it starts empty");
     started.core.hard_state
 }
+
+/// Proves the record of known members round-trips over the simulated disk, a damaged one is
+/// reported and left in place, and a write cut by a crash at any step of
+/// `Storage::write_durably` leaves the old record or the new one, whole: never a torn one.
+#[test]
+fn the_record_of_known_members_survives_a_crash_old_or_new() {
+    use engine::internals::core::KnownMembers;
+    use engine::node::members_file::{
+        MEMBERS_FILE, MembersFileError, read_known_members_on, write_known_members_on,
+    };
+    let old = KnownMembers::new(Term(0), [(engine::NodeId(1), Term(3))]);
+    let new = KnownMembers::new(Term(0), (1..=9).map(|n| (engine::NodeId(n), Term(20))));
+    let dir = Path::new("/data");
+    let mut rng = Rng::new(11);
+    let (mut olds, mut news) = (0, 0);
+    for cut in 0..=DURABLE_WRITE_STEPS {
+        for _ in 0..40 {
+            let disk = SimDisk::new();
+            disk.create_dir_all(dir).unwrap();
+            disk.sync_dir(Path::new("/")).unwrap();
+            write_known_members_on(&disk, dir, &old).unwrap();
+            assert_eq!(
+                read_known_members_on(&disk, dir).unwrap(),
+                Some(old.clone())
+            );
+            write_cut(&disk, &dir.join(MEMBERS_FILE), &new, cut);
+            disk.crash(&mut rng);
+            let read = read_known_members_on(&disk, dir)
+                .unwrap()
+                .expect("a record");
+            assert!(read == old || read == new, "cut after step {cut}: {read:?}");
+            olds += usize::from(read == old);
+            news += usize::from(read == new);
+        }
+    }
+    assert!(olds > 0 && news > 0, "both outcomes drawn: {olds} {news}");
+    // The product's own write, its fsync failing: the old record, after a crash.
+    let disk = SimDisk::new();
+    disk.create_dir_all(dir).unwrap();
+    write_known_members_on(&disk, dir, &old).unwrap();
+    disk.fail_syncs(1);
+    assert!(write_known_members_on(&disk, dir, &new).is_err());
+    disk.fail_syncs(0);
+    disk.crash(&mut rng);
+    assert_eq!(read_known_members_on(&disk, dir).unwrap(), Some(old));
+    let disk = SimDisk::new();
+    disk.create_dir_all(dir).unwrap();
+    write_known_members_on(&disk, dir, &new).unwrap();
+    let path = dir.join(MEMBERS_FILE);
+    let before = disk.read(&path).unwrap();
+    assert!(disk.flip_bit(&path, before.len() as u64 - 1, 2));
+    let damaged = read_known_members_on(&disk, dir).unwrap_err();
+    assert!(
+        matches!(damaged, MembersFileError::Damaged { .. }),
+        "{damaged}"
+    );
+    assert!(
+        disk.exists(&path).unwrap(),
+        "a damaged record is not deleted"
+    );
+}
+
+/// The steps of `Storage::write_durably`: create the temporary file, write it, fsync it,
+/// rename it over the record, fsync the directory.
+const DURABLE_WRITE_STEPS: usize = 5;
+
+/// Writes `known` as the record at `path` the way `Storage::write_durably` does, stopping
+/// after `steps` of its steps (all of them: the whole write).
+fn write_cut(
+    disk: &SimDisk,
+    path: &Path,
+    known: &engine::internals::core::KnownMembers,
+    steps: usize,
+) {
+    use engine::node::members_file::{read_known_members_on, write_known_members_on};
+    // The bytes the product writes, taken from a scratch disk.
+    let scratch = SimDisk::new();
+    let dir = path.parent().unwrap();
+    scratch.create_dir_all(dir).unwrap();
+    write_known_members_on(&scratch, dir, known).unwrap();
+    assert_eq!(
+        read_known_members_on(&scratch, dir).unwrap().as_ref(),
+        Some(known)
+    );
+    let bytes = scratch.read(path).unwrap();
+    let temporary = path.with_extension("tmp");
+    let file = (steps >= 1).then(|| disk.create_replacing(&temporary).unwrap());
+    if let Some(file) = file.as_ref().filter(|_| steps >= 2) {
+        file.write_all_at(&bytes, 0).unwrap();
+    }
+    if let Some(file) = file.as_ref().filter(|_| steps >= 3) {
+        file.sync_all().unwrap();
+    }
+    drop(file);
+    if steps >= 4 {
+        disk.rename(&temporary, path).unwrap();
+    }
+    if steps >= 5 {
+        disk.sync_dir(dir).unwrap();
+    }
+}

@@ -95,23 +95,42 @@ pub(super) enum KnownState {
     Unfounded,
 }
 
-/// The record of known members a replica starts with, from what its start read beside
-/// `hard`, and how far it relies on it. A record missing or damaged is started anew above the
-/// hard state's term (every vote and acknowledgement so far was in it or before), or, when
-/// the hard state was lost too, once the lost votes are bounded.
-pub(super) fn known_start(hard: &HardState, read: KnownRead) -> (KnownMembers, KnownState) {
-    let floor = match hard.votes_lost {
-        Some(LostVotes::Unknown) => None,
-        Some(LostVotes::Through(lost)) => Some(hard.term.max(lost)),
-        None => Some(hard.term),
-    };
-    match (read, floor) {
-        (KnownRead::Whole(known), _) => (known, KnownState::Whole),
-        (KnownRead::Missing | KnownRead::Damaged, Some(floor)) => {
-            (KnownMembers::new(floor, []), KnownState::Started)
-        }
-        (KnownRead::Missing | KnownRead::Damaged, None) => {
-            (KnownMembers::default(), KnownState::Unfounded)
+/// A replica's record of known members, and how far it relies on it.
+#[derive(Clone, Debug)]
+pub(super) struct Known {
+    /// The record.
+    pub(super) record: KnownMembers,
+    /// How far it is relied on.
+    pub(super) state: KnownState,
+    /// It changed since it was last made durable.
+    pub(super) dirty: bool,
+}
+
+impl Known {
+    /// The record a replica starts with, from what its start read beside `hard`. A record
+    /// missing or damaged is started anew above the hard state's term (every vote and
+    /// acknowledgement so far was in it or before), or, when the hard state was lost too,
+    /// once the lost votes are bounded; it is written with the first vote or acknowledgement
+    /// it must cover (until then a missing record loses nothing).
+    pub(super) fn start(hard: &HardState, read: KnownRead) -> Self {
+        let floor = match hard.votes_lost {
+            Some(LostVotes::Unknown) => None,
+            Some(LostVotes::Through(lost)) => Some(hard.term.max(lost)),
+            None => Some(hard.term),
+        };
+        let (record, state) = match (read, floor) {
+            (KnownRead::Whole(known), _) => (known, KnownState::Whole),
+            (KnownRead::Missing | KnownRead::Damaged, Some(floor)) => {
+                (KnownMembers::new(floor, []), KnownState::Started)
+            }
+            (KnownRead::Missing | KnownRead::Damaged, None) => {
+                (KnownMembers::default(), KnownState::Unfounded)
+            }
+        };
+        Known {
+            dirty: state == KnownState::Started,
+            record,
+            state,
         }
     }
 }
@@ -119,7 +138,7 @@ pub(super) fn known_start(hard: &HardState, read: KnownRead) -> (KnownMembers, K
 impl Core {
     /// The record of known members.
     pub fn known_members(&self) -> &KnownMembers {
-        &self.known
+        &self.known.record
     }
 
     /// Notes the nodes of every list this replica knows (its lists, its hard state's, its
@@ -131,39 +150,39 @@ impl Core {
             .chain(self.members().ids())
             .chain(self.config.nodes.iter().copied())
             .collect();
-        if self.known.learn(lists) {
-            self.known_dirty = true;
+        if self.known.record.learn(lists) {
+            self.known.dirty = true;
         }
     }
 
     /// Records a vote for `node`, or an acknowledgement of it as leader, in `term`, durably
     /// before whatever follows in `out` (the vote's answer, the acknowledgement).
     pub(super) fn vouch_known(&mut self, node: NodeId, term: Term, out: &mut Vec<Action>) {
-        if self.known.vouch(node, term) {
-            self.known_dirty = true;
+        if self.known.record.vouch(node, term) {
+            self.known.dirty = true;
         }
         self.persist_known(out);
         assert!(
-            self.known.recorded(node) >= term,
+            self.known.record.recorded(node) >= term,
             "vouching for {node} in term {term} above its record"
         );
     }
 
     /// Writes the record when it changed and has a floor.
     pub(super) fn persist_known(&mut self, out: &mut Vec<Action>) {
-        if self.known_dirty && self.known_state != KnownState::Unfounded {
-            self.known_dirty = false;
-            out.push(Action::PersistKnownMembers(self.known.clone()));
+        if self.known.dirty && self.known.state != KnownState::Unfounded {
+            self.known.dirty = false;
+            out.push(Action::PersistKnownMembers(self.known.record.clone()));
         }
     }
 
     /// The lost votes were just bounded by `bound`: a record that had no floor takes it
     /// (every vote and acknowledgement before the loss is at or below it) and is written.
     pub(super) fn found_known(&mut self, bound: Term, out: &mut Vec<Action>) {
-        if self.known_state == KnownState::Unfounded {
-            self.known.floor = bound;
-            self.known_state = KnownState::Started;
-            self.known_dirty = true;
+        if self.known.state == KnownState::Unfounded {
+            self.known.record.floor = bound;
+            self.known.state = KnownState::Started;
+            self.known.dirty = true;
             self.persist_known(out);
         }
     }
@@ -171,11 +190,12 @@ impl Core {
     /// The judges of lost votes from the record: every node it names other than this one,
     /// when it was read back whole (none otherwise).
     pub(super) fn known_judges(&self) -> Vec<NodeId> {
-        if self.known_state != KnownState::Whole {
+        if self.known.state != KnownState::Whole {
             return Vec::new();
         }
         let id = self.config.id;
         self.known
+            .record
             .nodes()
             .map(|(n, _)| n)
             .filter(|&n| n != id)
@@ -186,6 +206,6 @@ impl Core {
     /// `highest`, a term heard since the start, is above every vote or acknowledgement given
     /// to it.
     pub(super) fn judge_passed(&self, judge: NodeId, highest: Term) -> bool {
-        self.known_state == KnownState::Whole && highest > self.known.recorded(judge)
+        self.known.state == KnownState::Whole && highest > self.known.record.recorded(judge)
     }
 }

@@ -357,11 +357,7 @@ pub struct Core {
     /// Leader: its rounds of confirmation for reads.
     read_rounds: read_check::ReadRounds,
     /// Every node it was told of, with the highest term it vouched for each in.
-    known: KnownMembers,
-    /// How far `known` is relied on.
-    known_state: known::KnownState,
-    /// `known` changed since it was last made durable.
-    known_dirty: bool,
+    known: known::Known,
 }
 
 impl Core {
@@ -424,8 +420,8 @@ impl Core {
             applied_index <= log.last_index(),
             "applied entries are in the log"
         );
-        let (known, known_state) =
-            known::known_start(&recovered.hard_state, std::mem::take(&mut recovered.known));
+        let known =
+            known::Known::start(&recovered.hard_state, std::mem::take(&mut recovered.known));
         let mut rng = Rng::new(config.seed ^ u64::from(config.id.0).rotate_left(32));
         let election_timeout =
             config.election_ticks_min + rng.below(u64::from(config.election_ticks_min)) as u32;
@@ -458,10 +454,6 @@ impl Core {
             read_rounds: read_check::ReadRounds::default(),
             config,
             known,
-            // A record started by this run is written with the first vote or acknowledgement
-            // it must cover (until then a missing record loses nothing).
-            known_dirty: known_state == known::KnownState::Started,
-            known_state,
         };
         core.learn_known();
         core
@@ -1279,7 +1271,7 @@ impl Core {
                 applied: self.applied,
             };
             assert!(
-                self.known.recorded(append.leader) >= self.hard.term,
+                self.known.record.recorded(append.leader) >= self.hard.term,
                 "acknowledging {} in term {} above its record",
                 append.leader,
                 self.hard.term
