@@ -4,7 +4,7 @@
 //! losing its hard state bounds its lost votes by the terms of the nodes it must hear (its
 //! judges, `Core::term_judges`); these records extend the judges to every node it may have
 //! voted for or acknowledged, and let it pass a judge that never answers (a retired node)
-//! once a term above that judge's record has been heard from the others: every vote or
+//! once a term at or above that judge's record has been heard from the others: every vote or
 //! acknowledgement it gave that judge was recorded, durably before it left, at or below it.
 
 use super::{Action, Core, HardState, LostVotes};
@@ -203,9 +203,13 @@ impl Core {
     }
 
     /// True when lost votes need not wait for `judge`: the record was read back whole and
-    /// `highest`, a term heard since the start, is above every vote or acknowledgement given
-    /// to it.
+    /// `highest`, a term heard since the start, is at or above every vote or acknowledgement
+    /// given to it. The bound then taken is at least `highest`: it votes only above it, so
+    /// never again in a term it voted for `judge` in, and acknowledges no leader below it, so
+    /// none older than `judge` (in `judge`'s own term, `judge` is that term's only leader).
+    /// At, not only above: a leader that removed itself leaves the others at its term, and
+    /// their pre-votes (which name the term after theirs) would otherwise never pass it.
     pub(super) fn judge_passed(&self, judge: NodeId, highest: Term) -> bool {
-        self.known.state == KnownState::Whole && highest > self.known.record.recorded(judge)
+        self.known.state == KnownState::Whole && highest >= self.known.record.recorded(judge)
     }
 }

@@ -2633,48 +2633,64 @@ fn append_of_n3_in_19(noop: Entry) -> Event {
 /// Proves a replica rebuilt after losing its hard state waits for the nodes its record of
 /// known members names beyond its lists. N1 voted for N4 in term 20 (N4 had replaced N3),
 /// then lost its hard state; rebuilt from the cluster file's list it hears N2 and N3 in term
-/// 19. Without the record it bounds its lost votes at 19: it votes again in term 20, where it
-/// voted for N4, and vouches for N3, a leader older than N4. With it, N4 is a judge: neither,
-/// until a term above 20 is heard (N4 then passed: every vote it got is at or below 20).
+/// 19. Without the record it bounds its lost votes at 19: it vouches for N3, a leader older
+/// than N4, and votes again in term 20, where it voted for N4. With it, N4 is a judge: neither,
+/// until term 20 is heard (N4 then passed: every vote it got is at or below 20).
 #[test]
 fn a_rebuilt_replica_waits_for_a_node_its_record_names_beyond_its_lists() {
     let mut n1 = rebuilt_n1_with_record(KnownRead::Whole(voted_n4_in_20()));
     step(&mut n1, term_answer(N2, 19));
     step(&mut n1, term_answer(N3, 19));
     assert_eq!(n1.hard.votes_lost, Some(LostVotes::Unknown), "N4 unheard");
-    assert!(
-        !granted(&step(&mut n1, vote_from(N2, 20, 5))),
-        "term 20 holds its vote for N4"
-    );
     let (_, noop) = leader();
     let actions = step(&mut n1, append_of_n3_in_19(noop));
     assert!(
         !acknowledges(&actions),
         "N3 of term 19 is older than N4: {actions:?}"
     );
-    step(&mut n1, term_answer(N2, 21));
-    assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(21))));
-    assert!(!granted(&step(&mut n1, vote_from(N2, 21, 5))));
-    assert!(n1.may_vote_in(Term(22)), "above the bound");
+    assert!(
+        !granted(&step(&mut n1, vote_from(N2, 20, 5))),
+        "term 20 holds its vote for N4"
+    );
+    assert_eq!(
+        n1.hard.votes_lost,
+        Some(LostVotes::Through(Term(20))),
+        "N2's term 20 reaches N4's record: N4 is passed"
+    );
+    assert!(n1.may_vote_in(Term(21)), "above the bound");
 }
 
 /// Proves a node the record names that never answers (N3, retired by a replace) does not
-/// keep a rebuilt replica from bounding its lost votes once a term above its record has been
-/// heard from the others; nor does a node it never vouched for (N2, recorded 0).
+/// keep a rebuilt replica from bounding its lost votes once a term at or above its record has
+/// been heard from the others; nor does a node it never vouched for (N2, recorded 0). Here
+/// N1 had acknowledged N3 as leader in term 25, and N3 then removed itself: N4 stays at term
+/// 25, and its pre-votes name term 26 (heard as 25). Waiting for a term above 25 would wait
+/// for good: N4 cannot be elected without N1's vote.
 #[test]
-fn a_retired_node_of_the_record_is_passed_once_a_higher_term_is_heard() {
-    let nodes = [(N1, Term(0)), (N2, Term(0)), (N3, Term(10)), (N4, Term(12))];
+fn a_retired_node_of_the_record_is_passed_once_its_term_is_heard() {
+    let nodes = [(N1, Term(0)), (N2, Term(0)), (N3, Term(25)), (N4, Term(12))];
     let known = KnownMembers::new(Term(0), nodes);
     let mut n1 = rebuilt_n1_with_record(KnownRead::Whole(known));
-    step(&mut n1, term_answer(N4, 10));
+    step(&mut n1, term_answer(N4, 24));
     assert_eq!(
         n1.hard.votes_lost,
         Some(LostVotes::Unknown),
-        "N3 was vouched for in term 10: a term above it is needed"
+        "N3 was vouched for in term 25"
     );
-    step(&mut n1, term_answer(N4, 25));
+    let pre_vote = Event::Message {
+        from: N4,
+        message: PeerMessage::Vote(Vote {
+            term: Term(26),
+            pre: true,
+            candidate: N4,
+            last_index: EntryIndex(5),
+            last_term: Term(1),
+        }),
+    };
+    step(&mut n1, pre_vote);
     assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(25))));
     assert_eq!(n1.term(), Term(25));
+    assert!(!n1.may_vote_in(Term(25)) && n1.may_vote_in(Term(26)));
 }
 
 /// Proves a record that is missing or damaged at the start is not relied on (the judges are
