@@ -202,6 +202,15 @@ impl Core {
             .collect()
     }
 
+    /// The highest term in which this replica voted for itself, by the record read back
+    /// whole (zero otherwise: then every judge is heard, as before the record was kept).
+    pub(super) fn own_record(&self) -> Term {
+        match self.known.state {
+            KnownState::Whole => self.known.record.recorded(self.config.id),
+            KnownState::Started | KnownState::Unfounded => Term(0),
+        }
+    }
+
     /// True when lost votes need not wait for `judge`: the record was read back whole and
     /// `highest`, a term heard since the start, is at or above every vote or acknowledgement
     /// given to it. The bound then taken is at least `highest`: it votes only above it, so

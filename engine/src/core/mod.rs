@@ -924,6 +924,8 @@ impl Core {
             first_members: self.hard.first_members,
         };
         out.push(Action::PersistHardState(self.hard));
+        // Its vote for itself is recorded like any other, before its requests leave.
+        self.vouch_known(self.config.id, term, out);
         self.votes = vec![self.config.id];
         self.pre_votes = None;
         self.confirmed = EntryIndex::ZERO;
@@ -1095,14 +1097,16 @@ impl Core {
         if !judges.iter().all(heard_or_passed) {
             return;
         }
-        let bound = highest.max(self.hard.term);
+        // Its own votes for itself are no judge's to show: a judge passed may be the one that
+        // holds the term it campaigned in. The record bounds them.
+        let bound = highest.max(self.hard.term).max(self.own_record());
         self.hard.votes_lost = Some(LostVotes::Through(bound));
         self.found_known(bound, out);
-        if highest > self.hard.term {
+        if bound > self.hard.term {
             // Below the bound it vouches for no leader (`vouches`): it takes the bound, so
             // that a leader of an older term hears of it and steps down, rather than lead on
             // with nobody able to unseat it (its followers would keep refusing pre-votes).
-            self.become_follower(highest, None, out);
+            self.become_follower(bound, None, out);
         } else {
             out.push(Action::PersistHardState(self.hard));
         }

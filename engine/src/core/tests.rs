@@ -98,6 +98,7 @@ fn election_timeout_starts_a_campaign() {
                 members: first_members(),
                 first_members: first_members(),
             }),
+            Action::PersistKnownMembers(known_voted_n1()),
             Action::RoleChanged {
                 role: Role::Candidate,
                 term: Term(1),
@@ -2709,4 +2710,19 @@ fn a_missing_or_damaged_record_is_not_relied_on_and_started_at_the_bound() {
             "{actions:?}"
         );
     }
+}
+
+/// Proves a rebuilt replica bounds its lost votes at least at the term its record shows it
+/// voted for itself in, whichever judges it passed. N1 had won term 2 with N3's vote; N3 is
+/// passed (N1 never vouched for it) once N2 is heard in term 1. Without its own record N1
+/// would vote for N2 in term 2 and make a second leader there (simulator seed 12832).
+#[test]
+fn a_rebuilt_replica_bounds_its_votes_by_its_own_campaigns() {
+    let nodes = [(N1, Term(2)), (N2, Term(0)), (N3, Term(0))];
+    let known = KnownMembers::new(Term(0), nodes);
+    let mut n1 = rebuilt_n1_with_record(KnownRead::Whole(known));
+    step(&mut n1, term_answer(N2, 1));
+    assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(2))));
+    assert_eq!(n1.term(), Term(2));
+    assert!(!granted(&step(&mut n1, vote_from(N2, 2, 5))));
 }

@@ -230,7 +230,8 @@ fn answer(reply: &ClientReply) -> String {
 }
 
 /// Proves a campaign makes its vote for itself durable before it asks for votes: the hard
-/// state comes first in the IO, then one request to each other node, and the role change.
+/// state comes first in the IO, then the record of known members, then one request to each
+/// other node, and the role change.
 #[test]
 fn a_campaign_persists_its_vote_before_asking() {
     let (_, out) = candidate();
@@ -238,6 +239,7 @@ fn a_campaign_persists_its_vote_before_asking() {
         render(&out),
         [
             "persist term 1 vote Some(NodeId(1))",
+            "persist known 1@1 2@0 3@0",
             "note Candidate term 1 leader None",
             "send 2 vote term 1 last 0@0 pre false",
             "send 3 vote term 1 last 0@0 pre false",
