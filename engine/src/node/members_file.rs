@@ -1,10 +1,10 @@
 //! The record of known members (`members` in the data directory, beside the hard state):
 //! every node this node was ever told of (its cluster file, the member lists of its log and
-//! of the snapshots it installed, the candidates it voted for, the leaders it acknowledged),
-//! and for each the highest term in which it voted for that node or acknowledged it as leader
-//! ([`KnownMembers`]). Kept apart from the hard state so that it outlives the hard state's
-//! loss: a node rebuilt then hears the terms of every node it names
-//! (`notes/decisions/data-dir.md`, "Whom it hears").
+//! of the snapshots it installed, the candidates it voted for, itself included, the leaders
+//! it acknowledged), and for each the highest term in which it voted for that node or
+//! acknowledged it as leader ([`KnownMembers`]). Kept apart from the hard state so that it
+//! outlives the hard state's loss: a node rebuilt then hears the terms of every node it
+//! names (`notes/decisions/data-dir.md`, "Limit, and the record of known members").
 //!
 //! Written through [`Storage::write_durably`] (a temporary file, fsynced, renamed, the
 //! directory fsynced) before the vote or acknowledgement that needed it leaves, and only when
