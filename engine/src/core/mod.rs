@@ -1090,7 +1090,7 @@ impl Core {
         let Some(judges) = self.term_judges() else {
             return;
         };
-        // A judge not heard is passed once a term above its record was heard (`judge_passed`).
+        // A judge not heard is passed once its recorded term was heard (`judge_passed`).
         let highest = self.heard_terms.values().copied().max().unwrap_or_default();
         let heard_or_passed =
             |n: &NodeId| self.heard_terms.contains_key(n) || self.judge_passed(*n, highest);
