@@ -192,7 +192,7 @@ fn a_rehearsal_passes_over_a_snapshot_file_that_is_not_what_its_name_says() {
 fn node_dir_with_snapshot(file: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
     use engine::internals::core::HardState;
     use engine::internals::snapshot::snapshot_path;
-    use engine::node::storage::{SNAPSHOT_DIR, WAL_DIR, write_hard_state};
+    use engine::internals::storage::hard_state::{SNAPSHOT_DIR, WAL_DIR, write_hard_state};
     let dir = tempfile::tempdir().unwrap();
     write_hard_state(dir.path(), HardState::default()).unwrap();
     std::fs::create_dir_all(dir.path().join(WAL_DIR)).unwrap();

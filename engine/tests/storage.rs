@@ -593,3 +593,65 @@ fn a_crash_at_any_step_of_a_new_files_write_leaves_nothing_or_the_whole_file() {
         assert_eq!(disk.read(path).unwrap(), b"an earlier backup");
     }
 }
+
+/// Proves the record of known members round-trips over the simulated disk, a damaged one is
+/// reported and left in place, and the product's write stopped at any step and followed by
+/// a crash leaves the old record or the new one, whole: never a torn one.
+#[test]
+fn the_record_of_known_members_survives_a_crash_old_or_new() {
+    use engine::internals::core::KnownMembers;
+    use engine::internals::storage::members_file::{
+        MEMBERS_FILE, MembersFileError, read_known_members_on, write_known_members_on,
+    };
+    let old = KnownMembers::new(Term(0), [(engine::NodeId(1), Term(3))]);
+    let new = KnownMembers::new(Term(0), (1..=9).map(|n| (engine::NodeId(n), Term(20))));
+    let dir = Path::new("/data");
+    let mut rng = Rng::new(11);
+    let (mut olds, mut news) = (0, 0);
+    for steps in 0.. {
+        let disk = SimDisk::new();
+        disk.create_dir_all(dir).unwrap();
+        write_known_members_on(&disk, dir, &old).unwrap();
+        disk.stop_after(steps);
+        let written = write_known_members_on(&disk, dir, &new);
+        disk.crash(&mut rng);
+        let read = read_known_members_on(&disk, dir)
+            .unwrap()
+            .expect("a record");
+        assert!(
+            read == old || read == new,
+            "stopped after {steps} steps: {read:?}"
+        );
+        olds += usize::from(read == old);
+        news += usize::from(read == new);
+        if written.is_ok() {
+            assert_eq!(read, new, "a write that returned is durable");
+            break;
+        }
+    }
+    assert!(olds > 0 && news > 0, "both outcomes drawn: {olds} {news}");
+    // The product's own write, its fsync failing: the old record, after a crash.
+    let disk = SimDisk::new();
+    disk.create_dir_all(dir).unwrap();
+    write_known_members_on(&disk, dir, &old).unwrap();
+    disk.fail_syncs(1);
+    assert!(write_known_members_on(&disk, dir, &new).is_err());
+    disk.fail_syncs(0);
+    disk.crash(&mut rng);
+    assert_eq!(read_known_members_on(&disk, dir).unwrap(), Some(old));
+    let disk = SimDisk::new();
+    disk.create_dir_all(dir).unwrap();
+    write_known_members_on(&disk, dir, &new).unwrap();
+    let path = dir.join(MEMBERS_FILE);
+    let before = disk.read(&path).unwrap();
+    assert!(disk.flip_bit(&path, before.len() as u64 - 1, 2));
+    let damaged = read_known_members_on(&disk, dir).unwrap_err();
+    assert!(
+        matches!(damaged, MembersFileError::Damaged { .. }),
+        "{damaged}"
+    );
+    assert!(
+        disk.exists(&path).unwrap(),
+        "a damaged record is not deleted"
+    );
+}

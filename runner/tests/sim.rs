@@ -136,6 +136,22 @@ fn seeds_where_a_rebuilt_replica_decides_violate_nothing() {
     each_seed_violates_nothing(&REBUILT_NODE_SEEDS);
 }
 
+/// Seeds where a replica rebuilt after losing its hard state had won a term, then passed the
+/// node that had voted for it (its record of known members showed no vote of its own for
+/// that node) and voted for another candidate in that term: two leaders in one term (I7).
+/// Found by the first build of the record (`runner sim --seeds 20000 --seed 0`), which did
+/// not record a campaign's own vote; `.ci/mutants/forget-own-campaigns` makes all three fail
+/// again. No seed of those 20,000 needed the record's nodes beyond the lists
+/// (`.ci/mutants/forget-known-members` violated nothing): that case has a unit test only.
+const OWN_CAMPAIGN_SEEDS: [u64; 3] = [3216, 12_832, 15_252];
+
+/// Proves the seeds where a rebuilt replica passes the nodes that voted for it violate
+/// nothing.
+#[test]
+fn seeds_where_a_rebuilt_replica_passes_its_voters_violate_nothing() {
+    each_seed_violates_nothing(&OWN_CAMPAIGN_SEEDS);
+}
+
 /// Proves the seeds where lost votes decide an election violate nothing.
 #[test]
 fn seeds_where_lost_votes_matter_violate_nothing() {

@@ -19,7 +19,7 @@ use bank::{AccountId, Bank, BankCommand};
 use engine::internals::entry::{Entry, EntryHash, Request, encode_commands, whole_requests_entry};
 use engine::node::recovery::{RecoveryOptions, restore};
 use engine::internals::core::HardState;
-use engine::node::storage::{SNAPSHOT_DIR, WAL_DIR, write_hard_state};
+use engine::internals::storage::hard_state::{SNAPSHOT_DIR, WAL_DIR, write_hard_state};
 use engine::internals::snapshot::{DIGEST_BYTES, SnapshotLink, delta_path, snapshot_path};
 use engine::internals::wal::{WAL_SEGMENT_BYTES_MIN, Wal};
 use engine::{ClientId, EntryIndex, RequestNumber, StateHash, StateMachine, Term};

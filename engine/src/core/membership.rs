@@ -239,7 +239,19 @@ impl Core {
     /// need its vote to be elected. None when it knows no other replica (rebuilt empty, having
     /// joined a running cluster, or from a cluster file of one node that others joined later):
     /// hearing nobody bounds nothing, and a leader's log tells it whom to hear.
+    /// Every node the record of known members names joins them, when it was read back whole
+    /// (`Core::known_judges`): its lists may have lost a change that named the leader it voted
+    /// for or acknowledged.
     pub(super) fn term_judges(&self) -> Option<Vec<NodeId>> {
+        let mut judges = self.listed_term_judges().unwrap_or_default();
+        judges.extend(self.known_judges());
+        judges.sort_unstable();
+        judges.dedup();
+        (!judges.is_empty()).then_some(judges)
+    }
+
+    /// [`term_judges`](Self::term_judges) from its lists and its cluster file alone.
+    fn listed_term_judges(&self) -> Option<Vec<NodeId>> {
         if let Some(judges) = self.judges().filter(|judges| !judges.is_empty()) {
             return Some(judges);
         }
@@ -407,6 +419,8 @@ impl Core {
             _ => members,
         });
         out.push(Action::PersistHardState(self.hard));
+        self.learn_known();
+        self.persist_known(out);
         out.push(Action::MembersChanged(self.members().clone()));
         if self.role == Role::Leader {
             self.follow_members();

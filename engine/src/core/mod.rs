@@ -17,12 +17,14 @@
 
 mod election;
 mod invariants;
+mod known;
 mod log;
 mod membership;
 mod quorum;
 mod read_check;
 mod repair;
 
+pub use known::{KnownMembers, KnownRead};
 pub use log::{LOG_CHECK_RECENT_ENTRIES, LOG_WINDOW_BYTES_MAX, LOG_WINDOW_ENTRIES_MIN, LogBase};
 pub use membership::{ChangeRefused, MemberSet, RepairView};
 pub use quorum::{majority, quorum_index};
@@ -169,6 +171,8 @@ pub struct Recovered {
     pub applied: Option<AppliedHash>,
     /// The newest members entry applied (its index and list), if any.
     pub members: Option<(EntryIndex, Members)>,
+    /// The record of every node it was told of, with the terms it vouched for each in.
+    pub known: KnownRead,
 }
 
 /// Something that happened to the replica.
@@ -231,6 +235,8 @@ pub enum Action {
     },
     /// Make term and vote durable before carrying out any later action.
     PersistHardState(HardState),
+    /// Make the record of known members durable before carrying out any later action.
+    PersistKnownMembers(KnownMembers),
     /// Append entries to the WAL and fsync them, then report [`Event::Persisted`].
     Persist(Vec<Entry>),
     /// Once everything persisted so far is durable, send `reply` to `to` (from the WAL's own
@@ -350,6 +356,8 @@ pub struct Core {
     configs: Configs,
     /// Leader: its rounds of confirmation for reads.
     read_rounds: read_check::ReadRounds,
+    /// Every node it was told of, with the highest term it vouched for each in.
+    known: known::Known,
 }
 
 impl Core {
@@ -412,10 +420,12 @@ impl Core {
             applied_index <= log.last_index(),
             "applied entries are in the log"
         );
+        let known =
+            known::Known::start(&recovered.hard_state, std::mem::take(&mut recovered.known));
         let mut rng = Rng::new(config.seed ^ u64::from(config.id.0).rotate_left(32));
         let election_timeout =
             config.election_ticks_min + rng.below(u64::from(config.election_ticks_min)) as u32;
-        Core {
+        let mut core = Core {
             rng,
             hard: recovered.hard_state,
             role: Role::Follower,
@@ -443,7 +453,10 @@ impl Core {
             configs,
             read_rounds: read_check::ReadRounds::default(),
             config,
-        }
+            known,
+        };
+        core.learn_known();
+        core
     }
 
     /// This replica.
@@ -911,6 +924,8 @@ impl Core {
             first_members: self.hard.first_members,
         };
         out.push(Action::PersistHardState(self.hard));
+        // Its vote for itself is recorded like any other, before its requests leave.
+        self.vouch_known(self.config.id, term, out);
         self.votes = vec![self.config.id];
         self.pre_votes = None;
         self.confirmed = EntryIndex::ZERO;
@@ -983,6 +998,7 @@ impl Core {
             out.push(Action::PersistHardState(self.hard));
         }
         if granted {
+            self.vouch_known(vote.candidate, vote.term, out);
             // Never two candidates in one term: the vote granted is the one kept.
             assert_eq!(
                 self.hard.voted_for,
@@ -1074,16 +1090,23 @@ impl Core {
         let Some(judges) = self.term_judges() else {
             return;
         };
-        if !judges.iter().all(|n| self.heard_terms.contains_key(n)) {
+        // A judge not heard is passed once its recorded term was heard (`judge_passed`).
+        let highest = self.heard_terms.values().copied().max().unwrap_or_default();
+        let heard_or_passed =
+            |n: &NodeId| self.heard_terms.contains_key(n) || self.judge_passed(*n, highest);
+        if !judges.iter().all(heard_or_passed) {
             return;
         }
-        let highest = self.heard_terms.values().copied().max().unwrap_or_default();
-        self.hard.votes_lost = Some(LostVotes::Through(highest.max(self.hard.term)));
-        if highest > self.hard.term {
+        // Its own votes for itself are no judge's to show: a judge passed may be the one that
+        // holds the term it campaigned in. The record bounds them.
+        let bound = highest.max(self.hard.term).max(self.own_record());
+        self.hard.votes_lost = Some(LostVotes::Through(bound));
+        self.found_known(bound, out);
+        if bound > self.hard.term {
             // Below the bound it vouches for no leader (`vouches`): it takes the bound, so
             // that a leader of an older term hears of it and steps down, rather than lead on
             // with nobody able to unseat it (its followers would keep refusing pre-votes).
-            self.become_follower(highest, None, out);
+            self.become_follower(bound, None, out);
         } else {
             out.push(Action::PersistHardState(self.hard));
         }
@@ -1153,6 +1176,9 @@ impl Core {
         let Some(leader) = self.leader else { return };
         let mut outcome = outcome;
         if let AppendOutcome::Matched { index } = outcome {
+            // An acknowledgement vouches for its leader: recorded before it leaves (a write
+            // only the first time in a term).
+            self.vouch_known(leader, self.hard.term, out);
             // Less than it holds, when it may acknowledge no more: still an answer, so the
             // leader keeps sending and counts it as heard.
             let index = self.acknowledgeable(index);
@@ -1184,6 +1210,8 @@ impl Core {
         self.election_elapsed = 0;
         self.last_leader_contact = Some(self.ticks);
         self.pre_votes = None;
+        // Recorded before any answer to it leaves: an acknowledgement vouches for it.
+        self.vouch_known(leader, self.hard.term, out);
         true
     }
 
@@ -1246,6 +1274,12 @@ impl Core {
                 outcome: AppendOutcome::Matched { index: covered },
                 applied: self.applied,
             };
+            assert!(
+                self.known.record.recorded(append.leader) >= self.hard.term,
+                "acknowledging {} in term {} above its record",
+                append.leader,
+                self.hard.term
+            );
             out.push(Action::AckWhenDurable {
                 to: append.leader,
                 reply,

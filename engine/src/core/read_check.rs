@@ -107,14 +107,15 @@ impl Core {
     /// its new round began, would otherwise confirm that round.) A replica that may not vouch
     /// for the leader of its term (`Core::vouches`) confirms nothing either.
     pub(super) fn on_read_check(&mut self, check: ReadCheck, out: &mut Vec<Action>) {
+        let confirms = check.term == self.hard.term && self.vouches();
+        if confirms {
+            // A confirmation vouches for the leader: recorded before it leaves.
+            self.vouch_known(check.leader, check.term, out);
+        }
         let reply = ReadCheckReply {
             term: self.hard.term,
             from: self.config.id,
-            round: if check.term == self.hard.term && self.vouches() {
-                check.round
-            } else {
-                NO_ROUND
-            },
+            round: if confirms { check.round } else { NO_ROUND },
         };
         out.push(Action::Send {
             to: check.leader,

@@ -98,6 +98,7 @@ fn election_timeout_starts_a_campaign() {
                 members: first_members(),
                 first_members: first_members(),
             }),
+            Action::PersistKnownMembers(known_voted_n1()),
             Action::RoleChanged {
                 role: Role::Candidate,
                 term: Term(1),
@@ -115,8 +116,13 @@ fn election_timeout_starts_a_campaign() {
     );
 }
 
-/// Proves a vote is made durable before it is sent, and that a second candidate in the same
-/// term is refused.
+/// The record of known members of a replica of three that vouched for N1 in term 1.
+fn known_voted_n1() -> KnownMembers {
+    KnownMembers::new(Term(0), [(N1, Term(1)), (N2, Term(0)), (N3, Term(0))])
+}
+
+/// Proves a vote is made durable before it is sent, its record of known members too, and
+/// that a second candidate in the same term is refused.
 #[test]
 fn a_vote_is_persisted_before_it_is_sent() {
     let mut n2 = core(N2);
@@ -149,6 +155,7 @@ fn a_vote_is_persisted_before_it_is_sent() {
                 members: first_members(),
                 first_members: first_members(),
             }),
+            Action::PersistKnownMembers(known_voted_n1()),
             Action::Send {
                 to: N1,
                 message: PeerMessage::VoteReply(VoteReply {
@@ -542,6 +549,7 @@ fn follower_acknowledges_after_its_fsync() {
                 term: Term(1),
                 leader: Some(N1)
             },
+            Action::PersistKnownMembers(known_voted_n1()),
             Action::Persist(vec![noop]),
             Action::AckWhenDurable {
                 to: N1,
@@ -1437,6 +1445,7 @@ impl Cluster {
                     self.queue.push_back((id, Event::Loaded { peer, entries }));
                 }
                 Action::PersistHardState(_)
+                | Action::PersistKnownMembers(_)
                 | Action::RoleChanged { .. }
                 | Action::MembersChanged(_)
                 | Action::ReadsConfirmed(_) => {}
@@ -1780,6 +1789,7 @@ fn a_follower_whose_entries_are_read_back_still_hears_heartbeats() {
             hash: StateHash([3; 32]),
         }),
         members: None,
+        known: KnownRead::Missing,
     };
     let mut n1 = Core::new(config(N1), recovered);
     tick_until_active(&mut n1);
@@ -2187,6 +2197,7 @@ fn restarted(id: NodeId, hard: HardState, entries: &[Entry]) -> Core {
             hash: StateHash([5; 32]),
         }),
         members: None,
+        known: KnownRead::Missing,
     };
     Core::new(config(id), recovered)
 }
@@ -2585,4 +2596,133 @@ fn change_members(cluster: &mut Cluster, leader: NodeId, change: crate::members:
         cluster.tick();
     }
     assert!(cluster.cores[Cluster::at(leader)].commit_index() >= index);
+}
+
+const N4: NodeId = NodeId(4);
+
+/// N1 rebuilt after its hard state was lost (owing entries 1-5 of term 1), its lists and its
+/// cluster file naming N1, N2 and N3, and `known` what its start read of its record of known
+/// members.
+fn rebuilt_n1_with_record(known: KnownRead) -> Core {
+    let recovered = Recovered {
+        hard_state: lost_votes(N1, false).hard,
+        known,
+        ..Recovered::default()
+    };
+    Core::new(config(N1), recovered)
+}
+
+/// The record of N1 in the example of `notes/decisions/data-dir.md` ("Whom it hears"): N3
+/// was replaced by N4, for which N1 voted in term 20; N2 and N3 it never vouched for.
+fn voted_n4_in_20() -> KnownMembers {
+    let nodes = [(N1, Term(0)), (N2, Term(0)), (N3, Term(0)), (N4, Term(20))];
+    KnownMembers::new(Term(0), nodes)
+}
+
+/// N3's term-19 append of N1's no-op, as leader.
+fn append_of_n3_in_19(noop: Entry) -> Event {
+    Event::Message {
+        from: N3,
+        message: PeerMessage::Append(Append {
+            term: Term(19),
+            leader: N3,
+            ..first_append(noop)
+        }),
+    }
+}
+
+/// Proves a replica rebuilt after losing its hard state waits for the nodes its record of
+/// known members names beyond its lists. N1 voted for N4 in term 20 (N4 had replaced N3),
+/// then lost its hard state; rebuilt from the cluster file's list it hears N2 and N3 in term
+/// 19. Without the record it bounds its lost votes at 19: it vouches for N3, a leader older
+/// than N4, and votes again in term 20, where it voted for N4. With it, N4 is a judge: neither,
+/// until term 20 is heard (N4 then passed: every vote it got is at or below 20).
+#[test]
+fn a_rebuilt_replica_waits_for_a_node_its_record_names_beyond_its_lists() {
+    let mut n1 = rebuilt_n1_with_record(KnownRead::Whole(voted_n4_in_20()));
+    step(&mut n1, term_answer(N2, 19));
+    step(&mut n1, term_answer(N3, 19));
+    assert_eq!(n1.hard.votes_lost, Some(LostVotes::Unknown), "N4 unheard");
+    let (_, noop) = leader();
+    let actions = step(&mut n1, append_of_n3_in_19(noop));
+    assert!(
+        !acknowledges(&actions),
+        "N3 of term 19 is older than N4: {actions:?}"
+    );
+    assert!(
+        !granted(&step(&mut n1, vote_from(N2, 20, 5))),
+        "term 20 holds its vote for N4"
+    );
+    assert_eq!(
+        n1.hard.votes_lost,
+        Some(LostVotes::Through(Term(20))),
+        "N2's term 20 reaches N4's record: N4 is passed"
+    );
+    assert!(n1.may_vote_in(Term(21)), "above the bound");
+}
+
+/// Proves a node the record names that never answers (N3, retired by a replace) does not
+/// keep a rebuilt replica from bounding its lost votes once a term at or above its record has
+/// been heard from the others; nor does a node it never vouched for (N2, recorded 0). Here
+/// N1 had acknowledged N3 as leader in term 25, and N3 then removed itself: N4 stays at term
+/// 25, and its pre-votes name term 26 (heard as 25). Waiting for a term above 25 would wait
+/// for good: N4 cannot be elected without N1's vote.
+#[test]
+fn a_retired_node_of_the_record_is_passed_once_its_term_is_heard() {
+    let nodes = [(N1, Term(0)), (N2, Term(0)), (N3, Term(25)), (N4, Term(12))];
+    let known = KnownMembers::new(Term(0), nodes);
+    let mut n1 = rebuilt_n1_with_record(KnownRead::Whole(known));
+    step(&mut n1, term_answer(N4, 24));
+    assert_eq!(
+        n1.hard.votes_lost,
+        Some(LostVotes::Unknown),
+        "N3 was vouched for in term 25"
+    );
+    let pre_vote = Event::Message {
+        from: N4,
+        message: PeerMessage::Vote(Vote {
+            term: Term(26),
+            pre: true,
+            candidate: N4,
+            last_index: EntryIndex(5),
+            last_term: Term(1),
+        }),
+    };
+    step(&mut n1, pre_vote);
+    assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(25))));
+    assert_eq!(n1.term(), Term(25));
+    assert!(!n1.may_vote_in(Term(25)) && n1.may_vote_in(Term(26)));
+}
+
+/// Proves a record that is missing or damaged at the start is not relied on (the judges are
+/// the lists' alone, as before it was kept), and that it is started anew, above the bound of
+/// the lost votes, once they are bounded: every vote and acknowledgement before is below it.
+#[test]
+fn a_missing_or_damaged_record_is_not_relied_on_and_started_at_the_bound() {
+    for read in [KnownRead::Missing, KnownRead::Damaged] {
+        let mut n1 = rebuilt_n1_with_record(read);
+        step(&mut n1, term_answer(N2, 19));
+        let actions = step(&mut n1, term_answer(N3, 19));
+        assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(19))));
+        let started = KnownMembers::new(Term(19), [(N1, Term(0)), (N2, Term(0)), (N3, Term(0))]);
+        assert!(
+            actions.contains(&Action::PersistKnownMembers(started)),
+            "{actions:?}"
+        );
+    }
+}
+
+/// Proves a rebuilt replica bounds its lost votes at least at the term its record shows it
+/// voted for itself in, whichever judges it passed. N1 had won term 2 with N3's vote; N3 is
+/// passed (N1 never vouched for it) once N2 is heard in term 1. Without its own record N1
+/// would vote for N2 in term 2 and make a second leader there (simulator seed 12832).
+#[test]
+fn a_rebuilt_replica_bounds_its_votes_by_its_own_campaigns() {
+    let nodes = [(N1, Term(2)), (N2, Term(0)), (N3, Term(0))];
+    let known = KnownMembers::new(Term(0), nodes);
+    let mut n1 = rebuilt_n1_with_record(KnownRead::Whole(known));
+    step(&mut n1, term_answer(N2, 1));
+    assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(2))));
+    assert_eq!(n1.term(), Term(2));
+    assert!(!granted(&step(&mut n1, vote_from(N2, 2, 5))));
 }

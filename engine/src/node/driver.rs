@@ -22,6 +22,7 @@ use crate::snapshot::{
 use crate::storage::Files;
 use crate::storage::data_dir::{self, DirLock};
 use crate::storage::hard_state::{self, SNAPSHOT_DIR};
+use crate::storage::members_file;
 use net::message::{ClientReply, ClientRequest, PeerMessage, Role, SnapshotChunk};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -540,6 +541,10 @@ impl<H: Handler> Driver<H> {
                 hard_state::write_hard_state(&self.config.data_dir, state)
                     .map_err(|error| Halt::HardState((&NodeError::from(error)).into()))?;
                 self.repair_noted(state.repair.is_some());
+            }
+            Io::PersistKnownMembers(known) => {
+                members_file::write_known_members(&self.config.data_dir, &known)
+                    .map_err(|error| Halt::KnownMembers((&error).into()))?;
             }
             Io::Wal(op) => {
                 if !self.wal.send(op) {

@@ -24,7 +24,8 @@ mod timing;
 use crate::apply::{ApplyError, Reply, ReplyStatus, StateMachine};
 use crate::batcher::Batcher;
 use crate::core::{
-    Action, ChangeRefused, Core, CoreConfig, Event, HardState, LogBase, NotLeader, Recovered,
+    Action, ChangeRefused, Core, CoreConfig, Event, HardState, KnownMembers, LogBase, NotLeader,
+    Recovered,
 };
 use crate::entry::{Entry, EntryKind, RequestDigest};
 use crate::handler::Handler;
@@ -175,6 +176,9 @@ pub enum Io<T> {
     /// Make term and vote durable before carrying out anything after this; on failure call
     /// [`Replica::halt`] and carry out nothing else of this batch.
     PersistHardState(HardState),
+    /// Make the record of known members durable before carrying out anything after this; on
+    /// failure call [`Replica::halt`] and carry out nothing else of this batch.
+    PersistKnownMembers(KnownMembers),
     /// WAL work.
     Wal(WalOp),
     /// Answer a client.
@@ -210,6 +214,9 @@ pub enum Halt {
     /// The hard state could not be written.
     #[error("cannot persist the hard state: {0}")]
     HardState(IoFault),
+    /// The record of known members could not be written.
+    #[error("cannot persist the record of known members: {0}")]
+    KnownMembers(IoFault),
     /// The WAL thread is gone.
     #[error("the WAL thread stopped")]
     WalStopped,
@@ -539,6 +546,7 @@ impl<H: Handler, T> Replica<H, T> {
         match action {
             Action::Send { to, message } => out.push(Io::Send { to, message }),
             Action::PersistHardState(state) => out.push(Io::PersistHardState(state)),
+            Action::PersistKnownMembers(known) => out.push(Io::PersistKnownMembers(known)),
             Action::Persist(entries) => {
                 self.check_appended(&entries);
                 out.push(Io::Wal(WalOp::Append(entries)));

@@ -166,6 +166,10 @@ fn render_one(io: &Io<u32>) -> String {
         Io::PersistHardState(hard) => {
             format!("persist term {} vote {:?}", hard.term, hard.voted_for)
         }
+        Io::PersistKnownMembers(known) => {
+            let nodes: Vec<String> = known.nodes().map(|(n, t)| format!("{n}@{t}")).collect();
+            format!("persist known {}", nodes.join(" "))
+        }
         Io::Wal(WalOp::Append(entries)) => format!("wal append {}", entries_of(entries)),
         Io::Wal(WalOp::Ack { to, message }) => format!("wal ack {to} {}", peer(message)),
         Io::Wal(other) => format!("wal {other:?}"),
@@ -226,7 +230,8 @@ fn answer(reply: &ClientReply) -> String {
 }
 
 /// Proves a campaign makes its vote for itself durable before it asks for votes: the hard
-/// state comes first in the IO, then one request to each other node, and the role change.
+/// state comes first in the IO, then the record of known members, then one request to each
+/// other node, and the role change.
 #[test]
 fn a_campaign_persists_its_vote_before_asking() {
     let (_, out) = candidate();
@@ -234,6 +239,7 @@ fn a_campaign_persists_its_vote_before_asking() {
         render(&out),
         [
             "persist term 1 vote Some(NodeId(1))",
+            "persist known 1@1 2@0 3@0",
             "note Candidate term 1 leader None",
             "send 2 vote term 1 last 0@0 pre false",
             "send 3 vote term 1 last 0@0 pre false",
@@ -330,6 +336,7 @@ fn a_new_follower_refuses_a_gap_then_takes_the_log_and_acknowledges_it_durably()
         [
             "persist term 1 vote None",
             "note Follower term 1 leader Some(NodeId(1))",
+            "persist known 1@1 2@0 3@0",
             "send 1 reply term 1 Conflict { hint: EntryIndex(0) }",
         ]
     );

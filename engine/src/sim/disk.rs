@@ -5,7 +5,7 @@
 //! product's recovery's ([`crate::node::recovery::recover_on`]); damage is bits flipped in
 //! the files, for the product's scans to find.
 
-use crate::core::HardState;
+use crate::core::{HardState, KnownMembers};
 use crate::entry::{Entry, EntryHash};
 use crate::ids::{EntryIndex, NodeId};
 use crate::node::NodeError;
@@ -15,6 +15,7 @@ use crate::snapshot::{list_snapshots_on, read_snapshot_on};
 use crate::state::StateHash;
 use crate::storage::hard_state::{HARD_STATE_FILE, SNAPSHOT_DIR, WAL_DIR, write_hard_state_on};
 use crate::storage::journal::Journaling;
+use crate::storage::members_file::{MEMBERS_FILE, MembersFileError, write_known_members_on};
 use crate::storage::{Access, SimDisk, Storage};
 use crate::wal::executor::{Beside, Step, WalEvent, WalExecutor};
 use crate::wal::{PREPARED_SEGMENT_NAME, Wal, WalError, prepare_segment, remove_segments};
@@ -200,6 +201,20 @@ impl Disk {
         write_hard_state_on(&self.device, data_dir(), hard)?;
         self.hard = hard;
         Ok(())
+    }
+
+    /// Keeps the record of known members, durably.
+    pub fn persist_known(&mut self, known: &KnownMembers) -> Result<(), MembersFileError> {
+        write_known_members_on(&self.device, data_dir(), known)
+    }
+
+    /// Damage at rest in the record of known members. False when there is none.
+    pub fn damage_known_members(&self, draw: u64) -> bool {
+        let path = data_dir().join(MEMBERS_FILE);
+        match self.device.read(&path) {
+            Ok(bytes) => self.flip(&(path, bytes.len() as u64), draw),
+            Err(_) => false,
+        }
     }
 
     /// A crash: the process's WAL is gone, and of what it wrote and did not sync the device

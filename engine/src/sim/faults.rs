@@ -14,6 +14,9 @@ pub const FAULTS_UNITS_MAX: Time = 600_000;
 
 /// The longest a simulated process stays stopped.
 pub const STALL_UNITS_MAX: Time = 5_000;
+/// Of the restarts whose hard state is damaged, one in this many has its record of known
+/// members damaged as well.
+pub const KNOWN_MEMBERS_DAMAGED_ONE_IN: u64 = 4;
 
 impl<W: Workload> Sim<W> {
     /// Ends every fault: links whole, every node up. Clients then settle.
@@ -321,6 +324,14 @@ impl<W: Workload> Sim<W> {
         let struck_hard = damage
             .hard_state
             .is_some_and(|draw| disk.damage_hard_state(draw));
+        // One time in KNOWN_MEMBERS_DAMAGED_ONE_IN, the record of known members beside it
+        // too, from the same draw (no draw of its own, so that every other seed runs as it
+        // did): the start falls back to the lists alone.
+        let struck_known = damage.hard_state.is_some_and(|draw| {
+            (draw >> 40).is_multiple_of(KNOWN_MEMBERS_DAMAGED_ONE_IN)
+                && disk.damage_known_members(draw.rotate_left(23))
+        });
+        tracing::trace!(struck_known, "record of known members damaged");
         self.report.snapshots_damaged += u64::from(struck_snapshot);
         self.report.hard_states_damaged += u64::from(struck_hard);
         let mut options = RecoveryOptions {

@@ -812,6 +812,8 @@ impl<W: Workload> Sim<W> {
             }
             Io::PersistHardState(hard) => (self.node(id).disk.persist(hard))
                 .map_err(|error| Halt::HardState((&error).into()))?,
+            Io::PersistKnownMembers(known) => (self.node(id).disk.persist_known(&known))
+                .map_err(|error| Halt::KnownMembers((&error).into()))?,
             Io::Wal(op) => {
                 if let WalOp::Truncate(from) = op {
                     self.check_truncate(id, from);

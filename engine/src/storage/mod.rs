@@ -15,6 +15,7 @@ pub mod data_dir;
 pub mod files;
 pub mod hard_state;
 pub mod journal;
+pub mod members_file;
 mod real;
 #[cfg(feature = "sim")]
 mod simulated;

@@ -14,7 +14,7 @@ pub mod replay;
 
 use super::NodeError;
 use crate::apply::{Applied, StateMachine};
-use crate::core::Recovered;
+use crate::core::{KnownRead, Recovered};
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId};
 use crate::snapshot::{Durable, ParseError};
@@ -22,6 +22,7 @@ use crate::state::{CapacityTooSmall, InstallError};
 use crate::storage::data_dir::{self, DataDirError, DirLock, DirState, Identity, QUARANTINE_DIR};
 use crate::storage::hard_state::WAL_DIR;
 use crate::storage::journal::{JournalRecord, JournalWriter};
+use crate::storage::members_file::{MEMBERS_FILE, MembersFileError, read_known_members_on};
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
 use std::path::{Path, PathBuf};
@@ -500,6 +501,9 @@ pub fn recover_on<S: Storage, H: Handler>(
         }
         Err((error, _)) => return Err(error),
     };
+    let mut plan = plan;
+    let mut core = core;
+    core.known = read_known(storage, dir, &mut plan.report)?;
     Ok(Started {
         machine: plan.machine,
         wal: plan.wal,
@@ -509,6 +513,39 @@ pub fn recover_on<S: Storage, H: Handler>(
         report: plan.report,
         stamp: plan.stamp,
     })
+}
+
+/// The record of known members in `dir` (`storage::members_file`), for the core. A missing one
+/// is a directory from before it was kept; a damaged one is said so, copied to quarantine
+/// (never deleted: the node writes a new record over it once it has a floor for one) and not
+/// relied on, so that a rebuild after a lost hard state hears only the nodes its lists name,
+/// as it did before the record was kept.
+fn read_known<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    report: &mut RecoveryReport,
+) -> Result<KnownRead, NodeError> {
+    match read_known_members_on(storage, dir) {
+        Ok(Some(known)) => Ok(KnownRead::Whole(known)),
+        Ok(None) => Ok(KnownRead::Missing),
+        Err(MembersFileError::Damaged { path, reason }) => {
+            tracing::warn!(
+                path = %path.display(),
+                reason,
+                "the record of known members is damaged: a rebuild after a lost hard state \
+                 hears only the nodes its lists name; a new record replaces it"
+            );
+            let name = format!("{}-damaged-members", rebuild::unix_ms());
+            data_dir::quarantine_copy(storage, dir, &name, std::slice::from_ref(&path))
+                .map_err(Refusal::from)?;
+            let folder = dir.join(QUARANTINE_DIR).join(name);
+            report.quarantined.push(folder.join(MEMBERS_FILE));
+            Ok(KnownRead::Damaged)
+        }
+        Err(MembersFileError::Io { path, source }) => {
+            Err(Refusal::Unreadable { path, source }.into())
+        }
+    }
 }
 
 /// Works out what a start of `dir` would do, writing nothing (the WAL is opened read-only and

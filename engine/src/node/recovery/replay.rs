@@ -210,6 +210,8 @@ pub fn replay<H: Handler, L: RecoveryLog>(
         window,
         applied: latest,
         members: machine.members().cloned(),
+        // Read beside the log by the start (`recovery::recover_on`).
+        known: crate::core::KnownRead::Missing,
     };
     assert_eq!(machine.applied_index(), committed, "replayed to the commit");
     Ok(recovered)
