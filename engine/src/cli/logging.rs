@@ -28,9 +28,11 @@ pub const RATE_LIMIT_WINDOW_MS: u64 = 1_000;
 /// The filter when `RUST_LOG` is not set.
 pub const LOG_FILTER_DEFAULT: &str = "info";
 /// The simulator's default filter: its simulated nodes run the product's code under the
-/// faults it injects, and the apply journal's warning when a full disk turns it off is
-/// expected there at every such fault; a violation is reported in the simulator's table.
-pub const SIM_LOG_FILTER_DEFAULT: &str = "info,engine::storage::journal=error";
+/// faults it injects, so the apply journal's warning when a full disk turns it off and a
+/// start's warnings about damage it found are expected there at every such fault; a
+/// violation is reported in the simulator's table.
+pub const SIM_LOG_FILTER_DEFAULT: &str =
+    "info,engine::storage::journal=error,engine::node::recovery=error";
 
 /// How log lines look.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
