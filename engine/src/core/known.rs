@@ -212,8 +212,9 @@ impl Core {
     }
 
     /// True when lost votes need not wait for `judge`: the record was read back whole and
-    /// `highest`, a term heard since the start, is at or above every vote or acknowledgement
-    /// given to it. The bound then taken is at least `highest`: it votes only above it, so
+    /// `highest` (the highest term heard since the start, or this replica's own record if
+    /// higher) is at or above every vote or acknowledgement given to it. The bound then taken
+    /// is at least `highest`: it votes only above it, so
     /// never again in a term it voted for `judge` in, and acknowledges no leader below it, so
     /// none older than `judge` (in `judge`'s own term, `judge` is that term's only leader).
     /// At, not only above: a leader that removed itself leaves the others at its term, and

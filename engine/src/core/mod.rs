@@ -1090,10 +1090,14 @@ impl Core {
         let Some(judges) = self.term_judges() else {
             return;
         };
-        // A judge not heard is passed once its recorded term was heard (`judge_passed`).
+        // A judge not heard is passed once the bound reaches its record (`judge_passed`):
+        // the bound is at least the highest term heard and its own record (which is at least
+        // the record's floor), so a node whose own campaign went past every term the others
+        // hold still passes a judge that never answers.
         let highest = self.heard_terms.values().copied().max().unwrap_or_default();
+        let reached = highest.max(self.own_record());
         let heard_or_passed =
-            |n: &NodeId| self.heard_terms.contains_key(n) || self.judge_passed(*n, highest);
+            |n: &NodeId| self.heard_terms.contains_key(n) || self.judge_passed(*n, reached);
         if !judges.iter().all(heard_or_passed) {
             return;
         }

@@ -2694,6 +2694,21 @@ fn a_retired_node_of_the_record_is_passed_once_its_term_is_heard() {
     assert!(!n1.may_vote_in(Term(25)) && n1.may_vote_in(Term(26)));
 }
 
+/// Proves a judge that never answers is passed once the bound reaches its record, and not
+/// only a term heard from the others: a record started late, above the others' term (at the
+/// term of a campaign whose requests were lost), holds every node at its floor, and a retired
+/// N4 would otherwise keep the rebuilt N1 waiting for good while the cluster stays at 49.
+#[test]
+fn a_judge_is_passed_once_the_bound_reaches_its_record() {
+    let nodes = [(N1, Term(0)), (N2, Term(0)), (N3, Term(0)), (N4, Term(0))];
+    let known = KnownMembers::new(Term(50), nodes);
+    let mut n1 = rebuilt_n1_with_record(KnownRead::Whole(known));
+    step(&mut n1, term_answer(N2, 49));
+    step(&mut n1, term_answer(N3, 49));
+    assert_eq!(n1.hard.votes_lost, Some(LostVotes::Through(Term(50))));
+    assert!(!n1.may_vote_in(Term(50)) && n1.may_vote_in(Term(51)));
+}
+
 /// Proves a record that is missing or damaged at the start is not relied on (the judges are
 /// the lists' alone, as before it was kept), and that it is started anew, above the bound of
 /// the lost votes, once they are bounded: every vote and acknowledgement before is below it.

@@ -591,8 +591,8 @@ impl<W: Workload> Sim<W> {
                     .then(|| format!("node {} applied {:?}", n.id.0, applied))
             })
             .collect();
-        self.check_journals();
         self.note_copies_lost();
+        self.check_journals();
         if self.copies_lost.is_some() {
             // Damage took every copy of a committed entry: a cluster that stops is right.
         } else if unknown == 0 && !behind.is_empty() {

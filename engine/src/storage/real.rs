@@ -1,5 +1,5 @@
 //! [`Storage`] on the real file system: every file and directory created owner-only
-//! ([`crate::files`]), every read and write positioned (`pread`/`pwrite`).
+//! ([`super::files`]), every read and write positioned (`pread`/`pwrite`).
 
 use super::files::{self, DIR_MODE_OWNER_ONLY};
 use super::{Access, Storage, StorageFile};
