@@ -14,7 +14,7 @@ pub mod replay;
 
 use super::NodeError;
 use crate::apply::{Applied, StateMachine};
-use crate::core::{KnownRead, Recovered};
+use crate::core::{KnownMembers, KnownRead, Recovered};
 use crate::handler::Handler;
 use crate::ids::{EntryIndex, NodeId};
 use crate::snapshot::{Durable, ParseError};
@@ -484,6 +484,14 @@ pub fn recover_on<S: Storage, H: Handler>(
     applied: impl FnMut(&Applied),
 ) -> Result<Started<H, S>, NodeError> {
     CapacityTooSmall::check(&handler.schema(), options.capacity_bytes)?;
+    // Read before anything is carried out, so that a record that cannot be read refuses the
+    // start with the directory as it was.
+    let known = match read_known_members_on(storage, dir) {
+        Err(MembersFileError::Io { path, source }) => {
+            return Err(Refusal::Unreadable { path, source }.into());
+        }
+        read => read,
+    };
     let read_write = (stamp.clone(), Access::ReadWrite);
     let (plan, core) = match plan::plan(storage, dir, handler, options, read_write) {
         Ok(mut plan) => {
@@ -503,7 +511,7 @@ pub fn recover_on<S: Storage, H: Handler>(
     };
     let mut plan = plan;
     let mut core = core;
-    core.known = read_known(storage, dir, &mut plan.report)?;
+    core.known = keep_known(storage, dir, known, &mut plan.report)?;
     Ok(Started {
         machine: plan.machine,
         wal: plan.wal,
@@ -515,17 +523,18 @@ pub fn recover_on<S: Storage, H: Handler>(
     })
 }
 
-/// The record of known members in `dir` (`storage::members_file`), for the core. A missing one
+/// The record of known members read from `dir` (`storage::members_file`), for the core. A missing one
 /// is a directory from before it was kept; a damaged one is said so, copied to quarantine
 /// (never deleted: the node writes a new record over it once it has a floor for one) and not
 /// relied on, so that a rebuild after a lost hard state hears only the nodes its lists name,
 /// as it did before the record was kept.
-fn read_known<S: Storage>(
+fn keep_known<S: Storage>(
     storage: &S,
     dir: &Path,
+    read: Result<Option<KnownMembers>, MembersFileError>,
     report: &mut RecoveryReport,
 ) -> Result<KnownRead, NodeError> {
-    match read_known_members_on(storage, dir) {
+    match read {
         Ok(Some(known)) => Ok(KnownRead::Whole(known)),
         Ok(None) => Ok(KnownRead::Missing),
         Err(MembersFileError::Damaged { path, reason }) => {
