@@ -141,10 +141,12 @@ fn seeds_where_a_rebuilt_replica_decides_violate_nothing() {
 /// node that had voted for it (its record of known members showed no vote of its own for
 /// that node) and voted for another candidate in that term: two leaders in one term (I7).
 /// Found by the first build of the record (`runner sim --seeds 20000 --seed 0`), which did
-/// not record a campaign's own vote; `.ci/mutants/forget-own-campaigns` makes all three fail
-/// again. No seed of those 20,000 needed the record's nodes beyond the lists
+/// not record a campaign's own vote: 3216, 12832 and 15252. Once the simulated nodes kept the
+/// apply journal (its unsynced writes change what each crash draws) those no longer reached
+/// the case; `.ci/mutants/forget-own-campaigns` over 20,000 seeds from 0 then failed 16159
+/// alone (I7), kept here. No seed of those 20,000 needed the record's nodes beyond the lists
 /// (`.ci/mutants/forget-known-members` violated nothing): that case has a unit test only.
-const OWN_CAMPAIGN_SEEDS: [u64; 3] = [3216, 12_832, 15_252];
+const OWN_CAMPAIGN_SEEDS: [u64; 1] = [16_159];
 
 /// Proves the seeds where a rebuilt replica passes the nodes that voted for it violate
 /// nothing.
