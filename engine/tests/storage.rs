@@ -655,3 +655,36 @@ fn the_record_of_known_members_survives_a_crash_old_or_new() {
         "a damaged record is not deleted"
     );
 }
+
+/// Proves a start whose record of known members cannot be read (here a directory stands at
+/// its name) is refused with the data directory as it was: the record is read before the
+/// plan carries anything out (a first start would otherwise make the WAL's directory).
+#[test]
+fn an_unreadable_record_of_known_members_refuses_the_start_before_any_write() {
+    use engine::apply::{SESSION_RETENTION_S_DEFAULT, SESSIONS_MAX_DEFAULT};
+    use engine::internals::storage::members_file::MEMBERS_FILE;
+    use engine::node::NodeError;
+    use engine::node::recovery::{RecoveryOptions, recover_on};
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    std::fs::create_dir(dir.join(MEMBERS_FILE)).unwrap();
+    let options = RecoveryOptions {
+        capacity_bytes: 16 << 20,
+        sessions_max: SESSIONS_MAX_DEFAULT,
+        session_retention_s: SESSION_RETENTION_S_DEFAULT,
+        wal_segment_bytes: TEST_SEGMENT_BYTES,
+        owner: None,
+        rebuild_from_leader: false,
+        keep_outcomes_after: None,
+    };
+    let started = recover_on(&Files, dir, common::Ledger, &options, None, |_| {});
+    let Err(NodeError::Refused(refusal)) = started else {
+        panic!("the start is refused");
+    };
+    assert!(refusal.to_string().contains(MEMBERS_FILE), "{refusal}");
+    let left: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|item| item.unwrap().path())
+        .collect();
+    assert_eq!(left, [dir.join(MEMBERS_FILE)], "nothing written");
+}
