@@ -507,20 +507,26 @@ fn segment_bytes(disk: &SimDisk, dir: &Path) -> Vec<u8> {
         .map_or_else(Vec::new, |path| disk.read(path).unwrap())
 }
 
-/// Starts the node in `dir` with the operator's rebuild and returns its hard state; it starts
-/// with an empty log.
-fn rebuilt_hard_state(disk: &SimDisk, dir: &Path) -> engine::internals::core::HardState {
+/// What the tests' starts recover with: a small state, the tests' segment size, no owner to
+/// check, the operator's rebuild when `rebuild_from_leader`.
+fn start_options(rebuild_from_leader: bool) -> engine::node::recovery::RecoveryOptions {
     use engine::apply::{SESSION_RETENTION_S_DEFAULT, SESSIONS_MAX_DEFAULT};
-    use engine::node::recovery::{RecoveryOptions, recover_on};
-    let options = RecoveryOptions {
+    engine::node::recovery::RecoveryOptions {
         capacity_bytes: 16 << 20,
         sessions_max: SESSIONS_MAX_DEFAULT,
         session_retention_s: SESSION_RETENTION_S_DEFAULT,
         wal_segment_bytes: TEST_SEGMENT_BYTES,
         owner: None,
-        rebuild_from_leader: true,
+        rebuild_from_leader,
         keep_outcomes_after: None,
-    };
+    }
+}
+
+/// Starts the node in `dir` with the operator's rebuild and returns its hard state; it starts
+/// with an empty log.
+fn rebuilt_hard_state(disk: &SimDisk, dir: &Path) -> engine::internals::core::HardState {
+    use engine::node::recovery::recover_on;
+    let options = start_options(true);
     let started = recover_on(disk, dir, common::Ledger, &options, None, |_| {}).unwrap();
     assert_eq!(started.wal.last_index(), EntryIndex(0), "it starts empty");
     started.core.hard_state
@@ -661,22 +667,13 @@ fn the_record_of_known_members_survives_a_crash_old_or_new() {
 /// plan carries anything out (a first start would otherwise make the WAL's directory).
 #[test]
 fn an_unreadable_record_of_known_members_refuses_the_start_before_any_write() {
-    use engine::apply::{SESSION_RETENTION_S_DEFAULT, SESSIONS_MAX_DEFAULT};
     use engine::internals::storage::members_file::MEMBERS_FILE;
     use engine::node::NodeError;
-    use engine::node::recovery::{RecoveryOptions, recover_on};
+    use engine::node::recovery::recover_on;
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
     std::fs::create_dir(dir.join(MEMBERS_FILE)).unwrap();
-    let options = RecoveryOptions {
-        capacity_bytes: 16 << 20,
-        sessions_max: SESSIONS_MAX_DEFAULT,
-        session_retention_s: SESSION_RETENTION_S_DEFAULT,
-        wal_segment_bytes: TEST_SEGMENT_BYTES,
-        owner: None,
-        rebuild_from_leader: false,
-        keep_outcomes_after: None,
-    };
+    let options = start_options(false);
     let started = recover_on(&Files, dir, common::Ledger, &options, None, |_| {});
     let Err(NodeError::Refused(refusal)) = started else {
         panic!("the start is refused");

@@ -46,7 +46,7 @@ use crate::handler::Handler;
 use crate::ids::NodeId;
 use crate::state::{CapacityTooSmall, STATE_BYTES_DEFAULT};
 use crate::storage::data_dir;
-use crate::storage::hard_state::HardStateError;
+use crate::storage::hard_state::{HARD_STATE_DAMAGED_REASON, HardStateError};
 use crate::wal::WalError;
 use net::message::{ClientReply, ClientRequest, PeerMessage};
 use std::net::SocketAddr;
@@ -298,7 +298,7 @@ impl From<HardStateError> for NodeError {
             HardStateError::Io { path, source } => NodeError::Io { path, source },
             HardStateError::Damaged { path } => NodeError::Corrupt {
                 path,
-                reason: "hard state checksum".into(),
+                reason: HARD_STATE_DAMAGED_REASON.into(),
             },
         }
     }

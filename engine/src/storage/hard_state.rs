@@ -7,6 +7,9 @@ use crate::ids::{EntryIndex, NodeId, Term};
 use crate::storage::{Files, Storage};
 use std::path::{Path, PathBuf};
 
+/// What a damaged hard state is said to be.
+pub const HARD_STATE_DAMAGED_REASON: &str = "hard state checksum";
+
 /// Why the hard state could not be read or written.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -20,7 +23,7 @@ pub enum HardStateError {
         source: std::io::Error,
     },
     /// The file does not verify (its checksum or its record).
-    #[error("{}: damaged (hard state checksum)", path.display())]
+    #[error("{}: damaged ({HARD_STATE_DAMAGED_REASON})", path.display())]
     Damaged {
         /// The file.
         path: PathBuf,

@@ -13,7 +13,8 @@ use crate::snapshot::{
 use crate::state::InstallError;
 use crate::storage::data_dir::{self, Identity};
 use crate::storage::hard_state::{
-    HARD_STATE_FILE, HardStateError, SNAPSHOT_DIR, WAL_DIR, read_hard_state_on, write_hard_state_on,
+    HARD_STATE_DAMAGED_REASON, HARD_STATE_FILE, HardStateError, SNAPSHOT_DIR, WAL_DIR,
+    read_hard_state_on, write_hard_state_on,
 };
 use crate::storage::{Files, Storage};
 use crate::wal::{Access, Recovery, Wal};
@@ -185,7 +186,7 @@ fn read_files<S: Storage>(
     let hard_state = match read_hard_state_on(storage, dir) {
         Ok(state) => state,
         Err(HardStateError::Damaged { path }) => {
-            let reason = "hard state checksum".to_string();
+            let reason = HARD_STATE_DAMAGED_REASON.to_string();
             return Err(Refusal::HardStateDamaged { path, reason }.into());
         }
         Err(other) => return Err(other.into()),
