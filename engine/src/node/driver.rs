@@ -237,6 +237,7 @@ fn replica_config(config: &NodeConfig) -> ReplicaConfig {
         changes_retain_entries: config.changes_retain_entries,
         change_stream: config.change_stream,
         snapshot_deltas: config.snapshot_deltas,
+        snapshot_turns: true,
         snapshot_log_percent: SNAPSHOT_LOG_PERCENT,
         snapshot_slice_slots: SNAPSHOT_SLICE_SLOTS,
         snapshot_write_bytes: SNAPSHOT_WRITE_BYTES,

@@ -61,6 +61,9 @@ pub struct ReplicaConfig {
     /// Snapshots may be deltas over the last one (`notes/decisions/snapshot-deltas.md`):
     /// the state then tracks the slots it writes.
     pub snapshot_deltas: bool,
+    /// Members take turns at snapshots: a node whose snapshot is due waits for its share of
+    /// the period, so that no two write theirs at once (`notes/decisions/snapshots.md`).
+    pub snapshot_turns: bool,
     /// Ticks a durable snapshot is kept at least before a newer one starts.
     pub snapshot_retain_ticks: u64,
     /// Entries behind the last applied one the log keeps at least (the change stream's

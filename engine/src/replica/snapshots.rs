@@ -19,6 +19,15 @@ pub const DELTA_CHAIN_PERCENT: u64 = 100;
 /// more (`notes/decisions/snapshot-deltas.md`).
 pub const DELTA_SHARE_PERCENT_MAX: u64 = 25;
 
+/// With turns, a node whose snapshot is due (the log since its last start reached the
+/// snapshot's cost) starts only in its share of the period, once the log reached this percent
+/// of the cost: members then write their snapshots one after another, not at the same entry.
+pub const SNAPSHOT_TURN_EARLY_PERCENT: u64 = 50;
+/// With turns, a node starts whatever the turn once the log since its last start reached this
+/// percent of the snapshot's cost (its turns passed while its writer was busy): the log a
+/// restart replays stays bounded.
+pub const SNAPSHOT_TURN_LATE_PERCENT: u64 = 200;
+
 /// What decides when a replica starts its next snapshot, and the newest durable one.
 pub(super) struct Snapshots {
     /// False when snapshots are off, or the writer stopped.
@@ -67,6 +76,52 @@ impl Snapshots {
     pub(super) fn latest(&self) -> Option<(EntryIndex, u64)> {
         self.latest
     }
+}
+
+/// A node's place in the rounds of turns at snapshots: `turn` of `turns`.
+#[derive(Clone, Copy, Debug)]
+struct Turn {
+    turn: usize,
+    turns: usize,
+}
+
+/// Whether a node in `turn` starts its snapshot at entry `applied`, `since` entries and `log`
+/// bytes after its last start, the period being `period` bytes of log. The entries are the
+/// clock every member shares (they apply the same log); a round of turns is the period in
+/// entries, estimated from the log since the last start, rounded to a power of two.
+fn turn_due(turn: Turn, applied: u64, since: u64, log: u64, period: u64) -> bool {
+    if log.saturating_mul(100) >= period.saturating_mul(SNAPSHOT_TURN_LATE_PERCENT) {
+        return true;
+    }
+    if log == 0 || log.saturating_mul(100) < period.saturating_mul(SNAPSHOT_TURN_EARLY_PERCENT) {
+        return false;
+    }
+    let entries = u128::from(since) * u128::from(period) / u128::from(log);
+    let cycle = turn_cycle(entries, turn.turns);
+    let position = u128::from(applied % cycle);
+    position * turn.turns as u128 / u128::from(cycle) == turn.turn as u128
+}
+
+/// The entries of one round of turns: `entries` (the period's, as this node estimates it)
+/// rounded to the nearest of 4, 5, 6, 7 or 8 times a power of two, so that members whose
+/// estimates differ a little agree on the rounds, and the period kept stays within 12% of the
+/// estimate; at least one entry a turn.
+fn turn_cycle(entries: u128, turns: usize) -> u64 {
+    let entries = entries.max(1);
+    let step = (1u128 << (127 - entries.leading_zeros())) / 4;
+    let near = match step {
+        0 => entries,
+        step => (4..=8u128)
+            .map(|m| m * step)
+            // The nearer in ratio: the smaller of c / entries and entries / c, compared as
+            // c * c against entries * entries.
+            .min_by_key(|&c| {
+                let (small, large) = (c.min(entries), c.max(entries));
+                large * large * 1024 / (small * small)
+            })
+            .expect("five candidates"),
+    };
+    u64::try_from(near.max(turns as u128)).unwrap_or(u64::MAX)
 }
 
 impl<H: Handler, T> Replica<H, T> {
@@ -140,7 +195,7 @@ impl<H: Handler, T> Replica<H, T> {
             || policy.writing
             || applied.0 / every <= policy.last_start.0 / every
             || policy.durable_at.is_some_and(|at| self.ticks - at < retain)
-            || log * 100 < cost.saturating_mul(self.config.snapshot_log_percent)
+            || !self.snapshot_due(log, cost)
         {
             return;
         }
@@ -161,6 +216,32 @@ impl<H: Handler, T> Replica<H, T> {
             self.snapshots.pending.clear();
             out.push(Io::Snapshot(SnapshotWrite::Begin(meta.index)));
         }
+    }
+
+    /// Whether the snapshot is due, `log` bytes applied since the last start and the snapshot
+    /// costing `cost` bytes: when the log reached the configured percent of the cost; with
+    /// turns, in this node's turn between [`SNAPSHOT_TURN_EARLY_PERCENT`] and
+    /// [`SNAPSHOT_TURN_LATE_PERCENT`] of it.
+    fn snapshot_due(&self, log: u64, cost: u64) -> bool {
+        let period = cost.saturating_mul(self.config.snapshot_log_percent) / 100;
+        let turn = self.snapshot_turn().filter(|_| period > 0);
+        let Some(turn) = turn else {
+            return log * 100 >= cost.saturating_mul(self.config.snapshot_log_percent);
+        };
+        let applied = self.machine.applied_index().0;
+        let since = applied - self.snapshots.last_start.0;
+        turn_due(turn, applied, since, log, period)
+    }
+
+    /// This node's place among the members and their number, when snapshots take turns.
+    fn snapshot_turn(&self) -> Option<Turn> {
+        if !self.config.snapshot_turns {
+            return None;
+        }
+        let members = self.core.members();
+        let turn = members.ids().position(|id| id == self.core.id())?;
+        let turns = members.len();
+        (turns > 1).then_some(Turn { turn, turns })
     }
 
     /// The file the next snapshot continues as a delta, or `None` when it must be whole: no
@@ -347,5 +428,95 @@ impl<H: Handler, T> Replica<H, T> {
             self.core.commit_index(),
             self.core.log_base().index
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where three members start their snapshots over `entries` entries of `entry_bytes`
+    /// bytes each, a snapshot costing `period` bytes of log, each one taking no time: the
+    /// entries each member starts at.
+    fn starts(turns: bool, entries: u64, entry_bytes: u64, period: u64) -> Vec<Vec<u64>> {
+        (0..3)
+            .map(|turn| {
+                let mut last = 0;
+                let mut starts = Vec::new();
+                for applied in 1..=entries {
+                    let log = (applied - last) * entry_bytes;
+                    let due = match turns {
+                        true => {
+                            let turn = Turn { turn, turns: 3 };
+                            turn_due(turn, applied, applied - last, log, period)
+                        }
+                        false => log >= period,
+                    };
+                    if due {
+                        starts.push(applied);
+                        last = applied;
+                    }
+                }
+                starts
+            })
+            .collect()
+    }
+
+    /// The entries between a member's start and the nearest start of another member.
+    fn nearest_other(starts: &[Vec<u64>], member: usize, at: u64) -> u64 {
+        let others = starts.iter().enumerate().filter(|(m, _)| *m != member);
+        let all = others.flat_map(|(_, s)| s.iter());
+        all.map(|s| s.abs_diff(at)).min().expect("other starts")
+    }
+
+    /// Proves members taking turns start their snapshots a third of a period apart, where
+    /// without turns all three start at the same entry, and that each member still starts
+    /// about once a period: within 12% of it once the rounds settle.
+    #[test]
+    fn members_taking_turns_start_their_snapshots_a_third_of_a_period_apart() {
+        let (entries, entry_bytes) = (20_000, 100);
+        for period_entries in [96, 100, 150, 181, 250, 333, 1_000] {
+            let period = period_entries * entry_bytes;
+            let together = starts(false, entries, entry_bytes, period);
+            assert_eq!(together[0], together[1]);
+            assert_eq!(together[0], together[2]);
+            let turns = starts(true, entries, entry_bytes, period);
+            let cycle = turn_cycle(u128::from(period_entries), 3);
+            for (member, starts) in turns.iter().enumerate() {
+                for pair in starts.windows(2).skip(1) {
+                    let gap = pair[1] - pair[0];
+                    assert_eq!(gap, cycle, "member {member}, period {period_entries}");
+                    assert!(
+                        gap * 100 >= period_entries * 88,
+                        "{gap} for {period_entries}"
+                    );
+                    assert!(
+                        gap * 100 <= period_entries * 112,
+                        "{gap} for {period_entries}"
+                    );
+                }
+                for &at in &starts[1..] {
+                    let apart = nearest_other(&turns, member, at);
+                    assert!(apart * 3 + 3 >= cycle, "member {member} at {at}: {apart}");
+                }
+            }
+        }
+    }
+
+    /// Proves a member whose turns passed (its writer was busy) starts at the late bound, and
+    /// that none starts before the early one.
+    #[test]
+    fn a_member_past_its_turns_starts_at_the_late_bound() {
+        let period = 1_000;
+        let turn = Turn { turn: 0, turns: 3 };
+        let early = period * SNAPSHOT_TURN_EARLY_PERCENT / 100;
+        let late = period * SNAPSHOT_TURN_LATE_PERCENT / 100;
+        for applied in 0..64 {
+            assert!(!turn_due(turn, applied, 5, early - 1, period));
+        }
+        // 501 bytes in 10 entries make a round of 20 entries: entry 47 is in the second turn.
+        assert!(!turn_due(turn, 47, 10, early + 1, period));
+        assert!(turn_due(turn, 47, 20, late, period));
+        assert!(turn_due(turn, 42, 10, early + 1, period));
     }
 }

@@ -70,6 +70,7 @@ fn replica_snapshotting(id: NodeId, every: u64) -> Replica<Echo, u32> {
         pipeline_entries_max: 8,
         snapshot_every: every,
         snapshot_deltas: false,
+        snapshot_turns: false,
         snapshot_retain_ticks: 0,
         changes_retain_entries: 0,
         change_stream: true,

@@ -530,6 +530,7 @@ fn replica_config(
         pipeline_entries_max: SIM_PIPELINE_ENTRIES_MAX,
         snapshot_every: swarm.snapshot_every,
         snapshot_deltas: swarm.snapshot_deltas,
+        snapshot_turns: swarm.snapshot_turns,
         snapshot_retain_ticks: swarm.snapshot_retain_ticks,
         changes_retain_entries: 0,
         change_stream: true,

@@ -427,6 +427,8 @@ impl<W: Workload> Sim<W> {
         let mut swarm = Swarm::draw(&mut rng);
         swarm.draw_keys(&mut keys.rng);
         swarm.snapshot_deltas = options.seed.is_multiple_of(2);
+        // Every pairing of deltas and turns, a quarter of the seeds each.
+        swarm.snapshot_turns = matches!(options.seed % 4, 0 | 3);
         let nodes = (1..=SIM_NODES + swarm.spares)
             .map(|id| SimNode {
                 id: NodeId(id),

@@ -55,6 +55,8 @@ pub struct Swarm {
     /// Snapshots may be deltas (drawn from the seed alone, so that the other draws are what
     /// they were before deltas).
     pub snapshot_deltas: bool,
+    /// Members take turns at snapshots (drawn from the seed alone, as deltas are).
+    pub snapshot_turns: bool,
 }
 
 impl Swarm {
@@ -109,6 +111,7 @@ impl Swarm {
         Swarm {
             keyed_percent: 0,
             snapshot_deltas: false,
+            snapshot_turns: false,
             read_checks_unspoken_by,
             wal_zero_ahead,
             spares,
@@ -153,12 +156,13 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}, deltas {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes, read rounds {}, WAL zeros ahead {}, keys in {}% of requests",
+            "{:?} mode, snapshots every {} entries (kept {} ticks, log percent {}, deltas {}, turns {}), lagging allowance {} entries, client timeout {:.1} ms, hedge after {}, fsync errors {}‰, loss {}‰, duplication {}‰, {} in flight per client, {} spare nodes, read rounds {}, WAL zeros ahead {}, keys in {}% of requests",
             self.mode,
             self.snapshot_every,
             self.snapshot_retain_ticks,
             self.snapshot_log_percent,
             self.snapshot_deltas,
+            self.snapshot_turns,
             self.lagging_entries_max,
             self.client_timeout as f64 / 10.0,
             self.hedge_after.map_or("never".to_string(), |t| format!(
