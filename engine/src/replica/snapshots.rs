@@ -28,6 +28,11 @@ pub const SNAPSHOT_TURN_EARLY_PERCENT: u64 = 50;
 /// restart replays stays bounded.
 pub const SNAPSHOT_TURN_LATE_PERCENT: u64 = 200;
 
+/// The stretch of entries over which a member measures the log's bytes an entry for its
+/// turns: from one multiple of it to the next, the same entries on every member, so that
+/// members estimate the period in entries alike even while the entries' sizes change.
+pub const TURN_RATE_ENTRIES: u64 = 256;
+
 /// What decides when a replica starts its next snapshot, and the newest durable one.
 pub(super) struct Snapshots {
     /// False when snapshots are off, or the writer stopped.
@@ -51,6 +56,10 @@ pub(super) struct Snapshots {
     writing: bool,
     /// Bytes of the snapshot in progress not handed to the writer yet.
     pending: Vec<u8>,
+    /// The last multiple of [`TURN_RATE_ENTRIES`] applied here, and the applied bytes there.
+    rate_mark: Option<(EntryIndex, u64)>,
+    /// The log's bytes over the last whole stretch of [`TURN_RATE_ENTRIES`] applied here.
+    rate_bytes: Option<u64>,
 }
 
 impl Snapshots {
@@ -70,6 +79,8 @@ impl Snapshots {
             chain_bytes: 0,
             writing: false,
             pending: Vec::new(),
+            rate_mark: None,
+            rate_bytes: None,
         }
     }
 
@@ -85,19 +96,28 @@ struct Turn {
     turns: usize,
 }
 
-/// Whether a node in `turn` starts its snapshot at entry `applied`, `since` entries and `log`
-/// bytes after its last start, the period being `period` bytes of log. The entries are the
-/// clock every member shares (they apply the same log); a round of turns is the period in
-/// entries, estimated from the log since the last start, rounded to a power of two.
-fn turn_due(turn: Turn, applied: u64, since: u64, log: u64, period: u64) -> bool {
+/// The period of `period` bytes in entries: at the bytes an entry of the last stretch of
+/// [`TURN_RATE_ENTRIES`] (`stretch_bytes`, which every member measures alike), else at this
+/// node's own `log` bytes over `since` entries since its last start.
+fn period_entries(stretch_bytes: Option<u64>, since: u64, log: u64, period: u64) -> u128 {
+    match stretch_bytes.filter(|&bytes| bytes > 0) {
+        Some(bytes) => u128::from(TURN_RATE_ENTRIES) * u128::from(period) / u128::from(bytes),
+        None => u128::from(since) * u128::from(period) / u128::from(log.max(1)),
+    }
+}
+
+/// Whether a node in `turn` starts its snapshot at entry `applied`, `log` bytes after its
+/// last start, the period being `period` bytes of log, about `period_entries` entries. The
+/// entries are the clock every member shares (they apply the same log); a round of turns is
+/// the period in entries, rounded ([`turn_cycle`]).
+fn turn_due(turn: Turn, applied: u64, period_entries: u128, log: u64, period: u64) -> bool {
     if log.saturating_mul(100) >= period.saturating_mul(SNAPSHOT_TURN_LATE_PERCENT) {
         return true;
     }
     if log == 0 || log.saturating_mul(100) < period.saturating_mul(SNAPSHOT_TURN_EARLY_PERCENT) {
         return false;
     }
-    let entries = u128::from(since) * u128::from(period) / u128::from(log);
-    let cycle = turn_cycle(entries, turn.turns);
+    let cycle = turn_cycle(period_entries, turn.turns);
     let position = u128::from(applied % cycle);
     position * turn.turns as u128 / u128::from(cycle) == turn.turn as u128
 }
@@ -174,6 +194,7 @@ impl<H: Handler, T> Replica<H, T> {
     /// and the log applied since the last start is at least the configured percent of the
     /// newest snapshot's size.
     pub(super) fn maybe_start_snapshot(&mut self, out: &mut Vec<Io<T>>) {
+        self.measure_log_rate();
         let every = self.config.snapshot_every;
         let applied = self.machine.applied_index();
         let policy = &self.snapshots;
@@ -218,6 +239,23 @@ impl<H: Handler, T> Replica<H, T> {
         }
     }
 
+    /// At each multiple of [`TURN_RATE_ENTRIES`], the log's bytes since the one before, when
+    /// every entry between them was applied here (not installed).
+    fn measure_log_rate(&mut self) {
+        let applied = self.machine.applied_index();
+        if !applied.0.is_multiple_of(TURN_RATE_ENTRIES) {
+            return;
+        }
+        let bytes = self.machine.applied_bytes();
+        let policy = &mut self.snapshots;
+        if let Some((mark, at)) = policy.rate_mark
+            && mark.0 + TURN_RATE_ENTRIES == applied.0
+        {
+            policy.rate_bytes = Some(bytes - at);
+        }
+        policy.rate_mark = Some((applied, bytes));
+    }
+
     /// Whether the snapshot is due, `log` bytes applied since the last start and the snapshot
     /// costing `cost` bytes: when the log reached the configured percent of the cost; with
     /// turns, in this node's turn between [`SNAPSHOT_TURN_EARLY_PERCENT`] and
@@ -230,7 +268,8 @@ impl<H: Handler, T> Replica<H, T> {
         };
         let applied = self.machine.applied_index().0;
         let since = applied - self.snapshots.last_start.0;
-        turn_due(turn, applied, since, log, period)
+        let entries = period_entries(self.snapshots.rate_bytes, since, log, period);
+        turn_due(turn, applied, entries, log, period)
     }
 
     /// This node's place among the members and their number, when snapshots take turns.
@@ -439,22 +478,40 @@ mod tests {
     /// bytes each, a snapshot costing `period` bytes of log, each one taking no time: the
     /// entries each member starts at.
     fn starts(turns: bool, entries: u64, entry_bytes: u64, period: u64) -> Vec<Vec<u64>> {
+        starts_over(turns, entries, |_| entry_bytes, period)
+    }
+
+    /// [`starts`] with entries whose size `entry_bytes` gives by index; each member measures
+    /// the stretches of [`TURN_RATE_ENTRIES`] as a replica does.
+    fn starts_over(
+        turns: bool,
+        entries: u64,
+        entry_bytes: impl Fn(u64) -> u64,
+        period: u64,
+    ) -> Vec<Vec<u64>> {
         (0..3)
             .map(|turn| {
-                let mut last = 0;
+                let (mut last, mut at_last, mut bytes) = (0, 0, 0);
+                let (mut mark, mut stretch) = (0, None);
                 let mut starts = Vec::new();
                 for applied in 1..=entries {
-                    let log = (applied - last) * entry_bytes;
+                    bytes += entry_bytes(applied);
+                    if applied.is_multiple_of(TURN_RATE_ENTRIES) {
+                        stretch = Some(bytes - mark);
+                        mark = bytes;
+                    }
+                    let log = bytes - at_last;
                     let due = match turns {
                         true => {
                             let turn = Turn { turn, turns: 3 };
-                            turn_due(turn, applied, applied - last, log, period)
+                            let entries = period_entries(stretch, applied - last, log, period);
+                            turn_due(turn, applied, entries, log, period)
                         }
                         false => log >= period,
                     };
                     if due {
                         starts.push(applied);
-                        last = applied;
+                        (last, at_last) = (applied, bytes);
                     }
                 }
                 starts
@@ -503,6 +560,29 @@ mod tests {
         }
     }
 
+    /// Proves members keep their turns apart when the entries' sizes change (a prefill of
+    /// large entries, then small ones): they measure the same stretches of entries, so they
+    /// agree on the rounds from the stretch after the change on.
+    #[test]
+    fn members_keep_their_turns_when_the_entries_change_size() {
+        let change = 3_000;
+        let size = |index: u64| if index <= change { 300 } else { 100 };
+        let period = 1_000 * 100;
+        let turns = starts_over(true, 20_000, size, period);
+        let settled = change + 2 * TURN_RATE_ENTRIES;
+        for (member, starts) in turns.iter().enumerate() {
+            for &at in starts.iter().filter(|&&at| at > settled) {
+                let apart = nearest_other(&turns, member, at);
+                // A fifth of the round of 1,024: a member's start late in its turn (its log
+                // short of the early bound at the turn's start) comes nearer the next one.
+                assert!(
+                    apart >= 200,
+                    "member {member} at {at}: {apart} apart: {turns:?}"
+                );
+            }
+        }
+    }
+
     /// Proves a member whose turns passed (its writer was busy) starts at the late bound, and
     /// that none starts before the early one.
     #[test]
@@ -512,11 +592,11 @@ mod tests {
         let early = period * SNAPSHOT_TURN_EARLY_PERCENT / 100;
         let late = period * SNAPSHOT_TURN_LATE_PERCENT / 100;
         for applied in 0..64 {
-            assert!(!turn_due(turn, applied, 5, early - 1, period));
+            assert!(!turn_due(turn, applied, 19, early - 1, period));
         }
-        // 501 bytes in 10 entries make a round of 20 entries: entry 47 is in the second turn.
-        assert!(!turn_due(turn, 47, 10, early + 1, period));
-        assert!(turn_due(turn, 47, 20, late, period));
-        assert!(turn_due(turn, 42, 10, early + 1, period));
+        // A period of 19 entries makes a round of 20 entries: entry 47 is in the second turn.
+        assert!(!turn_due(turn, 47, 19, early + 1, period));
+        assert!(turn_due(turn, 47, 19, late, period));
+        assert!(turn_due(turn, 42, 19, early + 1, period));
     }
 }
