@@ -42,7 +42,8 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 pub const BACKUP_CHUNK_BYTES: usize = 1024 * 1024;
 /// Log a node applies after starting a snapshot before it starts the next, in percent of that
 /// snapshot's size: with 100, a snapshot costs at most as much writing as the log it lets go,
-/// and disk use stays near two snapshots and two snapshots' worth of log.
+/// and disk use stays near two snapshots and two snapshots' worth of log. (With turns, the
+/// log between two starts is within 12% of this, and twice it at most: `replica::snapshots`.)
 pub const SNAPSHOT_LOG_PERCENT: u64 = 100;
 /// Slots a node scans per slice of snapshot work, between its other work.
 pub const SNAPSHOT_SLICE_SLOTS: usize = 4096;
