@@ -463,17 +463,19 @@ fn interrupted_delta_writes_recover() {
     let reference = recover();
     let expected = content(&reference.machine);
     let loaded = reference.report.deltas;
+    let whole = reference.report.snapshot.expect("a whole snapshot").0;
     drop(reference);
     let snapshots = data.join("snapshots");
-    let newest = deltas(&snapshots).pop().expect("a delta");
+    let stem = |p: &std::path::PathBuf| -> u64 {
+        p.file_stem().unwrap().to_string_lossy().parse().unwrap()
+    };
+    let mut chain = deltas(&snapshots).into_iter().filter(|p| stem(p) > whole.0);
+    let newest = chain
+        .next_back()
+        .expect("a delta over the newest whole snapshot");
     let bytes = std::fs::read(&newest).unwrap();
     std::fs::remove_file(&newest).unwrap();
-    let index: u64 = newest
-        .file_stem()
-        .unwrap()
-        .to_string_lossy()
-        .parse()
-        .unwrap();
+    let index = stem(&newest);
     let temporary =
         engine::internals::snapshot::snapshot_path(&snapshots, engine::EntryIndex(index))
             .with_extension("tmp");

@@ -96,14 +96,10 @@ struct Turn {
     turns: usize,
 }
 
-/// The period of `period` bytes in entries: at the bytes an entry of the last stretch of
-/// [`TURN_RATE_ENTRIES`] (`stretch_bytes`, which every member measures alike), else at this
-/// node's own `log` bytes over `since` entries since its last start.
-fn period_entries(stretch_bytes: Option<u64>, since: u64, log: u64, period: u64) -> u128 {
-    match stretch_bytes.filter(|&bytes| bytes > 0) {
-        Some(bytes) => u128::from(TURN_RATE_ENTRIES) * u128::from(period) / u128::from(bytes),
-        None => u128::from(since) * u128::from(period) / u128::from(log.max(1)),
-    }
+/// The period of `period` bytes in entries, at the bytes an entry of the last stretch of
+/// [`TURN_RATE_ENTRIES`] (`stretch_bytes`, more than 0, which every member measures alike).
+fn period_entries(stretch_bytes: u64, period: u64) -> u128 {
+    u128::from(TURN_RATE_ENTRIES) * u128::from(period) / u128::from(stretch_bytes)
 }
 
 /// Whether a node in `turn` starts its snapshot at entry `applied`, `log` bytes after its
@@ -266,10 +262,13 @@ impl<H: Handler, T> Replica<H, T> {
         let Some(turn) = turn else {
             return log * 100 >= cost.saturating_mul(self.config.snapshot_log_percent);
         };
+        // Without a stretch measured here (just started or installed) the rule alone: a
+        // member's own log since a restart holds the replayed entries, and would convert badly.
+        let Some(stretch) = self.snapshots.rate_bytes.filter(|&bytes| bytes > 0) else {
+            return log >= period;
+        };
         let applied = self.machine.applied_index().0;
-        let since = applied - self.snapshots.last_start.0;
-        let entries = period_entries(self.snapshots.rate_bytes, since, log, period);
-        turn_due(turn, applied, entries, log, period)
+        turn_due(turn, applied, period_entries(stretch, period), log, period)
     }
 
     /// This node's place among the members and their number, when snapshots take turns.
@@ -443,6 +442,9 @@ impl<H: Handler, T> Replica<H, T> {
         policy.durable_at = Some(self.ticks);
         policy.durable_bytes = bytes;
         policy.log_bytes_at_start = self.machine.applied_bytes();
+        // The next stretch starts after the installed entry.
+        policy.rate_mark = None;
+        policy.rate_bytes = None;
         self.commit_to = self.commit_to.max(meta.index);
         out.push(Io::Note(Note::Applied(applied)));
         out.push(Io::Note(Note::Installed {
@@ -491,7 +493,7 @@ mod tests {
     ) -> Vec<Vec<u64>> {
         (0..3)
             .map(|turn| {
-                let (mut last, mut at_last, mut bytes) = (0, 0, 0);
+                let (mut at_last, mut bytes) = (0, 0);
                 let (mut mark, mut stretch) = (0, None);
                 let mut starts = Vec::new();
                 for applied in 1..=entries {
@@ -501,17 +503,17 @@ mod tests {
                         mark = bytes;
                     }
                     let log = bytes - at_last;
-                    let due = match turns {
-                        true => {
+                    let due = match stretch.filter(|_| turns) {
+                        Some(stretch) => {
                             let turn = Turn { turn, turns: 3 };
-                            let entries = period_entries(stretch, applied - last, log, period);
+                            let entries = period_entries(stretch, period);
                             turn_due(turn, applied, entries, log, period)
                         }
-                        false => log >= period,
+                        None => log >= period,
                     };
                     if due {
                         starts.push(applied);
-                        (last, at_last) = (applied, bytes);
+                        at_last = bytes;
                     }
                 }
                 starts
@@ -539,8 +541,15 @@ mod tests {
             assert_eq!(together[0], together[2]);
             let turns = starts(true, entries, entry_bytes, period);
             let cycle = turn_cycle(u128::from(period_entries), 3);
+            // Before the first stretch is measured, the rule alone; turns from the start
+            // after the first start past it.
+            let measured = |starts: &Vec<u64>| {
+                let first = starts.iter().position(|&at| at > TURN_RATE_ENTRIES);
+                starts[first.expect("a start past the first stretch") + 1..].to_vec()
+            };
+            let turns: Vec<Vec<u64>> = turns.iter().map(measured).collect();
             for (member, starts) in turns.iter().enumerate() {
-                for pair in starts.windows(2).skip(1) {
+                for pair in starts.windows(2) {
                     let gap = pair[1] - pair[0];
                     assert_eq!(gap, cycle, "member {member}, period {period_entries}");
                     assert!(
@@ -552,7 +561,7 @@ mod tests {
                         "{gap} for {period_entries}"
                     );
                 }
-                for &at in &starts[1..] {
+                for &at in starts {
                     let apart = nearest_other(&turns, member, at);
                     assert!(apart * 3 + 3 >= cycle, "member {member} at {at}: {apart}");
                 }
