@@ -301,6 +301,31 @@ fn recovery_options() -> RecoveryOptions {
     }
 }
 
+/// What each step of a snapshot file's writing leaves, to write over the directory: before
+/// the fsync (a third of `bytes` in `temporary`), before the rename (all of them there), and
+/// after the rename with the contents lost (`final_path` empty).
+fn interruptions(
+    temporary: &Path,
+    final_path: &Path,
+    bytes: &[u8],
+) -> [(&'static str, std::path::PathBuf, Vec<u8>); 3] {
+    [
+        (
+            "before fsync",
+            temporary.into(),
+            bytes[..bytes.len() / 3].to_vec(),
+        ),
+        ("before rename", temporary.into(), bytes.to_vec()),
+        ("after rename, contents lost", final_path.into(), Vec::new()),
+    ]
+}
+
+/// The entry a snapshot or delta file is named for.
+fn index_of(path: &Path) -> u64 {
+    let stem = path.file_stem().expect("a file name");
+    stem.to_string_lossy().parse().expect("named for its entry")
+}
+
 /// Proves a snapshot interrupted at each step of its writing leaves a data directory that
 /// recovers to the state the node had: before the fsync (a partial temporary file), before the
 /// rename (a whole temporary file), and after the rename (the new file in place).
@@ -323,19 +348,8 @@ fn interrupted_snapshot_writes_recover() {
     let later = engine::EntryIndex(newest.0 + 1_000_000);
     let final_path = engine::internals::snapshot::snapshot_path(&snapshots, later);
     let temporary = final_path.with_extension("tmp");
-    let steps: [(&str, &dyn Fn()); 3] = [
-        ("before fsync", &|| {
-            std::fs::write(&temporary, &bytes[..bytes.len() / 3]).unwrap()
-        }),
-        ("before rename", &|| {
-            std::fs::write(&temporary, &bytes).unwrap()
-        }),
-        ("after rename, contents lost", &|| {
-            std::fs::write(&final_path, b"").unwrap()
-        }),
-    ];
-    for (step, leave) in steps {
-        leave();
+    for (step, path, contents) in interruptions(&temporary, &final_path, &bytes) {
+        std::fs::write(&path, contents).unwrap();
         let restored = restore(&data, Bank, &options).unwrap_or_else(|e| panic!("{step}: {e}"));
         assert_eq!(
             (
@@ -405,14 +419,7 @@ fn a_damaged_or_missing_delta_ends_its_chain_and_the_log_replays_the_rest() {
     let snapshots = data.join("snapshots");
     let chain: Vec<_> = deltas(&snapshots)
         .into_iter()
-        .filter(|p| {
-            p.file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .parse::<u64>()
-                .unwrap()
-                > whole.0
-        })
+        .filter(|p| index_of(p) > whole.0)
         .collect();
     assert!(
         chain.len() >= 3 && loaded > 0,
@@ -466,32 +473,20 @@ fn interrupted_delta_writes_recover() {
     let whole = reference.report.snapshot.expect("a whole snapshot").0;
     drop(reference);
     let snapshots = data.join("snapshots");
-    let stem = |p: &std::path::PathBuf| -> u64 {
-        p.file_stem().unwrap().to_string_lossy().parse().unwrap()
-    };
-    let mut chain = deltas(&snapshots).into_iter().filter(|p| stem(p) > whole.0);
+    let mut chain = deltas(&snapshots)
+        .into_iter()
+        .filter(|p| index_of(p) > whole.0);
     let newest = chain
         .next_back()
         .expect("a delta over the newest whole snapshot");
     let bytes = std::fs::read(&newest).unwrap();
     std::fs::remove_file(&newest).unwrap();
-    let index = stem(&newest);
+    let index = index_of(&newest);
     let temporary =
         engine::internals::snapshot::snapshot_path(&snapshots, engine::EntryIndex(index))
             .with_extension("tmp");
-    let steps: [(&str, &dyn Fn()); 3] = [
-        ("before fsync", &|| {
-            std::fs::write(&temporary, &bytes[..bytes.len() / 3]).unwrap()
-        }),
-        ("before rename", &|| {
-            std::fs::write(&temporary, &bytes).unwrap()
-        }),
-        ("after rename, contents lost", &|| {
-            std::fs::write(&newest, b"").unwrap()
-        }),
-    ];
-    for (step, leave) in steps {
-        leave();
+    for (step, path, contents) in interruptions(&temporary, &newest, &bytes) {
+        std::fs::write(&path, contents).unwrap();
         let restored = recover();
         assert!(content(&restored.machine) == expected, "{step}");
         assert!(

@@ -257,16 +257,18 @@ impl<H: Handler, T> Replica<H, T> {
     /// turns, in this node's turn between [`SNAPSHOT_TURN_EARLY_PERCENT`] and
     /// [`SNAPSHOT_TURN_LATE_PERCENT`] of it.
     fn snapshot_due(&self, log: u64, cost: u64) -> bool {
-        let period = cost.saturating_mul(self.config.snapshot_log_percent) / 100;
-        let turn = self.snapshot_turn().filter(|_| period > 0);
-        let Some(turn) = turn else {
-            return log * 100 >= cost.saturating_mul(self.config.snapshot_log_percent);
-        };
+        let percent = self.config.snapshot_log_percent;
+        let rule = log.saturating_mul(100) >= cost.saturating_mul(percent);
+        let period = cost.saturating_mul(percent) / 100;
         // Without a stretch measured here (just started or installed) the rule alone: a
         // member's own log since a restart holds the replayed entries, and would convert badly.
-        let Some(stretch) = self.snapshots.rate_bytes.filter(|&bytes| bytes > 0) else {
-            return log >= period;
+        let stretch = self.snapshots.rate_bytes.filter(|&bytes| bytes > 0);
+        let (Some(turn), Some(stretch)) = (self.snapshot_turn(), stretch) else {
+            return rule;
         };
+        if period == 0 {
+            return rule;
+        }
         let applied = self.machine.applied_index().0;
         turn_due(turn, applied, period_entries(stretch, period), log, period)
     }
